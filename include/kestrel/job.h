@@ -1,0 +1,224 @@
+/* kestrel/job.h - training jobs: specs, submit, follow, cancel, logs, metrics. */
+#ifndef KESTREL_JOB_H
+#define KESTREL_JOB_H
+
+#include "common.h"
+#include "buffer.h"
+#include "client.h"
+
+KESTREL_BEGIN_DECL
+
+/** Job states. PREEMPTED is transient (the job goes back to QUEUED). */
+typedef enum kestrel_job_state_t {
+    KESTREL_JOB_STATE_UNKNOWN = 0,
+    KESTREL_JOB_STATE_QUEUED = 1,
+    KESTREL_JOB_STATE_RUNNING = 2,
+    KESTREL_JOB_STATE_SUCCEEDED = 3,
+    KESTREL_JOB_STATE_FAILED = 4,
+    KESTREL_JOB_STATE_CANCELLED = 5,
+    KESTREL_JOB_STATE_PREEMPTED = 6
+} kestrel_job_state_t;
+
+/** Priority classes; the queue is ordered by class, then submit time. */
+typedef enum kestrel_priority_t {
+    KESTREL_PRIORITY_NORMAL = 1,
+    KESTREL_PRIORITY_HIGH = 2,
+    KESTREL_PRIORITY_URGENT = 3
+} kestrel_priority_t;
+
+/** Log streams. */
+typedef enum kestrel_log_stream_t {
+    KESTREL_LOG_STDOUT = 1,
+    KESTREL_LOG_STDERR = 2,
+    KESTREL_LOG_SYSTEM = 3   /**< lines written by kestreld itself (clone, exec errors) */
+} kestrel_log_stream_t;
+
+/** "QUEUED", "RUNNING", ... (static, borrowed); "UNKNOWN" for other values. */
+KESTREL_API const char *kestrel_job_state_name(int state);
+/** 1 when state is SUCCEEDED, FAILED or CANCELLED, else 0. */
+KESTREL_API int kestrel_job_state_is_final(int state);
+/** "normal", "high", "urgent" (static, borrowed); NULL for other values. */
+KESTREL_API const char *kestrel_priority_name(int priority);
+/** Parse "normal" / "high" / "urgent" (any case) into *out. Returns 0 or KESTREL_EINVALID. */
+KESTREL_API int kestrel_priority_parse(int *out, const char *name);
+
+/* ---- job specs --------------------------------------------------------- */
+
+/** A job description under construction. Opaque; all setters copy their inputs. */
+typedef struct kestrel_job_spec kestrel_job_spec;
+
+/** Create an empty spec (priority normal, 0 GPUs). *out is owned: kestrel_job_spec_free(). */
+KESTREL_API int kestrel_job_spec_new(kestrel_job_spec **out);
+/** Free a spec. Accepts NULL. */
+KESTREL_API void kestrel_job_spec_free(kestrel_job_spec *spec);
+/** Set the argument vector (argv[0] is looked up in PATH; no shell). argc >= 1. */
+KESTREL_API int kestrel_job_spec_set_argv(kestrel_job_spec *spec, const char *const *argv, size_t argc);
+/** Set (or replace) one environment variable of the job. */
+KESTREL_API int kestrel_job_spec_set_env(kestrel_job_spec *spec, const char *key, const char *value);
+/** Set the job's display name (printable UTF-8, at most 256 bytes). */
+KESTREL_API int kestrel_job_spec_set_name(kestrel_job_spec *spec, const char *name);
+/** Set (or replace) one label; labels are filters for kestrel_job_list(). */
+KESTREL_API int kestrel_job_spec_set_label(kestrel_job_spec *spec, const char *key, const char *value);
+/** Set the priority class (a kestrel_priority_t). */
+KESTREL_API int kestrel_job_spec_set_priority(kestrel_job_spec *spec, int priority);
+/** Set the number of GPUs the job needs on one node (0..1024). */
+KESTREL_API int kestrel_job_spec_set_gpus(kestrel_job_spec *spec, int gpus);
+/** Run from a git checkout: url cloned at ref (branch, tag or commit; NULL: default branch). */
+KESTREL_API int kestrel_job_spec_set_git(kestrel_job_spec *spec, const char *url, const char *ref);
+/** Working subdirectory, relative to the job's work dir (or checkout). No "..". */
+KESTREL_API int kestrel_job_spec_set_workdir(kestrel_job_spec *spec, const char *subdir);
+/** retry != 0 (default): requeue after a daemon crash; 0: fail with "daemon restarted". */
+KESTREL_API int kestrel_job_spec_set_retry(kestrel_job_spec *spec, int retry);
+
+/* ---- jobs ------------------------------------------------------------------ */
+
+/** A snapshot of a job as the server last reported it. Opaque. */
+typedef struct kestrel_job kestrel_job;
+
+/** One state transition of a job. Library-filled; fields may be appended. */
+typedef struct kestrel_job_event {
+    unsigned int version;
+    int64_t time_ms;      /**< Unix time, milliseconds */
+    int from_state;       /**< kestrel_job_state_t */
+    int to_state;         /**< kestrel_job_state_t */
+    const char *reason;   /**< never NULL */
+} kestrel_job_event;
+
+/** Submit a job. On success *out (owned) is the QUEUED job: kestrel_job_free(). Never retried. */
+KESTREL_API int kestrel_job_submit(kestrel_job **out, kestrel_client *client, const kestrel_job_spec *spec);
+/** Fetch a job by id. *out is owned. KESTREL_ENOTFOUND when it does not exist or is not yours. */
+KESTREL_API int kestrel_job_get(kestrel_job **out, kestrel_client *client, int64_t id);
+/**
+ * Wait until the job reaches a final state or timeout_ms passes (negative:
+ * forever). On success *out (owned) is the final job; KESTREL_ETIMEOUT otherwise.
+ */
+KESTREL_API int kestrel_job_wait(kestrel_job **out, kestrel_client *client, int64_t id, long timeout_ms);
+/**
+ * Cancel a job: a queued job ends at once; a running one gets SIGTERM, then
+ * SIGKILL after the server's grace period. Cancelling a final job is a no-op.
+ * *out (owned, may be NULL to skip) receives the job after the request.
+ */
+KESTREL_API int kestrel_job_cancel(kestrel_job **out, kestrel_client *client, int64_t id);
+/** Free a job snapshot. Accepts NULL. */
+KESTREL_API void kestrel_job_free(kestrel_job *job);
+
+/** Accessors (borrowed strings, never NULL; valid until the job is freed). */
+KESTREL_API int64_t kestrel_job_id(const kestrel_job *job);
+KESTREL_API int kestrel_job_state(const kestrel_job *job);
+/** Exit status of the process (0..255), 128+N when killed by signal N, -1 when it did not exit. */
+KESTREL_API int kestrel_job_exit_code(const kestrel_job *job);
+KESTREL_API const char *kestrel_job_name(const kestrel_job *job);
+KESTREL_API const char *kestrel_job_owner(const kestrel_job *job);
+/** Why the job is in its state ("exit code 1", "cancelled by alice", ...). */
+KESTREL_API const char *kestrel_job_reason(const kestrel_job *job);
+/** Resolved commit SHA of a git-source job, "" otherwise. */
+KESTREL_API const char *kestrel_job_git_commit(const kestrel_job *job);
+KESTREL_API int kestrel_job_priority(const kestrel_job *job);
+KESTREL_API int kestrel_job_gpus(const kestrel_job *job);
+KESTREL_API int kestrel_job_restart_count(const kestrel_job *job);
+/** Unix times in milliseconds; 0 when not reached yet. */
+KESTREL_API int64_t kestrel_job_submit_time(const kestrel_job *job);
+KESTREL_API int64_t kestrel_job_start_time(const kestrel_job *job);
+KESTREL_API int64_t kestrel_job_end_time(const kestrel_job *job);
+/** Number of state-transition events carried by this snapshot. */
+KESTREL_API size_t kestrel_job_event_count(const kestrel_job *job);
+/** Event i (borrowed), or NULL when i is out of range. */
+KESTREL_API const kestrel_job_event *kestrel_job_event_at(const kestrel_job *job, size_t i);
+/** Fill out with the job as JSON (the API's own JSON mapping). */
+KESTREL_API int kestrel_job_to_json(kestrel_buf *out, const kestrel_job *job);
+
+/* ---- listing ----------------------------------------------------------------- */
+
+/** A page of jobs. Opaque. */
+typedef struct kestrel_job_page kestrel_job_page;
+
+/** Filters and paging for kestrel_job_list(). Strings are copied. */
+typedef struct kestrel_job_list_options {
+    unsigned int version;      /**< KESTREL_JOB_LIST_OPTIONS_VERSION */
+    int state;                 /**< kestrel_job_state_t; 0: any */
+    const char *name;          /**< exact name; NULL: any */
+    const char *label;         /**< "key=value"; NULL: any */
+    int page_size;             /**< 0: 100; at most 1000 */
+    const char *page_token;    /**< from kestrel_job_page_next_token(); NULL: first page */
+} kestrel_job_list_options;
+
+#define KESTREL_JOB_LIST_OPTIONS_VERSION 1
+#define KESTREL_JOB_LIST_OPTIONS_INIT { KESTREL_JOB_LIST_OPTIONS_VERSION }
+
+KESTREL_API int kestrel_job_list_options_init(kestrel_job_list_options *opts, unsigned int version);
+/** List jobs, newest first. *out is owned: kestrel_job_page_free(). */
+KESTREL_API int kestrel_job_list(kestrel_job_page **out, kestrel_client *client, const kestrel_job_list_options *opts);
+KESTREL_API size_t kestrel_job_page_count(const kestrel_job_page *page);
+/** Job i of the page (borrowed from page), or NULL when out of range. */
+KESTREL_API const kestrel_job *kestrel_job_page_at(const kestrel_job_page *page, size_t i);
+/** Token for the next page (borrowed), "" on the last page. */
+KESTREL_API const char *kestrel_job_page_next_token(const kestrel_job_page *page);
+KESTREL_API void kestrel_job_page_free(kestrel_job_page *page);
+
+/* ---- logs -------------------------------------------------------------------- */
+
+/** One captured log line. Library-filled; valid only during the callback. */
+typedef struct kestrel_log_line {
+    unsigned int version;
+    int64_t offset;     /**< sequence number of the line in the job's log, from 0 */
+    int64_t time_ms;    /**< when kestreld read it (Unix ms) */
+    int stream;         /**< kestrel_log_stream_t */
+    const char *text;   /**< without the trailing newline, NUL-terminated */
+    size_t len;
+} kestrel_log_line;
+
+/** Called once per line, on the caller's thread. Non-zero stops the call with KESTREL_ECANCELLED (or KESTREL_EUSER as is). */
+typedef int KESTREL_CALLBACK(kestrel_log_line_cb)(const kestrel_log_line *line, void *payload);
+
+typedef struct kestrel_logs_options {
+    unsigned int version;    /**< KESTREL_LOGS_OPTIONS_VERSION */
+    int64_t offset;          /**< first line to return */
+    int follow;              /**< non-zero: keep waiting for lines until the job ends */
+    long timeout_ms;         /**< follow mode: give up after this long (KESTREL_ETIMEOUT); 0: never */
+} kestrel_logs_options;
+
+#define KESTREL_LOGS_OPTIONS_VERSION 1
+#define KESTREL_LOGS_OPTIONS_INIT { KESTREL_LOGS_OPTIONS_VERSION }
+
+KESTREL_API int kestrel_logs_options_init(kestrel_logs_options *opts, unsigned int version);
+/**
+ * Read a job's log lines from opts->offset, calling cb for each. Without
+ * follow, returns after the lines stored so far; with follow, returns once the
+ * job is final and every line was delivered. next_offset_out (may be NULL)
+ * receives the offset to resume from.
+ */
+KESTREL_API int kestrel_job_logs(int64_t *next_offset_out, kestrel_client *client, int64_t id,
+                                 const kestrel_logs_options *opts, kestrel_log_line_cb cb, void *payload);
+
+/* ---- metrics ----------------------------------------------------------------- */
+
+/** One metric point. Library-filled; fields may be appended. */
+typedef struct kestrel_metric {
+    unsigned int version;
+    const char *name;       /**< never NULL */
+    int64_t step;
+    double value;
+    int64_t wall_time_ms;   /**< Unix ms */
+} kestrel_metric;
+
+/** A batch of metric points: built to report, or filled by kestrel_job_metrics(). Opaque. */
+typedef struct kestrel_metric_list kestrel_metric_list;
+
+/** Create an empty batch. *out is owned: kestrel_metric_list_free(). */
+KESTREL_API int kestrel_metric_list_new(kestrel_metric_list **out);
+/** Append one point (name copied; printable, at most 256 bytes). wall_time_ms 0: now. */
+KESTREL_API int kestrel_metric_list_add(kestrel_metric_list *list, const char *name, int64_t step,
+                                        double value, int64_t wall_time_ms);
+KESTREL_API size_t kestrel_metric_list_count(const kestrel_metric_list *list);
+/** Point i (borrowed), or NULL when out of range. */
+KESTREL_API const kestrel_metric *kestrel_metric_list_at(const kestrel_metric_list *list, size_t i);
+KESTREL_API void kestrel_metric_list_free(kestrel_metric_list *list);
+
+/** Report a batch of points for a job in one request (a job's own token may do this). */
+KESTREL_API int kestrel_job_report_metrics(kestrel_client *client, int64_t id, const kestrel_metric_list *metrics);
+/** Fetch a job's points, ordered by name then step; name NULL: all. *out is owned. */
+KESTREL_API int kestrel_job_metrics(kestrel_metric_list **out, kestrel_client *client, int64_t id, const char *name);
+
+KESTREL_END_DECL
+
+#endif

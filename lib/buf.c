@@ -1,0 +1,129 @@
+/* lib/buf.c - kestrel_buf, small string helpers and input validation. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "internal.h"
+
+void kestrel_buf_dispose(kestrel_buf *buf)
+{
+    if (buf == NULL)
+        return;
+    free(buf->ptr);
+    buf->ptr = NULL;
+    buf->size = 0;
+    buf->reserved = 0;
+}
+
+int kestrel__buf_grow(kestrel_buf *buf, size_t extra)
+{
+    size_t need = buf->size + extra + 1, cap;
+    char *p;
+    if (need < buf->size)
+        return kestrel__error_oom();
+    if (need <= buf->reserved)
+        return 0;
+    cap = buf->reserved ? buf->reserved : 64;
+    while (cap < need)
+        cap *= 2;
+    p = realloc(buf->ptr, cap);
+    if (p == NULL)
+        return kestrel__error_oom();
+    buf->ptr = p;
+    buf->reserved = cap;
+    return 0;
+}
+
+int kestrel__buf_put(kestrel_buf *buf, const void *data, size_t len)
+{
+    int rc = kestrel__buf_grow(buf, len);
+    if (rc < 0)
+        return rc;
+    if (len)
+        memcpy(buf->ptr + buf->size, data, len);
+    buf->size += len;
+    buf->ptr[buf->size] = '\0';
+    return 0;
+}
+
+int kestrel__buf_puts(kestrel_buf *buf, const char *s)
+{
+    return kestrel__buf_put(buf, s, strlen(s));
+}
+
+int kestrel__buf_printf(kestrel_buf *buf, const char *fmt, ...)
+{
+    va_list ap;
+    int n, rc;
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return kestrel__error_set(KESTREL_ERROR, "bad format");
+    if ((rc = kestrel__buf_grow(buf, (size_t)n)) < 0)
+        return rc;
+    va_start(ap, fmt);
+    vsnprintf(buf->ptr + buf->size, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    buf->size += (size_t)n;
+    return 0;
+}
+
+char *kestrel__strdup(const char *s)
+{
+    size_t n = strlen(s ? s : "") + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s ? s : "", n);
+    return p;
+}
+
+int kestrel__utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    while (p < end) {
+        unsigned char c = *p;
+        size_t n;
+        uint32_t cp;
+        if (c < 0x80) { p++; continue; }
+        if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
+        else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
+        else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
+        else return 0;
+        if ((size_t)(end - p) <= n)
+            return 0;
+        for (size_t i = 1; i <= n; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
+int kestrel__text_is_clean(const char *s, size_t max_len)
+{
+    size_t len;
+    if (s == NULL)
+        return 0;
+    len = strlen(s);
+    if (len > max_len || !kestrel__utf8_valid(s, len))
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+int64_t kestrel__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,149 @@
+/* lib/http.c - requests to kestreld: protobuf bodies, retries, error mapping. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "client.h"
+#include "http.h"
+
+int kestrel__http_status_code(long status)
+{
+    switch (status) {
+    case 400: case 422: return KESTREL_EINVALID;
+    case 401: case 403: return KESTREL_EAUTH;
+    case 404: return KESTREL_ENOTFOUND;
+    case 409: return KESTREL_EEXISTS;
+    case 408: case 504: return KESTREL_ETIMEOUT;
+    case 413: return KESTREL_ETOOLARGE;
+    default: return KESTREL_EHTTP;
+    }
+}
+
+int kestrel__query_add(kestrel_buf *path, const char *key, const char *value)
+{
+    char *esc = curl_easy_escape(NULL, value, 0);
+    int rc;
+    if (esc == NULL)
+        return kestrel__error_oom();
+    rc = kestrel__buf_printf(path, "%c%s=%s", strchr(path->ptr ? path->ptr : "", '?') ? '&' : '?', key, esc);
+    curl_free(esc);
+    return rc;
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *payload)
+{
+    kestrel_buf *b = payload;
+    if (kestrel__buf_put(b, data, size * n) < 0)
+        return 0;
+    return size * n;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* Turn a non-2xx answer into an error record; the server's Error message wins. */
+static int http_failure(long status, const char *ctype, const kestrel_buf *body)
+{
+    ProtobufCMessage *m = NULL;
+    int code = kestrel__http_status_code(status);
+    char msg[512];
+    if (body->size && kestrel__wire_decode(&m, &kestrel__v1__error__descriptor, ctype, body->ptr, body->size) == 0) {
+        const Kestrel__V1__Error *e = (const Kestrel__V1__Error *)m;
+        snprintf(msg, sizeof(msg), "%s (HTTP %ld)", e->message[0] ? e->message : "server error", status);
+        protobuf_c_message_free_unpacked(m, NULL);
+    } else {
+        snprintf(msg, sizeof(msg), "server answered HTTP %ld", status);
+    }
+    return kestrel__error_set_http(code, (int)status, msg);
+}
+
+int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const kestrel__request *req)
+{
+    kestrel_buf url = KESTREL_BUF_INIT, body = KESTREL_BUF_INIT, resp = KESTREL_BUF_INIT;
+    struct curl_slist *hdrs = NULL;
+    int retries = c->opts.max_retries == 0 ? 3 : (c->opts.max_retries < 0 ? 0 : c->opts.max_retries);
+    long backoff = c->opts.retry_backoff_ms ? c->opts.retry_backoff_ms : 100;
+    long timeout = (c->opts.timeout_ms ? c->opts.timeout_ms : 60000) + req->extra_timeout_ms;
+    int rc;
+
+    if (out)
+        *out = NULL;
+    if ((rc = kestrel__buf_printf(&url, "%s%s", c->url, req->path)) < 0 ||
+        (req->body && (rc = kestrel__wire_pack(&body, req->body)) < 0))
+        goto done;
+    hdrs = curl_slist_append(hdrs, "Accept: " KESTREL__CT_PROTOBUF);
+    hdrs = curl_slist_append(hdrs, "Content-Type: " KESTREL__CT_PROTOBUF);
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    if (c->auth_header)
+        hdrs = curl_slist_append(hdrs, c->auth_header);
+    if (hdrs == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+
+    for (int attempt = 0;; attempt++) {
+        CURL *h = c->curl;
+        CURLcode cc;
+        long status = 0;
+        char *ctype = NULL;
+
+        resp.size = 0;
+        curl_easy_reset(h);
+        curl_easy_setopt(h, CURLOPT_URL, url.ptr);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+        if (!strcmp(req->method, "POST") || req->body) {
+            curl_easy_setopt(h, CURLOPT_POST, 1L);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.ptr ? body.ptr : "");
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.size);
+        }
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->opts.connect_timeout_ms ? c->opts.connect_timeout_ms : 10000L);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+        curl_easy_setopt(h, CURLOPT_USERAGENT, "libkestrel/" KESTREL_VERSION_STRING);
+
+        cc = curl_easy_perform(h);
+        if (cc == CURLE_OK) {
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+            curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ctype);
+            if (status >= 200 && status < 300) {
+                if (req->response && out)
+                    rc = kestrel__wire_decode(out, req->response, ctype, resp.ptr ? resp.ptr : "", resp.size);
+                else
+                    rc = 0;
+                if (rc < 0)
+                    rc = kestrel__error_set(KESTREL_EPROTO, "malformed %s from server: %s",
+                                            req->response->short_name, kestrel_error_last()->message);
+                goto done;
+            }
+            rc = http_failure(status, ctype, &resp);
+            if (!(req->idempotent && (status == 502 || status == 503 || status == 504)))
+                goto done;
+        } else if (cc == CURLE_OPERATION_TIMEDOUT) {
+            rc = kestrel__error_set(KESTREL_ETIMEOUT, "%s %s: %s", req->method, req->path, curl_easy_strerror(cc));
+            goto done;
+        } else {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "%s %s: %s", req->method, c->url, curl_easy_strerror(cc));
+            rc = kestrel__error_set_net((int)cc, msg);
+            /* a request that never reached the server may always be retried */
+            if (!req->idempotent && cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST)
+                goto done;
+        }
+        if (attempt >= retries)
+            goto done;
+        sleep_ms(backoff);
+        backoff *= 2;
+    }
+done:
+    curl_slist_free_all(hdrs);
+    kestrel_buf_dispose(&url);
+    kestrel_buf_dispose(&body);
+    kestrel_buf_dispose(&resp);
+    return rc;
+}

@@ -1,0 +1,28 @@
+/* lib/http.h - one request/response exchange with kestreld over libcurl. */
+#ifndef KESTREL_HTTP_H
+#define KESTREL_HTTP_H
+
+#include "wire.h"
+
+struct kestrel_client;
+
+typedef struct {
+    const char *method;                          /* "GET", "POST" */
+    const char *path;                            /* "/api/v1/jobs?x=y" */
+    const ProtobufCMessage *body;                /* NULL: no body */
+    const ProtobufCMessageDescriptor *response;  /* expected 2xx message type */
+    int idempotent;                              /* may be retried after it was sent */
+    long extra_timeout_ms;                       /* added to the client timeout (long polls) */
+} kestrel__request;
+
+/* Perform req; on 2xx *out is the decoded response (protobuf_c_message_free_unpacked).
+ * Non-2xx answers become the KESTREL_E* code of their status with the server's message. */
+int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *client, const kestrel__request *req);
+
+/* Map an HTTP status to a kestrel_error_code (the one place that does). */
+int kestrel__http_status_code(long status);
+
+/* Append "key=escaped(value)" (with '?' or '&') to a path buffer. */
+int kestrel__query_add(kestrel_buf *path, const char *key, const char *value);
+
+#endif

@@ -1,0 +1,53 @@
+/* lib/internal.h - private helpers shared by libkestrel's sources (never installed). */
+#ifndef KESTREL_INTERNAL_H
+#define KESTREL_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include "kestrel.h"
+
+#define KESTREL__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Handle magics: set on creation, scrambled on free. */
+#define KESTREL__MAGIC_CLIENT 0x6b436c69u
+#define KESTREL__MAGIC_SPEC   0x6b537063u
+#define KESTREL__MAGIC_JOB    0x6b4a6f62u
+#define KESTREL__MAGIC_LIST   0x6b4c7374u
+#define KESTREL__MAGIC_METRIC 0x6b4d7472u
+#define KESTREL__MAGIC_DEAD   0xdeadbeefu
+
+/* error.c */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+int kestrel__error_set(int code, const char *fmt, ...);
+int kestrel__error_set_http(int code, int http_status, const char *message);
+int kestrel__error_set_net(int transport_code, const char *message);
+int kestrel__error_oom(void);
+/* Misuse check for a handle: returns 0 when h is non-NULL and alive. */
+int kestrel__check_handle(const void *h, uint32_t magic, uint32_t expected, const char *what);
+#define KESTREL__CHECK(h, MAGIC, what) \
+    do { int rc__ = kestrel__check_handle((h), (h) ? (h)->magic : 0u, (MAGIC), (what)); \
+         if (rc__ < 0) return rc__; } while (0)
+
+/* init.c */
+int kestrel__initialized(void);
+int kestrel__require_init(void);
+
+/* buf.c */
+int kestrel__buf_grow(kestrel_buf *buf, size_t extra);
+int kestrel__buf_put(kestrel_buf *buf, const void *data, size_t len);
+int kestrel__buf_puts(kestrel_buf *buf, const char *s);
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+int kestrel__buf_printf(kestrel_buf *buf, const char *fmt, ...);
+char *kestrel__strdup(const char *s);
+
+/* Validation shared by the library and kestreld: printable UTF-8 without control characters. */
+int kestrel__text_is_clean(const char *s, size_t max_len);
+int kestrel__utf8_valid(const char *s, size_t len);
+
+int64_t kestrel__now_ms(void);
+
+#endif

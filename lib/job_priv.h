@@ -1,0 +1,28 @@
+/* lib/job_priv.h - private layout of job snapshots and specs; spec validation shared with kestreld. */
+#ifndef KESTREL_JOB_PRIV_H
+#define KESTREL_JOB_PRIV_H
+
+#include "wire.h"
+
+struct kestrel_job {
+    uint32_t magic;
+    Kestrel__V1__Job *pb;
+    int owns_pb;                 /* 0 inside a list: the list owns the message */
+    kestrel_job_event *events;
+};
+
+struct kestrel_job_spec {
+    uint32_t magic;
+    Kestrel__V1__JobSpec *pb;
+};
+
+#define KESTREL__NAME_MAX 256
+#define KESTREL__MAX_GPUS 1024
+
+/* Check a spec as the server will: KESTREL_EINVALID with a message naming the field. */
+int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *spec);
+/* Initialise dst over pb (events are decoded). */
+int kestrel__job_init(struct kestrel_job *dst, Kestrel__V1__Job *pb, int owns_pb);
+void kestrel__job_fini(struct kestrel_job *job);
+
+#endif

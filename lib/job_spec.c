@@ -1,0 +1,212 @@
+/* lib/job_spec.c - job spec handles and their validation (shared with kestreld). */
+#include <stdlib.h>
+#include <string.h>
+#include "job_priv.h"
+
+/* A relative path that cannot climb out of the job's directory. */
+static int workdir_ok(const char *w)
+{
+    size_t n = strlen(w);
+    return kestrel__text_is_clean(w, 1024) && w[0] != '/' && strcmp(w, "..") && strncmp(w, "../", 3) &&
+           !strstr(w, "/../") && !(n >= 3 && !strcmp(w + n - 3, "/.."));
+}
+
+int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
+{
+    if (s->n_argv == 0 || s->argv[0][0] == '\0')
+        return kestrel__error_set(KESTREL_EINVALID, "field 'argv': at least a program name is required");
+    if (s->n_argv > 4096)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'argv': more than 4096 arguments");
+    if (s->name[0] && !kestrel__text_is_clean(s->name, KESTREL__NAME_MAX))
+        return kestrel__error_set(KESTREL_EINVALID,
+                                  "field 'name': must be printable UTF-8 without control characters, at most %d bytes",
+                                  KESTREL__NAME_MAX);
+    for (size_t i = 0; i < s->n_env; i++) {
+        const char *k = s->env[i]->key;
+        if (!k[0] || strchr(k, '=') || !kestrel__text_is_clean(k, KESTREL__NAME_MAX))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'env': bad variable name '%.64s'", k);
+        if (!strncmp(k, "KESTREL_", 8) || !strcmp(k, "CUDA_VISIBLE_DEVICES"))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'env': %s is set by kestreld", k);
+    }
+    for (size_t i = 0; i < s->n_labels; i++) {
+        const char *k = s->labels[i]->key, *v = s->labels[i]->value;
+        if (!k[0] || strchr(k, '=') || !kestrel__text_is_clean(k, KESTREL__NAME_MAX) ||
+            !kestrel__text_is_clean(v, KESTREL__NAME_MAX))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'labels': bad label '%.64s'", k);
+    }
+    if (s->priority < 0 || s->priority > KESTREL__V1__PRIORITY__URGENT)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'priority': unknown class %d", s->priority);
+    if (s->gpus < 0 || s->gpus > KESTREL__MAX_GPUS)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'gpus': must be 0..%d", KESTREL__MAX_GPUS);
+    if (s->git_url[0] && (!kestrel__text_is_clean(s->git_url, 2048) || s->git_url[0] == '-'))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'git_url': not a usable URL");
+    if (s->git_ref[0] && (!kestrel__text_is_clean(s->git_ref, KESTREL__NAME_MAX) || s->git_ref[0] == '-'))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'git_ref': not a usable ref");
+    if (s->git_ref[0] && !s->git_url[0])
+        return kestrel__error_set(KESTREL_EINVALID, "field 'git_ref': given without git_url");
+    if (s->workdir[0] && !workdir_ok(s->workdir))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'workdir': must be a relative path inside the job");
+    return 0;
+}
+
+int kestrel_job_spec_new(kestrel_job_spec **out)
+{
+    kestrel_job_spec *s;
+    int rc;
+    if (out == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
+    *out = NULL;
+    if ((rc = kestrel__require_init()) < 0)
+        return rc;
+    if ((s = calloc(1, sizeof(*s))) == NULL || (s->pb = malloc(sizeof(*s->pb))) == NULL) {
+        free(s);
+        return kestrel__error_oom();
+    }
+    kestrel__v1__job_spec__init(s->pb);
+    s->pb->priority = KESTREL__V1__PRIORITY__NORMAL;
+    s->magic = KESTREL__MAGIC_SPEC;
+    *out = s;
+    return 0;
+}
+
+void kestrel_job_spec_free(kestrel_job_spec *s)
+{
+    if (s == NULL || s->magic != KESTREL__MAGIC_SPEC)
+        return;
+    s->magic = KESTREL__MAGIC_DEAD;
+    protobuf_c_message_free_unpacked(&s->pb->base, NULL);
+    free(s);
+}
+
+/* Replace a string field of the spec with a copy of v. */
+static int set_string(char **field, const char *v)
+{
+    char *copy = kestrel__strdup(v);
+    if (copy == NULL)
+        return kestrel__error_oom();
+    if (*field != protobuf_c_empty_string)
+        free(*field);
+    *field = copy;
+    return 0;
+}
+
+int kestrel_job_spec_set_argv(kestrel_job_spec *s, const char *const *argv, size_t argc)
+{
+    char **copy;
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (argv == NULL || argc == 0 || argv[0] == NULL || argv[0][0] == '\0')
+        return kestrel__error_set(KESTREL_EINVALID, "argv needs at least a program name");
+    if ((copy = calloc(argc, sizeof(char *))) == NULL)
+        return kestrel__error_oom();
+    for (size_t i = 0; i < argc; i++) {
+        if (argv[i] == NULL || !kestrel__utf8_valid(argv[i], strlen(argv[i])) ||
+            (copy[i] = kestrel__strdup(argv[i])) == NULL) {
+            for (size_t k = 0; k < i; k++)
+                free(copy[k]);
+            free(copy);
+            return argv[i] ? kestrel__error_oom()
+                           : kestrel__error_set(KESTREL_EINVALID, "argv[%zu] is NULL", i);
+        }
+    }
+    for (size_t i = 0; i < s->pb->n_argv; i++)
+        free(s->pb->argv[i]);
+    free(s->pb->argv);
+    s->pb->argv = copy;
+    s->pb->n_argv = argc;
+    return 0;
+}
+
+/* Set key=value in a repeated KeyValue field, replacing an existing key. */
+static int set_kv(Kestrel__V1__KeyValue ***arr, size_t *n, const char *key, const char *value)
+{
+    Kestrel__V1__KeyValue *kv, **grown;
+    for (size_t i = 0; i < *n; i++) {
+        if (!strcmp((*arr)[i]->key, key))
+            return set_string(&(*arr)[i]->value, value);
+    }
+    if ((kv = malloc(sizeof(*kv))) == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__key_value__init(kv);
+    if (set_string(&kv->key, key) < 0 || set_string(&kv->value, value) < 0 ||
+        (grown = realloc(*arr, (*n + 1) * sizeof(*grown))) == NULL) {
+        protobuf_c_message_free_unpacked(&kv->base, NULL);
+        return kestrel__error_oom();
+    }
+    grown[(*n)++] = kv;
+    *arr = grown;
+    return 0;
+}
+
+int kestrel_job_spec_set_env(kestrel_job_spec *s, const char *key, const char *value)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (key == NULL || !key[0] || strchr(key, '=') || !kestrel__text_is_clean(key, KESTREL__NAME_MAX))
+        return kestrel__error_set(KESTREL_EINVALID, "bad environment variable name");
+    if (value == NULL || !kestrel__utf8_valid(value, strlen(value)))
+        return kestrel__error_set(KESTREL_EINVALID, "environment value of %s is not UTF-8", key);
+    return set_kv(&s->pb->env, &s->pb->n_env, key, value);
+}
+
+int kestrel_job_spec_set_name(kestrel_job_spec *s, const char *name)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (name == NULL || !kestrel__text_is_clean(name, KESTREL__NAME_MAX))
+        return kestrel__error_set(KESTREL_EINVALID, "job name must be printable UTF-8, at most %d bytes",
+                                  KESTREL__NAME_MAX);
+    return set_string(&s->pb->name, name);
+}
+
+int kestrel_job_spec_set_label(kestrel_job_spec *s, const char *key, const char *value)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (key == NULL || !key[0] || strchr(key, '=') || !kestrel__text_is_clean(key, KESTREL__NAME_MAX) ||
+        value == NULL || !kestrel__text_is_clean(value, KESTREL__NAME_MAX))
+        return kestrel__error_set(KESTREL_EINVALID, "labels must be printable key=value pairs");
+    return set_kv(&s->pb->labels, &s->pb->n_labels, key, value);
+}
+
+int kestrel_job_spec_set_priority(kestrel_job_spec *s, int priority)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (priority < KESTREL_PRIORITY_NORMAL || priority > KESTREL_PRIORITY_URGENT)
+        return kestrel__error_set(KESTREL_EINVALID, "unknown priority class %d", priority);
+    s->pb->priority = (Kestrel__V1__Priority)priority;
+    return 0;
+}
+
+int kestrel_job_spec_set_gpus(kestrel_job_spec *s, int gpus)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (gpus < 0 || gpus > KESTREL__MAX_GPUS)
+        return kestrel__error_set(KESTREL_EINVALID, "gpus must be 0..%d", KESTREL__MAX_GPUS);
+    s->pb->gpus = gpus;
+    return 0;
+}
+
+int kestrel_job_spec_set_git(kestrel_job_spec *s, const char *url, const char *ref)
+{
+    int rc;
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (url == NULL || !url[0] || url[0] == '-' || !kestrel__text_is_clean(url, 2048))
+        return kestrel__error_set(KESTREL_EINVALID, "bad git URL");
+    if (ref && (ref[0] == '-' || !kestrel__text_is_clean(ref, KESTREL__NAME_MAX)))
+        return kestrel__error_set(KESTREL_EINVALID, "bad git ref");
+    if ((rc = set_string(&s->pb->git_url, url)) < 0)
+        return rc;
+    return set_string(&s->pb->git_ref, ref ? ref : "");
+}
+
+int kestrel_job_spec_set_workdir(kestrel_job_spec *s, const char *subdir)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (subdir == NULL || !workdir_ok(subdir))
+        return kestrel__error_set(KESTREL_EINVALID, "workdir must be a relative path inside the job");
+    return set_string(&s->pb->workdir, subdir);
+}
+
+int kestrel_job_spec_set_retry(kestrel_job_spec *s, int retry)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    s->pb->no_retry = !retry;
+    return 0;
+}

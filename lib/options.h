@@ -1,0 +1,8 @@
+/* lib/options.h - loaders for versioned options structs. */
+#ifndef KESTREL_OPTIONS_H
+#define KESTREL_OPTIONS_H
+#include "internal.h"
+int kestrel__client_opts_load(kestrel_client_options *dst, const kestrel_client_options *src);
+int kestrel__list_opts_load(kestrel_job_list_options *dst, const kestrel_job_list_options *src);
+int kestrel__logs_opts_load(kestrel_logs_options *dst, const kestrel_logs_options *src);
+#endif

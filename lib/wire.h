@@ -1,0 +1,29 @@
+/* lib/wire.h - protobuf and the one generic protobuf <-> JSON mapper (proto3 JSON mapping). */
+#ifndef KESTREL_WIRE_H
+#define KESTREL_WIRE_H
+
+#include <protobuf-c/protobuf-c.h>
+#include "internal.h"
+#include "kestrel.pb-c.h"
+
+#define KESTREL__CT_PROTOBUF "application/x-protobuf"
+#define KESTREL__CT_JSON "application/json"
+
+/* Serialise msg as JSON (proto field names; int64 as strings; enums by name; all scalars emitted). */
+int kestrel__wire_to_json(kestrel_buf *out, const ProtobufCMessage *msg, int pretty);
+/* Parse JSON into a new message of type desc (free with protobuf_c_message_free_unpacked).
+ * Unknown fields, wrong types, unknown enum names, bad UTF-8: KESTREL_EINVALID with a message. */
+int kestrel__wire_from_json(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
+                            const char *data, size_t len);
+/* Serialise msg as protobuf. */
+int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg);
+/* Parse protobuf into a new message and validate it (known enum values, UTF-8 strings). */
+int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
+                         const uint8_t *data, size_t len);
+/* Decode by content type: a type containing "protobuf" is protobuf, anything else JSON. */
+int kestrel__wire_decode(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
+                         const char *content_type, const void *data, size_t len);
+/* Encode as protobuf (as_json == 0) or JSON. */
+int kestrel__wire_encode(kestrel_buf *out, const ProtobufCMessage *msg, int as_json);
+
+#endif
