@@ -1,1 +1,190 @@
-int main(void){return 0;}
+/* server/main.c - kestreld: flags, data directory, admin token, start and clean stop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "api.h"
+#include "exec_local.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: kestreld [OPTIONS]\n"
+        "\n"
+        "The Kestrel training service: a job queue, a local executor and the HTTP API\n"
+        "(protobuf for libkestrel, JSON for people and curl) on one box.\n"
+        "\n"
+        "Options:\n"
+        "  -l, --listen ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
+        "  -p, --port N             TCP port; 0 picks a free one (default 7070)\n"
+        "  -d, --data-dir DIR       catalog, job work dirs and admin token (default ./kestrel-data)\n"
+        "  -g, --gpus N             virtual GPU devices to schedule on a GPU-less host (default 0)\n"
+        "      --grace-period SECS  SIGTERM -> SIGKILL delay for cancelled and stopped jobs (default 60)\n"
+        "      --max-jobs N         jobs running at once (default 64)\n"
+        "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
+        "      --port-file FILE     write the bound port to FILE once listening (for tests)\n"
+        "  -h, --help               show this help\n"
+        "  -V, --version            show the version\n"
+        "\n"
+        "On first start kestreld creates the user 'admin' and writes its token to\n"
+        "DIR/admin.token (mode 0600); only the token's hash is stored. Every route but\n"
+        "/healthz needs 'Authorization: Bearer TOKEN'.\n"
+        "\n"
+        "SIGTERM or SIGINT: stop accepting requests, send SIGTERM to running jobs, SIGKILL\n"
+        "after the grace period, requeue them, exit. After a crash, jobs left RUNNING are\n"
+        "requeued on the next start (or failed with \"daemon restarted\" if they asked not\n"
+        "to be retried).\n");
+}
+
+static int parse_int(const char *flag, const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    long x;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (errno || *end || !*v || x < lo || x > hi) {
+        fprintf(stderr, "kestreld: %s: expected an integer in %ld..%ld, got '%s'\n", flag, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Write content to path atomically: temp file, fsync, rename. */
+static int write_file_atomic(const char *path, const char *content, mode_t mode)
+{
+    char tmp[PATH_MAX];
+    int fd;
+    size_t len = strlen(content);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)) < 0)
+        return -1;
+    if (write(fd, content, len) != (ssize_t)len || fsync(fd) < 0) {
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    close(fd);
+    if (rename(tmp, path) < 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
+{
+    char path[PATH_MAX], token[80], line[96];
+    int64_t uid;
+    int created = 0;
+    if (kd_catalog_user_ensure(cat, "admin", 1, &uid, &created) < 0)
+        return -1;
+    if (!created)
+        return 0;
+    snprintf(path, sizeof(path), "%s/admin.token", data_dir);
+    if (kd_token_issue(cat, uid, 0, token, sizeof(token)) < 0)
+        return -1;
+    snprintf(line, sizeof(line), "%s\n", token);
+    if (write_file_atomic(path, line, 0600) < 0) {
+        fprintf(stderr, "kestreld: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(stderr, "kestreld: created user 'admin'; its token is in %s\n", path);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "listen", required_argument, NULL, 'l' }, { "port", required_argument, NULL, 'p' },
+        { "data-dir", required_argument, NULL, 'd' }, { "gpus", required_argument, NULL, 'g' },
+        { "grace-period", required_argument, NULL, 1 }, { "max-jobs", required_argument, NULL, 2 },
+        { "max-body", required_argument, NULL, 3 }, { "port-file", required_argument, NULL, 4 },
+        { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
+    };
+    kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL };
+    char data_dir[PATH_MAX], db[PATH_MAX + 16], portbuf[32];
+    kd_catalog *cat = NULL;
+    kd_engine engine;
+    kd_api *api = NULL;
+    sigset_t stop;
+    int c, port, sig;
+    long v;
+
+    while ((c = getopt_long(argc, argv, "l:p:d:g:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l': cfg.listen = optarg; break;
+        case 'p': if (parse_int("--port", optarg, 0, 65535, &v) < 0) return 2; cfg.port = (int)v; break;
+        case 'd': cfg.data_dir = optarg; break;
+        case 'g': if (parse_int("--gpus", optarg, 0, 256, &v) < 0) return 2; cfg.gpus = (int)v; break;
+        case 1: if (parse_int("--grace-period", optarg, 0, 86400, &v) < 0) return 2; cfg.grace_s = (int)v; break;
+        case 2: if (parse_int("--max-jobs", optarg, 1, 100000, &v) < 0) return 2; cfg.max_jobs = (int)v; break;
+        case 3: if (parse_int("--max-body", optarg, 1024, 1L << 30, &v) < 0) return 2; cfg.max_body = (size_t)v; break;
+        case 4: cfg.port_file = optarg; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("kestreld %s\n", KESTREL_VERSION_STRING); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kestreld: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (mkdir(cfg.data_dir, 0700) < 0 && errno != EEXIST) {
+        fprintf(stderr, "kestreld: cannot create %s: %s\n", cfg.data_dir, strerror(errno));
+        return 1;
+    }
+    if (realpath(cfg.data_dir, data_dir) == NULL) {
+        fprintf(stderr, "kestreld: %s: %s\n", cfg.data_dir, strerror(errno));
+        return 1;
+    }
+    cfg.data_dir = data_dir;
+
+    /* SIGTERM/SIGINT are taken synchronously by main; every thread inherits the mask */
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    snprintf(db, sizeof(db), "%s/catalog.db", data_dir);
+    if (kd_catalog_open(&cat, db) < 0 || bootstrap_admin(cat, data_dir) < 0 ||
+        kd_engine_init(&engine, &cfg, cat, &kd_exec_local) < 0 || kd_engine_recover(&engine) < 0) {
+        fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        kd_catalog_close(cat);
+        return 1;
+    }
+    if (kd_api_start(&api, &engine, &cfg, &port) < 0) {
+        fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        kd_engine_fini(&engine);
+        kd_catalog_close(cat);
+        return 1;
+    }
+    snprintf(engine.url, sizeof(engine.url), "http://%s:%d", strcmp(cfg.listen, "0.0.0.0") ? cfg.listen : "127.0.0.1",
+             port);
+    kd_engine_start(&engine);
+    if (cfg.port_file) {
+        snprintf(portbuf, sizeof(portbuf), "%d\n", port);
+        if (write_file_atomic(cfg.port_file, portbuf, 0644) < 0)
+            fprintf(stderr, "kestreld: cannot write %s: %s\n", cfg.port_file, strerror(errno));
+    }
+    fprintf(stderr, "kestreld %s listening on %s (data %s, %d virtual GPUs)\n", KESTREL_VERSION_STRING, engine.url,
+            data_dir, cfg.gpus);
+
+    while (sigwait(&stop, &sig) != 0)
+        ;
+    fprintf(stderr, "kestreld: %s: stopping (grace period %d s)\n", strsignal(sig), cfg.grace_s);
+    kd_engine_quiesce(&engine);
+    kd_api_stop(api);
+    kd_engine_stop(&engine);
+    kd_engine_fini(&engine);
+    kd_catalog_close(cat);
+    fprintf(stderr, "kestreld: stopped\n");
+    return 0;
+}

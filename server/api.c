@@ -1,0 +1,228 @@
+/* server/api.c - libmicrohttpd plumbing: body limits, auth, negotiation, error replies. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "api.h"
+
+struct kd_api {
+    struct MHD_Daemon *d;
+    kd_engine *e;
+    const kd_config *cfg;
+};
+
+const char *kd_query(kd_req *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+static enum MHD_Result send_bytes(kd_req *r, unsigned int status, const kestrel_buf *b, const char *ctype)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(b->size, b->ptr ? b->ptr : (void *)"", MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result ok;
+    if (resp == NULL)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    ok = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+enum MHD_Result kd_reply_msg(kd_req *r, unsigned int status, const ProtobufCMessage *msg)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    enum MHD_Result ok;
+    if (kestrel__wire_encode(&b, msg, r->want_json) < 0) {
+        kestrel_buf_dispose(&b);
+        return kd_reply_error(r, 500, "internal", "cannot encode the reply");
+    }
+    if (r->want_json)
+        kestrel__buf_puts(&b, "\n");
+    ok = send_bytes(r, status, &b, r->want_json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF);
+    kestrel_buf_dispose(&b);
+    return ok;
+}
+
+enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code, const char *message)
+{
+    Kestrel__V1__Error err = KESTREL__V1__ERROR__INIT;
+    kestrel_buf b = KESTREL_BUF_INIT;
+    enum MHD_Result ok;
+    err.code = (char *)code;
+    err.message = (char *)message;
+    err.http_status = (int32_t)status;
+    if (kestrel__wire_encode(&b, &err.base, r->want_json) < 0)
+        return MHD_NO;
+    if (r->want_json)
+        kestrel__buf_puts(&b, "\n");
+    ok = send_bytes(r, status, &b, r->want_json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF);
+    kestrel_buf_dispose(&b);
+    return ok;
+}
+
+enum MHD_Result kd_reply_failure(kd_req *r, int rc)
+{
+    const char *msg = kestrel_error_last()->message;
+    switch (rc) {
+    case KESTREL_EINVALID: return kd_reply_error(r, 400, "invalid_argument", msg);
+    case KESTREL_ENOTFOUND: return kd_reply_error(r, 404, "not_found", msg);
+    case KESTREL_EEXISTS: return kd_reply_error(r, 409, "conflict", msg);
+    case KESTREL_EAUTH: return kd_reply_error(r, 403, "permission_denied", msg);
+    case KESTREL_ETOOLARGE: return kd_reply_error(r, 413, "too_large", msg);
+    default:
+        fprintf(stderr, "kestreld: %s %s: %s\n", r->method, r->path, msg);
+        return kd_reply_error(r, 500, "internal", msg);
+    }
+}
+
+ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enum MHD_Result *reply)
+{
+    ProtobufCMessage *m = NULL;
+    int rc = kestrel__wire_decode(&m, desc, r->content_type, r->body.ptr ? r->body.ptr : "", r->body.size);
+    if (rc < 0)
+        *reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
+    return m;
+}
+
+/* Bearer token -> principal. Replies 401 itself and returns -1 when missing or bad. */
+static int authenticate(kd_req *r, enum MHD_Result *reply)
+{
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    char hash[65];
+    if (h == NULL || strncmp(h, "Bearer ", 7) || !h[7]) {
+        *reply = kd_reply_error(r, 401, "unauthenticated", "missing 'Authorization: Bearer <token>' header");
+        return -1;
+    }
+    kd_token_hash(h + 7, hash);
+    if (kd_catalog_token_find(r->e->cat, hash, &r->who) < 0) {
+        *reply = kd_reply_error(r, 401, "unauthenticated", "invalid or revoked token");
+        return -1;
+    }
+    return 0;
+}
+
+static enum MHD_Result dispatch(kd_req *r)
+{
+    enum MHD_Result reply = MHD_NO;
+    if (!strcmp(r->path, "/healthz")) {
+        Kestrel__V1__Health h = KESTREL__V1__HEALTH__INIT;
+        h.status = "ok";
+        h.version = KESTREL_VERSION_STRING;
+        return kd_reply_msg(r, 200, &h.base);
+    }
+    if (strncmp(r->path, "/api/v1/", 8))
+        return kd_reply_error(r, 404, "not_found", "no such endpoint");
+    if (r->too_large) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "request body over the limit of %zu bytes", r->e->cfg->max_body);
+        return kd_reply_error(r, 413, "too_large", msg);
+    }
+    if (authenticate(r, &reply) < 0)
+        return reply;
+    if (!strcmp(r->path, "/api/v1/jobs") || !strncmp(r->path, "/api/v1/jobs/", 13))
+        return kd_route_jobs(r, r->path + 12);
+    if (!strcmp(r->path, "/api/v1/tokens"))
+        return kd_route_tokens(r);
+    return kd_reply_error(r, 404, "not_found", "no such endpoint");
+}
+
+static int wants_json(struct MHD_Connection *c)
+{
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    return !(a && strstr(a, "protobuf"));
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **state)
+{
+    struct kd_api *api = cls;
+    kd_req *r = *state;
+    (void)version;
+    if (r == NULL) {
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if ((r = calloc(1, sizeof(*r))) == NULL)
+            return MHD_NO;
+        r->conn = conn;
+        r->e = api->e;
+        r->method = method;
+        r->path = url;
+        r->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        r->want_json = wants_json(conn);
+        *state = r;
+        if (cl && strtoull(cl, NULL, 10) > api->cfg->max_body) {
+            /* refuse before reading the body */
+            r->too_large = 1;
+            r->started = 1;
+            return dispatch(r);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!r->too_large && r->body.size + *upload_size > api->cfg->max_body) {
+            r->too_large = 1;
+            kestrel_buf_dispose(&r->body);
+        }
+        if (!r->too_large && kestrel__buf_put(&r->body, upload, *upload_size) < 0)
+            return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->started)
+        return MHD_YES;
+    r->started = 1;
+    return dispatch(r);
+}
+
+static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum MHD_RequestTerminationCode why)
+{
+    kd_req *r = *state;
+    (void)cls; (void)conn; (void)why;
+    if (r) {
+        kestrel_buf_dispose(&r->body);
+        free(r);
+        *state = NULL;
+    }
+}
+
+int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_port)
+{
+    struct kd_api *api = calloc(1, sizeof(*api));
+    struct sockaddr_in sa;
+    const union MHD_DaemonInfo *info;
+    if (api == NULL)
+        return kestrel__error_oom();
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)cfg->port);
+    if (inet_pton(AF_INET, cfg->listen, &sa.sin_addr) != 1) {
+        free(api);
+        return kestrel__error_set(KESTREL_EINVALID, "--listen: '%s' is not an IPv4 address", cfg->listen);
+    }
+    api->e = e;
+    api->cfg = cfg;
+    api->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
+                              (uint16_t)cfg->port, NULL, NULL, on_request, api,
+                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_done, api,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
+                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+                              MHD_OPTION_END);
+    if (api->d == NULL) {
+        free(api);
+        return kestrel__error_set(KESTREL_EIO, "cannot listen on %s:%d", cfg->listen, cfg->port);
+    }
+    info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_BIND_PORT);
+    *bound_port = info ? info->port : cfg->port;
+    *out = api;
+    return 0;
+}
+
+void kd_api_stop(kd_api *api)
+{
+    if (api == NULL)
+        return;
+    MHD_stop_daemon(api->d);
+    free(api);
+}

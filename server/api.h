@@ -1,0 +1,40 @@
+/* server/api.h - HTTP API on libmicrohttpd: routing, auth, content negotiation, errors. */
+#ifndef KD_API_H
+#define KD_API_H
+
+#include <microhttpd.h>
+#include "engine.h"
+
+typedef struct kd_api kd_api;
+
+/* One request being served. */
+typedef struct {
+    struct MHD_Connection *conn;
+    kd_engine *e;
+    const char *method;
+    const char *path;
+    const char *content_type;
+    int want_json;              /* reply encoding, from Accept (default JSON) */
+    kestrel_buf body;
+    int too_large;
+    int started;
+    kd_principal who;
+} kd_req;
+
+int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_port);
+void kd_api_stop(kd_api *api);
+
+/* Replies (used by the route handlers). */
+enum MHD_Result kd_reply_msg(kd_req *r, unsigned int status, const ProtobufCMessage *msg);
+enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code, const char *message);
+/* Reply with the status that matches a KESTREL_E* code and the thread's last error message. */
+enum MHD_Result kd_reply_failure(kd_req *r, int rc);
+/* Decode the request body as a message of type desc (400 on failure, replied already: returns NULL). */
+ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enum MHD_Result *reply);
+const char *kd_query(kd_req *r, const char *key);
+
+/* Route handlers (api_jobs.c). */
+enum MHD_Result kd_route_jobs(kd_req *r, const char *rest);
+enum MHD_Result kd_route_tokens(kd_req *r);
+
+#endif

@@ -1,0 +1,316 @@
+/* server/api_jobs.c - /api/v1/jobs routes and /api/v1/tokens. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "api.h"
+#include "job_priv.h"
+
+#define MAX_WAIT_MS 60000
+#define LOG_PAGE 1000
+#define MAX_METRICS 10000
+
+static int is_final(int s)
+{
+    return s == KESTREL_JOB_STATE_SUCCEEDED || s == KESTREL_JOB_STATE_FAILED || s == KESTREL_JOB_STATE_CANCELLED;
+}
+
+/* Parse a decimal query value in [lo, hi]; def when absent. -1 and a 400 reply on junk. */
+static int query_int(kd_req *r, const char *key, long long lo, long long hi, long long def, long long *out,
+                     enum MHD_Result *reply)
+{
+    const char *v = kd_query(r, key);
+    char *end, msg[160];
+    long long x;
+    if (v == NULL || !*v) {
+        *out = def;
+        return 0;
+    }
+    errno = 0;
+    x = strtoll(v, &end, 10);
+    if (errno || *end || x < lo || x > hi) {
+        snprintf(msg, sizeof(msg), "query parameter '%s' must be an integer in %lld..%lld", key, lo, hi);
+        *reply = kd_reply_error(r, 400, "invalid_argument", msg);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Load a job the caller may see; 404 for missing and for other users' jobs alike. */
+static Kestrel__V1__Job *visible_job(kd_req *r, int64_t id, int with_events, enum MHD_Result *reply)
+{
+    Kestrel__V1__Job *job = NULL;
+    int64_t owner = 0;
+    int rc = kd_catalog_job_load(r->e->cat, id, with_events, &job, &owner);
+    int ok;
+    if (rc < 0) {
+        *reply = kd_reply_failure(r, rc);
+        return NULL;
+    }
+    ok = r->who.job_id ? r->who.job_id == id : (r->who.is_admin || r->who.user_id == owner);
+    if (!ok) {
+        char msg[64];
+        protobuf_c_message_free_unpacked(&job->base, NULL);
+        snprintf(msg, sizeof(msg), "job %lld not found", (long long)id);
+        *reply = kd_reply_error(r, 404, "not_found", msg);
+        return NULL;
+    }
+    return job;
+}
+
+static enum MHD_Result submit(kd_req *r)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__JobSpec *spec = (Kestrel__V1__JobSpec *)kd_body(r, &kestrel__v1__job_spec__descriptor, &reply);
+    Kestrel__V1__Job *job;
+    int64_t id;
+    int rc;
+    if (spec == NULL)
+        return reply;
+    if ((rc = kestrel__job_spec_validate(spec)) < 0) {
+        reply = kd_reply_failure(r, rc);
+        goto out;
+    }
+    if (spec->gpus > r->e->cfg->gpus) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "field 'gpus': the job needs %d GPUs but this node has %d", spec->gpus,
+                 r->e->cfg->gpus);
+        reply = kd_reply_error(r, 400, "invalid_argument", msg);
+        goto out;
+    }
+    if (spec->priority == KESTREL__V1__PRIORITY__PRIORITY_UNSPECIFIED)
+        spec->priority = KESTREL__V1__PRIORITY__NORMAL;
+    if ((rc = kd_catalog_job_insert(r->e->cat, r->who.user_id, spec, kestrel__now_ms(), &id)) < 0) {
+        reply = kd_reply_failure(r, rc);
+        goto out;
+    }
+    kd_engine_kick(r->e);
+    kd_engine_changed(r->e);
+    if ((rc = kd_catalog_job_load(r->e->cat, id, 1, &job, NULL)) < 0) {
+        reply = kd_reply_failure(r, rc);
+        goto out;
+    }
+    reply = kd_reply_msg(r, 201, &job->base);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+out:
+    protobuf_c_message_free_unpacked(&spec->base, NULL);
+    return reply;
+}
+
+static enum MHD_Result list(kd_req *r)
+{
+    enum MHD_Result reply = MHD_NO;
+    kd_job_filter f = { 0 };
+    Kestrel__V1__JobList *jobs;
+    const char *state = kd_query(r, "state"), *label = kd_query(r, "label");
+    char key[300];
+    long long size, before;
+    int rc;
+
+    if (query_int(r, "page_size", 1, 1000, 100, &size, &reply) < 0 ||
+        query_int(r, "page_token", 1, INT64_MAX, 0, &before, &reply) < 0)
+        return reply;
+    f.limit = (int)size;
+    f.before_id = before;
+    f.owner_id = r->who.is_admin ? 0 : r->who.user_id;
+    f.name = kd_query(r, "name");
+    if (state && *state) {
+        for (int s = 1; s <= KESTREL_JOB_STATE_PREEMPTED && !f.state; s++)
+            if (!strcasecmp(state, kestrel_job_state_name(s)))
+                f.state = s;
+        if (!f.state)
+            return kd_reply_error(r, 400, "invalid_argument", "query parameter 'state': unknown job state");
+    }
+    if (label && *label) {
+        const char *eq = strchr(label, '=');
+        if (eq == NULL || eq == label || (size_t)(eq - label) >= sizeof(key))
+            return kd_reply_error(r, 400, "invalid_argument", "query parameter 'label' must be key=value");
+        memcpy(key, label, (size_t)(eq - label));
+        key[eq - label] = '\0';
+        f.label_key = key;
+        f.label_value = eq + 1;
+    }
+    if ((rc = kd_catalog_job_list(r->e->cat, &f, &jobs)) < 0)
+        return kd_reply_failure(r, rc);
+    reply = kd_reply_msg(r, 200, &jobs->base);
+    protobuf_c_message_free_unpacked(&jobs->base, NULL);
+    return reply;
+}
+
+/* GET /jobs/{id}[?wait_ms=N]: with wait_ms, hold the request until the job is final. */
+static enum MHD_Result get(kd_req *r, int64_t id)
+{
+    enum MHD_Result reply = MHD_NO;
+    long long wait;
+    int64_t deadline;
+    if (query_int(r, "wait_ms", 0, MAX_WAIT_MS, 0, &wait, &reply) < 0)
+        return reply;
+    deadline = kestrel__now_ms() + wait;
+    for (;;) {
+        uint64_t gen = kd_engine_generation(r->e);
+        Kestrel__V1__Job *job = visible_job(r, id, 1, &reply);
+        if (job == NULL)
+            return reply;
+        if (is_final((int)job->state) || kestrel__now_ms() >= deadline || r->e->stopping) {
+            reply = kd_reply_msg(r, 200, &job->base);
+            protobuf_c_message_free_unpacked(&job->base, NULL);
+            return reply;
+        }
+        protobuf_c_message_free_unpacked(&job->base, NULL);
+        kd_engine_wait(r->e, gen, deadline);
+    }
+}
+
+static enum MHD_Result cancel(kd_req *r, int64_t id)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__Job *job;
+    int rc;
+    if (r->who.job_id)
+        return kd_reply_error(r, 403, "permission_denied", "a job token cannot cancel jobs");
+    if ((job = visible_job(r, id, 0, &reply)) == NULL)
+        return reply;
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    if ((rc = kd_engine_cancel(r->e, id, r->who.user)) < 0)
+        return kd_reply_failure(r, rc);
+    if ((job = visible_job(r, id, 1, &reply)) == NULL)
+        return reply;
+    reply = kd_reply_msg(r, 200, &job->base);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return reply;
+}
+
+/* GET /jobs/{id}/logs?offset=N&wait_ms=W: lines from offset; waits up to W for new ones. */
+static enum MHD_Result logs(kd_req *r, int64_t id)
+{
+    enum MHD_Result reply = MHD_NO;
+    long long offset, wait;
+    int64_t deadline;
+    Kestrel__V1__Job *job;
+    if (query_int(r, "offset", 0, INT64_MAX, 0, &offset, &reply) < 0 ||
+        query_int(r, "wait_ms", 0, MAX_WAIT_MS, 0, &wait, &reply) < 0)
+        return reply;
+    if ((job = visible_job(r, id, 0, &reply)) == NULL)
+        return reply;
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    deadline = kestrel__now_ms() + wait;
+    for (;;) {
+        Kestrel__V1__LogChunk *chunk = malloc(sizeof(*chunk));
+        uint64_t gen = kd_engine_generation(r->e);
+        int state = 0, rc;
+        if (chunk == NULL)
+            return kd_reply_failure(r, kestrel__error_oom());
+        kestrel__v1__log_chunk__init(chunk);
+        /* state first: every line is stored before a job turns final, so final + short page = eof */
+        if ((rc = kd_catalog_job_state(r->e->cat, id, &state)) < 0 ||
+            (rc = kd_catalog_log_read(r->e->cat, id, offset, LOG_PAGE, chunk)) < 0) {
+            protobuf_c_message_free_unpacked(&chunk->base, NULL);
+            return kd_reply_failure(r, rc);
+        }
+        chunk->state = (Kestrel__V1__JobState)state;
+        chunk->eof = is_final(state) && chunk->n_lines < LOG_PAGE;
+        if (chunk->n_lines || chunk->eof || kestrel__now_ms() >= deadline || r->e->stopping) {
+            reply = kd_reply_msg(r, 200, &chunk->base);
+            protobuf_c_message_free_unpacked(&chunk->base, NULL);
+            return reply;
+        }
+        protobuf_c_message_free_unpacked(&chunk->base, NULL);
+        kd_engine_wait(r->e, gen, deadline);
+    }
+}
+
+static enum MHD_Result metrics(kd_req *r, int64_t id)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__Job *job;
+    Kestrel__V1__MetricBatch *b;
+    int rc;
+    if ((job = visible_job(r, id, 0, &reply)) == NULL)
+        return reply;
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    if (!strcmp(r->method, "GET")) {
+        if ((rc = kd_catalog_metrics_read(r->e->cat, id, kd_query(r, "name"), &b)) < 0)
+            return kd_reply_failure(r, rc);
+        reply = kd_reply_msg(r, 200, &b->base);
+        protobuf_c_message_free_unpacked(&b->base, NULL);
+        return reply;
+    }
+    if ((b = (Kestrel__V1__MetricBatch *)kd_body(r, &kestrel__v1__metric_batch__descriptor, &reply)) == NULL)
+        return reply;
+    rc = b->n_metrics > MAX_METRICS ? kestrel__error_set(KESTREL_EINVALID, "more than %d points in one batch", MAX_METRICS) : 0;
+    for (size_t i = 0; rc == 0 && i < b->n_metrics; i++)
+        if (!b->metrics[i]->name[0] || !kestrel__text_is_clean(b->metrics[i]->name, KESTREL__NAME_MAX))
+            rc = kestrel__error_set(KESTREL_EINVALID, "field 'metrics.name': must be printable, 1..%d bytes",
+                                    KESTREL__NAME_MAX);
+    if (rc == 0)
+        rc = kd_catalog_metrics_add(r->e->cat, id, b);
+    if (rc == 0) {
+        Kestrel__V1__MetricBatch empty = KESTREL__V1__METRIC_BATCH__INIT;
+        reply = kd_reply_msg(r, 200, &empty.base);
+    } else {
+        reply = kd_reply_failure(r, rc);
+    }
+    protobuf_c_message_free_unpacked(&b->base, NULL);
+    return reply;
+}
+
+enum MHD_Result kd_route_jobs(kd_req *r, const char *rest)
+{
+    int get_ = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
+    const char *sub;
+    char *end;
+    long long id;
+
+    if (*rest == '\0') {
+        if (r->who.job_id)
+            return kd_reply_error(r, 403, "permission_denied", "a job token can only read its own job");
+        if (post)
+            return submit(r);
+        if (get_)
+            return list(r);
+        return kd_reply_error(r, 405, "method_not_allowed", "use GET or POST on /api/v1/jobs");
+    }
+    errno = 0;
+    id = strtoll(rest + 1, &end, 10);
+    if (errno || end == rest + 1 || id <= 0 || (*end && *end != '/'))
+        return kd_reply_error(r, 404, "not_found", "no such job");
+    sub = end;
+    if (*sub == '\0' && get_)
+        return get(r, id);
+    if (!strcmp(sub, "/cancel") && post)
+        return cancel(r, id);
+    if (!strcmp(sub, "/logs") && get_)
+        return logs(r, id);
+    if (!strcmp(sub, "/metrics") && (get_ || post))
+        return metrics(r, id);
+    return kd_reply_error(r, 404, "not_found", "no such endpoint");
+}
+
+enum MHD_Result kd_route_tokens(kd_req *r)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__TokenRequest *req;
+    Kestrel__V1__TokenResponse resp = KESTREL__V1__TOKEN_RESPONSE__INIT;
+    char token[80];
+    int64_t uid;
+    int rc;
+    if (strcmp(r->method, "POST"))
+        return kd_reply_error(r, 405, "method_not_allowed", "use POST on /api/v1/tokens");
+    if (!r->who.is_admin)
+        return kd_reply_error(r, 403, "permission_denied", "only an admin can create tokens");
+    if ((req = (Kestrel__V1__TokenRequest *)kd_body(r, &kestrel__v1__token_request__descriptor, &reply)) == NULL)
+        return reply;
+    if (!req->user[0] || !kestrel__text_is_clean(req->user, 64) || strchr(req->user, ' ')) {
+        reply = kd_reply_error(r, 400, "invalid_argument", "field 'user': 1..64 printable bytes without spaces");
+    } else if ((rc = kd_catalog_user_ensure(r->e->cat, req->user, 0, &uid, NULL)) < 0 ||
+               (rc = kd_token_issue(r->e->cat, uid, 0, token, sizeof(token))) < 0) {
+        reply = kd_reply_failure(r, rc);
+    } else {
+        resp.user = req->user;
+        resp.token = token;
+        reply = kd_reply_msg(r, 201, &resp.base);
+    }
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+    return reply;
+}

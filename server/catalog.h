@@ -1,0 +1,100 @@
+/* server/catalog.h - kestreld's SQLite catalog (WAL): users, tokens, jobs, events, logs, metrics.
+ * Every function is safe from any thread (one connection behind one mutex). */
+#ifndef KD_CATALOG_H
+#define KD_CATALOG_H
+
+#include <stdint.h>
+#include "wire.h"
+
+typedef struct kd_catalog kd_catalog;
+
+/* Who is calling: a user token, or a job-scoped token (job_id != 0). */
+typedef struct {
+    int64_t user_id;
+    char user[128];
+    int is_admin;
+    int64_t job_id;
+} kd_principal;
+
+/* A job as the scheduler and executors need it. */
+typedef struct {
+    int64_t id;
+    int priority;
+    int gpus;
+    int64_t submit_ms;
+    int no_retry;
+    int restart_count;
+    int64_t pid;
+    int64_t pid_start;      /* process start time (clock ticks since boot) to guard pid reuse */
+} kd_job_row;
+
+/* Filters for listing. */
+typedef struct {
+    int64_t owner_id;       /* 0: all owners (admin) */
+    int state;              /* 0: any */
+    const char *name;       /* NULL: any */
+    const char *label_key, *label_value;
+    int64_t before_id;      /* pagination: ids < before_id; 0: from the newest */
+    int limit;
+} kd_job_filter;
+
+int kd_catalog_open(kd_catalog **out, const char *path);
+void kd_catalog_close(kd_catalog *cat);
+
+/* users and tokens (hashes only: tokens themselves are never stored) */
+int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, int64_t *id_out, int *created);
+int kd_catalog_token_add(kd_catalog *cat, const char *hash, int64_t user_id, int64_t job_id);
+int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *out);   /* KESTREL_ENOTFOUND */
+int kd_catalog_token_drop_job(kd_catalog *cat, int64_t job_id);
+
+/* jobs */
+int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__JobSpec *spec, int64_t now_ms,
+                          int64_t *id_out);
+/* Load a job (and its events). *owner_out may be NULL. KESTREL_ENOTFOUND. */
+int kd_catalog_job_load(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out);
+int kd_catalog_job_state(kd_catalog *cat, int64_t id, int *state_out);
+int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__JobList **out);
+/* Jobs in one state, in queue order (class desc, submit time, id) up to limit. */
+int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_row **out, size_t *n);
+
+/* A state transition with its event. Only applies when the current state is `from`
+ * (or any non-final state when from == -1); returns 1 when it did not apply. */
+typedef struct {
+    int64_t now_ms;
+    const char *reason;
+    int exit_code;              /* written when set_exit */
+    int set_exit;
+    const char *devices;        /* written on RUNNING */
+    int bump_restart;           /* requeue: restart_count + 1 */
+} kd_transition;
+int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t);
+int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t pid_start);
+int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha);
+int kd_catalog_job_event(kd_catalog *cat, int64_t id, int64_t now_ms, int state, const char *reason);
+
+/* logs: append a batch of lines in one transaction; read from an offset */
+typedef struct {
+    int64_t time_ms;
+    int stream;
+    const char *text;
+    size_t len;
+} kd_log_line;
+int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n);
+int kd_catalog_log_read(kd_catalog *cat, int64_t job_id, int64_t offset, int limit, Kestrel__V1__LogChunk *out);
+int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id);
+
+/* metrics */
+int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b);
+int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out);
+
+/* internal to catalog*.c */
+struct sqlite3_stmt;
+struct sqlite3;
+struct sqlite3 *kd__db(kd_catalog *cat);
+struct sqlite3_stmt *kd__stmt(kd_catalog *cat, const char *sql);
+int kd__sql_fail(kd_catalog *cat, const char *what);
+void kd__lock(kd_catalog *cat);
+void kd__unlock(kd_catalog *cat);
+int kd__exec(kd_catalog *cat, const char *sql);
+
+#endif

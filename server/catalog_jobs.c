@@ -1,0 +1,419 @@
+/* server/catalog_jobs.c - jobs, labels and state-transition events in the catalog. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sqlite3.h>
+#include "catalog.h"
+
+#define FINAL_STATES "(3,4,5)"
+
+int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__JobSpec *spec, int64_t now,
+                          int64_t *id_out)
+{
+    static const char *const ins =
+        "INSERT INTO jobs(owner_id, name, spec, priority, gpus, no_retry, state, submit_ms, reason)"
+        " VALUES(?, ?, ?, ?, ?, ?, 1, ?, 'submitted')";
+    static const char *const lab = "INSERT OR REPLACE INTO job_labels(job_id, key, value) VALUES(?, ?, ?)";
+    static const char *const ev =
+        "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?, ?, 0, 1, 'submitted')";
+    kestrel_buf blob = KESTREL_BUF_INIT;
+    sqlite3_stmt *st;
+    int64_t id;
+    int rc;
+
+    if ((rc = kestrel__wire_pack(&blob, &spec->base)) < 0)
+        return rc;
+    kd__lock(cat);
+    if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
+        goto out;
+    if ((st = kd__stmt(cat, ins)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, owner_id);
+    sqlite3_bind_text(st, 2, spec->name, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 3, blob.ptr ? blob.ptr : "", (int)blob.size, SQLITE_STATIC);
+    sqlite3_bind_int(st, 4, spec->priority ? (int)spec->priority : 1);
+    sqlite3_bind_int(st, 5, spec->gpus);
+    sqlite3_bind_int(st, 6, spec->no_retry);
+    sqlite3_bind_int64(st, 7, now);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    id = sqlite3_last_insert_rowid(kd__db(cat));
+    for (size_t i = 0; i < spec->n_labels; i++) {
+        if ((st = kd__stmt(cat, lab)) == NULL)
+            goto fail;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, spec->labels[i]->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, spec->labels[i]->value, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+    }
+    if ((st = kd__stmt(cat, ev)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, now);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    if ((rc = kd__exec(cat, "COMMIT")) < 0)
+        goto fail_rolled;
+    *id_out = id;
+    goto out;
+fail:
+    rc = kd__sql_fail(cat, "insert job");
+fail_rolled:
+    sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
+out:
+    kd__unlock(cat);
+    kestrel_buf_dispose(&blob);
+    return rc;
+}
+
+#define JOB_COLUMNS \
+    "j.id, u.name, j.spec, j.state, j.exit_code, j.reason, j.submit_ms, j.start_ms, j.end_ms," \
+    " j.git_commit, j.devices, j.restart_count, j.owner_id FROM jobs j JOIN users u ON u.id = j.owner_id"
+
+static char *col_dup(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return kestrel__strdup(t ? (const char *)t : "");
+}
+
+/* Build a Job message from a row of JOB_COLUMNS (all members malloc'd: free_unpacked frees it). */
+static Kestrel__V1__Job *row_to_job(sqlite3_stmt *st)
+{
+    Kestrel__V1__Job *j = malloc(sizeof(*j));
+    const char *dev;
+    if (j == NULL)
+        return NULL;
+    kestrel__v1__job__init(j);
+    j->id = sqlite3_column_int64(st, 0);
+    j->owner = col_dup(st, 1);
+    j->spec = kestrel__v1__job_spec__unpack(NULL, (size_t)sqlite3_column_bytes(st, 2), sqlite3_column_blob(st, 2));
+    j->state = (Kestrel__V1__JobState)sqlite3_column_int(st, 3);
+    j->exit_code = sqlite3_column_int(st, 4);
+    j->reason = col_dup(st, 5);
+    j->submit_time_ms = sqlite3_column_int64(st, 6);
+    j->start_time_ms = sqlite3_column_int64(st, 7);
+    j->end_time_ms = sqlite3_column_int64(st, 8);
+    j->git_commit = col_dup(st, 9);
+    j->restart_count = sqlite3_column_int(st, 11);
+    dev = (const char *)sqlite3_column_text(st, 10);
+    if (dev && *dev) {
+        size_t n = 1;
+        for (const char *p = dev; *p; p++)
+            n += *p == ',';
+        if ((j->devices = calloc(n, sizeof(char *))) != NULL) {
+            const char *p = dev;
+            for (size_t k = 0; k < n; k++) {
+                const char *e = strchr(p, ',');
+                size_t len = e ? (size_t)(e - p) : strlen(p);
+                if ((j->devices[k] = malloc(len + 1)) == NULL)
+                    break;
+                memcpy(j->devices[k], p, len);
+                j->devices[k][len] = '\0';
+                j->n_devices = k + 1;
+                p = e ? e + 1 : p + len;
+            }
+        }
+    }
+    if (!j->owner || !j->reason || !j->git_commit || !j->spec || (dev && *dev && !j->n_devices)) {
+        protobuf_c_message_free_unpacked(&j->base, NULL);
+        return NULL;
+    }
+    return j;
+}
+
+static int load_events(kd_catalog *cat, Kestrel__V1__Job *j)
+{
+    static const char *const sql =
+        "SELECT time_ms, from_state, to_state, reason FROM job_events WHERE job_id = ? ORDER BY id";
+    sqlite3_stmt *st = kd__stmt(cat, sql);
+    size_t cap = 0;
+    if (st == NULL)
+        return KESTREL_EIO;
+    sqlite3_bind_int64(st, 1, j->id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        Kestrel__V1__JobEvent *e;
+        if (j->n_events == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            Kestrel__V1__JobEvent **p = realloc(j->events, ncap * sizeof(*p));
+            if (p == NULL)
+                return kestrel__error_oom();
+            j->events = p;
+            cap = ncap;
+        }
+        if ((e = malloc(sizeof(*e))) == NULL)
+            return kestrel__error_oom();
+        kestrel__v1__job_event__init(e);
+        e->time_ms = sqlite3_column_int64(st, 0);
+        e->from_state = (Kestrel__V1__JobState)sqlite3_column_int(st, 1);
+        e->to_state = (Kestrel__V1__JobState)sqlite3_column_int(st, 2);
+        j->events[j->n_events++] = e;
+        if ((e->reason = col_dup(st, 3)) == NULL)
+            return kestrel__error_oom();
+    }
+    return 0;
+}
+
+int kd_catalog_job_load(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out)
+{
+    static const char *const sql = "SELECT " JOB_COLUMNS " WHERE j.id = ?";
+    sqlite3_stmt *st;
+    int rc = 0;
+    *out = NULL;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        rc = kestrel__error_set(KESTREL_ENOTFOUND, "job %lld not found", (long long)id);
+        goto out;
+    }
+    if (owner_out)
+        *owner_out = sqlite3_column_int64(st, 12);
+    if ((*out = row_to_job(st)) == NULL) {
+        rc = kestrel__error_oom();
+        goto out;
+    }
+    if (with_events && (rc = load_events(cat, *out)) < 0) {
+        protobuf_c_message_free_unpacked(&(*out)->base, NULL);
+        *out = NULL;
+    }
+out:
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_job_state(kd_catalog *cat, int64_t id, int *state_out)
+{
+    static const char *const sql = "SELECT state FROM jobs WHERE id = ?";
+    sqlite3_stmt *st;
+    int rc = 0;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+    } else {
+        sqlite3_bind_int64(st, 1, id);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            *state_out = sqlite3_column_int(st, 0);
+        else
+            rc = kestrel__error_set(KESTREL_ENOTFOUND, "job %lld not found", (long long)id);
+    }
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__JobList **out)
+{
+    static const char *const sql =
+        "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.owner_id = ?1) AND (?2 = 0 OR j.state = ?2)"
+        " AND (?3 IS NULL OR j.name = ?3) AND (?6 = 0 OR j.id < ?6)"
+        " AND (?4 IS NULL OR EXISTS(SELECT 1 FROM job_labels l WHERE l.job_id = j.id AND l.key = ?4 AND l.value = ?5))"
+        " ORDER BY j.id DESC LIMIT ?7";
+    Kestrel__V1__JobList *list = malloc(sizeof(*list));
+    sqlite3_stmt *st;
+    int rc = 0, limit = f->limit;
+    if (list == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__job_list__init(list);
+    if ((list->jobs = calloc((size_t)limit + 1, sizeof(*list->jobs))) == NULL) {
+        free(list);
+        return kestrel__error_oom();
+    }
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, f->owner_id);
+    sqlite3_bind_int(st, 2, f->state);
+    if (f->name)
+        sqlite3_bind_text(st, 3, f->name, -1, SQLITE_STATIC);
+    if (f->label_key) {
+        sqlite3_bind_text(st, 4, f->label_key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, f->label_value, -1, SQLITE_STATIC);
+    }
+    sqlite3_bind_int64(st, 6, f->before_id);
+    sqlite3_bind_int(st, 7, limit + 1);   /* one more tells whether there is a next page */
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (list->n_jobs == (size_t)limit) {
+            char tok[32];
+            snprintf(tok, sizeof(tok), "%lld", (long long)list->jobs[limit - 1]->id);
+            list->next_page_token = kestrel__strdup(tok);
+            break;
+        }
+        if ((list->jobs[list->n_jobs] = row_to_job(st)) == NULL) {
+            rc = kestrel__error_oom();
+            goto out;
+        }
+        list->n_jobs++;
+    }
+    rc = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? 0 : kd__sql_fail(cat, "list jobs");
+out:
+    kd__unlock(cat);
+    if (rc < 0) {
+        protobuf_c_message_free_unpacked(&list->base, NULL);
+        return rc;
+    }
+    if (list->next_page_token == NULL)
+        list->next_page_token = (char *)protobuf_c_empty_string;
+    *out = list;
+    return 0;
+}
+
+int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_row **out, size_t *n)
+{
+    static const char *const sql =
+        "SELECT id, priority, gpus, submit_ms, no_retry, restart_count, pid, pid_start FROM jobs"
+        " WHERE state = ? ORDER BY priority DESC, submit_ms, id LIMIT ?";
+    kd_job_row *rows = NULL;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    int rc = 0;
+    *out = NULL;
+    *n = 0;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+        goto out;
+    }
+    sqlite3_bind_int(st, 1, state);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)limit);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        kd_job_row *r;
+        if (*n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            kd_job_row *p = realloc(rows, ncap * sizeof(*p));
+            if (p == NULL) {
+                rc = kestrel__error_oom();
+                goto out;
+            }
+            rows = p;
+            cap = ncap;
+        }
+        r = &rows[(*n)++];
+        r->id = sqlite3_column_int64(st, 0);
+        r->priority = sqlite3_column_int(st, 1);
+        r->gpus = sqlite3_column_int(st, 2);
+        r->submit_ms = sqlite3_column_int64(st, 3);
+        r->no_retry = sqlite3_column_int(st, 4);
+        r->restart_count = sqlite3_column_int(st, 5);
+        r->pid = sqlite3_column_int64(st, 6);
+        r->pid_start = sqlite3_column_int64(st, 7);
+    }
+out:
+    kd__unlock(cat);
+    if (rc < 0) {
+        free(rows);
+        *n = 0;
+    } else {
+        *out = rows;
+    }
+    return rc;
+}
+
+int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t)
+{
+    static const char *const sel = "SELECT state FROM jobs WHERE id = ?";
+    static const char *const upd =
+        "UPDATE jobs SET state = ?2, reason = ?3,"
+        " start_ms = CASE WHEN ?2 = 2 THEN ?4 ELSE start_ms END,"
+        " end_ms = CASE WHEN ?2 IN " FINAL_STATES " THEN ?4 WHEN ?2 = 1 THEN 0 ELSE end_ms END,"
+        " exit_code = CASE WHEN ?5 THEN ?6 WHEN ?2 IN (1, 2) THEN -1 ELSE exit_code END,"
+        " devices = CASE WHEN ?2 = 2 THEN ?7 WHEN ?2 = 1 THEN '' ELSE devices END,"
+        " restart_count = restart_count + ?8,"
+        " pid = CASE WHEN ?2 = 2 THEN pid ELSE 0 END"
+        " WHERE id = ?1";
+    static const char *const ev =
+        "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?, ?, ?, ?, ?)";
+    sqlite3_stmt *st;
+    int rc = 0, cur;
+
+    kd__lock(cat);
+    if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
+        goto out;
+    if ((st = kd__stmt(cat, sel)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        rc = kestrel__error_set(KESTREL_ENOTFOUND, "job %lld not found", (long long)id);
+        goto rollback;
+    }
+    cur = sqlite3_column_int(st, 0);
+    if (from >= 0 ? cur != from : (cur == 3 || cur == 4 || cur == 5)) {
+        rc = 1;
+        goto rollback;
+    }
+    if ((st = kd__stmt(cat, upd)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int(st, 2, to);
+    sqlite3_bind_text(st, 3, t->reason ? t->reason : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, t->now_ms);
+    sqlite3_bind_int(st, 5, t->set_exit);
+    sqlite3_bind_int(st, 6, t->exit_code);
+    sqlite3_bind_text(st, 7, t->devices ? t->devices : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 8, t->bump_restart ? 1 : 0);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    if ((st = kd__stmt(cat, ev)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, t->now_ms);
+    sqlite3_bind_int(st, 3, cur);
+    sqlite3_bind_int(st, 4, to);
+    sqlite3_bind_text(st, 5, t->reason ? t->reason : "", -1, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    rc = kd__exec(cat, "COMMIT");
+    if (rc == 0)
+        goto out;
+fail:
+    rc = kd__sql_fail(cat, "transition");
+rollback:
+    sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
+out:
+    kd__unlock(cat);
+    return rc;
+}
+
+/* Run one UPDATE/INSERT with (int64 id, int64 a, int64 b | text) parameters. */
+static int exec_id(kd_catalog *cat, const char *sql, int64_t id, int64_t a, int64_t b, const char *text)
+{
+    sqlite3_stmt *st;
+    int rc = 0;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+    } else {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, a);
+        sqlite3_bind_int64(st, 3, b);
+        if (text)
+            sqlite3_bind_text(st, 4, text, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = kd__sql_fail(cat, "update job");
+    }
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t pid_start)
+{
+    static const char *const sql = "UPDATE jobs SET pid = ?2, pid_start = ?3 WHERE id = ?1";
+    return exec_id(cat, sql, id, pid, pid_start, NULL);
+}
+
+int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha)
+{
+    static const char *const sql = "UPDATE jobs SET git_commit = ?4 WHERE id = ?1 AND ?2 = ?3";
+    return exec_id(cat, sql, id, 0, 0, sha);
+}
+
+int kd_catalog_job_event(kd_catalog *cat, int64_t id, int64_t now_ms, int state, const char *reason)
+{
+    static const char *const sql =
+        "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?1, ?2, ?3, ?3, ?4)";
+    return exec_id(cat, sql, id, now_ms, state, reason);
+}

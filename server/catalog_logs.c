@@ -1,0 +1,180 @@
+/* server/catalog_logs.c - job log lines and metric points in the catalog. */
+#include <stdlib.h>
+#include <string.h>
+#include <sqlite3.h>
+#include "catalog.h"
+
+int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id)
+{
+    static const char *const sql = "SELECT COALESCE(MAX(seq) + 1, 0) FROM logs WHERE job_id = ?";
+    sqlite3_stmt *st;
+    int64_t n = 0;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) != NULL) {
+        sqlite3_bind_int64(st, 1, job_id);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int64(st, 0);
+    }
+    kd__unlock(cat);
+    return n;
+}
+
+int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n)
+{
+    static const char *const next = "SELECT COALESCE(MAX(seq) + 1, 0) FROM logs WHERE job_id = ?";
+    static const char *const ins = "INSERT INTO logs(job_id, seq, time_ms, stream, text) VALUES(?, ?, ?, ?, ?)";
+    sqlite3_stmt *st;
+    int64_t seq;
+    int rc;
+    if (n == 0)
+        return 0;
+    kd__lock(cat);
+    if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
+        goto out;
+    if ((st = kd__stmt(cat, next)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, job_id);
+    if (sqlite3_step(st) != SQLITE_ROW)
+        goto fail;
+    seq = sqlite3_column_int64(st, 0);
+    for (size_t i = 0; i < n; i++) {
+        if ((st = kd__stmt(cat, ins)) == NULL)
+            goto fail;
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, seq + (int64_t)i);
+        sqlite3_bind_int64(st, 3, lines[i].time_ms);
+        sqlite3_bind_int(st, 4, lines[i].stream);
+        sqlite3_bind_text(st, 5, lines[i].text, (int)lines[i].len, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+    }
+    if ((rc = kd__exec(cat, "COMMIT")) == 0)
+        goto out;
+fail:
+    rc = kd__sql_fail(cat, "append log");
+    sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
+out:
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_log_read(kd_catalog *cat, int64_t job_id, int64_t offset, int limit, Kestrel__V1__LogChunk *out)
+{
+    static const char *const sql =
+        "SELECT seq, time_ms, stream, text FROM logs WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?";
+    sqlite3_stmt *st;
+    int rc = 0;
+    out->next_offset = offset;
+    if ((out->lines = calloc((size_t)limit, sizeof(*out->lines))) == NULL)
+        return kestrel__error_oom();
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, offset);
+    sqlite3_bind_int(st, 3, limit);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        Kestrel__V1__LogLine *l = malloc(sizeof(*l));
+        const unsigned char *t = sqlite3_column_text(st, 3);
+        if (l == NULL) {
+            rc = kestrel__error_oom();
+            goto out;
+        }
+        kestrel__v1__log_line__init(l);
+        out->lines[out->n_lines++] = l;
+        l->offset = sqlite3_column_int64(st, 0);
+        l->time_ms = sqlite3_column_int64(st, 1);
+        l->stream = (Kestrel__V1__LogStream)sqlite3_column_int(st, 2);
+        if ((l->text = kestrel__strdup(t ? (const char *)t : "")) == NULL) {
+            l->text = (char *)protobuf_c_empty_string;
+            rc = kestrel__error_oom();
+            goto out;
+        }
+        out->next_offset = l->offset + 1;
+    }
+out:
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b)
+{
+    static const char *const ins = "INSERT INTO metrics(job_id, name, step, value, wall_ms) VALUES(?, ?, ?, ?, ?)";
+    sqlite3_stmt *st;
+    int rc;
+    kd__lock(cat);
+    if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
+        goto out;
+    for (size_t i = 0; i < b->n_metrics; i++) {
+        if ((st = kd__stmt(cat, ins)) == NULL)
+            goto fail;
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_text(st, 2, b->metrics[i]->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, b->metrics[i]->step);
+        sqlite3_bind_double(st, 4, b->metrics[i]->value);
+        sqlite3_bind_int64(st, 5, b->metrics[i]->wall_time_ms);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+    }
+    if ((rc = kd__exec(cat, "COMMIT")) == 0)
+        goto out;
+fail:
+    rc = kd__sql_fail(cat, "add metrics");
+    sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
+out:
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out)
+{
+    static const char *const sql =
+        "SELECT name, step, value, wall_ms FROM metrics WHERE job_id = ?1 AND (?2 IS NULL OR name = ?2)"
+        " ORDER BY name, step, rowid LIMIT 100000";
+    Kestrel__V1__MetricBatch *b = malloc(sizeof(*b));
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    int rc = 0;
+    if (b == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__metric_batch__init(b);
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, job_id);
+    if (name)
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        Kestrel__V1__Metric *m;
+        if (b->n_metrics == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            Kestrel__V1__Metric **p = realloc(b->metrics, ncap * sizeof(*p));
+            if (p == NULL) { rc = kestrel__error_oom(); goto out; }
+            b->metrics = p;
+            cap = ncap;
+        }
+        if ((m = malloc(sizeof(*m))) == NULL) { rc = kestrel__error_oom(); goto out; }
+        kestrel__v1__metric__init(m);
+        b->metrics[b->n_metrics++] = m;
+        m->step = sqlite3_column_int64(st, 1);
+        m->value = sqlite3_column_double(st, 2);
+        m->wall_time_ms = sqlite3_column_int64(st, 3);
+        if ((m->name = kestrel__strdup((const char *)sqlite3_column_text(st, 0))) == NULL) {
+            m->name = (char *)protobuf_c_empty_string;
+            rc = kestrel__error_oom();
+            goto out;
+        }
+    }
+out:
+    kd__unlock(cat);
+    if (rc < 0) {
+        protobuf_c_message_free_unpacked(&b->base, NULL);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}

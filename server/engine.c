@@ -1,0 +1,423 @@
+/* server/engine.c - applies scheduling decisions and records how jobs end. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "engine.h"
+#include "exec_local.h"
+#include "sched_plan.h"
+
+#define QUEUE_WINDOW 1000   /* queued jobs considered per pass */
+
+static void deadline_ts(struct timespec *ts, int64_t deadline_ms)
+{
+    ts->tv_sec = (time_t)(deadline_ms / 1000);
+    ts->tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+}
+
+void kd_engine_changed(kd_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->gen++;
+    pthread_cond_broadcast(&e->changed);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void kd_engine_kick(kd_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->sched_pending = 1;
+    pthread_cond_signal(&e->sched_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+uint64_t kd_engine_generation(kd_engine *e)
+{
+    uint64_t g;
+    pthread_mutex_lock(&e->mu);
+    g = e->gen;
+    pthread_mutex_unlock(&e->mu);
+    return g;
+}
+
+void kd_engine_wait(kd_engine *e, uint64_t seen, int64_t deadline_ms)
+{
+    struct timespec ts;
+    deadline_ts(&ts, deadline_ms);
+    pthread_mutex_lock(&e->mu);
+    while (e->gen == seen && !e->stopping && kestrel__now_ms() < deadline_ms)
+        if (pthread_cond_timedwait(&e->changed, &e->mu, &ts) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static kd_run *find_run(kd_engine *e, int64_t id)
+{
+    for (kd_run *r = e->runs; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+/* Begin terminating a run (engine lock held). */
+static void terminate_locked(kd_engine *e, kd_run *r, int why, const char *by)
+{
+    if (r->term != KD_TERM_NONE)
+        return;
+    r->term = why;
+    snprintf(r->term_by, sizeof(r->term_by), "%s", by ? by : "");
+    r->kill_at_ms = kestrel__now_ms() + (int64_t)e->cfg->grace_s * 1000;
+    e->exec->signal(e, r, SIGTERM);
+    e->sched_pending = 1;   /* let the loop watch the deadline */
+    pthread_cond_signal(&e->sched_cv);
+}
+
+int kd_engine_cancel(kd_engine *e, int64_t id, const char *by)
+{
+    char reason[200];
+    kd_transition t = { kestrel__now_ms(), reason, 0, 0, NULL, 0 };
+    int rc;
+    snprintf(reason, sizeof(reason), "cancelled by %s", by);
+    rc = kd_catalog_job_transition(e->cat, id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_CANCELLED, &t);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        kd_engine_changed(e);
+        return 0;
+    }
+    pthread_mutex_lock(&e->mu);
+    {
+        kd_run *r = find_run(e, id);
+        if (r)
+            terminate_locked(e, r, KD_TERM_CANCEL, by);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+void kd_engine_set_pgid(kd_engine *e, kd_run *run, pid_t pgid)
+{
+    pthread_mutex_lock(&e->mu);
+    run->pgid = pgid;
+    if (run->term != KD_TERM_NONE)   /* cancelled while starting */
+        e->exec->signal(e, run, SIGTERM);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int kd_engine_term_requested(kd_engine *e, kd_run *run)
+{
+    int t;
+    pthread_mutex_lock(&e->mu);
+    t = run->term;
+    pthread_mutex_unlock(&e->mu);
+    return t;
+}
+
+void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n)
+{
+    if (kd_catalog_log_append(e->cat, job_id, lines, n) < 0)
+        fprintf(stderr, "kestreld: job %lld: %s\n", (long long)job_id, kestrel_error_last()->message);
+    kd_engine_changed(e);
+}
+
+void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, const char *why)
+{
+    char reason[512];
+    kd_transition t = { kestrel__now_ms(), reason, -1, 0, NULL, 0 };
+    int to, term;
+
+    pthread_mutex_lock(&e->mu);
+    term = run->term;
+    pthread_mutex_unlock(&e->mu);
+    if (kind == KD_END_EXITED) {
+        t.set_exit = 1;
+        t.exit_code = code;
+    } else if (kind == KD_END_SIGNALED) {
+        t.set_exit = 1;
+        t.exit_code = 128 + code;
+    }
+    if (term == KD_TERM_CANCEL) {
+        to = KESTREL_JOB_STATE_CANCELLED;
+        snprintf(reason, sizeof(reason), "cancelled by %s", run->term_by);
+    } else if (term == KD_TERM_SHUTDOWN) {
+        to = run->no_retry ? KESTREL_JOB_STATE_FAILED : KESTREL_JOB_STATE_QUEUED;
+        snprintf(reason, sizeof(reason), run->no_retry ? "daemon stopped" : "requeued: daemon shutting down");
+        t.bump_restart = !run->no_retry;
+        if (!run->no_retry)
+            t.set_exit = 0;
+    } else if (kind == KD_END_NOT_STARTED) {
+        to = KESTREL_JOB_STATE_FAILED;
+        snprintf(reason, sizeof(reason), "%s", why ? why : "could not start");
+    } else if (kind == KD_END_EXITED && code == 0) {
+        to = KESTREL_JOB_STATE_SUCCEEDED;
+        snprintf(reason, sizeof(reason), "exit code 0");
+    } else if (kind == KD_END_EXITED) {
+        to = KESTREL_JOB_STATE_FAILED;
+        snprintf(reason, sizeof(reason), "exit code %d", code);
+    } else {
+        to = KESTREL_JOB_STATE_FAILED;
+        snprintf(reason, sizeof(reason), "killed by signal %d (%s)", code, strsignal(code));
+    }
+    if (kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_RUNNING, to, &t) < 0)
+        fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
+    kd_catalog_token_drop_job(e->cat, run->id);
+
+    pthread_mutex_lock(&e->mu);
+    for (kd_run **pp = &e->runs; *pp; pp = &(*pp)->next) {
+        if (*pp == run) {
+            *pp = run->next;
+            break;
+        }
+    }
+    for (int i = 0; i < run->ndev; i++)
+        e->dev_busy[run->devices[i]] = 0;
+    e->running--;
+    e->gen++;
+    e->sched_pending = 1;
+    pthread_cond_broadcast(&e->changed);
+    pthread_cond_signal(&e->sched_cv);
+    pthread_mutex_unlock(&e->mu);
+    free(run->devices);
+    free(run);
+}
+
+/* Virtual devices look like GPU UUIDs so that CUDA_VISIBLE_DEVICES keeps its contract. */
+static void device_uuid(char *out, size_t n, int index)
+{
+    snprintf(out, n, "GPU-00000000-0000-4000-8000-%012d", index);
+}
+
+/* Move one planned start into RUNNING and hand it to the executor. */
+static void launch(kd_engine *e, kd_run *run)
+{
+    char devs[4096] = "", token[80], reason[64];
+    size_t k = 0;
+    Kestrel__V1__Job *job = NULL;
+    int rc;
+    kd_transition t = { kestrel__now_ms(), reason, 0, 0, devs, 0 };
+
+    for (int i = 0; i < run->ndev && k + 48 < sizeof(devs); i++) {
+        char u[48];
+        device_uuid(u, sizeof(u), run->devices[i]);
+        k += (size_t)snprintf(devs + k, sizeof(devs) - k, "%s%s", i ? "," : "", u);
+    }
+    snprintf(reason, sizeof(reason), "started by the %s executor", e->exec->name);
+    rc = kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_RUNNING, &t);
+    if (rc == 0)
+        rc = kd_catalog_job_load(e->cat, run->id, 0, &job, &run->owner_id);
+    if (rc == 0) {
+        run->no_retry = job->spec->no_retry;
+        rc = kd_token_issue(e->cat, run->owner_id, run->id, token, sizeof(token));
+        if (rc == 0) {
+            kd_engine_changed(e);
+            if (e->exec->start(e, run, job, token, devs) == 0)
+                return;
+            kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
+            return;
+        }
+        protobuf_c_message_free_unpacked(&job->base, NULL);
+        kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
+        return;
+    }
+    /* cancelled between planning and launch, or catalog failure: release the reservation */
+    pthread_mutex_lock(&e->mu);
+    for (kd_run **pp = &e->runs; *pp; pp = &(*pp)->next)
+        if (*pp == run) { *pp = run->next; break; }
+    for (int i = 0; i < run->ndev; i++)
+        e->dev_busy[run->devices[i]] = 0;
+    e->running--;
+    pthread_mutex_unlock(&e->mu);
+    free(run->devices);
+    free(run);
+}
+
+static void schedule_pass(kd_engine *e)
+{
+    kd_job_row *rows;
+    size_t n, nstarts;
+    kd_sched_job *queue;
+    kd_sched_start *starts;
+    int *devices;
+
+    if (kd_catalog_jobs_in_state(e->cat, KESTREL_JOB_STATE_QUEUED, QUEUE_WINDOW, &rows, &n) < 0 || n == 0) {
+        free(n ? rows : NULL);
+        return;
+    }
+    queue = calloc(n, sizeof(*queue));
+    starts = calloc(n, sizeof(*starts));
+    devices = calloc((size_t)e->cfg->gpus + 1, sizeof(int));
+    if (queue && starts && devices) {
+        for (size_t i = 0; i < n; i++) {
+            queue[i].id = rows[i].id;
+            queue[i].priority = rows[i].priority;
+            queue[i].gpus = rows[i].gpus;
+            queue[i].submit_ms = rows[i].submit_ms;
+        }
+        pthread_mutex_lock(&e->mu);
+        {
+            kd_sched_node node = { e->cfg->gpus, e->dev_busy, e->cfg->max_jobs - e->running };
+            nstarts = kd_sched_plan(queue, n, &node, starts, n, devices);
+        }
+        /* reserve slots and devices before unlocking */
+        for (size_t i = 0; i < nstarts; i++) {
+            kd_run *r = calloc(1, sizeof(*r));
+            if (r == NULL || (starts[i].ndev && (r->devices = calloc((size_t)starts[i].ndev, sizeof(int))) == NULL)) {
+                free(r);
+                break;
+            }
+            r->id = starts[i].job_id;
+            r->ndev = starts[i].ndev;
+            for (int d = 0; d < r->ndev; d++) {
+                r->devices[d] = devices[starts[i].dev_off + (size_t)d];
+                e->dev_busy[r->devices[d]] = 1;
+            }
+            e->running++;
+            r->next = e->runs;
+            e->runs = r;
+        }
+        pthread_mutex_unlock(&e->mu);
+        for (size_t i = 0; i < nstarts; i++) {
+            kd_run *r;
+            pthread_mutex_lock(&e->mu);
+            r = find_run(e, starts[i].job_id);
+            pthread_mutex_unlock(&e->mu);
+            if (r)
+                launch(e, r);
+        }
+    }
+    free(queue);
+    free(starts);
+    free(devices);
+    free(rows);
+}
+
+/* SIGKILL runs whose grace period is over (engine lock held); returns 1 while any run is terminating. */
+static int enforce_deadlines(kd_engine *e)
+{
+    int64_t now = kestrel__now_ms();
+    int pending = 0;
+    for (kd_run *r = e->runs; r; r = r->next) {
+        if (r->term == KD_TERM_NONE)
+            continue;
+        pending = 1;
+        if (r->kill_at_ms && now >= r->kill_at_ms) {
+            e->exec->signal(e, r, SIGKILL);
+            r->kill_at_ms = 0;
+        }
+    }
+    return pending;
+}
+
+static void *sched_main(void *arg)
+{
+    kd_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stopping) {
+        int terminating = enforce_deadlines(e);
+        if (!e->sched_pending) {
+            struct timespec ts;
+            deadline_ts(&ts, kestrel__now_ms() + (terminating ? 100 : 1000));
+            pthread_cond_timedwait(&e->sched_cv, &e->mu, &ts);
+            continue;
+        }
+        e->sched_pending = 0;
+        pthread_mutex_unlock(&e->mu);
+        schedule_pass(e);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec)
+{
+    memset(e, 0, sizeof(*e));
+    e->cfg = cfg;
+    e->cat = cat;
+    e->exec = exec;
+    if ((e->dev_busy = calloc((size_t)cfg->gpus + 1, 1)) == NULL)
+        return kestrel__error_oom();
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->changed, NULL);
+    {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);   /* CLOCK_REALTIME: deadlines are Unix ms */
+        pthread_cond_init(&e->sched_cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    return 0;
+}
+
+int kd_engine_recover(kd_engine *e)
+{
+    kd_job_row *rows;
+    size_t n;
+    int rc = kd_catalog_jobs_in_state(e->cat, KESTREL_JOB_STATE_RUNNING, SIZE_MAX / 2, &rows, &n);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const kd_job_row *r = &rows[i];
+        kd_transition t = { kestrel__now_ms(), NULL, 0, 0, NULL, 0 };
+        /* the process group outlived its daemon: its output went nowhere, stop it */
+        if (r->pid > 0 && kd_proc_start_time((pid_t)r->pid) == r->pid_start)
+            killpg((pid_t)r->pid, SIGKILL);
+        if (r->no_retry) {
+            t.reason = "daemon restarted";
+            rc = kd_catalog_job_transition(e->cat, r->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_FAILED, &t);
+        } else {
+            t.reason = "requeued: daemon restarted and the process was lost";
+            t.bump_restart = 1;
+            rc = kd_catalog_job_transition(e->cat, r->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_QUEUED, &t);
+        }
+        kd_catalog_token_drop_job(e->cat, r->id);
+        if (rc < 0)
+            break;
+        fprintf(stderr, "kestreld: job %lld: %s\n", (long long)r->id, t.reason);
+    }
+    free(rows);
+    return rc < 0 ? rc : 0;
+}
+
+int kd_engine_start(kd_engine *e)
+{
+    e->sched_pending = 1;
+    if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0)
+        return kestrel__error_set(KESTREL_ERROR, "cannot start the scheduler thread");
+    return 0;
+}
+
+void kd_engine_quiesce(kd_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    pthread_cond_broadcast(&e->sched_cv);
+    pthread_cond_broadcast(&e->changed);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void kd_engine_stop(kd_engine *e)
+{
+    struct timespec ts;
+    kd_engine_quiesce(e);
+    pthread_join(e->sched_thread, NULL);
+
+    pthread_mutex_lock(&e->mu);
+    for (kd_run *r = e->runs; r; r = r->next)
+        terminate_locked(e, r, KD_TERM_SHUTDOWN, "daemon");
+    while (e->runs) {
+        enforce_deadlines(e);
+        deadline_ts(&ts, kestrel__now_ms() + 100);
+        pthread_cond_timedwait(&e->changed, &e->mu, &ts);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void kd_engine_fini(kd_engine *e)
+{
+    free(e->dev_busy);
+    pthread_cond_destroy(&e->changed);
+    pthread_cond_destroy(&e->sched_cv);
+    pthread_mutex_destroy(&e->mu);
+}

@@ -1,0 +1,101 @@
+/* server/engine.h - kestreld's core: applies scheduler decisions, tracks running jobs,
+ * records their ends, and wakes long-polling requests. Executors sit behind kd_executor. */
+#ifndef KD_ENGINE_H
+#define KD_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "catalog.h"
+
+typedef struct {
+    const char *listen;        /* address to bind, "127.0.0.1" */
+    int port;                  /* 0: ephemeral */
+    const char *data_dir;
+    int gpus;                  /* virtual devices on a GPU-less host */
+    int grace_s;               /* SIGTERM -> SIGKILL */
+    int max_jobs;              /* concurrent process slots */
+    size_t max_body;           /* request body limit (413 above) */
+    const char *port_file;     /* write the bound port here */
+} kd_config;
+
+enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2 };
+
+/* One running job. Fields under the engine lock unless noted. */
+typedef struct kd_run {
+    int64_t id;
+    int64_t owner_id;
+    pid_t pgid;                /* 0 until the process exists */
+    int term;                  /* KD_TERM_* */
+    int64_t kill_at_ms;        /* SIGKILL deadline once terminating */
+    char term_by[128];
+    int no_retry;
+    int ndev;
+    int *devices;
+    struct kd_run *next;
+} kd_run;
+
+typedef struct kd_engine kd_engine;
+
+/* What every executor provides. */
+typedef struct {
+    const char *name;
+    /* Start job (owned by the executor from here) for run; token is the job-scoped token.
+     * The executor later calls kd_engine_finished() exactly once. */
+    int (*start)(kd_engine *e, kd_run *run, Kestrel__V1__Job *job, const char *token, const char *visible_devices);
+    /* Deliver sig to the job's processes (no-op when not started yet). */
+    void (*signal)(kd_engine *e, kd_run *run, int sig);
+} kd_executor;
+
+/* How a run ended, as the executor saw it. */
+typedef enum { KD_END_EXITED, KD_END_SIGNALED, KD_END_NOT_STARTED } kd_end_kind;
+
+struct kd_engine {
+    const kd_config *cfg;
+    kd_catalog *cat;
+    const kd_executor *exec;
+    char url[160];
+
+    pthread_mutex_t mu;
+    pthread_cond_t changed;     /* broadcast on any job or log change */
+    pthread_cond_t sched_cv;
+    uint64_t gen;
+    int sched_pending;
+    int stopping;
+    uint8_t *dev_busy;
+    int running;
+    kd_run *runs;
+    pthread_t sched_thread;
+};
+
+int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec);
+/* Requeue or fail jobs left RUNNING by a previous daemon that died. */
+int kd_engine_recover(kd_engine *e);
+int kd_engine_start(kd_engine *e);
+/* Stop starting jobs and release long polls (before the HTTP server stops). */
+void kd_engine_quiesce(kd_engine *e);
+/* Stop: SIGTERM every job, wait the grace period, SIGKILL, wait for their ends. */
+void kd_engine_stop(kd_engine *e);
+void kd_engine_fini(kd_engine *e);
+
+void kd_engine_kick(kd_engine *e);        /* a scheduling pass is due */
+void kd_engine_changed(kd_engine *e);     /* wake long polls */
+uint64_t kd_engine_generation(kd_engine *e);
+/* Wait until the generation moves past seen or deadline (Unix ms) passes. */
+void kd_engine_wait(kd_engine *e, uint64_t seen, int64_t deadline_ms);
+
+/* Cancel a job: queued -> CANCELLED now; running -> SIGTERM, then SIGKILL after grace. */
+int kd_engine_cancel(kd_engine *e, int64_t id, const char *by);
+
+/* Executors report: */
+void kd_engine_set_pgid(kd_engine *e, kd_run *run, pid_t pgid);
+int kd_engine_term_requested(kd_engine *e, kd_run *run);
+void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n);
+void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, const char *why);
+
+/* Create a random token and store its hash for user (and job, when job_id != 0). */
+int kd_token_issue(kd_catalog *cat, int64_t user_id, int64_t job_id, char *out, size_t outlen);
+/* SHA-256 hex of a token. */
+void kd_token_hash(const char *token, char hex[65]);
+
+#endif
