@@ -1,1 +1,194 @@
-int main(void){return 0;}
+/* cli/main.c - global flags, configuration, and command dispatch. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: kestrel [--url URL] [--token TOKEN] [-o text|json] COMMAND [ARGS]\n"
+        "\n"
+        "Submit and follow training jobs on a kestreld service.\n"
+        "\n"
+        "Commands:\n"
+        "  submit [OPTIONS] -- PROGRAM [ARGS...]   queue a job (see 'kestrel submit --help')\n"
+        "  jobs [--state S] [--name N] [--label K=V] [--limit N]   list your jobs, newest first\n"
+        "  status ID                               show a job and its state history\n"
+        "  logs [-f] [--offset N] ID               print a job's output; -f follows until it ends\n"
+        "  wait [--timeout SECS] ID                wait for a job to end; exit 0 only if it SUCCEEDED\n"
+        "  cancel ID                               cancel a queued or running job\n"
+        "  version                                 print client and server versions\n"
+        "\n"
+        "Connection (first found wins): --url/--token, then KESTREL_URL/KESTREL_TOKEN,\n"
+        "then ~/.config/kestrel/config with lines 'url = http://host:port' and 'token = ...'.\n"
+        "-o json prints the API's JSON on every read command.\n"
+        "Exit status: 0 success, 1 failure, 2 usage error.\n");
+}
+
+int cli_fail(const char *what, int rc)
+{
+    const kestrel_error *e = kestrel_error_last();
+    fprintf(stderr, "kestrel: %s: %s\n", what, e->message[0] ? e->message : kestrel_strerror(rc));
+    return 1;
+}
+
+int cli_job_id(const char *s, int64_t *out)
+{
+    char *end;
+    long long v;
+    errno = 0;
+    v = strtoll(s ? s : "", &end, 10);
+    if (!s || !*s || *end || errno || v <= 0) {
+        fprintf(stderr, "kestrel: '%s' is not a job id\n", s ? s : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* Read "key = value" from ~/.config/kestrel/config (or $XDG_CONFIG_HOME). */
+static char *config_value(const char *key)
+{
+    char path[1024], line[2048];
+    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    char *found = NULL;
+    FILE *f;
+    if (xdg && *xdg)
+        snprintf(path, sizeof(path), "%s/kestrel/config", xdg);
+    else if (home)
+        snprintf(path, sizeof(path), "%s/.config/kestrel/config", home);
+    else
+        return NULL;
+    if ((f = fopen(path, "r")) == NULL)
+        return NULL;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char *k = line, *v, *e;
+        while (*k == ' ' || *k == '\t')
+            k++;
+        if (*k == '#' || (v = strchr(k, '=')) == NULL)
+            continue;
+        for (e = v; e > k && (e[-1] == ' ' || e[-1] == '\t'); e--)
+            ;
+        if ((size_t)(e - k) != strlen(key) || strncmp(k, key, strlen(key)))
+            continue;
+        for (v++; *v == ' ' || *v == '\t'; v++)
+            ;
+        v[strcspn(v, "\r\n")] = '\0';
+        for (e = v + strlen(v); e > v && (e[-1] == ' ' || e[-1] == '\t'); e--)
+            *--e = '\0';
+        found = strdup(v);
+    }
+    fclose(f);
+    return found;
+}
+
+int cli_connect(cli_ctx *ctx)
+{
+    kestrel_client_options o = KESTREL_CLIENT_OPTIONS_INIT;
+    const char *url = ctx->url ? ctx->url : getenv("KESTREL_URL");
+    const char *token = ctx->token ? ctx->token : getenv("KESTREL_TOKEN");
+    char *curl_ = NULL, *ctok = NULL;
+    int rc;
+    if (ctx->client)
+        return 0;
+    if (!url || !*url)
+        url = curl_ = config_value("url");
+    if (!token || !*token)
+        token = ctok = config_value("token");
+    if (!url) {
+        fprintf(stderr, "kestrel: no server: use --url, KESTREL_URL or ~/.config/kestrel/config\n");
+        return -1;
+    }
+    o.token = token;
+    rc = kestrel_client_new(&ctx->client, url, &o);
+    free(curl_);
+    free(ctok);
+    if (rc < 0) {
+        cli_fail("connect", rc);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_version(cli_ctx *ctx)
+{
+    kestrel_buf v = KESTREL_BUF_INIT;
+    int rc;
+    printf("kestrel %s (libkestrel %s)\n", KESTREL_VERSION_STRING, kestrel_version());
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_client_ping(&v, ctx->client)) < 0)
+        return cli_fail("server", rc);
+    printf("server %s at %s\n", v.ptr, kestrel_client_url(ctx->client));
+    kestrel_buf_dispose(&v);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "url", required_argument, NULL, 'u' }, { "token", required_argument, NULL, 't' },
+        { "output", required_argument, NULL, 'o' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+    };
+    cli_ctx ctx = { NULL, NULL, 0, NULL };
+    const char *cmd;
+    int c, rc;
+
+    while ((c = getopt_long(argc, argv, "+u:t:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'u': ctx.url = optarg; break;
+        case 't': ctx.token = optarg; break;
+        case 'o':
+            if (strcmp(optarg, "json") && strcmp(optarg, "text")) {
+                fprintf(stderr, "kestrel: -o takes 'text' or 'json'\n");
+                return 2;
+            }
+            ctx.json = !strcmp(optarg, "json");
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    cmd = argv[optind];
+    argc -= optind;
+    argv += optind;
+    optind = 1;
+    if (kestrel_init() < 0)
+        return cli_fail("init", -1);
+    if (!strcmp(cmd, "submit")) rc = cmd_submit(&ctx, argc, argv);
+    else if (!strcmp(cmd, "jobs")) rc = cmd_jobs(&ctx, argc, argv);
+    else if (!strcmp(cmd, "status")) rc = cmd_status(&ctx, argc, argv);
+    else if (!strcmp(cmd, "logs")) rc = cmd_logs(&ctx, argc, argv);
+    else if (!strcmp(cmd, "wait")) rc = cmd_wait(&ctx, argc, argv);
+    else if (!strcmp(cmd, "cancel")) rc = cmd_cancel(&ctx, argc, argv);
+    else if (!strcmp(cmd, "version")) rc = cmd_version(&ctx);
+    else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }
+    else {
+        fprintf(stderr, "kestrel: unknown command '%s' (see kestrel --help)\n", cmd);
+        rc = 2;
+    }
+    kestrel_client_free(ctx.client);
+    kestrel_shutdown();
+    return rc;
+}

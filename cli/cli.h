@@ -1,0 +1,31 @@
+/* cli/cli.h - the kestrel command-line tool (uses only include/kestrel.h). */
+#ifndef KESTREL_CLI_H
+#define KESTREL_CLI_H
+
+#include <stdio.h>
+#include <kestrel.h>
+
+typedef struct {
+    const char *url;
+    const char *token;
+    int json;                 /* -o json */
+    kestrel_client *client;
+} cli_ctx;
+
+/* Print the library's last error for a failed call; returns 1 (the exit code). */
+int cli_fail(const char *what, int rc);
+/* Parse a positive job id; prints a usage error and returns -1 on junk. */
+int cli_job_id(const char *s, int64_t *out);
+/* Connect (lazily) with the resolved URL and token. */
+int cli_connect(cli_ctx *ctx);
+/* Write s as a JSON string literal. */
+void cli_json_string(FILE *f, const char *s);
+
+int cmd_submit(cli_ctx *ctx, int argc, char **argv);
+int cmd_jobs(cli_ctx *ctx, int argc, char **argv);
+int cmd_status(cli_ctx *ctx, int argc, char **argv);
+int cmd_logs(cli_ctx *ctx, int argc, char **argv);
+int cmd_wait(cli_ctx *ctx, int argc, char **argv);
+int cmd_cancel(cli_ctx *ctx, int argc, char **argv);
+
+#endif
