@@ -1,0 +1,147 @@
+/* Unit tests: error records, init refcount, options versioning, handle misuse, spec validation. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <cmocka.h>
+#include "internal.h"
+#include "options.h"
+
+static void strerror_covers_every_code(void **state)
+{
+    (void)state;
+    for (int code = KESTREL_ETOOLARGE; code <= KESTREL_OK; code++)
+        assert_string_not_equal(kestrel_strerror(code), "unknown error");
+    assert_string_equal(kestrel_strerror(-999), "unknown error");
+}
+
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    kestrel__error_set(KESTREL_ENOTFOUND, "from another thread");
+    return NULL;
+}
+
+static void error_is_thread_local_and_one_line(void **state)
+{
+    pthread_t t;
+    (void)state;
+    kestrel__error_set(KESTREL_EINVALID, "first line\nsecond line");
+    pthread_create(&t, NULL, other_thread, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(kestrel_error_last()->code, KESTREL_EINVALID);
+    assert_string_equal(kestrel_error_last()->message, "first line");
+    kestrel__error_oom();
+    assert_int_equal(kestrel_error_last()->code, KESTREL_ENOMEM);
+    kestrel_error_clear();
+    assert_int_equal(kestrel_error_last()->code, 0);
+    assert_string_equal(kestrel_error_last()->message, "");
+}
+
+static void init_is_refcounted(void **state)
+{
+    kestrel_client *c = NULL;
+    (void)state;
+    assert_int_equal(kestrel_shutdown(), KESTREL_EMISUSE);
+    assert_int_equal(kestrel_client_new(&c, "http://127.0.0.1:1", NULL), KESTREL_EMISUSE);
+    assert_int_equal(kestrel_init(), 1);
+    assert_int_equal(kestrel_init(), 2);
+    assert_int_equal(kestrel_shutdown(), 1);
+    assert_int_equal(kestrel_client_new(&c, "http://127.0.0.1:1", NULL), 0);
+    kestrel_client_free(c);
+    assert_int_equal(kestrel_shutdown(), 0);
+}
+
+/* What an application compiled against version 1 of the struct passes: no fields after v1's. */
+typedef struct { unsigned int version; const char *token; long connect_timeout_ms; long timeout_ms; int max_retries;
+                 long retry_backoff_ms; } client_options_v1;
+
+static void options_versioning(void **state)
+{
+    kestrel_client_options o, loaded;
+    client_options_v1 old = { 1, "tok", 5, 6, 7, 8 };
+    (void)state;
+    assert_int_equal(kestrel_client_options_init(&o, KESTREL_CLIENT_OPTIONS_VERSION), 0);
+    assert_int_equal(o.version, KESTREL_CLIENT_OPTIONS_VERSION);
+    assert_int_equal(o.timeout_ms, 0);
+    assert_int_equal(kestrel_client_options_init(&o, 0), KESTREL_EMISUSE);
+    assert_int_equal(kestrel_client_options_init(&o, 99), KESTREL_EMISUSE);
+    /* an old, smaller struct is read only up to its own size */
+    assert_int_equal(kestrel__client_opts_load(&loaded, (const kestrel_client_options *)&old), 0);
+    assert_int_equal(loaded.timeout_ms, 6);
+    assert_int_equal(loaded.retry_backoff_ms, 8);
+    /* a version from the future is refused, NULL means defaults */
+    old.version = 2;
+    assert_int_equal(kestrel__client_opts_load(&loaded, (const kestrel_client_options *)&old), KESTREL_EMISUSE);
+    assert_non_null(strstr(kestrel_error_last()->message, "version 2"));
+    assert_int_equal(kestrel__client_opts_load(&loaded, NULL), 0);
+    assert_int_equal(loaded.version, KESTREL_CLIENT_OPTIONS_VERSION);
+}
+
+static void handles_report_misuse(void **state)
+{
+    kestrel_job_spec *s = NULL;
+    kestrel_client *c = NULL;
+    kestrel_job *j = NULL;
+    (void)state;
+    kestrel_init();
+    assert_int_equal(kestrel_job_spec_set_name(NULL, "x"), KESTREL_EMISUSE);
+    assert_int_equal(kestrel_job_get(&j, NULL, 1), KESTREL_EMISUSE);
+    assert_int_equal(kestrel_client_new(&c, "ftp://x", NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_client_new(&c, "http://a\nb", NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_job_spec_new(&s), 0);
+    assert_int_equal(kestrel_job_spec_set_name(s, "ok name"), 0);
+    assert_int_equal(kestrel_job_spec_set_name(s, "bad\x01name"), KESTREL_EINVALID);
+    assert_int_equal(kestrel_job_spec_set_priority(s, 4), KESTREL_EINVALID);
+    assert_int_equal(kestrel_job_spec_set_gpus(s, -1), KESTREL_EINVALID);
+    assert_int_equal(kestrel_job_spec_set_workdir(s, "../etc"), KESTREL_EINVALID);
+    assert_int_equal(kestrel_job_spec_set_workdir(s, "a/../../b"), KESTREL_EINVALID);
+    assert_int_equal(kestrel_job_spec_set_workdir(s, "/abs"), KESTREL_EINVALID);
+    assert_int_equal(kestrel_job_spec_set_workdir(s, "sub/dir"), 0);
+    assert_int_equal(kestrel_job_spec_set_env(s, "A=B", "x"), KESTREL_EINVALID);
+    assert_int_equal(kestrel_job_spec_set_env(s, "A", "1"), 0);
+    assert_int_equal(kestrel_job_spec_set_env(s, "A", "2"), 0);   /* replaces */
+    assert_int_equal(kestrel_job_spec_set_git(s, "-oProxyCommand=x", NULL), KESTREL_EINVALID);
+    kestrel_job_spec_free(s);
+    assert_int_equal(kestrel_job_spec_set_name(s, "after free"), KESTREL_EMISUSE);
+    kestrel_shutdown();
+}
+
+static void priorities_and_states(void **state)
+{
+    int p = 0;
+    (void)state;
+    assert_int_equal(kestrel_priority_parse(&p, "URGENT"), 0);
+    assert_int_equal(p, KESTREL_PRIORITY_URGENT);
+    assert_int_equal(kestrel_priority_parse(&p, "asap"), KESTREL_EINVALID);
+    assert_string_equal(kestrel_job_state_name(KESTREL_JOB_STATE_PREEMPTED), "PREEMPTED");
+    assert_string_equal(kestrel_job_state_name(42), "UNKNOWN");
+    assert_true(kestrel_job_state_is_final(KESTREL_JOB_STATE_CANCELLED));
+    assert_false(kestrel_job_state_is_final(KESTREL_JOB_STATE_PREEMPTED));
+}
+
+static void text_validation(void **state)
+{
+    (void)state;
+    assert_true(kestrel__text_is_clean("r\xc3\xa9sum\xc3\xa9", 64));
+    assert_false(kestrel__text_is_clean("tab\there", 64));
+    assert_false(kestrel__text_is_clean("del\x7f", 64));
+    assert_false(kestrel__text_is_clean("\xc0\xaf", 64));          /* overlong */
+    assert_false(kestrel__text_is_clean("\xed\xa0\x80", 64));      /* surrogate */
+    assert_false(kestrel__text_is_clean("toolong", 3));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(strerror_covers_every_code),
+        cmocka_unit_test(error_is_thread_local_and_one_line),
+        cmocka_unit_test(init_is_refcounted),
+        cmocka_unit_test(options_versioning),
+        cmocka_unit_test(handles_report_misuse),
+        cmocka_unit_test(priorities_and_states),
+        cmocka_unit_test(text_validation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

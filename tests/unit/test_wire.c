@@ -1,0 +1,192 @@
+/* Unit tests: the generic protobuf <-> JSON mapper and the protobuf codec. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <cmocka.h>
+#include "wire.h"
+
+static Kestrel__V1__Job *sample_job(void)
+{
+    static char *argv[] = { "python", "train.py", "--lr=0.1 \"quoted\" \xc3\xa9" };
+    static Kestrel__V1__KeyValue kv = KESTREL__V1__KEY_VALUE__INIT;
+    static Kestrel__V1__KeyValue *kvs[] = { &kv };
+    static Kestrel__V1__JobSpec spec = KESTREL__V1__JOB_SPEC__INIT;
+    static Kestrel__V1__JobEvent ev = KESTREL__V1__JOB_EVENT__INIT;
+    static Kestrel__V1__JobEvent *evs[] = { &ev };
+    static Kestrel__V1__Job job = KESTREL__V1__JOB__INIT;
+    kv.key = "team";
+    kv.value = "vision";
+    spec.argv = argv;
+    spec.n_argv = 3;
+    spec.labels = kvs;
+    spec.n_labels = 1;
+    spec.priority = KESTREL__V1__PRIORITY__URGENT;
+    spec.gpus = 4;
+    spec.no_retry = 1;
+    ev.time_ms = 1700000000123LL;
+    ev.from_state = KESTREL__V1__JOB_STATE__QUEUED;
+    ev.to_state = KESTREL__V1__JOB_STATE__RUNNING;
+    ev.reason = "started";
+    job.id = 9007199254740993LL;   /* not representable as a double: must survive as a string */
+    job.spec = &spec;
+    job.state = KESTREL__V1__JOB_STATE__RUNNING;
+    job.exit_code = -1;
+    job.events = evs;
+    job.n_events = 1;
+    return &job;
+}
+
+static void json_round_trip(void **state)
+{
+    kestrel_buf a = KESTREL_BUF_INIT, b = KESTREL_BUF_INIT;
+    ProtobufCMessage *m = NULL;
+    Kestrel__V1__Job *j;
+    (void)state;
+    assert_int_equal(kestrel__wire_to_json(&a, &sample_job()->base, 0), 0);
+    assert_non_null(strstr(a.ptr, "\"id\":\"9007199254740993\""));
+    assert_non_null(strstr(a.ptr, "\"priority\":\"URGENT\""));
+    assert_int_equal(kestrel__wire_from_json(&m, &kestrel__v1__job__descriptor, a.ptr, a.size), 0);
+    j = (Kestrel__V1__Job *)m;
+    assert_int_equal(j->id, 9007199254740993LL);
+    assert_string_equal(j->spec->argv[2], "--lr=0.1 \"quoted\" \xc3\xa9");
+    assert_int_equal(j->spec->priority, KESTREL__V1__PRIORITY__URGENT);
+    assert_int_equal(j->spec->no_retry, 1);
+    assert_string_equal(j->spec->labels[0]->value, "vision");
+    assert_int_equal(j->events[0]->time_ms, 1700000000123LL);
+    /* encoding the decoded message gives the same JSON */
+    assert_int_equal(kestrel__wire_to_json(&b, m, 0), 0);
+    assert_string_equal(a.ptr, b.ptr);
+    protobuf_c_message_free_unpacked(m, NULL);
+    kestrel_buf_dispose(&a);
+    kestrel_buf_dispose(&b);
+}
+
+static void protobuf_round_trip(void **state)
+{
+    kestrel_buf pb = KESTREL_BUF_INIT, j1 = KESTREL_BUF_INIT, j2 = KESTREL_BUF_INIT;
+    ProtobufCMessage *m = NULL;
+    (void)state;
+    assert_int_equal(kestrel__wire_pack(&pb, &sample_job()->base), 0);
+    assert_int_equal(kestrel__wire_unpack(&m, &kestrel__v1__job__descriptor, (const uint8_t *)pb.ptr, pb.size), 0);
+    kestrel__wire_to_json(&j1, &sample_job()->base, 0);
+    kestrel__wire_to_json(&j2, m, 0);
+    assert_string_equal(j1.ptr, j2.ptr);
+    protobuf_c_message_free_unpacked(m, NULL);
+    kestrel_buf_dispose(&pb);
+    kestrel_buf_dispose(&j1);
+    kestrel_buf_dispose(&j2);
+}
+
+static void json_accepts_proto3_forms(void **state)
+{
+    const char *in = "{\"argv\":[\"a\"],\"gitUrl\":\"u\",\"gpus\":\"3\",\"priority\":2,\"noRetry\":true,\"name\":null}";
+    ProtobufCMessage *m = NULL;
+    Kestrel__V1__JobSpec *s;
+    (void)state;
+    assert_int_equal(kestrel__wire_from_json(&m, &kestrel__v1__job_spec__descriptor, in, strlen(in)), 0);
+    s = (Kestrel__V1__JobSpec *)m;
+    assert_string_equal(s->git_url, "u");
+    assert_int_equal(s->gpus, 3);
+    assert_int_equal(s->priority, KESTREL__V1__PRIORITY__HIGH);
+    assert_int_equal(s->no_retry, 1);
+    assert_string_equal(s->name, "");
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
+static void expect_json_error(const char *in, const char *fragment)
+{
+    ProtobufCMessage *m = (ProtobufCMessage *)1;
+    int rc = kestrel__wire_from_json(&m, &kestrel__v1__job_spec__descriptor, in, strlen(in));
+    assert_int_equal(rc, KESTREL_EINVALID);
+    assert_null(m);
+    if (strstr(kestrel_error_last()->message, fragment) == NULL)
+        fail_msg("error '%s' lacks '%s' for input %s", kestrel_error_last()->message, fragment, in);
+}
+
+static void json_rejects_bad_input(void **state)
+{
+    (void)state;
+    expect_json_error("{\"argv\":[\"a\"]", "malformed JSON");
+    expect_json_error("[1,2]", "must be an object");
+    expect_json_error("{\"argv\":[\"a\"],\"bogus\":1}", "unknown field 'bogus'");
+    expect_json_error("{\"priority\":\"SUPERURGENT\"}", "unknown Priority value");
+    expect_json_error("{\"priority\":77}", "unknown enum value");
+    expect_json_error("{\"gpus\":1.5}", "not an integer");
+    expect_json_error("{\"gpus\":4294967296}", "out of range");
+    expect_json_error("{\"gpus\":\"many\"}", "not an integer");
+    expect_json_error("{\"argv\":\"a\"}", "expected an array");
+    expect_json_error("{\"argv\":[1]}", "expected a string");
+    expect_json_error("{\"argv\":[\"a\",null]}", "null inside an array");
+    expect_json_error("{\"no_retry\":1}", "expected true or false");
+    expect_json_error("{\"env\":[{\"key\":\"A\",\"value\":5}]}", "env.value");
+    expect_json_error("{\"env\":[{\"key\":\"A\"},{\"key\":\"B\",\"oops\":1}]}", "unknown field 'oops'");
+    expect_json_error("{\"name\":\"a\",\"name\":\"b\"}", "duplicate field");
+    expect_json_error("{\"name\":\"\xff\xfe\"}", "invalid UTF-8");
+}
+
+static void protobuf_rejects_bad_input(void **state)
+{
+    /* field 5 (priority) varint 99: an unknown enum value; and a truncated message */
+    static const uint8_t unknown_enum[] = { 0x28, 99 };
+    static const uint8_t truncated[] = { 0x0a, 0x10, 'a' };
+    ProtobufCMessage *m = NULL;
+    (void)state;
+    assert_int_equal(kestrel__wire_unpack(&m, &kestrel__v1__job_spec__descriptor, unknown_enum, sizeof(unknown_enum)),
+                     KESTREL_EINVALID);
+    assert_non_null(strstr(kestrel_error_last()->message, "unknown enum value 99"));
+    assert_int_equal(kestrel__wire_unpack(&m, &kestrel__v1__job_spec__descriptor, truncated, sizeof(truncated)),
+                     KESTREL_EINVALID);
+    assert_non_null(strstr(kestrel_error_last()->message, "malformed protobuf"));
+    assert_null(m);
+}
+
+static void decode_picks_codec_by_content_type(void **state)
+{
+    kestrel_buf pb = KESTREL_BUF_INIT;
+    Kestrel__V1__TokenRequest req = KESTREL__V1__TOKEN_REQUEST__INIT;
+    ProtobufCMessage *m = NULL;
+    const char *json = "{\"user\":\"bob\"}";
+    (void)state;
+    req.user = "alice";
+    kestrel__wire_pack(&pb, &req.base);
+    assert_int_equal(kestrel__wire_decode(&m, &kestrel__v1__token_request__descriptor, "application/x-protobuf",
+                                          pb.ptr, pb.size), 0);
+    assert_string_equal(((Kestrel__V1__TokenRequest *)m)->user, "alice");
+    protobuf_c_message_free_unpacked(m, NULL);
+    assert_int_equal(kestrel__wire_decode(&m, &kestrel__v1__token_request__descriptor, "application/json; charset=utf-8",
+                                          json, strlen(json)), 0);
+    assert_string_equal(((Kestrel__V1__TokenRequest *)m)->user, "bob");
+    protobuf_c_message_free_unpacked(m, NULL);
+    kestrel_buf_dispose(&pb);
+}
+
+static void doubles_and_specials(void **state)
+{
+    Kestrel__V1__Metric met = KESTREL__V1__METRIC__INIT;
+    kestrel_buf b = KESTREL_BUF_INIT;
+    ProtobufCMessage *m = NULL;
+    (void)state;
+    met.name = "loss";
+    met.value = 0.125;
+    kestrel__wire_to_json(&b, &met.base, 0);
+    assert_non_null(strstr(b.ptr, "\"value\":0.125"));
+    assert_int_equal(kestrel__wire_from_json(&m, &kestrel__v1__metric__descriptor, "{\"value\":\"NaN\"}", 15), 0);
+    assert_true(((Kestrel__V1__Metric *)m)->value != ((Kestrel__V1__Metric *)m)->value);
+    protobuf_c_message_free_unpacked(m, NULL);
+    kestrel_buf_dispose(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(json_round_trip),
+        cmocka_unit_test(protobuf_round_trip),
+        cmocka_unit_test(json_accepts_proto3_forms),
+        cmocka_unit_test(json_rejects_bad_input),
+        cmocka_unit_test(protobuf_rejects_bad_input),
+        cmocka_unit_test(decode_picks_codec_by_content_type),
+        cmocka_unit_test(doubles_and_specials),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
