@@ -85,9 +85,11 @@ static enum MHD_Result submit(kd_req *r)
         reply = kd_reply_failure(r, rc);
         goto out;
     }
+    /* load before waking the scheduler: the reply shows the job as submitted (QUEUED) */
+    rc = kd_catalog_job_load(r->e->cat, id, 1, &job, NULL);
     kd_engine_kick(r->e);
     kd_engine_changed(r->e);
-    if ((rc = kd_catalog_job_load(r->e->cat, id, 1, &job, NULL)) < 0) {
+    if (rc < 0) {
         reply = kd_reply_failure(r, rc);
         goto out;
     }
