@@ -37,7 +37,8 @@ int kd_daemon_start(kd_daemon *d, const char *dir, const char *const *extra)
     const char *argv[32];
     int n = 0;
     if (dir) {
-        snprintf(d->dir, sizeof(d->dir), "%s", dir);
+        if (dir != d->dir)
+            snprintf(d->dir, sizeof(d->dir), "%s", dir);
     } else {
         snprintf(d->dir, sizeof(d->dir), "/tmp/kestrel-it-XXXXXX");
         if (mkdtemp(d->dir) == NULL)
