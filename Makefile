@@ -1,0 +1,55 @@
+# Kestrel: the two commands of the README quick start, and the developer targets.
+#   make demo    install what is missing, build, run a real Keras job on a local kestreld
+#   make check   install what is missing, build, run every test (also under ASan+UBSan)
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+VENV ?= .venv
+JOBS ?= $(shell nproc)
+PY := $(abspath $(VENV))/bin/python
+CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
+
+.PHONY: all deps build check test test-asan demo install bench bench-submit abi-baseline clean
+
+all: build
+
+deps:
+	@scripts/deps.sh $(VENV)
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The C unit and integration tests again with AddressSanitizer + UndefinedBehaviorSanitizer
+# (kestreld included); Python stays off this build (STYLE.md B15).
+test-asan:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKESTREL_SANITIZE=address,undefined $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -L 'unit|integration'
+
+check: deps
+	$(MAKE) test
+	$(MAKE) test-asan
+
+demo: deps build
+	scripts/demo.sh $(BUILD) $(PY)
+
+install: build
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
+
+bench: bench-submit
+
+bench-submit: build
+	$(BUILD)/bench/bench_submit $(BUILD)/server/kestreld
+
+# Refresh the committed ABI baseline (release commits only; review the diff).
+abi-baseline: build
+	tests/abi/abicheck.sh --refresh $(BUILD)/lib/libkestrel.so.1 include tests/abi/libkestrel-1.abi
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

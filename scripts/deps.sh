@@ -1,0 +1,31 @@
+#!/bin/sh
+# Install what building and testing Kestrel needs on Debian: apt packages, then a
+# Python venv (keras, torch 2.13.0 CPU, cffi, pytest). Idempotent: installs only what is missing.
+# Usage: scripts/deps.sh VENV_DIR
+set -eu
+VENV=${1:-.venv}
+PKGS="build-essential libcurl4-openssl-dev libcjson-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev
+libsqlite3-dev libssl-dev libcmocka-dev abigail-tools pkg-config cmake git curl python3 python3-venv"
+
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps: missing Debian packages:$missing (run as root, or: sudo apt-get install$missing)" >&2
+    exit 1
+  fi
+  echo "deps: installing$missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+
+PY=python3
+if ! "$VENV/bin/python" -c 'import keras, torch, cffi, pytest' 2>/dev/null; then
+  echo "deps: creating the Python venv $VENV (keras, torch==2.13.0, cffi, pytest)"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 keras cffi pytest 2>&1 |
+    grep -v "^WARNING: Location" || true
+  "$VENV/bin/python" -c 'import keras, torch, cffi, pytest' || { echo "deps: the venv is incomplete" >&2; exit 1; }
+fi
