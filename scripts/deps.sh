@@ -22,10 +22,10 @@ if [ -n "$missing" ]; then
 fi
 
 PY=python3
-if ! "$VENV/bin/python" -c 'import keras, torch, cffi, pytest' 2>/dev/null; then
+if ! KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest' 2>/dev/null; then
   echo "deps: creating the Python venv $VENV (keras, torch==2.13.0, cffi, pytest)"
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 keras cffi pytest 2>&1 |
     grep -v "^WARNING: Location" || true
-  "$VENV/bin/python" -c 'import keras, torch, cffi, pytest' || { echo "deps: the venv is incomplete" >&2; exit 1; }
+  KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest' || { echo "deps: the venv is incomplete" >&2; exit 1; }
 fi
