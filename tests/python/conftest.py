@@ -1,0 +1,68 @@
+"""Fixtures: the real kestreld on an ephemeral loopback port, and the kestrel CLI."""
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+KESTRELD = os.environ["KESTRELD"]
+KESTREL_CLI = os.environ["KESTREL_CLI"]
+
+
+class Daemon:
+    def __init__(self, root, *flags):
+        self.root = root
+        self.data = root / "data"
+        port_file = root / "port"
+        self.log = open(root / "kestreld.log", "w")
+        self.proc = subprocess.Popen(
+            [KESTRELD, "--port", "0", "--data-dir", str(self.data), "--port-file", str(port_file), *flags],
+            stderr=self.log)
+        deadline = time.time() + 20
+        while not (port_file.exists() and (self.data / "admin.token").exists()):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("kestreld did not start: " + (root / "kestreld.log").read_text())
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+        self.token = (self.data / "admin.token").read_text().strip()
+
+    def env(self, **extra):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KESTREL_")}
+        env.update(KESTREL_URL=self.url, KESTREL_TOKEN=self.token, HOME=str(self.root))
+        env.update(extra)
+        return env
+
+    def cli(self, *args, check=True, env=None, timeout=120):
+        p = subprocess.run([KESTREL_CLI, *args], capture_output=True, text=True,
+                           env=env if env is not None else self.env(), timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError(f"kestrel {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def api(self, method, path, body=None, token=None):
+        req = urllib.request.Request(self.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"Bearer {token or self.token}",
+                                              "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def kestreld(tmp_path):
+    d = Daemon(tmp_path, "--grace-period", "5", "--gpus", "2")
+    yield d
+    assert d.stop() == 0

@@ -1,0 +1,118 @@
+"""The kestrel CLI and the JSON API, driven as a person would, against the real kestreld."""
+import json
+import subprocess
+
+from conftest import KESTREL_CLI, KESTRELD
+
+
+def submit(k, *args):
+    out = k.cli("-o", "json", "submit", *args).stdout
+    return json.loads(out)
+
+
+def test_help_and_usage_errors(kestreld):
+    assert "submit" in kestreld.cli("--help").stdout
+    assert "--gpus N" in kestreld.cli("submit", "--help").stdout
+    assert kestreld.cli("frobnicate", check=False).returncode == 2
+    p = kestreld.cli("submit", "--gpus", "1", check=False)
+    assert p.returncode == 2 and "needs a program" in p.stderr
+    p = kestreld.cli("submit", "--priority", "asap", "--", "true", check=False)
+    assert p.returncode != 0 and "unknown priority 'asap'" in p.stderr
+    p = kestreld.cli("status", "nope", check=False)
+    assert p.returncode == 2
+
+
+def test_kestreld_help_documents_flags():
+    out = subprocess.run([KESTRELD, "--help"], capture_output=True, text=True, check=True).stdout
+    for flag in ("--listen", "--port", "--data-dir", "--gpus", "--grace-period", "--max-body"):
+        assert flag in out
+    assert subprocess.run([KESTRELD, "--gpus", "lots"], capture_output=True).returncode == 2
+
+
+def test_submit_follow_wait_status(kestreld):
+    job = submit(kestreld, "--name", "cli-job", "--label", "team=vision", "--env", "GREETING=hi", "--priority", "high",
+                 "--", "sh", "-c", "echo $GREETING; echo warn >&2; sleep 0.3; echo done")
+    assert job["state"] == "QUEUED" and job["spec"]["priority"] == "HIGH"
+    jid = job["id"]
+    logs = kestreld.cli("logs", "-f", jid)
+    assert logs.stdout.splitlines() == ["hi", "done"]
+    assert logs.stderr.strip() == "warn"
+    assert kestreld.cli("wait", jid).stdout.startswith(f"job {jid} SUCCEEDED")
+    status = json.loads(kestreld.cli("-o", "json", "status", jid).stdout)
+    assert status["state"] == "SUCCEEDED" and status["exit_code"] == 0
+    assert [e["to_state"] for e in status["events"]] == ["QUEUED", "RUNNING", "SUCCEEDED"]
+    text = kestreld.cli("status", jid).stdout
+    assert "SUCCEEDED" in text and "cli-job" in text
+    lines = [json.loads(l) for l in kestreld.cli("-o", "json", "logs", jid).stdout.splitlines()]
+    assert [l["stream"] for l in lines] == ["stdout", "stderr", "stdout"]
+    jobs = json.loads(kestreld.cli("-o", "json", "jobs", "--label", "team=vision").stdout)
+    assert [j["id"] for j in jobs] == [jid]
+    assert "cli-job" in kestreld.cli("jobs").stdout
+
+
+def test_wait_exit_codes_and_cancel(kestreld):
+    failing = submit(kestreld, "--", "sh", "-c", "exit 4")["id"]
+    p = kestreld.cli("wait", failing, check=False)
+    assert p.returncode == 1 and "FAILED: exit code 4" in p.stdout
+    slow = submit(kestreld, "--gpus", "2", "--", "sleep", "30")["id"]
+    assert kestreld.cli("wait", "--timeout", "0.3", slow, check=False).returncode == 124
+    queued = submit(kestreld, "--gpus", "1", "--", "true")["id"]
+    assert "cancelled" in kestreld.cli("cancel", queued).stdout
+    kestreld.cli("cancel", slow)
+    p = kestreld.cli("wait", slow, check=False)
+    assert p.returncode == 1 and "CANCELLED" in p.stdout
+    assert json.loads(kestreld.cli("-o", "json", "status", queued).stdout)["state"] == "CANCELLED"
+
+
+def test_submit_follow_flag_exits_like_the_job(kestreld):
+    p = kestreld.cli("submit", "--follow", "--", "sh", "-c", "echo bye; exit 3", check=False)
+    assert p.returncode == 1
+    assert "bye" in p.stdout and "FAILED: exit code 3" in p.stdout
+
+
+def test_config_file_and_flags(kestreld, tmp_path):
+    cfg = tmp_path / "xdg" / "kestrel"
+    cfg.mkdir(parents=True)
+    (cfg / "config").write_text(f"# kestrel\nurl = {kestreld.url}\ntoken = {kestreld.token}\n")
+    env = kestreld.env(XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    del env["KESTREL_URL"], env["KESTREL_TOKEN"]
+    assert "ID" in kestreld.cli("jobs", env=env).stdout
+    # flags win over the file
+    p = kestreld.cli("--token", "wrong", "jobs", env=env, check=False)
+    assert p.returncode == 1 and "invalid or revoked token" in p.stderr
+    env.pop("XDG_CONFIG_HOME")
+    p = kestreld.cli("jobs", env=env, check=False)
+    assert p.returncode == 1 and "no server" in p.stderr
+
+
+def test_raw_curl_json_submit_and_read_back(kestreld):
+    auth = f"Authorization: Bearer {kestreld.token}"
+    out = subprocess.run(["curl", "-sS", "-H", auth, "-H", "Content-Type: application/json",
+                          "-d", '{"argv":["echo","via curl"],"name":"curl-job","priority":"urgent"}',
+                          kestreld.url + "/api/v1/jobs"], capture_output=True, text=True, check=True).stdout
+    job = json.loads(out)
+    assert job["spec"]["name"] == "curl-job" and job["state"] == "QUEUED"
+    out = subprocess.run(["curl", "-sS", "-H", auth, f"{kestreld.url}/api/v1/jobs/{job['id']}?wait_ms=20000"],
+                         capture_output=True, text=True, check=True).stdout
+    got = json.loads(out)
+    assert got["state"] == "SUCCEEDED" and got["spec"]["priority"] == "URGENT"
+    out = subprocess.run(["curl", "-sS", "-H", auth, f"{kestreld.url}/api/v1/jobs/{job['id']}/logs"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["lines"][0]["text"] == "via curl"
+    # and a bad one comes back as a structured error
+    out = subprocess.run(["curl", "-sS", "-w", "\n%{http_code}", "-H", auth, "-d", '{"argv":[]}',
+                          kestreld.url + "/api/v1/jobs"], capture_output=True, text=True, check=True).stdout
+    body, code = out.rsplit("\n", 1)
+    assert code == "400" and json.loads(body)["code"] == "invalid_argument"
+
+
+def test_other_users_job_is_not_found(kestreld):
+    jid = submit(kestreld, "--", "true")["id"]
+    status, body = kestreld.api("POST", "/api/v1/tokens", {"user": "carol"})
+    assert status == 201
+    env = kestreld.env(KESTREL_TOKEN=body["token"])
+    p = kestreld.cli("status", jid, env=env, check=False)
+    assert p.returncode == 1 and "not found" in p.stderr
+    assert kestreld.cli("-o", "json", "jobs", env=env).stdout.strip() == "[\n]"
+    status, _ = kestreld.api("POST", "/api/v1/tokens", {"user": "dave"}, token=body["token"])
+    assert status == 403
