@@ -104,7 +104,11 @@ static void handles_report_misuse(void **state)
     assert_int_equal(kestrel_job_spec_set_env(s, "A", "2"), 0);   /* replaces */
     assert_int_equal(kestrel_job_spec_set_git(s, "-oProxyCommand=x", NULL), KESTREL_EINVALID);
     kestrel_job_spec_free(s);
-    assert_int_equal(kestrel_job_spec_set_name(s, "after free"), KESTREL_EMISUSE);
+    /* a handle of the wrong type is refused, not trusted */
+    assert_int_equal(kestrel_client_new(&c, "http://127.0.0.1:1", NULL), 0);
+    assert_int_equal(kestrel_job_spec_set_name((kestrel_job_spec *)(void *)c, "x"), KESTREL_EMISUSE);
+    assert_non_null(strstr(kestrel_error_last()->message, "not a live spec handle"));
+    kestrel_client_free(c);
     kestrel_shutdown();
 }
 
