@@ -45,7 +45,7 @@ install: build
 bench: bench-submit
 
 bench-submit: build
-	$(BUILD)/bench/bench_submit $(BUILD)/server/kestreld
+	$(BUILD)/bench/bench_submit
 
 # Refresh the committed ABI baseline (release commits only; review the diff).
 abi-baseline: build

@@ -241,6 +241,11 @@ static void schedule_pass(kd_engine *e)
     kd_sched_start *starts;
     int *devices;
 
+    pthread_mutex_lock(&e->mu);
+    n = (size_t)(e->cfg->max_jobs - e->running);
+    pthread_mutex_unlock(&e->mu);
+    if (n == 0)
+        return;   /* no process slot: nothing can start, skip reading the queue */
     if (kd_catalog_jobs_in_state(e->cat, KESTREL_JOB_STATE_QUEUED, QUEUE_WINDOW, &rows, &n) < 0 || n == 0) {
         free(n ? rows : NULL);
         return;
