@@ -1,5 +1,6 @@
 /* server/catalog.c - opening the catalog, schema, statement cache, users and tokens. */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,31 @@ int kd__exec(kd_catalog *cat, const char *sql)
     return 0;
 }
 
+/* Run one write statement under the lock. types names each argument: 'i' int64_t, 't' text. */
+int kd__run(kd_catalog *cat, const char *sql, const char *types, ...)
+{
+    sqlite3_stmt *st;
+    va_list ap;
+    int rc = 0;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+    } else {
+        va_start(ap, types);
+        for (int i = 0; types[i]; i++) {
+            if (types[i] == 'i')
+                sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+            else
+                sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_STATIC);
+        }
+        va_end(ap);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = kd__sql_fail(cat, "write");
+    }
+    kd__unlock(cat);
+    return rc;
+}
+
 int kd_catalog_open(kd_catalog **out, const char *path)
 {
     kd_catalog *cat = calloc(1, sizeof(*cat));
@@ -142,21 +168,7 @@ out:
 
 int kd_catalog_token_add(kd_catalog *cat, const char *hash, int64_t user_id, int64_t job_id)
 {
-    static const char *const sql = "INSERT INTO tokens(hash, user_id, job_id) VALUES(?, ?, ?)";
-    sqlite3_stmt *st;
-    int rc = 0;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-    } else {
-        sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, user_id);
-        sqlite3_bind_int64(st, 3, job_id);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            rc = kd__sql_fail(cat, "insert token");
-    }
-    kd__unlock(cat);
-    return rc;
+    return kd__run(cat, "INSERT INTO tokens(hash, user_id, job_id) VALUES(?, ?, ?)", "tii", hash, user_id, job_id);
 }
 
 int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *p)
@@ -190,17 +202,5 @@ int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *p)
 
 int kd_catalog_token_drop_job(kd_catalog *cat, int64_t job_id)
 {
-    static const char *const sql = "DELETE FROM tokens WHERE job_id = ?";
-    sqlite3_stmt *st;
-    int rc = 0;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-    } else {
-        sqlite3_bind_int64(st, 1, job_id);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            rc = kd__sql_fail(cat, "delete token");
-    }
-    kd__unlock(cat);
-    return rc;
+    return kd__run(cat, "DELETE FROM tokens WHERE job_id = ?", "i", job_id);
 }

@@ -70,7 +70,6 @@ typedef struct {
 int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t);
 int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t pid_start);
 int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha);
-int kd_catalog_job_event(kd_catalog *cat, int64_t id, int64_t now_ms, int state, const char *reason);
 
 /* logs: append a batch of lines in one transaction; read from an offset */
 typedef struct {
@@ -96,5 +95,6 @@ int kd__sql_fail(kd_catalog *cat, const char *what);
 void kd__lock(kd_catalog *cat);
 void kd__unlock(kd_catalog *cat);
 int kd__exec(kd_catalog *cat, const char *sql);
+int kd__run(kd_catalog *cat, const char *sql, const char *types, ...);
 
 #endif

@@ -378,42 +378,12 @@ out:
     return rc;
 }
 
-/* Run one UPDATE/INSERT with (int64 id, int64 a, int64 b | text) parameters. */
-static int exec_id(kd_catalog *cat, const char *sql, int64_t id, int64_t a, int64_t b, const char *text)
-{
-    sqlite3_stmt *st;
-    int rc = 0;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-    } else {
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, a);
-        sqlite3_bind_int64(st, 3, b);
-        if (text)
-            sqlite3_bind_text(st, 4, text, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            rc = kd__sql_fail(cat, "update job");
-    }
-    kd__unlock(cat);
-    return rc;
-}
-
 int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t pid_start)
 {
-    static const char *const sql = "UPDATE jobs SET pid = ?2, pid_start = ?3 WHERE id = ?1";
-    return exec_id(cat, sql, id, pid, pid_start, NULL);
+    return kd__run(cat, "UPDATE jobs SET pid = ?, pid_start = ? WHERE id = ?", "iii", pid, pid_start, id);
 }
 
 int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha)
 {
-    static const char *const sql = "UPDATE jobs SET git_commit = ?4 WHERE id = ?1 AND ?2 = ?3";
-    return exec_id(cat, sql, id, 0, 0, sha);
-}
-
-int kd_catalog_job_event(kd_catalog *cat, int64_t id, int64_t now_ms, int state, const char *reason)
-{
-    static const char *const sql =
-        "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?1, ?2, ?3, ?3, ?4)";
-    return exec_id(cat, sql, id, now_ms, state, reason);
+    return kd__run(cat, "UPDATE jobs SET git_commit = ? WHERE id = ?", "ti", sha, id);
 }
