@@ -525,6 +525,30 @@ static void program_not_found(void **state)
     kestrel_job_free(j);
 }
 
+static void transport_errors(void **state)
+{
+    kestrel_client_options o = KESTREL_CLIENT_OPTIONS_INIT;
+    const char *argv[] = { "true" };
+    kestrel_job_spec *s;
+    kestrel_client *dead;
+    kestrel_job *j = NULL;
+    (void)state;
+    o.max_retries = 2;
+    o.retry_backoff_ms = 5;
+    o.token = D.token;
+    /* port 1 on loopback: nothing listens, every attempt is refused */
+    assert_int_equal(kestrel_client_new(&dead, "http://127.0.0.1:1/", &o), 0);
+    assert_string_equal(kestrel_client_url(dead), "http://127.0.0.1:1");
+    assert_int_equal(kestrel_job_get(&j, dead, 1), KESTREL_ENET);
+    assert_int_equal(kestrel_error_last()->transport_code, 7);   /* CURLE_COULDNT_CONNECT */
+    assert_null(j);
+    kestrel_job_spec_new(&s);
+    kestrel_job_spec_set_argv(s, argv, 1);
+    assert_int_equal(kestrel_job_submit(&j, dead, s), KESTREL_ENET);
+    kestrel_job_spec_free(s);
+    kestrel_client_free(dead);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -541,6 +565,7 @@ int main(void)
         cmocka_unit_test(job_token_is_scoped),
         cmocka_unit_test(git_source_job),
         cmocka_unit_test(program_not_found),
+        cmocka_unit_test(transport_errors),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
