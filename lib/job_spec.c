@@ -1,4 +1,5 @@
 /* lib/job_spec.c - job spec handles and their validation (shared with kestreld). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "job_priv.h"
@@ -9,6 +10,42 @@ static int workdir_ok(const char *w)
     size_t n = strlen(w);
     return kestrel__text_is_clean(w, 1024) && w[0] != '/' && strcmp(w, "..") && strncmp(w, "../", 3) &&
            !strstr(w, "/../") && !(n >= 3 && !strcmp(w + n - 3, "/.."));
+}
+
+/* "8.0" style compute capability, or "". */
+static int cc_ok(const char *s)
+{
+    int maj, min, n = 0;
+    return !s[0] || (sscanf(s, "%2d.%1d%n", &maj, &min, &n) == 2 && s[n] == '\0' && maj >= 0 && min >= 0);
+}
+
+static int short_name_ok(const char *s)
+{
+    return !s[0] || (kestrel__text_is_clean(s, 64) && !strchr(s, ' '));
+}
+
+static int validate_placement(const Kestrel__V1__JobSpec *s)
+{
+    if (!short_name_ok(s->gpu_type) || !short_name_ok(s->pool) || !short_name_ok(s->group) ||
+        !short_name_ok(s->affinity_group))
+        return kestrel__error_set(KESTREL_EINVALID,
+                                  "fields 'gpu_type', 'pool', 'group', 'affinity_group': up to 64 printable bytes, no spaces");
+    if (!cc_ok(s->min_compute_capability))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'min_compute_capability': expected MAJOR.MINOR such as 8.0");
+    if (s->min_gpu_memory_mb < 0)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'min_gpu_memory_mb': must not be negative");
+    if (s->n_after_ok + s->n_after_any > 64)
+        return kestrel__error_set(KESTREL_EINVALID, "fields 'after_ok', 'after_any': at most 64 dependencies");
+    for (size_t i = 0; i < s->n_after_ok + s->n_after_any; i++)
+        if ((i < s->n_after_ok ? s->after_ok[i] : s->after_any[i - s->n_after_ok]) <= 0)
+            return kestrel__error_set(KESTREL_EINVALID, "fields 'after_ok', 'after_any': job ids are positive");
+    if (s->affinity_job < 0 || (s->affinity_job && s->affinity_group[0]))
+        return kestrel__error_set(KESTREL_EINVALID, "fields 'affinity_job', 'affinity_group': at most one, ids positive");
+    if (s->affinity_required && !s->affinity_job && !s->affinity_group[0])
+        return kestrel__error_set(KESTREL_EINVALID, "field 'affinity_required': needs affinity_job or affinity_group");
+    if (s->grace_period_s < 0 || s->grace_period_s > 86400)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'grace_period_s': must be 0..86400");
+    return 0;
 }
 
 int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
@@ -46,7 +83,7 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
         return kestrel__error_set(KESTREL_EINVALID, "field 'git_ref': given without git_url");
     if (s->workdir[0] && !workdir_ok(s->workdir))
         return kestrel__error_set(KESTREL_EINVALID, "field 'workdir': must be a relative path inside the job");
-    return 0;
+    return validate_placement(s);
 }
 
 int kestrel_job_spec_new(kestrel_job_spec **out)

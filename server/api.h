@@ -33,7 +33,14 @@ enum MHD_Result kd_reply_failure(kd_req *r, int rc);
 ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enum MHD_Result *reply);
 const char *kd_query(kd_req *r, const char *key);
 
-/* Route handlers (api_jobs.c). */
+/* Load a job the caller may see (404 replied otherwise: returns NULL). */
+Kestrel__V1__Job *kd_visible_job(kd_req *r, int64_t id, int with_events, enum MHD_Result *reply);
+
+/* Route handlers (api_jobs.c, api_sched.c). */
+enum MHD_Result kd_route_explain(kd_req *r, int64_t id);
+enum MHD_Result kd_route_priority(kd_req *r, int64_t id);
+enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id);
+enum MHD_Result kd_route_queue(kd_req *r);
 enum MHD_Result kd_route_jobs(kd_req *r, const char *rest);
 enum MHD_Result kd_route_tokens(kd_req *r);
 

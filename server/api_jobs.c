@@ -38,7 +38,7 @@ static int query_int(kd_req *r, const char *key, long long lo, long long hi, lon
 }
 
 /* Load a job the caller may see; 404 for missing and for other users' jobs alike. */
-static Kestrel__V1__Job *visible_job(kd_req *r, int64_t id, int with_events, enum MHD_Result *reply)
+Kestrel__V1__Job *kd_visible_job(kd_req *r, int64_t id, int with_events, enum MHD_Result *reply)
 {
     Kestrel__V1__Job *job = NULL;
     int64_t owner = 0;
@@ -72,12 +72,18 @@ static enum MHD_Result submit(kd_req *r)
         reply = kd_reply_failure(r, rc);
         goto out;
     }
-    if (spec->gpus > r->e->cfg->gpus) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "field 'gpus': the job needs %d GPUs but this node has %d", spec->gpus,
-                 r->e->cfg->gpus);
-        reply = kd_reply_error(r, 400, "invalid_argument", msg);
-        goto out;
+    {
+        int most = 0;
+        for (size_t n = 0; n < r->e->cfg->nnodes; n++)
+            if (r->e->cfg->nodes[n].ndev > most)
+                most = r->e->cfg->nodes[n].ndev;
+        if (spec->gpus > most) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "field 'gpus': the job needs %d GPUs but the largest node has %d", spec->gpus,
+                     most);
+            reply = kd_reply_error(r, 400, "invalid_argument", msg);
+            goto out;
+        }
     }
     if (spec->priority == KESTREL__V1__PRIORITY__PRIORITY_UNSPECIFIED)
         spec->priority = KESTREL__V1__PRIORITY__NORMAL;
@@ -151,7 +157,7 @@ static enum MHD_Result get(kd_req *r, int64_t id)
     deadline = kestrel__now_ms() + wait;
     for (;;) {
         uint64_t gen = kd_engine_generation(r->e);
-        Kestrel__V1__Job *job = visible_job(r, id, 1, &reply);
+        Kestrel__V1__Job *job = kd_visible_job(r, id, 1, &reply);
         if (job == NULL)
             return reply;
         if (is_final((int)job->state) || kestrel__now_ms() >= deadline || r->e->stopping) {
@@ -171,12 +177,12 @@ static enum MHD_Result cancel(kd_req *r, int64_t id)
     int rc;
     if (r->who.job_id)
         return kd_reply_error(r, 403, "permission_denied", "a job token cannot cancel jobs");
-    if ((job = visible_job(r, id, 0, &reply)) == NULL)
+    if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
         return reply;
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if ((rc = kd_engine_cancel(r->e, id, r->who.user)) < 0)
         return kd_reply_failure(r, rc);
-    if ((job = visible_job(r, id, 1, &reply)) == NULL)
+    if ((job = kd_visible_job(r, id, 1, &reply)) == NULL)
         return reply;
     reply = kd_reply_msg(r, 200, &job->base);
     protobuf_c_message_free_unpacked(&job->base, NULL);
@@ -193,7 +199,7 @@ static enum MHD_Result logs(kd_req *r, int64_t id)
     if (query_int(r, "offset", 0, INT64_MAX, 0, &offset, &reply) < 0 ||
         query_int(r, "wait_ms", 0, MAX_WAIT_MS, 0, &wait, &reply) < 0)
         return reply;
-    if ((job = visible_job(r, id, 0, &reply)) == NULL)
+    if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
         return reply;
     protobuf_c_message_free_unpacked(&job->base, NULL);
     deadline = kestrel__now_ms() + wait;
@@ -228,7 +234,7 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
     Kestrel__V1__Job *job;
     Kestrel__V1__MetricBatch *b;
     int rc;
-    if ((job = visible_job(r, id, 0, &reply)) == NULL)
+    if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
         return reply;
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if (!strcmp(r->method, "GET")) {
@@ -286,6 +292,12 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest)
         return logs(r, id);
     if (!strcmp(sub, "/metrics") && (get_ || post))
         return metrics(r, id);
+    if (!strcmp(sub, "/explain") && get_)
+        return kd_route_explain(r, id);
+    if (!strcmp(sub, "/priority") && post)
+        return kd_route_priority(r, id);
+    if (!strcmp(sub, "/checkpoint") && post)
+        return kd_route_checkpoint(r, id);
     return kd_reply_error(r, 404, "not_found", "no such endpoint");
 }
 
@@ -305,7 +317,7 @@ enum MHD_Result kd_route_tokens(kd_req *r)
         return reply;
     if (!req->user[0] || !kestrel__text_is_clean(req->user, 64) || strchr(req->user, ' ')) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'user': 1..64 printable bytes without spaces");
-    } else if ((rc = kd_catalog_user_ensure(r->e->cat, req->user, 0, &uid, NULL)) < 0 ||
+    } else if ((rc = kd_catalog_user_ensure(r->e->cat, req->user, 0, req->team, &uid, NULL)) < 0 ||
                (rc = kd_token_issue(r->e->cat, uid, 0, token, sizeof(token))) < 0) {
         reply = kd_reply_failure(r, rc);
     } else {

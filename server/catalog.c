@@ -20,7 +20,7 @@ static const char *const schema =
     "PRAGMA synchronous=NORMAL;"
     "PRAGMA foreign_keys=ON;"
     "CREATE TABLE IF NOT EXISTS users(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL,"
-    "  is_admin INTEGER NOT NULL DEFAULT 0);"
+    "  is_admin INTEGER NOT NULL DEFAULT 0, team TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS tokens(id INTEGER PRIMARY KEY, hash TEXT UNIQUE NOT NULL,"
     "  user_id INTEGER NOT NULL REFERENCES users(id), job_id INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, owner_id INTEGER NOT NULL REFERENCES users(id),"
@@ -29,7 +29,9 @@ static const char *const schema =
     "  reason TEXT NOT NULL DEFAULT '', submit_ms INTEGER NOT NULL, start_ms INTEGER NOT NULL DEFAULT 0,"
     "  end_ms INTEGER NOT NULL DEFAULT 0, git_commit TEXT NOT NULL DEFAULT '', devices TEXT NOT NULL DEFAULT '',"
     "  restart_count INTEGER NOT NULL DEFAULT 0, pid INTEGER NOT NULL DEFAULT 0,"
-    "  pid_start INTEGER NOT NULL DEFAULT 0);"
+    "  pid_start INTEGER NOT NULL DEFAULT 0, node TEXT NOT NULL DEFAULT '', grp TEXT NOT NULL DEFAULT '',"
+    "  team TEXT NOT NULL DEFAULT '', checkpoint_ms INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX IF NOT EXISTS jobs_group ON jobs(grp, start_ms);"
     "CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(state, priority DESC, submit_ms, id);"
     "CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner_id, id);"
     "CREATE TABLE IF NOT EXISTS job_labels(job_id INTEGER NOT NULL REFERENCES jobs(id), key TEXT NOT NULL,"
@@ -144,9 +146,11 @@ void kd_catalog_close(kd_catalog *cat)
     free(cat);
 }
 
-int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, int64_t *id_out, int *created)
+int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, const char *team, int64_t *id_out,
+                           int *created)
 {
-    static const char *const ins = "INSERT OR IGNORE INTO users(name, is_admin) VALUES(?, ?)";
+    static const char *const ins = "INSERT OR IGNORE INTO users(name, is_admin, team) VALUES(?, ?, COALESCE(?, ''))";
+    static const char *const upd = "UPDATE users SET team = ? WHERE name = ?";
     static const char *const sel = "SELECT id FROM users WHERE name = ?";
     sqlite3_stmt *st;
     int rc = 0;
@@ -154,9 +158,17 @@ int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, int6
     if ((st = kd__stmt(cat, ins)) == NULL) { rc = KESTREL_EIO; goto out; }
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, is_admin);
+    if (team)
+        sqlite3_bind_text(st, 3, team, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE) { rc = kd__sql_fail(cat, "insert user"); goto out; }
     if (created)
         *created = sqlite3_changes(cat->db) > 0;
+    if (team && team[0]) {
+        if ((st = kd__stmt(cat, upd)) == NULL) { rc = KESTREL_EIO; goto out; }
+        sqlite3_bind_text(st, 1, team, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE) { rc = kd__sql_fail(cat, "update user"); goto out; }
+    }
     if ((st = kd__stmt(cat, sel)) == NULL) { rc = KESTREL_EIO; goto out; }
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_ROW) { rc = kd__sql_fail(cat, "select user"); goto out; }
@@ -174,7 +186,8 @@ int kd_catalog_token_add(kd_catalog *cat, const char *hash, int64_t user_id, int
 int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *p)
 {
     static const char *const sql =
-        "SELECT u.id, u.name, u.is_admin, t.job_id FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?";
+        "SELECT u.id, u.name, u.is_admin, t.job_id, u.team FROM tokens t JOIN users u ON u.id = t.user_id"
+        " WHERE t.hash = ?";
     sqlite3_stmt *st;
     int rc;
     kd__lock(cat);
@@ -189,6 +202,7 @@ int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *p)
             snprintf(p->user, sizeof(p->user), "%s", (const char *)sqlite3_column_text(st, 1));
             p->job_id = sqlite3_column_int64(st, 3);
             p->is_admin = sqlite3_column_int(st, 2) && p->job_id == 0;
+            snprintf(p->team, sizeof(p->team), "%s", (const char *)sqlite3_column_text(st, 4));
             rc = 0;
         } else if (rc == SQLITE_DONE) {
             rc = kestrel__error_set(KESTREL_ENOTFOUND, "unknown token");

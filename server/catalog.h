@@ -14,6 +14,7 @@ typedef struct {
     char user[128];
     int is_admin;
     int64_t job_id;
+    char team[128];
 } kd_principal;
 
 /* A job as the scheduler and executors need it. */
@@ -42,7 +43,9 @@ int kd_catalog_open(kd_catalog **out, const char *path);
 void kd_catalog_close(kd_catalog *cat);
 
 /* users and tokens (hashes only: tokens themselves are never stored) */
-int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, int64_t *id_out, int *created);
+/* team NULL or "": keep the user's team. */
+int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, const char *team, int64_t *id_out,
+                           int *created);
 int kd_catalog_token_add(kd_catalog *cat, const char *hash, int64_t user_id, int64_t job_id);
 int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *out);   /* KESTREL_ENOTFOUND */
 int kd_catalog_token_drop_job(kd_catalog *cat, int64_t job_id);
@@ -66,10 +69,39 @@ typedef struct {
     int set_exit;
     const char *devices;        /* written on RUNNING */
     int bump_restart;           /* requeue: restart_count + 1 */
+    const char *node;           /* written on RUNNING */
 } kd_transition;
 int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t);
 int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t pid_start);
 int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha);
+
+/* A queued job with what the scheduler needs (spec owned: free with kd_queued_free). */
+typedef struct {
+    int64_t id;
+    int priority;
+    int64_t submit_ms;
+    int64_t owner_id;
+    char owner[128];
+    char team[128];
+    int restart_count;
+    Kestrel__V1__JobSpec *spec;
+} kd_queued;
+int kd_catalog_queue(kd_catalog *cat, size_t limit, kd_queued **out, size_t *n);
+void kd_queued_free(kd_queued *q, size_t n);
+
+/* State and node of jobs by id; missing ids are left out. */
+typedef struct {
+    int64_t id;
+    int state;
+    char node[64];
+} kd_catref;
+int kd_catalog_refs(kd_catalog *cat, const int64_t *ids, size_t n, kd_catref *out, size_t *found);
+/* Node of the last started job of a group; KESTREL_ENOTFOUND when none. */
+int kd_catalog_group_node(kd_catalog *cat, const char *group, char *node, size_t len);
+/* Record an acknowledged checkpoint (time + event). */
+int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms);
+/* Change the class of a QUEUED job; returns 1 when the job is not queued. */
+int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64_t now_ms);
 
 /* logs: append a batch of lines in one transaction; read from an offset */
 typedef struct {

@@ -11,8 +11,8 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
                           int64_t *id_out)
 {
     static const char *const ins =
-        "INSERT INTO jobs(owner_id, name, spec, priority, gpus, no_retry, state, submit_ms, reason)"
-        " VALUES(?, ?, ?, ?, ?, ?, 1, ?, 'submitted')";
+        "INSERT INTO jobs(owner_id, name, spec, priority, gpus, no_retry, state, submit_ms, reason, grp, team)"
+        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, 'submitted', ?8, (SELECT team FROM users WHERE id = ?1))";
     static const char *const lab = "INSERT OR REPLACE INTO job_labels(job_id, key, value) VALUES(?, ?, ?)";
     static const char *const ev =
         "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?, ?, 0, 1, 'submitted')";
@@ -35,6 +35,7 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
     sqlite3_bind_int(st, 5, spec->gpus);
     sqlite3_bind_int(st, 6, spec->no_retry);
     sqlite3_bind_int64(st, 7, now);
+    sqlite3_bind_text(st, 8, spec->group, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE)
         goto fail;
     id = sqlite3_last_insert_rowid(kd__db(cat));
@@ -69,7 +70,8 @@ out:
 
 #define JOB_COLUMNS \
     "j.id, u.name, j.spec, j.state, j.exit_code, j.reason, j.submit_ms, j.start_ms, j.end_ms," \
-    " j.git_commit, j.devices, j.restart_count, j.owner_id FROM jobs j JOIN users u ON u.id = j.owner_id"
+    " j.git_commit, j.devices, j.restart_count, j.owner_id, j.node, j.checkpoint_ms, j.team"            \
+    " FROM jobs j JOIN users u ON u.id = j.owner_id"
 
 static char *col_dup(sqlite3_stmt *st, int i)
 {
@@ -96,6 +98,9 @@ static Kestrel__V1__Job *row_to_job(sqlite3_stmt *st)
     j->end_time_ms = sqlite3_column_int64(st, 8);
     j->git_commit = col_dup(st, 9);
     j->restart_count = sqlite3_column_int(st, 11);
+    j->node = col_dup(st, 13);
+    j->checkpoint_time_ms = sqlite3_column_int64(st, 14);
+    j->team = col_dup(st, 15);
     dev = (const char *)sqlite3_column_text(st, 10);
     if (dev && *dev) {
         size_t n = 1;
@@ -115,7 +120,7 @@ static Kestrel__V1__Job *row_to_job(sqlite3_stmt *st)
             }
         }
     }
-    if (!j->owner || !j->reason || !j->git_commit || !j->spec || (dev && *dev && !j->n_devices)) {
+    if (!j->owner || !j->reason || !j->git_commit || !j->spec || !j->node || !j->team || (dev && *dev && !j->n_devices)) {
         protobuf_c_message_free_unpacked(&j->base, NULL);
         return NULL;
     }
@@ -322,6 +327,7 @@ int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, con
         " end_ms = CASE WHEN ?2 IN " FINAL_STATES " THEN ?4 WHEN ?2 = 1 THEN 0 ELSE end_ms END,"
         " exit_code = CASE WHEN ?5 THEN ?6 WHEN ?2 IN (1, 2) THEN -1 ELSE exit_code END,"
         " devices = CASE WHEN ?2 = 2 THEN ?7 WHEN ?2 = 1 THEN '' ELSE devices END,"
+        " node = CASE WHEN ?2 = 2 THEN ?9 ELSE node END,"
         " restart_count = restart_count + ?8,"
         " pid = CASE WHEN ?2 = 2 THEN pid ELSE 0 END"
         " WHERE id = ?1";
@@ -355,6 +361,7 @@ int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, con
     sqlite3_bind_int(st, 6, t->exit_code);
     sqlite3_bind_text(st, 7, t->devices ? t->devices : "", -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 8, t->bump_restart ? 1 : 0);
+    sqlite3_bind_text(st, 9, t->node ? t->node : "", -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE)
         goto fail;
     if ((st = kd__stmt(cat, ev)) == NULL)

@@ -7,9 +7,6 @@
 #include <time.h>
 #include "engine.h"
 #include "exec_local.h"
-#include "sched_plan.h"
-
-#define QUEUE_WINDOW 1000   /* queued jobs considered per pass */
 
 static void deadline_ts(struct timespec *ts, int64_t deadline_ms)
 {
@@ -61,14 +58,14 @@ static kd_run *find_run(kd_engine *e, int64_t id)
     return NULL;
 }
 
-/* Begin terminating a run (engine lock held). */
-static void terminate_locked(kd_engine *e, kd_run *r, int why, const char *by)
+/* Begin stopping a run (engine lock held): SIGTERM now, SIGKILL after its grace period. */
+void kd_engine_terminate_locked(kd_engine *e, kd_run *r, int why, const char *by)
 {
     if (r->term != KD_TERM_NONE)
         return;
     r->term = why;
     snprintf(r->term_by, sizeof(r->term_by), "%s", by ? by : "");
-    r->kill_at_ms = kestrel__now_ms() + (int64_t)e->cfg->grace_s * 1000;
+    r->kill_at_ms = kestrel__now_ms() + (int64_t)(r->grace_s > 0 ? r->grace_s : e->cfg->grace_s) * 1000;
     e->exec->signal(e, r, SIGTERM);
     e->sched_pending = 1;   /* let the loop watch the deadline */
     pthread_cond_signal(&e->sched_cv);
@@ -90,8 +87,13 @@ int kd_engine_cancel(kd_engine *e, int64_t id, const char *by)
     pthread_mutex_lock(&e->mu);
     {
         kd_run *r = find_run(e, id);
-        if (r)
-            terminate_locked(e, r, KD_TERM_CANCEL, by);
+        if (r && r->term == KD_TERM_PREEMPT) {
+            /* a cancel wins over a preemption in progress: the job must not come back */
+            r->term = KD_TERM_CANCEL;
+            snprintf(r->term_by, sizeof(r->term_by), "%s", by);
+        } else if (r) {
+            kd_engine_terminate_locked(e, r, KD_TERM_CANCEL, by);
+        }
     }
     pthread_mutex_unlock(&e->mu);
     return 0;
@@ -138,6 +140,18 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
         t.set_exit = 1;
         t.exit_code = 128 + code;
     }
+    if (term == KD_TERM_PREEMPT) {
+        /* an exit after SIGTERM (or the SIGKILL at the end of the grace) is a preemption, never a failure */
+        kd_transition p = { kestrel__now_ms(), run->term_by, 0, 0, NULL, 0, NULL };
+        kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_PREEMPTED, &p);
+        to = KESTREL_JOB_STATE_QUEUED;
+        snprintf(reason, sizeof(reason), "requeued after preemption, keeps its submit time");
+        t.set_exit = 0;
+        t.bump_restart = 1;
+        if (kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_PREEMPTED, to, &t) < 0)
+            fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
+        goto release;
+    }
     if (term == KD_TERM_CANCEL) {
         to = KESTREL_JOB_STATE_CANCELLED;
         snprintf(reason, sizeof(reason), "cancelled by %s", run->term_by);
@@ -162,18 +176,10 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
     }
     if (kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_RUNNING, to, &t) < 0)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
+release:
     kd_catalog_token_drop_job(e->cat, run->id);
-
     pthread_mutex_lock(&e->mu);
-    for (kd_run **pp = &e->runs; *pp; pp = &(*pp)->next) {
-        if (*pp == run) {
-            *pp = run->next;
-            break;
-        }
-    }
-    for (int i = 0; i < run->ndev; i++)
-        e->dev_busy[run->devices[i]] = 0;
-    e->running--;
+    kd_engine_release_locked(e, run);
     e->gen++;
     e->sched_pending = 1;
     pthread_cond_broadcast(&e->changed);
@@ -183,119 +189,74 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
     free(run);
 }
 
-/* Virtual devices look like GPU UUIDs so that CUDA_VISIBLE_DEVICES keeps its contract. */
-static void device_uuid(char *out, size_t n, int index)
+/* Forget a run and its slot (engine lock held; the caller frees it). */
+void kd_engine_release_locked(kd_engine *e, kd_run *run)
 {
-    snprintf(out, n, "GPU-00000000-0000-4000-8000-%012d", index);
-}
-
-/* Move one planned start into RUNNING and hand it to the executor. */
-static void launch(kd_engine *e, kd_run *run)
-{
-    char devs[4096] = "", token[80], reason[64];
-    size_t k = 0;
-    Kestrel__V1__Job *job = NULL;
-    int rc;
-    kd_transition t = { kestrel__now_ms(), reason, 0, 0, devs, 0 };
-
-    for (int i = 0; i < run->ndev && k + 48 < sizeof(devs); i++) {
-        char u[48];
-        device_uuid(u, sizeof(u), run->devices[i]);
-        k += (size_t)snprintf(devs + k, sizeof(devs) - k, "%s%s", i ? "," : "", u);
-    }
-    snprintf(reason, sizeof(reason), "started by the %s executor", e->exec->name);
-    rc = kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_RUNNING, &t);
-    if (rc == 0)
-        rc = kd_catalog_job_load(e->cat, run->id, 0, &job, &run->owner_id);
-    if (rc == 0) {
-        run->no_retry = job->spec->no_retry;
-        rc = kd_token_issue(e->cat, run->owner_id, run->id, token, sizeof(token));
-        if (rc == 0) {
-            kd_engine_changed(e);
-            if (e->exec->start(e, run, job, token, devs) == 0)
-                return;
-            kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
-            return;
+    for (kd_run **pp = &e->runs; *pp; pp = &(*pp)->next) {
+        if (*pp == run) {
+            *pp = run->next;
+            break;
         }
-        protobuf_c_message_free_unpacked(&job->base, NULL);
-        kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
-        return;
     }
-    /* cancelled between planning and launch, or catalog failure: release the reservation */
-    pthread_mutex_lock(&e->mu);
-    for (kd_run **pp = &e->runs; *pp; pp = &(*pp)->next)
-        if (*pp == run) { *pp = run->next; break; }
-    for (int i = 0; i < run->ndev; i++)
-        e->dev_busy[run->devices[i]] = 0;
     e->running--;
-    pthread_mutex_unlock(&e->mu);
-    free(run->devices);
-    free(run);
 }
 
-static void schedule_pass(kd_engine *e)
+int kd_engine_checkpoint(kd_engine *e, int64_t id)
 {
-    kd_job_row *rows;
-    size_t n, nstarts;
-    kd_sched_job *queue;
-    kd_sched_start *starts;
-    int *devices;
-
+    int64_t now = kestrel__now_ms();
+    int rc = kd_catalog_job_checkpoint(e->cat, id, now);
     pthread_mutex_lock(&e->mu);
-    n = (size_t)(e->cfg->max_jobs - e->running);
+    {
+        kd_run *r = find_run(e, id);
+        if (r)
+            r->checkpoint_ms = now;
+    }
     pthread_mutex_unlock(&e->mu);
-    if (n == 0)
-        return;   /* no process slot: nothing can start, skip reading the queue */
-    if (kd_catalog_jobs_in_state(e->cat, KESTREL_JOB_STATE_QUEUED, QUEUE_WINDOW, &rows, &n) < 0 || n == 0) {
-        free(n ? rows : NULL);
-        return;
+    kd_engine_changed(e);
+    return rc;
+}
+
+static int wait_cmp(const void *a, const void *b)
+{
+    int64_t x = ((const kd_wait *)a)->job, y = ((const kd_wait *)b)->job;
+    return (x > y) - (x < y);
+}
+
+int kd_engine_explain(kd_engine *e, int64_t id, int *position, char *reason, size_t n)
+{
+    kd_wait key, *w;
+    int found = 0;
+    key.job = id;
+    pthread_mutex_lock(&e->mu);
+    w = e->nwaits ? bsearch(&key, e->waits, e->nwaits, sizeof(kd_wait), wait_cmp) : NULL;
+    if (w) {
+        *position = w->position;
+        snprintf(reason, n, "%s", w->reason);
+        found = 1;
     }
-    queue = calloc(n, sizeof(*queue));
-    starts = calloc(n, sizeof(*starts));
-    devices = calloc((size_t)e->cfg->gpus + 1, sizeof(int));
-    if (queue && starts && devices) {
-        for (size_t i = 0; i < n; i++) {
-            queue[i].id = rows[i].id;
-            queue[i].priority = rows[i].priority;
-            queue[i].gpus = rows[i].gpus;
-            queue[i].submit_ms = rows[i].submit_ms;
-        }
-        pthread_mutex_lock(&e->mu);
-        {
-            kd_sched_node node = { e->cfg->gpus, e->dev_busy, e->cfg->max_jobs - e->running };
-            nstarts = kd_sched_plan(queue, n, &node, starts, n, devices);
-        }
-        /* reserve slots and devices before unlocking */
-        for (size_t i = 0; i < nstarts; i++) {
-            kd_run *r = calloc(1, sizeof(*r));
-            if (r == NULL || (starts[i].ndev && (r->devices = calloc((size_t)starts[i].ndev, sizeof(int))) == NULL)) {
-                free(r);
-                break;
-            }
-            r->id = starts[i].job_id;
-            r->ndev = starts[i].ndev;
-            for (int d = 0; d < r->ndev; d++) {
-                r->devices[d] = devices[starts[i].dev_off + (size_t)d];
-                e->dev_busy[r->devices[d]] = 1;
-            }
-            e->running++;
-            r->next = e->runs;
-            e->runs = r;
-        }
-        pthread_mutex_unlock(&e->mu);
-        for (size_t i = 0; i < nstarts; i++) {
-            kd_run *r;
-            pthread_mutex_lock(&e->mu);
-            r = find_run(e, starts[i].job_id);
-            pthread_mutex_unlock(&e->mu);
-            if (r)
-                launch(e, r);
-        }
-    }
-    free(queue);
-    free(starts);
-    free(devices);
-    free(rows);
+    pthread_mutex_unlock(&e->mu);
+    return found;
+}
+
+static int position_cmp(const void *a, const void *b)
+{
+    return ((const kd_wait *)a)->position - ((const kd_wait *)b)->position;
+}
+
+kd_wait *kd_engine_queue(kd_engine *e, size_t *n)
+{
+    kd_wait *copy;
+    pthread_mutex_lock(&e->mu);
+    *n = e->nwaits;
+    copy = malloc((e->nwaits + 1) * sizeof(*copy));
+    if (copy)
+        memcpy(copy, e->waits, e->nwaits * sizeof(*copy));
+    pthread_mutex_unlock(&e->mu);
+    if (copy == NULL)
+        *n = 0;
+    else
+        qsort(copy, *n, sizeof(*copy), position_cmp);
+    return copy;
 }
 
 /* SIGKILL runs whose grace period is over (engine lock held); returns 1 while any run is terminating. */
@@ -329,7 +290,7 @@ static void *sched_main(void *arg)
         }
         e->sched_pending = 0;
         pthread_mutex_unlock(&e->mu);
-        schedule_pass(e);
+        kd_engine_schedule(e);
         pthread_mutex_lock(&e->mu);
     }
     pthread_mutex_unlock(&e->mu);
@@ -342,8 +303,6 @@ int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd
     e->cfg = cfg;
     e->cat = cat;
     e->exec = exec;
-    if ((e->dev_busy = calloc((size_t)cfg->gpus + 1, 1)) == NULL)
-        return kestrel__error_oom();
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->changed, NULL);
     {
@@ -410,7 +369,7 @@ void kd_engine_stop(kd_engine *e)
 
     pthread_mutex_lock(&e->mu);
     for (kd_run *r = e->runs; r; r = r->next)
-        terminate_locked(e, r, KD_TERM_SHUTDOWN, "daemon");
+        kd_engine_terminate_locked(e, r, KD_TERM_SHUTDOWN, "daemon");
     while (e->runs) {
         enforce_deadlines(e);
         deadline_ts(&ts, kestrel__now_ms() + 100);
@@ -421,7 +380,7 @@ void kd_engine_stop(kd_engine *e)
 
 void kd_engine_fini(kd_engine *e)
 {
-    free(e->dev_busy);
+    free(e->waits);
     pthread_cond_destroy(&e->changed);
     pthread_cond_destroy(&e->sched_cv);
     pthread_mutex_destroy(&e->mu);

@@ -7,29 +7,42 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "catalog.h"
+#include "sched_plan.h"
 
 typedef struct {
     const char *listen;        /* address to bind, "127.0.0.1" */
     int port;                  /* 0: ephemeral */
     const char *data_dir;
-    int gpus;                  /* virtual devices on a GPU-less host */
-    int grace_s;               /* SIGTERM -> SIGKILL */
+    int gpus;                  /* virtual devices of the default node */
+    int grace_s;               /* SIGTERM -> SIGKILL, unless the job sets its own */
     int max_jobs;              /* concurrent process slots */
     size_t max_body;           /* request body limit (413 above) */
     const char *port_file;     /* write the bound port here */
+    kd_node *nodes;            /* --node declarations (or the default node) */
+    size_t nnodes;
+    kd_quota *quotas;          /* --quota declarations */
+    size_t nquotas;
 } kd_config;
 
-enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2 };
+enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
 
 /* One running job. Fields under the engine lock unless noted. */
 typedef struct kd_run {
     int64_t id;
     int64_t owner_id;
+    char team[128];
     pid_t pgid;                /* 0 until the process exists */
     int term;                  /* KD_TERM_* */
     int64_t kill_at_ms;        /* SIGKILL deadline once terminating */
-    char term_by[128];
+    char term_by[200];         /* who cancelled, or the preemption reason */
     int no_retry;
+    int priority;
+    int preemptible;
+    int grace_s;
+    int64_t start_ms;
+    int64_t checkpoint_ms;
+    int restart_count;
+    int node;
     int ndev;
     int *devices;
     struct kd_run *next;
@@ -62,9 +75,10 @@ struct kd_engine {
     uint64_t gen;
     int sched_pending;
     int stopping;
-    uint8_t *dev_busy;
     int running;
     kd_run *runs;
+    kd_wait *waits;             /* last pass: why each queued job waits (sorted by job id) */
+    size_t nwaits;
     pthread_t sched_thread;
 };
 
@@ -86,6 +100,17 @@ void kd_engine_wait(kd_engine *e, uint64_t seen, int64_t deadline_ms);
 
 /* Cancel a job: queued -> CANCELLED now; running -> SIGTERM, then SIGKILL after grace. */
 int kd_engine_cancel(kd_engine *e, int64_t id, const char *by);
+/* A job acknowledged a checkpoint (it loses no work before now if preempted). */
+int kd_engine_checkpoint(kd_engine *e, int64_t id);
+/* Position and reason of a queued job from the last pass; 0 when unknown. */
+int kd_engine_explain(kd_engine *e, int64_t id, int *position, char *reason, size_t n);
+/* Copy of the last pass's waits in queue order (free() it). */
+kd_wait *kd_engine_queue(kd_engine *e, size_t *n);
+/* Scheduling pass (engine_sched.c). */
+void kd_engine_schedule(kd_engine *e);
+void kd_engine_release_locked(kd_engine *e, kd_run *run);
+void kd_engine_launch(kd_engine *e, kd_run *run);
+void kd_engine_terminate_locked(kd_engine *e, kd_run *r, int why, const char *by);
 
 /* Executors report: */
 void kd_engine_set_pgid(kd_engine *e, kd_run *run, pid_t pgid);

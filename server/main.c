@@ -24,7 +24,10 @@ static void usage(FILE *f)
         "  -l, --listen ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
         "  -p, --port N             TCP port; 0 picks a free one (default 7070)\n"
         "  -d, --data-dir DIR       catalog, job work dirs and admin token (default ./kestrel-data)\n"
-        "  -g, --gpus N             virtual GPU devices to schedule on a GPU-less host (default 0)\n"
+        "  -g, --gpus N             virtual GPU devices of the default node 'local' (default 0)\n"
+        "      --node NAME:KEY=V,.. declare a node instead (repeatable): gpus=N, pool=P, type=T,\n"
+        "                           memory=80G (per device), cc=8.0; e.g. --node a:gpus=8,type=a100,memory=80G\n"
+        "      --quota user:NAME=N  at most N GPUs in use at once by user NAME (team:NAME=N per team)\n"
         "      --grace-period SECS  SIGTERM -> SIGKILL delay for cancelled and stopped jobs (default 60)\n"
         "      --max-jobs N         jobs running at once (default 64)\n"
         "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
@@ -78,12 +81,121 @@ static int write_file_atomic(const char *path, const char *content, mode_t mode)
     return 0;
 }
 
+/* "80G", "40960M", "512" (MB) -> MB; -1 on junk. */
+static int64_t parse_mb(const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || x < 0)
+        return -1;
+    if (*end == 'G' || *end == 'g')
+        x *= 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        end++;
+    else if (*end == 'T' || *end == 't')
+        x *= 1024 * 1024, end++;
+    return *end ? -1 : (int64_t)x;
+}
+
+/* --node NAME:gpus=N,pool=P,type=T,memory=80G,cc=8.0 */
+static int parse_node(kd_config *cfg, const char *arg)
+{
+    char *copy = strdup(arg), *colon, *tok, *save = NULL;
+    kd_node *nodes = realloc(cfg->nodes, (cfg->nnodes + 1) * sizeof(*nodes));
+    kd_node *n;
+    const char *type = "virtual";
+    int64_t mem = 0;
+    int cc = 0, gpus = 0;
+    kd_dev *devs;
+    if (copy == NULL || nodes == NULL)
+        return -1;
+    cfg->nodes = nodes;
+    n = &nodes[cfg->nnodes];
+    memset(n, 0, sizeof(*n));
+    n->pool = "default";
+    if ((colon = strchr(copy, ':')) != NULL)
+        *colon++ = '\0';
+    if (!copy[0] || !kestrel__text_is_clean(copy, 63)) {
+        fprintf(stderr, "kestreld: --node: bad node name in '%s'\n", arg);
+        return -1;
+    }
+    n->name = copy;
+    for (tok = colon ? strtok_r(colon, ",", &save) : NULL; tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        long v;
+        if (eq == NULL) {
+            fprintf(stderr, "kestreld: --node %s: expected KEY=VALUE, got '%s'\n", copy, tok);
+            return -1;
+        }
+        *eq++ = '\0';
+        if (!strcmp(tok, "gpus")) {
+            if (parse_int("--node gpus", eq, 0, 256, &v) < 0)
+                return -1;
+            gpus = (int)v;
+        } else if (!strcmp(tok, "pool")) {
+            n->pool = eq;
+        } else if (!strcmp(tok, "type")) {
+            type = eq;
+        } else if (!strcmp(tok, "memory")) {
+            if ((mem = parse_mb(eq)) < 0) {
+                fprintf(stderr, "kestreld: --node %s: bad memory '%s' (e.g. 80G)\n", copy, eq);
+                return -1;
+            }
+        } else if (!strcmp(tok, "cc")) {
+            if ((cc = kd_sched_parse_cc(eq)) < 0) {
+                fprintf(stderr, "kestreld: --node %s: bad compute capability '%s' (e.g. 8.0)\n", copy, eq);
+                return -1;
+            }
+        } else {
+            fprintf(stderr, "kestreld: --node %s: unknown key '%s' (gpus, pool, type, memory, cc)\n", copy, tok);
+            return -1;
+        }
+    }
+    if ((devs = calloc((size_t)gpus + 1, sizeof(*devs))) == NULL)
+        return -1;
+    for (int d = 0; d < gpus; d++)
+        devs[d] = (kd_dev){ type, mem, cc };
+    n->devs = devs;
+    n->ndev = gpus;
+    cfg->nnodes++;
+    return 0;
+}
+
+/* --quota user:NAME=N | team:NAME=N (users are created when missing). */
+static int parse_quota(kd_config *cfg, kd_catalog *cat, const char *arg)
+{
+    char *copy = strdup(arg), *colon, *eq;
+    kd_quota *q = realloc(cfg->quotas, (cfg->nquotas + 1) * sizeof(*q));
+    long v;
+    if (copy == NULL || q == NULL)
+        return -1;
+    cfg->quotas = q;
+    q = &cfg->quotas[cfg->nquotas];
+    memset(q, 0, sizeof(*q));
+    colon = strchr(copy, ':');
+    eq = colon ? strchr(colon, '=') : NULL;
+    if (!colon || !eq || (strncmp(copy, "user:", 5) && strncmp(copy, "team:", 5)) || eq == colon + 1) {
+        fprintf(stderr, "kestreld: --quota takes user:NAME=N or team:NAME=N, got '%s'\n", arg);
+        return -1;
+    }
+    *eq++ = '\0';
+    if (parse_int("--quota", eq, 0, 1 << 20, &v) < 0)
+        return -1;
+    q->max_gpus = (int)v;
+    q->is_team = copy[0] == 't';
+    q->team = colon + 1;
+    if (!q->is_team && kd_catalog_user_ensure(cat, colon + 1, 0, NULL, &q->user, NULL) < 0)
+        return -1;
+    cfg->nquotas++;
+    return 0;
+}
+
 static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
 {
     char path[PATH_MAX], token[80], line[96];
     int64_t uid;
     int created = 0;
-    if (kd_catalog_user_ensure(cat, "admin", 1, &uid, &created) < 0)
+    if (kd_catalog_user_ensure(cat, "admin", 1, NULL, &uid, &created) < 0)
         return -1;
     if (!created)
         return 0;
@@ -106,9 +218,13 @@ int main(int argc, char **argv)
         { "data-dir", required_argument, NULL, 'd' }, { "gpus", required_argument, NULL, 'g' },
         { "grace-period", required_argument, NULL, 1 }, { "max-jobs", required_argument, NULL, 2 },
         { "max-body", required_argument, NULL, 3 }, { "port-file", required_argument, NULL, 4 },
+        { "node", required_argument, NULL, 5 }, { "quota", required_argument, NULL, 6 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
-    kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL };
+    kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0 };
+    const char *quota_args[64];
+    size_t nquota_args = 0;
+    int gpus_given = 0;
     char data_dir[PATH_MAX], db[PATH_MAX + 16], portbuf[32];
     kd_catalog *cat = NULL;
     kd_engine engine;
@@ -122,11 +238,19 @@ int main(int argc, char **argv)
         case 'l': cfg.listen = optarg; break;
         case 'p': if (parse_int("--port", optarg, 0, 65535, &v) < 0) return 2; cfg.port = (int)v; break;
         case 'd': cfg.data_dir = optarg; break;
-        case 'g': if (parse_int("--gpus", optarg, 0, 256, &v) < 0) return 2; cfg.gpus = (int)v; break;
+        case 'g': if (parse_int("--gpus", optarg, 0, 256, &v) < 0) return 2; cfg.gpus = (int)v; gpus_given = 1; break;
         case 1: if (parse_int("--grace-period", optarg, 0, 86400, &v) < 0) return 2; cfg.grace_s = (int)v; break;
         case 2: if (parse_int("--max-jobs", optarg, 1, 100000, &v) < 0) return 2; cfg.max_jobs = (int)v; break;
         case 3: if (parse_int("--max-body", optarg, 1024, 1L << 30, &v) < 0) return 2; cfg.max_body = (size_t)v; break;
         case 4: cfg.port_file = optarg; break;
+        case 5: if (parse_node(&cfg, optarg) < 0) return 2; break;
+        case 6:
+            if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {
+                fprintf(stderr, "kestreld: too many --quota flags\n");
+                return 2;
+            }
+            quota_args[nquota_args++] = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("kestreld %s\n", KESTREL_VERSION_STRING); return 0;
         default: usage(stderr); return 2;
@@ -136,6 +260,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "kestreld: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
+    if (gpus_given && cfg.nnodes) {
+        fprintf(stderr, "kestreld: use --gpus for the default node or --node ...,gpus=N, not both\n");
+        return 2;
+    }
+    if (cfg.nnodes == 0) {
+        char def[64];
+        snprintf(def, sizeof(def), "local:gpus=%d", cfg.gpus);
+        if (parse_node(&cfg, def) < 0)
+            return 2;
+    }
+    for (size_t i = 0; i < cfg.nnodes; i++)
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(cfg.nodes[i].name, cfg.nodes[k].name)) {
+                fprintf(stderr, "kestreld: node '%s' is declared twice\n", cfg.nodes[i].name);
+                return 2;
+            }
     if (mkdir(cfg.data_dir, 0700) < 0 && errno != EEXIST) {
         fprintf(stderr, "kestreld: cannot create %s: %s\n", cfg.data_dir, strerror(errno));
         return 1;
@@ -154,7 +294,13 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     snprintf(db, sizeof(db), "%s/catalog.db", data_dir);
-    if (kd_catalog_open(&cat, db) < 0 || bootstrap_admin(cat, data_dir) < 0 ||
+    if (kd_catalog_open(&cat, db) == 0)
+        for (size_t i = 0; i < nquota_args; i++)
+            if (parse_quota(&cfg, cat, quota_args[i]) < 0) {
+                kd_catalog_close(cat);
+                return 2;
+            }
+    if (cat == NULL || bootstrap_admin(cat, data_dir) < 0 ||
         kd_engine_init(&engine, &cfg, cat, &kd_exec_local) < 0 || kd_engine_recover(&engine) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kd_catalog_close(cat);
@@ -174,8 +320,10 @@ int main(int argc, char **argv)
         if (write_file_atomic(cfg.port_file, portbuf, 0644) < 0)
             fprintf(stderr, "kestreld: cannot write %s: %s\n", cfg.port_file, strerror(errno));
     }
-    fprintf(stderr, "kestreld %s listening on %s (data %s, %d virtual GPUs)\n", KESTREL_VERSION_STRING, engine.url,
-            data_dir, cfg.gpus);
+    fprintf(stderr, "kestreld %s listening on %s (data %s)\n", KESTREL_VERSION_STRING, engine.url, data_dir);
+    for (size_t i = 0; i < cfg.nnodes; i++)
+        fprintf(stderr, "kestreld: node %s: pool %s, %d x %s\n", cfg.nodes[i].name, cfg.nodes[i].pool,
+                cfg.nodes[i].ndev, cfg.nodes[i].ndev ? cfg.nodes[i].devs[0].type : "-");
 
     while (sigwait(&stop, &sig) != 0)
         ;

@@ -1,9 +1,20 @@
-/* server/sched.c - pure scheduling pass (see sched_plan.h). */
+/* server/sched.c - the pure scheduling pass (policy in sched_plan.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "sched_plan.h"
 
-int kd_sched_order(const kd_sched_job *a, const kd_sched_job *b)
+enum { ST_SUCCEEDED = 3, ST_FAILED = 4, ST_CANCELLED = 5 };
+enum { DEV_FREE = 0, DEV_USED = 1, DEV_SOON = 2 };   /* SOON: held by a stopping job, not yet claimed */
+
+static const char *const class_names[] = { "normal", "normal", "high", "urgent" };
+
+static const char *cls(int p)
+{
+    return class_names[p >= 0 && p <= 3 ? p : 0];
+}
+
+int kd_sched_order(const kd_qjob *a, const kd_qjob *b)
 {
     if (a->priority != b->priority)
         return a->priority > b->priority ? -1 : 1;
@@ -12,40 +23,507 @@ int kd_sched_order(const kd_sched_job *a, const kd_sched_job *b)
     return (a->id > b->id) - (a->id < b->id);
 }
 
-size_t kd_sched_plan(const kd_sched_job *queue, size_t n, const kd_sched_node *node,
-                     kd_sched_start *starts, size_t max_starts, int *devices)
+int kd_sched_parse_cc(const char *s)
 {
-    uint8_t small[256], *busy = small;
-    int free_devs = 0, slots = node->free_slots, gpu_blocked = 0;
-    size_t nstarts = 0, used = 0;
-
-    if (node->ndev > (int)sizeof(small) && (busy = malloc((size_t)node->ndev)) == NULL)
+    int maj = 0, min = 0;
+    char dot = 0, extra = 0;
+    if (s == NULL || !*s)
         return 0;
-    for (int d = 0; d < node->ndev; d++) {
-        busy[d] = node->busy[d] ? 1 : 0;
-        free_devs += !busy[d];
+    if (sscanf(s, "%d%c%d%c", &maj, &dot, &min, &extra) != 3 || dot != '.' || maj < 0 || maj > 99 || min < 0 || min > 9)
+        return -1;
+    return maj * 10 + min;
+}
+
+typedef struct {
+    const kd_snapshot *s;
+    uint8_t **dev;          /* per node, per device: DEV_* */
+    int64_t *held_by;       /* per node: blocked job holding it, 0 none */
+    int *held_prio;
+    uint8_t *claimed;       /* per alloc: already a victim (or awaited) in this plan */
+    int64_t *usage_user;    /* parallel to quotas: GPUs in use */
+    kd_plan *out;
+    size_t cap_acts, cap_devs, cap_waits;
+} pass;
+
+static int dev_matches(const kd_dev *d, const kd_qjob *j)
+{
+    return (!j->gpu_type[0] || !strcmp(d->type, j->gpu_type)) && d->mem_mb >= j->min_mem_mb && d->cc >= j->min_cc;
+}
+
+static const kd_ref *find_ref(const kd_snapshot *s, int64_t id)
+{
+    size_t lo = 0, hi = s->nrefs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->refs[mid].id == id)
+            return &s->refs[mid];
+        if (s->refs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    for (size_t i = 0; i < n && slots > 0 && nstarts < max_starts; i++) {
-        const kd_sched_job *j = &queue[i];
-        if (j->gpus > 0 && (gpu_blocked || j->gpus > free_devs)) {
-            gpu_blocked = 1;
+    return NULL;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 64;
+    while (ncap < need)
+        ncap *= 2;
+    void *np = realloc(*p, ncap * elem);
+    if (np == NULL)
+        return -1;
+    *p = np;
+    *cap = ncap;
+    return 0;
+}
+
+static kd_action *add_action(pass *ps, kd_act_kind kind, int64_t job)
+{
+    kd_action *a;
+    if (grow((void **)&ps->out->acts, &ps->cap_acts, ps->out->nacts + 1, sizeof(kd_action)) < 0)
+        return NULL;
+    a = &ps->out->acts[ps->out->nacts++];
+    memset(a, 0, sizeof(*a));
+    a->kind = kind;
+    a->job = job;
+    a->node = -1;
+    return a;
+}
+
+static int add_wait(pass *ps, int64_t job, const char *reason)
+{
+    kd_wait *w;
+    if (grow((void **)&ps->out->waits, &ps->cap_waits, ps->out->nwaits + 1, sizeof(kd_wait)) < 0)
+        return -1;
+    w = &ps->out->waits[ps->out->nwaits++];
+    memset(w, 0, sizeof(*w));
+    w->job = job;
+    w->position = (int)ps->out->nwaits;
+    snprintf(w->reason, sizeof(w->reason), "%s", reason);
+    return 0;
+}
+
+/* Append "; " + text to a reason buffer. */
+static void say(char *buf, size_t n, const char *text)
+{
+    size_t len = strlen(buf);
+    snprintf(buf + len, n - len, "%s%s", len ? "; " : "", text);
+}
+
+static const kd_quota *quota_hit(pass *ps, const kd_qjob *j, int64_t *used)
+{
+    for (size_t q = 0; q < ps->s->nquotas; q++) {
+        const kd_quota *k = &ps->s->quotas[q];
+        int applies = k->is_team ? (j->team[0] && !strcmp(k->team, j->team)) : k->user == j->owner;
+        if (applies && ps->usage_user[q] + j->gpus > k->max_gpus) {
+            *used = ps->usage_user[q];
+            return k;
+        }
+    }
+    return NULL;
+}
+
+static void charge_quota(pass *ps, int64_t owner, const char *team, int gpus)
+{
+    for (size_t q = 0; q < ps->s->nquotas; q++) {
+        const kd_quota *k = &ps->s->quotas[q];
+        if (k->is_team ? (team && team[0] && !strcmp(k->team, team)) : k->user == owner)
+            ps->usage_user[q] += gpus;
+    }
+}
+
+/* Count matching devices on node n in a state. */
+static int count(pass *ps, int n, const kd_qjob *j, int state)
+{
+    const kd_node *node = &ps->s->nodes[n];
+    int c = 0;
+    for (int d = 0; d < node->ndev; d++)
+        if (ps->dev[n][d] == state && dev_matches(&node->devs[d], j))
+            c++;
+    return c;
+}
+
+static int count_static(pass *ps, int n, const kd_qjob *j)
+{
+    const kd_node *node = &ps->s->nodes[n];
+    int c = 0;
+    for (int d = 0; d < node->ndev; d++)
+        c += dev_matches(&node->devs[d], j);
+    return c;
+}
+
+/* Mark up to want matching devices in state `from` on node n as used; record them when rec. */
+static int take(pass *ps, int n, const kd_qjob *j, int from, int want, int rec)
+{
+    const kd_node *node = &ps->s->nodes[n];
+    int got = 0;
+    for (int d = 0; d < node->ndev && got < want; d++) {
+        if (ps->dev[n][d] != from || !dev_matches(&node->devs[d], j))
+            continue;
+        ps->dev[n][d] = DEV_USED;
+        if (rec) {
+            if (grow((void **)&ps->out->devs, &ps->cap_devs, ps->out->ndevs + 1, sizeof(int)) < 0)
+                return -1;
+            ps->out->devs[ps->out->ndevs++] = d;
+        }
+        got++;
+    }
+    return got;
+}
+
+static int alloc_matching(const pass *ps, const kd_alloc *a, const kd_qjob *j)
+{
+    int c = 0;
+    for (int d = 0; d < a->ndev; d++)
+        c += dev_matches(&ps->s->nodes[a->node].devs[a->devs[d]], j);
+    return c;
+}
+
+static int64_t lost_work(const kd_snapshot *s, const kd_alloc *a)
+{
+    return s->now_ms - (a->checkpoint_ms > a->start_ms ? a->checkpoint_ms : a->start_ms);
+}
+
+static int victim_order(const void *x, const void *y, void *snap)
+{
+    const kd_alloc *a = *(const kd_alloc *const *)x, *b = *(const kd_alloc *const *)y;
+    int64_t la = lost_work(snap, a), lb = lost_work(snap, b);
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    if (a->priority != b->priority)
+        return a->priority < b->priority ? -1 : 1;
+    if (a->start_ms != b->start_ms)
+        return a->start_ms > b->start_ms ? -1 : 1;   /* youngest first */
+    return (a->id < b->id) - (a->id > b->id);
+}
+
+/* Smallest victim set on node n for j needing `need` more devices; returns count (0: impossible). */
+static size_t victims_on(pass *ps, int n, const kd_qjob *j, int need, const kd_alloc **out, int64_t *lost)
+{
+    size_t nc = 0, k = 0;
+    int sum = 0;
+    for (size_t i = 0; i < ps->s->nallocs; i++) {
+        const kd_alloc *a = &ps->s->allocs[i];
+        if (a->node == n && !a->terminating && !ps->claimed[i] && a->preemptible && a->priority < j->priority &&
+            alloc_matching(ps, a, j) > 0)
+            out[nc++] = a;
+    }
+    qsort_r(out, nc, sizeof(*out), victim_order, (void *)ps->s);
+    while (k < nc && sum < need)
+        sum += alloc_matching(ps, out[k++], j);
+    if (sum < need)
+        return 0;
+    /* walk back: drop victims that are not needed */
+    for (size_t i = k; i-- > 0;) {
+        int m = alloc_matching(ps, out[i], j);
+        if (sum - m >= need) {
+            sum -= m;
+            memmove(&out[i], &out[i + 1], (k - i - 1) * sizeof(*out));
+            k--;
+        }
+    }
+    *lost = 0;
+    for (size_t i = 0; i < k; i++)
+        *lost += lost_work(ps->s, out[i]);
+    return k;
+}
+
+static void describe_need(char *buf, size_t n, const kd_qjob *j)
+{
+    char extra[96] = "";
+    if (j->min_mem_mb)
+        snprintf(extra, sizeof(extra), " with >= %lld MB", (long long)j->min_mem_mb);
+    if (j->min_cc)
+        snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), " cc >= %d.%d", j->min_cc / 10, j->min_cc % 10);
+    snprintf(buf, n, "needs %d x %s%s%s%s", j->gpus, j->gpu_type[0] ? j->gpu_type : "GPU", extra,
+             j->pool[0] ? " in pool " : "", j->pool);
+}
+
+/* Returns 1 when j was started, 0 when it waits (reason filled), -1 on OOM. */
+static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
+{
+    const kd_snapshot *s = ps->s;
+    int target = -1, best = -1, best_pref = 0, best_left = 0, any_static = 0, most_free = 0;
+    int64_t holder = 0;
+    char buf[256];
+
+    if (j->affinity_job || j->affinity_group[0]) {
+        if (j->affinity_job) {
+            const kd_ref *r = find_ref(s, j->affinity_job);
+            target = r ? r->node : -1;
+        } else {
+            for (size_t g = 0; g < s->ngroups; g++)
+                if (!strcmp(s->groups[g].group, j->affinity_group))
+                    target = s->groups[g].node;
+        }
+        if (target < 0 && j->affinity_required) {
+            if (j->affinity_job)
+                snprintf(buf, sizeof(buf), "waiting for job %lld to be placed (affinity)", (long long)j->affinity_job);
+            else
+                snprintf(buf, sizeof(buf), "waiting for a job of group %s to be placed (affinity)", j->affinity_group);
+            say(why, wn, buf);
+            return 0;
+        }
+    }
+    for (size_t n = 0; n < s->nnodes; n++) {
+        int free_m, left, pref;
+        if (j->pool[0] && strcmp(s->nodes[n].pool, j->pool))
+            continue;
+        if (j->affinity_required && (int)n != target)
+            continue;
+        if (count_static(ps, (int)n, j) < j->gpus)
+            continue;
+        any_static = 1;
+        if (j->gpus > 0 && ps->held_by[n] && !(j->preemptible && j->priority < ps->held_prio[n])) {
+            holder = ps->held_by[n];
             continue;
         }
-        starts[nstarts].job_id = j->id;
-        starts[nstarts].dev_off = used;
-        starts[nstarts].ndev = j->gpus;
-        for (int d = 0, got = 0; d < node->ndev && got < j->gpus; d++) {
-            if (!busy[d]) {
-                busy[d] = 1;
-                devices[used++] = d;
-                got++;
+        free_m = j->gpus ? count(ps, (int)n, j, DEV_FREE) : 0;
+        if (free_m > most_free)
+            most_free = free_m;
+        if (free_m < j->gpus)
+            continue;
+        left = free_m - j->gpus;
+        pref = (int)n == target ? 0 : 1;
+        if (best < 0 || pref < best_pref || (pref == best_pref && left < best_left)) {
+            best = (int)n;
+            best_pref = pref;
+            best_left = left;
+        }
+    }
+    if (best >= 0) {
+        kd_action *a = add_action(ps, KD_ACT_START, j->id);
+        if (a == NULL)
+            return -1;
+        a->node = best;
+        a->dev_off = ps->out->ndevs;
+        a->ndev = j->gpus;
+        if (take(ps, best, j, DEV_FREE, j->gpus, 1) < 0)
+            return -1;
+        snprintf(a->reason, sizeof(a->reason), "placed on node %s", s->nodes[best].name);
+        charge_quota(ps, j->owner, j->team, j->gpus);
+        (*slots)--;
+        return 1;
+    }
+    describe_need(buf, sizeof(buf), j);
+    if (!any_static) {
+        say(why, wn, buf);
+        say(why, wn, j->affinity_required && target >= 0 ? "its affinity node cannot hold it" : "no node can ever hold it");
+        return 0;
+    }
+    if (j->gpus == 0)
+        return 0;
+
+    /* devices already being freed by stopping jobs: wait for them instead of preempting more */
+    for (size_t n = 0; n < s->nnodes; n++) {
+        if ((j->pool[0] && strcmp(s->nodes[n].pool, j->pool)) || (j->affinity_required && (int)n != target) ||
+            (ps->held_by[n] && ps->held_prio[n] >= j->priority))
+            continue;
+        int f = count(ps, (int)n, j, DEV_FREE), soon = count(ps, (int)n, j, DEV_SOON);
+        if (soon > 0 && f + soon >= j->gpus) {
+            take(ps, (int)n, j, DEV_FREE, f, 0);
+            take(ps, (int)n, j, DEV_SOON, j->gpus - f, 0);
+            snprintf(buf, sizeof(buf), "waiting for preempted jobs to stop on node %s", s->nodes[n].name);
+            say(why, wn, buf);
+            return 0;
+        }
+    }
+    /* preemption */
+    if (!s->fifo && j->priority > 1) {
+        const kd_alloc **cand = malloc((s->nallocs + 1) * sizeof(*cand)), **bestv = NULL;
+        size_t bestk = 0;
+        int64_t bestlost = 0;
+        int bestn = -1;
+        if (cand == NULL || (bestv = malloc((s->nallocs + 1) * sizeof(*bestv))) == NULL) {
+            free(cand);
+            return -1;
+        }
+        for (size_t n = 0; n < s->nnodes; n++) {
+            int64_t lost;
+            size_t k;
+            int f;
+            if ((j->pool[0] && strcmp(s->nodes[n].pool, j->pool)) || (j->affinity_required && (int)n != target) ||
+                ps->held_by[n] || count_static(ps, (int)n, j) < j->gpus)
+                continue;
+            f = count(ps, (int)n, j, DEV_FREE) + count(ps, (int)n, j, DEV_SOON);
+            k = victims_on(ps, (int)n, j, j->gpus - f, cand, &lost);
+            if (k && (bestn < 0 || k < bestk || (k == bestk && lost < bestlost))) {
+                bestn = (int)n;
+                bestk = k;
+                bestlost = lost;
+                memcpy(bestv, cand, k * sizeof(*cand));
             }
         }
-        free_devs -= j->gpus;
-        slots--;
-        nstarts++;
+        if (bestn >= 0) {
+            size_t len;
+            snprintf(buf, sizeof(buf), "preempting job");
+            for (size_t v = 0; v < bestk; v++) {
+                kd_action *a = add_action(ps, KD_ACT_PREEMPT, bestv[v]->id);
+                if (a == NULL) {
+                    free(cand);
+                    free(bestv);
+                    return -1;
+                }
+                a->node = bestn;
+                a->cause = j->id;
+                snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (%s)", (long long)j->id, cls(j->priority));
+                ps->claimed[bestv[v] - s->allocs] = 1;
+                len = strlen(buf);
+                snprintf(buf + len, sizeof(buf) - len, "%s %lld", v ? "," : "", (long long)bestv[v]->id);
+            }
+            len = strlen(buf);
+            snprintf(buf + len, sizeof(buf) - len, " on node %s", s->nodes[bestn].name);
+            take(ps, bestn, j, DEV_FREE, j->gpus, 0);
+            take(ps, bestn, j, DEV_SOON, j->gpus, 0);
+            say(why, wn, buf);
+            free(cand);
+            free(bestv);
+            return 0;
+        }
+        free(cand);
+        free(bestv);
     }
-    if (busy != small)
-        free(busy);
-    return nstarts;
+    /* blocked: hold every node it could use so that later jobs cannot delay it */
+    for (size_t n = 0; n < s->nnodes; n++) {
+        if ((j->pool[0] && strcmp(s->nodes[n].pool, j->pool)) || (j->affinity_required && (int)n != target) ||
+            ps->held_by[n] || count_static(ps, (int)n, j) < j->gpus)
+            continue;
+        ps->held_by[n] = j->id;
+        ps->held_prio[n] = j->priority;
+    }
+    {
+        size_t len = strlen(buf);
+        if (holder)
+            snprintf(buf + len, sizeof(buf) - len, ": nodes held for job %lld", (long long)holder);
+        else
+            snprintf(buf + len, sizeof(buf) - len, ": at most %d free on a node%s", most_free,
+                     j->priority > 1 && !s->fifo ? ", nothing preemptible of a lower class" : "");
+    }
+    say(why, wn, buf);
+    return 0;
+}
+
+static int order_idx(const void *x, const void *y, void *snap)
+{
+    const kd_snapshot *s = snap;
+    const kd_qjob *a = &s->queue[*(const size_t *)x], *b = &s->queue[*(const size_t *)y];
+    if (s->fifo) {
+        if (a->submit_ms != b->submit_ms)
+            return a->submit_ms < b->submit_ms ? -1 : 1;
+        return (a->id > b->id) - (a->id < b->id);
+    }
+    return kd_sched_order(a, b);
+}
+
+int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
+{
+    pass ps;
+    size_t *idx = NULL;
+    int slots = s->free_slots, rc = -1, fifo_blocked = 0;
+
+    memset(out, 0, sizeof(*out));
+    memset(&ps, 0, sizeof(ps));
+    ps.s = s;
+    ps.out = out;
+    ps.dev = calloc(s->nnodes + 1, sizeof(*ps.dev));
+    ps.held_by = calloc(s->nnodes + 1, sizeof(*ps.held_by));
+    ps.held_prio = calloc(s->nnodes + 1, sizeof(*ps.held_prio));
+    ps.claimed = calloc(s->nallocs + 1, 1);
+    ps.usage_user = calloc(s->nquotas + 1, sizeof(*ps.usage_user));
+    idx = malloc((s->nqueue + 1) * sizeof(*idx));
+    if (!ps.dev || !ps.held_by || !ps.held_prio || !ps.claimed || !ps.usage_user || !idx)
+        goto done;
+    for (size_t n = 0; n < s->nnodes; n++)
+        if ((ps.dev[n] = calloc((size_t)s->nodes[n].ndev + 1, 1)) == NULL)
+            goto done;
+    for (size_t i = 0; i < s->nallocs; i++) {
+        const kd_alloc *a = &s->allocs[i];
+        for (int d = 0; d < a->ndev; d++)
+            ps.dev[a->node][a->devs[d]] = a->terminating ? DEV_SOON : DEV_USED;
+        charge_quota(&ps, a->owner, a->team, a->ndev);
+    }
+    for (size_t i = 0; i < s->nqueue; i++)
+        idx[i] = i;
+    qsort_r(idx, s->nqueue, sizeof(*idx), order_idx, (void *)s);
+
+    for (size_t qi = 0; qi < s->nqueue; qi++) {
+        const kd_qjob *j = &s->queue[idx[qi]];
+        char why[320] = "", buf[160];
+        int64_t used;
+        const kd_quota *q;
+        int failed = 0, r;
+
+        for (size_t k = 0; k < j->n_after_ok + j->n_after_any && !failed; k++) {
+            int ok_kind = k < j->n_after_ok;
+            int64_t dep = ok_kind ? j->after_ok[k] : j->after_any[k - j->n_after_ok];
+            const kd_ref *ref = find_ref(s, dep);
+            if (ref == NULL || ((ref->state == ST_FAILED || ref->state == ST_CANCELLED) && ok_kind)) {
+                kd_action *a = add_action(&ps, KD_ACT_FAIL, j->id);
+                if (a == NULL)
+                    goto done;
+                if (ref == NULL)
+                    snprintf(a->reason, sizeof(a->reason), "dependency job %lld does not exist", (long long)dep);
+                else
+                    snprintf(a->reason, sizeof(a->reason), "dependency job %lld ended %s (after_ok)", (long long)dep,
+                             ref->state == ST_FAILED ? "FAILED" : "CANCELLED");
+                failed = 1;
+            } else if (ok_kind ? ref->state != ST_SUCCEEDED
+                               : !(ref->state == ST_SUCCEEDED || ref->state == ST_FAILED || ref->state == ST_CANCELLED)) {
+                snprintf(buf, sizeof(buf), "waiting for job %lld (%s)", (long long)dep, ok_kind ? "after_ok" : "after_any");
+                say(why, sizeof(why), buf);
+            }
+        }
+        if (failed)
+            continue;
+        if (j->gpus > 0 && (q = quota_hit(&ps, j, &used)) != NULL) {
+            if (q->is_team)
+                snprintf(buf, sizeof(buf), "quota of team %s: %lld of %d GPUs in use", q->team, (long long)used, q->max_gpus);
+            else
+                snprintf(buf, sizeof(buf), "quota of user %s: %lld of %d GPUs in use", j->owner_name, (long long)used,
+                         q->max_gpus);
+            say(why, sizeof(why), buf);
+        }
+        if (slots <= 0)
+            say(why, sizeof(why), "no free process slot (--max-jobs)");
+        if (fifo_blocked)
+            say(why, sizeof(why), "strict FIFO: an earlier job is blocked");
+        if (why[0]) {
+            if (add_wait(&ps, j->id, why) < 0)
+                goto done;
+            continue;
+        }
+        r = place(&ps, j, &slots, why, sizeof(why));
+        if (r < 0)
+            goto done;
+        if (r == 0) {
+            if (s->fifo)
+                fifo_blocked = 1;
+            if (add_wait(&ps, j->id, why[0] ? why : "waiting") < 0)
+                goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (size_t n = 0; ps.dev && n < s->nnodes; n++)
+        free(ps.dev[n]);
+    free(ps.dev);
+    free(ps.held_by);
+    free(ps.held_prio);
+    free(ps.claimed);
+    free(ps.usage_user);
+    free(idx);
+    if (rc < 0)
+        kd_plan_free(out);
+    return rc;
+}
+
+void kd_plan_free(kd_plan *p)
+{
+    free(p->acts);
+    free(p->devs);
+    free(p->waits);
+    memset(p, 0, sizeof(*p));
 }

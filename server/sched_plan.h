@@ -1,11 +1,17 @@
-/* server/sched_plan.h - the scheduling policy: a pure function, no I/O, no clock, no globals.
+/* server/sched_plan.h - the scheduling policy: a pure function from a snapshot to actions.
+ * No I/O, no clock reads, no globals: the daemon builds the snapshot and applies the plan.
  *
- * Foundation policy (the scheduler issue replaces it with the full one):
- * jobs are considered in queue order (class desc, then submit time, then id);
- * a job starts when a process slot and enough free devices exist, taking the
- * lowest-numbered free devices. A GPU job that does not fit blocks every later
- * GPU job (no backfill, so it is never delayed by them); jobs needing no GPU
- * still start while process slots remain. */
+ * Order: class (urgent > high > normal), then original submit time, then id.
+ * Filter: dependencies, quotas, process slots, pool, GPU type / memory / compute capability,
+ *   required affinity. Score (best fit): the node left with the fewest free matching devices
+ *   after placement (keeps large holes for large jobs), preferred affinity first, then node order.
+ * Backfill: a GPU job blocked for capacity holds every node it could use; a later job may take
+ *   devices there only if it is preemptible and of a strictly lower class (it can be preempted).
+ * Preemption: when no node has room, on each node that passes the filter take running,
+ *   preemptible jobs of strictly lower class, least work lost first (latest checkpoint, else latest
+ *   start), then lowest class, then youngest; walk the list back dropping victims not needed; pick
+ *   the node with the fewest victims, then least work lost, then node order. Victims' devices are
+ *   held for the job while they stop. */
 #ifndef KD_SCHED_H
 #define KD_SCHED_H
 
@@ -13,31 +19,126 @@
 #include <stdint.h>
 
 typedef struct {
-    int64_t id;
-    int priority;       /* 1 normal, 2 high, 3 urgent */
-    int gpus;
-    int64_t submit_ms;
-} kd_sched_job;
+    const char *type;      /* "a100", "virtual", ... */
+    int64_t mem_mb;
+    int cc;                /* compute capability major*10 + minor */
+} kd_dev;
 
 typedef struct {
-    int ndev;               /* devices on the node */
-    const uint8_t *busy;    /* ndev flags: non-zero = allocated */
-    int free_slots;         /* process slots left */
-} kd_sched_node;
-
-typedef struct {
-    int64_t job_id;
-    size_t dev_off;         /* first device index of this start in the devices array */
+    const char *name;
+    const char *pool;
     int ndev;
-} kd_sched_start;
+    const kd_dev *devs;
+} kd_node;
 
-/* Plan starts for queue[0..n) (already in queue order). Writes at most max_starts
- * starts and their device indices into devices (capacity node->ndev). Returns the
- * number of starts. */
-size_t kd_sched_plan(const kd_sched_job *queue, size_t n, const kd_sched_node *node,
-                     kd_sched_start *starts, size_t max_starts, int *devices);
+/* A running (or stopping) job's allocation. */
+typedef struct {
+    int64_t id;
+    int node;
+    int ndev;
+    const int *devs;
+    int priority;
+    int preemptible;
+    int64_t start_ms;
+    int64_t checkpoint_ms;  /* last acknowledged checkpoint, 0: none */
+    int64_t owner;
+    const char *team;
+    int terminating;        /* already being stopped */
+} kd_alloc;
 
-/* Queue order as a comparator (for tests and callers that must sort). */
-int kd_sched_order(const kd_sched_job *a, const kd_sched_job *b);
+/* A job referenced by a dependency or an affinity (sorted by id). */
+typedef struct {
+    int64_t id;
+    int state;              /* kestrel_job_state_t */
+    int node;               /* node it last ran on, -1: never placed */
+} kd_ref;
+
+typedef struct {
+    const char *group;
+    int node;               /* node of the group's last placed job */
+} kd_group_ref;
+
+typedef struct {
+    int is_team;
+    int64_t user;
+    const char *team;
+    int max_gpus;
+} kd_quota;
+
+typedef struct {
+    int64_t id;
+    int priority;
+    int64_t submit_ms;
+    int gpus;
+    const char *gpu_type;   /* "" any */
+    int64_t min_mem_mb;
+    int min_cc;
+    const char *pool;       /* "" any */
+    int64_t owner;
+    const char *owner_name;
+    const char *team;       /* "" none */
+    const int64_t *after_ok;
+    size_t n_after_ok;
+    const int64_t *after_any;
+    size_t n_after_any;
+    int64_t affinity_job;
+    const char *affinity_group;   /* "" none */
+    int affinity_required;
+    int preemptible;
+} kd_qjob;
+
+typedef struct {
+    const kd_node *nodes;
+    size_t nnodes;
+    const kd_alloc *allocs;
+    size_t nallocs;
+    const kd_qjob *queue;   /* any order */
+    size_t nqueue;
+    const kd_ref *refs;     /* sorted by id */
+    size_t nrefs;
+    const kd_group_ref *groups;
+    size_t ngroups;
+    const kd_quota *quotas;
+    size_t nquotas;
+    int free_slots;         /* process slots left */
+    int64_t now_ms;
+    int fifo;               /* 1: strict FIFO (submit time only, stop at the first blocked job; for comparison) */
+} kd_snapshot;
+
+typedef enum { KD_ACT_START = 1, KD_ACT_PREEMPT = 2, KD_ACT_FAIL = 3 } kd_act_kind;
+
+typedef struct {
+    kd_act_kind kind;
+    int64_t job;
+    int node;               /* START, PREEMPT */
+    size_t dev_off;         /* START: devices in plan.devs[dev_off .. dev_off + ndev) */
+    int ndev;
+    int64_t cause;          /* PREEMPT: the job it makes room for */
+    char reason[200];
+} kd_action;
+
+typedef struct {
+    int64_t job;
+    int position;           /* 1-based place in the queue order */
+    char reason[320];
+} kd_wait;
+
+typedef struct {
+    kd_action *acts;
+    size_t nacts;
+    int *devs;
+    size_t ndevs;
+    kd_wait *waits;
+    size_t nwaits;
+} kd_plan;
+
+/* Compute the plan. Returns 0, or -1 when out of memory. Deterministic for a snapshot. */
+int kd_sched_plan(const kd_snapshot *s, kd_plan *out);
+void kd_plan_free(kd_plan *p);
+
+/* Queue order comparator. */
+int kd_sched_order(const kd_qjob *a, const kd_qjob *b);
+/* "8.0" -> 80; -1 when malformed. */
+int kd_sched_parse_cc(const char *s);
 
 #endif

@@ -50,11 +50,15 @@ static void bad_json_bodies(void **state)
     expect(400, D.token, "{\"argv\":[\"true\"],\"name\":\"bell\\u0007\"}", "field 'name'");
     expect(400, D.token, "{\"argv\":[\"true\"],\"labels\":[{\"key\":\"a\\nb\",\"value\":\"v\"}]}", "field 'labels'");
     expect(400, D.token, "{\"argv\":[\"true\"],\"env\":[{\"key\":\"KESTREL_TOKEN\",\"value\":\"x\"}]}", "set by kestreld");
-    expect(400, D.token, "{\"argv\":[\"true\"],\"gpus\":3}", "this node has 2");
+    expect(400, D.token, "{\"argv\":[\"true\"],\"gpus\":3}", "the largest node has 2");
     expect(400, D.token, "{\"argv\":[\"true\"],\"gpus\":-1}", "field 'gpus'");
     expect(400, D.token, "{\"argv\":[\"true\"],\"workdir\":\"../../etc\"}", "field 'workdir'");
     expect(400, D.token, "{\"argv\":[\"true\"],\"git_url\":\"--upload-pack=evil\"}", "field 'git_url'");
     expect(400, D.token, "{\"argv\":[\"true\"],\"git_ref\":\"main\"}", "without git_url");
+    expect(400, D.token, "{\"argv\":[\"true\"],\"min_compute_capability\":\"eight\"}", "MAJOR.MINOR");
+    expect(400, D.token, "{\"argv\":[\"true\"],\"after_ok\":[\"-3\"]}", "job ids are positive");
+    expect(400, D.token, "{\"argv\":[\"true\"],\"affinity_required\":true}", "needs affinity_job");
+    expect(400, D.token, "{\"argv\":[\"true\"],\"pool\":\"a b\"}", "no spaces");
 }
 
 static void auth_failures(void **state)

@@ -1,4 +1,4 @@
-/* Unit tests: the pure scheduling pass. */
+/* Unit tests: the pure scheduling pass (server/sched.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,88 +8,314 @@
 #include <cmocka.h>
 #include "sched_plan.h"
 
-static int cmp(const void *a, const void *b)
+static kd_dev a100[8], v100[8];
+static kd_node nodes[3];
+
+static void setup_nodes(void)
 {
-    return kd_sched_order(a, b);
+    for (int i = 0; i < 8; i++) {
+        a100[i] = (kd_dev){ "a100", 81920, 80 };
+        v100[i] = (kd_dev){ "v100", 16384, 70 };
+    }
+    nodes[0] = (kd_node){ "n0", "default", 4, a100 };
+    nodes[1] = (kd_node){ "n1", "default", 8, a100 };
+    nodes[2] = (kd_node){ "old", "legacy", 4, v100 };
+}
+
+static kd_qjob job(int64_t id, int prio, int gpus)
+{
+    kd_qjob j;
+    memset(&j, 0, sizeof(j));
+    j.id = id;
+    j.priority = prio;
+    j.submit_ms = id * 10;
+    j.gpus = gpus;
+    j.gpu_type = "";
+    j.pool = "";
+    j.team = "";
+    j.owner = 1;
+    j.owner_name = "alice";
+    j.affinity_group = "";
+    j.preemptible = 1;
+    return j;
+}
+
+static kd_snapshot snap(const kd_qjob *q, size_t n, size_t nnodes)
+{
+    kd_snapshot s;
+    memset(&s, 0, sizeof(s));
+    setup_nodes();
+    s.nodes = nodes;
+    s.nnodes = nnodes;
+    s.queue = q;
+    s.nqueue = n;
+    s.free_slots = 100;
+    s.now_ms = 1000000;
+    return s;
+}
+
+static const kd_action *act(const kd_plan *p, int64_t job)
+{
+    for (size_t i = 0; i < p->nacts; i++)
+        if (p->acts[i].job == job)
+            return &p->acts[i];
+    return NULL;
+}
+
+static const kd_wait *waiting(const kd_plan *p, int64_t job)
+{
+    for (size_t i = 0; i < p->nwaits; i++)
+        if (p->waits[i].job == job)
+            return &p->waits[i];
+    return NULL;
 }
 
 static void order_is_class_then_submit_time_then_id(void **state)
 {
-    kd_sched_job q[] = {
-        { 5, 1, 0, 100 }, { 4, 3, 0, 300 }, { 3, 2, 0, 50 }, { 2, 3, 0, 200 }, { 1, 1, 0, 100 },
+    kd_qjob a = job(5, 1, 0), b = job(4, 3, 0), c = job(3, 2, 0), d = job(2, 3, 0);
+    (void)state;
+    assert_true(kd_sched_order(&d, &b) < 0);   /* urgent, earlier */
+    assert_true(kd_sched_order(&b, &c) < 0);   /* urgent before high */
+    assert_true(kd_sched_order(&c, &a) < 0);
+    a.submit_ms = c.submit_ms = 7;
+    a.priority = c.priority = 1;
+    assert_true(kd_sched_order(&c, &a) < 0);   /* same class and time: lower id */
+    assert_int_equal(kd_sched_parse_cc("8.6"), 86);
+    assert_int_equal(kd_sched_parse_cc("8"), -1);
+}
+
+static void best_fit_keeps_large_holes(void **state)
+{
+    kd_qjob q[] = { job(1, 1, 2) };
+    int busy0[] = { 0, 1 };
+    kd_alloc al[] = { { 50, 0, 2, busy0, 1, 1, 0, 0, 1, "", 0 } };
+    kd_snapshot s = snap(q, 1, 2);
+    kd_plan p;
+    (void)state;
+    s.allocs = al;
+    s.nallocs = 1;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 1)->kind, KD_ACT_START);
+    assert_int_equal(act(&p, 1)->node, 0);        /* n0 has exactly 2 left; n1's 8 stay whole */
+    assert_int_equal(p.devs[act(&p, 1)->dev_off], 2);
+    assert_int_equal(p.devs[act(&p, 1)->dev_off + 1], 3);
+    kd_plan_free(&p);
+}
+
+static void constraints_filter_with_reasons(void **state)
+{
+    kd_qjob q[] = { job(1, 1, 2), job(2, 1, 2), job(3, 1, 1), job(4, 1, 16) };
+    kd_snapshot s = snap(q, 4, 3);
+    kd_plan p;
+    (void)state;
+    q[0].gpu_type = "v100";
+    q[1].min_mem_mb = 40960;
+    q[1].pool = "legacy";
+    q[2].min_cc = 80;
+    q[2].pool = "legacy";
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 1)->node, 2);
+    assert_non_null(waiting(&p, 2));
+    assert_non_null(strstr(waiting(&p, 2)->reason, "needs 2 x GPU with >= 40960 MB in pool legacy"));
+    assert_non_null(strstr(waiting(&p, 3)->reason, "cc >= 8.0 in pool legacy"));
+    assert_non_null(strstr(waiting(&p, 4)->reason, "no node can ever hold it"));
+    kd_plan_free(&p);
+}
+
+static void blocked_job_is_not_delayed_by_backfill(void **state)
+{
+    /* n0: 2 of 4 busy with a non-preemptible job. A normal 4-GPU job is blocked; later jobs of
+     * the same class must not take n0's free devices, a job needing no GPU still runs. */
+    kd_qjob q[] = { job(1, 1, 4), job(2, 1, 1), job(3, 1, 0) };
+    int d[] = { 0, 1 };
+    kd_alloc al[] = { { 50, 0, 2, d, 2, 0, 0, 0, 9, "", 0 } };
+    kd_snapshot s = snap(q, 3, 1);
+    kd_plan p;
+    (void)state;
+    s.allocs = al;
+    s.nallocs = 1;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_null(act(&p, 1));
+    assert_null(act(&p, 2));
+    assert_non_null(strstr(waiting(&p, 2)->reason, "nodes held for job 1"));
+    assert_int_equal(act(&p, 3)->kind, KD_ACT_START);
+    assert_int_equal(waiting(&p, 1)->position, 1);
+    assert_int_equal(waiting(&p, 2)->position, 2);
+    kd_plan_free(&p);
+    /* a lower-class preemptible job may backfill under a blocked higher one */
+    q[0].priority = 2;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 2)->kind, KD_ACT_START);
+    kd_plan_free(&p);
+}
+
+static void preemption_picks_least_lost_work_and_walks_back(void **state)
+{
+    /* n0 full: A (1 GPU, lost 1 s), B (1 GPU, lost 50 s), C (2 GPUs, lost 2 s). Urgent needs 2:
+     * candidates by lost work A, C, B; A + C suffice; walking back drops A (C alone is enough). */
+    kd_qjob q[] = { job(9, 3, 2) };
+    int da[] = { 0 }, db[] = { 1 }, dc[] = { 2, 3 };
+    kd_alloc al[] = {
+        { 101, 0, 1, da, 1, 1, 999000, 0, 1, "", 0 },
+        { 102, 0, 1, db, 1, 1, 950000, 0, 1, "", 0 },
+        { 103, 0, 2, dc, 1, 1, 100000, 998000, 1, "", 0 },
     };
+    kd_snapshot s = snap(q, 1, 1);
+    kd_plan p;
     (void)state;
-    qsort(q, 5, sizeof(q[0]), cmp);
-    assert_int_equal(q[0].id, 2);   /* urgent, earliest */
-    assert_int_equal(q[1].id, 4);   /* urgent */
-    assert_int_equal(q[2].id, 3);   /* high */
-    assert_int_equal(q[3].id, 1);   /* normal, same time as 5: lower id first */
-    assert_int_equal(q[4].id, 5);
+    s.allocs = al;
+    s.nallocs = 3;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 1);
+    assert_int_equal(p.acts[0].kind, KD_ACT_PREEMPT);
+    assert_int_equal(p.acts[0].job, 103);
+    assert_int_equal(p.acts[0].cause, 9);
+    assert_string_equal(p.acts[0].reason, "preempted by job 9 (urgent)");
+    assert_non_null(strstr(waiting(&p, 9)->reason, "preempting job 103 on node n0"));
+    kd_plan_free(&p);
+    /* once they stop, the job waits for them instead of preempting more */
+    al[2].terminating = 1;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 0);
+    assert_non_null(strstr(waiting(&p, 9)->reason, "waiting for preempted jobs to stop on node n0"));
+    kd_plan_free(&p);
 }
 
-static void places_on_free_devices_and_respects_slots(void **state)
+static void never_preempt_equal_class_or_opted_out(void **state)
 {
-    uint8_t busy[4] = { 1, 0, 0, 0 };
-    kd_sched_node node = { 4, busy, 2 };
-    kd_sched_job q[] = { { 1, 3, 2, 1 }, { 2, 2, 1, 2 }, { 3, 1, 0, 3 } };
-    kd_sched_start s[3];
-    int dev[4];
-    size_t n;
+    kd_qjob q[] = { job(9, 3, 4) };
+    int d1[] = { 0, 1 }, d2[] = { 2, 3 };
+    kd_alloc al[] = { { 101, 0, 2, d1, 3, 1, 0, 0, 1, "", 0 }, { 102, 0, 2, d2, 1, 0, 0, 0, 1, "", 0 } };
+    kd_snapshot s = snap(q, 1, 1);
+    kd_plan p;
     (void)state;
-    n = kd_sched_plan(q, 3, &node, s, 3, dev);
-    assert_int_equal(n, 2);               /* two slots */
-    assert_int_equal(s[0].job_id, 1);
-    assert_int_equal(s[0].ndev, 2);
-    assert_int_equal(dev[s[0].dev_off], 1);
-    assert_int_equal(dev[s[0].dev_off + 1], 2);
-    assert_int_equal(s[1].job_id, 2);
-    assert_int_equal(dev[s[1].dev_off], 3);
-    assert_int_equal(busy[1], 0);         /* input untouched: the pass is pure */
+    s.allocs = al;
+    s.nallocs = 2;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 0);
+    assert_non_null(strstr(waiting(&p, 9)->reason, "nothing preemptible of a lower class"));
+    kd_plan_free(&p);
 }
 
-static void blocked_gpu_job_is_not_overtaken_by_gpu_jobs(void **state)
+static void dependencies(void **state)
 {
-    uint8_t busy[4] = { 1, 1, 0, 0 };
-    kd_sched_node node = { 4, busy, 10 };
-    /* urgent needs 4 (blocked), a normal 1-GPU job must not take a device; CPU jobs may run */
-    kd_sched_job q[] = { { 1, 3, 4, 1 }, { 2, 1, 1, 2 }, { 3, 1, 0, 3 } };
-    kd_sched_start s[3];
-    int dev[4];
-    size_t n;
+    int64_t ok1[] = { 70 }, ok2[] = { 71 }, any[] = { 72 }, ghost[] = { 99 };
+    kd_ref refs[] = { { 70, 3, 0 }, { 71, 4, 0 }, { 72, 2, 0 } };
+    kd_qjob q[] = { job(1, 1, 0), job(2, 1, 0), job(3, 1, 0), job(4, 1, 0) };
+    kd_snapshot s = snap(q, 4, 1);
+    kd_plan p;
     (void)state;
-    n = kd_sched_plan(q, 3, &node, s, 3, dev);
-    assert_int_equal(n, 1);
-    assert_int_equal(s[0].job_id, 3);
-    assert_int_equal(s[0].ndev, 0);
+    q[0].after_ok = ok1; q[0].n_after_ok = 1;
+    q[1].after_ok = ok2; q[1].n_after_ok = 1;
+    q[2].after_any = any; q[2].n_after_any = 1;
+    q[3].after_ok = ghost; q[3].n_after_ok = 1;
+    s.refs = refs;
+    s.nrefs = 3;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 1)->kind, KD_ACT_START);
+    assert_int_equal(act(&p, 2)->kind, KD_ACT_FAIL);
+    assert_string_equal(act(&p, 2)->reason, "dependency job 71 ended FAILED (after_ok)");
+    assert_string_equal(waiting(&p, 3)->reason, "waiting for job 72 (after_any)");
+    assert_string_equal(act(&p, 4)->reason, "dependency job 99 does not exist");
+    kd_plan_free(&p);
+}
+
+static void quotas_hold_jobs(void **state)
+{
+    kd_qjob q[] = { job(1, 1, 2), job(2, 1, 1) };
+    int d[] = { 0, 1 };
+    kd_alloc al[] = { { 50, 1, 2, d, 1, 1, 0, 0, 1, "vision", 0 } };
+    kd_quota quotas[] = { { 1, 0, "vision", 3 } };
+    kd_snapshot s = snap(q, 2, 2);
+    kd_plan p;
+    (void)state;
+    q[0].team = q[1].team = "vision";
+    s.allocs = al;
+    s.nallocs = 1;
+    s.quotas = quotas;
+    s.nquotas = 1;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_string_equal(waiting(&p, 1)->reason, "quota of team vision: 2 of 3 GPUs in use");
+    assert_int_equal(act(&p, 2)->kind, KD_ACT_START);   /* 1 more fits the quota */
+    kd_plan_free(&p);
+}
+
+static void affinity(void **state)
+{
+    kd_ref refs[] = { { 70, 3, 1 } };
+    kd_group_ref groups[] = { { "bert", 0 } };
+    kd_qjob q[] = { job(1, 1, 1), job(2, 1, 1), job(3, 1, 1) };
+    kd_snapshot s = snap(q, 3, 2);
+    kd_plan p;
+    (void)state;
+    q[0].affinity_job = 70;
+    q[0].affinity_required = 1;
+    q[1].affinity_group = "bert";     /* preferred */
+    q[2].affinity_job = 80;           /* unknown target, required: waits */
+    q[2].affinity_required = 1;
+    s.refs = refs;
+    s.nrefs = 1;
+    s.groups = groups;
+    s.ngroups = 1;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 1)->node, 1);
+    assert_int_equal(act(&p, 2)->node, 0);
+    assert_string_equal(waiting(&p, 3)->reason, "waiting for job 80 to be placed (affinity)");
+    kd_plan_free(&p);
+}
+
+static void slots_and_fifo(void **state)
+{
+    kd_qjob q[] = { job(1, 1, 8), job(2, 3, 1), job(3, 1, 0) };
+    kd_snapshot s = snap(q, 3, 1);
+    kd_plan p;
+    (void)state;
+    s.free_slots = 1;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 2)->kind, KD_ACT_START);                 /* urgent first */
+    assert_non_null(strstr(waiting(&p, 3)->reason, "no free process slot"));
+    kd_plan_free(&p);
+    s.free_slots = 10;
+    s.fifo = 1;                                                       /* job 1 can never fit n0 (4 GPUs) */
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 0);
+    assert_non_null(strstr(waiting(&p, 2)->reason, "strict FIFO"));
+    kd_plan_free(&p);
 }
 
 static void deterministic(void **state)
 {
-    uint8_t busy[8] = { 0 };
-    kd_sched_node node = { 8, busy, 8 };
-    kd_sched_job q[6];
-    kd_sched_start a[6], b[6];
-    int da[8], db[8];
+    kd_qjob q[40];
+    kd_snapshot s;
+    kd_plan a, b;
     (void)state;
-    size_t na, nb;
-    memset(a, 0, sizeof(a));
-    memset(b, 0, sizeof(b));
-    for (int i = 0; i < 6; i++)
-        q[i] = (kd_sched_job){ i + 1, 1 + i % 3, (i * 3) % 4, i };
-    na = kd_sched_plan(q, 6, &node, a, 6, da);
-    nb = kd_sched_plan(q, 6, &node, b, 6, db);
-    assert_int_equal(na, nb);
-    assert_true(na > 0);
-    assert_memory_equal(a, b, sizeof(a));
-    assert_memory_equal(da, db, sizeof(int) * a[na - 1].dev_off);
+    for (int i = 0; i < 40; i++)
+        q[i] = job(40 - i, 1 + i % 3, (i * 7) % 5);
+    s = snap(q, 40, 3);
+    assert_int_equal(kd_sched_plan(&s, &a), 0);
+    assert_int_equal(kd_sched_plan(&s, &b), 0);
+    assert_int_equal(a.nacts, b.nacts);
+    assert_int_equal(a.ndevs, b.ndevs);
+    assert_memory_equal(a.acts, b.acts, a.nacts * sizeof(kd_action));
+    assert_memory_equal(a.devs, b.devs, a.ndevs * sizeof(int));
+    assert_memory_equal(a.waits, b.waits, a.nwaits * sizeof(kd_wait));
+    kd_plan_free(&a);
+    kd_plan_free(&b);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_is_class_then_submit_time_then_id),
-        cmocka_unit_test(places_on_free_devices_and_respects_slots),
-        cmocka_unit_test(blocked_gpu_job_is_not_overtaken_by_gpu_jobs),
+        cmocka_unit_test(best_fit_keeps_large_holes),
+        cmocka_unit_test(constraints_filter_with_reasons),
+        cmocka_unit_test(blocked_job_is_not_delayed_by_backfill),
+        cmocka_unit_test(preemption_picks_least_lost_work_and_walks_back),
+        cmocka_unit_test(never_preempt_equal_class_or_opted_out),
+        cmocka_unit_test(dependencies),
+        cmocka_unit_test(quotas_hold_jobs),
+        cmocka_unit_test(affinity),
+        cmocka_unit_test(slots_and_fifo),
         cmocka_unit_test(deterministic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

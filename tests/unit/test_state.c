@@ -25,7 +25,7 @@ static int setup(void **state)
     assert_non_null(mkdtemp(f->dir));
     snprintf(path, sizeof(path), "%s/catalog.db", f->dir);
     assert_int_equal(kd_catalog_open(&f->cat, path), 0);
-    assert_int_equal(kd_catalog_user_ensure(f->cat, "alice", 0, &f->uid, NULL), 0);
+    assert_int_equal(kd_catalog_user_ensure(f->cat, "alice", 0, "vision", &f->uid, NULL), 0);
     spec.argv = argv;
     spec.n_argv = 1;
     spec.priority = KESTREL__V1__PRIORITY__HIGH;

@@ -1,0 +1,138 @@
+/* server/api_sched.c - scheduler routes: explain, queue, priority updates, checkpoint acks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "api.h"
+
+static void describe(kd_req *r, const Kestrel__V1__Job *job, int *position, char *reason, size_t n)
+{
+    *position = 0;
+    switch ((int)job->state) {
+    case KESTREL_JOB_STATE_QUEUED:
+        if (!kd_engine_explain(r->e, job->id, position, reason, n))
+            snprintf(reason, n, "not yet considered by the scheduler");
+        break;
+    case KESTREL_JOB_STATE_RUNNING:
+        snprintf(reason, n, "running on node %s (%zu device%s)", job->node, job->n_devices, job->n_devices == 1 ? "" : "s");
+        break;
+    case KESTREL_JOB_STATE_PREEMPTED:
+        snprintf(reason, n, "stopping after preemption: %s", job->reason);
+        break;
+    default:
+        snprintf(reason, n, "ended %s: %s", kestrel_job_state_name((int)job->state), job->reason);
+    }
+}
+
+enum MHD_Result kd_route_explain(kd_req *r, int64_t id)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__Explanation ex = KESTREL__V1__EXPLANATION__INIT;
+    Kestrel__V1__Job *job = kd_visible_job(r, id, 0, &reply);
+    char reason[400];
+    int position;
+    if (job == NULL)
+        return reply;
+    describe(r, job, &position, reason, sizeof(reason));
+    ex.job_id = id;
+    ex.state = job->state;
+    ex.position = position;
+    ex.reason = reason;
+    reply = kd_reply_msg(r, 200, &ex.base);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return reply;
+}
+
+enum MHD_Result kd_route_queue(kd_req *r)
+{
+    enum MHD_Result reply;
+    Kestrel__V1__Queue q = KESTREL__V1__QUEUE__INIT;
+    Kestrel__V1__QueueEntry *entries;
+    size_t n = 0, k = 0;
+    kd_wait *w;
+    if (strcmp(r->method, "GET"))
+        return kd_reply_error(r, 405, "method_not_allowed", "use GET on /api/v1/queue");
+    if (r->who.job_id)
+        return kd_reply_error(r, 403, "permission_denied", "a job token can only read its own job");
+    w = kd_engine_queue(r->e, &n);
+    entries = calloc(n + 1, sizeof(*entries));
+    q.entries = calloc(n + 1, sizeof(*q.entries));
+    if (w == NULL || entries == NULL || q.entries == NULL) {
+        free(w);
+        free(entries);
+        free(q.entries);
+        return kd_reply_failure(r, kestrel__error_oom());
+    }
+    for (size_t i = 0; i < n; i++) {
+        Kestrel__V1__Job *job = NULL;
+        int64_t owner = 0;
+        if (kd_catalog_job_load(r->e->cat, w[i].job, 0, &job, &owner) < 0)
+            continue;
+        if (!r->who.is_admin && owner != r->who.user_id) {
+            protobuf_c_message_free_unpacked(&job->base, NULL);
+            continue;
+        }
+        kestrel__v1__queue_entry__init(&entries[k]);
+        entries[k].job = job;
+        entries[k].position = w[i].position;   /* position in the whole queue, others' jobs included */
+        entries[k].reason = w[i].reason;
+        q.entries[k] = &entries[k];
+        k++;
+    }
+    q.n_entries = k;
+    reply = kd_reply_msg(r, 200, &q.base);
+    for (size_t i = 0; i < k; i++)
+        protobuf_c_message_free_unpacked(&entries[i].job->base, NULL);
+    free(entries);
+    free(q.entries);
+    free(w);
+    return reply;
+}
+
+enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__JobUpdate *u;
+    Kestrel__V1__Job *job;
+    int rc;
+    if (r->who.job_id)
+        return kd_reply_error(r, 403, "permission_denied", "a job token cannot change priorities");
+    if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
+        return reply;
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    if ((u = (Kestrel__V1__JobUpdate *)kd_body(r, &kestrel__v1__job_update__descriptor, &reply)) == NULL)
+        return reply;
+    if (u->priority < KESTREL__V1__PRIORITY__NORMAL) {
+        protobuf_c_message_free_unpacked(&u->base, NULL);
+        return kd_reply_error(r, 400, "invalid_argument", "field 'priority': normal, high or urgent");
+    }
+    rc = kd_catalog_job_set_priority(r->e->cat, id, (int)u->priority, kestrel__now_ms());
+    protobuf_c_message_free_unpacked(&u->base, NULL);
+    if (rc == 1)
+        return kd_reply_error(r, 409, "conflict", "only a QUEUED job can change its priority");
+    if (rc < 0)
+        return kd_reply_failure(r, rc);
+    kd_engine_kick(r->e);
+    kd_engine_changed(r->e);
+    if ((job = kd_visible_job(r, id, 1, &reply)) == NULL)
+        return reply;
+    reply = kd_reply_msg(r, 200, &job->base);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return reply;
+}
+
+enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__Job *job = kd_visible_job(r, id, 0, &reply);
+    int rc;
+    if (job == NULL)
+        return reply;
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    if ((rc = kd_engine_checkpoint(r->e, id)) < 0)
+        return kd_reply_failure(r, rc);
+    if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
+        return reply;
+    reply = kd_reply_msg(r, 200, &job->base);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return reply;
+}

@@ -1,0 +1,186 @@
+/* server/catalog_sched.c - what the scheduler reads from the catalog, and queue edits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sqlite3.h>
+#include "catalog.h"
+
+void kd_queued_free(kd_queued *q, size_t n)
+{
+    for (size_t i = 0; q && i < n; i++)
+        if (q[i].spec)
+            protobuf_c_message_free_unpacked(&q[i].spec->base, NULL);
+    free(q);
+}
+
+int kd_catalog_queue(kd_catalog *cat, size_t limit, kd_queued **out, size_t *n)
+{
+    static const char *const sql =
+        "SELECT j.id, j.priority, j.submit_ms, j.owner_id, u.name, j.team, j.spec, j.restart_count FROM jobs j"
+        " JOIN users u ON u.id = j.owner_id WHERE j.state = 1 ORDER BY j.priority DESC, j.submit_ms, j.id LIMIT ?";
+    kd_queued *rows = NULL;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    int rc = 0;
+    *out = NULL;
+    *n = 0;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)limit);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        kd_queued *q;
+        if (*n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            kd_queued *p = realloc(rows, ncap * sizeof(*p));
+            if (p == NULL) {
+                rc = kestrel__error_oom();
+                goto out;
+            }
+            rows = p;
+            cap = ncap;
+        }
+        q = &rows[*n];
+        q->id = sqlite3_column_int64(st, 0);
+        q->priority = sqlite3_column_int(st, 1);
+        q->submit_ms = sqlite3_column_int64(st, 2);
+        q->owner_id = sqlite3_column_int64(st, 3);
+        snprintf(q->owner, sizeof(q->owner), "%s", (const char *)sqlite3_column_text(st, 4));
+        snprintf(q->team, sizeof(q->team), "%s", (const char *)sqlite3_column_text(st, 5));
+        q->restart_count = sqlite3_column_int(st, 7);
+        q->spec = kestrel__v1__job_spec__unpack(NULL, (size_t)sqlite3_column_bytes(st, 6), sqlite3_column_blob(st, 6));
+        if (q->spec == NULL) {
+            rc = kestrel__error_set(KESTREL_EIO, "catalog: job %lld has an unreadable spec", (long long)q->id);
+            goto out;
+        }
+        (*n)++;
+    }
+out:
+    kd__unlock(cat);
+    if (rc < 0) {
+        kd_queued_free(rows, *n);
+        *n = 0;
+    } else {
+        *out = rows;
+    }
+    return rc;
+}
+
+int kd_catalog_refs(kd_catalog *cat, const int64_t *ids, size_t n, kd_catref *out, size_t *found)
+{
+    static const char *const sql = "SELECT state, node FROM jobs WHERE id = ?";
+    int rc = 0;
+    *found = 0;
+    kd__lock(cat);
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st = kd__stmt(cat, sql);
+        if (st == NULL) {
+            rc = KESTREL_EIO;
+            break;
+        }
+        sqlite3_bind_int64(st, 1, ids[i]);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            kd_catref *r = &out[(*found)++];
+            r->id = ids[i];
+            r->state = sqlite3_column_int(st, 0);
+            snprintf(r->node, sizeof(r->node), "%s", (const char *)sqlite3_column_text(st, 1));
+        }
+    }
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_group_node(kd_catalog *cat, const char *group, char *node, size_t len)
+{
+    static const char *const sql =
+        "SELECT node FROM jobs WHERE grp = ? AND node != '' ORDER BY start_ms DESC, id DESC LIMIT 1";
+    sqlite3_stmt *st;
+    int rc;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+    } else {
+        sqlite3_bind_text(st, 1, group, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            snprintf(node, len, "%s", (const char *)sqlite3_column_text(st, 0));
+            rc = 0;
+        } else {
+            rc = KESTREL_ENOTFOUND;
+        }
+    }
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms)
+{
+    int rc = kd__run(cat, "UPDATE jobs SET checkpoint_ms = ? WHERE id = ?", "ii", now_ms, id);
+    if (rc == 0)
+        rc = kd__run(cat, "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason)"
+                          " SELECT id, ?, state, state, 'checkpoint acknowledged' FROM jobs WHERE id = ?",
+                     "ii", now_ms, id);
+    return rc;
+}
+
+int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64_t now_ms)
+{
+    static const char *const sel = "SELECT state, spec FROM jobs WHERE id = ?";
+    static const char *const upd = "UPDATE jobs SET priority = ?, spec = ? WHERE id = ?";
+    static const char *const ev =
+        "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?, ?, 1, 1, ?)";
+    static const char *const names[] = { "", "normal", "high", "urgent" };
+    Kestrel__V1__JobSpec *spec = NULL;
+    kestrel_buf blob = KESTREL_BUF_INIT;
+    sqlite3_stmt *st;
+    char reason[64];
+    int rc;
+    kd__lock(cat);
+    if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
+        goto out;
+    if ((st = kd__stmt(cat, sel)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        rc = kestrel__error_set(KESTREL_ENOTFOUND, "job %lld not found", (long long)id);
+        goto rollback;
+    }
+    if (sqlite3_column_int(st, 0) != 1) {
+        rc = 1;
+        goto rollback;
+    }
+    spec = kestrel__v1__job_spec__unpack(NULL, (size_t)sqlite3_column_bytes(st, 1), sqlite3_column_blob(st, 1));
+    if (spec == NULL)
+        goto fail;
+    spec->priority = (Kestrel__V1__Priority)priority;
+    if ((rc = kestrel__wire_pack(&blob, &spec->base)) < 0)
+        goto rollback;
+    if ((st = kd__stmt(cat, upd)) == NULL)
+        goto fail;
+    sqlite3_bind_int(st, 1, priority);
+    sqlite3_bind_blob(st, 2, blob.ptr, (int)blob.size, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, id);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    if ((st = kd__stmt(cat, ev)) == NULL)
+        goto fail;
+    snprintf(reason, sizeof(reason), "priority changed to %s", names[priority]);
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, now_ms);
+    sqlite3_bind_text(st, 3, reason, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    if ((rc = kd__exec(cat, "COMMIT")) == 0)
+        goto out;
+fail:
+    rc = kd__sql_fail(cat, "set priority");
+rollback:
+    sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
+out:
+    kd__unlock(cat);
+    if (spec)
+        protobuf_c_message_free_unpacked(&spec->base, NULL);
+    kestrel_buf_dispose(&blob);
+    return rc;
+}

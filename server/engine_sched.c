@@ -1,0 +1,301 @@
+/* server/engine_sched.c - builds the scheduler's snapshot from the catalog and the running jobs,
+ * runs the pure pass, and applies its actions (start, preempt, fail). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine.h"
+
+#define QUEUE_WINDOW 1000   /* queued jobs considered per pass */
+
+static int node_index(const kd_engine *e, const char *name)
+{
+    for (size_t n = 0; n < e->cfg->nnodes; n++)
+        if (!strcmp(e->cfg->nodes[n].name, name))
+            return (int)n;
+    return -1;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Virtual devices look like GPU UUIDs so that CUDA_VISIBLE_DEVICES keeps its contract. */
+static void device_uuid(char *out, size_t n, int node, int index)
+{
+    snprintf(out, n, "GPU-00000000-0000-4000-8000-%06d%06d", node, index);
+}
+
+/* Move one planned start into RUNNING and hand it to the executor. */
+void kd_engine_launch(kd_engine *e, kd_run *run)
+{
+    char devs[4096] = "", token[80], reason[160];
+    size_t k = 0;
+    Kestrel__V1__Job *job = NULL;
+    const char *node = e->cfg->nodes[run->node].name;
+    kd_transition t = { kestrel__now_ms(), reason, 0, 0, devs, 0, node };
+    int rc;
+
+    for (int i = 0; i < run->ndev && k + 48 < sizeof(devs); i++) {
+        char u[48];
+        device_uuid(u, sizeof(u), run->node, run->devices[i]);
+        k += (size_t)snprintf(devs + k, sizeof(devs) - k, "%s%s", i ? "," : "", u);
+    }
+    if (run->restart_count > 0)
+        snprintf(reason, sizeof(reason), "resumed on node %s (run %d)", node, run->restart_count + 1);
+    else
+        snprintf(reason, sizeof(reason), "started on node %s by the %s executor", node, e->exec->name);
+    run->start_ms = t.now_ms;
+    rc = kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_RUNNING, &t);
+    if (rc == 0)
+        rc = kd_catalog_job_load(e->cat, run->id, 0, &job, &run->owner_id);
+    if (rc == 0) {
+        pthread_mutex_lock(&e->mu);
+        run->checkpoint_ms = job->checkpoint_time_ms;
+        pthread_mutex_unlock(&e->mu);
+        rc = kd_token_issue(e->cat, run->owner_id, run->id, token, sizeof(token));
+        if (rc == 0) {
+            kd_engine_changed(e);
+            if (e->exec->start(e, run, job, token, devs) == 0)
+                return;
+            kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
+            return;
+        }
+        protobuf_c_message_free_unpacked(&job->base, NULL);
+        kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
+        return;
+    }
+    /* cancelled between planning and launch, or a catalog failure: give the slot back */
+    pthread_mutex_lock(&e->mu);
+    kd_engine_release_locked(e, run);
+    pthread_mutex_unlock(&e->mu);
+    free(run->devices);
+    free(run);
+}
+
+/* The queued jobs as the pure scheduler sees them (pointers into q's specs). */
+static int to_qjobs(const kd_queued *q, size_t n, kd_qjob *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        const Kestrel__V1__JobSpec *s = q[i].spec;
+        kd_qjob *j = &out[i];
+        j->id = q[i].id;
+        j->priority = q[i].priority;
+        j->submit_ms = q[i].submit_ms;
+        j->gpus = s->gpus;
+        j->gpu_type = s->gpu_type;
+        j->min_mem_mb = s->min_gpu_memory_mb;
+        j->min_cc = kd_sched_parse_cc(s->min_compute_capability);
+        if (j->min_cc < 0)
+            j->min_cc = 0;   /* validated at submit */
+        j->pool = s->pool;
+        j->owner = q[i].owner_id;
+        j->owner_name = q[i].owner;
+        j->team = q[i].team;
+        j->after_ok = s->after_ok;
+        j->n_after_ok = s->n_after_ok;
+        j->after_any = s->after_any;
+        j->n_after_any = s->n_after_any;
+        j->affinity_job = s->affinity_job;
+        j->affinity_group = s->affinity_group;
+        j->affinity_required = s->affinity_required;
+        j->preemptible = !s->not_preemptible;
+    }
+    return 0;
+}
+
+/* Dependencies and affinity targets, sorted by id, with node indices. */
+static kd_ref *load_refs(kd_engine *e, const kd_qjob *q, size_t n, size_t *nrefs)
+{
+    size_t nids = 0, cap = 0, found = 0;
+    int64_t *ids = NULL;
+    kd_catref *cr;
+    kd_ref *refs;
+    for (size_t i = 0; i < n; i++) {
+        size_t need = nids + q[i].n_after_ok + q[i].n_after_any + 1;
+        if (need > cap) {
+            int64_t *p = realloc(ids, (cap = need * 2) * sizeof(*ids));
+            if (p == NULL) {
+                free(ids);
+                return NULL;
+            }
+            ids = p;
+        }
+        memcpy(ids + nids, q[i].after_ok, q[i].n_after_ok * sizeof(*ids));
+        nids += q[i].n_after_ok;
+        memcpy(ids + nids, q[i].after_any, q[i].n_after_any * sizeof(*ids));
+        nids += q[i].n_after_any;
+        if (q[i].affinity_job)
+            ids[nids++] = q[i].affinity_job;
+    }
+    qsort(ids, nids, sizeof(*ids), id_cmp);
+    {
+        size_t u = 0;
+        for (size_t i = 0; i < nids; i++)
+            if (u == 0 || ids[u - 1] != ids[i])
+                ids[u++] = ids[i];
+        nids = u;
+    }
+    cr = calloc(nids + 1, sizeof(*cr));
+    refs = calloc(nids + 1, sizeof(*refs));
+    if (cr == NULL || refs == NULL || kd_catalog_refs(e->cat, ids, nids, cr, &found) < 0) {
+        free(ids);
+        free(cr);
+        free(refs);
+        return NULL;
+    }
+    for (size_t i = 0; i < found; i++) {
+        refs[i].id = cr[i].id;
+        refs[i].state = cr[i].state;
+        refs[i].node = cr[i].node[0] ? node_index(e, cr[i].node) : -1;
+    }
+    free(ids);
+    free(cr);
+    *nrefs = found;
+    return refs;
+}
+
+static kd_group_ref *load_groups(kd_engine *e, const kd_qjob *q, size_t n, size_t *ngroups)
+{
+    kd_group_ref *g = calloc(n + 1, sizeof(*g));
+    size_t k = 0;
+    if (g == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char node[64];
+        int seen = 0;
+        if (!q[i].affinity_group[0])
+            continue;
+        for (size_t x = 0; x < k && !seen; x++)
+            seen = !strcmp(g[x].group, q[i].affinity_group);
+        if (seen || kd_catalog_group_node(e->cat, q[i].affinity_group, node, sizeof(node)) != 0)
+            continue;
+        g[k].group = q[i].affinity_group;
+        g[k].node = node_index(e, node);
+        k++;
+    }
+    *ngroups = k;
+    return g;
+}
+
+static int wait_by_job(const void *a, const void *b)
+{
+    int64_t x = ((const kd_wait *)a)->job, y = ((const kd_wait *)b)->job;
+    return (x > y) - (x < y);
+}
+
+void kd_engine_schedule(kd_engine *e)
+{
+    kd_queued *queued = NULL;
+    kd_qjob *q = NULL;
+    kd_ref *refs = NULL;
+    kd_group_ref *groups = NULL;
+    kd_alloc *allocs = NULL;
+    kd_run **started = NULL;
+    kd_snapshot snap;
+    kd_plan plan;
+    size_t n = 0, nrefs = 0, ngroups = 0, nstarted = 0;
+
+    if (kd_catalog_queue(e->cat, QUEUE_WINDOW, &queued, &n) < 0)
+        return;
+    q = calloc(n + 1, sizeof(*q));
+    if (q == NULL || to_qjobs(queued, n, q) < 0 || (refs = load_refs(e, q, n, &nrefs)) == NULL ||
+        (groups = load_groups(e, q, n, &ngroups)) == NULL)
+        goto done;
+
+    pthread_mutex_lock(&e->mu);
+    {
+        size_t na = 0;
+        for (kd_run *r = e->runs; r; r = r->next)
+            na++;
+        allocs = calloc(na + 1, sizeof(*allocs));
+        started = calloc(n + 1, sizeof(*started));
+        if (allocs == NULL || started == NULL) {
+            pthread_mutex_unlock(&e->mu);
+            goto done;
+        }
+        na = 0;
+        for (kd_run *r = e->runs; r; r = r->next) {
+            kd_alloc *a = &allocs[na++];
+            a->id = r->id;
+            a->node = r->node;
+            a->ndev = r->ndev;
+            a->devs = r->devices;
+            a->priority = r->priority;
+            a->preemptible = r->preemptible;
+            a->start_ms = r->start_ms;
+            a->checkpoint_ms = r->checkpoint_ms;
+            a->owner = r->owner_id;
+            a->team = r->team;
+            a->terminating = r->term != KD_TERM_NONE;
+        }
+        snap = (kd_snapshot){ e->cfg->nodes, e->cfg->nnodes, allocs, na, q, n, refs, nrefs, groups, ngroups,
+                              e->cfg->quotas, e->cfg->nquotas, e->cfg->max_jobs - e->running, kestrel__now_ms(), 0 };
+    }
+    if (kd_sched_plan(&snap, &plan) < 0) {
+        pthread_mutex_unlock(&e->mu);
+        goto done;
+    }
+    for (size_t i = 0; i < plan.nacts; i++) {
+        const kd_action *a = &plan.acts[i];
+        if (a->kind == KD_ACT_START) {
+            const kd_queued *src = NULL;
+            kd_run *r = calloc(1, sizeof(*r));
+            for (size_t k = 0; k < n && !src; k++)
+                if (queued[k].id == a->job)
+                    src = &queued[k];
+            if (r == NULL || src == NULL || (a->ndev && (r->devices = calloc((size_t)a->ndev, sizeof(int))) == NULL)) {
+                free(r);
+                continue;
+            }
+            r->id = a->job;
+            r->node = a->node;
+            r->ndev = a->ndev;
+            memcpy(r->devices, plan.devs + a->dev_off, (size_t)a->ndev * sizeof(int));
+            r->priority = src->priority;
+            r->preemptible = !src->spec->not_preemptible;
+            r->grace_s = src->spec->grace_period_s;
+            r->no_retry = src->spec->no_retry;
+            r->owner_id = src->owner_id;
+            r->restart_count = src->restart_count;
+            snprintf(r->team, sizeof(r->team), "%s", src->team);
+            r->start_ms = snap.now_ms;
+            e->running++;
+            r->next = e->runs;
+            e->runs = r;
+            started[nstarted++] = r;
+        } else if (a->kind == KD_ACT_PREEMPT) {
+            for (kd_run *r = e->runs; r; r = r->next)
+                if (r->id == a->job)
+                    kd_engine_terminate_locked(e, r, KD_TERM_PREEMPT, a->reason);
+        }
+    }
+    free(e->waits);
+    e->waits = plan.waits;
+    e->nwaits = plan.nwaits;
+    plan.waits = NULL;
+    qsort(e->waits, e->nwaits, sizeof(kd_wait), wait_by_job);
+    pthread_mutex_unlock(&e->mu);
+
+    for (size_t i = 0; i < plan.nacts; i++) {
+        const kd_action *a = &plan.acts[i];
+        if (a->kind == KD_ACT_FAIL) {
+            kd_transition t = { kestrel__now_ms(), a->reason, 0, 0, NULL, 0, NULL };
+            kd_catalog_job_transition(e->cat, a->job, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_FAILED, &t);
+            kd_engine_changed(e);
+            kd_engine_kick(e);   /* its own dependents may now fail too */
+        }
+    }
+    for (size_t i = 0; i < nstarted; i++)
+        kd_engine_launch(e, started[i]);
+    kd_plan_free(&plan);
+    kd_engine_changed(e);
+done:
+    kd_queued_free(queued, n);
+    free(q);
+    free(refs);
+    free(groups);
+    free(allocs);
+    free(started);
+}
