@@ -22,5 +22,6 @@
 #include "kestrel/buffer.h"
 #include "kestrel/client.h"
 #include "kestrel/job.h"
+#include "kestrel/queue.h"
 
 #endif

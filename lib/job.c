@@ -201,6 +201,8 @@ int64_t kestrel_job_submit_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb
 int64_t kestrel_job_start_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb->start_time_ms : 0; }
 int64_t kestrel_job_end_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb->end_time_ms : 0; }
 size_t kestrel_job_event_count(const kestrel_job *j) { return JOB_OK(j) ? j->pb->n_events : 0; }
+const char *kestrel_job_node(const kestrel_job *j) { return JOB_OK(j) ? j->pb->node : ""; }
+int64_t kestrel_job_checkpoint_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb->checkpoint_time_ms : 0; }
 
 const char *kestrel_job_name(const kestrel_job *j)
 {

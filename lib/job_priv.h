@@ -24,5 +24,7 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *spec);
 /* Initialise dst over pb (events are decoded). */
 int kestrel__job_init(struct kestrel_job *dst, Kestrel__V1__Job *pb, int owns_pb);
 void kestrel__job_fini(struct kestrel_job *job);
+/* Replace a spec string field with a copy of v. */
+int kestrel__spec_set_string(char **field, const char *v);
 
 #endif

@@ -116,7 +116,7 @@ void kestrel_job_spec_free(kestrel_job_spec *s)
 }
 
 /* Replace a string field of the spec with a copy of v. */
-static int set_string(char **field, const char *v)
+int kestrel__spec_set_string(char **field, const char *v)
 {
     char *copy = kestrel__strdup(v);
     if (copy == NULL)
@@ -159,12 +159,12 @@ static int set_kv(Kestrel__V1__KeyValue ***arr, size_t *n, const char *key, cons
     Kestrel__V1__KeyValue *kv, **grown;
     for (size_t i = 0; i < *n; i++) {
         if (!strcmp((*arr)[i]->key, key))
-            return set_string(&(*arr)[i]->value, value);
+            return kestrel__spec_set_string(&(*arr)[i]->value, value);
     }
     if ((kv = malloc(sizeof(*kv))) == NULL)
         return kestrel__error_oom();
     kestrel__v1__key_value__init(kv);
-    if (set_string(&kv->key, key) < 0 || set_string(&kv->value, value) < 0 ||
+    if (kestrel__spec_set_string(&kv->key, key) < 0 || kestrel__spec_set_string(&kv->value, value) < 0 ||
         (grown = realloc(*arr, (*n + 1) * sizeof(*grown))) == NULL) {
         protobuf_c_message_free_unpacked(&kv->base, NULL);
         return kestrel__error_oom();
@@ -190,7 +190,7 @@ int kestrel_job_spec_set_name(kestrel_job_spec *s, const char *name)
     if (name == NULL || !kestrel__text_is_clean(name, KESTREL__NAME_MAX))
         return kestrel__error_set(KESTREL_EINVALID, "job name must be printable UTF-8, at most %d bytes",
                                   KESTREL__NAME_MAX);
-    return set_string(&s->pb->name, name);
+    return kestrel__spec_set_string(&s->pb->name, name);
 }
 
 int kestrel_job_spec_set_label(kestrel_job_spec *s, const char *key, const char *value)
@@ -228,9 +228,9 @@ int kestrel_job_spec_set_git(kestrel_job_spec *s, const char *url, const char *r
         return kestrel__error_set(KESTREL_EINVALID, "bad git URL");
     if (ref && (ref[0] == '-' || !kestrel__text_is_clean(ref, KESTREL__NAME_MAX)))
         return kestrel__error_set(KESTREL_EINVALID, "bad git ref");
-    if ((rc = set_string(&s->pb->git_url, url)) < 0)
+    if ((rc = kestrel__spec_set_string(&s->pb->git_url, url)) < 0)
         return rc;
-    return set_string(&s->pb->git_ref, ref ? ref : "");
+    return kestrel__spec_set_string(&s->pb->git_ref, ref ? ref : "");
 }
 
 int kestrel_job_spec_set_workdir(kestrel_job_spec *s, const char *subdir)
@@ -238,7 +238,7 @@ int kestrel_job_spec_set_workdir(kestrel_job_spec *s, const char *subdir)
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if (subdir == NULL || !workdir_ok(subdir))
         return kestrel__error_set(KESTREL_EINVALID, "workdir must be a relative path inside the job");
-    return set_string(&s->pb->workdir, subdir);
+    return kestrel__spec_set_string(&s->pb->workdir, subdir);
 }
 
 int kestrel_job_spec_set_retry(kestrel_job_spec *s, int retry)

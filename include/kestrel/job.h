@@ -70,6 +70,36 @@ KESTREL_API int kestrel_job_spec_set_workdir(kestrel_job_spec *spec, const char 
 /** retry != 0 (default): requeue after a daemon crash; 0: fail with "daemon restarted". */
 KESTREL_API int kestrel_job_spec_set_retry(kestrel_job_spec *spec, int retry);
 
+/* Placement. The scheduler filters nodes by these; kestrel_job_explain() says what is missing. */
+
+/** Dependency kinds for kestrel_job_spec_add_dependency(). */
+typedef enum kestrel_dependency_t {
+    KESTREL_AFTER_OK = 1,    /**< start after the job SUCCEEDED; fail if it fails or is cancelled */
+    KESTREL_AFTER_ANY = 2    /**< start after the job ended, however */
+} kestrel_dependency_t;
+
+/** Only devices of this type ("a100"; NULL or "": any). */
+KESTREL_API int kestrel_job_spec_set_gpu_type(kestrel_job_spec *spec, const char *type);
+/** Only devices with at least this much memory (MB; 0: any). */
+KESTREL_API int kestrel_job_spec_set_min_gpu_memory(kestrel_job_spec *spec, int64_t megabytes);
+/** Only devices of at least this compute capability (0, 0: any). */
+KESTREL_API int kestrel_job_spec_set_min_compute_capability(kestrel_job_spec *spec, int major, int minor);
+/** Only nodes of this pool (NULL or "": any). */
+KESTREL_API int kestrel_job_spec_set_pool(kestrel_job_spec *spec, const char *pool);
+/** Start after job_id (kind: a kestrel_dependency_t). Repeatable, up to 64. */
+KESTREL_API int kestrel_job_spec_add_dependency(kestrel_job_spec *spec, int64_t job_id, int kind);
+/**
+ * Run on the node of job_id, or (job_id 0) of the last placed job of group. required != 0:
+ * only there; 0: preferred.
+ */
+KESTREL_API int kestrel_job_spec_set_affinity(kestrel_job_spec *spec, int64_t job_id, const char *group, int required);
+/** Make the job a member of group (later jobs may ask for its node). */
+KESTREL_API int kestrel_job_spec_set_group(kestrel_job_spec *spec, const char *group);
+/** preemptible != 0 (default): a job of a higher class may preempt it; 0: never. */
+KESTREL_API int kestrel_job_spec_set_preemptible(kestrel_job_spec *spec, int preemptible);
+/** Seconds between SIGTERM and SIGKILL when the job is stopped (0: the server's default). */
+KESTREL_API int kestrel_job_spec_set_grace_period(kestrel_job_spec *spec, int seconds);
+
 /* ---- jobs ------------------------------------------------------------------ */
 
 /** A snapshot of a job as the server last reported it. Opaque. */
@@ -124,6 +154,10 @@ KESTREL_API int64_t kestrel_job_end_time(const kestrel_job *job);
 KESTREL_API size_t kestrel_job_event_count(const kestrel_job *job);
 /** Event i (borrowed), or NULL when i is out of range. */
 KESTREL_API const kestrel_job_event *kestrel_job_event_at(const kestrel_job *job, size_t i);
+/** Node the job runs or last ran on, "" when never placed (borrowed). */
+KESTREL_API const char *kestrel_job_node(const kestrel_job *job);
+/** Unix ms of the last acknowledged checkpoint, 0 when none. */
+KESTREL_API int64_t kestrel_job_checkpoint_time(const kestrel_job *job);
 /** Fill out with the job as JSON (the API's own JSON mapping). */
 KESTREL_API int kestrel_job_to_json(kestrel_buf *out, const kestrel_job *job);
 
