@@ -27,5 +27,9 @@ int cmd_status(cli_ctx *ctx, int argc, char **argv);
 int cmd_logs(cli_ctx *ctx, int argc, char **argv);
 int cmd_wait(cli_ctx *ctx, int argc, char **argv);
 int cmd_cancel(cli_ctx *ctx, int argc, char **argv);
+int cmd_explain(cli_ctx *ctx, int argc, char **argv);
+int cmd_queue(cli_ctx *ctx, int argc, char **argv);
+int cmd_job(cli_ctx *ctx, int argc, char **argv);
+int cmd_ack(cli_ctx *ctx, int argc, char **argv);
 
 #endif

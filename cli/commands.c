@@ -40,6 +40,8 @@ static void print_job(const kestrel_job *job)
     printf("  owner:     %s\n", kestrel_job_owner(job));
     printf("  priority:  %s   gpus: %d   restarts: %d\n", kestrel_priority_name(kestrel_job_priority(job)),
            kestrel_job_gpus(job), kestrel_job_restart_count(job));
+    if (kestrel_job_node(job)[0])
+        printf("  node:      %s\n", kestrel_job_node(job));
     printf("  reason:    %s\n", kestrel_job_reason(job));
     if (kestrel_job_exit_code(job) >= 0)
         printf("  exit code: %d\n", kestrel_job_exit_code(job));
@@ -83,7 +85,19 @@ static void submit_usage(FILE *f)
         "  --git URL [--ref REF]  run in a checkout of URL at REF (branch, tag or commit)\n"
         "  --workdir DIR          run in DIR, relative to the work dir or checkout\n"
         "  --no-retry             after a daemon crash, fail instead of requeueing\n"
-        "  --follow               print the job's logs until it ends, exit like 'wait'\n");
+        "  --follow               print the job's logs until it ends, exit like 'wait'\n"
+        "Placement:\n"
+        "  --gpu-type TYPE        only devices of this type (e.g. a100)\n"
+        "  --min-gpu-memory SIZE  only devices with this much memory (40G, 8192M)\n"
+        "  --min-cc X.Y           only devices of this compute capability or newer\n"
+        "  --pool POOL            only nodes of this pool\n"
+        "  --after-ok ID          start after job ID succeeded (repeatable; fails if it fails)\n"
+        "  --after-any ID         start after job ID ended, however (repeatable)\n"
+        "  --affinity job:ID|group:G [--affinity-required]\n"
+        "                         run on the node of job ID, or of group G's last job (preferred unless required)\n"
+        "  --group G              make this job part of group G\n"
+        "  --not-preemptible      never preempt this job for a higher class\n"
+        "  --grace SECS           SIGTERM -> SIGKILL delay when stopped or preempted\n");
 }
 
 static int wait_exit(cli_ctx *ctx, int64_t id, long timeout_ms);
@@ -96,12 +110,18 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         { "env", required_argument, NULL, 'e' }, { "git", required_argument, NULL, 'G' },
         { "ref", required_argument, NULL, 'r' }, { "workdir", required_argument, NULL, 'w' },
         { "no-retry", no_argument, NULL, 'N' }, { "follow", no_argument, NULL, 'f' },
+        { "gpu-type", required_argument, NULL, 1 }, { "min-gpu-memory", required_argument, NULL, 2 },
+        { "min-cc", required_argument, NULL, 3 }, { "pool", required_argument, NULL, 4 },
+        { "after-ok", required_argument, NULL, 5 }, { "after-any", required_argument, NULL, 6 },
+        { "affinity", required_argument, NULL, 7 }, { "affinity-required", no_argument, NULL, 8 },
+        { "group", required_argument, NULL, 9 }, { "not-preemptible", no_argument, NULL, 10 },
+        { "grace", required_argument, NULL, 11 },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     kestrel_job_spec *spec;
     kestrel_job *job = NULL;
-    const char *git = NULL, *ref = NULL;
-    int c, rc = 0, follow = 0;
+    const char *git = NULL, *ref = NULL, *affinity = NULL;
+    int c, rc = 0, follow = 0, affinity_required = 0;
 
     if ((rc = kestrel_job_spec_new(&spec)) < 0)
         return cli_fail("submit", rc);
@@ -143,9 +163,74 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
             break;
         case 'N': kestrel_job_spec_set_retry(spec, 0); break;
         case 'f': follow = 1; break;
+        case 1:
+            if (kestrel_job_spec_set_gpu_type(spec, optarg) < 0)
+                rc = cli_fail("--gpu-type", -1) + 1;
+            break;
+        case 2: {
+            double x = strtod(optarg, &end);
+            double mult = (*end == 'G' || *end == 'g') ? 1024 : (*end == 'T' || *end == 't') ? 1048576 : 1;
+            if (end == optarg || x < 0 || (*end && end[1]) || (*end && mult == 1 && *end != 'M' && *end != 'm')) {
+                fprintf(stderr, "kestrel: --min-gpu-memory takes a size such as 40G or 8192M\n");
+                rc = 2;
+            } else if (kestrel_job_spec_set_min_gpu_memory(spec, (int64_t)(x * mult)) < 0) {
+                rc = cli_fail("--min-gpu-memory", -1) + 1;
+            }
+            break;
+        }
+        case 3: {
+            int maj, min, used = 0;
+            if (sscanf(optarg, "%d.%d%n", &maj, &min, &used) != 2 || optarg[used] ||
+                kestrel_job_spec_set_min_compute_capability(spec, maj, min) < 0) {
+                fprintf(stderr, "kestrel: --min-cc takes MAJOR.MINOR such as 8.0\n");
+                rc = 2;
+            }
+            break;
+        }
+        case 4:
+            if (kestrel_job_spec_set_pool(spec, optarg) < 0)
+                rc = cli_fail("--pool", -1) + 1;
+            break;
+        case 5:
+        case 6: {
+            int64_t dep;
+            if (cli_job_id(optarg, &dep) < 0)
+                rc = 2;
+            else if (kestrel_job_spec_add_dependency(spec, dep, c == 5 ? KESTREL_AFTER_OK : KESTREL_AFTER_ANY) < 0)
+                rc = cli_fail(c == 5 ? "--after-ok" : "--after-any", -1) + 1;
+            break;
+        }
+        case 7: affinity = optarg; break;
+        case 8: affinity_required = 1; break;
+        case 9:
+            if (kestrel_job_spec_set_group(spec, optarg) < 0)
+                rc = cli_fail("--group", -1) + 1;
+            break;
+        case 10: kestrel_job_spec_set_preemptible(spec, 0); break;
+        case 11:
+            n = (int)strtol(optarg, &end, 10);
+            if (*end || !*optarg || kestrel_job_spec_set_grace_period(spec, n) < 0) {
+                fprintf(stderr, "kestrel: --grace takes seconds (0..86400)\n");
+                rc = 2;
+            }
+            break;
         case 'h': submit_usage(stdout); kestrel_job_spec_free(spec); return 0;
         default: rc = 2;
         }
+    }
+    if (rc == 0 && affinity) {
+        int64_t aid = 0;
+        if (!strncmp(affinity, "job:", 4) && cli_job_id(affinity + 4, &aid) == 0)
+            rc = kestrel_job_spec_set_affinity(spec, aid, NULL, affinity_required) < 0 ? cli_fail("--affinity", -1) + 1 : 0;
+        else if (!strncmp(affinity, "group:", 6))
+            rc = kestrel_job_spec_set_affinity(spec, 0, affinity + 6, affinity_required) < 0 ? cli_fail("--affinity", -1) + 1 : 0;
+        else {
+            fprintf(stderr, "kestrel: --affinity takes job:ID or group:NAME\n");
+            rc = 2;
+        }
+    } else if (rc == 0 && affinity_required) {
+        fprintf(stderr, "kestrel: --affinity-required needs --affinity\n");
+        rc = 2;
     }
     if (rc == 0 && ref && !git) {
         fprintf(stderr, "kestrel: --ref needs --git\n");
@@ -180,7 +265,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         snprintf(idbuf, sizeof(idbuf), "%" PRId64, id);
         args[2] = idbuf;
         kestrel_job_free(job);
-        optind = 1;
+        optind = 0;
         if ((rc = cmd_logs(ctx, 3, args)) != 0)
             return rc;
         return wait_exit(ctx, id, -1);

@@ -19,6 +19,10 @@ static void usage(FILE *f)
         "  logs [-f] [--offset N] ID               print a job's output; -f follows until it ends\n"
         "  wait [--timeout SECS] ID                wait for a job to end; exit 0 only if it SUCCEEDED\n"
         "  cancel ID                               cancel a queued or running job\n"
+        "  explain ID                              queue position and why a job waits\n"
+        "  queue                                   your queued jobs in scheduling order, with reasons\n"
+        "  job update ID --priority CLASS          move a queued job to another class\n"
+        "  ack ID                                  acknowledge a checkpoint (from inside the job)\n"
         "  version                                 print client and server versions\n"
         "\n"
         "Connection (first found wins): --url/--token, then KESTREL_URL/KESTREL_TOKEN,\n"
@@ -173,7 +177,7 @@ int main(int argc, char **argv)
     cmd = argv[optind];
     argc -= optind;
     argv += optind;
-    optind = 1;
+    optind = 0;   /* 0: GNU getopt re-initialises its permutation state */
     if (kestrel_init() < 0)
         return cli_fail("init", -1);
     if (!strcmp(cmd, "submit")) rc = cmd_submit(&ctx, argc, argv);
@@ -183,6 +187,10 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "wait")) rc = cmd_wait(&ctx, argc, argv);
     else if (!strcmp(cmd, "cancel")) rc = cmd_cancel(&ctx, argc, argv);
     else if (!strcmp(cmd, "version")) rc = cmd_version(&ctx);
+    else if (!strcmp(cmd, "explain")) rc = cmd_explain(&ctx, argc, argv);
+    else if (!strcmp(cmd, "queue")) rc = cmd_queue(&ctx, argc, argv);
+    else if (!strcmp(cmd, "job")) rc = cmd_job(&ctx, argc, argv);
+    else if (!strcmp(cmd, "ack")) rc = cmd_ack(&ctx, argc, argv);
     else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }
     else {
         fprintf(stderr, "kestrel: unknown command '%s' (see kestrel --help)\n", cmd);

@@ -175,6 +175,7 @@ static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int 
     posix_spawn_file_actions_adddup2(&fa, err_fd ? err_fd[1] : out_fd[1], 2);
     if (cwd)
         posix_spawn_file_actions_addchdir_np(&fa, cwd);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);   /* no descriptor of the daemon leaks into a job */
     sigemptyset(&none);
     sigfillset(&all);
     posix_spawnattr_setsigmask(&at, &none);

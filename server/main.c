@@ -294,14 +294,18 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     snprintf(db, sizeof(db), "%s/catalog.db", data_dir);
-    if (kd_catalog_open(&cat, db) == 0)
-        for (size_t i = 0; i < nquota_args; i++)
-            if (parse_quota(&cfg, cat, quota_args[i]) < 0) {
-                kd_catalog_close(cat);
-                return 2;
-            }
-    if (cat == NULL || bootstrap_admin(cat, data_dir) < 0 ||
-        kd_engine_init(&engine, &cfg, cat, &kd_exec_local) < 0 || kd_engine_recover(&engine) < 0) {
+    /* the admin first: a --quota naming a new user must not take the first start's place */
+    if (kd_catalog_open(&cat, db) < 0 || bootstrap_admin(cat, data_dir) < 0) {
+        fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        kd_catalog_close(cat);
+        return 1;
+    }
+    for (size_t i = 0; i < nquota_args; i++)
+        if (parse_quota(&cfg, cat, quota_args[i]) < 0) {
+            kd_catalog_close(cat);
+            return 2;
+        }
+    if (kd_engine_init(&engine, &cfg, cat, &kd_exec_local) < 0 || kd_engine_recover(&engine) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kd_catalog_close(cat);
         return 1;

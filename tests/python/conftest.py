@@ -14,6 +14,7 @@ KESTREL_CLI = os.environ["KESTREL_CLI"]
 
 class Daemon:
     def __init__(self, root, *flags):
+        root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.data = root / "data"
         port_file = root / "port"
@@ -53,12 +54,49 @@ class Daemon:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
+    def submit(self, *args, env=None):
+        """Submit through the CLI; returns the job id."""
+        return json.loads(self.cli("-o", "json", "submit", *args, env=env).stdout)["id"]
+
+    def job(self, jid):
+        return json.loads(self.cli("-o", "json", "status", str(jid)).stdout)
+
+    def wait_state(self, jid, state, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            j = self.job(jid)
+            if j["state"] == state:
+                return j
+            time.sleep(0.05)
+        raise AssertionError(f"job {jid} never reached {state}: {self.job(jid)}")
+
+    def wait(self, jid, timeout=60):
+        return json.loads(self.cli("-o", "json", "wait", "--timeout", str(timeout), str(jid), check=False).stdout)
+
+    def explain(self, jid):
+        return json.loads(self.cli("-o", "json", "explain", str(jid)).stdout)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=30)
         self.log.close()
         return self.proc.returncode
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """Start kestreld with custom flags: daemon(*flags); stopped (exit 0 required) at teardown."""
+    started = []
+
+    def start(*flags):
+        d = Daemon(tmp_path / f"d{len(started)}", *flags)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        assert d.stop() == 0
 
 
 @pytest.fixture

@@ -1,0 +1,122 @@
+/* cli/queue_cmds.c - explain, queue, job update, ack. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <string.h>
+#include "cli.h"
+
+int cmd_explain(cli_ctx *ctx, int argc, char **argv)
+{
+    kestrel_buf reason = KESTREL_BUF_INIT;
+    kestrel_job *job;
+    int64_t id;
+    int pos = 0, rc;
+    if (argc != 2 || cli_job_id(argv[1], &id) < 0) {
+        fprintf(stderr, "Usage: kestrel explain ID\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_job_explain(&reason, &pos, ctx->client, id)) < 0)
+        return cli_fail("explain", rc);
+    if ((rc = kestrel_job_get(&job, ctx->client, id)) < 0) {
+        kestrel_buf_dispose(&reason);
+        return cli_fail("explain", rc);
+    }
+    if (ctx->json) {
+        printf("{\"job_id\":\"%" PRId64 "\",\"state\":\"%s\",\"position\":%d,\"reason\":", id,
+               kestrel_job_state_name(kestrel_job_state(job)), pos);
+        cli_json_string(stdout, reason.ptr ? reason.ptr : "");
+        printf("}\n");
+    } else if (pos > 0) {
+        printf("job %" PRId64 " is QUEUED at position %d: %s\n", id, pos, reason.ptr);
+    } else {
+        printf("job %" PRId64 " is %s: %s\n", id, kestrel_job_state_name(kestrel_job_state(job)), reason.ptr);
+    }
+    kestrel_job_free(job);
+    kestrel_buf_dispose(&reason);
+    return 0;
+}
+
+int cmd_queue(cli_ctx *ctx, int argc, char **argv)
+{
+    kestrel_queue *q;
+    int rc;
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "Usage: kestrel queue\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_queue_get(&q, ctx->client)) < 0)
+        return cli_fail("queue", rc);
+    if (ctx->json) {
+        printf("[");
+        for (size_t i = 0; i < kestrel_queue_count(q); i++) {
+            printf("%s\n{\"position\":%d,\"job_id\":\"%" PRId64 "\",\"priority\":\"%s\",\"gpus\":%d,\"reason\":",
+                   i ? "," : "", kestrel_queue_position(q, i), kestrel_job_id(kestrel_queue_job(q, i)),
+                   kestrel_priority_name(kestrel_job_priority(kestrel_queue_job(q, i))),
+                   kestrel_job_gpus(kestrel_queue_job(q, i)));
+            cli_json_string(stdout, kestrel_queue_reason(q, i));
+            printf("}");
+        }
+        printf("\n]\n");
+    } else {
+        printf("%-4s %-8s %-8s %-4s %-20s %s\n", "POS", "ID", "PRIORITY", "GPUS", "NAME", "WAITING FOR");
+        for (size_t i = 0; i < kestrel_queue_count(q); i++) {
+            const kestrel_job *j = kestrel_queue_job(q, i);
+            printf("%-4d %-8" PRId64 " %-8s %-4d %-20.20s %s\n", kestrel_queue_position(q, i), kestrel_job_id(j),
+                   kestrel_priority_name(kestrel_job_priority(j)), kestrel_job_gpus(j),
+                   kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-", kestrel_queue_reason(q, i));
+        }
+    }
+    kestrel_queue_free(q);
+    return 0;
+}
+
+int cmd_job(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = { { "priority", required_argument, NULL, 'p' }, { NULL, 0, NULL, 0 } };
+    kestrel_job *job;
+    int64_t id;
+    int c, prio = 0, rc;
+    if (argc < 2 || strcmp(argv[1], "update")) {
+        fprintf(stderr, "Usage: kestrel job update ID --priority normal|high|urgent\n");
+        return 2;
+    }
+    argc--;
+    argv++;   /* argv[0] is now "update", which getopt skips like a program name */
+    optind = 0;   /* 0: GNU getopt re-initialises its permutation state */
+    while ((c = getopt_long(argc, argv, "p:", opts, NULL)) != -1) {
+        if (c != 'p' || kestrel_priority_parse(&prio, optarg) < 0) {
+            fprintf(stderr, "kestrel: --priority takes normal, high or urgent\n");
+            return 2;
+        }
+    }
+    if (!prio || optind != argc - 1 || cli_job_id(argv[optind], &id) < 0) {
+        fprintf(stderr, "Usage: kestrel job update ID --priority normal|high|urgent\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_job_set_priority(&job, ctx->client, id, prio)) < 0)
+        return cli_fail("job update", rc);
+    printf("job %" PRId64 " is now %s\n", id, kestrel_priority_name(kestrel_job_priority(job)));
+    kestrel_job_free(job);
+    return 0;
+}
+
+int cmd_ack(cli_ctx *ctx, int argc, char **argv)
+{
+    int64_t id;
+    int rc;
+    if (argc != 2 || cli_job_id(argv[1], &id) < 0) {
+        fprintf(stderr, "Usage: kestrel ack ID   (inside a job: kestrel ack $KESTREL_JOB_ID after a checkpoint)\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_job_ack_preempt(ctx->client, id)) < 0)
+        return cli_fail("ack", rc);
+    return 0;
+}

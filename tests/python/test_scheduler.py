@@ -1,0 +1,170 @@
+"""The scheduler against the real kestreld and real processes: preemption with checkpoint and
+resume, ordering, requeue position, affinity, dependencies, quotas, opt-out, priority updates."""
+import os
+import pathlib
+import textwrap
+
+from conftest import KESTREL_CLI
+
+CLI_DIR = str(pathlib.Path(KESTREL_CLI).parent)
+
+TRAINER = textwrap.dedent("""\
+    #!/bin/sh
+    # A trainer that checkpoints on SIGTERM, acknowledges it, and resumes from it when rerun.
+    CK="$KESTREL_CHECKPOINT_DIR/step"
+    step=0
+    if [ -f "$CK" ]; then step=$(cat "$CK"); echo "resumed from step $step (restart $KESTREL_RESTART_COUNT)"; fi
+    trap 'echo $step > "$CK"; kestrel ack "$KESTREL_JOB_ID"; echo "checkpointed at step $step"; exit 0' TERM
+    echo "training from step $step"
+    while [ $step -lt ${STEPS:-40} ]; do step=$((step + 1)); sleep 0.05; done
+    echo "done at step $step"
+    """)
+
+
+def trainer(tmp_path):
+    path = tmp_path / "trainer.sh"
+    path.write_text(TRAINER)
+    path.chmod(0o755)
+    return str(path)
+
+
+def reasons(job):
+    return [e["reason"] for e in job["events"]]
+
+
+def test_urgent_preempts_normal_which_resumes_from_its_checkpoint(daemon, tmp_path):
+    d = daemon("--gpus", "4", "--grace-period", "10")
+    path_env = f"PATH={CLI_DIR}:{os.environ['PATH']}"
+    normal = d.submit("--gpus", "4", "--name", "pretrain", "--env", path_env, "--env", "STEPS=60", "--", trainer(tmp_path))
+    d.wait_state(normal, "RUNNING")
+    urgent = d.submit("--gpus", "4", "--priority", "urgent", "--name", "hotfix", "--", "sh", "-c", "echo urgent; sleep 0.3")
+    assert d.wait(urgent)["state"] == "SUCCEEDED"
+    final = d.wait(normal)
+    assert final["state"] == "SUCCEEDED", final
+    assert final["restart_count"] == 1
+    states = [e["to_state"] for e in final["events"]]
+    assert states == ["QUEUED", "RUNNING", "RUNNING", "PREEMPTED", "QUEUED", "RUNNING", "SUCCEEDED"], final["events"]
+    assert f"preempted by job {urgent} (urgent)" in reasons(final)
+    assert "checkpoint acknowledged" in reasons(final)
+    assert any(r.startswith("resumed on node local") for r in reasons(final))
+    assert int(final["checkpoint_time_ms"]) > 0
+    logs = d.cli("logs", normal).stdout
+    assert "checkpointed at step" in logs and "resumed from step" in logs and "done at step 60" in logs
+    resumed_at = int(logs.split("resumed from step ")[1].split()[0])
+    assert resumed_at > 0            # no work lost beyond the checkpoint
+    u = d.job(urgent)
+    preempted = next(e for e in final["events"] if e["to_state"] == "PREEMPTED")
+    # the urgent job ran within the grace period, after the victim stopped
+    assert int(u["start_time_ms"]) >= int(preempted["time_ms"])
+    assert int(u["start_time_ms"]) - int(u["submit_time_ms"]) < 10000
+
+
+def test_equal_priority_is_first_come_first_served(daemon):
+    d = daemon("--gpus", "1")
+    blocker = d.submit("--gpus", "1", "--not-preemptible", "--", "sleep", "30")
+    d.wait_state(blocker, "RUNNING")
+    a = d.submit("--gpus", "1", "--", "sleep", "0.2")
+    b = d.submit("--gpus", "1", "--", "sleep", "0.2")
+    assert d.explain(a)["position"] == 1 and d.explain(b)["position"] == 2
+    d.cli("cancel", blocker)
+    ja, jb = d.wait(a), d.wait(b)
+    assert int(ja["end_time_ms"]) <= int(jb["start_time_ms"])
+
+
+def test_preempted_job_keeps_its_place_before_later_jobs(daemon, tmp_path):
+    d = daemon("--gpus", "4", "--grace-period", "10")
+    path_env = f"PATH={CLI_DIR}:{os.environ['PATH']}"
+    first = d.submit("--gpus", "4", "--env", path_env, "--env", "STEPS=30", "--", trainer(tmp_path))
+    d.wait_state(first, "RUNNING")
+    later = d.submit("--gpus", "4", "--", "sleep", "0.1")
+    urgent = d.submit("--gpus", "4", "--priority", "urgent", "--", "sleep", "0.3")
+    d.wait(urgent)
+    jf, jl = d.wait(first), d.wait(later)
+    assert jf["state"] == jl["state"] == "SUCCEEDED"
+    assert jf["restart_count"] == 1
+    assert int(jf["end_time_ms"]) <= int(jl["start_time_ms"])   # resumed before the later job
+
+
+def test_affinity_chain_and_groups(daemon):
+    d = daemon("--node", "a:gpus=2,pool=cpu-ish", "--node", "b:gpus=2,pool=big")
+    pre = d.submit("--gpus", "1", "--pool", "big", "--group", "bert", "--", "sleep", "0.2")
+    fine = d.submit("--gpus", "1", "--after-ok", pre, "--affinity", f"job:{pre}", "--affinity-required", "--",
+                    "sleep", "0.1")
+    evalj = d.submit("--gpus", "1", "--after-ok", fine, "--affinity", "group:bert", "--affinity-required", "--", "true")
+    for j in (pre, fine, evalj):
+        assert d.wait(j)["state"] == "SUCCEEDED"
+    assert d.job(pre)["node"] == d.job(fine)["node"] == d.job(evalj)["node"] == "b"
+    # a required affinity to a job that never ran waits, and says why
+    ghost = d.submit("--", "sleep", "30")
+    d.cli("cancel", ghost)
+    waiting = d.submit("--affinity", f"job:{ghost}", "--affinity-required", "--", "true")
+    assert f"waiting for job {ghost} to be placed (affinity)" in d.explain(waiting)["reason"] or \
+        d.job(waiting)["state"] in ("RUNNING", "SUCCEEDED")
+
+
+def test_dependency_failure_fails_its_dependents(daemon):
+    d = daemon()
+    bad = d.submit("--", "sh", "-c", "sleep 0.3; exit 2")
+    ok_dep = d.submit("--after-ok", bad, "--", "true")
+    any_dep = d.submit("--after-any", bad, "--", "true")
+    assert f"waiting for job {bad} (after_ok)" in d.explain(ok_dep)["reason"]
+    assert d.wait(bad)["state"] == "FAILED"
+    j = d.wait(ok_dep)
+    assert j["state"] == "FAILED" and j["reason"] == f"dependency job {bad} ended FAILED (after_ok)"
+    assert d.wait(any_dep)["state"] == "SUCCEEDED"
+
+
+def test_quota_holds_jobs_and_explain_says_so(daemon):
+    d = daemon("--gpus", "4", "--quota", "user:admin=2")
+    a = d.submit("--gpus", "2", "--", "sleep", "30")
+    d.wait_state(a, "RUNNING")
+    b = d.submit("--gpus", "1", "--", "true")
+    out = d.cli("explain", b).stdout
+    assert "quota of user admin: 2 of 2 GPUs in use" in out
+    assert "QUEUED at position 1" in out
+    d.cli("cancel", a)
+    assert d.wait(b)["state"] == "SUCCEEDED"
+
+
+def test_non_preemptible_job_is_left_alone(daemon):
+    d = daemon("--gpus", "2")
+    keep = d.submit("--gpus", "2", "--not-preemptible", "--", "sleep", "30")
+    d.wait_state(keep, "RUNNING")
+    urgent = d.submit("--gpus", "2", "--priority", "urgent", "--", "true")
+    ex = d.explain(urgent)
+    assert ex["position"] == 1 and "nothing preemptible of a lower class" in ex["reason"], ex
+    assert d.job(keep)["state"] == "RUNNING"
+    queue = d.cli("queue").stdout
+    assert f"{urgent}" in queue and "urgent" in queue
+    d.cli("cancel", keep)
+    assert d.wait(urgent)["state"] == "SUCCEEDED"
+    assert "PREEMPTED" not in [e["to_state"] for e in d.job(keep)["events"]]
+
+
+def test_priority_update_reorders_the_queue(daemon):
+    d = daemon("--gpus", "1")
+    blocker = d.submit("--gpus", "1", "--not-preemptible", "--", "sleep", "30")
+    d.wait_state(blocker, "RUNNING")
+    a = d.submit("--gpus", "1", "--", "true")
+    b = d.submit("--gpus", "1", "--", "true")
+    assert d.explain(b)["position"] == 2
+    assert "now high" in d.cli("job", "update", b, "--priority", "high").stdout
+    assert d.explain(b)["position"] == 1 and d.explain(a)["position"] == 2
+    assert "priority changed to high" in reasons(d.job(b))
+    p = d.cli("job", "update", blocker, "--priority", "urgent", check=False)
+    assert p.returncode == 1 and "only a QUEUED job" in p.stderr
+    d.cli("cancel", blocker)
+    ja, jb = d.wait(a), d.wait(b)
+    assert int(jb["start_time_ms"]) <= int(ja["start_time_ms"])
+
+
+def test_explain_for_constraints_that_no_node_meets(daemon):
+    d = daemon("--node", "n1:gpus=2,type=a100,memory=40G,cc=8.0,pool=enterprise")
+    j = d.submit("--gpus", "2", "--gpu-type", "a100", "--min-gpu-memory", "80G", "--", "true")
+    assert "needs 2 x a100 with >= 81920 MB" in d.explain(j)["reason"]
+    k = d.submit("--gpus", "1", "--min-cc", "9.0", "--pool", "enterprise", "--", "true")
+    assert "cc >= 9.0 in pool enterprise" in d.explain(k)["reason"]
+    ok = d.submit("--gpus", "2", "--gpu-type", "a100", "--min-gpu-memory", "40G", "--min-cc", "8.0", "--", "true")
+    assert d.wait(ok)["state"] == "SUCCEEDED"
+    d.cli("cancel", j)
+    d.cli("cancel", k)
