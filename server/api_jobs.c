@@ -87,12 +87,8 @@ static enum MHD_Result submit(kd_req *r)
     }
     if (spec->priority == KESTREL__V1__PRIORITY__PRIORITY_UNSPECIFIED)
         spec->priority = KESTREL__V1__PRIORITY__NORMAL;
-    if ((rc = kd_catalog_job_insert(r->e->cat, r->who.user_id, spec, kestrel__now_ms(), &id)) < 0) {
-        reply = kd_reply_failure(r, rc);
-        goto out;
-    }
-    /* load before waking the scheduler: the reply shows the job as submitted (QUEUED) */
-    rc = kd_catalog_job_load(r->e->cat, id, 1, &job, NULL);
+    /* the reply shows the job as committed (QUEUED), whatever the scheduler does next */
+    rc = kd_catalog_job_insert(r->e->cat, r->who.user_id, spec, kestrel__now_ms(), &id, &job);
     kd_engine_kick(r->e);
     kd_engine_changed(r->e);
     if (rc < 0) {

@@ -51,8 +51,9 @@ int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *out);
 int kd_catalog_token_drop_job(kd_catalog *cat, int64_t job_id);
 
 /* jobs */
+/* Insert a QUEUED job; job_out (may be NULL) receives it as committed. */
 int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__JobSpec *spec, int64_t now_ms,
-                          int64_t *id_out);
+                          int64_t *id_out, Kestrel__V1__Job **job_out);
 /* Load a job (and its events). *owner_out may be NULL. KESTREL_ENOTFOUND. */
 int kd_catalog_job_load(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out);
 int kd_catalog_job_state(kd_catalog *cat, int64_t id, int *state_out);

@@ -7,8 +7,10 @@
 
 #define FINAL_STATES "(3,4,5)"
 
+static int load_locked(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out);
+
 int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__JobSpec *spec, int64_t now,
-                          int64_t *id_out)
+                          int64_t *id_out, Kestrel__V1__Job **job_out)
 {
     static const char *const ins =
         "INSERT INTO jobs(owner_id, name, spec, priority, gpus, no_retry, state, submit_ms, reason, grp, team)"
@@ -57,6 +59,8 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
     if ((rc = kd__exec(cat, "COMMIT")) < 0)
         goto fail_rolled;
     *id_out = id;
+    if (job_out)   /* as committed: no scheduler pass can run before the lock is released */
+        rc = load_locked(cat, id, 1, job_out, NULL);
     goto out;
 fail:
     rc = kd__sql_fail(cat, "insert job");
@@ -159,33 +163,34 @@ static int load_events(kd_catalog *cat, Kestrel__V1__Job *j)
     return 0;
 }
 
-int kd_catalog_job_load(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out)
+/* Load a job with the lock held. */
+static int load_locked(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out)
 {
     static const char *const sql = "SELECT " JOB_COLUMNS " WHERE j.id = ?";
     sqlite3_stmt *st;
     int rc = 0;
     *out = NULL;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-        goto out;
-    }
+    if ((st = kd__stmt(cat, sql)) == NULL)
+        return KESTREL_EIO;
     sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        rc = kestrel__error_set(KESTREL_ENOTFOUND, "job %lld not found", (long long)id);
-        goto out;
-    }
+    if (sqlite3_step(st) != SQLITE_ROW)
+        return kestrel__error_set(KESTREL_ENOTFOUND, "job %lld not found", (long long)id);
     if (owner_out)
         *owner_out = sqlite3_column_int64(st, 12);
-    if ((*out = row_to_job(st)) == NULL) {
-        rc = kestrel__error_oom();
-        goto out;
-    }
+    if ((*out = row_to_job(st)) == NULL)
+        return kestrel__error_oom();
     if (with_events && (rc = load_events(cat, *out)) < 0) {
         protobuf_c_message_free_unpacked(&(*out)->base, NULL);
         *out = NULL;
     }
-out:
+    return rc;
+}
+
+int kd_catalog_job_load(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out)
+{
+    int rc;
+    kd__lock(cat);
+    rc = load_locked(cat, id, with_events, out, owner_out);
     kd__unlock(cat);
     return rc;
 }

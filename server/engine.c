@@ -74,29 +74,44 @@ void kd_engine_terminate_locked(kd_engine *e, kd_run *r, int why, const char *by
 int kd_engine_cancel(kd_engine *e, int64_t id, const char *by)
 {
     char reason[200];
-    kd_transition t = { kestrel__now_ms(), reason, 0, 0, NULL, 0 };
-    int rc;
+    kd_transition t = { 0, reason, 0, 0, NULL, 0, NULL };
     snprintf(reason, sizeof(reason), "cancelled by %s", by);
-    rc = kd_catalog_job_transition(e->cat, id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_CANCELLED, &t);
-    if (rc < 0)
-        return rc;
-    if (rc == 0) {
-        kd_engine_changed(e);
-        return 0;
-    }
-    pthread_mutex_lock(&e->mu);
-    {
-        kd_run *r = find_run(e, id);
-        if (r && r->term == KD_TERM_PREEMPT) {
-            /* a cancel wins over a preemption in progress: the job must not come back */
-            r->term = KD_TERM_CANCEL;
-            snprintf(r->term_by, sizeof(r->term_by), "%s", by);
-        } else if (r) {
-            kd_engine_terminate_locked(e, r, KD_TERM_CANCEL, by);
+    /* A job moves between the catalog (queued) and a run (running); retry across that hand-over. */
+    for (int tries = 0; tries < 500; tries++) {
+        int rc, state, found = 0;
+        struct timespec ts = { 0, 2000000 };
+        t.now_ms = kestrel__now_ms();
+        rc = kd_catalog_job_transition(e->cat, id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_CANCELLED, &t);
+        if (rc < 0)
+            return rc;
+        if (rc == 0) {
+            kd_engine_changed(e);
+            return 0;
         }
+        pthread_mutex_lock(&e->mu);
+        {
+            kd_run *r = find_run(e, id);
+            if (r && (r->term == KD_TERM_PREEMPT || r->term == KD_TERM_SHUTDOWN)) {
+                /* a cancel wins over a preemption in progress: the job must not come back */
+                r->term = KD_TERM_CANCEL;
+                snprintf(r->term_by, sizeof(r->term_by), "%s", by);
+                found = 1;
+            } else if (r) {
+                kd_engine_terminate_locked(e, r, KD_TERM_CANCEL, by);
+                found = 1;
+            }
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (found)
+            return 0;
+        if ((rc = kd_catalog_job_state(e->cat, id, &state)) < 0)
+            return rc;
+        if (state == KESTREL_JOB_STATE_SUCCEEDED || state == KESTREL_JOB_STATE_FAILED ||
+            state == KESTREL_JOB_STATE_CANCELLED)
+            return 0;
+        nanosleep(&ts, NULL);   /* between a run's end and its requeue */
     }
-    pthread_mutex_unlock(&e->mu);
-    return 0;
+    return kestrel__error_set(KESTREL_ERROR, "job %lld did not settle for cancellation", (long long)id);
 }
 
 void kd_engine_set_pgid(kd_engine *e, kd_run *run, pid_t pgid)
@@ -150,6 +165,14 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
         t.bump_restart = 1;
         if (kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_PREEMPTED, to, &t) < 0)
             fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
+        pthread_mutex_lock(&e->mu);
+        term = run->term;   /* cancelled while it was being requeued? */
+        pthread_mutex_unlock(&e->mu);
+        if (term == KD_TERM_CANCEL) {
+            kd_transition c = { kestrel__now_ms(), reason, 0, 0, NULL, 0, NULL };
+            snprintf(reason, sizeof(reason), "cancelled by %s", run->term_by);
+            kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_CANCELLED, &c);
+        }
         goto release;
     }
     if (term == KD_TERM_CANCEL) {

@@ -96,6 +96,21 @@ static int collect(const kestrel_log_line *l, void *payload)
     return 0;
 }
 
+static int ready_line(const kestrel_log_line *l, void *payload)
+{
+    (void)payload;
+    return strcmp(l->text, "ready") == 0;   /* stop at it */
+}
+
+/* Wait until the job's process printed "ready" (RUNNING alone may precede the exec). */
+static void wait_ready(int64_t id)
+{
+    kestrel_logs_options lo = KESTREL_LOGS_OPTIONS_INIT;
+    lo.follow = 1;
+    lo.timeout_ms = 20000;
+    assert_int_equal(kestrel_job_logs(NULL, C, id, &lo, ready_line, NULL), KESTREL_ECANCELLED);
+}
+
 static int has_line(const collected *c, const char *prefix)
 {
     for (int i = 0; i < c->n; i++)
@@ -216,11 +231,11 @@ static void log_callback_can_stop(void **state)
 
 static void cancel_running_queued_and_stubborn(void **state)
 {
-    int64_t gpu = submit("holds-gpu", 1, KESTREL_PRIORITY_NORMAL, "exec sleep 30");
+    int64_t gpu = submit("holds-gpu", 1, KESTREL_PRIORITY_NORMAL, "echo ready; exec sleep 30");
     int64_t queued, stubborn;
     kestrel_job *j;
     (void)state;
-    wait_running(gpu);
+    wait_ready(gpu);
     queued = submit("waits-for-gpu", 1, KESTREL_PRIORITY_NORMAL, "exit 0");
     /* a queued job is cancelled at once */
     assert_int_equal(kestrel_job_cancel(&j, C, queued), 0);
@@ -235,8 +250,7 @@ static void cancel_running_queued_and_stubborn(void **state)
     kestrel_job_free(j);
     /* one that ignores SIGTERM is killed after the grace period (2 s) */
     stubborn = submit("stubborn", 0, KESTREL_PRIORITY_NORMAL, "trap '' TERM; echo ready; while :; do sleep 0.05; done");
-    wait_running(stubborn);
-    usleep(200000);
+    wait_ready(stubborn);
     assert_int_equal(kestrel_job_cancel(NULL, C, stubborn), 0);
     j = wait_final(stubborn);
     assert_int_equal(kestrel_job_state(j), KESTREL_JOB_STATE_CANCELLED);

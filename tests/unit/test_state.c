@@ -29,7 +29,7 @@ static int setup(void **state)
     spec.argv = argv;
     spec.n_argv = 1;
     spec.priority = KESTREL__V1__PRIORITY__HIGH;
-    assert_int_equal(kd_catalog_job_insert(f->cat, f->uid, &spec, 1000, &f->job), 0);
+    assert_int_equal(kd_catalog_job_insert(f->cat, f->uid, &spec, 1000, &f->job, NULL), 0);
     *state = f;
     return 0;
 }
