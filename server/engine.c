@@ -272,12 +272,12 @@ kd_wait *kd_engine_queue(kd_engine *e, size_t *n)
     pthread_mutex_lock(&e->mu);
     *n = e->nwaits;
     copy = malloc((e->nwaits + 1) * sizeof(*copy));
-    if (copy)
+    if (copy && e->nwaits)
         memcpy(copy, e->waits, e->nwaits * sizeof(*copy));
     pthread_mutex_unlock(&e->mu);
     if (copy == NULL)
         *n = 0;
-    else
+    else if (*n > 1)
         qsort(copy, *n, sizeof(*copy), position_cmp);
     return copy;
 }

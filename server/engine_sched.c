@@ -122,14 +122,15 @@ static kd_ref *load_refs(kd_engine *e, const kd_qjob *q, size_t n, size_t *nrefs
             }
             ids = p;
         }
-        memcpy(ids + nids, q[i].after_ok, q[i].n_after_ok * sizeof(*ids));
-        nids += q[i].n_after_ok;
-        memcpy(ids + nids, q[i].after_any, q[i].n_after_any * sizeof(*ids));
-        nids += q[i].n_after_any;
+        for (size_t k = 0; k < q[i].n_after_ok; k++)
+            ids[nids++] = q[i].after_ok[k];
+        for (size_t k = 0; k < q[i].n_after_any; k++)
+            ids[nids++] = q[i].after_any[k];
         if (q[i].affinity_job)
             ids[nids++] = q[i].affinity_job;
     }
-    qsort(ids, nids, sizeof(*ids), id_cmp);
+    if (nids > 1)
+        qsort(ids, nids, sizeof(*ids), id_cmp);
     {
         size_t u = 0;
         for (size_t i = 0; i < nids; i++)
@@ -252,7 +253,8 @@ void kd_engine_schedule(kd_engine *e)
             r->id = a->job;
             r->node = a->node;
             r->ndev = a->ndev;
-            memcpy(r->devices, plan.devs + a->dev_off, (size_t)a->ndev * sizeof(int));
+            if (a->ndev)
+                memcpy(r->devices, plan.devs + a->dev_off, (size_t)a->ndev * sizeof(int));
             r->priority = src->priority;
             r->preemptible = !src->spec->not_preemptible;
             r->grace_s = src->spec->grace_period_s;
@@ -275,7 +277,8 @@ void kd_engine_schedule(kd_engine *e)
     e->waits = plan.waits;
     e->nwaits = plan.nwaits;
     plan.waits = NULL;
-    qsort(e->waits, e->nwaits, sizeof(kd_wait), wait_by_job);
+    if (e->nwaits > 1)
+        qsort(e->waits, e->nwaits, sizeof(kd_wait), wait_by_job);
     pthread_mutex_unlock(&e->mu);
 
     for (size_t i = 0; i < plan.nacts; i++) {

@@ -179,15 +179,30 @@ static int parse_quota(kd_config *cfg, kd_catalog *cat, const char *arg)
         return -1;
     }
     *eq++ = '\0';
-    if (parse_int("--quota", eq, 0, 1 << 20, &v) < 0)
+    if (parse_int("--quota", eq, 0, 1 << 20, &v) < 0) {
+        free(copy);
         return -1;
+    }
     q->max_gpus = (int)v;
     q->is_team = copy[0] == 't';
-    q->team = colon + 1;
-    if (!q->is_team && kd_catalog_user_ensure(cat, colon + 1, 0, NULL, &q->user, NULL) < 0)
+    q->team = strdup(colon + 1);
+    free(copy);
+    if (q->team == NULL || (!q->is_team && kd_catalog_user_ensure(cat, q->team, 0, NULL, &q->user, NULL) < 0))
         return -1;
     cfg->nquotas++;
     return 0;
+}
+
+static void free_config(kd_config *cfg)
+{
+    for (size_t i = 0; i < cfg->nnodes; i++) {
+        free((char *)cfg->nodes[i].name);   /* the strdup'd --node argument; pool and type point into it */
+        free((kd_dev *)cfg->nodes[i].devs);
+    }
+    free(cfg->nodes);
+    for (size_t i = 0; i < cfg->nquotas; i++)
+        free((char *)cfg->quotas[i].team);
+    free(cfg->quotas);
 }
 
 static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
@@ -337,6 +352,7 @@ int main(int argc, char **argv)
     kd_engine_stop(&engine);
     kd_engine_fini(&engine);
     kd_catalog_close(cat);
+    free_config(&cfg);
     fprintf(stderr, "kestreld: stopped\n");
     return 0;
 }

@@ -211,7 +211,8 @@ static size_t victims_on(pass *ps, int n, const kd_qjob *j, int need, const kd_a
             alloc_matching(ps, a, j) > 0)
             out[nc++] = a;
     }
-    qsort_r(out, nc, sizeof(*out), victim_order, (void *)ps->s);
+    if (nc > 1)
+        qsort_r(out, nc, sizeof(*out), victim_order, (void *)ps->s);
     while (k < nc && sum < need)
         sum += alloc_matching(ps, out[k++], j);
     if (sum < need)
@@ -447,7 +448,8 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
     }
     for (size_t i = 0; i < s->nqueue; i++)
         idx[i] = i;
-    qsort_r(idx, s->nqueue, sizeof(*idx), order_idx, (void *)s);
+    if (s->nqueue > 1)
+        qsort_r(idx, s->nqueue, sizeof(*idx), order_idx, (void *)s);
 
     for (size_t qi = 0; qi < s->nqueue; qi++) {
         const kd_qjob *j = &s->queue[idx[qi]];
