@@ -25,12 +25,12 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # The C unit and integration tests again with AddressSanitizer + UndefinedBehaviorSanitizer
-# (kestreld included); Python stays off this build (STYLE.md B15).
+# (kestreld included), and the Python tests that drive those binaries (no ASan in the interpreter).
 test-asan:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKESTREL_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -L 'unit|integration'
+	  ctest --output-on-failure -L 'unit|integration|python'
 
 check: deps
 	$(MAKE) test
