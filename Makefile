@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit
+bench: bench-submit bench-sched
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -53,3 +53,6 @@ abi-baseline: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+bench-sched: build
+	$(BUILD)/bench/bench_sched

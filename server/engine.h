@@ -42,6 +42,7 @@ typedef struct kd_run {
     int64_t start_ms;
     int64_t checkpoint_ms;
     int restart_count;
+    int64_t backfill_for;      /* borrowed the reservation of this job (it may preempt this one) */
     int node;
     int ndev;
     int *devices;

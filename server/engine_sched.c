@@ -230,6 +230,7 @@ void kd_engine_schedule(kd_engine *e)
             a->owner = r->owner_id;
             a->team = r->team;
             a->terminating = r->term != KD_TERM_NONE;
+            a->backfill_for = r->backfill_for;
         }
         snap = (kd_snapshot){ e->cfg->nodes, e->cfg->nnodes, allocs, na, q, n, refs, nrefs, groups, ngroups,
                               e->cfg->quotas, e->cfg->nquotas, e->cfg->max_jobs - e->running, kestrel__now_ms(), 0 };
@@ -261,6 +262,7 @@ void kd_engine_schedule(kd_engine *e)
             r->no_retry = src->spec->no_retry;
             r->owner_id = src->owner_id;
             r->restart_count = src->restart_count;
+            r->backfill_for = a->cause;
             snprintf(r->team, sizeof(r->team), "%s", src->team);
             r->start_ms = snap.now_ms;
             e->running++;

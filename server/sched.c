@@ -4,6 +4,8 @@
 #include <string.h>
 #include "sched_plan.h"
 
+#define KESTREL_SCHED_MEMO 32
+
 enum { ST_SUCCEEDED = 3, ST_FAILED = 4, ST_CANCELLED = 5 };
 enum { DEV_FREE = 0, DEV_USED = 1, DEV_SOON = 2 };   /* SOON: held by a stopping job, not yet claimed */
 
@@ -37,6 +39,15 @@ int kd_sched_parse_cc(const char *s)
 typedef struct {
     const kd_snapshot *s;
     uint8_t **dev;          /* per node, per device: DEV_* */
+    int *nfree, *nsoon;     /* per node: devices FREE / SOON */
+    uint8_t *uniform;       /* per node: every device alike (one match test stands for all) */
+    size_t **node_allocs;   /* per node: indices of its allocations */
+    size_t *n_node_allocs;
+    const kd_alloc **cand, **bestv;   /* scratch for preemption, nallocs each */
+    /* Shapes found blocked in this pass: a later job of the same shape and no higher class is
+     * blocked too (devices only get scarcer as the pass goes on), so it reuses the verdict. */
+    struct { const kd_qjob *j; char reason[256]; } blocked[32];
+    size_t nblocked;
     int64_t *held_by;       /* per node: blocked job holding it, 0 none */
     int *held_prio;
     uint8_t *claimed;       /* per alloc: already a victim (or awaited) in this plan */
@@ -93,24 +104,56 @@ static kd_action *add_action(pass *ps, kd_act_kind kind, int64_t job)
     return a;
 }
 
+/* Append "; " + text to a reason buffer. */
+static void say(char *buf, size_t n, const char *text)
+{
+    size_t len = strlen(buf), add = strlen(text);
+    if (len && len + 2 < n) {
+        memcpy(buf + len, "; ", 2);
+        len += 2;
+    }
+    if (len + add >= n)
+        add = len < n ? n - len - 1 : 0;
+    memcpy(buf + len, text, add);
+    buf[len + add] = '\0';
+}
+
 static int add_wait(pass *ps, int64_t job, const char *reason)
 {
     kd_wait *w;
     if (grow((void **)&ps->out->waits, &ps->cap_waits, ps->out->nwaits + 1, sizeof(kd_wait)) < 0)
         return -1;
     w = &ps->out->waits[ps->out->nwaits++];
-    memset(w, 0, sizeof(*w));
+    w->reason[0] = '\0';
     w->job = job;
     w->position = (int)ps->out->nwaits;
-    snprintf(w->reason, sizeof(w->reason), "%s", reason);
+    say(w->reason, sizeof(w->reason), reason);
     return 0;
 }
 
-/* Append "; " + text to a reason buffer. */
-static void say(char *buf, size_t n, const char *text)
+static int same_shape(const kd_qjob *a, const kd_qjob *b)
 {
-    size_t len = strlen(buf);
-    snprintf(buf + len, n - len, "%s%s", len ? "; " : "", text);
+    return a->gpus == b->gpus && a->min_mem_mb == b->min_mem_mb && a->min_cc == b->min_cc &&
+           a->preemptible == b->preemptible && !strcmp(a->gpu_type, b->gpu_type) && !strcmp(a->pool, b->pool);
+}
+
+static const char *known_blocked(const pass *ps, const kd_qjob *j)
+{
+    if (j->gpus == 0 || j->affinity_job || j->affinity_group[0])
+        return NULL;
+    for (size_t i = 0; i < ps->nblocked; i++)
+        if (ps->blocked[i].j->priority >= j->priority && same_shape(ps->blocked[i].j, j))
+            return ps->blocked[i].reason;
+    return NULL;
+}
+
+static void remember_blocked(pass *ps, const kd_qjob *j, const char *reason)
+{
+    if (j->gpus == 0 || j->affinity_job || j->affinity_group[0] || ps->nblocked == KESTREL_SCHED_MEMO)
+        return;
+    ps->blocked[ps->nblocked].j = j;
+    snprintf(ps->blocked[ps->nblocked].reason, sizeof(ps->blocked[0].reason), "%s", reason);
+    ps->nblocked++;
 }
 
 static const kd_quota *quota_hit(pass *ps, const kd_qjob *j, int64_t *used)
@@ -140,6 +183,11 @@ static int count(pass *ps, int n, const kd_qjob *j, int state)
 {
     const kd_node *node = &ps->s->nodes[n];
     int c = 0;
+    if (ps->uniform[n]) {
+        if (node->ndev == 0 || !dev_matches(&node->devs[0], j))
+            return 0;
+        return state == DEV_FREE ? ps->nfree[n] : state == DEV_SOON ? ps->nsoon[n] : node->ndev - ps->nfree[n] - ps->nsoon[n];
+    }
     for (int d = 0; d < node->ndev; d++)
         if (ps->dev[n][d] == state && dev_matches(&node->devs[d], j))
             c++;
@@ -150,9 +198,19 @@ static int count_static(pass *ps, int n, const kd_qjob *j)
 {
     const kd_node *node = &ps->s->nodes[n];
     int c = 0;
+    if (ps->uniform[n])
+        return (node->ndev && dev_matches(&node->devs[0], j)) ? node->ndev : 0;
     for (int d = 0; d < node->ndev; d++)
         c += dev_matches(&node->devs[d], j);
     return c;
+}
+
+static void set_state(pass *ps, int n, int d, int to)
+{
+    int from = ps->dev[n][d];
+    ps->nfree[n] += (to == DEV_FREE) - (from == DEV_FREE);
+    ps->nsoon[n] += (to == DEV_SOON) - (from == DEV_SOON);
+    ps->dev[n][d] = (uint8_t)to;
 }
 
 /* Mark up to want matching devices in state `from` on node n as used; record them when rec. */
@@ -163,7 +221,7 @@ static int take(pass *ps, int n, const kd_qjob *j, int from, int want, int rec)
     for (int d = 0; d < node->ndev && got < want; d++) {
         if (ps->dev[n][d] != from || !dev_matches(&node->devs[d], j))
             continue;
-        ps->dev[n][d] = DEV_USED;
+        set_state(ps, n, d, DEV_USED);
         if (rec) {
             if (grow((void **)&ps->out->devs, &ps->cap_devs, ps->out->ndevs + 1, sizeof(int)) < 0)
                 return -1;
@@ -205,9 +263,11 @@ static size_t victims_on(pass *ps, int n, const kd_qjob *j, int need, const kd_a
 {
     size_t nc = 0, k = 0;
     int sum = 0;
-    for (size_t i = 0; i < ps->s->nallocs; i++) {
+    for (size_t x = 0; x < ps->n_node_allocs[n]; x++) {
+        size_t i = ps->node_allocs[n][x];
         const kd_alloc *a = &ps->s->allocs[i];
-        if (a->node == n && !a->terminating && !ps->claimed[i] && a->preemptible && a->priority < j->priority &&
+        if (!a->terminating && !ps->claimed[i] && a->preemptible &&
+            (a->priority < j->priority || a->backfill_for == j->id) &&
             alloc_matching(ps, a, j) > 0)
             out[nc++] = a;
     }
@@ -247,7 +307,7 @@ static void describe_need(char *buf, size_t n, const kd_qjob *j)
 static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
 {
     const kd_snapshot *s = ps->s;
-    int target = -1, best = -1, best_pref = 0, best_left = 0, any_static = 0, most_free = 0;
+    int target = -1, best = -1, best_pref = 0, best_left = 0, best_held = 0, any_static = 0, most_free = 0;
     int64_t holder = 0;
     char buf[256];
 
@@ -278,8 +338,8 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         if (count_static(ps, (int)n, j) < j->gpus)
             continue;
         any_static = 1;
-        if (j->gpus > 0 && ps->held_by[n] && !(j->preemptible && j->priority < ps->held_prio[n])) {
-            holder = ps->held_by[n];
+        if (j->gpus > 0 && ps->held_by[n] && !j->preemptible) {
+            holder = ps->held_by[n];   /* a job that cannot be preempted cannot borrow a reservation */
             continue;
         }
         free_m = j->gpus ? count(ps, (int)n, j, DEV_FREE) : 0;
@@ -289,10 +349,15 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             continue;
         left = free_m - j->gpus;
         pref = (int)n == target ? 0 : 1;
-        if (best < 0 || pref < best_pref || (pref == best_pref && left < best_left)) {
-            best = (int)n;
-            best_pref = pref;
-            best_left = left;
+        {
+            int held = j->gpus > 0 && ps->held_by[n] != 0;   /* borrow a reserved node only when needed */
+            if (best < 0 || pref < best_pref || (pref == best_pref && held < best_held) ||
+                (pref == best_pref && held == best_held && left < best_left)) {
+                best = (int)n;
+                best_pref = pref;
+                best_held = held;
+                best_left = left;
+            }
         }
     }
     if (best >= 0) {
@@ -304,7 +369,13 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         a->ndev = j->gpus;
         if (take(ps, best, j, DEV_FREE, j->gpus, 1) < 0)
             return -1;
-        snprintf(a->reason, sizeof(a->reason), "placed on node %s", s->nodes[best].name);
+        if (best_held) {
+            a->cause = ps->held_by[best];
+            snprintf(a->reason, sizeof(a->reason), "placed on node %s, borrowing the reservation of job %lld",
+                     s->nodes[best].name, (long long)a->cause);
+        } else {
+            snprintf(a->reason, sizeof(a->reason), "placed on node %s", s->nodes[best].name);
+        }
         charge_quota(ps, j->owner, j->team, j->gpus);
         (*slots)--;
         return 1;
@@ -333,15 +404,11 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         }
     }
     /* preemption */
-    if (!s->fifo && j->priority > 1) {
-        const kd_alloc **cand = malloc((s->nallocs + 1) * sizeof(*cand)), **bestv = NULL;
+    if (!s->fifo) {   /* lower classes, and jobs borrowing this job's reservation */
+        const kd_alloc **cand = ps->cand, **bestv = ps->bestv;
         size_t bestk = 0;
         int64_t bestlost = 0;
         int bestn = -1;
-        if (cand == NULL || (bestv = malloc((s->nallocs + 1) * sizeof(*bestv))) == NULL) {
-            free(cand);
-            return -1;
-        }
         for (size_t n = 0; n < s->nnodes; n++) {
             int64_t lost;
             size_t k;
@@ -363,11 +430,8 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             snprintf(buf, sizeof(buf), "preempting job");
             for (size_t v = 0; v < bestk; v++) {
                 kd_action *a = add_action(ps, KD_ACT_PREEMPT, bestv[v]->id);
-                if (a == NULL) {
-                    free(cand);
-                    free(bestv);
+                if (a == NULL)
                     return -1;
-                }
                 a->node = bestn;
                 a->cause = j->id;
                 snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (%s)", (long long)j->id, cls(j->priority));
@@ -380,25 +444,36 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             take(ps, bestn, j, DEV_FREE, j->gpus, 0);
             take(ps, bestn, j, DEV_SOON, j->gpus, 0);
             say(why, wn, buf);
-            free(cand);
-            free(bestv);
             return 0;
         }
-        free(cand);
-        free(bestv);
     }
-    /* blocked: hold every node it could use so that later jobs cannot delay it */
-    for (size_t n = 0; n < s->nnodes; n++) {
-        if ((j->pool[0] && strcmp(s->nodes[n].pool, j->pool)) || (j->affinity_required && (int)n != target) ||
-            ps->held_by[n] || count_static(ps, (int)n, j) < j->gpus)
-            continue;
-        ps->held_by[n] = j->id;
-        ps->held_prio[n] = j->priority;
+    /* blocked: reserve the node closest to fitting it (most free matching devices, then node
+     * order) so that later jobs cannot delay it there; other nodes stay open for backfill */
+    {
+        int hold = -1, hold_free = -1;
+        for (size_t n = 0; n < s->nnodes; n++) {
+            int f;
+            if ((j->pool[0] && strcmp(s->nodes[n].pool, j->pool)) || (j->affinity_required && (int)n != target) ||
+                ps->held_by[n] || count_static(ps, (int)n, j) < j->gpus)
+                continue;
+            f = count(ps, (int)n, j, DEV_FREE) + count(ps, (int)n, j, DEV_SOON);
+            for (size_t x = 0; x < ps->n_node_allocs[n]; x++)
+                if (s->allocs[ps->node_allocs[n][x]].backfill_for == j->id)
+                    f += s->allocs[ps->node_allocs[n][x]].ndev;
+            if (f > hold_free) {
+                hold = (int)n;
+                hold_free = f;
+            }
+        }
+        if (hold >= 0) {
+            ps->held_by[hold] = j->id;
+            ps->held_prio[hold] = j->priority;
+        }
     }
     {
         size_t len = strlen(buf);
         if (holder)
-            snprintf(buf + len, sizeof(buf) - len, ": nodes held for job %lld", (long long)holder);
+            snprintf(buf + len, sizeof(buf) - len, ": node held for job %lld", (long long)holder);
         else
             snprintf(buf + len, sizeof(buf) - len, ": at most %d free on a node%s", most_free,
                      j->priority > 1 && !s->fifo ? ", nothing preemptible of a lower class" : "");
@@ -435,28 +510,54 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
     ps.claimed = calloc(s->nallocs + 1, 1);
     ps.usage_user = calloc(s->nquotas + 1, sizeof(*ps.usage_user));
     idx = malloc((s->nqueue + 1) * sizeof(*idx));
-    if (!ps.dev || !ps.held_by || !ps.held_prio || !ps.claimed || !ps.usage_user || !idx)
+    ps.nfree = calloc(s->nnodes + 1, sizeof(int));
+    ps.nsoon = calloc(s->nnodes + 1, sizeof(int));
+    ps.uniform = calloc(s->nnodes + 1, 1);
+    ps.node_allocs = calloc(s->nnodes + 1, sizeof(*ps.node_allocs));
+    ps.n_node_allocs = calloc(s->nnodes + 1, sizeof(size_t));
+    ps.cand = malloc((s->nallocs + 1) * sizeof(*ps.cand));
+    ps.bestv = malloc((s->nallocs + 1) * sizeof(*ps.bestv));
+    if (!ps.dev || !ps.held_by || !ps.held_prio || !ps.claimed || !ps.usage_user || !idx || !ps.nfree ||
+        !ps.nsoon || !ps.uniform || !ps.node_allocs || !ps.n_node_allocs || !ps.cand || !ps.bestv)
         goto done;
-    for (size_t n = 0; n < s->nnodes; n++)
-        if ((ps.dev[n] = calloc((size_t)s->nodes[n].ndev + 1, 1)) == NULL)
+    for (size_t n = 0; n < s->nnodes; n++) {
+        const kd_node *node = &s->nodes[n];
+        if ((ps.dev[n] = calloc((size_t)node->ndev + 1, 1)) == NULL ||
+            (ps.node_allocs[n] = malloc((s->nallocs + 1) * sizeof(size_t))) == NULL)
             goto done;
+        ps.nfree[n] = node->ndev;
+        ps.uniform[n] = 1;
+        for (int d = 1; d < node->ndev; d++)
+            if (strcmp(node->devs[d].type, node->devs[0].type) || node->devs[d].mem_mb != node->devs[0].mem_mb ||
+                node->devs[d].cc != node->devs[0].cc)
+                ps.uniform[n] = 0;
+    }
     for (size_t i = 0; i < s->nallocs; i++) {
         const kd_alloc *a = &s->allocs[i];
         for (int d = 0; d < a->ndev; d++)
-            ps.dev[a->node][a->devs[d]] = a->terminating ? DEV_SOON : DEV_USED;
+            set_state(&ps, a->node, a->devs[d], a->terminating ? DEV_SOON : DEV_USED);
+        ps.node_allocs[a->node][ps.n_node_allocs[a->node]++] = i;
         charge_quota(&ps, a->owner, a->team, a->ndev);
     }
     for (size_t i = 0; i < s->nqueue; i++)
         idx[i] = i;
-    if (s->nqueue > 1)
-        qsort_r(idx, s->nqueue, sizeof(*idx), order_idx, (void *)s);
+    {
+        /* the daemon hands the queue over in order (the catalog's index): check, sort only if not */
+        int sorted = 1;
+        for (size_t i = 1; i < s->nqueue && sorted; i++)
+            sorted = order_idx(&idx[i - 1], &idx[i], (void *)s) <= 0;
+        if (!sorted)
+            qsort_r(idx, s->nqueue, sizeof(*idx), order_idx, (void *)s);
+    }
 
     for (size_t qi = 0; qi < s->nqueue; qi++) {
         const kd_qjob *j = &s->queue[idx[qi]];
-        char why[320] = "", buf[160];
+        char why[320], buf[160];
         int64_t used;
         const kd_quota *q;
         int failed = 0, r;
+
+        why[0] = '\0';
 
         for (size_t k = 0; k < j->n_after_ok + j->n_after_any && !failed; k++) {
             int ok_kind = k < j->n_after_ok;
@@ -497,7 +598,18 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
                 goto done;
             continue;
         }
-        r = place(&ps, j, &slots, why, sizeof(why));
+        {
+            const char *known = known_blocked(&ps, j);
+            if (known) {
+                say(why, sizeof(why), known);
+                r = 0;
+            } else {
+                r = place(&ps, j, &slots, why, sizeof(why));
+                /* only a capacity verdict carries over (preemption planned or awaited does not) */
+                if (r == 0 && !strstr(why, "preempt"))
+                    remember_blocked(&ps, j, why);
+            }
+        }
         if (r < 0)
             goto done;
         if (r == 0) {
@@ -511,7 +623,16 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
 done:
     for (size_t n = 0; ps.dev && n < s->nnodes; n++)
         free(ps.dev[n]);
+    for (size_t n = 0; ps.node_allocs && n < s->nnodes; n++)
+        free(ps.node_allocs[n]);
     free(ps.dev);
+    free(ps.nfree);
+    free(ps.nsoon);
+    free(ps.uniform);
+    free(ps.node_allocs);
+    free(ps.n_node_allocs);
+    free(ps.cand);
+    free(ps.bestv);
     free(ps.held_by);
     free(ps.held_prio);
     free(ps.claimed);

@@ -5,8 +5,9 @@
  * Filter: dependencies, quotas, process slots, pool, GPU type / memory / compute capability,
  *   required affinity. Score (best fit): the node left with the fewest free matching devices
  *   after placement (keeps large holes for large jobs), preferred affinity first, then node order.
- * Backfill: a GPU job blocked for capacity holds every node it could use; a later job may take
- *   devices there only if it is preemptible and of a strictly lower class (it can be preempted).
+ * Backfill: a GPU job blocked for capacity reserves the node closest to fitting it. A later job
+ *   may take devices there only if it is preemptible, and then on a lease: the reservation's job
+ *   may preempt it whatever its class, once the node's other jobs are gone. Other nodes stay open.
  * Preemption: when no node has room, on each node that passes the filter take running,
  *   preemptible jobs of strictly lower class, least work lost first (latest checkpoint, else latest
  *   start), then lowest class, then youngest; walk the list back dropping victims not needed; pick
@@ -44,6 +45,7 @@ typedef struct {
     int64_t owner;
     const char *team;
     int terminating;        /* already being stopped */
+    int64_t backfill_for;   /* started on a node reserved for this job: it may preempt it, whatever the class */
 } kd_alloc;
 
 /* A job referenced by a dependency or an affinity (sorted by id). */
@@ -113,7 +115,7 @@ typedef struct {
     int node;               /* START, PREEMPT */
     size_t dev_off;         /* START: devices in plan.devs[dev_off .. dev_off + ndev) */
     int ndev;
-    int64_t cause;          /* PREEMPT: the job it makes room for */
+    int64_t cause;          /* PREEMPT: the job it makes room for; START: the reservation it backfills (0: none) */
     char reason[200];
 } kd_action;
 

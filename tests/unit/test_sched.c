@@ -88,7 +88,7 @@ static void best_fit_keeps_large_holes(void **state)
 {
     kd_qjob q[] = { job(1, 1, 2) };
     int busy0[] = { 0, 1 };
-    kd_alloc al[] = { { 50, 0, 2, busy0, 1, 1, 0, 0, 1, "", 0 } };
+    kd_alloc al[] = { { 50, 0, 2, busy0, 1, 1, 0, 0, 1, "", 0, 0 } };
     kd_snapshot s = snap(q, 1, 2);
     kd_plan p;
     (void)state;
@@ -124,28 +124,42 @@ static void constraints_filter_with_reasons(void **state)
 
 static void blocked_job_is_not_delayed_by_backfill(void **state)
 {
-    /* n0: 2 of 4 busy with a non-preemptible job. A normal 4-GPU job is blocked; later jobs of
-     * the same class must not take n0's free devices, a job needing no GPU still runs. */
+    /* n0: 2 of 4 busy with a non-preemptible job. A normal 4-GPU job is blocked and reserves n0.
+     * A later non-preemptible job may not use the reservation; a preemptible one borrows it on a
+     * lease; a job needing no GPU runs anyway. */
     kd_qjob q[] = { job(1, 1, 4), job(2, 1, 1), job(3, 1, 0) };
-    int d[] = { 0, 1 };
-    kd_alloc al[] = { { 50, 0, 2, d, 2, 0, 0, 0, 9, "", 0 } };
+    int d[] = { 0, 1 }, d2[] = { 2 };
+    kd_alloc al[] = { { 50, 0, 2, d, 2, 0, 0, 0, 9, "", 0, 0 }, { 2, 0, 1, d2, 1, 1, 900000, 0, 1, "", 0, 1 } };
     kd_snapshot s = snap(q, 3, 1);
     kd_plan p;
     (void)state;
     s.allocs = al;
     s.nallocs = 1;
+    q[1].preemptible = 0;
     assert_int_equal(kd_sched_plan(&s, &p), 0);
     assert_null(act(&p, 1));
     assert_null(act(&p, 2));
-    assert_non_null(strstr(waiting(&p, 2)->reason, "nodes held for job 1"));
+    assert_non_null(strstr(waiting(&p, 2)->reason, "node held for job 1"));
     assert_int_equal(act(&p, 3)->kind, KD_ACT_START);
     assert_int_equal(waiting(&p, 1)->position, 1);
     assert_int_equal(waiting(&p, 2)->position, 2);
     kd_plan_free(&p);
-    /* a lower-class preemptible job may backfill under a blocked higher one */
-    q[0].priority = 2;
+    q[1].preemptible = 1;
     assert_int_equal(kd_sched_plan(&s, &p), 0);
     assert_int_equal(act(&p, 2)->kind, KD_ACT_START);
+    assert_int_equal(act(&p, 2)->cause, 1);
+    assert_non_null(strstr(act(&p, 2)->reason, "borrowing the reservation of job 1"));
+    kd_plan_free(&p);
+    /* the reserved node's own job ended: the holder takes its lease back, class or not */
+    s.queue = q;
+    s.nqueue = 1;
+    al[0] = al[1];
+    s.nallocs = 1;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 1);
+    assert_int_equal(p.acts[0].kind, KD_ACT_PREEMPT);
+    assert_int_equal(p.acts[0].job, 2);
+    assert_int_equal(p.acts[0].cause, 1);
     kd_plan_free(&p);
 }
 
@@ -156,9 +170,9 @@ static void preemption_picks_least_lost_work_and_walks_back(void **state)
     kd_qjob q[] = { job(9, 3, 2) };
     int da[] = { 0 }, db[] = { 1 }, dc[] = { 2, 3 };
     kd_alloc al[] = {
-        { 101, 0, 1, da, 1, 1, 999000, 0, 1, "", 0 },
-        { 102, 0, 1, db, 1, 1, 950000, 0, 1, "", 0 },
-        { 103, 0, 2, dc, 1, 1, 100000, 998000, 1, "", 0 },
+        { 101, 0, 1, da, 1, 1, 999000, 0, 1, "", 0, 0 },
+        { 102, 0, 1, db, 1, 1, 950000, 0, 1, "", 0, 0 },
+        { 103, 0, 2, dc, 1, 1, 100000, 998000, 1, "", 0, 0 },
     };
     kd_snapshot s = snap(q, 1, 1);
     kd_plan p;
@@ -185,7 +199,7 @@ static void never_preempt_equal_class_or_opted_out(void **state)
 {
     kd_qjob q[] = { job(9, 3, 4) };
     int d1[] = { 0, 1 }, d2[] = { 2, 3 };
-    kd_alloc al[] = { { 101, 0, 2, d1, 3, 1, 0, 0, 1, "", 0 }, { 102, 0, 2, d2, 1, 0, 0, 0, 1, "", 0 } };
+    kd_alloc al[] = { { 101, 0, 2, d1, 3, 1, 0, 0, 1, "", 0 }, { 102, 0, 2, d2, 1, 0, 0, 0, 1, "", 0, 0 } };
     kd_snapshot s = snap(q, 1, 1);
     kd_plan p;
     (void)state;
@@ -298,7 +312,12 @@ static void deterministic(void **state)
     assert_int_equal(a.ndevs, b.ndevs);
     assert_memory_equal(a.acts, b.acts, a.nacts * sizeof(kd_action));
     assert_memory_equal(a.devs, b.devs, a.ndevs * sizeof(int));
-    assert_memory_equal(a.waits, b.waits, a.nwaits * sizeof(kd_wait));
+    assert_int_equal(a.nwaits, b.nwaits);
+    for (size_t i = 0; i < a.nwaits; i++) {
+        assert_int_equal(a.waits[i].job, b.waits[i].job);
+        assert_int_equal(a.waits[i].position, b.waits[i].position);
+        assert_string_equal(a.waits[i].reason, b.waits[i].reason);
+    }
     kd_plan_free(&a);
     kd_plan_free(&b);
 }
