@@ -6,7 +6,9 @@
  *   - request floor: GET /healthz round trips per second through the same client
  *     stack (no catalog write) - a submission cannot beat it;
  *   - spawn floor: posix_spawn + wait of `true` directly - a job cannot start faster.
- * Targets (issue 2): >= 2,000 submissions/s on 2 cores, p50 <= 20 ms. */
+ * Targets (issue 2): >= 2,000 submissions/s on 2 cores, p50 <= 20 ms. A burst of 1,000 jobs
+ * queues behind process creation (about 1 ms per spawn of `true` on these VMs), so the latency
+ * is also measured at a paced rate the machine can execute: half the spawn floor's rate. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -35,6 +37,7 @@ static kd_daemon D;
 typedef struct {
     int count;
     int failures;
+    double rate;    /* submissions per second to keep to; 0: as fast as possible */
 } worker;
 
 static void *submitter(void *arg)
@@ -46,8 +49,16 @@ static void *submitter(void *arg)
     kestrel_job_spec_new(&s);
     kestrel_job_spec_set_argv(s, argv, 1);
     kestrel_job_spec_set_name(s, "bench");
+    double t0 = now_s();
     for (int i = 0; i < w->count; i++) {
         kestrel_job *j;
+        if (w->rate > 0) {
+            double due = t0 + i / w->rate, left = due - now_s();
+            if (left > 0) {
+                struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
+                nanosleep(&ts, NULL);
+            }
+        }
         if (kestrel_job_submit(&j, c, s) < 0)
             w->failures++;
         else
@@ -58,7 +69,7 @@ static void *submitter(void *arg)
     return NULL;
 }
 
-static double run_submitters(int threads, int total)
+static double run_submitters_at(int threads, int total, double rate)
 {
     pthread_t t[N_THREADS];
     worker w[N_THREADS];
@@ -66,6 +77,7 @@ static double run_submitters(int threads, int total)
     for (int i = 0; i < threads; i++) {
         w[i].count = total / threads;
         w[i].failures = 0;
+        w[i].rate = rate / threads;
         pthread_create(&t[i], NULL, submitter, &w[i]);
     }
     for (int i = 0; i < threads; i++) {
@@ -74,6 +86,11 @@ static double run_submitters(int threads, int total)
             fprintf(stderr, "bench: %d submissions failed: %s\n", w[i].failures, kestrel_error_last()->message);
     }
     return total / (now_s() - t0);
+}
+
+static double run_submitters(int threads, int total)
+{
+    return run_submitters_at(threads, total, 0);
 }
 
 static double healthz_rate(int n)
@@ -107,7 +124,7 @@ static int cmp64(const void *a, const void *b)
 }
 
 /* Wait until every job is final, then collect start - submit latencies. */
-static int latencies(kestrel_client *c, int64_t *lat, int max)
+static int latencies(kestrel_client *c, int64_t *lat, int max, int64_t from_id)
 {
     kestrel_job_list_options o = KESTREL_JOB_LIST_OPTIONS_INIT;
     char token[32] = "";
@@ -140,7 +157,7 @@ static int latencies(kestrel_client *c, int64_t *lat, int max)
             break;
         for (size_t i = 0; i < kestrel_job_page_count(p) && n < max; i++) {
             const kestrel_job *j = kestrel_job_page_at(p, i);
-            if (kestrel_job_start_time(j))
+            if (kestrel_job_start_time(j) && kestrel_job_id(j) >= from_id)
                 lat[n++] = kestrel_job_start_time(j) - kestrel_job_submit_time(j);
         }
         snprintf(token, sizeof(token), "%s", kestrel_job_page_next_token(p));
@@ -182,7 +199,7 @@ static void blocked_submit_path(kestrel_client *unused, double floor_rps)
 int main(int argc, char **argv)
 {
     static const char *const extra[] = { "--max-jobs=64", NULL };
-    static int64_t lat[2 * N_JOBS];
+    static int64_t lat[3 * N_JOBS];
     kestrel_client *c;
     double r1, r4, floor_rps, spawn;
     int n;
@@ -197,7 +214,7 @@ int main(int argc, char **argv)
     floor_rps = healthz_rate(2000);
     spawn = spawn_ms(200);
     r1 = run_submitters(1, N_JOBS);
-    n = latencies(c, lat, 2 * N_JOBS);
+    n = latencies(c, lat, 3 * N_JOBS, 1);
     printf("bench-submit: %d submissions of `true`, 1 client\n", N_JOBS);
     printf("  submissions/s      %8.0f   (request floor: %.0f healthz/s, ratio %.2f; target >= 2000)\n", r1,
            floor_rps, r1 / floor_rps);
@@ -205,12 +222,22 @@ int main(int argc, char **argv)
         printf("  submit->RUNNING    p50 %" PRId64 " ms, p99 %" PRId64 " ms over %d jobs   (spawn floor %.2f ms; target p50 <= 20 ms)\n",
                lat[n / 2], lat[(n * 99) / 100], n, spawn);
     r4 = run_submitters(N_THREADS, N_JOBS);
-    n = latencies(c, lat, 2 * N_JOBS);
+    n = latencies(c, lat, 3 * N_JOBS, N_JOBS + 1);
     printf("bench-submit: %d submissions, %d concurrent clients\n", N_JOBS, N_THREADS);
     printf("  submissions/s      %8.0f   (ratio to request floor %.2f)\n", r4, r4 / floor_rps);
     if (n)
         printf("  submit->RUNNING    p50 %" PRId64 " ms, p99 %" PRId64 " ms over all %d jobs\n", lat[n / 2],
                lat[(n * 99) / 100], n);
+    {
+        /* paced at half the rate this machine can spawn processes: the scheduling latency proper */
+        double pace = 500.0 / spawn;
+        run_submitters_at(1, N_JOBS, pace);
+        n = latencies(c, lat, 3 * N_JOBS, 2 * N_JOBS + 1);
+        printf("bench-submit: %d submissions paced at %.0f/s (half the spawn floor's rate), 1 client\n", N_JOBS, pace);
+        if (n)
+            printf("  submit->RUNNING    p50 %" PRId64 " ms, p99 %" PRId64 " ms over %d jobs (target p50 <= 20 ms)\n",
+                   lat[n / 2], lat[(n * 99) / 100], n);
+    }
     blocked_submit_path(c, floor_rps);
     kestrel_client_free(c);
     kd_daemon_stop(&D, SIGTERM, 60000);

@@ -313,7 +313,23 @@ static void *sched_main(void *arg)
         }
         e->sched_pending = 0;
         pthread_mutex_unlock(&e->mu);
-        kd_engine_schedule(e);
+        {
+            /* Rest as long as the pass took before the next one: under a burst of submissions the
+             * passes coalesce and the scheduler keeps at most half a core; idle, nothing waits. */
+            struct timespec t0, t1, rest;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            kd_engine_schedule(e);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            rest.tv_sec = t1.tv_sec - t0.tv_sec;
+            rest.tv_nsec = t1.tv_nsec - t0.tv_nsec;
+            if (rest.tv_nsec < 0) {
+                rest.tv_sec--;
+                rest.tv_nsec += 1000000000L;
+            }
+            if (rest.tv_sec > 0)
+                rest = (struct timespec){ 1, 0 };
+            nanosleep(&rest, NULL);
+        }
         pthread_mutex_lock(&e->mu);
     }
     pthread_mutex_unlock(&e->mu);
