@@ -99,6 +99,8 @@ typedef struct {
 int kd_catalog_refs(kd_catalog *cat, const int64_t *ids, size_t n, kd_catref *out, size_t *found);
 /* Node of the last started job of a group; KESTREL_ENOTFOUND when none. */
 int kd_catalog_group_node(kd_catalog *cat, const char *group, char *node, size_t len);
+/* An event that does not change the state (e.g. "preempting job 7 on node a"). */
+int kd_catalog_job_note(kd_catalog *cat, int64_t id, int64_t now_ms, const char *reason);
 /* Record an acknowledged checkpoint (time + event). */
 int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms);
 /* Change the class of a QUEUED job; returns 1 when the job is not queued. */

@@ -114,14 +114,17 @@ int kd_catalog_group_node(kd_catalog *cat, const char *group, char *node, size_t
     return rc;
 }
 
+int kd_catalog_job_note(kd_catalog *cat, int64_t id, int64_t now_ms, const char *reason)
+{
+    return kd__run(cat, "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason)"
+                        " SELECT id, ?, state, state, ? FROM jobs WHERE id = ?",
+                   "iti", now_ms, reason, id);
+}
+
 int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms)
 {
     int rc = kd__run(cat, "UPDATE jobs SET checkpoint_ms = ? WHERE id = ?", "ii", now_ms, id);
-    if (rc == 0)
-        rc = kd__run(cat, "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason)"
-                          " SELECT id, ?, state, state, 'checkpoint acknowledged' FROM jobs WHERE id = ?",
-                     "ii", now_ms, id);
-    return rc;
+    return rc ? rc : kd_catalog_job_note(cat, id, now_ms, "checkpoint acknowledged");
 }
 
 int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64_t now_ms)

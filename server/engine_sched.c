@@ -271,7 +271,7 @@ void kd_engine_schedule(kd_engine *e)
             started[nstarted++] = r;
         } else if (a->kind == KD_ACT_PREEMPT) {
             for (kd_run *r = e->runs; r; r = r->next)
-                if (r->id == a->job)
+                if (r->id == a->job && r->term == KD_TERM_NONE)
                     kd_engine_terminate_locked(e, r, KD_TERM_PREEMPT, a->reason);
         }
     }
@@ -285,7 +285,12 @@ void kd_engine_schedule(kd_engine *e)
 
     for (size_t i = 0; i < plan.nacts; i++) {
         const kd_action *a = &plan.acts[i];
-        if (a->kind == KD_ACT_FAIL) {
+        if (a->kind == KD_ACT_PREEMPT) {   /* the event on the preempting job's side */
+            char note[200];
+            snprintf(note, sizeof(note), "preempting job %lld on node %s", (long long)a->job,
+                     e->cfg->nodes[a->node].name);
+            kd_catalog_job_note(e->cat, a->cause, kestrel__now_ms(), note);
+        } else if (a->kind == KD_ACT_FAIL) {
             kd_transition t = { kestrel__now_ms(), a->reason, 0, 0, NULL, 0, NULL };
             kd_catalog_job_transition(e->cat, a->job, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_FAILED, &t);
             kd_engine_changed(e);

@@ -53,6 +53,7 @@ def test_urgent_preempts_normal_which_resumes_from_its_checkpoint(daemon, tmp_pa
     resumed_at = int(logs.split("resumed from step ")[1].split()[0])
     assert resumed_at > 0            # no work lost beyond the checkpoint
     u = d.job(urgent)
+    assert f"preempting job {normal} on node local" in reasons(u)
     preempted = next(e for e in final["events"] if e["to_state"] == "PREEMPTED")
     # the urgent job ran within the grace period, after the victim stopped
     assert int(u["start_time_ms"]) >= int(preempted["time_ms"])
