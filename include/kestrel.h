@@ -23,5 +23,6 @@
 #include "kestrel/client.h"
 #include "kestrel/job.h"
 #include "kestrel/queue.h"
+#include "kestrel/gpu.h"
 
 #endif

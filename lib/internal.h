@@ -14,6 +14,9 @@
 #define KESTREL__MAGIC_JOB    0x6b4a6f62u
 #define KESTREL__MAGIC_LIST   0x6b4c7374u
 #define KESTREL__MAGIC_METRIC 0x6b4d7472u
+#define KESTREL__MAGIC_GPUS   0x6b477075u
+#define KESTREL__MAGIC_GPUSEL 0x6b47536cu
+#define KESTREL__MAGIC_QUEUE  0x6b517565u
 #define KESTREL__MAGIC_DEAD   0xdeadbeefu
 
 /* error.c */

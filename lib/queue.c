@@ -91,7 +91,7 @@ int kestrel_queue_get(kestrel_queue **out, kestrel_client *c)
         return kestrel__error_oom();
     }
     q->pb = (Kestrel__V1__Queue *)m;
-    q->magic = KESTREL__MAGIC_LIST;
+    q->magic = KESTREL__MAGIC_QUEUE;
     if (q->pb->n_entries && (q->jobs = calloc(q->pb->n_entries, sizeof(*q->jobs))) == NULL) {
         kestrel_queue_free(q);
         return kestrel__error_oom();
@@ -110,11 +110,11 @@ int kestrel_queue_get(kestrel_queue **out, kestrel_client *c)
     return 0;
 }
 
-#define QUEUE_OK(q, i) ((q) && (q)->magic == KESTREL__MAGIC_LIST && (i) < (q)->pb->n_entries)
+#define QUEUE_OK(q, i) ((q) && (q)->magic == KESTREL__MAGIC_QUEUE && (i) < (q)->pb->n_entries)
 
 size_t kestrel_queue_count(const kestrel_queue *q)
 {
-    return (q && q->magic == KESTREL__MAGIC_LIST) ? q->pb->n_entries : 0;
+    return (q && q->magic == KESTREL__MAGIC_QUEUE) ? q->pb->n_entries : 0;
 }
 
 const kestrel_job *kestrel_queue_job(const kestrel_queue *q, size_t i)
@@ -134,7 +134,7 @@ const char *kestrel_queue_reason(const kestrel_queue *q, size_t i)
 
 void kestrel_queue_free(kestrel_queue *q)
 {
-    if (q == NULL || q->magic != KESTREL__MAGIC_LIST)
+    if (q == NULL || q->magic != KESTREL__MAGIC_QUEUE)
         return;
     q->magic = KESTREL__MAGIC_DEAD;
     for (size_t i = 0; q->jobs && i < q->pb->n_entries; i++)
