@@ -24,5 +24,6 @@
 #include "kestrel/job.h"
 #include "kestrel/queue.h"
 #include "kestrel/gpu.h"
+#include "kestrel/node.h"
 
 #endif

@@ -127,6 +127,8 @@ static enum MHD_Result dispatch(kd_req *r)
         return kd_route_tokens(r);
     if (!strcmp(r->path, "/api/v1/queue"))
         return kd_route_queue(r);
+    if (!strcmp(r->path, "/api/v1/nodes"))
+        return kd_route_nodes(r);
     return kd_reply_error(r, 404, "not_found", "no such endpoint");
 }
 

@@ -41,6 +41,7 @@ enum MHD_Result kd_route_explain(kd_req *r, int64_t id);
 enum MHD_Result kd_route_priority(kd_req *r, int64_t id);
 enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id);
 enum MHD_Result kd_route_queue(kd_req *r);
+enum MHD_Result kd_route_nodes(kd_req *r);
 enum MHD_Result kd_route_jobs(kd_req *r, const char *rest);
 enum MHD_Result kd_route_tokens(kd_req *r);
 

@@ -136,3 +136,19 @@ enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id)
     protobuf_c_message_free_unpacked(&job->base, NULL);
     return reply;
 }
+
+enum MHD_Result kd_route_nodes(kd_req *r)
+{
+    enum MHD_Result reply;
+    Kestrel__V1__NodeList *l;
+    int rc;
+    if (strcmp(r->method, "GET"))
+        return kd_reply_error(r, 405, "method_not_allowed", "use GET on /api/v1/nodes");
+    if (r->who.job_id)
+        return kd_reply_error(r, 403, "permission_denied", "a job token can only read its own job");
+    if ((rc = kd_engine_nodes(r->e, &l)) < 0)
+        return kd_reply_failure(r, rc);
+    reply = kd_reply_msg(r, 200, &l->base);
+    protobuf_c_message_free_unpacked(&l->base, NULL);
+    return reply;
+}

@@ -307,6 +307,9 @@ static void *sched_main(void *arg)
         int terminating = enforce_deadlines(e);
         if (!e->sched_pending) {
             struct timespec ts;
+            pthread_mutex_unlock(&e->mu);
+            kd_engine_refresh_gpus(e, 10000);   /* live memory and utilisation of real GPUs */
+            pthread_mutex_lock(&e->mu);
             deadline_ts(&ts, kestrel__now_ms() + (terminating ? 100 : 1000));
             pthread_cond_timedwait(&e->sched_cv, &e->mu, &ts);
             continue;
@@ -385,6 +388,7 @@ int kd_engine_recover(kd_engine *e)
 
 int kd_engine_start(kd_engine *e)
 {
+    kd_engine_refresh_gpus(e, 0);
     e->sched_pending = 1;
     if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0)
         return kestrel__error_set(KESTREL_ERROR, "cannot start the scheduler thread");
@@ -420,6 +424,7 @@ void kd_engine_stop(kd_engine *e)
 void kd_engine_fini(kd_engine *e)
 {
     free(e->waits);
+    kestrel_gpu_list_free(e->gpus);
     pthread_cond_destroy(&e->changed);
     pthread_cond_destroy(&e->sched_cv);
     pthread_mutex_destroy(&e->mu);

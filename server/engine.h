@@ -80,6 +80,8 @@ struct kd_engine {
     kd_run *runs;
     kd_wait *waits;             /* last pass: why each queued job waits (sorted by job id) */
     size_t nwaits;
+    kestrel_gpu_list *gpus;     /* live memory and utilisation of real GPUs (NULL: none) */
+    int64_t gpus_ms;
     pthread_t sched_thread;
 };
 
@@ -107,6 +109,13 @@ int kd_engine_checkpoint(kd_engine *e, int64_t id);
 int kd_engine_explain(kd_engine *e, int64_t id, int *position, char *reason, size_t n);
 /* Copy of the last pass's waits in queue order (free() it). */
 kd_wait *kd_engine_queue(kd_engine *e, size_t *n);
+/* The nodes, their devices (live values of real GPUs) and which job holds each (engine_nodes.c). */
+int kd_engine_nodes(kd_engine *e, Kestrel__V1__NodeList **out);
+/* Re-read real GPUs' memory and utilisation when the last reading is older than max_age_ms. */
+void kd_engine_refresh_gpus(kd_engine *e, int64_t max_age_ms);
+/* Pick the exact real devices of a start through the device selector (engine_nodes.c). */
+void kd_engine_refine_devices(kd_engine *e, kd_run *r, const Kestrel__V1__JobSpec *spec);
+
 /* Scheduling pass (engine_sched.c). */
 void kd_engine_schedule(kd_engine *e);
 void kd_engine_release_locked(kd_engine *e, kd_run *run);

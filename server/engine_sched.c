@@ -21,25 +21,29 @@ static int id_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Virtual devices look like GPU UUIDs so that CUDA_VISIBLE_DEVICES keeps its contract. */
-static void device_uuid(char *out, size_t n, int node, int index)
+/* A real GPU's UUID; virtual devices look like GPU UUIDs so that CUDA_VISIBLE_DEVICES keeps its contract. */
+static void device_uuid(const kd_engine *e, char *out, size_t n, int node, int index)
 {
-    snprintf(out, n, "GPU-00000000-0000-4000-8000-%06d%06d", node, index);
+    const char *real = e->cfg->nodes[node].devs[index].uuid;
+    if (real)
+        snprintf(out, n, "%s", real);
+    else
+        snprintf(out, n, "GPU-00000000-0000-4000-8000-%06d%06d", node, index);
 }
 
 /* Move one planned start into RUNNING and hand it to the executor. */
 void kd_engine_launch(kd_engine *e, kd_run *run)
 {
-    char devs[4096] = "", token[80], reason[160];
+    char devs[8192] = "", token[80], reason[160];
     size_t k = 0;
     Kestrel__V1__Job *job = NULL;
     const char *node = e->cfg->nodes[run->node].name;
     kd_transition t = { kestrel__now_ms(), reason, 0, 0, devs, 0, node };
     int rc;
 
-    for (int i = 0; i < run->ndev && k + 48 < sizeof(devs); i++) {
-        char u[48];
-        device_uuid(u, sizeof(u), run->node, run->devices[i]);
+    for (int i = 0; i < run->ndev && k + 100 < sizeof(devs); i++) {
+        char u[100];
+        device_uuid(e, u, sizeof(u), run->node, run->devices[i]);
         k += (size_t)snprintf(devs + k, sizeof(devs) - k, "%s%s", i ? "," : "", u);
     }
     if (run->restart_count > 0)
@@ -256,6 +260,7 @@ void kd_engine_schedule(kd_engine *e)
             r->ndev = a->ndev;
             if (a->ndev)
                 memcpy(r->devices, plan.devs + a->dev_off, (size_t)a->ndev * sizeof(int));
+            kd_engine_refine_devices(e, r, src->spec);   /* real GPUs: the best-connected free set */
             r->priority = src->priority;
             r->preemptible = !src->spec->not_preemptible;
             r->grace_s = src->spec->grace_period_s;

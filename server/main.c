@@ -1,4 +1,5 @@
 /* server/main.c - kestreld: flags, data directory, admin token, start and clean stop. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -24,7 +25,8 @@ static void usage(FILE *f)
         "  -l, --listen ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
         "  -p, --port N             TCP port; 0 picks a free one (default 7070)\n"
         "  -d, --data-dir DIR       catalog, job work dirs and admin token (default ./kestrel-data)\n"
-        "  -g, --gpus N             virtual GPU devices of the default node 'local' (default 0)\n"
+        "  -g, --gpus N             virtual GPU devices of the default node 'local' (default: this host's\n"
+        "                           GPUs through NVML; none when there is no driver)\n"
         "      --node NAME:KEY=V,.. declare a node instead (repeatable): gpus=N, pool=P, type=T,\n"
         "                           memory=80G (per device), cc=8.0; e.g. --node a:gpus=8,type=a100,memory=80G\n"
         "      --quota user:NAME=N  at most N GPUs in use at once by user NAME (team:NAME=N per team)\n"
@@ -193,10 +195,69 @@ static int parse_quota(kd_config *cfg, kd_catalog *cat, const char *arg)
     return 0;
 }
 
+/* "NVIDIA A100-SXM4-80GB" -> "a100": what --gpu-type matches for a discovered GPU. */
+static char *short_type(const char *name)
+{
+    char buf[64];
+    size_t k = 0;
+    if (!strncasecmp(name, "NVIDIA ", 7))
+        name += 7;
+    if (!strncasecmp(name, "Tesla ", 6))
+        name += 6;
+    for (; *name && *name != ' ' && *name != '-' && k + 1 < sizeof(buf); name++)
+        buf[k++] = (char)tolower((unsigned char)*name);
+    buf[k] = '\0';
+    return strdup(k ? buf : "gpu");
+}
+
+/* Without --node or --gpus: the node "local" gets this host's GPUs (whole GPUs and MIG instances). */
+static int discover_gpus(kd_config *cfg)
+{
+    kestrel_gpu_list *l = NULL;
+    kd_dev *devs;
+    size_t n = 0;
+    if (kestrel_gpu_list_query(&l, 0) < 0)
+        return -1;
+    devs = calloc(kestrel_gpu_list_count(l) + 1, sizeof(*devs));
+    if (devs == NULL) {
+        kestrel_gpu_list_free(l);
+        return -1;
+    }
+    for (size_t i = 0; i < kestrel_gpu_list_count(l); i++) {
+        const kestrel_gpu *g = kestrel_gpu_list_get(l, i);
+        if (!g->is_mig && g->mig_mode == 1)
+            continue;   /* only its instances can run work */
+        devs[n].type = short_type(g->name);
+        devs[n].mem_mb = g->memory_total > 0 ? g->memory_total >> 20 : 0;
+        devs[n].cc = g->cc_major >= 0 ? g->cc_major * 10 + g->cc_minor : 0;
+        devs[n].uuid = strdup(g->uuid);
+        n++;
+    }
+    if (kestrel_gpu_list_diagnostic(l)[0])
+        fprintf(stderr, "kestreld: GPUs: %s\n", kestrel_gpu_list_diagnostic(l));
+    kestrel_gpu_list_free(l);
+    if (n == 0) {
+        free(devs);
+        return 0;
+    }
+    if ((cfg->nodes = calloc(1, sizeof(*cfg->nodes))) == NULL) {
+        free(devs);
+        return -1;
+    }
+    cfg->nodes[0] = (kd_node){ strdup("local"), "default", (int)n, devs };
+    cfg->nnodes = 1;
+    return (int)n;
+}
+
 static void free_config(kd_config *cfg)
 {
     for (size_t i = 0; i < cfg->nnodes; i++) {
         free((char *)cfg->nodes[i].name);   /* the strdup'd --node argument; pool and type point into it */
+        for (int d = 0; d < cfg->nodes[i].ndev; d++)
+            if (cfg->nodes[i].devs[d].uuid) {   /* discovered GPUs own their strings */
+                free((char *)cfg->nodes[i].devs[d].uuid);
+                free((char *)cfg->nodes[i].devs[d].type);
+            }
         free((kd_dev *)cfg->nodes[i].devs);
     }
     free(cfg->nodes);
@@ -278,6 +339,10 @@ int main(int argc, char **argv)
     if (gpus_given && cfg.nnodes) {
         fprintf(stderr, "kestreld: use --gpus for the default node or --node ...,gpus=N, not both\n");
         return 2;
+    }
+    if (cfg.nnodes == 0 && !gpus_given && discover_gpus(&cfg) < 0) {
+        fprintf(stderr, "kestreld: out of memory while listing GPUs\n");
+        return 1;
     }
     if (cfg.nnodes == 0) {
         char def[64];

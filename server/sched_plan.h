@@ -23,6 +23,7 @@ typedef struct {
     const char *type;      /* "a100", "virtual", ... */
     int64_t mem_mb;
     int cc;                /* compute capability major*10 + minor */
+    const char *uuid;      /* a real GPU's UUID; NULL for a virtual device */
 } kd_dev;
 
 typedef struct {

@@ -13,7 +13,7 @@ KESTREL_CLI = os.environ["KESTREL_CLI"]
 
 
 class Daemon:
-    def __init__(self, root, *flags):
+    def __init__(self, root, *flags, env=None):
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.data = root / "data"
@@ -21,7 +21,7 @@ class Daemon:
         self.log = open(root / "kestreld.log", "w")
         self.proc = subprocess.Popen(
             [KESTRELD, "--port", "0", "--data-dir", str(self.data), "--port-file", str(port_file), *flags],
-            stderr=self.log)
+            stderr=self.log, env=env)
         deadline = time.time() + 20
         while not (port_file.exists() and (self.data / "admin.token").exists()):
             if self.proc.poll() is not None or time.time() > deadline:
@@ -89,8 +89,8 @@ def daemon(tmp_path):
     """Start kestreld with custom flags: daemon(*flags); stopped (exit 0 required) at teardown."""
     started = []
 
-    def start(*flags):
-        d = Daemon(tmp_path / f"d{len(started)}", *flags)
+    def start(*flags, env=None):
+        d = Daemon(tmp_path / f"d{len(started)}", *flags, env=env)
         started.append(d)
         return d
 

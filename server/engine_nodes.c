@@ -1,0 +1,158 @@
+/* server/engine_nodes.c - real GPUs in kestreld: live readings, the /nodes view, and exact device
+ * choice through libkestrel's selector (NVLink-aware) for the devices the scheduler grants. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine.h"
+
+#define REFRESH_MS 10000
+
+static int has_real_gpus(const kd_engine *e)
+{
+    for (size_t n = 0; n < e->cfg->nnodes; n++)
+        for (int d = 0; d < e->cfg->nodes[n].ndev; d++)
+            if (e->cfg->nodes[n].devs[d].uuid)
+                return 1;
+    return 0;
+}
+
+void kd_engine_refresh_gpus(kd_engine *e, int64_t max_age_ms)
+{
+    kestrel_gpu_list *fresh = NULL, *old;
+    int64_t now = kestrel__now_ms();
+    pthread_mutex_lock(&e->mu);
+    if (!has_real_gpus(e) || (e->gpus && now - e->gpus_ms < max_age_ms)) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (kestrel_gpu_list_query(&fresh, 0) < 0)
+        return;
+    pthread_mutex_lock(&e->mu);
+    old = e->gpus;
+    e->gpus = fresh;
+    e->gpus_ms = now;
+    pthread_mutex_unlock(&e->mu);
+    kestrel_gpu_list_free(old);
+}
+
+/* Live entry of a real device (engine lock held). */
+static const kestrel_gpu *live(const kd_engine *e, const char *uuid)
+{
+    for (size_t i = 0; uuid && i < kestrel_gpu_list_count(e->gpus); i++)
+        if (!strcmp(kestrel_gpu_list_get(e->gpus, i)->uuid, uuid))
+            return kestrel_gpu_list_get(e->gpus, i);
+    return NULL;
+}
+
+static int64_t holder(const kd_engine *e, int node, int dev)
+{
+    for (const kd_run *r = e->runs; r; r = r->next)
+        for (int k = 0; r->node == node && k < r->ndev; k++)
+            if (r->devices[k] == dev)
+                return r->id;
+    return 0;
+}
+
+int kd_engine_nodes(kd_engine *e, Kestrel__V1__NodeList **out)
+{
+    Kestrel__V1__NodeList *l = calloc(1, sizeof(*l));
+    int rc = 0;
+    kd_engine_refresh_gpus(e, REFRESH_MS);
+    if (l == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__node_list__init(l);
+    pthread_mutex_lock(&e->mu);
+    if ((l->nodes = calloc(e->cfg->nnodes + 1, sizeof(*l->nodes))) == NULL)
+        goto oom;
+    for (size_t n = 0; n < e->cfg->nnodes; n++) {
+        const kd_node *cfg = &e->cfg->nodes[n];
+        Kestrel__V1__Node *node = malloc(sizeof(*node));
+        if (node == NULL)
+            goto oom;
+        kestrel__v1__node__init(node);
+        l->nodes[l->n_nodes++] = node;
+        node->name = kestrel__strdup(cfg->name);
+        node->pool = kestrel__strdup(cfg->pool);
+        node->refreshed_ms = e->gpus_ms;
+        if (!node->name || !node->pool || (node->devices = calloc((size_t)cfg->ndev + 1, sizeof(*node->devices))) == NULL)
+            goto oom;
+        for (int d = 0; d < cfg->ndev; d++) {
+            const kd_dev *dev = &cfg->devs[d];
+            const kestrel_gpu *g = live(e, dev->uuid);
+            Kestrel__V1__Device *out_dev = malloc(sizeof(*out_dev));
+            char cc[16], vuuid[64];
+            if (out_dev == NULL)
+                goto oom;
+            kestrel__v1__device__init(out_dev);
+            node->devices[node->n_devices++] = out_dev;
+            snprintf(cc, sizeof(cc), "%d.%d", dev->cc / 10, dev->cc % 10);
+            snprintf(vuuid, sizeof(vuuid), "GPU-00000000-0000-4000-8000-%06d%06d", (int)n, d);
+            out_dev->index = d;
+            out_dev->uuid = kestrel__strdup(dev->uuid ? dev->uuid : vuuid);
+            out_dev->type = kestrel__strdup(dev->type);
+            out_dev->name = kestrel__strdup(g ? g->name : dev->type);
+            out_dev->compute_capability = kestrel__strdup(cc);
+            out_dev->memory_total_mb = dev->mem_mb;
+            out_dev->memory_free_mb = g && g->memory_free >= 0 ? g->memory_free >> 20 : -1;
+            out_dev->utilization = g ? g->utilization_gpu : -1;
+            out_dev->job_id = holder(e, (int)n, d);
+            if (!out_dev->uuid || !out_dev->type || !out_dev->name || !out_dev->compute_capability)
+                goto oom;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    *out = l;
+    return rc;
+oom:
+    pthread_mutex_unlock(&e->mu);
+    protobuf_c_message_free_unpacked(&l->base, NULL);
+    return kestrel__error_oom();
+}
+
+static int matches(const kd_dev *d, const Kestrel__V1__JobSpec *s, int min_cc)
+{
+    return (!s->gpu_type[0] || !strcmp(d->type, s->gpu_type)) && d->mem_mb >= s->min_gpu_memory_mb && d->cc >= min_cc;
+}
+
+void kd_engine_refine_devices(kd_engine *e, kd_run *r, const Kestrel__V1__JobSpec *spec)
+{
+    const kd_node *node = &e->cfg->nodes[r->node];
+    const char **exclude;
+    kestrel_gpu_select_options o = KESTREL_GPU_SELECT_OPTIONS_INIT;
+    kestrel_gpu_selection *sel = NULL;
+    size_t k = 0;
+    int min_cc = kd_sched_parse_cc(spec->min_compute_capability), ok = 1;
+
+    if (r->ndev < 2 || e->gpus == NULL || !node->devs[r->devices[0]].uuid)
+        return;   /* nothing to arrange: one device, or virtual ones */
+    if ((exclude = calloc((size_t)node->ndev + 1, sizeof(*exclude))) == NULL)
+        return;
+    /* offer the selector exactly what the scheduler could have granted: free, matching devices */
+    for (int d = 0; d < node->ndev; d++) {
+        int mine = 0;
+        for (int q = 0; q < r->ndev; q++)
+            mine |= r->devices[q] == d;
+        if (!mine && (holder(e, r->node, d) || !matches(&node->devs[d], spec, min_cc < 0 ? 0 : min_cc)))
+            exclude[k++] = node->devs[d].uuid;
+    }
+    o.count = r->ndev;
+    o.prefer_nvlink = 1;
+    o.exclude = exclude;
+    if (kestrel_gpu_select(&sel, e->gpus, &o) == 0 && kestrel_gpu_selection_count(sel) == (size_t)r->ndev) {
+        int chosen[64];
+        for (size_t i = 0; i < kestrel_gpu_selection_count(sel) && ok; i++) {
+            const char *uuid = kestrel_gpu_list_get(e->gpus, kestrel_gpu_selection_at(sel, i))->uuid;
+            int found = -1;
+            for (int d = 0; d < node->ndev; d++)
+                if (!strcmp(node->devs[d].uuid, uuid))
+                    found = d;
+            ok = found >= 0;
+            chosen[i] = found;
+        }
+        if (ok)
+            memcpy(r->devices, chosen, (size_t)r->ndev * sizeof(int));
+    }
+    kestrel_gpu_selection_free(sel);
+    free(exclude);
+}
