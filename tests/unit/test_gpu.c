@@ -1,4 +1,5 @@
 /* Unit tests: GPU inventory and selector against the stand-in NVML (tests/stubs/fake_nvml.c). */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -450,6 +451,14 @@ static void apply_and_lock(void **state)
     kestrel_gpu_selection_free(a);
     assert_int_equal(kestrel_gpu_selection_lock(b, locks), 0);   /* released with its selection */
     kestrel_gpu_selection_free(b);
+    /* once a framework has loaded CUDA, changing the variables would be a silent no-op: refuse */
+    assert_int_equal(kestrel_gpu_select(&a, l, &o), 0);
+    setenv("KESTREL_CUDA_LIBRARY", FAKE_CUDA, 1);
+    assert_non_null(dlopen(FAKE_CUDA, RTLD_NOW));
+    assert_int_equal(kestrel_gpu_selection_apply(a), KESTREL_EMISUSE);
+    assert_non_null(strstr(kestrel_error_last()->message, "CUDA is already loaded"));
+    assert_null(getenv("CUDA_VISIBLE_DEVICES"));
+    kestrel_gpu_selection_free(a);
     kestrel_gpu_list_free(l);
 }
 
