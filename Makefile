@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched
+bench: bench-submit bench-sched bench-devices
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -56,3 +56,6 @@ clean:
 
 bench-sched: build
 	$(BUILD)/bench/bench_sched
+
+bench-devices: build
+	$(BUILD)/bench/bench_devices $(BUILD)/stubs/new/libnvidia-ml.so.1

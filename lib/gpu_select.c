@@ -105,96 +105,101 @@ static int pcie_score(int level)
     }
 }
 
-static long set_score(const kestrel_gpu_list *l, const size_t *set, int n)
+/* Sets are handled as positions in the rank-ordered candidate array; ps[a * m + b] is the pair
+ * score of candidates a and b, computed once per selection. */
+static long set_score(const long *ps, size_t m, const size_t *set, int n)
 {
     long s = 0;
     for (int i = 0; i < n; i++)
         for (int k = i + 1; k < n; k++)
-            s += pcie_score(kestrel_gpu_list_topology(l, set[i], set[k])) +
-                 100L * kestrel_gpu_list_nvlinks(l, set[i], set[k]);
+            s += ps[set[i] * m + set[k]];
     return s;
 }
 
-/* Best score of an n-set among cand[0..m) minus those in used (greedy bound for fragmentation). */
-static long best_left(const kestrel_gpu_list *l, const size_t *cand, size_t m, const size_t *used, int n)
+/* Greedy n-set from seed among positions not in used[0..nu); returns its score, -1 if too few. */
+static long greedy(const long *ps, size_t m, size_t seed, const size_t *used, int nu, int n, size_t *set)
 {
-    size_t rest[256], r = 0, set[64];
-    long best = -1;
-    for (size_t i = 0; i < m && r < 256; i++) {
-        int in = 0;
-        for (int k = 0; k < n; k++)
-            in |= cand[i] == used[k];
-        if (!in)
-            rest[r++] = cand[i];
-    }
-    if (r < (size_t)n)
-        return 0;
-    for (size_t seed = 0; seed < r; seed++) {   /* greedy from every seed */
-        int k = 1;
-        set[0] = rest[seed];
-        while (k < n) {
-            long gain = -1;
-            size_t pick = 0;
-            for (size_t i = 0; i < r; i++) {
-                int in = 0;
-                long g = 0;
-                for (int q = 0; q < k; q++)
-                    in |= set[q] == rest[i];
-                if (in)
-                    continue;
-                for (int q = 0; q < k; q++)
-                    g += pcie_score(kestrel_gpu_list_topology(l, set[q], rest[i])) +
-                         100L * kestrel_gpu_list_nvlinks(l, set[q], rest[i]);
-                if (g > gain) {
-                    gain = g;
-                    pick = rest[i];
-                }
+    int k = 1;
+    set[0] = seed;
+    while (k < n) {
+        long gain = -1;
+        size_t pick = 0;
+        for (size_t i = 0; i < m; i++) {
+            int in = 0;
+            long g = 0;
+            for (int q = 0; q < k && !in; q++)
+                in = set[q] == i;
+            for (int q = 0; q < nu && !in; q++)
+                in = used[q] == i;
+            if (in)
+                continue;
+            for (int q = 0; q < k; q++)
+                g += ps[set[q] * m + i];
+            if (g > gain) {
+                gain = g;
+                pick = i;
             }
-            set[k++] = pick;
         }
-        if (set_score(l, set, n) > best)
-            best = set_score(l, set, n);
+        if (gain < 0)
+            return -1;
+        set[k++] = pick;
+    }
+    return set_score(ps, m, set, n);
+}
+
+/* Fragmentation: the best score another n-set could still get among what is left (greedy bound). */
+static long best_left(const long *ps, size_t m, const size_t *used, int n)
+{
+    size_t set[64];
+    long best = 0;
+    int seeds = 0;
+    for (size_t seed = 0; seed < m && seeds < 4; seed++) {   /* from the 4 best-ranked left */
+        int in = 0;
+        long sc;
+        for (int q = 0; q < n && !in; q++)
+            in = used[q] == seed;
+        if (in)
+            continue;
+        seeds++;
+        if ((sc = greedy(ps, m, seed, used, n, n, set)) > best)
+            best = sc;
     }
     return best;
 }
 
 typedef struct {
     long score, frag;
-    size_t set[64];
+    size_t set[64];   /* positions, ascending = rank order */
 } candidate_set;
 
-/* Is a better than b? score, then fragmentation, then ranks (cand order), which also gives PCI order. */
-static int better(const candidate_set *a, const candidate_set *b, int n, const size_t *rankpos)
+/* Is a better than b? score, then fragmentation, then member ranks (positions), i.e. PCI order last. */
+static int better(const candidate_set *a, const candidate_set *b, int n)
 {
     if (a->score != b->score)
         return a->score > b->score;
     if (a->frag != b->frag)
         return a->frag > b->frag;
     for (int i = 0; i < n; i++)
-        if (rankpos[a->set[i]] != rankpos[b->set[i]])
-            return rankpos[a->set[i]] < rankpos[b->set[i]];
+        if (a->set[i] != b->set[i])
+            return a->set[i] < b->set[i];
     return 0;
 }
 
-static void consider(const kestrel_gpu_list *l, const size_t *cand, size_t m, const size_t *set, int n,
-                     const size_t *rankpos, candidate_set *best, int *have)
+static void consider(const long *ps, size_t m, const size_t *set, int n, candidate_set *best, int *have)
 {
     candidate_set c;
-    size_t tmp[64];
-    memcpy(tmp, set, (size_t)n * sizeof(size_t));
-    /* members sorted by rank so that the tie-break compares like with like */
-    for (int i = 1; i < n; i++)
-        for (int k = i; k > 0 && rankpos[tmp[k]] < rankpos[tmp[k - 1]]; k--) {
-            size_t t = tmp[k];
-            tmp[k] = tmp[k - 1];
-            tmp[k - 1] = t;
+    memcpy(c.set, set, (size_t)n * sizeof(size_t));
+    for (int i = 1; i < n; i++)   /* ascending positions: compare like with like */
+        for (int k = i; k > 0 && c.set[k] < c.set[k - 1]; k--) {
+            size_t t = c.set[k];
+            c.set[k] = c.set[k - 1];
+            c.set[k - 1] = t;
         }
-    c.score = set_score(l, tmp, n);
+    c.score = set_score(ps, m, c.set, n);
     if (*have && c.score < best->score)
         return;
-    c.frag = best_left(l, cand, m, tmp, n);
-    memcpy(c.set, tmp, (size_t)n * sizeof(size_t));
-    if (!*have || better(&c, best, n, rankpos)) {
+    c.frag = best_left(ps, m, c.set, n);
+    if (!*have || better(&c, best, n)) {
         *best = c;
         *have = 1;
     }
@@ -208,28 +213,30 @@ static double choose(double m, int n)
     return c;
 }
 
-/* Choose n of cand[0..m) (in rank order). */
-static void choose_set(const kestrel_gpu_list *l, const size_t *cand, size_t m, int n, int topo, size_t *out)
+/* Choose n of cand[0..m) (in rank order) into out (list positions). */
+static int choose_set(const kestrel_gpu_list *l, const size_t *cand, size_t m, int n, int topo, size_t *out)
 {
-    size_t rankpos[1024], idx[64];
     candidate_set best;
+    size_t idx[64], set[64] = { 0 };
+    long *ps;
     int have = 0;
     if (!topo || n == 1) {
         memcpy(out, cand, (size_t)n * sizeof(size_t));
-        return;
+        return 0;
     }
-    for (size_t i = 0; i < m && cand[i] < 1024; i++)
-        rankpos[cand[i]] = i;
+    if ((ps = malloc(m * m * sizeof(long))) == NULL)
+        return -1;
+    for (size_t a = 0; a < m; a++)
+        for (size_t b = 0; b < m; b++)
+            ps[a * m + b] = a == b || !l->topo ? 0
+                                   : pcie_score(l->topo[cand[a] * l->n + cand[b]]) + 100L * l->links[cand[a] * l->n + cand[b]];
     memset(&best, 0, sizeof(best));
     if (choose((double)m, n) <= MAX_ENUM) {
-        size_t set[64] = { 0 };
         for (int i = 0; i < n; i++)
             idx[i] = (size_t)i;
         for (;;) {
             int i;
-            for (i = 0; i < n; i++)
-                set[i] = cand[idx[i]];
-            consider(l, cand, m, set, n, rankpos, &best, &have);
+            consider(ps, m, idx, n, &best, &have);
             for (i = n - 1; i >= 0 && idx[i] == m - (size_t)n + (size_t)i; i--)
                 ;
             if (i < 0)
@@ -239,34 +246,14 @@ static void choose_set(const kestrel_gpu_list *l, const size_t *cand, size_t m, 
                 idx[k] = idx[k - 1] + 1;
         }
     } else {
-        for (size_t seed = 0; seed < 4 && seed < m; seed++) {   /* greedy from the 4 best-ranked */
-            size_t set[64] = { 0 };
-            int k = 1;
-            set[0] = cand[seed];
-            while (k < n) {
-                long gain = -1;
-                size_t pick = 0;
-                for (size_t i = 0; i < m; i++) {
-                    int in = 0;
-                    long g = 0;
-                    for (int q = 0; q < k; q++)
-                        in |= set[q] == cand[i];
-                    if (in)
-                        continue;
-                    for (int q = 0; q < k; q++)
-                        g += pcie_score(kestrel_gpu_list_topology(l, set[q], cand[i])) +
-                             100L * kestrel_gpu_list_nvlinks(l, set[q], cand[i]);
-                    if (g > gain) {
-                        gain = g;
-                        pick = cand[i];
-                    }
-                }
-                set[k++] = pick;
-            }
-            consider(l, cand, m, set, n, rankpos, &best, &have);
-        }
+        for (size_t seed = 0; seed < 4 && seed < m; seed++)   /* greedy from the 4 best-ranked */
+            if (greedy(ps, m, seed, NULL, 0, n, set) >= 0)
+                consider(ps, m, set, n, &best, &have);
     }
-    memcpy(out, best.set, (size_t)n * sizeof(size_t));
+    for (int i = 0; i < n; i++)
+        out[i] = cand[best.set[i]];
+    free(ps);
+    return 0;
 }
 
 static int by_index(const void *a, const void *b)
@@ -378,7 +365,11 @@ int kestrel_gpu_select(kestrel_gpu_selection **out, const kestrel_gpu_list *l, c
         }
         free(model);
     }
-    choose_set(l, cand, m, o.count, o.prefer_nvlink, sel->chosen);
+    if (choose_set(l, cand, m, o.count, o.prefer_nvlink, sel->chosen) < 0) {
+        free(cand);
+        kestrel_gpu_selection_free(sel);
+        return kestrel__error_oom();
+    }
     sel->nchosen = (size_t)o.count;
     qsort(sel->chosen, sel->nchosen, sizeof(size_t), by_index);   /* PCI order */
     for (size_t i = 0; i < m; i++) {
