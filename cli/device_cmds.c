@@ -29,10 +29,12 @@ static int parse_size(const char *v, int64_t *out)
 
 static void print_gpu(const kestrel_gpu *g, const char *mark, const char *reason)
 {
-    char util[16] = "-", cc[16] = "-";
+    char util[16] = "-", cc[24] = "-";
     if (g->utilization_gpu >= 0)
         snprintf(util, sizeof(util), "%d%%", g->utilization_gpu);
-    if (g->cc_major >= 0)
+    if (g->cc_major >= 0 && g->multiprocessors > 0)
+        snprintf(cc, sizeof(cc), "%d.%d/%dSM", g->cc_major, g->cc_minor, g->multiprocessors);
+    else if (g->cc_major >= 0)
         snprintf(cc, sizeof(cc), "%d.%d", g->cc_major, g->cc_minor);
     printf("%-2s %-44s %-28.28s %-13s %4s %8" PRId64 " %8" PRId64 " %5s %s\n", mark, g->uuid, g->name, g->pci_bus_id, cc,
            g->memory_total >= 0 ? g->memory_total >> 20 : -1, g->memory_free >= 0 ? g->memory_free >> 20 : -1, util,
@@ -46,7 +48,8 @@ int cmd_devices(cli_ctx *ctx, int argc, char **argv)
         { "min-memory", required_argument, NULL, 'm' }, { "min-free", required_argument, NULL, 'f' },
         { "min-cc", required_argument, NULL, 'c' }, { "max-util", required_argument, NULL, 'u' },
         { "name", required_argument, NULL, 'n' }, { "exclude", required_argument, NULL, 'x' },
-        { "nvlink", no_argument, NULL, 'l' }, { "mig", no_argument, NULL, 'g' }, { NULL, 0, NULL, 0 }
+        { "nvlink", no_argument, NULL, 'l' }, { "mig", no_argument, NULL, 'g' },
+        { "cuda", no_argument, NULL, 'C' }, { NULL, 0, NULL, 0 }
     };
     kestrel_gpu_select_options o = KESTREL_GPU_SELECT_OPTIONS_INIT;
     const char *exclude[65] = { NULL };
@@ -55,7 +58,7 @@ int cmd_devices(cli_ctx *ctx, int argc, char **argv)
     kestrel_gpu_list *l;
     kestrel_gpu_selection *sel = NULL;
 
-    while ((c = getopt_long(argc, argv, "as:m:f:c:u:n:x:lg", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "as:m:f:c:u:n:x:lgC", opts, NULL)) != -1) {
         int maj, min, used = 0;
         switch (c) {
         case 'a': flags |= KESTREL_GPU_QUERY_ALL; break;
@@ -76,8 +79,9 @@ int cmd_devices(cli_ctx *ctx, int argc, char **argv)
         case 'x': select = 1; if (nx < 64) exclude[nx++] = optarg; break;
         case 'l': select = 1; o.prefer_nvlink = 1; break;
         case 'g': select = 1; o.allow_mig = 1; break;
+        case 'C': flags |= KESTREL_GPU_QUERY_CUDA; break;
         default:
-            fprintf(stderr, "Usage: kestrel devices [--all] [--select N] [--min-memory SIZE] [--min-free SIZE] [--min-cc X.Y]\n"
+            fprintf(stderr, "Usage: kestrel devices [--all] [--cuda] [--select N] [--min-memory SIZE] [--min-free SIZE] [--min-cc X.Y]\n"
                             "                       [--max-util PCT] [--name GLOB] [--exclude UUID|BUS]... [--nvlink] [--mig]\n");
             return 2;
         }

@@ -352,6 +352,8 @@ int kestrel_gpu_list_query(kestrel_gpu_list **out, unsigned int flags)
             qsort_r(idx, n, sizeof(size_t), by_pci, l->dev);
         if (n)
             reorder(l, idx, n, tmp, t2, l2);
+        if ((flags & KESTREL_GPU_QUERY_CUDA) && l->n)
+            kestrel__gpu_cuda_probe(l->dev, l->n, l->diag, sizeof(l->diag));
         kestrel__gpu_apply_visible(l->dev, l->n, getenv("CUDA_VISIBLE_DEVICES"), l->diag, sizeof(l->diag));
         if (!(flags & KESTREL_GPU_QUERY_ALL)) {
             for (size_t i = 0; i < n; i++)

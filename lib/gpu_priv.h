@@ -25,4 +25,7 @@ struct kestrel_gpu_list {
  * order. Appends a note to diag when the value stops early or is ambiguous. */
 void kestrel__gpu_apply_visible(kestrel__gpu_entry *dev, size_t n, const char *value, char *diag, size_t dlen);
 
+/* Fill multiprocessor counts from the kestrel-gpu-probe child. */
+void kestrel__gpu_cuda_probe(kestrel__gpu_entry *dev, size_t n, char *diag, size_t dlen);
+
 #endif

@@ -26,7 +26,7 @@ typedef struct kestrel_gpu {
     int utilization_memory;
     int cc_major;             /**< compute capability, -1 unknown */
     int cc_minor;
-    int multiprocessors;      /**< -1 unknown (NVML does not report it) */
+    int multiprocessors;      /**< -1 unknown: only with KESTREL_GPU_QUERY_CUDA (NVML does not report it) */
     int temperature;          /**< Celsius, -1 unknown */
     int power_mw;             /**< milliwatts, -1 unknown */
     int mig_mode;             /**< 1 MIG enabled, 0 off, -1 unknown */
@@ -50,6 +50,11 @@ typedef enum kestrel_gpu_link_t {
 typedef struct kestrel_gpu_list kestrel_gpu_list;
 
 #define KESTREL_GPU_QUERY_ALL 0x1u   /**< list devices hidden by CUDA_VISIBLE_DEVICES too (visible = 0) */
+/**
+ * Also read the multiprocessor counts through CUDA, in a short-lived child process
+ * (kestrel-gpu-probe, or $KESTREL_GPU_PROBE) so that this process never initialises CUDA.
+ */
+#define KESTREL_GPU_QUERY_CUDA 0x2u
 
 /** Take a snapshot. *out is owned: kestrel_gpu_list_free(). Zero devices is success. */
 KESTREL_API int kestrel_gpu_list_query(kestrel_gpu_list **out, unsigned int flags);

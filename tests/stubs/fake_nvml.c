@@ -130,6 +130,7 @@ static void load_file(void)
                 else if (!strcmp(key, "mig")) d->mig = atoi(val);
                 else if (!strcmp(key, "perm")) d->denied = !strcmp(val, "denied");
                 else if (!strcmp(key, "parent")) d->parent = atoi(val);
+                else if (!strcmp(key, "sms")) { /* for the stand-in libcuda */ }
                 else die("unknown key", line);
             }
             if (r < 0)

@@ -422,6 +422,40 @@ static void many_threads_are_serialised(void **state)
     assert_true(calls > 1000);
 }
 
+static void multiprocessors_from_a_child(void **state)
+{
+    const char *desc =
+        "gpu uuid=GPU-aaaa1111-0000-0000-0000-000000000000 name=\"T4\" bus=0000:10:00.0 cc=7.5 total=1 free=1 sms=40\n"
+        "gpu uuid=GPU-bbbb2222-0000-0000-0000-000000000000 name=\"H100\" bus=0000:20:00.0 cc=9.0 total=1 free=1 sms=132\n";
+    kestrel_gpu_list *l;
+    char line[64];
+    FILE *f;
+    int cuinit = 0;
+    (void)state;
+    fake(FAKE_NVML_NEW, desc);
+    setenv("KESTREL_CUDA_LIBRARY", FAKE_CUDA, 1);
+    setenv("KESTREL_GPU_PROBE", GPU_PROBE, 1);
+    setenv("KESTREL_FAKE_TRACE", trace, 1);
+    setenv("CUDA_VISIBLE_DEVICES", "1", 1);   /* the probe still sees (and reports) every device */
+    l = query(0);
+    assert_int_equal(kestrel_gpu_list_get(l, 0)->multiprocessors, -1);   /* not without the flag */
+    kestrel_gpu_list_free(l);
+    l = query(KESTREL_GPU_QUERY_CUDA | KESTREL_GPU_QUERY_ALL);
+    assert_int_equal(kestrel_gpu_list_get(l, 0)->multiprocessors, 40);
+    assert_int_equal(kestrel_gpu_list_get(l, 1)->multiprocessors, 132);
+    kestrel_gpu_list_free(l);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    unsetenv("KESTREL_FAKE_TRACE");
+    f = fopen(trace, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f))
+        cuinit += !strncmp(line, "cuInit", 6);
+    fclose(f);
+    assert_int_equal(cuinit, 1);   /* once, in the child */
+    assert_null(dlopen(FAKE_CUDA, RTLD_NOW | RTLD_NOLOAD));   /* never in this process */
+    unsetenv("KESTREL_GPU_PROBE");
+}
+
 static void apply_and_lock(void **state)
 {
     kestrel_gpu_select_options o = KESTREL_GPU_SELECT_OPTIONS_INIT;
@@ -475,6 +509,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(cuda_visible_devices_forms, setup, teardown),
         cmocka_unit_test_setup_teardown(deterministic_whatever_the_enumeration_order, setup, teardown),
         cmocka_unit_test_setup_teardown(many_threads_are_serialised, setup, teardown),
+        cmocka_unit_test_setup_teardown(multiprocessors_from_a_child, setup, teardown),
         cmocka_unit_test_setup_teardown(apply_and_lock, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
