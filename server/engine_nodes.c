@@ -124,8 +124,8 @@ void kd_engine_refine_devices(kd_engine *e, kd_run *r, const Kestrel__V1__JobSpe
     size_t k = 0;
     int min_cc = kd_sched_parse_cc(spec->min_compute_capability), ok = 1;
 
-    if (r->ndev < 2 || e->gpus == NULL || !node->devs[r->devices[0]].uuid)
-        return;   /* nothing to arrange: one device, or virtual ones */
+    if (r->ndev < 1 || e->gpus == NULL || !node->devs[r->devices[0]].uuid)
+        return;   /* nothing to arrange: no device, or virtual ones */
     if ((exclude = calloc((size_t)node->ndev + 1, sizeof(*exclude))) == NULL)
         return;
     /* offer the selector exactly what the scheduler could have granted: free, matching devices */

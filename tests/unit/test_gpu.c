@@ -226,6 +226,27 @@ static void filters_and_reasons(void **state)
     kestrel_gpu_list_free(l);
 }
 
+static void injected_errors_make_fields_unknown(void **state)
+{
+    const char *desc =
+        "gpu uuid=GPU-aaaa name=\"NVIDIA T4\" bus=0000:10:00.0 cc=7.5 total=17179869184 free=17179869184 util=1/1\n"
+        "fail fn=nvmlDeviceGetUtilizationRates rc=3\n"
+        "fail fn=nvmlDeviceGetMemoryInfo_v2 rc=25\n";
+    kestrel_gpu_select_options o = KESTREL_GPU_SELECT_OPTIONS_INIT;
+    kestrel_gpu_list *l;
+    kestrel_gpu_selection *s;
+    (void)state;
+    fake(FAKE_NVML_NEW, desc);
+    l = query(0);
+    assert_int_equal(kestrel_gpu_list_get(l, 0)->utilization_gpu, -1);
+    assert_true(kestrel_gpu_list_get(l, 0)->memory_total == 17179869184LL);   /* v2 refused: v1 fallback */
+    o.max_utilization = 50;
+    assert_int_equal(kestrel_gpu_select(&s, l, &o), KESTREL_ENOTFOUND);
+    assert_string_equal(kestrel_gpu_selection_reason(s, 0), "utilisation unknown");
+    kestrel_gpu_selection_free(s);
+    kestrel_gpu_list_free(l);
+}
+
 static void one_model_first(void **state)
 {
     const char *desc =
@@ -504,6 +525,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(inventory_and_old_driver, setup, teardown),
         cmocka_unit_test_setup_teardown(nvlink_islands, setup, teardown),
         cmocka_unit_test_setup_teardown(filters_and_reasons, setup, teardown),
+        cmocka_unit_test_setup_teardown(injected_errors_make_fields_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(one_model_first, setup, teardown),
         cmocka_unit_test_setup_teardown(mig, setup, teardown),
         cmocka_unit_test_setup_teardown(cuda_visible_devices_forms, setup, teardown),
