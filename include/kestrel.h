@@ -1,8 +1,8 @@
 /*
  * kestrel.h - the public API of libkestrel.
  *
- * libkestrel submits and follows training jobs on a kestreld service.
- * Conventions (see docs/api.md):
+ * libkestrel submits and follows training jobs on a kestreld service, queries this
+ * host's GPUs and picks devices. Conventions (README.md, docs/threading.md):
  *   - every fallible function returns 0 or a negative KESTREL_E* code and sets a
  *     thread-local record read with kestrel_error_last();
  *   - "owned" results come back through **out and are freed with the matching
