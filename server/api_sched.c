@@ -9,8 +9,11 @@ static void describe(kd_req *r, const Kestrel__V1__Job *job, int *position, char
     *position = 0;
     switch ((int)job->state) {
     case KESTREL_JOB_STATE_QUEUED:
-        if (!kd_engine_explain(r->e, job->id, position, reason, n))
-            snprintf(reason, n, "not yet considered by the scheduler");
+        if (!kd_engine_explain(r->e, job->id, position, reason, n)) {
+            kd_engine_fresh_pass(r->e, 2000);   /* submitted after the last pass: take the next one */
+            if (!kd_engine_explain(r->e, job->id, position, reason, n))
+                snprintf(reason, n, "not yet considered by the scheduler");
+        }
         break;
     case KESTREL_JOB_STATE_RUNNING:
         snprintf(reason, n, "running on node %s (%zu device%s)", job->node, job->n_devices, job->n_devices == 1 ? "" : "s");
@@ -53,6 +56,7 @@ enum MHD_Result kd_route_queue(kd_req *r)
         return kd_reply_error(r, 405, "method_not_allowed", "use GET on /api/v1/queue");
     if (r->who.job_id)
         return kd_reply_error(r, 403, "permission_denied", "a job token can only read its own job");
+    kd_engine_fresh_pass(r->e, 2000);
     w = kd_engine_queue(r->e, &n);
     entries = calloc(n + 1, sizeof(*entries));
     q.entries = calloc(n + 1, sizeof(*q.entries));

@@ -245,6 +245,21 @@ static int wait_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+void kd_engine_fresh_pass(kd_engine *e, long timeout_ms)
+{
+    struct timespec ts;
+    uint64_t target;
+    deadline_ts(&ts, kestrel__now_ms() + timeout_ms);
+    pthread_mutex_lock(&e->mu);
+    target = e->passes + 2;   /* the pass in progress may have read the queue before our job */
+    e->sched_pending = 1;
+    pthread_cond_signal(&e->sched_cv);
+    while (e->passes < target && !e->stopping)
+        if (pthread_cond_timedwait(&e->changed, &e->mu, &ts) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&e->mu);
+}
+
 int kd_engine_explain(kd_engine *e, int64_t id, int *position, char *reason, size_t n)
 {
     kd_wait key, *w;

@@ -80,6 +80,7 @@ struct kd_engine {
     kd_run *runs;
     kd_wait *waits;             /* last pass: why each queued job waits (sorted by job id) */
     size_t nwaits;
+    uint64_t passes;            /* scheduling passes completed */
     kestrel_gpu_list *gpus;     /* live memory and utilisation of real GPUs (NULL: none) */
     int64_t gpus_ms;
     pthread_t sched_thread;
@@ -107,6 +108,9 @@ int kd_engine_cancel(kd_engine *e, int64_t id, const char *by);
 int kd_engine_checkpoint(kd_engine *e, int64_t id);
 /* Position and reason of a queued job from the last pass; 0 when unknown. */
 int kd_engine_explain(kd_engine *e, int64_t id, int *position, char *reason, size_t n);
+/* Ask for a pass and wait (up to timeout_ms) until one that started after this call is done, so
+ * that explanations include jobs submitted just before. */
+void kd_engine_fresh_pass(kd_engine *e, long timeout_ms);
 /* Copy of the last pass's waits in queue order (free() it). */
 kd_wait *kd_engine_queue(kd_engine *e, size_t *n);
 /* The nodes, their devices (live values of real GPUs) and which job holds each (engine_nodes.c). */

@@ -286,6 +286,8 @@ void kd_engine_schedule(kd_engine *e)
     plan.waits = NULL;
     if (e->nwaits > 1)
         qsort(e->waits, e->nwaits, sizeof(kd_wait), wait_by_job);
+    e->passes++;
+    pthread_cond_broadcast(&e->changed);
     pthread_mutex_unlock(&e->mu);
 
     for (size_t i = 0; i < plan.nacts; i++) {

@@ -1,8 +1,36 @@
-"""Python bindings for libkestrel.
+"""Python bindings for libkestrel (cffi API mode over include/kestrel.h).
 
-Package skeleton only: the cffi API-mode module over include/kestrel.h, the
-pythonic Client/Job layer and kestrel.keras are built by the Python binding issue.
-Until then, use the `kestrel` CLI or the JSON API (see the README).
+    import kestrel
+    c = kestrel.Client()                       # KESTREL_URL / KESTREL_TOKEN or ~/.config/kestrel/config
+    job = c.submit(["python", "train.py"], gpus=1, priority="high")
+    for line in job.logs(follow=True):
+        print(line.text)
+    job.wait()
+    kestrel.devices(); kestrel.select_devices(2, min_memory=40 << 30)
+
+`kestrel.keras` (imported separately) holds the Keras callbacks.
 """
+import atexit
 
-__all__: list = []
+from .errors import (AlreadyExistsError, AuthError, CancelledError, HTTPError, InvalidArgumentError, KestrelError,
+                     KestrelIOError, KestrelTimeoutError, MisuseError, NetworkError, NotFoundError, ProtocolError,
+                     TooLargeError, UnsupportedError, check)
+from .ffi import C, ffi
+
+check(C.kestrel_init())
+atexit.register(C.kestrel_shutdown)
+
+__version__ = ffi.string(C.kestrel_version()).decode()
+if C.kestrel_version_number() < C.KESTREL_VERSION_NUMBER:
+    raise ImportError(f"libkestrel {__version__} is older than the headers this module was built with")
+
+from .client import Client  # noqa: E402
+from .gpu import GPU, Selection, devices, select_devices, use_devices  # noqa: E402
+from .job import Event, Job, LogLine, Metric  # noqa: E402
+
+__all__ = [
+    "Client", "Job", "LogLine", "Metric", "Event", "GPU", "Selection", "devices", "select_devices", "use_devices",
+    "KestrelError", "InvalidArgumentError", "MisuseError", "NotFoundError", "AlreadyExistsError", "AuthError",
+    "NetworkError", "HTTPError", "ProtocolError", "KestrelTimeoutError", "CancelledError", "UnsupportedError",
+    "KestrelIOError", "TooLargeError", "__version__",
+]

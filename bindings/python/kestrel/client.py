@@ -1,0 +1,195 @@
+"""kestrel.Client: a session with one kestreld."""
+import os
+import pathlib
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ._handle import Handle
+from .errors import check
+from .ffi import C, ffi
+from .job import Job, _job_from_ptr
+
+PRIORITIES = {"normal": 1, "high": 2, "urgent": 3}
+STATES = {"QUEUED": 1, "RUNNING": 2, "SUCCEEDED": 3, "FAILED": 4, "CANCELLED": 5, "PREEMPTED": 6}
+
+
+def _config_value(key: str) -> Optional[str]:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    path = pathlib.Path(base) / "kestrel" / "config"
+    try:
+        for line in path.read_text().splitlines():
+            k, sep, v = line.partition("=")
+            if sep and not k.strip().startswith("#") and k.strip() == key:
+                return v.strip()
+    except OSError:
+        pass
+    return None
+
+
+def _b(s) -> bytes:
+    return s.encode("utf-8") if isinstance(s, str) else s
+
+
+def _mb(size) -> int:
+    """40 (MB), "40G", "8192M" -> megabytes."""
+    if isinstance(size, (int, float)):
+        return int(size)
+    s = str(size).strip().upper().rstrip("B").rstrip("I")
+    mult = {"T": 1 << 20, "G": 1 << 10, "M": 1}.get(s[-1:], None)
+    return int(float(s[:-1]) * mult) if mult else int(s)
+
+
+class Client(Handle):
+    """A session with a kestreld. url and token default to KESTREL_URL / KESTREL_TOKEN, then
+    ~/.config/kestrel/config (`url = ...`, `token = ...`)."""
+
+    _free = C.kestrel_client_free
+
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *,
+                 timeout: Optional[float] = None, retries: Optional[int] = None):
+        url = url or os.environ.get("KESTREL_URL") or _config_value("url")
+        token = token or os.environ.get("KESTREL_TOKEN") or _config_value("token")
+        if not url:
+            raise ValueError("no server URL: pass url=, set KESTREL_URL or write ~/.config/kestrel/config")
+        opts = ffi.new("kestrel_client_options *")
+        check(C.kestrel_client_options_init(opts, C.KESTREL_CLIENT_OPTIONS_VERSION))
+        tok = ffi.new("char[]", _b(token)) if token else ffi.NULL
+        opts.token = tok
+        if timeout is not None:
+            opts.timeout_ms = int(timeout * 1000)
+        if retries is not None:
+            opts.max_retries = retries if retries > 0 else -1
+        out = ffi.new("kestrel_client **")
+        check(C.kestrel_client_new(out, _b(url), opts))
+        super().__init__(out[0])
+        self.url = url
+        self._token = token
+
+    def _clone(self) -> "Client":
+        """A second session to the same server (for long follows that must not hold this one)."""
+        return Client(self.url, self._token)
+
+    def ping(self) -> str:
+        """The server's version (GET /healthz)."""
+        buf = ffi.new("kestrel_buf *")
+        try:
+            with self._lock:
+                check(C.kestrel_client_ping(buf, self._p()))
+            return ffi.string(buf.ptr).decode()
+        finally:
+            C.kestrel_buf_dispose(buf)
+
+    def submit(self, argv: Optional[Sequence[str]] = None, script: Optional[str] = None, *, gpus: int = 0,
+               priority: str = "normal", git: Optional[str] = None, ref: Optional[str] = None,
+               env: Optional[Dict[str, str]] = None, name: Optional[str] = None,
+               labels: Optional[Dict[str, str]] = None, workdir: Optional[str] = None,
+               gpu_type: Optional[str] = None, min_gpu_memory=None, pool: Optional[str] = None,
+               after_ok: Iterable[int] = (), after_any: Iterable[int] = (), preemptible: bool = True,
+               grace_period: Optional[int] = None, retry: bool = True) -> Job:
+        """Queue a job: argv (a list, run without a shell) or script (a path run with python)."""
+        if (argv is None) == (script is None):
+            raise ValueError("give exactly one of argv= or script=")
+        if script is not None:
+            argv = ["python", str(script)]
+        if priority not in PRIORITIES:
+            raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
+        out = ffi.new("kestrel_job_spec **")
+        check(C.kestrel_job_spec_new(out))
+        spec = ffi.gc(out[0], C.kestrel_job_spec_free)
+        keep = [ffi.new("char[]", _b(a)) for a in argv]
+        check(C.kestrel_job_spec_set_argv(spec, ffi.new("const char *[]", keep), len(keep)))
+        for k, v in (env or {}).items():
+            check(C.kestrel_job_spec_set_env(spec, _b(k), _b(v)))
+        for k, v in (labels or {}).items():
+            check(C.kestrel_job_spec_set_label(spec, _b(k), _b(v)))
+        if name:
+            check(C.kestrel_job_spec_set_name(spec, _b(name)))
+        check(C.kestrel_job_spec_set_priority(spec, PRIORITIES[priority]))
+        check(C.kestrel_job_spec_set_gpus(spec, gpus))
+        if git:
+            check(C.kestrel_job_spec_set_git(spec, _b(git), _b(ref) if ref else ffi.NULL))
+        elif ref:
+            raise ValueError("ref= needs git=")
+        if workdir:
+            check(C.kestrel_job_spec_set_workdir(spec, _b(workdir)))
+        if gpu_type:
+            check(C.kestrel_job_spec_set_gpu_type(spec, _b(gpu_type)))
+        if min_gpu_memory:
+            check(C.kestrel_job_spec_set_min_gpu_memory(spec, _mb(min_gpu_memory)))
+        if pool:
+            check(C.kestrel_job_spec_set_pool(spec, _b(pool)))
+        for dep in after_ok:
+            check(C.kestrel_job_spec_add_dependency(spec, int(dep), C.KESTREL_AFTER_OK))
+        for dep in after_any:
+            check(C.kestrel_job_spec_add_dependency(spec, int(dep), C.KESTREL_AFTER_ANY))
+        check(C.kestrel_job_spec_set_preemptible(spec, 1 if preemptible else 0))
+        if grace_period is not None:
+            check(C.kestrel_job_spec_set_grace_period(spec, int(grace_period)))
+        check(C.kestrel_job_spec_set_retry(spec, 1 if retry else 0))
+        jout = ffi.new("kestrel_job **")
+        with self._lock:
+            check(C.kestrel_job_submit(jout, self._p(), spec))
+        return _job_from_ptr(self, jout[0])
+
+    def job(self, job_id: int) -> Job:
+        out = ffi.new("kestrel_job **")
+        with self._lock:
+            check(C.kestrel_job_get(out, self._p(), int(job_id)))
+        return _job_from_ptr(self, out[0])
+
+    def jobs(self, state: Optional[str] = None, name: Optional[str] = None, label: Optional[str] = None,
+             limit: int = 100) -> List[Job]:
+        """Your jobs, newest first (all pages up to limit)."""
+        result: List[Job] = []
+        token = b""
+        while len(result) < limit:
+            opts = ffi.new("kestrel_job_list_options *")
+            check(C.kestrel_job_list_options_init(opts, C.KESTREL_JOB_LIST_OPTIONS_VERSION))
+            keep = []
+            if state:
+                opts.state = STATES[state.upper()]
+            for field, value in (("name", name), ("label", label), ("page_token", token)):
+                if value:
+                    keep.append(ffi.new("char[]", _b(value)))
+                    setattr(opts, field, keep[-1])
+            opts.page_size = min(1000, limit - len(result))
+            out = ffi.new("kestrel_job_page **")
+            with self._lock:
+                check(C.kestrel_job_list(out, self._p(), opts))
+            page = ffi.gc(out[0], C.kestrel_job_page_free)
+            for i in range(C.kestrel_job_page_count(page)):
+                result.append(Job._from_c(self, C.kestrel_job_page_at(page, i)))
+            token = ffi.string(C.kestrel_job_page_next_token(page))
+            if not token:
+                break
+        return result
+
+    def queue(self) -> List[Tuple[Job, int, str]]:
+        """Your queued jobs in scheduling order: (job, position, reason)."""
+        out = ffi.new("kestrel_queue **")
+        with self._lock:
+            check(C.kestrel_queue_get(out, self._p()))
+        q = ffi.gc(out[0], C.kestrel_queue_free)
+        return [(Job._from_c(self, C.kestrel_queue_job(q, i)), C.kestrel_queue_position(q, i),
+                 ffi.string(C.kestrel_queue_reason(q, i)).decode()) for i in range(C.kestrel_queue_count(q))]
+
+    def nodes(self) -> List[dict]:
+        """The server's nodes with their devices and allocations."""
+        out = ffi.new("kestrel_node_list **")
+        with self._lock:
+            check(C.kestrel_node_list_get(out, self._p()))
+        nl = ffi.gc(out[0], C.kestrel_node_list_free)
+        nodes = []
+        for i in range(C.kestrel_node_list_count(nl)):
+            devs = []
+            for k in range(C.kestrel_node_device_count(nl, i)):
+                d = C.kestrel_node_device_at(nl, i, k)
+                devs.append({"index": d.index, "uuid": ffi.string(d.uuid).decode(), "type": ffi.string(d.type).decode(),
+                             "name": ffi.string(d.name).decode(), "memory_total_mb": d.memory_total_mb,
+                             "memory_free_mb": d.memory_free_mb, "utilization": d.utilization,
+                             "compute_capability": (d.cc_major, d.cc_minor), "job_id": d.job_id})
+            nodes.append({"name": ffi.string(C.kestrel_node_name(nl, i)).decode(),
+                          "pool": ffi.string(C.kestrel_node_pool(nl, i)).decode(), "devices": devs})
+        return nodes
+
+    def __repr__(self):
+        return f"<kestrel.Client {self.url}{' closed' if self._ptr is None else ''}>"

@@ -1,0 +1,109 @@
+"""Exceptions, one per libkestrel error code, each also a familiar builtin where one fits."""
+import threading
+
+from .ffi import C, ffi
+
+_tls = threading.local()
+
+
+class KestrelError(Exception):
+    """A libkestrel call failed. `code` is the KESTREL_E* value; `http_status` the server's status."""
+
+    def __init__(self, message, code=-1, http_status=0, transport_code=0):
+        super().__init__(message)
+        self.code = code
+        self.http_status = http_status
+        self.transport_code = transport_code
+
+
+class InvalidArgumentError(KestrelError, ValueError):
+    pass
+
+
+class MisuseError(KestrelError, RuntimeError):
+    """The library was used wrongly (a closed handle, a bad options version): a binding bug."""
+
+
+class NotFoundError(KestrelError, LookupError):
+    pass
+
+
+class AlreadyExistsError(KestrelError):
+    """409: a conflict with the server's state."""
+
+
+class AuthError(KestrelError, PermissionError):
+    pass
+
+
+class NetworkError(KestrelError, ConnectionError):
+    pass
+
+
+class HTTPError(KestrelError):
+    pass
+
+
+class ProtocolError(KestrelError):
+    pass
+
+
+class KestrelTimeoutError(KestrelError, TimeoutError):
+    pass
+
+
+class CancelledError(KestrelError):
+    pass
+
+
+class UnsupportedError(KestrelError):
+    pass
+
+
+class KestrelIOError(KestrelError, OSError):
+    pass
+
+
+class TooLargeError(KestrelError):
+    pass
+
+
+_BY_CODE = {
+    C.KESTREL_EINVALID: InvalidArgumentError,
+    C.KESTREL_EMISUSE: MisuseError,
+    C.KESTREL_ENOTFOUND: NotFoundError,
+    C.KESTREL_EEXISTS: AlreadyExistsError,
+    C.KESTREL_EAUTH: AuthError,
+    C.KESTREL_ENET: NetworkError,
+    C.KESTREL_EHTTP: HTTPError,
+    C.KESTREL_EPROTO: ProtocolError,
+    C.KESTREL_ETIMEOUT: KestrelTimeoutError,
+    C.KESTREL_ECANCELLED: CancelledError,
+    C.KESTREL_EUNSUPPORTED: UnsupportedError,
+    C.KESTREL_EIO: KestrelIOError,
+    C.KESTREL_ETOOLARGE: TooLargeError,
+}
+
+
+def check(rc, payload=None):
+    """Raise the exception for a negative return code (callback exceptions win, as themselves)."""
+    if rc >= 0:
+        return rc
+    pending = getattr(_tls, "pending", None)
+    _tls.pending = None
+    if pending is not None:
+        raise pending
+    if payload is not None and payload.stored_exception is not None:
+        exc, payload.stored_exception = payload.stored_exception, None
+        raise exc
+    if rc == C.KESTREL_ENOMEM:
+        raise MemoryError("libkestrel: out of memory")
+    err = C.kestrel_error_last()
+    msg = ffi.string(err.message).decode("utf-8", "replace") if err.message != ffi.NULL else ""
+    raise _BY_CODE.get(rc, KestrelError)(msg or f"error {rc}", rc, err.http_status, err.transport_code)
+
+
+def on_callback_error(exc_type, exc, tb):
+    """A signal (KeyboardInterrupt) fired before a trampoline's try: remember it, stop the call."""
+    _tls.pending = exc
+    return 1

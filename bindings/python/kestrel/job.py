@@ -1,0 +1,193 @@
+"""kestrel.Job: a snapshot of a job, and what can be done with it."""
+import html
+import time
+from collections import namedtuple
+from typing import Dict, Iterator, List, Optional, Union
+
+from .errors import check, on_callback_error
+from .ffi import C, ffi
+
+LogLine = namedtuple("LogLine", "offset time_ms stream text")
+Metric = namedtuple("Metric", "name step value wall_time_ms")
+Event = namedtuple("Event", "time_ms from_state to_state reason")
+_STREAMS = {1: "stdout", 2: "stderr", 3: "system"}
+_FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+def _s(p) -> str:
+    return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
+
+
+class _Lines:
+    """Payload of the log trampoline: collects lines; keeps a callback's exception."""
+
+    def __init__(self):
+        self.lines: List[LogLine] = []
+        self.stored_exception = None
+
+
+@ffi.def_extern(onerror=on_callback_error)
+def _kestrel_log_tramp(line, payload):
+    sink = ffi.from_handle(payload)
+    try:
+        sink.lines.append(LogLine(line.offset, line.time_ms, _STREAMS.get(line.stream, "?"),
+                                  ffi.string(line.text, line.len).decode("utf-8", "replace")))
+        return 0
+    except BaseException as e:   # includes KeyboardInterrupt from a notebook's interrupt button
+        sink.stored_exception = e
+        return C.KESTREL_EUSER
+
+
+def _job_from_ptr(client, ptr) -> "Job":
+    """Copy an owned C job into a Job and free it."""
+    try:
+        return Job._from_c(client, ptr)
+    finally:
+        C.kestrel_job_free(ptr)
+
+
+class Job:
+    """A job as the server last reported it. Attributes are plain values; refresh() re-reads them."""
+
+    def __init__(self, client, job_id: int):
+        self._client = client   # keeps the session alive as long as the job is used
+        self.id = int(job_id)
+
+    @classmethod
+    def _from_c(cls, client, p) -> "Job":
+        j = cls(client, C.kestrel_job_id(p))
+        j._fill(p)
+        return j
+
+    def _fill(self, p):
+        self.state = C.kestrel_job_state_name(C.kestrel_job_state(p))
+        self.state = _s(self.state)
+        self.exit_code: Optional[int] = C.kestrel_job_exit_code(p)
+        if self.exit_code < 0:
+            self.exit_code = None
+        self.name = _s(C.kestrel_job_name(p))
+        self.owner = _s(C.kestrel_job_owner(p))
+        self.reason = _s(C.kestrel_job_reason(p))
+        self.git_commit = _s(C.kestrel_job_git_commit(p)) or None
+        self.priority = _s(C.kestrel_priority_name(C.kestrel_job_priority(p)))
+        self.gpus = C.kestrel_job_gpus(p)
+        self.node = _s(C.kestrel_job_node(p)) or None
+        self.restart_count = C.kestrel_job_restart_count(p)
+        self.submit_time_ms = C.kestrel_job_submit_time(p)
+        self.start_time_ms = C.kestrel_job_start_time(p) or None
+        self.end_time_ms = C.kestrel_job_end_time(p) or None
+        self.events = [Event(e.time_ms, _s(C.kestrel_job_state_name(e.from_state)),
+                             _s(C.kestrel_job_state_name(e.to_state)), _s(e.reason))
+                       for e in (C.kestrel_job_event_at(p, i) for i in range(C.kestrel_job_event_count(p)))]
+
+    def _call(self, fn, *args):
+        c = self._client
+        out = ffi.new("kestrel_job **")
+        with c._lock:
+            check(fn(out, c._p(), self.id, *args))
+        if out[0] != ffi.NULL:
+            try:
+                self._fill(out[0])
+            finally:
+                C.kestrel_job_free(out[0])
+        return self
+
+    @property
+    def done(self) -> bool:
+        return self.state in _FINAL
+
+    def refresh(self) -> "Job":
+        return self._call(C.kestrel_job_get)
+
+    def wait(self, timeout: Optional[float] = None) -> "Job":
+        """Block until the job is final (raises KestrelTimeoutError after timeout seconds)."""
+        ms = -1 if timeout is None else int(timeout * 1000)
+        # long waits in slices so that Ctrl-C is seen between them
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 5000 if deadline is None else max(0, min(5000, int((deadline - time.monotonic()) * 1000)))
+            try:
+                return self._call(C.kestrel_job_wait, left)
+            except Exception as e:
+                if getattr(e, "code", None) != C.KESTREL_ETIMEOUT or (deadline is not None and time.monotonic() >= deadline):
+                    raise
+            if ms == 0:
+                raise TimeoutError(f"job {self.id} is not final")
+
+    def cancel(self) -> "Job":
+        return self._call(C.kestrel_job_cancel)
+
+    def set_priority(self, priority: str) -> "Job":
+        from .client import PRIORITIES
+        return self._call(C.kestrel_job_set_priority, PRIORITIES[priority])
+
+    def ack_preempt(self) -> None:
+        """Tell the server this job just saved a checkpoint."""
+        with self._client._lock:
+            check(C.kestrel_job_ack_preempt(self._client._p(), self.id))
+
+    def explain(self) -> str:
+        buf = ffi.new("kestrel_buf *")
+        pos = ffi.new("int *")
+        try:
+            with self._client._lock:
+                check(C.kestrel_job_explain(buf, pos, self._client._p(), self.id))
+            reason = _s(buf.ptr)
+        finally:
+            C.kestrel_buf_dispose(buf)
+        return f"position {pos[0]}: {reason}" if pos[0] else reason
+
+    def logs(self, follow: bool = False, offset: int = 0) -> Iterator[LogLine]:
+        """The job's log lines; with follow=True, keep yielding until the job ends."""
+        c = self._client._clone() if follow else self._client   # a follow must not hold the shared session
+        try:
+            while True:
+                sink = _Lines()
+                handle = ffi.new_handle(sink)
+                opts = ffi.new("kestrel_logs_options *")
+                nxt = ffi.new("int64_t *")
+                check(C.kestrel_logs_options_init(opts, C.KESTREL_LOGS_OPTIONS_VERSION))
+                opts.offset = offset
+                opts.follow = 1 if follow else 0
+                opts.timeout_ms = 1000   # come back to Python at least every second (Ctrl-C, yielding)
+                with c._lock:
+                    rc = C.kestrel_job_logs(nxt, c._p(), self.id, opts, C._kestrel_log_tramp, handle)
+                yield from sink.lines
+                offset = nxt[0]
+                if rc == C.KESTREL_ETIMEOUT and follow:
+                    continue
+                check(rc, sink)
+                return
+        finally:
+            if c is not self._client:
+                c.close()
+
+    def metrics(self, name: Optional[str] = None) -> List[Metric]:
+        out = ffi.new("kestrel_metric_list **")
+        with self._client._lock:
+            check(C.kestrel_job_metrics(out, self._client._p(), self.id, name.encode() if name else ffi.NULL))
+        ml = ffi.gc(out[0], C.kestrel_metric_list_free)
+        return [Metric(_s(m.name), m.step, m.value, m.wall_time_ms)
+                for m in (C.kestrel_metric_list_at(ml, i) for i in range(C.kestrel_metric_list_count(ml)))]
+
+    def report_metrics(self, points: Union[Dict[str, float], List[tuple]], step: int = 0) -> None:
+        """Report {name: value} at step, or [(name, step, value[, wall_time_ms]), ...], in one request."""
+        out = ffi.new("kestrel_metric_list **")
+        check(C.kestrel_metric_list_new(out))
+        ml = ffi.gc(out[0], C.kestrel_metric_list_free)
+        items = [(k, step, v) for k, v in points.items()] if isinstance(points, dict) else points
+        for item in items:
+            name, st, value = item[0], item[1], item[2]
+            wall = item[3] if len(item) > 3 else 0
+            check(C.kestrel_metric_list_add(ml, name.encode(), int(st), float(value), int(wall)))
+        with self._client._lock:
+            check(C.kestrel_job_report_metrics(self._client._p(), self.id, ml))
+
+    def __repr__(self):
+        return f"<kestrel.Job {self.id} {self.name or '-'} {self.state}>"
+
+    def _repr_html_(self):
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in (
+            ("state", self.state), ("reason", self.reason), ("priority", self.priority), ("gpus", self.gpus),
+            ("node", self.node or "-"), ("restarts", self.restart_count), ("owner", self.owner)))
+        return f"<b>job {self.id}</b> {html.escape(self.name or '')}<table>{rows}</table>"

@@ -1,0 +1,166 @@
+"""`import kestrel`: the cffi binding against the real kestreld (and the stand-in NVML)."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+
+kestrel = pytest.importorskip("kestrel")
+from kestrel.ffi import C, ffi  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_every_public_function_is_declared():
+    names = set()
+    for h in (ROOT / "include" / "kestrel").glob("*.h*"):
+        names |= set(re.findall(r"KESTREL_API[^;(]*?\b(kestrel_\w+)\s*\(", h.read_text(), re.S))
+    assert len(names) > 100
+    missing = sorted(n for n in names if not hasattr(C, n))
+    assert not missing, f"declare these in bindings/python/kestrel/decl/kestrel.h: {missing}"
+
+
+@pytest.fixture
+def client(kestreld):
+    with kestrel.Client(kestreld.url, kestreld.token) as c:
+        yield c
+
+
+def test_jobs_end_to_end(client):
+    job = client.submit(["sh", "-c", "echo one; echo two >&2; sleep 0.3; echo three"], name="py-job",
+                        labels={"team": "py"}, env={"X": "1"}, priority="high")
+    assert job.state == "QUEUED" and job.priority == "high"
+    lines = list(job.logs(follow=True))
+    assert [(l.stream, l.text) for l in lines] == [("stdout", "one"), ("stderr", "two"), ("stdout", "three")]
+    job.wait(timeout=30)
+    assert job.state == "SUCCEEDED" and job.exit_code == 0 and job.done
+    assert [e.to_state for e in job.events] == ["QUEUED", "RUNNING", "SUCCEEDED"]
+    job.report_metrics({"loss": 0.5, "acc": 0.9}, step=3)
+    assert [(m.name, m.step, m.value) for m in job.metrics("loss")] == [("loss", 3, 0.5)]
+    assert [j.id for j in client.jobs(label="team=py")] == [job.id]
+    assert client.job(job.id).name == "py-job"
+    assert "<b>job" in job._repr_html_()
+    assert client.ping() == kestrel.__version__
+
+
+def test_cancel_explain_queue_priority(client):
+    hold = client.submit(["sleep", "30"], preemptible=False)
+    while hold.refresh().state != "RUNNING":
+        pass
+    # the default daemon has no GPUs: queue behind a process slot is not possible; use a dependency
+    waiting = client.submit(["true"], after_ok=[hold.id])
+    assert f"waiting for job {hold.id} (after_ok)" in waiting.explain()
+    assert [(j.id, pos) for j, pos, _ in client.queue()] == [(waiting.id, 1)]
+    assert waiting.set_priority("urgent").priority == "urgent"
+    hold.cancel().wait(timeout=30)
+    assert hold.state == "CANCELLED"
+    waiting.wait(timeout=30)
+    assert waiting.state == "FAILED" and "dependency" in waiting.reason
+    with pytest.raises(kestrel.AlreadyExistsError):
+        waiting.set_priority("high")   # only a queued job can move
+
+
+def test_errors_are_familiar_exceptions(client, kestreld):
+    with pytest.raises(LookupError):
+        client.job(424242)
+    with pytest.raises(kestrel.NotFoundError) as e:
+        client.job(424242)
+    assert e.value.http_status == 404
+    with pytest.raises(ValueError):
+        client.submit(["true"], env={"KESTREL_TOKEN": "x"})
+    with pytest.raises(PermissionError):
+        kestrel.Client(kestreld.url, "kst_wrong").jobs()
+    with pytest.raises(ConnectionError):
+        kestrel.Client("http://127.0.0.1:1", "t", retries=0).ping()
+    with pytest.raises(ValueError):
+        client.submit()
+
+
+def test_callback_exceptions_come_back_as_themselves(client):
+    job = client.submit(["sh", "-c", "echo a; echo b"])
+    job.wait(timeout=30)
+
+    class Boom(Exception):
+        pass
+
+    class Sink:
+        stored_exception = None
+
+        class lines:  # noqa: N801 - the trampoline appends here
+            @staticmethod
+            def append(_):
+                raise Boom("from the callback")
+
+    sink = Sink()
+    opts = ffi.new("kestrel_logs_options *")
+    C.kestrel_logs_options_init(opts, C.KESTREL_LOGS_OPTIONS_VERSION)
+    rc = C.kestrel_job_logs(ffi.NULL, client._p(), job.id, opts, C._kestrel_log_tramp, ffi.new_handle(sink))
+    assert rc == C.KESTREL_EUSER
+    with pytest.raises(Boom):
+        kestrel.check(rc, sink)
+
+
+def test_handles_close_deterministically(kestreld):
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.close()
+    c.close()   # twice is fine
+    with pytest.raises(ValueError, match="closed"):
+        c.ping()
+    with kestrel.Client(kestreld.url, kestreld.token) as c2:
+        job = c2.submit(["true"])
+    del c2
+    assert job.id > 0   # a job snapshot outlives its session's handle
+
+
+def test_a_shared_client_is_serialised_across_threads(client):
+    ids, errors = [], []
+
+    def work():
+        try:
+            for _ in range(10):
+                ids.append(client.submit(["true"]).id)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(set(ids)) == 40
+
+
+GPUS = """\
+gpu uuid=GPU-aaaa1111-0000-0000-0000-000000000000 name="NVIDIA T4" bus=0000:10:00.0 cc=7.5 total=17179869184 free=17179869184
+gpu uuid=GPU-bbbb2222-0000-0000-0000-000000000000 name="NVIDIA A100-SXM4-80GB" bus=0000:20:00.0 cc=8.0 total=85899345920 free=85899345920
+gpu uuid=GPU-cccc3333-0000-0000-0000-000000000000 name="NVIDIA A100-SXM4-80GB" bus=0000:30:00.0 cc=8.0 total=85899345920 free=85899345920
+"""
+
+
+def test_devices_on_the_stand_in_driver(tmp_path, monkeypatch):
+    from conftest import KESTRELD
+    stub = str(pathlib.Path(KESTRELD).parents[1] / "stubs" / "new" / "libnvidia-ml.so.1")
+    desc = tmp_path / "gpus.txt"
+    desc.write_text(GPUS)
+    monkeypatch.setenv("KESTREL_NVML_LIBRARY", stub)
+    monkeypatch.setenv("KESTREL_FAKE_GPU_FILE", str(desc))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpus = kestrel.devices()
+    assert [g.name for g in gpus] == ["NVIDIA T4", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"]
+    assert gpus[1].compute_capability == (8, 0) and gpus[1].memory_total == 85899345920
+    sel = kestrel.select_devices(2, min_memory=40 << 30)
+    assert [d.uuid[:8] for d in sel.devices] == ["GPU-bbbb", "GPU-cccc"]
+    assert sel.rejected["GPU-aaaa1111-0000-0000-0000-000000000000"].startswith("total memory 16384 MiB")
+    with pytest.raises(kestrel.NotFoundError):
+        kestrel.select_devices(3, min_memory=40 << 30)
+    # use_devices in a fresh interpreter: os.environ is what a framework loaded later will see
+    code = ("import os, kestrel; s = kestrel.use_devices(1, min_memory=40 << 30); "
+            "print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CUDA_DEVICE_ORDER'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ)).stdout.split()
+    assert out == ["GPU-bbbb2222-0000-0000-0000-000000000000", "PCI_BUS_ID"]
+    monkeypatch.setenv("KESTREL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
+    assert kestrel.devices() == []
