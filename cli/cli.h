@@ -31,6 +31,7 @@ int cmd_explain(cli_ctx *ctx, int argc, char **argv);
 int cmd_queue(cli_ctx *ctx, int argc, char **argv);
 int cmd_job(cli_ctx *ctx, int argc, char **argv);
 int cmd_ack(cli_ctx *ctx, int argc, char **argv);
+int cmd_metrics(cli_ctx *ctx, int argc, char **argv);
 int cmd_devices(cli_ctx *ctx, int argc, char **argv);
 int cmd_nodes(cli_ctx *ctx, int argc, char **argv);
 

@@ -23,6 +23,7 @@ static void usage(FILE *f)
         "  queue                                   your queued jobs in scheduling order, with reasons\n"
         "  job update ID --priority CLASS          move a queued job to another class\n"
         "  ack ID                                  acknowledge a checkpoint (from inside the job)\n"
+        "  metrics [--name NAME] ID                the metrics a job reported\n"
         "  nodes                                   the server's nodes, devices and allocations\n"
         "  devices [--select N --min-memory 40G ...]  this host's GPUs; with criteria, a selection and\n"
         "                                          the reason each other device was not chosen\n"
@@ -194,6 +195,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "queue")) rc = cmd_queue(&ctx, argc, argv);
     else if (!strcmp(cmd, "job")) rc = cmd_job(&ctx, argc, argv);
     else if (!strcmp(cmd, "ack")) rc = cmd_ack(&ctx, argc, argv);
+    else if (!strcmp(cmd, "metrics")) rc = cmd_metrics(&ctx, argc, argv);
     else if (!strcmp(cmd, "devices")) rc = cmd_devices(&ctx, argc, argv);
     else if (!strcmp(cmd, "nodes")) rc = cmd_nodes(&ctx, argc, argv);
     else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }

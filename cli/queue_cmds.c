@@ -120,3 +120,44 @@ int cmd_ack(cli_ctx *ctx, int argc, char **argv)
         return cli_fail("ack", rc);
     return 0;
 }
+
+int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = { { "name", required_argument, NULL, 'n' }, { NULL, 0, NULL, 0 } };
+    kestrel_metric_list *m;
+    const char *name = NULL;
+    int64_t id;
+    int c, rc;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
+        if (c != 'n')
+            return 2;
+        name = optarg;
+    }
+    if (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0) {
+        fprintf(stderr, "Usage: kestrel metrics [--name NAME] ID\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_job_metrics(&m, ctx->client, id, name)) < 0)
+        return cli_fail("metrics", rc);
+    if (ctx->json) {
+        printf("[");
+        for (size_t i = 0; i < kestrel_metric_list_count(m); i++) {
+            const kestrel_metric *p = kestrel_metric_list_at(m, i);
+            printf("%s\n{\"name\":", i ? "," : "");
+            cli_json_string(stdout, p->name);
+            printf(",\"step\":%" PRId64 ",\"value\":%.17g,\"wall_time_ms\":%" PRId64 "}", p->step, p->value, p->wall_time_ms);
+        }
+        printf("\n]\n");
+    } else {
+        printf("%-28s %8s %14s\n", "NAME", "STEP", "VALUE");
+        for (size_t i = 0; i < kestrel_metric_list_count(m); i++) {
+            const kestrel_metric *p = kestrel_metric_list_at(m, i);
+            printf("%-28s %8" PRId64 " %14.6g\n", p->name, p->step, p->value);
+        }
+    }
+    kestrel_metric_list_free(m);
+    return 0;
+}

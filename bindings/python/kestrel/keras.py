@@ -1,0 +1,244 @@
+"""Keras integration: live metrics to kestreld, and preemption that loses no step.
+
+    import kestrel.keras
+    model.fit(x, y, callbacks=[kestrel.keras.MetricsCallback()])       # inside a Kestrel job
+    kestrel.keras.fit(model, x, y, epochs=5, batch_size=64)           # + resumes after preemption
+
+Inside a Kestrel job (KESTREL_JOB_ID set) both talk to the job's kestreld with the job's own token.
+This module imports keras; `import kestrel` alone never does.
+"""
+import os
+import queue
+import signal
+import tempfile
+import threading
+import time
+import json
+
+import keras
+import numpy as np
+
+from .client import Client
+
+
+def _job_context(client=None, job_id=None):
+    job_id = job_id or os.environ.get("KESTREL_JOB_ID")
+    if not job_id:
+        return None, None
+    return client or Client(), int(job_id)
+
+
+class MetricsCallback(keras.callbacks.Callback):
+    """Reports loss, metrics, learning rate and throughput per epoch, and every `every` batches,
+    in batches from a background thread (training never waits on the network)."""
+
+    def __init__(self, every: int = 50, batch_size=None, client=None, job_id=None, flush_seconds: float = 2.0):
+        super().__init__()
+        self.every = max(1, int(every))
+        self.batch_size = batch_size
+        self.flush_seconds = flush_seconds
+        self._client, self._job_id = _job_context(client, job_id)
+        self._queue: "queue.Queue" = queue.Queue()
+        self._thread = None
+        self._step = 0
+        self.errors = 0
+
+    # -- the reporting thread ------------------------------------------------------------------
+    def _run(self):
+        from .job import Job
+        job = Job(self._client, self._job_id)
+        pending, stop = [], False
+        while not stop:
+            try:
+                item = self._queue.get(timeout=self.flush_seconds)
+                if item is None:
+                    stop = True
+                else:
+                    pending.extend(item)
+                while len(pending) < 1000:   # take whatever else is already there
+                    item = self._queue.get_nowait()
+                    if item is None:
+                        stop = True
+                        break
+                    pending.extend(item)
+            except queue.Empty:
+                pass
+            if pending:
+                try:
+                    job.report_metrics(pending)
+                except Exception:   # metrics must never break training
+                    self.errors += 1
+                pending = []
+
+    def _emit(self, points):
+        if self._client is not None and points:
+            self._queue.put(points)
+
+    # -- Keras hooks ---------------------------------------------------------------------------
+    def on_train_begin(self, logs=None):
+        if self._client is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kestrel-metrics", daemon=True)
+            self._thread.start()
+        self._epoch_t0 = time.perf_counter()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_t0 = time.perf_counter()
+        self._epoch_steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        self._epoch_steps = getattr(self, "_epoch_steps", 0) + 1
+        if self._step % self.every == 0 and logs:
+            now = int(time.time() * 1000)
+            self._emit([(f"batch/{k}", self._step, float(v), now) for k, v in logs.items() if _is_number(v)])
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = int(time.time() * 1000)
+        elapsed = max(time.perf_counter() - self._epoch_t0, 1e-9)
+        points = [(k, epoch + 1, float(v), now) for k, v in (logs or {}).items() if _is_number(v)]
+        steps = getattr(self, "_epoch_steps", 0)
+        points.append(("steps_per_second", epoch + 1, steps / elapsed, now))
+        if self.batch_size:
+            points.append(("samples_per_second", epoch + 1, steps * self.batch_size / elapsed, now))
+        lr = _learning_rate(self.model)
+        if lr is not None:
+            points.append(("learning_rate", epoch + 1, lr, now))
+        self._emit(points)
+
+    def on_train_end(self, logs=None):
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+            self._thread = None
+
+
+def _is_number(v):
+    try:
+        float(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _learning_rate(model):
+    try:
+        return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+    except Exception:
+        return None
+
+
+# -- preemption that loses no step --------------------------------------------------------------
+
+class _Preempted(Exception):
+    pass
+
+
+class PreemptionCheckpoint(keras.callbacks.Callback):
+    """On SIGTERM (kestreld's preemption signal): finish the current batch, write weights,
+    optimizer state, epoch and batch position atomically into KESTREL_CHECKPOINT_DIR, acknowledge
+    the checkpoint, and stop training."""
+
+    def __init__(self, directory, state, client=None, job_id=None):
+        super().__init__()
+        self.directory = directory
+        self.state = state          # {"epoch": e, "batch": b} of the fit in progress
+        self._client, self._job_id = _job_context(client, job_id)
+        self.requested = False
+        self._previous = None
+
+    def on_train_begin(self, logs=None):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame):
+        self.requested = True   # acted on at the end of the batch in progress
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.state["epoch"] = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.state["batch"] += 1
+        if self.requested:
+            save_checkpoint(self.model, self.directory, self.state)
+            if self._client is not None:
+                try:
+                    from .job import Job
+                    Job(self._client, self._job_id).ack_preempt()
+                except Exception:
+                    pass
+            self.model.stop_training = True
+            raise _Preempted()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state["epoch"] = epoch + 1
+        self.state["batch"] = 0
+
+    def on_train_end(self, logs=None):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def save_checkpoint(model, directory, state):
+    """Weights, optimizer variables and position, written to temp names and renamed into place."""
+    os.makedirs(directory, exist_ok=True)
+    arrays = {f"w{i}": np.asarray(keras.ops.convert_to_numpy(v)) for i, v in enumerate(model.weights)}
+    arrays.update({f"o{i}": np.asarray(keras.ops.convert_to_numpy(v))
+                   for i, v in enumerate(model.optimizer.variables)})
+    for name, write in (("state.npz", lambda f: np.savez(f, **arrays)),
+                        ("position.json", lambda f: f.write(json.dumps(state).encode()))):
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(directory, name))
+
+
+def load_checkpoint(model, directory):
+    """Restore weights and optimizer state; returns the saved position, or None."""
+    pos = os.path.join(directory, "position.json")
+    if not os.path.exists(pos):
+        return None
+    with open(pos) as f:
+        state = json.load(f)
+    data = np.load(os.path.join(directory, "state.npz"))
+    for i, v in enumerate(model.weights):
+        v.assign(data[f"w{i}"])
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    for i, v in enumerate(model.optimizer.variables):
+        v.assign(data[f"o{i}"])
+    return state
+
+
+def fit(model, x, y, *, epochs: int, batch_size: int, callbacks=(), checkpoint_dir=None, **kwargs):
+    """model.fit over (x, y) that survives preemption inside a Kestrel job: on SIGTERM it saves at
+    the end of the current batch and exits the fit; run again, it restores weights, optimizer and
+    position and continues from the next batch, so the run makes exactly the optimizer steps of an
+    uninterrupted one. Batches are taken in order (no shuffling), which is what makes positions
+    meaningful. Returns "preempted" or "done"."""
+    directory = checkpoint_dir or os.environ.get("KESTREL_CHECKPOINT_DIR") or "kestrel-checkpoint"
+    n = len(x)
+    steps = -(-n // batch_size)
+    if not model.built:
+        model(x[:1])
+    state = load_checkpoint(model, directory) or {"epoch": 0, "batch": 0}
+    state = {"epoch": int(state["epoch"]), "batch": int(state["batch"])}
+    guard = PreemptionCheckpoint(directory, state)
+    kwargs["shuffle"] = False
+    try:
+        while state["epoch"] < epochs:
+            start = state["batch"] * batch_size
+            if start >= n:
+                state["epoch"] += 1
+                state["batch"] = 0
+                continue
+            # the rest of this epoch from the saved batch (a whole epoch when batch is 0)
+            model.fit(x[start:], y[start:], batch_size=batch_size, epochs=state["epoch"] + 1,
+                      initial_epoch=state["epoch"], callbacks=[guard, *callbacks], **kwargs)
+            if state["batch"] not in (0, steps):
+                return "preempted"
+    except _Preempted:
+        return "preempted"
+    save_checkpoint(model, directory, {"epoch": epochs, "batch": 0})
+    return "done"

@@ -1,0 +1,61 @@
+"""kestrel.keras against the real kestreld and real Keras (torch backend): a job preempted
+mid-epoch resumes from the next batch and makes exactly the optimizer steps of an uninterrupted
+run; its metrics (loss, learning rate, throughput, per-batch loss) reach the server."""
+import math
+import pathlib
+import sys
+
+import pytest
+
+pytest.importorskip("kestrel")
+SCRIPT = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "keras" / "resumable_train.py")
+EPOCHS, SAMPLES, BATCH = 2, 6400, 32
+EXPECTED = EPOCHS * math.ceil(SAMPLES / BATCH)
+
+
+def trainer(d, gpus="4"):
+    return d.submit("--gpus", gpus, "--name", "resumable", "--env", "KERAS_BACKEND=torch", "--",
+                    sys.executable, SCRIPT, "--epochs", str(EPOCHS), "--samples", str(SAMPLES),
+                    "--batch-size", str(BATCH))
+
+
+def wait_for_line(d, jid, needle, timeout=120):
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = d.cli("logs", jid).stdout
+        if needle in out:
+            return out
+        time.sleep(0.1)
+    raise AssertionError(f"job {jid} never printed {needle!r}:\n" + d.cli("logs", jid).stdout)
+
+
+def test_uninterrupted_run_reports_metrics(daemon):
+    d = daemon("--gpus", "4")
+    jid = trainer(d)
+    job = d.wait(jid, timeout=300)
+    assert job["state"] == "SUCCEEDED", d.cli("logs", jid).stdout
+    assert f"done: optimizer steps {EXPECTED}" in d.cli("logs", jid).stdout
+    names = {m["name"] for m in d.api("GET", f"/api/v1/jobs/{jid}/metrics")[1]["metrics"]}
+    assert {"loss", "accuracy", "learning_rate", "steps_per_second", "samples_per_second", "batch/loss"} <= names
+    out = d.cli("metrics", jid, "--name", "loss").stdout
+    assert "loss" in out and len(out.strip().splitlines()) == 1 + EPOCHS
+
+
+def test_preempted_mid_epoch_resumes_without_losing_a_step(daemon):
+    d = daemon("--gpus", "4", "--grace-period", "30")
+    jid = trainer(d)
+    wait_for_line(d, jid, "progress: epoch 0 optimizer step 60")
+    urgent = d.submit("--gpus", "4", "--priority", "urgent", "--", "sh", "-c", "sleep 0.5")
+    assert d.wait(urgent, timeout=120)["state"] == "SUCCEEDED"
+    job = d.wait(jid, timeout=300)
+    logs = d.cli("logs", jid).stdout
+    assert job["state"] == "SUCCEEDED", logs
+    assert job["restart_count"] == 1
+    assert [e["to_state"] for e in job["events"]].count("PREEMPTED") == 1
+    assert "checkpoint acknowledged" in [e["reason"] for e in job["events"]]
+    assert "run 2: starting" in logs
+    assert f"done: optimizer steps {EXPECTED}" in logs, logs
+    # the second run went on from the step it stopped at: no step number is printed twice
+    steps = [int(l.split()[-1]) for l in logs.splitlines() if l.startswith("progress:")]
+    assert steps == sorted(set(steps)), steps
