@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched bench-devices
+bench: bench-submit bench-sched bench-devices bench-keras-callback
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -59,3 +59,7 @@ bench-sched: build
 
 bench-devices: build
 	$(BUILD)/bench/bench_devices $(BUILD)/stubs/new/libnvidia-ml.so.1
+
+bench-keras-callback: build
+	cd $(BUILD) && ctest -R python.binding_build >/dev/null
+	PYTHONPATH=$(BUILD)/python KERAS_BACKEND=torch $(PY) bench/keras_callback.py $(BUILD)/server/kestreld
