@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("kestrel")
 SCRIPT = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "keras" / "resumable_train.py")
-EPOCHS, SAMPLES, BATCH = 2, 6400, 32
+EPOCHS, SAMPLES, BATCH = 2, 12800, 32
 EXPECTED = EPOCHS * math.ceil(SAMPLES / BATCH)
 
 
