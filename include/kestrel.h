@@ -25,5 +25,6 @@
 #include "kestrel/queue.h"
 #include "kestrel/gpu.h"
 #include "kestrel/node.h"
+#include "kestrel/repo.h"
 
 #endif

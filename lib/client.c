@@ -20,8 +20,9 @@ int kestrel_client_new(kestrel_client **out, const char *url, const kestrel_clie
         url = getenv("KESTREL_URL");
     if (url == NULL || *url == '\0')
         return kestrel__error_set(KESTREL_EINVALID, "no server URL given and KESTREL_URL is not set");
-    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
-        return kestrel__error_set(KESTREL_EINVALID, "unsupported URL '%.200s' (expected http:// or https://)", url);
+    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8) && strncmp(url, "file:///", 8))
+        return kestrel__error_set(KESTREL_EINVALID,
+                                  "unsupported URL '%.200s' (expected http://, https:// or file:///abs/path)", url);
     if (!kestrel__text_is_clean(url, 2048))
         return kestrel__error_set(KESTREL_EINVALID, "URL contains control characters or is too long");
     if ((c = calloc(1, sizeof(*c))) == NULL)
@@ -41,6 +42,11 @@ int kestrel_client_new(kestrel_client **out, const char *url, const kestrel_clie
             sprintf(c->auth_header, "Authorization: Bearer %s", token);
     }
     c->url = kestrel__strdup(url);
+    if (!strncmp(url, "file://", 7) && (c->store_root = kestrel__strdup(url + 7)) == NULL) {
+        c->magic = KESTREL__MAGIC_CLIENT;
+        kestrel_client_free(c);
+        return kestrel__error_oom();
+    }
     c->curl = curl_easy_init();
     if (c->url == NULL || c->curl == NULL || (token && *token && c->auth_header == NULL)) {
         c->magic = KESTREL__MAGIC_CLIENT;
@@ -67,6 +73,7 @@ void kestrel_client_free(kestrel_client *c)
         free(c->auth_header);
     }
     free(c->url);
+    free(c->store_root);
     free(c);
 }
 

@@ -11,6 +11,7 @@ struct kestrel_client {
     char *auth_header;      /* "Authorization: Bearer ..." or NULL */
     kestrel_client_options opts;
     CURL *curl;             /* one easy handle: connection reuse across calls */
+    char *store_root;       /* file:// repositories: the directory, else NULL */
 };
 
 #endif

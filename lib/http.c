@@ -70,6 +70,9 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
 
     if (out)
         *out = NULL;
+    if (c->store_root)
+        return kestrel__error_set(KESTREL_EUNSUPPORTED, "%s needs a kestreld (http:// or https://), not a file:// repository",
+                                  req->path);
     if ((rc = kestrel__buf_printf(&url, "%s%s", c->url, req->path)) < 0 ||
         (req->body && (rc = kestrel__wire_pack(&body, req->body)) < 0))
         goto done;

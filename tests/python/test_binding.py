@@ -164,3 +164,32 @@ def test_devices_on_the_stand_in_driver(tmp_path, monkeypatch):
     assert out == ["GPU-bbbb2222-0000-0000-0000-000000000000", "PCI_BUS_ID"]
     monkeypatch.setenv("KESTREL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
     assert kestrel.devices() == []
+
+
+def test_repository_through_file_urls(tmp_path):
+    store = kestrel.Client(f"file://{tmp_path}/store")
+    data = os.urandom(2 << 20)
+    src = tmp_path / "model.keras"
+    src.write_bytes(data)
+    seen = []
+    v1 = store.push("team/net", str(src), metadata={"job": 7}, progress=seen.append)
+    assert v1 == 1 and seen[-1].bytes_done == len(data) and seen[-1].bytes_new == len(data)
+    assert store.push("team/net", str(src), alias="production", progress=seen.append) == 2
+    assert seen[-1].bytes_new == 0
+    out = store.pull("team/net@production", str(tmp_path / "out.keras"))
+    assert pathlib.Path(out).read_bytes() == data
+    vs = store.versions("team/net")
+    assert [(v.version, v.aliases) for v in vs] == [(1, []), (2, ["latest", "production"])] or \
+        [(v.version, sorted(v.aliases)) for v in vs] == [(1, []), (2, ["latest", "production"])]
+    assert vs[0].metadata == {"job": 7}
+    assert store.models() == ["team/net"]
+
+    def stop(p):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):   # a callback's exception comes back as itself
+        store.push("team/net", str(src), progress=stop)
+    with pytest.raises(ValueError):
+        store.push("Bad Name", str(src))
+    with pytest.raises(kestrel.UnsupportedError):
+        store.submit(["true"])

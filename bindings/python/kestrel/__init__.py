@@ -27,9 +27,10 @@ if C.kestrel_version_number() < C.KESTREL_VERSION_NUMBER:
 from .client import Client  # noqa: E402
 from .gpu import GPU, Selection, devices, select_devices, use_devices  # noqa: E402
 from .job import Event, Job, LogLine, Metric  # noqa: E402
+from .repo import Progress, Version  # noqa: E402
 
 __all__ = [
-    "Client", "Job", "LogLine", "Metric", "Event", "GPU", "Selection", "devices", "select_devices", "use_devices",
+    "Client", "Job", "LogLine", "Metric", "Event", "Progress", "Version", "GPU", "Selection", "devices", "select_devices", "use_devices",
     "KestrelError", "InvalidArgumentError", "MisuseError", "NotFoundError", "AlreadyExistsError", "AuthError",
     "NetworkError", "HTTPError", "ProtocolError", "KestrelTimeoutError", "CancelledError", "UnsupportedError",
     "KestrelIOError", "TooLargeError", "__version__",

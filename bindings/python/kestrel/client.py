@@ -191,5 +191,33 @@ class Client(Handle):
                           "pool": ffi.string(C.kestrel_node_pool(nl, i)).decode(), "devices": devs})
         return nodes
 
+    # -- the repository (file:///path URLs in this release) ---------------------------------------
+    def push(self, name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[dict] = None,
+             progress=None) -> int:
+        """Push a file as the next version of name (deduplicated chunks); returns the version."""
+        from . import repo
+        return repo.push(self, name, path, alias=alias, metadata=metadata, progress=progress)
+
+    def pull(self, ref: str, dest: str, *, progress=None) -> str:
+        """Pull "name", "name@N" or "name@alias" into dest, verified; returns dest."""
+        from . import repo
+        return repo.pull(self, ref, dest, progress=progress)
+
+    def versions(self, name: str):
+        from . import repo
+        return repo.versions(self, name)
+
+    def models(self) -> List[str]:
+        from . import repo
+        return repo.models(self)
+
+    def set_alias(self, name: str, alias: str, version: int) -> None:
+        from . import repo
+        repo.set_alias(self, name, alias, version)
+
+    def delete_version(self, name: str, version: int) -> None:
+        from . import repo
+        repo.delete(self, name, version)
+
     def __repr__(self):
         return f"<kestrel.Client {self.url}{' closed' if self._ptr is None else ''}>"

@@ -269,5 +269,53 @@ size_t kestrel_node_device_count(const kestrel_node_list *list, size_t i);
 const kestrel_node_device *kestrel_node_device_at(const kestrel_node_list *list, size_t i, size_t k);
 void kestrel_node_list_free(kestrel_node_list *list);
 
+/* repository */
+typedef enum kestrel_transfer_phase_t { KESTREL_PHASE_PUSH, KESTREL_PHASE_PULL, ... } kestrel_transfer_phase_t;
+typedef struct kestrel_progress {
+    unsigned int version;
+    int phase;
+    int64_t bytes_done;
+    int64_t bytes_total;
+    int64_t bytes_new;
+    int64_t chunks_done;
+    int64_t chunks_new;
+    ...;
+} kestrel_progress;
+typedef int (*kestrel_progress_cb)(const kestrel_progress *progress, void *payload);
+typedef struct kestrel_transfer_options {
+    unsigned int version;
+    kestrel_progress_cb progress;
+    void *progress_payload;
+    const char *metadata_json;
+    const char *alias;
+    ...;
+} kestrel_transfer_options;
+#define KESTREL_TRANSFER_OPTIONS_VERSION ...
+int kestrel_transfer_options_init(kestrel_transfer_options *opts, unsigned int version);
+int kestrel_model_push(int64_t *version_out, kestrel_client *client, const char *name, const char *path,
+                       const kestrel_transfer_options *opts);
+int kestrel_model_pull(kestrel_client *client, const char *ref, const char *dest, const kestrel_transfer_options *opts);
+typedef struct kestrel_model_version {
+    unsigned int version_struct;
+    int64_t version;
+    int64_t size;
+    const char *sha256;
+    int64_t created_ms;
+    int64_t chunks;
+    const char *aliases;
+    const char *metadata_json;
+    ...;
+} kestrel_model_version;
+typedef struct kestrel_model_versions kestrel_model_versions;
+int kestrel_model_versions_get(kestrel_model_versions **out, kestrel_client *client, const char *name);
+size_t kestrel_model_versions_count(const kestrel_model_versions *list);
+const kestrel_model_version *kestrel_model_versions_at(const kestrel_model_versions *list, size_t i);
+void kestrel_model_versions_free(kestrel_model_versions *list);
+int kestrel_model_list(kestrel_buf *out, kestrel_client *client);
+int kestrel_model_alias_set(kestrel_client *client, const char *name, const char *alias, int64_t version);
+int kestrel_model_alias_delete(kestrel_client *client, const char *name, const char *alias);
+int kestrel_model_delete(kestrel_client *client, const char *name, int64_t version);
+
 /* Python trampolines */
 extern "Python" int _kestrel_log_tramp(const kestrel_log_line *line, void *payload);
+extern "Python" int _kestrel_progress_tramp(const kestrel_progress *progress, void *payload);

@@ -1,0 +1,127 @@
+"""The model repository from Python: push, pull, versions, aliases (file:// repositories)."""
+import json
+import sys
+from collections import namedtuple
+from typing import Callable, List, Optional
+
+from .errors import check, on_callback_error
+from .ffi import C, ffi
+
+Version = namedtuple("Version", "version size sha256 created_ms chunks aliases metadata")
+Progress = namedtuple("Progress", "phase bytes_done bytes_total bytes_new chunks_done chunks_new")
+
+
+class _Payload:
+    def __init__(self, fn):
+        self.fn = fn
+        self.stored_exception = None
+
+
+@ffi.def_extern(onerror=on_callback_error)
+def _kestrel_progress_tramp(p, payload):
+    sink = ffi.from_handle(payload)
+    try:
+        sink.fn(Progress("push" if p.phase == C.KESTREL_PHASE_PUSH else "pull", p.bytes_done, p.bytes_total,
+                         p.bytes_new, p.chunks_done, p.chunks_new))
+        return 0
+    except BaseException as e:   # KeyboardInterrupt stops the transfer and comes back as itself
+        sink.stored_exception = e
+        return C.KESTREL_EUSER
+
+
+def _bar(desc: str):
+    """A tqdm bar when tqdm is there and we are in a terminal or notebook, else nothing."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None, None
+    if not (sys.stderr.isatty() or "ipykernel" in sys.modules):
+        return None, None
+    bar = tqdm(total=0, unit="B", unit_scale=True, desc=desc)
+
+    def update(p: Progress):
+        bar.total = max(p.bytes_total, 0)
+        bar.n = p.bytes_done
+        bar.refresh()
+    return bar, update
+
+
+def _options(progress: Optional[Callable], keep: list, metadata=None, alias=None, desc=""):
+    opts = ffi.new("kestrel_transfer_options *")
+    check(C.kestrel_transfer_options_init(opts, C.KESTREL_TRANSFER_OPTIONS_VERSION))
+    bar = None
+    if progress is None:
+        bar, progress = _bar(desc)
+    payload = None
+    if progress is not None:
+        payload = _Payload(progress)
+        handle = ffi.new_handle(payload)
+        keep.append(handle)
+        opts.progress = C._kestrel_progress_tramp
+        opts.progress_payload = handle
+    if metadata is not None:
+        keep.append(ffi.new("char[]", json.dumps(metadata).encode()))
+        opts.metadata_json = keep[-1]
+    if alias:
+        keep.append(ffi.new("char[]", alias.encode()))
+        opts.alias = keep[-1]
+    return opts, payload, bar
+
+
+def push(client, name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[dict] = None,
+         progress: Optional[Callable[[Progress], None]] = None) -> int:
+    keep: list = []
+    opts, payload, bar = _options(progress, keep, metadata, alias, f"push {name}")
+    out = ffi.new("int64_t *")
+    try:
+        with client._lock:
+            rc = C.kestrel_model_push(out, client._p(), name.encode(), str(path).encode(), opts)
+        check(rc, payload)
+    finally:
+        if bar is not None:
+            bar.close()
+    return out[0]
+
+
+def pull(client, ref: str, dest: str, *, progress: Optional[Callable[[Progress], None]] = None) -> str:
+    keep: list = []
+    opts, payload, bar = _options(progress, keep, desc=f"pull {ref}")
+    try:
+        with client._lock:
+            rc = C.kestrel_model_pull(client._p(), ref.encode(), str(dest).encode(), opts)
+        check(rc, payload)
+    finally:
+        if bar is not None:
+            bar.close()
+    return str(dest)
+
+
+def versions(client, name: str) -> List[Version]:
+    out = ffi.new("kestrel_model_versions **")
+    with client._lock:
+        check(C.kestrel_model_versions_get(out, client._p(), name.encode()))
+    vl = ffi.gc(out[0], C.kestrel_model_versions_free)
+    s = lambda p: ffi.string(p).decode()  # noqa: E731
+    return [Version(v.version, v.size, s(v.sha256), v.created_ms, v.chunks,
+                    [a for a in s(v.aliases).split(",") if a], json.loads(s(v.metadata_json)))
+            for v in (C.kestrel_model_versions_at(vl, i) for i in range(C.kestrel_model_versions_count(vl)))]
+
+
+def models(client) -> List[str]:
+    buf = ffi.new("kestrel_buf *")
+    try:
+        with client._lock:
+            check(C.kestrel_model_list(buf, client._p()))
+        return [n for n in ffi.string(buf.ptr).decode().split("\n") if n] if buf.ptr != ffi.NULL else []
+    finally:
+        C.kestrel_buf_dispose(buf)
+
+
+def set_alias(client, name: str, alias: str, version: int) -> None:
+    with client._lock:
+        check(C.kestrel_model_alias_set(client._p(), name.encode(), alias.encode(), int(version)))
+
+
+def delete(client, name: str, version: int) -> None:
+    with client._lock:
+        check(C.kestrel_model_delete(client._p(), name.encode(), int(version)))

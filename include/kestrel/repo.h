@@ -1,0 +1,100 @@
+/* kestrel/repo.h - the model and dataset repository: content-defined chunks, deduplicated,
+ * immutable versions (1, 2, 3, ...) and movable aliases ("latest" follows every push).
+ *
+ * This release implements repositories opened in-process through file:///abs/path URLs (no
+ * daemon; several processes may share one directory, e.g. on NFS). Over http(s):// these calls
+ * answer KESTREL_EUNSUPPORTED until kestreld serves the repository.
+ *
+ * Names: lowercase segments of [a-z0-9._-] (each starting with a letter or digit) joined by '/',
+ * at most 200 bytes, e.g. "team/resnet". References: "name", "name@3", "name@production". */
+#ifndef KESTREL_REPO_H
+#define KESTREL_REPO_H
+
+#include "common.h"
+#include "buffer.h"
+#include "client.h"
+
+KESTREL_BEGIN_DECL
+
+/** What a transfer is doing. */
+typedef enum kestrel_transfer_phase_t {
+    KESTREL_PHASE_PUSH = 1,   /**< chunking, hashing and storing new chunks */
+    KESTREL_PHASE_PULL = 2    /**< fetching and verifying chunks */
+} kestrel_transfer_phase_t;
+
+/** Progress of a transfer. Library-filled; fields may be appended. */
+typedef struct kestrel_progress {
+    unsigned int version;
+    int phase;                /**< kestrel_transfer_phase_t */
+    int64_t bytes_done;       /**< bytes of the file processed so far */
+    int64_t bytes_total;      /**< file size, -1 while unknown */
+    int64_t bytes_new;        /**< push: chunk bytes the repository did not have yet */
+    int64_t chunks_done;
+    int64_t chunks_new;
+} kestrel_progress;
+
+/** Called on the caller's thread, at most every 100 ms plus once at the end. Non-zero cancels. */
+typedef int KESTREL_CALLBACK(kestrel_progress_cb)(const kestrel_progress *progress, void *payload);
+
+/** Options of push and pull. Initialise with KESTREL_TRANSFER_OPTIONS_INIT. */
+typedef struct kestrel_transfer_options {
+    unsigned int version;           /**< KESTREL_TRANSFER_OPTIONS_VERSION */
+    kestrel_progress_cb progress;   /**< NULL: no progress */
+    void *progress_payload;
+    const char *metadata_json;      /**< push: a JSON object stored with the version (lineage) */
+    const char *alias;              /**< push: also point this alias at the new version */
+} kestrel_transfer_options;
+
+#define KESTREL_TRANSFER_OPTIONS_VERSION 1
+#define KESTREL_TRANSFER_OPTIONS_INIT { KESTREL_TRANSFER_OPTIONS_VERSION }
+
+KESTREL_API int kestrel_transfer_options_init(kestrel_transfer_options *opts, unsigned int version);
+
+/**
+ * Push the file at path as the next version of name. Chunks the repository already has are not
+ * stored again; the version becomes visible only once everything it needs is stored. "latest"
+ * moves to it. version_out (may be NULL) receives the new version number.
+ */
+KESTREL_API int kestrel_model_push(int64_t *version_out, kestrel_client *client, const char *name, const char *path,
+                                   const kestrel_transfer_options *opts);
+
+/**
+ * Pull ref ("name", "name@N", "name@alias") into dest: every chunk and the whole file are
+ * verified; dest appears (by rename) only complete and verified, never half-written.
+ */
+KESTREL_API int kestrel_model_pull(kestrel_client *client, const char *ref, const char *dest,
+                                   const kestrel_transfer_options *opts);
+
+/** One version of a model. Library-filled; fields may be appended. */
+typedef struct kestrel_model_version {
+    unsigned int version_struct;
+    int64_t version;
+    int64_t size;             /**< bytes */
+    const char *sha256;       /**< of the whole file, hex */
+    int64_t created_ms;
+    int64_t chunks;
+    const char *aliases;      /**< comma-separated aliases pointing at it, "" none */
+    const char *metadata_json;
+} kestrel_model_version;
+
+/** The versions of a model. Opaque. */
+typedef struct kestrel_model_versions kestrel_model_versions;
+
+/** List name's versions, oldest first. *out is owned: kestrel_model_versions_free(). */
+KESTREL_API int kestrel_model_versions_get(kestrel_model_versions **out, kestrel_client *client, const char *name);
+KESTREL_API size_t kestrel_model_versions_count(const kestrel_model_versions *list);
+/** Version i (borrowed), or NULL. */
+KESTREL_API const kestrel_model_version *kestrel_model_versions_at(const kestrel_model_versions *list, size_t i);
+KESTREL_API void kestrel_model_versions_free(kestrel_model_versions *list);
+
+/** Fill out with the names of the models, one a line, sorted. */
+KESTREL_API int kestrel_model_list(kestrel_buf *out, kestrel_client *client);
+/** Point alias at version (which must exist). "latest" is moved by pushes and cannot be set. */
+KESTREL_API int kestrel_model_alias_set(kestrel_client *client, const char *name, const char *alias, int64_t version);
+KESTREL_API int kestrel_model_alias_delete(kestrel_client *client, const char *name, const char *alias);
+/** Delete a version (its aliases go with it; its chunks stay until a collection). */
+KESTREL_API int kestrel_model_delete(kestrel_client *client, const char *name, int64_t version);
+
+KESTREL_END_DECL
+
+#endif

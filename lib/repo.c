@@ -1,0 +1,449 @@
+/* lib/repo.c - push and pull of model versions: content-defined chunks, stored once, verified on
+ * the way out. file:// repositories are opened in-process (lib/store.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include "chunk.h"
+#include "client.h"
+#include "options.h"
+#include "store.h"
+
+#define READ_BUF (8u * 1024 * 1024)
+
+static const size_t topts_sizes[] = { 0, offsetof(kestrel_transfer_options, alias) + sizeof(const char *) };
+
+int kestrel_transfer_options_init(kestrel_transfer_options *o, unsigned int version)
+{
+    if (o == NULL || version == 0 || version >= KESTREL__ARRAY_SIZE(topts_sizes))
+        return kestrel__error_set(KESTREL_EMISUSE, "invalid kestrel_transfer_options version %u", version);
+    memset(o, 0, sizeof(*o));
+    o->version = version;
+    return 0;
+}
+
+static int load_topts(kestrel_transfer_options *dst, const kestrel_transfer_options *src)
+{
+    memset(dst, 0, sizeof(*dst));
+    if (src) {
+        if (src->version == 0 || src->version >= KESTREL__ARRAY_SIZE(topts_sizes))
+            return kestrel__error_set(KESTREL_EMISUSE, "invalid kestrel_transfer_options version %u", src->version);
+        memcpy(dst, src, topts_sizes[src->version]);
+    }
+    dst->version = KESTREL_TRANSFER_OPTIONS_VERSION;
+    return 0;
+}
+
+/* The repository behind a client (file:// only in this release). */
+static int open_store(kestrel__store **out, kestrel_client *c)
+{
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    if (c->store_root == NULL)
+        return kestrel__error_set(KESTREL_EUNSUPPORTED,
+                                  "the repository is reachable through file:///path URLs in this release, not %s", c->url);
+    return kestrel__store_open(out, c->store_root);
+}
+
+typedef struct {
+    kestrel_progress p;
+    kestrel_progress_cb cb;
+    void *payload;
+    int64_t last_ms;
+} progress;
+
+static int report(progress *pr, int final)
+{
+    int64_t now;
+    int r;
+    if (pr->cb == NULL)
+        return 0;
+    now = kestrel__now_ms();
+    if (!final && now - pr->last_ms < 100 && pr->last_ms)
+        return 0;
+    pr->last_ms = now;
+    r = pr->cb(&pr->p, pr->payload);
+    if (r == KESTREL_EUSER)
+        return KESTREL_EUSER;
+    return r ? kestrel__error_set(KESTREL_ECANCELLED, "the progress callback cancelled the transfer") : 0;
+}
+
+int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
+                       const kestrel_transfer_options *in)
+{
+    kestrel_transfer_options o;
+    kestrel__store *s = NULL;
+    progress pr;
+    uint8_t *buf = NULL;
+    size_t have = 0;
+    int fd = -1, eof = 0, rc;
+    struct stat st;
+    cJSON *manifest = NULL, *chunks = NULL;
+    EVP_MD_CTX *whole = NULL;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    char hex[KESTREL__HEX_LEN + 1];
+
+    if ((rc = load_topts(&o, in)) < 0)
+        return rc;
+    if (name == NULL || !kestrel__repo_name_valid(name))
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': lowercase [a-z0-9._-] segments joined by '/'",
+                                  name ? name : "");
+    if (o.alias && (!kestrel__alias_valid(o.alias) || !strcmp(o.alias, "latest")))
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s'", o.alias);
+    if ((rc = open_store(&s, c)) < 0)
+        return rc;
+    memset(&pr, 0, sizeof(pr));
+    pr.p.version = 1;
+    pr.p.phase = KESTREL_PHASE_PUSH;
+    pr.cb = o.progress;
+    pr.payload = o.progress_payload;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
+        rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
+        goto done;
+    }
+    pr.p.bytes_total = (int64_t)st.st_size;
+    manifest = cJSON_CreateObject();
+    chunks = cJSON_AddArrayToObject(manifest, "chunks");
+    whole = EVP_MD_CTX_new();
+    buf = malloc(READ_BUF);
+    if (!manifest || !chunks || !whole || !buf || EVP_DigestInit_ex(whole, EVP_sha256(), NULL) != 1) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    /* memory stays at one read buffer, whatever the file size */
+    for (;;) {
+        size_t cut;
+        while (!eof && have < READ_BUF) {
+            ssize_t r = read(fd, buf + have, READ_BUF - have);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+                goto done;
+            }
+            if (r == 0)
+                eof = 1;
+            have += (size_t)r;
+        }
+        if (have == 0)
+            break;
+        for (size_t off = 0;;) {
+            cJSON *entry;
+            if (!eof && have - off < KESTREL__CHUNK_MAX) {
+                memmove(buf, buf + off, have - off);   /* refill before cutting near the end */
+                have -= off;
+                break;
+            }
+            if (off == have) {
+                have = 0;
+                break;
+            }
+            cut = kestrel__chunk_next(buf + off, have - off, eof);
+            kestrel__sha256_hex(buf + off, cut, hex);
+            EVP_DigestUpdate(whole, buf + off, cut);
+            if (!kestrel__store_has_chunk(s, hex)) {
+                if ((rc = kestrel__store_put_chunk(s, hex, buf + off, cut)) < 0)
+                    goto done;
+                pr.p.bytes_new += (int64_t)cut;
+                pr.p.chunks_new++;
+            }
+            entry = cJSON_CreateArray();
+            if (entry == NULL || !cJSON_AddItemToArray(chunks, entry)) {
+                cJSON_Delete(entry);
+                rc = kestrel__error_oom();
+                goto done;
+            }
+            cJSON_AddItemToArray(entry, cJSON_CreateString(hex));
+            cJSON_AddItemToArray(entry, cJSON_CreateNumber((double)cut));
+            off += cut;
+            pr.p.bytes_done += (int64_t)cut;
+            pr.p.chunks_done++;
+            if ((rc = report(&pr, 0)) < 0)
+                goto done;
+        }
+        if (eof && have == 0)
+            break;
+    }
+    {
+        unsigned int n = 0;
+        EVP_DigestFinal_ex(whole, md, &n);
+        for (unsigned int i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    }
+    cJSON_AddStringToObject(manifest, "name", name);
+    cJSON_AddNumberToObject(manifest, "size", (double)st.st_size);
+    cJSON_AddStringToObject(manifest, "sha256", hex);
+    cJSON_AddNumberToObject(manifest, "created_ms", (double)kestrel__now_ms());
+    if (o.metadata_json) {
+        cJSON *meta = cJSON_Parse(o.metadata_json);
+        if (meta == NULL || !cJSON_IsObject(meta)) {
+            cJSON_Delete(meta);
+            rc = kestrel__error_set(KESTREL_EINVALID, "metadata must be a JSON object");
+            goto done;
+        }
+        cJSON_AddItemToObject(manifest, "metadata", meta);
+    }
+    if ((rc = kestrel__store_commit(s, name, manifest, version_out)) < 0)
+        goto done;
+    if (o.alias && version_out)
+        rc = kestrel__store_alias_set(s, name, o.alias, *version_out);
+    else if (o.alias) {
+        cJSON *v = cJSON_GetObjectItem(manifest, "version");
+        rc = kestrel__store_alias_set(s, name, o.alias, (int64_t)cJSON_GetNumberValue(v));
+    }
+    if (rc == 0)
+        rc = report(&pr, 1);
+done:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    EVP_MD_CTX_free(whole);
+    cJSON_Delete(manifest);
+    kestrel__store_close(s);
+    return rc;
+}
+
+int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, const kestrel_transfer_options *in)
+{
+    kestrel_transfer_options o;
+    kestrel__store *s = NULL;
+    cJSON *m = NULL, *chunk;
+    kestrel_buf data = KESTREL_BUF_INIT;
+    progress pr;
+    char tmp[4096] = "", hex[KESTREL__HEX_LEN + 1];
+    const char *want;
+    EVP_MD_CTX *whole = NULL;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdn = 0;
+    int fd = -1, rc;
+
+    if ((rc = load_topts(&o, in)) < 0)
+        return rc;
+    if (ref == NULL || dest == NULL)
+        return kestrel__error_set(KESTREL_EINVALID, "ref and dest are required");
+    if ((rc = open_store(&s, c)) < 0)
+        return rc;
+    if ((rc = kestrel__store_resolve(s, ref, &m)) < 0)
+        goto done;
+    memset(&pr, 0, sizeof(pr));
+    pr.p.version = 1;
+    pr.p.phase = KESTREL_PHASE_PULL;
+    pr.p.bytes_total = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size"));
+    pr.cb = o.progress;
+    pr.payload = o.progress_payload;
+    snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
+    if ((fd = mkstemp(tmp)) < 0) {
+        rc = kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    if ((whole = EVP_MD_CTX_new()) == NULL || EVP_DigestInit_ex(whole, EVP_sha256(), NULL) != 1) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    cJSON_ArrayForEach(chunk, cJSON_GetObjectItem(m, "chunks")) {
+        const char *h = cJSON_GetStringValue(cJSON_GetArrayItem(chunk, 0));
+        size_t len = (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(chunk, 1));
+        const char *p;
+        size_t left;
+        if (h == NULL || strlen(h) != KESTREL__HEX_LEN) {
+            rc = kestrel__error_set(KESTREL_EIO, "the manifest of %s is damaged", ref);
+            goto done;
+        }
+        if ((rc = kestrel__store_get_chunk(s, h, len, &data)) < 0)   /* verified against its name */
+            goto done;
+        EVP_DigestUpdate(whole, data.ptr, data.size);
+        for (p = data.ptr, left = data.size; left > 0;) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                rc = kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", tmp, strerror(errno));
+                goto done;
+            }
+            p += w;
+            left -= (size_t)w;
+        }
+        pr.p.bytes_done += (int64_t)data.size;
+        pr.p.chunks_done++;
+        if ((rc = report(&pr, 0)) < 0)
+            goto done;
+    }
+    EVP_DigestFinal_ex(whole, md, &mdn);
+    for (unsigned int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    want = cJSON_GetStringValue(cJSON_GetObjectItem(m, "sha256"));
+    if (want == NULL || strcmp(hex, want) || pr.p.bytes_done != pr.p.bytes_total) {
+        rc = kestrel__error_set(KESTREL_EIO, "%s: the assembled file does not match its digest", ref);
+        goto done;
+    }
+    if (fsync(fd) < 0 || close(fd) < 0) {
+        fd = -1;
+        rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    fd = -1;
+    if (rename(tmp, dest) < 0) {
+        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+        goto done;
+    }
+    tmp[0] = '\0';
+    rc = report(&pr, 1);
+done:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0 && tmp[0] && strstr(tmp, ".kestrel-tmp."))
+        unlink(tmp);   /* never leave half a file behind */
+    EVP_MD_CTX_free(whole);
+    kestrel_buf_dispose(&data);
+    cJSON_Delete(m);
+    kestrel__store_close(s);
+    return rc;
+}
+
+struct kestrel_model_versions {
+    uint32_t magic;
+    kestrel_model_version *v;
+    char **strings;
+    size_t n, nstrings;
+};
+
+#define MAGIC_VERSIONS 0x6b566572u
+
+void kestrel_model_versions_free(kestrel_model_versions *l)
+{
+    if (l == NULL || l->magic != MAGIC_VERSIONS)
+        return;
+    l->magic = KESTREL__MAGIC_DEAD;
+    for (size_t i = 0; i < l->nstrings; i++)
+        free(l->strings[i]);
+    free(l->strings);
+    free(l->v);
+    free(l);
+}
+
+static const char *keep(kestrel_model_versions *l, char *s)
+{
+    if (s)
+        l->strings[l->nstrings++] = s;
+    return s ? s : "";
+}
+
+int kestrel_model_versions_get(kestrel_model_versions **out, kestrel_client *c, const char *name)
+{
+    kestrel__store *s = NULL;
+    kestrel_model_versions *l = NULL;
+    int64_t *vs = NULL;
+    size_t n = 0;
+    int rc;
+    if (out == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
+    *out = NULL;
+    if (name == NULL || !kestrel__repo_name_valid(name))
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", name ? name : "");
+    if ((rc = open_store(&s, c)) < 0)
+        return rc;
+    if ((rc = kestrel__store_versions(s, name, &vs, &n)) < 0)
+        goto done;
+    if ((l = calloc(1, sizeof(*l))) == NULL || (l->v = calloc(n + 1, sizeof(*l->v))) == NULL ||
+        (l->strings = calloc(3 * n + 1, sizeof(char *))) == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    l->magic = MAGIC_VERSIONS;
+    for (size_t i = 0; i < n; i++) {
+        cJSON *m;
+        kestrel_buf aliases = KESTREL_BUF_INIT;
+        kestrel_model_version *v = &l->v[l->n];
+        if (kestrel__store_manifest(s, name, vs[i], &m) < 0)
+            continue;   /* deleted meanwhile */
+        v->version_struct = 1;
+        v->version = vs[i];
+        v->size = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size"));
+        v->created_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "created_ms"));
+        v->chunks = cJSON_GetArraySize(cJSON_GetObjectItem(m, "chunks"));
+        v->sha256 = keep(l, kestrel__strdup(cJSON_GetStringValue(cJSON_GetObjectItem(m, "sha256"))));
+        kestrel__store_aliases_of(s, name, vs[i], &aliases);
+        v->aliases = keep(l, aliases.ptr ? aliases.ptr : kestrel__strdup(""));
+        v->metadata_json = keep(l, cJSON_GetObjectItem(m, "metadata") ? cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "metadata"))
+                                                                       : kestrel__strdup("{}"));
+        cJSON_Delete(m);
+        l->n++;
+    }
+    *out = l;
+    l = NULL;
+done:
+    kestrel_model_versions_free(l);
+    free(vs);
+    kestrel__store_close(s);
+    return rc;
+}
+
+size_t kestrel_model_versions_count(const kestrel_model_versions *l)
+{
+    return (l && l->magic == MAGIC_VERSIONS) ? l->n : 0;
+}
+
+const kestrel_model_version *kestrel_model_versions_at(const kestrel_model_versions *l, size_t i)
+{
+    return (l && l->magic == MAGIC_VERSIONS && i < l->n) ? &l->v[i] : NULL;
+}
+
+int kestrel_model_list(kestrel_buf *out, kestrel_client *c)
+{
+    kestrel__store *s;
+    int rc;
+    if (out == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
+    if ((rc = open_store(&s, c)) < 0)
+        return rc;
+    rc = kestrel__store_list(s, out);
+    kestrel__store_close(s);
+    return rc;
+}
+
+static int with_model(kestrel_client *c, const char *name, kestrel__store **s)
+{
+    if (name == NULL || !kestrel__repo_name_valid(name))
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", name ? name : "");
+    return open_store(s, c);
+}
+
+int kestrel_model_alias_set(kestrel_client *c, const char *name, const char *alias, int64_t version)
+{
+    kestrel__store *s;
+    int rc = with_model(c, name, &s);
+    if (rc == 0) {
+        rc = kestrel__store_alias_set(s, name, alias, version);
+        kestrel__store_close(s);
+    }
+    return rc;
+}
+
+int kestrel_model_alias_delete(kestrel_client *c, const char *name, const char *alias)
+{
+    kestrel__store *s;
+    int rc = with_model(c, name, &s);
+    if (rc == 0) {
+        rc = kestrel__store_alias_delete(s, name, alias);
+        kestrel__store_close(s);
+    }
+    return rc;
+}
+
+int kestrel_model_delete(kestrel_client *c, const char *name, int64_t version)
+{
+    kestrel__store *s;
+    int rc = with_model(c, name, &s);
+    if (rc == 0) {
+        rc = kestrel__store_delete(s, name, version);
+        kestrel__store_close(s);
+    }
+    return rc;
+}

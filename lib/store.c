@@ -1,0 +1,518 @@
+/* lib/store.c - the filesystem store (layout and guarantees in store.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include "store.h"
+
+struct kestrel__store {
+    char root[PATH_MAX];
+    int fd;   /* for syncfs */
+};
+
+static int mkdirs(const char *path)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return (mkdir(tmp, 0755) < 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static int io_error(const char *what, const char *path)
+{
+    return kestrel__error_set(KESTREL_EIO, "%s %s: %s", what, path, strerror(errno));
+}
+
+int kestrel__repo_name_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    int seg_start = 1;
+    if (n == 0 || n > 200 || name[n - 1] == '/')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (c == '/') {
+            if (seg_start)
+                return 0;   /* empty segment */
+            seg_start = 1;
+            continue;
+        }
+        if (seg_start && !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+            return 0;       /* also rules out "." and ".." */
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+            return 0;
+        seg_start = 0;
+    }
+    return 1;
+}
+
+int kestrel__alias_valid(const char *alias)
+{
+    return alias && !strchr(alias, '/') && kestrel__repo_name_valid(alias) && (alias[0] < '0' || alias[0] > '9');
+}
+
+void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
+    for (unsigned int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+int kestrel__store_open(kestrel__store **out, const char *root)
+{
+    kestrel__store *s = calloc(1, sizeof(*s));
+    char path[PATH_MAX];
+    if (s == NULL)
+        return kestrel__error_oom();
+    snprintf(s->root, sizeof(s->root), "%s", root);
+    snprintf(path, sizeof(path), "%s/chunks", root);
+    if (mkdirs(path) < 0) {
+        int rc = io_error("cannot create", path);
+        free(s);
+        return rc;
+    }
+    snprintf(path, sizeof(path), "%s/models", root);
+    if (mkdirs(path) < 0 || (s->fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        int rc = io_error("cannot open", root);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void kestrel__store_close(kestrel__store *s)
+{
+    if (s) {
+        close(s->fd);
+        free(s);
+    }
+}
+
+static void chunk_path(const kestrel__store *s, const char *hex, char *out, size_t n)
+{
+    snprintf(out, n, "%s/chunks/%.2s/%s", s->root, hex, hex + 2);
+}
+
+int kestrel__store_has_chunk(kestrel__store *s, const char *hex)
+{
+    char path[PATH_MAX];
+    chunk_path(s, hex, path, sizeof(path));
+    return access(path, F_OK) == 0;
+}
+
+/* Write data to a unique temp file next to final; returns its fd (caller renames/links). */
+static int write_temp(const char *final, const void *data, size_t len, char *tmp, size_t tn, int do_fsync)
+{
+    const char *p = data;
+    int fd;
+    snprintf(tmp, tn, "%s.tmp.XXXXXX", final);
+    if ((fd = mkstemp(tmp)) < 0)
+        return io_error("cannot create", tmp);
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int rc = io_error("cannot write", tmp);
+            close(fd);
+            unlink(tmp);
+            return rc;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    if ((do_fsync && fsync(fd) < 0) || close(fd) < 0) {
+        int rc = io_error("cannot sync", tmp);
+        unlink(tmp);
+        return rc;
+    }
+    return 0;
+}
+
+int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len)
+{
+    char path[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX + 16];
+    int rc;
+    snprintf(dir, sizeof(dir), "%s/chunks/%.2s", s->root, hex);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return io_error("cannot create", dir);
+    chunk_path(s, hex, path, sizeof(path));
+    if ((rc = write_temp(path, data, len, tmp, sizeof(tmp), 0)) < 0)
+        return rc;
+    if (rename(tmp, path) < 0) {   /* same content under the same name: a concurrent writer is harmless */
+        rc = io_error("cannot store", path);
+        unlink(tmp);
+        return rc;
+    }
+    return 0;
+}
+
+int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out)
+{
+    char path[PATH_MAX], got[KESTREL__HEX_LEN + 1];
+    FILE *f;
+    size_t n;
+    int rc;
+    chunk_path(s, hex, path, sizeof(path));
+    if ((f = fopen(path, "rb")) == NULL)
+        return errno == ENOENT ? kestrel__error_set(KESTREL_EIO, "chunk %.12s is missing from the store", hex)
+                               : io_error("cannot read", path);
+    out->size = 0;
+    if ((rc = kestrel__buf_grow(out, expect_len + 1)) < 0) {
+        fclose(f);
+        return rc;
+    }
+    n = fread(out->ptr, 1, expect_len + 1, f);
+    fclose(f);
+    out->size = n;
+    kestrel__sha256_hex(out->ptr, n, got);
+    if (n != expect_len || strcmp(got, hex))
+        return kestrel__error_set(KESTREL_EIO, "chunk %.12s is damaged (%zu bytes, hash %.12s)", hex, n, got);
+    return 0;
+}
+
+int kestrel__store_sync(kestrel__store *s)
+{
+    return syncfs(s->fd) < 0 ? io_error("cannot sync", s->root) : 0;
+}
+
+static void model_dir(const kestrel__store *s, const char *name, const char *sub, char *out, size_t n)
+{
+    snprintf(out, n, "%s/models/%s/%s", s->root, name, sub);
+}
+
+int kestrel__store_versions(kestrel__store *s, const char *name, int64_t **out, size_t *n)
+{
+    char dir[PATH_MAX];
+    DIR *d;
+    struct dirent *e;
+    int64_t *v = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    model_dir(s, name, "versions", dir, sizeof(dir));
+    if ((d = opendir(dir)) == NULL)
+        return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name) : io_error("cannot list", dir);
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long long x = strtoll(e->d_name, &end, 10);
+        if (x <= 0 || strcmp(end, ".json"))
+            continue;   /* temp files and anything else */
+        if (*n == cap) {
+            int64_t *p = realloc(v, (cap = cap ? cap * 2 : 16) * sizeof(*v));
+            if (p == NULL) {
+                closedir(d);
+                free(v);
+                return kestrel__error_oom();
+            }
+            v = p;
+        }
+        v[(*n)++] = x;
+    }
+    closedir(d);
+    for (size_t i = 1; i < *n; i++)   /* insertion sort: version lists are short */
+        for (size_t k = i; k > 0 && v[k] < v[k - 1]; k--) {
+            int64_t t = v[k];
+            v[k] = v[k - 1];
+            v[k - 1] = t;
+        }
+    if (*n == 0) {
+        free(v);
+        return kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name);
+    }
+    *out = v;
+    return 0;
+}
+
+static int read_text(const char *path, kestrel_buf *out)
+{
+    char chunk[4096];
+    size_t r;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return errno == ENOENT ? KESTREL_ENOTFOUND : io_error("cannot read", path);
+    out->size = 0;
+    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        if (kestrel__buf_put(out, chunk, r) < 0) {
+            fclose(f);
+            return kestrel__error_oom();
+        }
+    fclose(f);
+    return kestrel__buf_put(out, "", 0);
+}
+
+int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, cJSON **out)
+{
+    char path[PATH_MAX];
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int rc;
+    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
+    rc = read_text(path, &b);
+    if (rc == KESTREL_ENOTFOUND)
+        rc = kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
+    if (rc == 0 && (*out = cJSON_Parse(b.ptr)) == NULL)
+        rc = kestrel__error_set(KESTREL_EIO, "the manifest of %s@%lld is damaged", name, (long long)version);
+    kestrel_buf_dispose(&b);
+    return rc;
+}
+
+static int alias_write(kestrel__store *s, const char *name, const char *alias, int64_t version)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 64], tmp[PATH_MAX + 96], text[32];
+    int rc;
+    model_dir(s, name, "aliases", dir, sizeof(dir));
+    if (mkdirs(dir) < 0)
+        return io_error("cannot create", dir);
+    snprintf(path, sizeof(path), "%s/%s", dir, alias);
+    snprintf(text, sizeof(text), "%lld\n", (long long)version);
+    if ((rc = write_temp(path, text, strlen(text), tmp, sizeof(tmp), 1)) < 0)
+        return rc;
+    if (rename(tmp, path) < 0) {
+        rc = io_error("cannot set alias", path);
+        unlink(tmp);
+    }
+    return rc;
+}
+
+static int alias_read(kestrel__store *s, const char *name, const char *alias, int64_t *version)
+{
+    char path[PATH_MAX];
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int rc;
+    snprintf(path, sizeof(path), "%s/models/%s/aliases/%s", s->root, name, alias);
+    rc = read_text(path, &b);
+    if (rc == KESTREL_ENOTFOUND)
+        rc = kestrel__error_set(KESTREL_ENOTFOUND, "%s has no alias %s", name, alias);
+    if (rc == 0)
+        *version = strtoll(b.ptr, NULL, 10);
+    kestrel_buf_dispose(&b);
+    return rc;
+}
+
+int kestrel__store_commit(kestrel__store *s, const char *name, cJSON *manifest, int64_t *version_out)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 64];
+    int64_t *versions = NULL, next = 1;
+    size_t n = 0;
+    char *text;
+    int rc;
+    model_dir(s, name, "versions", dir, sizeof(dir));
+    if (mkdirs(dir) < 0)
+        return io_error("cannot create", dir);
+    if ((rc = kestrel__store_sync(s)) < 0)   /* every chunk durable before the manifest names it */
+        return rc;
+    if (kestrel__store_versions(s, name, &versions, &n) == 0 && n)
+        next = versions[n - 1] + 1;
+    free(versions);
+    kestrel_error_clear();
+    for (;; next++) {
+        cJSON_DeleteItemFromObject(manifest, "version");
+        cJSON_AddNumberToObject(manifest, "version", (double)next);
+        if ((text = cJSON_PrintUnformatted(manifest)) == NULL)
+            return kestrel__error_oom();
+        snprintf(path, sizeof(path), "%s/%lld.json", dir, (long long)next);
+        rc = write_temp(path, text, strlen(text), tmp, sizeof(tmp), 1);
+        cJSON_free(text);
+        if (rc < 0)
+            return rc;
+        /* link() fails when the name exists: two writers never share a version number */
+        if (link(tmp, path) == 0) {
+            unlink(tmp);
+            break;
+        }
+        rc = errno;
+        unlink(tmp);
+        if (rc != EEXIST) {
+            errno = rc;
+            return io_error("cannot commit", path);
+        }
+    }
+    {   /* the new directory entry is durable too */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+    }
+    if (version_out)
+        *version_out = next;
+    return alias_write(s, name, "latest", next);
+}
+
+int kestrel__store_resolve(kestrel__store *s, const char *ref, cJSON **out)
+{
+    char name[256];
+    const char *at = strrchr(ref, '@');
+    int64_t version = 0;
+    int rc;
+    snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
+    if (!kestrel__repo_name_valid(name))
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", name);
+    if (at && at[1] >= '0' && at[1] <= '9') {
+        char *end;
+        version = strtoll(at + 1, &end, 10);
+        if (*end || version <= 0)
+            return kestrel__error_set(KESTREL_EINVALID, "bad version in '%.64s'", ref);
+    } else {
+        const char *alias = at ? at + 1 : "latest";
+        if (!kestrel__alias_valid(alias))
+            return kestrel__error_set(KESTREL_EINVALID, "bad alias in '%.64s'", ref);
+        if ((rc = alias_read(s, name, alias, &version)) < 0)
+            return rc;
+    }
+    return kestrel__store_manifest(s, name, version, out);
+}
+
+int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t version, kestrel_buf *out)
+{
+    char dir[PATH_MAX];
+    DIR *d;
+    struct dirent *e;
+    int rc = kestrel__buf_puts(out, "");
+    model_dir(s, name, "aliases", dir, sizeof(dir));
+    if ((d = opendir(dir)) == NULL)
+        return rc;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        int64_t v;
+        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") || alias_read(s, name, e->d_name, &v) < 0)
+            continue;
+        if (v == version)
+            rc = kestrel__buf_printf(out, "%s%s", out->size ? "," : "", e->d_name);
+    }
+    closedir(d);
+    kestrel_error_clear();
+    return rc;
+}
+
+int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *alias, int64_t version)
+{
+    cJSON *m;
+    int rc;
+    if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s' (and 'latest' follows pushes)", alias ? alias : "");
+    if ((rc = kestrel__store_manifest(s, name, version, &m)) < 0)
+        return rc;
+    cJSON_Delete(m);
+    return alias_write(s, name, alias, version);
+}
+
+int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias)
+{
+    char path[PATH_MAX];
+    if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s'", alias ? alias : "");
+    snprintf(path, sizeof(path), "%s/models/%s/aliases/%s", s->root, name, alias);
+    if (unlink(path) < 0)
+        return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "%s has no alias %s", name, alias)
+                               : io_error("cannot delete", path);
+    return 0;
+}
+
+int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
+{
+    char path[PATH_MAX], dir[PATH_MAX];
+    kestrel_buf aliases = KESTREL_BUF_INIT;
+    int64_t *versions = NULL;
+    size_t n = 0;
+    int rc;
+    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
+    if ((rc = kestrel__store_aliases_of(s, name, version, &aliases)) < 0)
+        return rc;
+    if (unlink(path) < 0) {
+        kestrel_buf_dispose(&aliases);
+        return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
+                               : io_error("cannot delete", path);
+    }
+    for (char *a = aliases.ptr, *next; a && *a; a = next) {   /* its aliases go with it */
+        next = strchr(a, ',');
+        if (next)
+            *next++ = '\0';
+        snprintf(dir, sizeof(dir), "%s/models/%s/aliases/%s", s->root, name, a);
+        unlink(dir);
+    }
+    kestrel_buf_dispose(&aliases);
+    /* "latest" goes back to the newest version left */
+    if (kestrel__store_versions(s, name, &versions, &n) == 0 && n)
+        rc = alias_write(s, name, "latest", versions[n - 1]);
+    kestrel_error_clear();
+    free(versions);
+    return rc;
+}
+
+static int list_dir(const char *root, const char *prefix, kestrel_buf *out)
+{
+    char path[PATH_MAX];
+    DIR *d;
+    struct dirent *e;
+    int rc = 0;
+    snprintf(path, sizeof(path), "%s/%s", root, prefix);
+    if ((d = opendir(path)) == NULL)
+        return 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        char sub[PATH_MAX];
+        struct stat st;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof(sub), "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
+        if (!strcmp(e->d_name, "versions")) {
+            rc = kestrel__buf_printf(out, "%s\n", prefix);   /* a model: prefix holds its name */
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", root, sub);
+        if (strcmp(e->d_name, "aliases") && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = list_dir(root, sub, out);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_lines(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int kestrel__store_list(kestrel__store *s, kestrel_buf *out)
+{
+    char root[PATH_MAX];
+    kestrel_buf raw = KESTREL_BUF_INIT;
+    char **lines = NULL;
+    size_t n = 0;
+    int rc;
+    snprintf(root, sizeof(root), "%s/models", s->root);
+    rc = list_dir(root, "", &raw);
+    for (char *save = NULL, *line = raw.ptr ? strtok_r(raw.ptr, "\n", &save) : NULL; rc == 0 && line;
+         line = strtok_r(NULL, "\n", &save)) {
+        char **grown = realloc(lines, (n + 1) * sizeof(*lines));
+        if (grown == NULL) {
+            rc = kestrel__error_oom();
+            break;
+        }
+        lines = grown;
+        lines[n++] = line;
+    }
+    if (n > 1)
+        qsort(lines, n, sizeof(*lines), cmp_lines);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = kestrel__buf_printf(out, "%s\n", lines[i]);
+    if (rc == 0 && n == 0)
+        rc = kestrel__buf_puts(out, "");
+    free(lines);
+    kestrel_buf_dispose(&raw);
+    return rc;
+}

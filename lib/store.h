@@ -1,0 +1,44 @@
+/* lib/store.h - the content-addressed repository store on a filesystem. One implementation for
+ * file:// URLs in the library and (later) for kestreld, so both share one on-disk format:
+ *   ROOT/chunks/ab/cdef...            chunk bytes, named by their SHA-256
+ *   ROOT/models/NAME/versions/N.json  immutable manifests (size, sha256, chunk list, metadata)
+ *   ROOT/models/NAME/aliases/ALIAS    the version an alias points at
+ * Every file is written to a temp name and renamed (manifests are link()ed so that two writers
+ * can never take the same version number); chunks are synced once, before the manifest commits. */
+#ifndef KESTREL_STORE_H
+#define KESTREL_STORE_H
+
+#include <cjson/cJSON.h>
+#include "internal.h"
+
+typedef struct kestrel__store kestrel__store;
+
+#define KESTREL__HEX_LEN 64
+
+int kestrel__store_open(kestrel__store **out, const char *root);
+void kestrel__store_close(kestrel__store *s);
+/* "team/resnet": lowercase [a-z0-9._-] segments starting with a letter or digit, <= 200 bytes. */
+int kestrel__repo_name_valid(const char *name);
+int kestrel__alias_valid(const char *alias);
+
+void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1]);
+int kestrel__store_has_chunk(kestrel__store *s, const char *hex);
+int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len);
+/* Read a chunk and check its hash (KESTREL_EIO on a mismatch: a damaged store). */
+int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out);
+/* Make every chunk written so far durable (one syncfs, not one fsync per chunk). */
+int kestrel__store_sync(kestrel__store *s);
+/* Commit a manifest (its "version" is set here) as the next version of name; moves "latest". */
+int kestrel__store_commit(kestrel__store *s, const char *name, cJSON *manifest, int64_t *version_out);
+/* "name", "name@N", "name@alias" -> the manifest (owned). */
+int kestrel__store_resolve(kestrel__store *s, const char *ref, cJSON **manifest_out);
+int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, cJSON **out);
+/* Versions of name in ascending order (owned array) and the alias of each ("a,b"). */
+int kestrel__store_versions(kestrel__store *s, const char *name, int64_t **out, size_t *n);
+int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t version, kestrel_buf *out);
+int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *alias, int64_t version);
+int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias);
+int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version);
+int kestrel__store_list(kestrel__store *s, kestrel_buf *out);
+
+#endif

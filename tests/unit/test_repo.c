@@ -1,0 +1,285 @@
+/* Unit tests: content-defined chunking and the repository through file:// URLs. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "chunk.h"
+#include "store.h"
+
+static char dir[64], url[128];
+static kestrel_client *C;
+
+static uint8_t *random_bytes(size_t n, uint64_t seed)
+{
+    uint8_t *b = malloc(n);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        b[i] = (uint8_t)(seed >> 56);
+    }
+    return b;
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static size_t cut_all(const uint8_t *b, size_t n, size_t *cuts, size_t max)
+{
+    size_t k = 0, off = 0;
+    while (off < n && k < max) {
+        size_t len = kestrel__chunk_next(b + off, n - off, 1);
+        cuts[k++] = off += len;
+    }
+    return k;
+}
+
+static void chunks_have_bounded_sizes_and_survive_an_insertion(void **state)
+{
+    size_t n = 16u << 20, a[256], b[256], na, nb, shared = 0;
+    uint8_t *data = random_bytes(n, 1), *ins = malloc(n + 100);
+    (void)state;
+    na = cut_all(data, n, a, 256);
+    for (size_t i = 0; i < na; i++) {
+        size_t len = a[i] - (i ? a[i - 1] : 0);
+        assert_true(len <= KESTREL__CHUNK_MAX);
+        if (i + 1 < na)
+            assert_true(len >= KESTREL__CHUNK_MIN);
+    }
+    assert_true(na > 16 && na < 160);   /* about 16 MiB / 256 KiB */
+    /* 100 bytes inserted at 3 MiB: boundaries after it shift by 100, all but one or two chunks stay */
+    memcpy(ins, data, 3u << 20);
+    memset(ins + (3u << 20), 0x5a, 100);
+    memcpy(ins + (3u << 20) + 100, data + (3u << 20), n - (3u << 20));
+    nb = cut_all(ins, n + 100, b, 256);
+    for (size_t i = 0; i < na; i++)
+        for (size_t k = 0; k < nb; k++)
+            if (b[k] == a[i] || b[k] == a[i] + 100)
+                shared++;
+    assert_true(shared + 3 >= na);
+    free(data);
+    free(ins);
+}
+
+static int setup(void **state)
+{
+    kestrel_client_options o = KESTREL_CLIENT_OPTIONS_INIT;
+    (void)state;
+    kestrel_init();
+    snprintf(dir, sizeof(dir), "/tmp/kestrel-repo-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s/store", dir);
+    assert_int_equal(kestrel_client_new(&C, url, &o), 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    (void)state;
+    kestrel_client_free(C);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    kestrel_shutdown();
+    return 0;
+}
+
+static int last_progress(const kestrel_progress *p, void *payload)
+{
+    *(kestrel_progress *)payload = *p;
+    return 0;
+}
+
+static int64_t push(const char *name, const char *path, kestrel_progress *stats, const char *alias)
+{
+    kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
+    int64_t v = 0;
+    o.progress = last_progress;
+    o.progress_payload = stats;
+    o.alias = alias;
+    o.metadata_json = "{\"framework\":\"keras\",\"job\":\"7\"}";
+    if (kestrel_model_push(&v, C, name, path, &o) != 0)
+        fail_msg("push: %s", kestrel_error_last()->message);
+    return v;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+static void push_pull_versions_aliases_and_dedupe(void **state)
+{
+    size_t n = 32u << 20;
+    uint8_t *data = random_bytes(n, 7);
+    char f1[128], f2[128], out[128];
+    kestrel_progress st;
+    kestrel_model_versions *vl;
+    kestrel_buf names = KESTREL_BUF_INIT;
+    (void)state;
+    snprintf(f1, sizeof(f1), "%s/v1.bin", dir);
+    snprintf(f2, sizeof(f2), "%s/v2.bin", dir);
+    snprintf(out, sizeof(out), "%s/out.bin", dir);
+    write_file(f1, data, n);
+    assert_int_equal(push("team/resnet", f1, &st, NULL), 1);
+    assert_int_equal(st.bytes_done, n);
+    assert_int_equal(st.bytes_new, n);
+    /* the same bytes again: a new version, no new chunk */
+    assert_int_equal(push("team/resnet", f1, &st, "production"), 2);
+    assert_int_equal(st.bytes_new, 0);
+    assert_int_equal(st.chunks_new, 0);
+    /* 5 % of the bytes changed in 8 regions: only the chunks around them are stored again (about
+     * 2 x 256 KiB of edge per region; on the 1 GiB file of bench/repo that is ~6 %, here ~18 %) */
+    for (int r = 0; r < 8; r++)
+        memset(data + (size_t)r * (n / 8) + 1000, r + 1, n / 160);
+    write_file(f2, data, n);
+    assert_int_equal(push("team/resnet", f2, &st, NULL), 3);
+    if (!(st.bytes_new > 0 && st.bytes_new <= (int64_t)(n * 0.25)))
+        fail_msg("5%% changed in 8 regions stored %lld of %zu bytes again", (long long)st.bytes_new, n);
+    assert_int_equal(kestrel_model_pull(C, "team/resnet", out, NULL), 0);   /* latest */
+    assert_true(same_file(out, f2));
+    assert_int_equal(kestrel_model_pull(C, "team/resnet@production", out, NULL), 0);
+    assert_true(same_file(out, f1));
+    assert_int_equal(kestrel_model_pull(C, "team/resnet@1", out, NULL), 0);
+    assert_true(same_file(out, f1));
+    assert_int_equal(kestrel_model_versions_get(&vl, C, "team/resnet"), 0);
+    assert_int_equal(kestrel_model_versions_count(vl), 3);
+    assert_string_equal(kestrel_model_versions_at(vl, 1)->aliases, "production");
+    assert_string_equal(kestrel_model_versions_at(vl, 2)->aliases, "latest");
+    assert_string_equal(kestrel_model_versions_at(vl, 0)->metadata_json, "{\"framework\":\"keras\",\"job\":\"7\"}");
+    assert_int_equal(kestrel_model_versions_at(vl, 0)->size, n);
+    kestrel_model_versions_free(vl);
+    assert_int_equal(kestrel_model_alias_set(C, "team/resnet", "staging", 3), 0);
+    assert_int_equal(kestrel_model_alias_set(C, "team/resnet", "staging", 9), KESTREL_ENOTFOUND);
+    assert_int_equal(kestrel_model_alias_set(C, "team/resnet", "latest", 1), KESTREL_EINVALID);
+    /* deleting the newest version takes its aliases and moves latest back */
+    assert_int_equal(kestrel_model_delete(C, "team/resnet", 3), 0);
+    assert_int_equal(kestrel_model_pull(C, "team/resnet@staging", out, NULL), KESTREL_ENOTFOUND);
+    assert_int_equal(kestrel_model_pull(C, "team/resnet", out, NULL), 0);
+    assert_true(same_file(out, f1));
+    push("other", f1, &st, NULL);
+    assert_int_equal(kestrel_model_list(&names, C), 0);
+    assert_string_equal(names.ptr, "other\nteam/resnet\n");
+    kestrel_buf_dispose(&names);
+    free(data);
+}
+
+static void damaged_chunk_is_an_error_never_a_wrong_file(void **state)
+{
+    size_t n = 2u << 20;
+    uint8_t *data = random_bytes(n, 9);
+    char f[128], out[128], cmd[512];
+    kestrel_progress st;
+    DIR *d;
+    struct dirent *e;
+    (void)state;
+    snprintf(f, sizeof(f), "%s/in.bin", dir);
+    snprintf(out, sizeof(out), "%s/pulled.bin", dir);
+    write_file(f, data, n);
+    push("m", f, &st, NULL);
+    /* flip a byte in one stored chunk */
+    snprintf(cmd, sizeof(cmd), "c=$(find %s/store/chunks -type f | head -n 1) && printf 'X' | dd of=$c bs=1 seek=100 conv=notrunc 2>/dev/null",
+             dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kestrel_model_pull(C, "m", out, NULL), KESTREL_EIO);
+    assert_non_null(strstr(kestrel_error_last()->message, "damaged"));
+    assert_int_equal(access(out, F_OK), -1);
+    d = opendir(dir);
+    while ((e = readdir(d)) != NULL)
+        assert_null(strstr(e->d_name, "kestrel-tmp"));   /* nothing half-written left behind */
+    closedir(d);
+    free(data);
+}
+
+static void bad_input(void **state)
+{
+    kestrel_client *http;
+    char f[128], out[128];
+    kestrel_job *j;
+    (void)state;
+    snprintf(f, sizeof(f), "%s/x.bin", dir);
+    snprintf(out, sizeof(out), "%s/y.bin", dir);
+    write_file(f, "abc", 3);
+    assert_int_equal(kestrel_model_push(NULL, C, "Team/Upper", f, NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_model_push(NULL, C, "a/../b", f, NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_model_push(NULL, C, "a//b", f, NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_model_push(NULL, C, ".hidden", f, NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_model_push(NULL, C, "ok", "/nonexistent/file", NULL), KESTREL_EIO);
+    assert_int_equal(kestrel_model_pull(C, "nothing-here", out, NULL), KESTREL_ENOTFOUND);
+    assert_int_equal(kestrel_model_pull(C, "ok@x y", out, NULL), KESTREL_EINVALID);
+    {
+        kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
+        o.metadata_json = "[1,2]";
+        assert_int_equal(kestrel_model_push(NULL, C, "ok", f, &o), KESTREL_EINVALID);
+    }
+    assert_int_equal(kestrel_job_get(&j, C, 1), KESTREL_EUNSUPPORTED);   /* jobs need a kestreld */
+    assert_int_equal(kestrel_client_new(&http, "http://127.0.0.1:1", NULL), 0);
+    assert_int_equal(kestrel_model_push(NULL, http, "ok", f, NULL), KESTREL_EUNSUPPORTED);
+    kestrel_client_free(http);
+}
+
+static void concurrent_writers_get_distinct_versions(void **state)
+{
+    char f[4][128], out[128];
+    int64_t seen[5] = { 0 };
+    kestrel_model_versions *vl;
+    (void)state;
+    for (int i = 0; i < 4; i++) {
+        uint8_t *d = random_bytes(1u << 20, 100 + (uint64_t)i);
+        snprintf(f[i], sizeof(f[i]), "%s/c%d.bin", dir, i);
+        write_file(f[i], d, 1u << 20);
+        free(d);
+    }
+    for (int i = 0; i < 4; i++) {
+        if (fork() == 0) {
+            kestrel_client *c;
+            int64_t v = 0;
+            kestrel_client_new(&c, url, NULL);
+            _exit(kestrel_model_push(&v, c, "shared/model", f[i], NULL) == 0 && v >= 1 && v <= 4 ? 0 : 1);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        int st;
+        wait(&st);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    assert_int_equal(kestrel_model_versions_get(&vl, C, "shared/model"), 0);
+    assert_int_equal(kestrel_model_versions_count(vl), 4);
+    for (size_t i = 0; i < 4; i++) {
+        int64_t v = kestrel_model_versions_at(vl, i)->version;
+        char ref[64];
+        int match = 0;
+        assert_true(v >= 1 && v <= 4 && !seen[v]);
+        seen[v] = 1;
+        snprintf(ref, sizeof(ref), "shared/model@%lld", (long long)v);
+        snprintf(out, sizeof(out), "%s/c.out", dir);
+        assert_int_equal(kestrel_model_pull(C, ref, out, NULL), 0);
+        for (int k = 0; k < 4; k++)
+            match |= same_file(out, f[k]);
+        assert_true(match);
+    }
+    kestrel_model_versions_free(vl);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(chunks_have_bounded_sizes_and_survive_an_insertion),
+        cmocka_unit_test_setup_teardown(push_pull_versions_aliases_and_dedupe, setup, teardown),
+        cmocka_unit_test_setup_teardown(damaged_chunk_is_an_error_never_a_wrong_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(concurrent_writers_get_distinct_versions, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
