@@ -32,6 +32,11 @@ int cmd_queue(cli_ctx *ctx, int argc, char **argv);
 int cmd_job(cli_ctx *ctx, int argc, char **argv);
 int cmd_ack(cli_ctx *ctx, int argc, char **argv);
 int cmd_metrics(cli_ctx *ctx, int argc, char **argv);
+int cmd_push(cli_ctx *ctx, int argc, char **argv);
+int cmd_pull(cli_ctx *ctx, int argc, char **argv);
+int cmd_models(cli_ctx *ctx, int argc, char **argv);
+int cmd_alias(cli_ctx *ctx, int argc, char **argv);
+int cmd_rm(cli_ctx *ctx, int argc, char **argv);
 int cmd_devices(cli_ctx *ctx, int argc, char **argv);
 int cmd_nodes(cli_ctx *ctx, int argc, char **argv);
 

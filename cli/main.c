@@ -24,11 +24,17 @@ static void usage(FILE *f)
         "  job update ID --priority CLASS          move a queued job to another class\n"
         "  ack ID                                  acknowledge a checkpoint (from inside the job)\n"
         "  metrics [--name NAME] ID                the metrics a job reported\n"
+        "  push NAME PATH [--alias A] [--meta K=V] push a file as the next version of a model\n"
+        "  pull REF [-o PATH]                      pull name, name@N or name@alias, verified\n"
+        "  models [NAME]                           model names, or a model's versions\n"
+        "  alias NAME VERSION ALIAS                point an alias at a version\n"
+        "  rm NAME@VERSION                         delete a version\n"
         "  nodes                                   the server's nodes, devices and allocations\n"
         "  devices [--select N --min-memory 40G ...]  this host's GPUs; with criteria, a selection and\n"
         "                                          the reason each other device was not chosen\n"
         "  version                                 print client and server versions\n"
         "\n"
+        "Repositories: a file:///path URL opens one in-process (no daemon needed).\n"
         "Connection (first found wins): --url/--token, then KESTREL_URL/KESTREL_TOKEN,\n"
         "then ~/.config/kestrel/config with lines 'url = http://host:port' and 'token = ...'.\n"
         "-o json prints the API's JSON on every read command.\n"
@@ -196,6 +202,11 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "job")) rc = cmd_job(&ctx, argc, argv);
     else if (!strcmp(cmd, "ack")) rc = cmd_ack(&ctx, argc, argv);
     else if (!strcmp(cmd, "metrics")) rc = cmd_metrics(&ctx, argc, argv);
+    else if (!strcmp(cmd, "push")) rc = cmd_push(&ctx, argc, argv);
+    else if (!strcmp(cmd, "pull")) rc = cmd_pull(&ctx, argc, argv);
+    else if (!strcmp(cmd, "models")) rc = cmd_models(&ctx, argc, argv);
+    else if (!strcmp(cmd, "alias")) rc = cmd_alias(&ctx, argc, argv);
+    else if (!strcmp(cmd, "rm")) rc = cmd_rm(&ctx, argc, argv);
     else if (!strcmp(cmd, "devices")) rc = cmd_devices(&ctx, argc, argv);
     else if (!strcmp(cmd, "nodes")) rc = cmd_nodes(&ctx, argc, argv);
     else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }

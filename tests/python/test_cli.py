@@ -1,5 +1,6 @@
 """The kestrel CLI and the JSON API, driven as a person would, against the real kestreld."""
 import json
+import os
 import subprocess
 
 from conftest import KESTREL_CLI, KESTRELD
@@ -116,3 +117,30 @@ def test_other_users_job_is_not_found(kestreld):
     assert kestreld.cli("-o", "json", "jobs", env=env).stdout.strip() == "[\n]"
     status, _ = kestreld.api("POST", "/api/v1/tokens", {"user": "dave"}, token=body["token"])
     assert status == 403
+
+
+def test_repository_commands_on_a_file_url(tmp_path):
+    store = f"file://{tmp_path}/store"
+    src = tmp_path / "model.bin"
+    src.write_bytes(os.urandom(3 << 20))
+
+    def k(*args, check=True):
+        p = subprocess.run([KESTREL_CLI, "--url", store, *args], capture_output=True, text=True, cwd=tmp_path)
+        if check and p.returncode:
+            raise AssertionError(p.stderr)
+        return p
+
+    assert k("push", "team/m", str(src), "--meta", "job=7").stdout.strip() == "team/m@1"
+    assert k("push", "team/m", str(src), "--alias", "production").stdout.strip() == "team/m@2"
+    assert k("models").stdout == "team/m\n"
+    versions = json.loads(k("-o", "json", "models", "team/m").stdout)
+    assert [v["version"] for v in versions] == [1, 2] and versions[0]["metadata"] == {"job": "7"}
+    assert k("pull", "team/m@production").stdout.strip() == "m"
+    assert (tmp_path / "m").read_bytes() == src.read_bytes()
+    assert "-> 1" in k("alias", "team/m", "1", "staging").stdout
+    k("rm", "team/m@2")
+    assert [v["version"] for v in json.loads(k("-o", "json", "models", "team/m").stdout)] == [1]
+    p = k("push", "Team/M", str(src), check=False)
+    assert p.returncode == 1 and "bad model name" in p.stderr
+    p = k("pull", "team/m@9", check=False)
+    assert p.returncode == 1 and "no version 9" in p.stderr

@@ -1,0 +1,200 @@
+/* cli/repo_cmds.c - push, pull, models, alias, rm. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "cli.h"
+
+/* A one-line progress bar on a terminal (stderr), silent otherwise. */
+static int bar(const kestrel_progress *p, void *payload)
+{
+    const char *what = payload;
+    double frac = p->bytes_total > 0 ? (double)p->bytes_done / (double)p->bytes_total : 1;
+    int fill = (int)(frac * 30);
+    if (!isatty(2))
+        return 0;
+    fprintf(stderr, "\r%s [%-30.*s] %5.1f%%  %" PRId64 " MiB", what, fill, "##############################", 100 * frac,
+            p->bytes_done >> 20);
+    if (p->phase == KESTREL_PHASE_PUSH)
+        fprintf(stderr, ", %" PRId64 " MiB new", p->bytes_new >> 20);
+    if (p->bytes_done == p->bytes_total)
+        fprintf(stderr, "\n");
+    return 0;
+}
+
+static int push_usage(void)
+{
+    fprintf(stderr, "Usage: kestrel push NAME PATH [--alias A] [--meta KEY=VALUE]...\n");
+    return 2;
+}
+
+int cmd_push(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "alias", required_argument, NULL, 'a' }, { "meta", required_argument, NULL, 'm' }, { NULL, 0, NULL, 0 }
+    };
+    kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
+    char *meta = NULL;
+    size_t metalen = 0;
+    FILE *mf = open_memstream(&meta, &metalen);
+    int64_t v = 0;
+    int c, rc, nmeta = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "a:m:", opts, NULL)) != -1) {
+        const char *eq;
+        if (c == 'a') {
+            o.alias = optarg;
+        } else if (c == 'm' && (eq = strchr(optarg, '=')) != NULL && eq != optarg) {
+            char *key = strndup(optarg, (size_t)(eq - optarg));
+            fputs(nmeta++ ? "," : "{", mf);
+            cli_json_string(mf, key);
+            fputc(':', mf);
+            cli_json_string(mf, eq + 1);
+            free(key);
+        } else {
+            fclose(mf);
+            free(meta);
+            return push_usage();
+        }
+    }
+    if (nmeta)
+        fputc('}', mf);
+    fclose(mf);
+    if (optind != argc - 2) {
+        free(meta);
+        return push_usage();
+    }
+    if (cli_connect(ctx) < 0) {
+        free(meta);
+        return 1;
+    }
+    o.metadata_json = nmeta ? meta : NULL;
+    o.progress = bar;
+    o.progress_payload = "push";
+    rc = kestrel_model_push(&v, ctx->client, argv[optind], argv[optind + 1], &o);
+    free(meta);
+    if (rc < 0)
+        return cli_fail("push", rc);
+    printf("%s@%" PRId64 "\n", argv[optind], v);
+    return 0;
+}
+
+int cmd_pull(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = { { "output", required_argument, NULL, 'o' }, { NULL, 0, NULL, 0 } };
+    kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
+    const char *dest = NULL;
+    char fallback[512];
+    int c, rc;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+        if (c != 'o')
+            return 2;
+        dest = optarg;
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "Usage: kestrel pull NAME[@VERSION|@ALIAS] [-o PATH]\n");
+        return 2;
+    }
+    if (dest == NULL) {   /* the last name segment, without the ref */
+        const char *base = strrchr(argv[optind], '/');
+        snprintf(fallback, sizeof(fallback), "%s", base ? base + 1 : argv[optind]);
+        fallback[strcspn(fallback, "@")] = '\0';
+        dest = fallback;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    o.progress = bar;
+    o.progress_payload = "pull";
+    if ((rc = kestrel_model_pull(ctx->client, argv[optind], dest, &o)) < 0)
+        return cli_fail("pull", rc);
+    printf("%s\n", dest);
+    return 0;
+}
+
+int cmd_models(cli_ctx *ctx, int argc, char **argv)
+{
+    int rc;
+    if (argc > 2) {
+        fprintf(stderr, "Usage: kestrel models [NAME]\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if (argc == 1) {
+        kestrel_buf names = KESTREL_BUF_INIT;
+        if ((rc = kestrel_model_list(&names, ctx->client)) < 0)
+            return cli_fail("models", rc);
+        fputs(names.ptr ? names.ptr : "", stdout);
+        kestrel_buf_dispose(&names);
+        return 0;
+    }
+    {
+        kestrel_model_versions *vl;
+        if ((rc = kestrel_model_versions_get(&vl, ctx->client, argv[1])) < 0)
+            return cli_fail("models", rc);
+        if (!ctx->json)
+            printf("%-8s %12s %-16s %-20s %s\n", "VERSION", "BYTES", "SHA256", "CREATED", "ALIASES / METADATA");
+        else
+            printf("[");
+        for (size_t i = 0; i < kestrel_model_versions_count(vl); i++) {
+            const kestrel_model_version *v = kestrel_model_versions_at(vl, i);
+            if (ctx->json) {
+                printf("%s\n{\"version\":%" PRId64 ",\"size\":%" PRId64 ",\"sha256\":\"%s\",\"created_ms\":%" PRId64
+                       ",\"aliases\":",
+                       i ? "," : "", v->version, v->size, v->sha256, v->created_ms);
+                cli_json_string(stdout, v->aliases);
+                printf(",\"metadata\":%s}", v->metadata_json);
+            } else {
+                char when[32];
+                time_t t = (time_t)(v->created_ms / 1000);
+                struct tm tm;
+                localtime_r(&t, &tm);
+                strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+                printf("%-8" PRId64 " %12" PRId64 " %-16.16s %-20s %s %s\n", v->version, v->size, v->sha256, when,
+                       v->aliases, strcmp(v->metadata_json, "{}") ? v->metadata_json : "");
+            }
+        }
+        if (ctx->json)
+            printf("\n]\n");
+        kestrel_model_versions_free(vl);
+    }
+    return 0;
+}
+
+int cmd_alias(cli_ctx *ctx, int argc, char **argv)
+{
+    char *end;
+    long long v;
+    int rc;
+    if (argc != 4 || (v = strtoll(argv[2], &end, 10)) <= 0 || *end) {
+        fprintf(stderr, "Usage: kestrel alias NAME VERSION ALIAS\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_model_alias_set(ctx->client, argv[1], argv[3], v)) < 0)
+        return cli_fail("alias", rc);
+    printf("%s@%s -> %lld\n", argv[1], argv[3], v);
+    return 0;
+}
+
+int cmd_rm(cli_ctx *ctx, int argc, char **argv)
+{
+    char name[256], *at, *end;
+    long long v;
+    int rc;
+    if (argc != 2 || (at = strrchr(argv[1], '@')) == NULL || (v = strtoll(at + 1, &end, 10)) <= 0 || *end) {
+        fprintf(stderr, "Usage: kestrel rm NAME@VERSION\n");
+        return 2;
+    }
+    snprintf(name, sizeof(name), "%.*s", (int)(at - argv[1]), argv[1]);
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_model_delete(ctx->client, name, v)) < 0)
+        return cli_fail("rm", rc);
+    printf("deleted %s@%lld\n", name, v);
+    return 0;
+}
