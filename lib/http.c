@@ -44,7 +44,7 @@ static void sleep_ms(long ms)
 }
 
 /* Turn a non-2xx answer into an error record; the server's Error message wins. */
-static int http_failure(long status, const char *ctype, const kestrel_buf *body)
+int kestrel__http_failure(long status, const char *ctype, const kestrel_buf *body)
 {
     ProtobufCMessage *m = NULL;
     int code = kestrel__http_status_code(status);
@@ -57,6 +57,19 @@ static int http_failure(long status, const char *ctype, const kestrel_buf *body)
         snprintf(msg, sizeof(msg), "server answered HTTP %ld", status);
     }
     return kestrel__error_set_http(code, (int)status, msg);
+}
+
+struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type)
+{
+    struct curl_slist *h = NULL;
+    char ct[128];
+    snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
+    h = curl_slist_append(h, "Accept: " KESTREL__CT_PROTOBUF);
+    h = curl_slist_append(h, ct);
+    h = curl_slist_append(h, "Expect:");
+    if (c->auth_header)
+        h = curl_slist_append(h, c->auth_header);
+    return h;
 }
 
 int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const kestrel__request *req)
@@ -124,7 +137,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                                             req->response->short_name, kestrel_error_last()->message);
                 goto done;
             }
-            rc = http_failure(status, ctype, &resp);
+            rc = kestrel__http_failure(status, ctype, &resp);
             if (!(req->idempotent && (status == 502 || status == 503 || status == 504)))
                 goto done;
         } else if (cc == CURLE_OPERATION_TIMEDOUT) {

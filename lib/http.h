@@ -19,6 +19,12 @@ typedef struct {
  * Non-2xx answers become the KESTREL_E* code of their status with the server's message. */
 int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *client, const kestrel__request *req);
 
+/* Record the error of a non-2xx answer (the server's Error message wins); returns the code. */
+int kestrel__http_failure(long status, const char *content_type, const kestrel_buf *body);
+/* Apply the client's timeouts, token and TLS settings to an easy handle of our own. */
+struct curl_slist;
+struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type);
+
 /* Map an HTTP status to a kestrel_error_code (the one place that does). */
 int kestrel__http_status_code(long status);
 

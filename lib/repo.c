@@ -12,6 +12,7 @@
 #include "client.h"
 #include "options.h"
 #include "store.h"
+#include "repo_priv.h"
 
 #define READ_BUF (8u * 1024 * 1024)
 
@@ -42,20 +43,10 @@ static int load_topts(kestrel_transfer_options *dst, const kestrel_transfer_opti
 static int open_store(kestrel__store **out, kestrel_client *c)
 {
     KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
-    if (c->store_root == NULL)
-        return kestrel__error_set(KESTREL_EUNSUPPORTED,
-                                  "the repository is reachable through file:///path URLs in this release, not %s", c->url);
     return kestrel__store_open(out, c->store_root);
 }
 
-typedef struct {
-    kestrel_progress p;
-    kestrel_progress_cb cb;
-    void *payload;
-    int64_t last_ms;
-} progress;
-
-static int report(progress *pr, int final)
+int kestrel__progress_report(kestrel__progress *pr, int final)
 {
     int64_t now;
     int r;
@@ -71,12 +62,94 @@ static int report(progress *pr, int final)
     return r ? kestrel__error_set(KESTREL_ECANCELLED, "the progress callback cancelled the transfer") : 0;
 }
 
+/* Chunk and hash a file without storing anything (the HTTP push asks the server first). */
+int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, int64_t *size, char sha[65],
+                        kestrel__progress *pr)
+{
+    kestrel__chunk_ref *v = NULL;
+    size_t cap = 0, have = 0;
+    uint8_t *buf = malloc(READ_BUF);
+    EVP_MD_CTX *whole = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdn = 0;
+    int64_t offset = 0;
+    int fd = -1, eof = 0, rc = 0;
+    struct stat st;
+    *out = NULL;
+    *n = 0;
+    if (buf == NULL || whole == NULL || EVP_DigestInit_ex(whole, EVP_sha256(), NULL) != 1) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
+        rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
+        goto done;
+    }
+    pr->p.bytes_total = *size = (int64_t)st.st_size;
+    for (;;) {
+        size_t off = 0;
+        while (!eof && have < READ_BUF) {
+            ssize_t r = read(fd, buf + have, READ_BUF - have);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+                goto done;
+            }
+            eof |= r == 0;
+            have += (size_t)r;
+        }
+        while (off < have && (eof || have - off >= KESTREL__CHUNK_MAX)) {
+            size_t cut = kestrel__chunk_next(buf + off, have - off, eof);
+            if (*n == cap) {
+                kestrel__chunk_ref *g = realloc(v, (cap = cap ? cap * 2 : 256) * sizeof(*v));
+                if (g == NULL) {
+                    rc = kestrel__error_oom();
+                    goto done;
+                }
+                v = g;
+            }
+            kestrel__sha256_hex(buf + off, cut, v[*n].hex);
+            v[*n].offset = offset;
+            v[*n].len = (uint32_t)cut;
+            v[*n].missing = 0;
+            (*n)++;
+            EVP_DigestUpdate(whole, buf + off, cut);
+            off += cut;
+            offset += (int64_t)cut;
+        }
+        memmove(buf, buf + off, have - off);
+        have -= off;
+        if (eof && have == 0)
+            break;
+    }
+    EVP_DigestFinal_ex(whole, md, &mdn);
+    for (unsigned int i = 0; i < 32; i++)
+        snprintf(sha + 2 * i, 3, "%02x", md[i]);
+done:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    EVP_MD_CTX_free(whole);
+    if (rc < 0) {
+        free(v);
+        *n = 0;
+    } else {
+        *out = v;
+    }
+    return rc;
+}
+
 int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                        const kestrel_transfer_options *in)
 {
     kestrel_transfer_options o;
     kestrel__store *s = NULL;
-    progress pr;
+    kestrel__progress pr;
     uint8_t *buf = NULL;
     size_t have = 0;
     int fd = -1, eof = 0, rc;
@@ -93,13 +166,23 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
                                   name ? name : "");
     if (o.alias && (!kestrel__alias_valid(o.alias) || !strcmp(o.alias, "latest")))
         return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s'", o.alias);
-    if ((rc = open_store(&s, c)) < 0)
-        return rc;
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
     memset(&pr, 0, sizeof(pr));
     pr.p.version = 1;
     pr.p.phase = KESTREL_PHASE_PUSH;
     pr.cb = o.progress;
     pr.payload = o.progress_payload;
+    if (o.metadata_json) {
+        cJSON *meta = cJSON_Parse(o.metadata_json);
+        int ok = meta && cJSON_IsObject(meta);
+        cJSON_Delete(meta);
+        if (!ok)
+            return kestrel__error_set(KESTREL_EINVALID, "metadata must be a JSON object");
+    }
+    if (c->store_root == NULL)
+        return kestrel__repo_http_push(version_out, c, name, path, &o, &pr);
+    if ((rc = open_store(&s, c)) < 0)
+        return rc;
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
         rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
         goto done;
@@ -165,7 +248,7 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
             off += cut;
             pr.p.bytes_done += (int64_t)cut;
             pr.p.chunks_done++;
-            if ((rc = report(&pr, 0)) < 0)
+            if ((rc = kestrel__progress_report(&pr, 0)) < 0)
                 goto done;
         }
         if (eof && have == 0)
@@ -199,7 +282,7 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
         rc = kestrel__store_alias_set(s, name, o.alias, (int64_t)cJSON_GetNumberValue(v));
     }
     if (rc == 0)
-        rc = report(&pr, 1);
+        rc = kestrel__progress_report(&pr, 1);
 done:
     if (fd >= 0)
         close(fd);
@@ -216,7 +299,7 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
     kestrel__store *s = NULL;
     cJSON *m = NULL, *chunk;
     kestrel_buf data = KESTREL_BUF_INIT;
-    progress pr;
+    kestrel__progress pr;
     char tmp[4096] = "", hex[KESTREL__HEX_LEN + 1];
     const char *want;
     EVP_MD_CTX *whole = NULL;
@@ -228,16 +311,19 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
         return rc;
     if (ref == NULL || dest == NULL)
         return kestrel__error_set(KESTREL_EINVALID, "ref and dest are required");
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    memset(&pr, 0, sizeof(pr));
+    pr.p.version = 1;
+    pr.p.phase = KESTREL_PHASE_PULL;
+    pr.cb = o.progress;
+    pr.payload = o.progress_payload;
+    if (c->store_root == NULL)
+        return kestrel__repo_http_pull(c, ref, dest, &pr);
     if ((rc = open_store(&s, c)) < 0)
         return rc;
     if ((rc = kestrel__store_resolve(s, ref, &m)) < 0)
         goto done;
-    memset(&pr, 0, sizeof(pr));
-    pr.p.version = 1;
-    pr.p.phase = KESTREL_PHASE_PULL;
     pr.p.bytes_total = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size"));
-    pr.cb = o.progress;
-    pr.payload = o.progress_payload;
     snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
     if ((fd = mkstemp(tmp)) < 0) {
         rc = kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", tmp, strerror(errno));
@@ -272,7 +358,7 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
         }
         pr.p.bytes_done += (int64_t)data.size;
         pr.p.chunks_done++;
-        if ((rc = report(&pr, 0)) < 0)
+        if ((rc = kestrel__progress_report(&pr, 0)) < 0)
             goto done;
     }
     EVP_DigestFinal_ex(whole, md, &mdn);
@@ -294,7 +380,7 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
         goto done;
     }
     tmp[0] = '\0';
-    rc = report(&pr, 1);
+    rc = kestrel__progress_report(&pr, 1);
 done:
     if (fd >= 0)
         close(fd);
@@ -335,6 +421,45 @@ static const char *keep(kestrel_model_versions *l, char *s)
     return s ? s : "";
 }
 
+static int versions_http(kestrel_model_versions **out, kestrel_client *c, const char *name)
+{
+    ProtobufCMessage *m;
+    const Kestrel__V1__ManifestList *ml;
+    kestrel_model_versions *l;
+    int rc = kestrel__repo_http_versions(c, name, &m);
+    if (rc < 0)
+        return rc;
+    ml = (const Kestrel__V1__ManifestList *)m;
+    if ((l = calloc(1, sizeof(*l))) == NULL || (l->v = calloc(ml->n_versions + 1, sizeof(*l->v))) == NULL ||
+        (l->strings = calloc(3 * ml->n_versions + 1, sizeof(char *))) == NULL) {
+        if (l)
+            free(l->v);
+        free(l);
+        protobuf_c_message_free_unpacked(m, NULL);
+        return kestrel__error_oom();
+    }
+    l->magic = MAGIC_VERSIONS;
+    for (size_t i = 0; i < ml->n_versions; i++) {
+        const Kestrel__V1__Manifest *v = ml->versions[i];
+        kestrel_buf aliases = KESTREL_BUF_INIT;
+        kestrel_model_version *o = &l->v[l->n++];
+        o->version_struct = 1;
+        o->version = v->version;
+        o->size = v->size;
+        o->created_ms = v->created_ms;
+        o->chunks = (int64_t)v->n_chunks;
+        o->sha256 = keep(l, kestrel__strdup(v->sha256));
+        kestrel__buf_puts(&aliases, "");
+        for (size_t k = 0; k < v->n_aliases; k++)
+            kestrel__buf_printf(&aliases, "%s%s", k ? "," : "", v->aliases[k]);
+        o->aliases = keep(l, aliases.ptr);
+        o->metadata_json = keep(l, kestrel__strdup(v->metadata_json[0] ? v->metadata_json : "{}"));
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    *out = l;
+    return 0;
+}
+
 int kestrel_model_versions_get(kestrel_model_versions **out, kestrel_client *c, const char *name)
 {
     kestrel__store *s = NULL;
@@ -347,6 +472,9 @@ int kestrel_model_versions_get(kestrel_model_versions **out, kestrel_client *c, 
     *out = NULL;
     if (name == NULL || !kestrel__repo_name_valid(name))
         return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", name ? name : "");
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    if (c->store_root == NULL)
+        return versions_http(out, c, name);
     if ((rc = open_store(&s, c)) < 0)
         return rc;
     if ((rc = kestrel__store_versions(s, name, &vs, &n)) < 0)
@@ -401,6 +529,9 @@ int kestrel_model_list(kestrel_buf *out, kestrel_client *c)
     int rc;
     if (out == NULL)
         return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    if (c->store_root == NULL)
+        return kestrel__repo_http_list(c, out);
     if ((rc = open_store(&s, c)) < 0)
         return rc;
     rc = kestrel__store_list(s, out);
@@ -408,17 +539,24 @@ int kestrel_model_list(kestrel_buf *out, kestrel_client *c)
     return rc;
 }
 
+/* Check the name; for file:// open the store (*s), for HTTP leave *s NULL. */
 static int with_model(kestrel_client *c, const char *name, kestrel__store **s)
 {
+    *s = NULL;
     if (name == NULL || !kestrel__repo_name_valid(name))
         return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", name ? name : "");
-    return open_store(s, c);
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    return c->store_root ? open_store(s, c) : 0;
 }
 
 int kestrel_model_alias_set(kestrel_client *c, const char *name, const char *alias, int64_t version)
 {
     kestrel__store *s;
     int rc = with_model(c, name, &s);
+    if (rc == 0 && s == NULL)
+        return (alias && kestrel__alias_valid(alias) && strcmp(alias, "latest"))
+                   ? kestrel__repo_http_alias(c, name, alias, version, 0)
+                   : kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s' (and 'latest' follows pushes)", alias ? alias : "");
     if (rc == 0) {
         rc = kestrel__store_alias_set(s, name, alias, version);
         kestrel__store_close(s);
@@ -430,6 +568,9 @@ int kestrel_model_alias_delete(kestrel_client *c, const char *name, const char *
 {
     kestrel__store *s;
     int rc = with_model(c, name, &s);
+    if (rc == 0 && s == NULL)
+        return (alias && kestrel__alias_valid(alias)) ? kestrel__repo_http_alias(c, name, alias, 0, 1)
+                                                      : kestrel__error_set(KESTREL_EINVALID, "bad alias");
     if (rc == 0) {
         rc = kestrel__store_alias_delete(s, name, alias);
         kestrel__store_close(s);
@@ -441,6 +582,8 @@ int kestrel_model_delete(kestrel_client *c, const char *name, int64_t version)
 {
     kestrel__store *s;
     int rc = with_model(c, name, &s);
+    if (rc == 0 && s == NULL)
+        return kestrel__repo_http_delete(c, name, version);
     if (rc == 0) {
         rc = kestrel__store_delete(s, name, version);
         kestrel__store_close(s);

@@ -5,6 +5,8 @@
 #include <string.h>
 #include "api.h"
 
+#define KD_MAX_PACK (1ull << 30)
+
 struct kd_api {
     struct MHD_Daemon *d;
     kd_engine *e;
@@ -129,6 +131,8 @@ static enum MHD_Result dispatch(kd_req *r)
         return kd_route_queue(r);
     if (!strcmp(r->path, "/api/v1/nodes"))
         return kd_route_nodes(r);
+    if (!strncmp(r->path, "/api/v1/chunks/", 15) || !strncmp(r->path, "/api/v1/models", 14))
+        return kd_route_repo(r);
     return kd_reply_error(r, 404, "not_found", "no such endpoint");
 }
 
@@ -155,6 +159,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         r->want_json = wants_json(conn);
         *state = r;
+        if (!strcmp(url, "/api/v1/chunks/pack") && !strcmp(method, "POST")) {
+            /* a pack streams through a verifier into the store: authenticate before reading it */
+            enum MHD_Result reply = MHD_NO;
+            r->started = 1;
+            if (authenticate(r, &reply) < 0)
+                return reply;
+            if (cl && strtoull(cl, NULL, 10) > KD_MAX_PACK)
+                return kd_reply_error(r, 413, "too_large", "a pack is at most 1 GiB: send more packs");
+            if ((r->pack = kd_pack_begin(api->e)) == NULL)
+                return MHD_NO;
+            r->started = 0;
+            return MHD_YES;
+        }
         if (cl && strtoull(cl, NULL, 10) > api->cfg->max_body) {
             /* refuse before reading the body */
             r->too_large = 1;
@@ -162,6 +179,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return dispatch(r);
         }
         return MHD_YES;
+    }
+    if (*upload_size && r->pack) {
+        kd_pack_feed(r->pack, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->pack && !r->started) {
+        r->started = 1;
+        return kd_pack_finish(r, r->pack);
     }
     if (*upload_size) {
         if (!r->too_large && r->body.size + *upload_size > api->cfg->max_body) {
@@ -184,6 +210,7 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum M
     kd_req *r = *state;
     (void)cls; (void)conn; (void)why;
     if (r) {
+        kd_pack_free(r->pack);
         kestrel_buf_dispose(&r->body);
         free(r);
         *state = NULL;

@@ -6,6 +6,7 @@
 #include "engine.h"
 
 typedef struct kd_api kd_api;
+typedef struct kd_pack kd_pack;
 
 /* One request being served. */
 typedef struct {
@@ -19,6 +20,8 @@ typedef struct {
     int too_large;
     int started;
     kd_principal who;
+    kd_pack *pack;              /* POST /api/v1/chunks/pack: streamed, never buffered whole */
+    int authed;
 } kd_req;
 
 int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_port);
@@ -42,6 +45,11 @@ enum MHD_Result kd_route_priority(kd_req *r, int64_t id);
 enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id);
 enum MHD_Result kd_route_queue(kd_req *r);
 enum MHD_Result kd_route_nodes(kd_req *r);
+enum MHD_Result kd_route_repo(kd_req *r);
+kd_pack *kd_pack_begin(kd_engine *e);
+void kd_pack_feed(kd_pack *p, const char *data, size_t len);
+enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p);
+void kd_pack_free(kd_pack *p);
 enum MHD_Result kd_route_jobs(kd_req *r, const char *rest);
 enum MHD_Result kd_route_tokens(kd_req *r);
 

@@ -444,3 +444,10 @@ void kd_engine_fini(kd_engine *e)
     pthread_cond_destroy(&e->sched_cv);
     pthread_mutex_destroy(&e->mu);
 }
+
+const char *kd_store_root(const kd_engine *e)
+{
+    static _Thread_local char root[4200];
+    snprintf(root, sizeof(root), "%s/repo", e->cfg->data_dir);
+    return root;
+}

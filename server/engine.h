@@ -81,6 +81,7 @@ struct kd_engine {
     kd_wait *waits;             /* last pass: why each queued job waits (sorted by job id) */
     size_t nwaits;
     uint64_t passes;            /* scheduling passes completed */
+    struct kestrel__store *store;   /* the model repository (DATA/repo) */
     kestrel_gpu_list *gpus;     /* live memory and utilisation of real GPUs (NULL: none) */
     int64_t gpus_ms;
     pthread_t sched_thread;
@@ -119,6 +120,9 @@ int kd_engine_nodes(kd_engine *e, Kestrel__V1__NodeList **out);
 void kd_engine_refresh_gpus(kd_engine *e, int64_t max_age_ms);
 /* Pick the exact real devices of a start through the device selector (engine_nodes.c). */
 void kd_engine_refine_devices(kd_engine *e, kd_run *r, const Kestrel__V1__JobSpec *spec);
+
+/* The repository's directory. */
+const char *kd_store_root(const kd_engine *e);
 
 /* Scheduling pass (engine_sched.c). */
 void kd_engine_schedule(kd_engine *e);

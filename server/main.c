@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "api.h"
 #include "exec_local.h"
+#include "store.h"
 
 static void usage(FILE *f)
 {
@@ -385,7 +386,8 @@ int main(int argc, char **argv)
             kd_catalog_close(cat);
             return 2;
         }
-    if (kd_engine_init(&engine, &cfg, cat, &kd_exec_local) < 0 || kd_engine_recover(&engine) < 0) {
+    if (kd_engine_init(&engine, &cfg, cat, &kd_exec_local) < 0 || kd_engine_recover(&engine) < 0 ||
+        kestrel__store_open(&engine.store, kd_store_root(&engine)) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kd_catalog_close(cat);
         return 1;
@@ -415,6 +417,7 @@ int main(int argc, char **argv)
     kd_engine_quiesce(&engine);
     kd_api_stop(api);
     kd_engine_stop(&engine);
+    kestrel__store_close(engine.store);
     kd_engine_fini(&engine);
     kd_catalog_close(cat);
     free_config(&cfg);

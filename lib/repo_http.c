@@ -1,0 +1,633 @@
+/* lib/repo_http.c - the repository through kestreld: chunk and hash first, ask which chunks the
+ * server lacks (in batches), send only those in packs of up to 32 MiB over parallel streams read
+ * straight from the file, then commit the manifest. Pull fetches missing chunks in parallel into
+ * a temp file (each verified, kept in a local cache), checks the whole file, and renames it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include "chunk.h"
+#include "http.h"
+#include "repo_priv.h"
+#include "store.h"
+
+#define STREAMS 4
+#define PACK_MAX (32u << 20)
+#define QUERY_BATCH 10000
+
+static int hex_cmp(const void *a, const void *b)
+{
+    return strcmp(((const kestrel__chunk_ref *)a)->hex, ((const kestrel__chunk_ref *)b)->hex);
+}
+
+/* ---- push ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    int fd;
+    const kestrel__chunk_ref *const *chunks;   /* the pack's chunks */
+    size_t n, i;
+    uint8_t head[36];
+    size_t in_head, in_chunk;   /* progress through the current chunk's header and bytes */
+    int64_t sent;
+    kestrel_buf resp;
+    CURL *h;
+    struct curl_slist *hdrs;
+} pack_upload;
+
+static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
+{
+    pack_upload *u = payload;
+    size_t room = size * nitems, done = 0;
+    while (done < room && u->i < u->n) {
+        const kestrel__chunk_ref *c = u->chunks[u->i];
+        if (u->in_head < 36) {
+            size_t take;
+            if (u->in_head == 0) {
+                for (int k = 0; k < 32; k++) {
+                    unsigned v;
+                    sscanf(c->hex + 2 * k, "%2x", &v);
+                    u->head[k] = (uint8_t)v;
+                }
+                u->head[32] = (uint8_t)(c->len >> 24);
+                u->head[33] = (uint8_t)(c->len >> 16);
+                u->head[34] = (uint8_t)(c->len >> 8);
+                u->head[35] = (uint8_t)c->len;
+            }
+            take = 36 - u->in_head < room - done ? 36 - u->in_head : room - done;
+            memcpy(buf + done, u->head + u->in_head, take);
+            u->in_head += take;
+            done += take;
+            continue;
+        }
+        {
+            size_t want = c->len - u->in_chunk, take = want < room - done ? want : room - done;
+            ssize_t r = take ? pread(u->fd, buf + done, take, c->offset + (off_t)u->in_chunk) : 0;
+            if (r < 0)
+                return CURL_READFUNC_ABORT;
+            if (r == 0 && take)
+                return CURL_READFUNC_ABORT;   /* the file shrank under us */
+            u->in_chunk += (size_t)r;
+            done += (size_t)r;
+            u->sent += r;
+            if (u->in_chunk == c->len) {
+                u->i++;
+                u->in_head = u->in_chunk = 0;
+            }
+        }
+    }
+    return done;
+}
+
+static size_t collect(char *data, size_t size, size_t n, void *payload)
+{
+    return kestrel__buf_put(payload, data, size * n) < 0 ? 0 : size * n;
+}
+
+static int start_pack(CURLM *m, kestrel_client *c, pack_upload *u, const char *url)
+{
+    int64_t total = 0;
+    for (size_t i = 0; i < u->n; i++)
+        total += 36 + u->chunks[i]->len;
+    if ((u->h = curl_easy_init()) == NULL || (u->hdrs = kestrel__http_headers(c, "application/octet-stream")) == NULL)
+        return kestrel__error_oom();
+    curl_easy_setopt(u->h, CURLOPT_URL, url);
+    curl_easy_setopt(u->h, CURLOPT_POST, 1L);
+    curl_easy_setopt(u->h, CURLOPT_HTTPHEADER, u->hdrs);
+    curl_easy_setopt(u->h, CURLOPT_READFUNCTION, pack_read);
+    curl_easy_setopt(u->h, CURLOPT_READDATA, u);
+    curl_easy_setopt(u->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)total);
+    curl_easy_setopt(u->h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);   /* the 64 KiB default halves throughput */
+    curl_easy_setopt(u->h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(u->h, CURLOPT_WRITEDATA, &u->resp);
+    curl_easy_setopt(u->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(u->h, CURLOPT_PRIVATE, u);
+    return curl_multi_add_handle(m, u->h) == CURLM_OK ? 0 : kestrel__error_oom();
+}
+
+static int finish_transfer(CURLM *m, CURL *h, CURLcode cc, kestrel_buf *resp, const char *what)
+{
+    long status = 0;
+    char *ctype = NULL;
+    int rc = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ctype);
+    if (cc != CURLE_OK) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s: %s", what, curl_easy_strerror(cc));
+        rc = cc == CURLE_ABORTED_BY_CALLBACK ? kestrel__error_set(KESTREL_EIO, "%s: the file changed while it was sent", what)
+                                             : kestrel__error_set_net((int)cc, msg);
+    } else if (status < 200 || status >= 300) {
+        rc = kestrel__http_failure(status, ctype, resp);
+    }
+    curl_multi_remove_handle(m, h);
+    return rc;
+}
+
+/* Send the missing chunks (each digest once) in packs over up to STREAMS parallel uploads. */
+static int send_packs(kestrel_client *c, int fd, kestrel__chunk_ref *chunks, size_t n, kestrel__progress *pr)
+{
+    kestrel__chunk_ref **todo = malloc((n + 1) * sizeof(*todo));
+    pack_upload up[STREAMS];
+    size_t ntodo = 0, next = 0;
+    int running = 0, rc = 0, active = 0;
+    char url[2200];
+    CURLM *m = curl_multi_init();
+    memset(up, 0, sizeof(up));
+    if (todo == NULL || m == NULL) {
+        free(todo);
+        if (m)
+            curl_multi_cleanup(m);
+        return kestrel__error_oom();
+    }
+    for (size_t i = 0; i < n; i++)
+        if (chunks[i].missing && (ntodo == 0 || strcmp(todo[ntodo - 1]->hex, chunks[i].hex)))
+            todo[ntodo++] = &chunks[i];   /* chunks sorted by digest here: one copy each */
+    snprintf(url, sizeof(url), "%s/api/v1/chunks/pack", c->url);
+    for (;;) {
+        /* keep STREAMS packs in flight */
+        for (int s = 0; s < STREAMS && rc == 0 && next < ntodo; s++) {
+            size_t bytes = 0, first = next;
+            if (up[s].h)
+                continue;
+            while (next < ntodo && (next == first || bytes + todo[next]->len <= PACK_MAX))
+                bytes += todo[next++]->len;
+            up[s] = (pack_upload){ fd, (const kestrel__chunk_ref *const *)todo + first, next - first, 0, { 0 }, 0, 0, 0,
+                                   KESTREL_BUF_INIT, NULL, NULL };
+            if ((rc = start_pack(m, c, &up[s], url)) < 0)
+                break;
+            active++;
+        }
+        if (active == 0)
+            break;
+        curl_multi_perform(m, &running);
+        {
+            CURLMsg *msg;
+            int left;
+            while ((msg = curl_multi_info_read(m, &left)) != NULL) {
+                pack_upload *u;
+                int r;
+                if (msg->msg != CURLMSG_DONE)
+                    continue;
+                curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&u);
+                r = finish_transfer(m, u->h, msg->data.result, &u->resp, "pack upload");
+                if (r < 0 && rc == 0)
+                    rc = r;
+                for (size_t i = 0; i < u->n; i++)
+                    pr->p.bytes_new += u->chunks[i]->len;
+                pr->p.chunks_new += (int64_t)u->n;
+                curl_easy_cleanup(u->h);
+                curl_slist_free_all(u->hdrs);
+                kestrel_buf_dispose(&u->resp);
+                u->h = NULL;
+                active--;
+            }
+        }
+        if (rc == 0) {
+            int r = kestrel__progress_report(pr, 0);
+            if (r < 0)
+                rc = r;
+        }
+        if (rc < 0 && active == 0)
+            break;
+        if (rc < 0) {   /* stop the others */
+            for (int s = 0; s < STREAMS; s++)
+                if (up[s].h) {
+                    curl_multi_remove_handle(m, up[s].h);
+                    curl_easy_cleanup(up[s].h);
+                    curl_slist_free_all(up[s].hdrs);
+                    kestrel_buf_dispose(&up[s].resp);
+                    up[s].h = NULL;
+                }
+            break;
+        }
+        if (running)
+            curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    curl_multi_cleanup(m);
+    free(todo);
+    return rc;
+}
+
+int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
+                            const kestrel_transfer_options *o, kestrel__progress *pr)
+{
+    kestrel__chunk_ref *chunks = NULL, *sorted = NULL;
+    size_t n = 0;
+    int64_t size = 0;
+    char sha[65], upath[600];
+    int fd = -1, rc;
+    Kestrel__V1__Manifest mf = KESTREL__V1__MANIFEST__INIT;
+    Kestrel__V1__ChunkRef *refs = NULL, **refp = NULL;
+    ProtobufCMessage *resp = NULL;
+
+    if ((rc = kestrel__chunk_file(path, &chunks, &n, &size, sha, pr)) < 0)   /* hashing: not on the transfer */
+        return rc;
+    if ((sorted = malloc((n + 1) * sizeof(*sorted))) == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    memcpy(sorted, chunks, n * sizeof(*sorted));
+    if (n > 1)
+        qsort(sorted, n, sizeof(*sorted), hex_cmp);
+    /* which chunks does the server lack? in batches */
+    for (size_t off = 0; off < n && rc == 0; off += QUERY_BATCH) {
+        size_t k = n - off < QUERY_BATCH ? n - off : QUERY_BATCH;
+        Kestrel__V1__ChunkQuery q = KESTREL__V1__CHUNK_QUERY__INIT;
+        kestrel__request req = { "POST", "/api/v1/chunks/missing", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0 };
+        ProtobufCMessage *res;
+        if ((q.digests = malloc(k * sizeof(char *))) == NULL) {
+            rc = kestrel__error_oom();
+            break;
+        }
+        for (size_t i = 0; i < k; i++)
+            q.digests[i] = sorted[off + i].hex;
+        q.n_digests = k;
+        rc = kestrel__http_call(&res, c, &req);
+        free(q.digests);
+        if (rc < 0)
+            break;
+        for (size_t i = 0; i < ((Kestrel__V1__ChunkQueryResult *)res)->n_missing; i++) {
+            kestrel__chunk_ref key, *hit;
+            snprintf(key.hex, sizeof(key.hex), "%s", ((Kestrel__V1__ChunkQueryResult *)res)->missing[i]);
+            if ((hit = bsearch(&key, sorted + off, k, sizeof(*sorted), hex_cmp)) != NULL)
+                for (kestrel__chunk_ref *x = hit; x >= sorted + off && !strcmp(x->hex, key.hex); x--)
+                    x->missing = 1;
+        }
+        protobuf_c_message_free_unpacked(res, NULL);
+    }
+    if (rc < 0)
+        goto done;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+        goto done;
+    }
+    if ((rc = send_packs(c, fd, sorted, n, pr)) < 0)
+        goto done;
+    /* commit: the server checks that every chunk is there and the sizes add up */
+    refs = calloc(n + 1, sizeof(*refs));
+    refp = calloc(n + 1, sizeof(*refp));
+    if (refs == NULL || refp == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kestrel__v1__chunk_ref__init(&refs[i]);
+        refs[i].digest = chunks[i].hex;
+        refs[i].size = chunks[i].len;
+        refp[i] = &refs[i];
+    }
+    mf.name = (char *)name;
+    mf.size = size;
+    mf.sha256 = sha;
+    mf.chunks = refp;
+    mf.n_chunks = n;
+    mf.metadata_json = (char *)(o->metadata_json ? o->metadata_json : "");
+    mf.alias = (char *)(o->alias ? o->alias : "");
+    snprintf(upath, sizeof(upath), "/api/v1/models/%s/versions", name);
+    {
+        kestrel__request req = { "POST", upath, &mf.base, &kestrel__v1__manifest__descriptor, 0, 0 };
+        if ((rc = kestrel__http_call(&resp, c, &req)) < 0)
+            goto done;
+    }
+    if (version_out)
+        *version_out = ((Kestrel__V1__Manifest *)resp)->version;
+    rc = kestrel__progress_report(pr, 1);
+done:
+    if (fd >= 0)
+        close(fd);
+    if (resp)
+        protobuf_c_message_free_unpacked(resp, NULL);
+    free(refs);
+    free(refp);
+    free(sorted);
+    free(chunks);
+    return rc;
+}
+
+/* ---- pull ----------------------------------------------------------------------------------- */
+
+static void cache_dir(char *out, size_t n)
+{
+    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env)
+        snprintf(out, n, "%s", env);
+    else if (xdg && *xdg)
+        snprintf(out, n, "%s/kestrel/chunks", xdg);
+    else
+        snprintf(out, n, "%s/.cache/kestrel/chunks", home ? home : "/tmp");
+}
+
+typedef struct {
+    const Kestrel__V1__ChunkRef *ref;
+    kestrel_buf data;
+    CURL *h;
+} fetch;
+
+/* Write one verified chunk to every offset where it appears. */
+static int place(int fd, const Kestrel__V1__Manifest *mf, const int64_t *offsets, const char *hex, const kestrel_buf *b)
+{
+    for (size_t i = 0; i < mf->n_chunks; i++) {
+        const char *p = b->ptr;
+        size_t left = b->size;
+        int64_t at = offsets[i];
+        if (strcmp(mf->chunks[i]->digest, hex))
+            continue;
+        while (left > 0) {
+            ssize_t w = pwrite(fd, p, left, at);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return kestrel__error_set(KESTREL_EIO, "cannot write: %s", strerror(errno));
+            p += w;
+            left -= (size_t)w;
+            at += w;
+        }
+    }
+    return 0;
+}
+
+static int verified(const char *hex, const kestrel_buf *b, int64_t size)
+{
+    char got[KESTREL__HEX_LEN + 1];
+    kestrel__sha256_hex(b->ptr ? b->ptr : "", b->size, got);
+    return (int64_t)b->size == size && !strcmp(got, hex);
+}
+
+static void cache_put(const char *dir, const char *hex, const kestrel_buf *b)
+{
+    char path[2300], tmp[2400];
+    int fd;
+    snprintf(path, sizeof(path), "%s/%s", dir, hex);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
+    if ((fd = mkstemp(tmp)) < 0)
+        return;
+    if (write(fd, b->ptr, b->size) == (ssize_t)b->size && close(fd) == 0)
+        rename(tmp, path);
+    else
+        unlink(tmp);
+}
+
+static int cache_get(const char *dir, const Kestrel__V1__ChunkRef *ref, kestrel_buf *b)
+{
+    char path[2300], chunk[65536];
+    size_t r;
+    FILE *f;
+    snprintf(path, sizeof(path), "%s/%s", dir, ref->digest);
+    if ((f = fopen(path, "rb")) == NULL)
+        return 0;
+    b->size = 0;
+    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        kestrel__buf_put(b, chunk, r);
+    fclose(f);
+    if (!verified(ref->digest, b, ref->size)) {   /* a damaged cache entry is dropped, not trusted */
+        unlink(path);
+        return 0;
+    }
+    return 1;
+}
+
+int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest, kestrel__progress *pr)
+{
+    char name[256], upath[700], tmp[4096] = "", cdir[2048], sha[65];
+    const char *at = strrchr(ref, '@');
+    ProtobufCMessage *m = NULL;
+    const Kestrel__V1__Manifest *mf;
+    int64_t *offsets = NULL;
+    fetch fl[STREAMS];
+    size_t next = 0;
+    int fd = -1, rc, use_cache;
+    CURLM *multi = NULL;
+    kestrel_buf b = KESTREL_BUF_INIT;
+
+    snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
+    if (!kestrel__repo_name_valid(name))
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", name);
+    snprintf(upath, sizeof(upath), "/api/v1/models/%s/versions/%s", name, at ? at + 1 : "latest");
+    {
+        kestrel__request req = { "GET", upath, NULL, &kestrel__v1__manifest__descriptor, 1, 0 };
+        if ((rc = kestrel__http_call(&m, c, &req)) < 0)
+            return rc;
+    }
+    mf = (const Kestrel__V1__Manifest *)m;
+    pr->p.bytes_total = mf->size;
+    cache_dir(cdir, sizeof(cdir));
+    use_cache = cdir[0] && (mkdir(cdir, 0700) == 0 || errno == EEXIST || access(cdir, W_OK) == 0);
+    if (use_cache) {   /* make sure the parents exist */
+        char cmd[2100];
+        snprintf(cmd, sizeof(cmd), "%s", cdir);
+        for (char *p = cmd + 1; *p; p++)
+            if (*p == '/') {
+                *p = '\0';
+                mkdir(cmd, 0700);
+                *p = '/';
+            }
+        mkdir(cdir, 0700);
+    }
+    if ((offsets = calloc(mf->n_chunks + 1, sizeof(int64_t))) == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    for (size_t i = 1; i < mf->n_chunks; i++)
+        offsets[i] = offsets[i - 1] + mf->chunks[i - 1]->size;
+    snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
+    if ((fd = mkstemp(tmp)) < 0) {
+        tmp[0] = '\0';
+        rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
+        goto done;
+    }
+    if ((multi = curl_multi_init()) == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    memset(fl, 0, sizeof(fl));
+    for (;;) {
+        int active = 0, running = 0;
+        for (int s = 0; s < STREAMS && rc == 0; s++) {
+            while (!fl[s].h && next < mf->n_chunks) {
+                const Kestrel__V1__ChunkRef *r = mf->chunks[next++];
+                char url[2300];
+                int dup = 0;
+                for (size_t k = 0; k + 1 < next && !dup; k++)   /* a digest seen before was placed everywhere */
+                    dup = !strcmp(mf->chunks[k]->digest, r->digest);
+                if (dup)
+                    continue;
+                if (use_cache && cache_get(cdir, r, &b)) {
+                    if ((rc = place(fd, mf, offsets, r->digest, &b)) < 0)
+                        break;
+                    pr->p.bytes_done += r->size;
+                    pr->p.chunks_done++;
+                    continue;
+                }
+                fl[s].ref = r;
+                fl[s].data.size = 0;
+                if ((fl[s].h = curl_easy_init()) == NULL) {
+                    rc = kestrel__error_oom();
+                    break;
+                }
+                snprintf(url, sizeof(url), "%s/api/v1/chunks/%s", c->url, r->digest);
+                curl_easy_setopt(fl[s].h, CURLOPT_URL, url);
+                curl_easy_setopt(fl[s].h, CURLOPT_HTTPHEADER, c->auth_header ? NULL : NULL);
+                if (c->auth_header) {
+                    struct curl_slist *h = curl_slist_append(NULL, c->auth_header);
+                    curl_easy_setopt(fl[s].h, CURLOPT_HTTPHEADER, h);
+                    curl_easy_setopt(fl[s].h, CURLOPT_PRIVATE, h);
+                }
+                curl_easy_setopt(fl[s].h, CURLOPT_WRITEFUNCTION, collect);
+                curl_easy_setopt(fl[s].h, CURLOPT_WRITEDATA, &fl[s].data);
+                curl_easy_setopt(fl[s].h, CURLOPT_BUFFERSIZE, 512L * 1024);
+                curl_easy_setopt(fl[s].h, CURLOPT_NOSIGNAL, 1L);
+                curl_multi_add_handle(multi, fl[s].h);
+            }
+            active += fl[s].h != NULL;
+        }
+        if (active == 0 || rc < 0)
+            break;
+        curl_multi_perform(multi, &running);
+        {
+            CURLMsg *msg;
+            int left;
+            while ((msg = curl_multi_info_read(multi, &left)) != NULL) {
+                int s;
+                struct curl_slist *h = NULL;
+                if (msg->msg != CURLMSG_DONE)
+                    continue;
+                for (s = 0; s < STREAMS && fl[s].h != msg->easy_handle; s++)
+                    ;
+                if (s == STREAMS)
+                    continue;
+                curl_easy_getinfo(fl[s].h, CURLINFO_PRIVATE, (char **)&h);
+                if ((rc = finish_transfer(multi, fl[s].h, msg->data.result, &fl[s].data, "chunk download")) == 0) {
+                    if (!verified(fl[s].ref->digest, &fl[s].data, fl[s].ref->size))
+                        rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged or truncated (%zu of %" PRId64
+                                                                " bytes)", fl[s].ref->digest, fl[s].data.size, fl[s].ref->size);
+                    else if ((rc = place(fd, mf, offsets, fl[s].ref->digest, &fl[s].data)) == 0) {
+                        if (use_cache)
+                            cache_put(cdir, fl[s].ref->digest, &fl[s].data);
+                        pr->p.bytes_done += fl[s].ref->size;
+                        pr->p.chunks_done++;
+                    }
+                }
+                curl_easy_cleanup(fl[s].h);
+                curl_slist_free_all(h);
+                fl[s].h = NULL;
+                if (rc < 0)
+                    break;
+            }
+        }
+        if (rc == 0)
+            rc = kestrel__progress_report(pr, 0);
+        if (rc < 0)
+            break;
+        if (running)
+            curl_multi_poll(multi, NULL, 0, 100, NULL);
+    }
+    for (int s = 0; s < STREAMS; s++)
+        if (fl[s].h) {
+            struct curl_slist *h = NULL;
+            curl_easy_getinfo(fl[s].h, CURLINFO_PRIVATE, (char **)&h);
+            curl_multi_remove_handle(multi, fl[s].h);
+            curl_easy_cleanup(fl[s].h);
+            curl_slist_free_all(h);
+        }
+    for (int s = 0; s < STREAMS; s++)
+        kestrel_buf_dispose(&fl[s].data);
+    if (rc < 0)
+        goto done;
+    /* the whole file, as assembled on disk */
+    {
+        EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int mdn = 0;
+        char buf[1 << 16];
+        ssize_t r;
+        int64_t total = 0;
+        if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 || lseek(fd, 0, SEEK_SET) < 0) {
+            EVP_MD_CTX_free(ctx);
+            rc = kestrel__error_oom();
+            goto done;
+        }
+        while ((r = read(fd, buf, sizeof(buf))) > 0) {
+            EVP_DigestUpdate(ctx, buf, (size_t)r);
+            total += r;
+        }
+        EVP_DigestFinal_ex(ctx, md, &mdn);
+        EVP_MD_CTX_free(ctx);
+        for (unsigned int i = 0; i < 32; i++)
+            snprintf(sha + 2 * i, 3, "%02x", md[i]);
+        if (r < 0 || total != mf->size || strcmp(sha, mf->sha256)) {
+            rc = kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
+            goto done;
+        }
+    }
+    if (fsync(fd) < 0 || close(fd) < 0) {
+        fd = -1;
+        rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    fd = -1;
+    if (rename(tmp, dest) < 0) {
+        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+        goto done;
+    }
+    tmp[0] = '\0';
+    rc = kestrel__progress_report(pr, 1);
+done:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0 && tmp[0])
+        unlink(tmp);   /* never leave half a file behind */
+    if (multi)
+        curl_multi_cleanup(multi);
+    kestrel_buf_dispose(&b);
+    free(offsets);
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+}
+
+/* ---- the rest of the registry API -------------------------------------------------------------- */
+
+int kestrel__repo_http_versions(kestrel_client *c, const char *name, ProtobufCMessage **out)
+{
+    char path[600];
+    kestrel__request req = { "GET", path, NULL, &kestrel__v1__manifest_list__descriptor, 1, 0 };
+    snprintf(path, sizeof(path), "/api/v1/models/%s/versions", name);
+    return kestrel__http_call(out, c, &req);
+}
+
+int kestrel__repo_http_list(kestrel_client *c, kestrel_buf *out)
+{
+    kestrel__request req = { "GET", "/api/v1/models", NULL, &kestrel__v1__model_list__descriptor, 1, 0 };
+    ProtobufCMessage *m;
+    int rc = kestrel__http_call(&m, c, &req);
+    if (rc < 0)
+        return rc;
+    rc = kestrel__buf_puts(out, "");
+    for (size_t i = 0; rc == 0 && i < ((Kestrel__V1__ModelList *)m)->n_names; i++)
+        rc = kestrel__buf_printf(out, "%s\n", ((Kestrel__V1__ModelList *)m)->names[i]);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+}
+
+int kestrel__repo_http_alias(kestrel_client *c, const char *name, const char *alias, int64_t version, int del)
+{
+    char path[700];
+    Kestrel__V1__AliasUpdate u = KESTREL__V1__ALIAS_UPDATE__INIT;
+    kestrel__request req = { del ? "DELETE" : "PUT", path, del ? NULL : &u.base, NULL, 1, 0 };
+    u.version = version;
+    snprintf(path, sizeof(path), "/api/v1/models/%s/aliases/%s", name, alias);
+    return kestrel__http_call(NULL, c, &req);
+}
+
+int kestrel__repo_http_delete(kestrel_client *c, const char *name, int64_t version)
+{
+    char path[700];
+    kestrel__request req = { "DELETE", path, NULL, NULL, 1, 0 };
+    snprintf(path, sizeof(path), "/api/v1/models/%s/versions/%" PRId64, name, version);
+    return kestrel__http_call(NULL, c, &req);
+}

@@ -1,0 +1,38 @@
+/* lib/repo_priv.h - what the file:// and HTTP repository paths share. */
+#ifndef KESTREL_REPO_PRIV_H
+#define KESTREL_REPO_PRIV_H
+
+#include "client.h"
+#include "wire.h"
+
+typedef struct {
+    kestrel_progress p;
+    kestrel_progress_cb cb;
+    void *payload;
+    int64_t last_ms;
+} kestrel__progress;
+
+/* Call the progress callback (at most every 100 ms unless final); KESTREL_ECANCELLED / EUSER when it says stop. */
+int kestrel__progress_report(kestrel__progress *pr, int final);
+
+/* One chunk of a file: its digest and where it lies. */
+typedef struct {
+    char hex[65];
+    int64_t offset;
+    uint32_t len;
+    int missing;
+} kestrel__chunk_ref;
+
+/* Chunk and hash a whole file (no storing): chunk list and whole-file SHA-256 hex. */
+int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, int64_t *size, char sha[65],
+                        kestrel__progress *pr);
+
+int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
+                            const kestrel_transfer_options *o, kestrel__progress *pr);
+int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest, kestrel__progress *pr);
+int kestrel__repo_http_versions(kestrel_client *c, const char *name, ProtobufCMessage **out);
+int kestrel__repo_http_list(kestrel_client *c, kestrel_buf *out);
+int kestrel__repo_http_alias(kestrel_client *c, const char *name, const char *alias, int64_t version, int del);
+int kestrel__repo_http_delete(kestrel_client *c, const char *name, int64_t version);
+
+#endif

@@ -1,0 +1,422 @@
+/* server/api_repo.c - the model repository over HTTP, on the same store as file:// URLs
+ * (lib/store.c): chunk queries, streamed and verified packs, manifests, versions, aliases. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include "api.h"
+#include "chunk.h"
+#include "store.h"
+
+#define MAX_QUERY 100000
+
+/* ---- streamed packs ------------------------------------------------------------------------- */
+
+struct kd_pack {
+    kestrel__store *store;
+    uint8_t head[36];
+    size_t head_len;
+    uint32_t want;          /* bytes of the current chunk */
+    kestrel_buf chunk;      /* at most one chunk in memory, never the pack */
+    int64_t stored, bytes;
+    char error[256];
+};
+
+kd_pack *kd_pack_begin(kd_engine *e)
+{
+    kd_pack *p = calloc(1, sizeof(*p));
+    if (p)
+        p->store = e->store;
+    return p;
+}
+
+static void pack_fail(kd_pack *p, const char *msg)
+{
+    if (!p->error[0])
+        snprintf(p->error, sizeof(p->error), "%s", msg);
+}
+
+static void chunk_done(kd_pack *p)
+{
+    char want[KESTREL__HEX_LEN + 1], got[KESTREL__HEX_LEN + 1];
+    for (int i = 0; i < 32; i++)
+        snprintf(want + 2 * i, 3, "%02x", p->head[i]);
+    kestrel__sha256_hex(p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size, got);
+    if (strcmp(want, got)) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "chunk %.12s does not match its bytes (they hash to %.12s): nothing stored for it",
+                 want, got);
+        pack_fail(p, msg);
+    } else if (!kestrel__store_has_chunk(p->store, want)) {
+        if (kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0)
+            pack_fail(p, kestrel_error_last()->message);
+        else
+            p->stored++;
+    }
+    p->bytes += (int64_t)p->chunk.size;
+    p->chunk.size = 0;
+    p->head_len = 0;
+}
+
+void kd_pack_feed(kd_pack *p, const char *data, size_t len)
+{
+    while (len > 0 && !p->error[0]) {
+        if (p->head_len < 36) {
+            size_t take = 36 - p->head_len < len ? 36 - p->head_len : len;
+            memcpy(p->head + p->head_len, data, take);
+            p->head_len += take;
+            data += take;
+            len -= take;
+            if (p->head_len == 36) {
+                p->want = ((uint32_t)p->head[32] << 24) | ((uint32_t)p->head[33] << 16) | ((uint32_t)p->head[34] << 8) |
+                          p->head[35];
+                if (p->want > KESTREL__CHUNK_MAX * 4)
+                    pack_fail(p, "a chunk in the pack is larger than 4 MiB");
+                else if (p->want == 0)
+                    chunk_done(p);
+            }
+            continue;
+        }
+        {
+            size_t take = p->want - p->chunk.size < len ? p->want - p->chunk.size : len;
+            if (kestrel__buf_put(&p->chunk, data, take) < 0) {
+                pack_fail(p, "out of memory");
+                return;
+            }
+            data += take;
+            len -= take;
+            if (p->chunk.size == p->want)
+                chunk_done(p);
+        }
+    }
+}
+
+enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
+{
+    Kestrel__V1__PackResult res = KESTREL__V1__PACK_RESULT__INIT;
+    enum MHD_Result reply;
+    if (!p->error[0] && (p->head_len || p->chunk.size))
+        pack_fail(p, "the pack ends in the middle of a chunk");
+    if (p->error[0]) {
+        reply = kd_reply_error(r, 400, "invalid_argument", p->error);
+    } else {
+        res.stored = p->stored;
+        res.bytes = p->bytes;
+        reply = kd_reply_msg(r, 200, &res.base);
+    }
+    return reply;
+}
+
+void kd_pack_free(kd_pack *p)
+{
+    if (p) {
+        kestrel_buf_dispose(&p->chunk);
+        free(p);
+    }
+}
+
+/* ---- manifests <-> the store's JSON ------------------------------------------------------------ */
+
+static int manifest_to_pb(const cJSON *m, Kestrel__V1__Manifest **out, int with_chunks, kestrel__store *s, const char *name)
+{
+    Kestrel__V1__Manifest *pb = malloc(sizeof(*pb));
+    cJSON *chunks = cJSON_GetObjectItem(m, "chunks"), *c;
+    kestrel_buf aliases = KESTREL_BUF_INIT;
+    size_t n = 0;
+    if (pb == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__manifest__init(pb);
+    pb->name = kestrel__strdup(name);
+    pb->version = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "version"));
+    pb->size = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size"));
+    pb->sha256 = kestrel__strdup(cJSON_GetStringValue(cJSON_GetObjectItem(m, "sha256")));
+    pb->created_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "created_ms"));
+    pb->metadata_json = cJSON_GetObjectItem(m, "metadata") ? cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "metadata"))
+                                                            : kestrel__strdup("{}");
+    if (with_chunks && (pb->chunks = calloc((size_t)cJSON_GetArraySize(chunks) + 1, sizeof(*pb->chunks))) != NULL) {
+        cJSON_ArrayForEach(c, chunks) {
+            Kestrel__V1__ChunkRef *ref = malloc(sizeof(*ref));
+            if (ref == NULL)
+                break;
+            kestrel__v1__chunk_ref__init(ref);
+            pb->chunks[n++] = ref;
+            pb->n_chunks = n;
+            ref->digest = kestrel__strdup(cJSON_GetStringValue(cJSON_GetArrayItem(c, 0)));
+            ref->size = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 1));
+        }
+    }
+    if (kestrel__store_aliases_of(s, name, pb->version, &aliases) == 0 && aliases.size) {
+        size_t k = 1;
+        for (const char *q = aliases.ptr; *q; q++)
+            k += *q == ',';
+        if ((pb->aliases = calloc(k, sizeof(char *))) != NULL)
+            for (char *save = NULL, *a = strtok_r(aliases.ptr, ",", &save); a; a = strtok_r(NULL, ",", &save))
+                pb->aliases[pb->n_aliases++] = kestrel__strdup(a);
+    }
+    kestrel_buf_dispose(&aliases);
+    if (!pb->name || !pb->sha256 || !pb->metadata_json) {
+        if (!pb->sha256) pb->sha256 = (char *)protobuf_c_empty_string;
+        protobuf_c_message_free_unpacked(&pb->base, NULL);
+        return kestrel__error_set(KESTREL_EIO, "the manifest of %s is damaged", name);
+    }
+    *out = pb;
+    return 0;
+}
+
+static int is_hex64(const char *s)
+{
+    size_t i = 0;
+    for (; s[i]; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return i == KESTREL__HEX_LEN;
+}
+
+static enum MHD_Result commit(kd_req *r, const char *name)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply);
+    cJSON *m = NULL, *chunks, *meta = NULL;
+    int64_t total = 0, version = 0;
+    int rc;
+    if (in == NULL)
+        return reply;
+    if (!is_hex64(in->sha256)) {
+        reply = kd_reply_error(r, 400, "invalid_argument", "field 'sha256': 64 lowercase hex digits");
+        goto out;
+    }
+    if (in->metadata_json[0] && ((meta = cJSON_Parse(in->metadata_json)) == NULL || !cJSON_IsObject(meta))) {
+        reply = kd_reply_error(r, 400, "invalid_argument", "field 'metadata_json': a JSON object");
+        goto out;
+    }
+    if (in->alias[0] && (!kestrel__alias_valid(in->alias) || !strcmp(in->alias, "latest"))) {
+        reply = kd_reply_error(r, 400, "invalid_argument", "field 'alias': a lowercase name, not 'latest'");
+        goto out;
+    }
+    m = cJSON_CreateObject();
+    chunks = cJSON_AddArrayToObject(m, "chunks");
+    /* complete before commit: every chunk is stored, and the sizes add up */
+    for (size_t i = 0; i < in->n_chunks; i++) {
+        cJSON *e = cJSON_CreateArray();
+        if (!is_hex64(in->chunks[i]->digest) || in->chunks[i]->size < 0) {
+            cJSON_Delete(e);
+            reply = kd_reply_error(r, 400, "invalid_argument", "field 'chunks': digests are 64 hex digits");
+            goto out;
+        }
+        if (!kestrel__store_has_chunk(r->e->store, in->chunks[i]->digest)) {
+            char msg[160];
+            cJSON_Delete(e);
+            snprintf(msg, sizeof(msg), "chunk %.12s of the manifest is not stored: push it first", in->chunks[i]->digest);
+            reply = kd_reply_error(r, 400, "invalid_argument", msg);
+            goto out;
+        }
+        cJSON_AddItemToArray(e, cJSON_CreateString(in->chunks[i]->digest));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber((double)in->chunks[i]->size));
+        cJSON_AddItemToArray(chunks, e);
+        total += in->chunks[i]->size;
+    }
+    if (total != in->size) {
+        reply = kd_reply_error(r, 400, "invalid_argument", "field 'size': the chunks do not add up to it");
+        goto out;
+    }
+    cJSON_AddStringToObject(m, "name", name);
+    cJSON_AddNumberToObject(m, "size", (double)in->size);
+    cJSON_AddStringToObject(m, "sha256", in->sha256);
+    cJSON_AddNumberToObject(m, "created_ms", (double)kestrel__now_ms());
+    if (meta) {
+        cJSON_AddItemToObject(m, "metadata", meta);
+        meta = NULL;
+    }
+    if ((rc = kestrel__store_commit(r->e->store, name, m, &version)) < 0 ||
+        (in->alias[0] && (rc = kestrel__store_alias_set(r->e->store, name, in->alias, version)) < 0)) {
+        reply = kd_reply_failure(r, rc);
+        goto out;
+    }
+    {
+        Kestrel__V1__Manifest *pb;
+        cJSON_DeleteItemFromObject(m, "chunks");
+        if ((rc = manifest_to_pb(m, &pb, 0, r->e->store, name)) < 0) {
+            reply = kd_reply_failure(r, rc);
+            goto out;
+        }
+        reply = kd_reply_msg(r, 201, &pb->base);
+        protobuf_c_message_free_unpacked(&pb->base, NULL);
+    }
+out:
+    cJSON_Delete(meta);
+    cJSON_Delete(m);
+    protobuf_c_message_free_unpacked(&in->base, NULL);
+    return reply;
+}
+
+static enum MHD_Result versions(kd_req *r, const char *name)
+{
+    Kestrel__V1__ManifestList list = KESTREL__V1__MANIFEST_LIST__INIT;
+    enum MHD_Result reply;
+    int64_t *vs = NULL;
+    size_t n = 0;
+    int rc = kestrel__store_versions(r->e->store, name, &vs, &n);
+    if (rc < 0)
+        return kd_reply_failure(r, rc);
+    list.versions = calloc(n + 1, sizeof(*list.versions));
+    for (size_t i = 0; list.versions && i < n; i++) {
+        cJSON *m;
+        if (kestrel__store_manifest(r->e->store, name, vs[i], &m) < 0)
+            continue;
+        if (manifest_to_pb(m, &list.versions[list.n_versions], 0, r->e->store, name) == 0)
+            list.n_versions++;
+        cJSON_Delete(m);
+    }
+    reply = kd_reply_msg(r, 200, &list.base);
+    for (size_t i = 0; i < list.n_versions; i++)
+        protobuf_c_message_free_unpacked(&list.versions[i]->base, NULL);
+    free(list.versions);
+    free(vs);
+    return reply;
+}
+
+static enum MHD_Result one_version(kd_req *r, const char *name, const char *ref)
+{
+    char full[512];
+    cJSON *m;
+    Kestrel__V1__Manifest *pb;
+    enum MHD_Result reply;
+    int rc;
+    snprintf(full, sizeof(full), "%s@%s", name, ref);
+    if (!strcmp(r->method, "DELETE")) {
+        char *end;
+        long long v = strtoll(ref, &end, 10);
+        if (*end || v <= 0)
+            return kd_reply_error(r, 400, "invalid_argument", "delete takes a version number");
+        if ((rc = kestrel__store_delete(r->e->store, name, v)) < 0)
+            return kd_reply_failure(r, rc);
+        return kd_reply_msg(r, 200, &((Kestrel__V1__AliasUpdate)KESTREL__V1__ALIAS_UPDATE__INIT).base);
+    }
+    if ((rc = kestrel__store_resolve(r->e->store, full, &m)) < 0)
+        return kd_reply_failure(r, rc);
+    rc = manifest_to_pb(m, &pb, 1, r->e->store, name);
+    cJSON_Delete(m);
+    if (rc < 0)
+        return kd_reply_failure(r, rc);
+    reply = kd_reply_msg(r, 200, &pb->base);
+    protobuf_c_message_free_unpacked(&pb->base, NULL);
+    return reply;
+}
+
+static enum MHD_Result alias(kd_req *r, const char *name, const char *a)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__AliasUpdate *u;
+    int rc;
+    if (!strcmp(r->method, "DELETE")) {
+        if ((rc = kestrel__store_alias_delete(r->e->store, name, a)) < 0)
+            return kd_reply_failure(r, rc);
+        return kd_reply_msg(r, 200, &((Kestrel__V1__AliasUpdate)KESTREL__V1__ALIAS_UPDATE__INIT).base);
+    }
+    if ((u = (Kestrel__V1__AliasUpdate *)kd_body(r, &kestrel__v1__alias_update__descriptor, &reply)) == NULL)
+        return reply;
+    rc = kestrel__store_alias_set(r->e->store, name, a, u->version);
+    reply = rc < 0 ? kd_reply_failure(r, rc) : kd_reply_msg(r, 200, &u->base);
+    protobuf_c_message_free_unpacked(&u->base, NULL);
+    return reply;
+}
+
+static enum MHD_Result chunk_get(kd_req *r, const char *hex)
+{
+    char path[4200];
+    struct stat st;
+    struct MHD_Response *resp;
+    enum MHD_Result ok;
+    int fd;
+    if (!is_hex64(hex))
+        return kd_reply_error(r, 400, "invalid_argument", "a chunk is named by 64 lowercase hex digits");
+    snprintf(path, sizeof(path), "%s/chunks/%.2s/%s", kd_store_root(r->e), hex, hex + 2);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return kd_reply_error(r, 404, "not_found", "no such chunk");
+    }
+    if ((resp = MHD_create_response_from_fd64((uint64_t)st.st_size, fd)) == NULL) {   /* sendfile */
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+    ok = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+static enum MHD_Result missing(kd_req *r)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__ChunkQuery *q = (Kestrel__V1__ChunkQuery *)kd_body(r, &kestrel__v1__chunk_query__descriptor, &reply);
+    Kestrel__V1__ChunkQueryResult res = KESTREL__V1__CHUNK_QUERY_RESULT__INIT;
+    if (q == NULL)
+        return reply;
+    if (q->n_digests > MAX_QUERY) {
+        protobuf_c_message_free_unpacked(&q->base, NULL);
+        return kd_reply_error(r, 400, "invalid_argument", "at most 100000 digests per query");
+    }
+    res.missing = calloc(q->n_digests + 1, sizeof(char *));
+    for (size_t i = 0; res.missing && i < q->n_digests; i++) {
+        if (!is_hex64(q->digests[i])) {
+            free(res.missing);
+            protobuf_c_message_free_unpacked(&q->base, NULL);
+            return kd_reply_error(r, 400, "invalid_argument", "field 'digests': 64 lowercase hex digits each");
+        }
+        if (!kestrel__store_has_chunk(r->e->store, q->digests[i]))
+            res.missing[res.n_missing++] = q->digests[i];
+    }
+    reply = kd_reply_msg(r, 200, &res.base);
+    free(res.missing);
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    return reply;
+}
+
+enum MHD_Result kd_route_repo(kd_req *r)
+{
+    const char *p = r->path;
+    int get_ = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
+    if (!strcmp(p, "/api/v1/chunks/missing") && post)
+        return missing(r);
+    if (!strncmp(p, "/api/v1/chunks/", 15) && get_)
+        return chunk_get(r, p + 15);
+    if (!strcmp(p, "/api/v1/models") && get_) {
+        Kestrel__V1__ModelList list = KESTREL__V1__MODEL_LIST__INIT;
+        kestrel_buf names = KESTREL_BUF_INIT;
+        enum MHD_Result reply;
+        int rc = kestrel__store_list(r->e->store, &names);
+        if (rc < 0)
+            return kd_reply_failure(r, rc);
+        list.names = calloc(names.size / 2 + 2, sizeof(char *));
+        for (char *save = NULL, *n = names.ptr ? strtok_r(names.ptr, "\n", &save) : NULL; list.names && n;
+             n = strtok_r(NULL, "\n", &save))
+            list.names[list.n_names++] = n;
+        reply = kd_reply_msg(r, 200, &list.base);
+        free(list.names);
+        kestrel_buf_dispose(&names);
+        return reply;
+    }
+    if (!strncmp(p, "/api/v1/models/", 15)) {
+        /* /api/v1/models/NAME/versions[/REF] or /api/v1/models/NAME/aliases/ALIAS; NAME may hold '/' */
+        char name[256];
+        const char *rest = p + 15, *v = strstr(rest, "/versions"), *a = strstr(rest, "/aliases/");
+        const char *cut = v && (!a || v < a) ? v : a;
+        if (cut == NULL || (size_t)(cut - rest) >= sizeof(name))
+            return kd_reply_error(r, 404, "not_found", "no such endpoint");
+        snprintf(name, sizeof(name), "%.*s", (int)(cut - rest), rest);
+        if (!kestrel__repo_name_valid(name))
+            return kd_reply_error(r, 400, "invalid_argument", "bad model name: lowercase [a-z0-9._-] segments joined by '/'");
+        if (cut == v && !strcmp(v, "/versions"))
+            return post ? commit(r, name) : get_ ? versions(r, name) : kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
+        if (cut == v && !strncmp(v, "/versions/", 10) && (get_ || !strcmp(r->method, "DELETE")))
+            return one_version(r, name, v + 10);
+        if (cut == a && (!strcmp(r->method, "PUT") || !strcmp(r->method, "DELETE")))
+            return alias(r, name, a + 9);
+    }
+    return kd_reply_error(r, 404, "not_found", "no such endpoint");
+}
