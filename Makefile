@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched bench-devices bench-keras-callback
+bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -63,3 +63,8 @@ bench-devices: build
 bench-keras-callback: build
 	cd $(BUILD) && ctest -R python.binding_build >/dev/null
 	PYTHONPATH=$(BUILD)/python KERAS_BACKEND=torch $(PY) bench/keras_callback.py $(BUILD)/server/kestreld
+
+# the repository vs dd, docker-registry, curl and OpenSSL (KESTREL_BENCH_MIB=1024 by default)
+bench-repo: build
+	@command -v docker-registry >/dev/null || apt-get install -y -q docker-registry >/dev/null || true
+	KERAS_BACKEND=torch $(PY) bench/repo.py $(BUILD)/server/kestreld $(BUILD)/cli/kestrel

@@ -7,12 +7,16 @@
 #include <unistd.h>
 #include "cli.h"
 
+/* The last progress report: the figures a push or pull ends with. */
+static kestrel_progress last;
+
 /* A one-line progress bar on a terminal (stderr), silent otherwise. */
 static int bar(const kestrel_progress *p, void *payload)
 {
     const char *what = payload;
     double frac = p->bytes_total > 0 ? (double)p->bytes_done / (double)p->bytes_total : 1;
     int fill = (int)(frac * 30);
+    last = *p;
     if (!isatty(2))
         return 0;
     fprintf(stderr, "\r%s [%-30.*s] %5.1f%%  %" PRId64 " MiB", what, fill, "##############################", 100 * frac,
@@ -77,7 +81,12 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
     free(meta);
     if (rc < 0)
         return cli_fail("push", rc);
-    printf("%s@%" PRId64 "\n", argv[optind], v);
+    if (ctx->json)
+        printf("{\"name\":\"%s\",\"version\":%" PRId64 ",\"bytes\":%" PRId64 ",\"bytes_new\":%" PRId64
+               ",\"chunks\":%" PRId64 ",\"chunks_new\":%" PRId64 "}\n",
+               argv[optind], v, last.bytes_total, last.bytes_new, last.chunks_done, last.chunks_new);
+    else
+        printf("%s@%" PRId64 "\n", argv[optind], v);
     return 0;
 }
 

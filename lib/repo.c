@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "chunk.h"
+#include "filehash.h"
 #include "client.h"
 #include "options.h"
 #include "store.h"
@@ -69,15 +70,13 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
     kestrel__chunk_ref *v = NULL;
     size_t cap = 0, have = 0;
     uint8_t *buf = malloc(READ_BUF);
-    EVP_MD_CTX *whole = EVP_MD_CTX_new();
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdn = 0;
+    kestrel__filehash *whole = NULL;
     int64_t offset = 0;
     int fd = -1, eof = 0, rc = 0;
     struct stat st;
     *out = NULL;
     *n = 0;
-    if (buf == NULL || whole == NULL || EVP_DigestInit_ex(whole, EVP_sha256(), NULL) != 1) {
+    if (buf == NULL) {
         rc = kestrel__error_oom();
         goto done;
     }
@@ -90,6 +89,8 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
         goto done;
     }
     pr->p.bytes_total = *size = (int64_t)st.st_size;
+    if ((rc = kestrel__filehash_start(&whole, path)) < 0)
+        goto done;
     for (;;) {
         size_t off = 0;
         while (!eof && have < READ_BUF) {
@@ -118,23 +119,26 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
             v[*n].len = (uint32_t)cut;
             v[*n].missing = 0;
             (*n)++;
-            EVP_DigestUpdate(whole, buf + off, cut);
             off += cut;
             offset += (int64_t)cut;
+            pr->p.bytes_done = offset;
+            pr->p.chunks_done = (int64_t)*n;
         }
+        if ((rc = kestrel__progress_report(pr, 0)) < 0)
+            goto done;
         memmove(buf, buf + off, have - off);
         have -= off;
         if (eof && have == 0)
             break;
     }
-    EVP_DigestFinal_ex(whole, md, &mdn);
-    for (unsigned int i = 0; i < 32; i++)
-        snprintf(sha + 2 * i, 3, "%02x", md[i]);
+    rc = kestrel__filehash_finish(whole, offset, sha);
+    whole = NULL;
 done:
+    if (whole)
+        kestrel__filehash_finish(whole, -1, sha);
     if (fd >= 0)
         close(fd);
     free(buf);
-    EVP_MD_CTX_free(whole);
     if (rc < 0) {
         free(v);
         *n = 0;
@@ -155,8 +159,7 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
     int fd = -1, eof = 0, rc;
     struct stat st;
     cJSON *manifest = NULL, *chunks = NULL;
-    EVP_MD_CTX *whole = NULL;
-    unsigned char md[EVP_MAX_MD_SIZE];
+    kestrel__filehash *whole = NULL;
     char hex[KESTREL__HEX_LEN + 1];
 
     if ((rc = load_topts(&o, in)) < 0)
@@ -194,12 +197,13 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
     pr.p.bytes_total = (int64_t)st.st_size;
     manifest = cJSON_CreateObject();
     chunks = cJSON_AddArrayToObject(manifest, "chunks");
-    whole = EVP_MD_CTX_new();
     buf = malloc(READ_BUF);
-    if (!manifest || !chunks || !whole || !buf || EVP_DigestInit_ex(whole, EVP_sha256(), NULL) != 1) {
+    if (!manifest || !chunks || !buf) {
         rc = kestrel__error_oom();
         goto done;
     }
+    if ((rc = kestrel__filehash_start(&whole, path)) < 0)
+        goto done;
     /* memory stays at one read buffer, whatever the file size */
     for (;;) {
         size_t cut;
@@ -230,7 +234,6 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
             }
             cut = kestrel__chunk_next(buf + off, have - off, eof);
             kestrel__sha256_hex(buf + off, cut, hex);
-            EVP_DigestUpdate(whole, buf + off, cut);
             if (!kestrel__store_has_chunk(s, hex)) {
                 if ((rc = kestrel__store_put_chunk(s, hex, buf + off, cut)) < 0)
                     goto done;
@@ -254,12 +257,10 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
         if (eof && have == 0)
             break;
     }
-    {
-        unsigned int n = 0;
-        EVP_DigestFinal_ex(whole, md, &n);
-        for (unsigned int i = 0; i < 32; i++)
-            snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    }
+    rc = kestrel__filehash_finish(whole, pr.p.bytes_done, hex);
+    whole = NULL;
+    if (rc < 0)
+        goto done;
     cJSON_AddStringToObject(manifest, "name", name);
     cJSON_AddNumberToObject(manifest, "size", (double)st.st_size);
     cJSON_AddStringToObject(manifest, "sha256", hex);
@@ -287,7 +288,7 @@ done:
     if (fd >= 0)
         close(fd);
     free(buf);
-    EVP_MD_CTX_free(whole);
+    kestrel__filehash_finish(whole, -1, hex);
     cJSON_Delete(manifest);
     kestrel__store_close(s);
     return rc;

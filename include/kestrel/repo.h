@@ -1,9 +1,9 @@
 /* kestrel/repo.h - the model and dataset repository: content-defined chunks, deduplicated,
  * immutable versions (1, 2, 3, ...) and movable aliases ("latest" follows every push).
  *
- * This release implements repositories opened in-process through file:///abs/path URLs (no
- * daemon; several processes may share one directory, e.g. on NFS). Over http(s):// these calls
- * answer KESTREL_EUNSUPPORTED until kestreld serves the repository.
+ * Two doors to one store format: file:///abs/path URLs open the store in-process (no daemon;
+ * several processes may share one directory, e.g. on NFS), http(s):// URLs talk to kestreld,
+ * which asks for only the chunks it lacks and takes them in packs over parallel streams.
  *
  * Names: lowercase segments of [a-z0-9._-] (each starting with a letter or digit) joined by '/',
  * at most 200 bytes, e.g. "team/resnet". References: "name", "name@3", "name@production". */

@@ -1,0 +1,300 @@
+"""bench/repo.py - the model repository against its limits and its peer, all measured in this run.
+
+    python bench/repo.py KESTRELD KESTREL_CLI        (make bench-repo; KESTREL_BENCH_MIB=1024 sets the size)
+
+Figures (each beside the limit or peer measured here, on the same disk and loopback):
+  push of a new file to a local kestreld      vs dd conv=fdatasync of the same bytes (goal >= 80 %)
+                                               and vs a monolithic blob upload with curl to Debian's
+                                               docker-registry (the OCI registry a user would pick)
+  verified pull                               vs curl GET of the same chunks from the same kestreld
+                                               and vs OpenSSL SHA-256 of the file (goal >= 70 % of
+                                               the lower of the two)
+  identical re-push                           chunk bytes sent (goal 0) and time vs hashing the file
+                                               (goal <= 1.5x)
+  re-push after changing 5 % in 8 regions     bytes sent (goal <= 7 %)
+  Keras: save, fine-tune with the base frozen, save again; and with every layer trained
+  client peak RSS of the push                 vs the bound 64 MiB + 2 max chunks
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+MIB = 1 << 20
+MAX_CHUNK = 1 * MIB
+
+
+def run(argv, env=None, stdout=subprocess.PIPE):
+    """Run argv; return (seconds, stdout text, child peak RSS in KiB)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, env=env, stdout=stdout, stderr=subprocess.PIPE)
+    out = p.stdout.read() if stdout == subprocess.PIPE else b""
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    dt = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed ({p.returncode}): {err.decode()[-2000:]}")
+    return dt, out.decode(), ru.ru_maxrss
+
+
+def drop_page_cache():
+    """Best effort (root only): so that reads come from the disk the same way for every contender."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        pass
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def make_file(path, mib):
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(MIB))
+
+
+def mutate(src, dst, fraction, regions):
+    """Copy src to dst, then overwrite fraction of its bytes in `regions` evenly spread regions."""
+    shutil.copyfile(src, dst)
+    size = os.path.getsize(dst)
+    per = int(size * fraction / regions)
+    with open(dst, "r+b") as f:
+        for i in range(regions):
+            f.seek(int((i + 0.5) * size / regions) - per // 2)
+            f.write(os.urandom(per))
+    return per * regions
+
+
+class Kestreld:
+    def __init__(self, binary, root):
+        self.data = os.path.join(root, "kestreld")
+        port_file = os.path.join(root, "port")
+        self.log = open(os.path.join(root, "kestreld.log"), "w")
+        self.proc = subprocess.Popen([binary, "--port", "0", "--data-dir", self.data, "--port-file", port_file],
+                                     stderr=self.log)
+        token = os.path.join(self.data, "admin.token")
+        deadline = time.time() + 20
+        while not (os.path.exists(port_file) and os.path.exists(token)):
+            if self.proc.poll() is not None or time.time() > deadline:
+                sys.exit("bench-repo: kestreld did not start")
+            time.sleep(0.02)
+        self.url = "http://127.0.0.1:" + open(port_file).read().strip()
+        self.token = open(token).read().strip()
+
+    def env(self, cache):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KESTREL_")}
+        env.update(KESTREL_URL=self.url, KESTREL_TOKEN=self.token, KESTREL_CACHE_DIR=cache)
+        return env
+
+    def manifest(self, name, version):
+        req = urllib.request.Request(f"{self.url}/api/v1/models/{name}/versions/{version}",
+                                     headers={"Authorization": "Bearer " + self.token})
+        with urllib.request.urlopen(req) as r:
+            return json.load(r)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class Registry:
+    """Debian's docker-registry (distribution 2.8) on a loopback port, storing into root."""
+    BINARY = "/usr/bin/docker-registry"
+
+    def __init__(self, root):
+        self.port = free_port()
+        conf = os.path.join(root, "registry.yml")
+        with open(conf, "w") as f:
+            f.write(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {root}/registry\n"
+                    f"http:\n  addr: 127.0.0.1:{self.port}\n")
+        self.proc = subprocess.Popen([self.BINARY, "serve", conf], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/").close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("docker-registry did not start")
+                time.sleep(0.05)
+
+    def push_blob(self, path, digest):
+        """The upload a plain OCI client does: POST a session, PUT the whole file with its digest."""
+        t0 = time.perf_counter()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v2/bench/big/blobs/uploads/", method="POST")
+        with urllib.request.urlopen(req) as r:
+            loc = r.headers["Location"]
+        if loc.startswith("/"):
+            loc = f"http://127.0.0.1:{self.port}{loc}"
+        sep = "&" if "?" in loc else "?"
+        run(["curl", "-sf", "-o", "/dev/null", "-X", "PUT", "-H", "Content-Type: application/octet-stream",
+             "-T", path, f"{loc}{sep}digest=sha256:{digest}"])
+        return time.perf_counter() - t0
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def pct(a, b):
+    return 100.0 * a / b if b else 0.0
+
+
+def rate(mib, s):
+    return f"{mib / s:7.0f} MiB/s"
+
+
+def keras_case(cli, env, work):
+    """Save a model, fine-tune with the base frozen, save again; then train every layer and save."""
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    try:
+        import numpy as np
+        import keras
+    except ImportError as e:
+        print(f"  keras case skipped: {e}")
+        return
+    keras.utils.set_random_seed(7)
+    x = np.random.rand(2048, 256).astype("float32")
+    y = np.random.randint(0, 10, 2048)
+    base = [keras.layers.Dense(1024, activation="relu", name=f"base{i}") for i in range(3)]
+    model = keras.Sequential([keras.Input((256,)), *base, keras.layers.Dense(10, name="head")])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=1, batch_size=256, verbose=0)
+    path = os.path.join(work, "model.keras")
+
+    def save_push():
+        model.save(path)
+        _, out, _ = run([cli, "-o", "json", "push", "bench/keras", path], env=env)
+        return json.loads(out)
+
+    first = save_push()
+    for layer in base:
+        layer.trainable = False
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=1, batch_size=256, verbose=0)
+    frozen = save_push()
+    for layer in base:
+        layer.trainable = True
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=1, batch_size=256, verbose=0)
+    full = save_push()
+    print(f"  keras .keras file of {first['bytes'] / MIB:.1f} MiB ({model.count_params():,} parameters), "
+          f"first push sent {pct(first['bytes_new'], first['bytes']):.0f} %")
+    print(f"  fine-tune, base frozen:   sent {frozen['bytes_new'] / MIB:7.2f} MiB = "
+          f"{pct(frozen['bytes_new'], frozen['bytes']):5.1f} % of the file")
+    print(f"  fine-tune, every layer:   sent {full['bytes_new'] / MIB:7.2f} MiB = "
+          f"{pct(full['bytes_new'], full['bytes']):5.1f} % of the file")
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    kestreld_bin, cli = sys.argv[1], sys.argv[2]
+    mib = int(os.environ.get("KESTREL_BENCH_MIB", "1024"))
+    work = tempfile.mkdtemp(prefix="kestrel-bench-repo-", dir=os.environ.get("KESTREL_BENCH_DIR", "/var/tmp"))
+    server = registry = None
+    try:
+        src = os.path.join(work, "big.bin")
+        print(f"bench-repo: {mib} MiB of random bytes in {work}")
+        make_file(src, mib)
+
+        drop_page_cache()
+        t_dd, _, _ = run(["dd", f"if={src}", f"of={work}/dd.out", "bs=4M", "conv=fdatasync", "status=none"])
+        os.unlink(f"{work}/dd.out")
+        drop_page_cache()
+        t_sha, out, _ = run(["openssl", "dgst", "-sha256", "-r", src])
+        digest = out.split()[0]
+
+        server = Kestreld(kestreld_bin, work)
+        env = server.env(os.path.join(work, "cache"))
+        drop_page_cache()
+        t_push, out, rss = run([cli, "-o", "json", "push", "bench/big", src], env=env)
+        push = json.loads(out)
+
+        t_reg = None
+        if os.path.exists(Registry.BINARY):
+            registry = Registry(work)
+            drop_page_cache()
+            t_reg = registry.push_blob(src, digest)
+
+        print("push of a new file")
+        print(f"  kestrel push          {t_push:6.2f} s {rate(mib, t_push)}   "
+              f"{pct(push['bytes_new'], push['bytes']):.0f} % of bytes sent, {push['chunks']} chunks")
+        print(f"  dd conv=fdatasync     {t_dd:6.2f} s {rate(mib, t_dd)}   "
+              f"-> push at {pct(t_dd, t_push):.0f} % of the disk's write speed (goal >= 80 %)")
+        if t_reg is not None:
+            print(f"  docker-registry blob  {t_reg:6.2f} s {rate(mib, t_reg)}   "
+                  f"-> push is {t_reg / t_push:.2f}x the OCI registry's speed")
+        else:
+            print("  docker-registry       not installed (apt-get install docker-registry)")
+        print(f"  client peak RSS       {rss / 1024:6.1f} MiB   (bound 64 MiB + 2 max chunks = "
+              f"{64 + 2 * MAX_CHUNK // MIB} MiB)")
+
+        # verified pull with a cold local cache vs curl GET of the same chunks from the same server
+        m = server.manifest("bench/big", push["version"])
+        chunks = [c["digest"] for c in m["chunks"]]
+        curl_conf = os.path.join(work, "curl.conf")
+        with open(curl_conf, "w") as f:
+            f.write(f'header = "Authorization: Bearer {server.token}"\n')
+            for h in chunks:
+                f.write(f'url = "{server.url}/api/v1/chunks/{h}"\n')
+        dest = os.path.join(work, "pulled.bin")
+        drop_page_cache()
+        t_pull, _, rss_pull = run([cli, "pull", "bench/big", "-o", dest], env=env)
+        os.unlink(dest)
+        shutil.rmtree(os.path.join(work, "cache"), ignore_errors=True)
+        drop_page_cache()
+        with open(os.path.join(work, "curl.out"), "wb") as f:
+            t_curl, _, _ = run(["curl", "-sf", "-K", curl_conf], stdout=f)
+        ok = run(["openssl", "dgst", "-sha256", "-r", os.path.join(work, "curl.out")])[1].split()[0] == digest
+        os.unlink(os.path.join(work, "curl.out"))
+        lower = max(t_curl, t_sha)
+        print("verified pull (cold cache)")
+        print(f"  kestrel pull          {t_pull:6.2f} s {rate(mib, t_pull)}   peak RSS {rss_pull / 1024:.1f} MiB")
+        print(f"  curl GET, same chunks {t_curl:6.2f} s {rate(mib, t_curl)}   (bytes {'match' if ok else 'DIFFER'})")
+        print(f"  openssl sha256        {t_sha:6.2f} s {rate(mib, t_sha)}")
+        print(f"  -> pull at {pct(lower, t_pull):.0f} % of the lower of the two (goal >= 70 %)")
+
+        # identical re-push
+        t_re, out, _ = run([cli, "-o", "json", "push", "bench/big", src], env=env)
+        re = json.loads(out)
+        print("identical re-push")
+        print(f"  chunk bytes sent {re['bytes_new']} (goal 0); {t_re:.2f} s = {t_re / t_sha:.2f}x hashing the file "
+              f"with openssl (goal <= 1.5x)")
+
+        # 5 % changed in 8 regions
+        mod = os.path.join(work, "mod.bin")
+        changed = mutate(src, mod, 0.05, 8)
+        _, out, _ = run([cli, "-o", "json", "push", "bench/big", mod], env=env)
+        mp = json.loads(out)
+        os.unlink(mod)
+        print("re-push after changing 5 % of the bytes in 8 regions")
+        print(f"  changed {changed / MIB:.1f} MiB; sent {mp['bytes_new'] / MIB:.1f} MiB = "
+              f"{pct(mp['bytes_new'], mp['bytes']):.1f} % of the file (goal <= 7 %)")
+
+        print("keras")
+        keras_case(cli, env, work)
+    finally:
+        for p in (server, registry):
+            if p:
+                p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
