@@ -109,11 +109,17 @@ static void chunk_path(const kestrel__store *s, const char *hex, char *out, size
     snprintf(out, n, "%s/chunks/%.2s/%s", s->root, hex, hex + 2);
 }
 
+const char *kestrel__store_root(const kestrel__store *s)
+{
+    return s->root;
+}
+
+/* Refreshes the chunk's mtime: a push that now relies on it keeps it from the collector. */
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex)
 {
     char path[PATH_MAX];
     chunk_path(s, hex, path, sizeof(path));
-    return access(path, F_OK) == 0;
+    return utimensat(AT_FDCWD, path, NULL, 0) == 0 || (errno != ENOENT && access(path, F_OK) == 0);
 }
 
 /* Write data to a unique temp file next to final; returns its fd (caller renames/links). */
@@ -240,6 +246,23 @@ int kestrel__store_versions(kestrel__store *s, const char *name, int64_t **out, 
     return 0;
 }
 
+/* The highest version number ever committed in dir: live (N.json) or deleted (N.deleted). */
+static int64_t highest_ever(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int64_t top = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        char *end;
+        long long x = strtoll(e->d_name, &end, 10);
+        if (x > top && (!strcmp(end, ".json") || !strcmp(end, ".deleted")))
+            top = x;
+    }
+    if (d)
+        closedir(d);
+    return top;
+}
+
 static int read_text(const char *path, kestrel_buf *out)
 {
     char chunk[4096];
@@ -308,8 +331,7 @@ static int alias_read(kestrel__store *s, const char *name, const char *alias, in
 int kestrel__store_commit(kestrel__store *s, const char *name, cJSON *manifest, int64_t *version_out)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 64];
-    int64_t *versions = NULL, next = 1;
-    size_t n = 0;
+    int64_t next;
     char *text;
     int rc;
     model_dir(s, name, "versions", dir, sizeof(dir));
@@ -317,10 +339,7 @@ int kestrel__store_commit(kestrel__store *s, const char *name, cJSON *manifest, 
         return io_error("cannot create", dir);
     if ((rc = kestrel__store_sync(s)) < 0)   /* every chunk durable before the manifest names it */
         return rc;
-    if (kestrel__store_versions(s, name, &versions, &n) == 0 && n)
-        next = versions[n - 1] + 1;
-    free(versions);
-    kestrel_error_clear();
+    next = highest_ever(dir) + 1;   /* a deleted number is never given out again */
     for (;; next++) {
         cJSON_DeleteItemFromObject(manifest, "version");
         cJSON_AddNumberToObject(manifest, "version", (double)next);
@@ -333,8 +352,13 @@ int kestrel__store_commit(kestrel__store *s, const char *name, cJSON *manifest, 
             return rc;
         /* link() fails when the name exists: two writers never share a version number */
         if (link(tmp, path) == 0) {
+            char tomb[PATH_MAX + 16];
             unlink(tmp);
-            break;
+            snprintf(tomb, sizeof(tomb), "%s/%lld.deleted", dir, (long long)next);
+            if (access(tomb, F_OK) != 0)
+                break;
+            unlink(path);   /* the number was taken and deleted meanwhile: take the next */
+            continue;
         }
         rc = errno;
         unlink(tmp);
@@ -434,7 +458,9 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
     if ((rc = kestrel__store_aliases_of(s, name, version, &aliases)) < 0)
         return rc;
-    if (unlink(path) < 0) {
+    snprintf(dir, sizeof(dir), "%s/models/%s/versions/%lld.deleted", s->root, name, (long long)version);
+    /* a tombstone keeps the number from ever being given out again */
+    if ((link(path, dir) < 0 && errno != EEXIST) || unlink(path) < 0) {
         kestrel_buf_dispose(&aliases);
         return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
                                : io_error("cannot delete", path);

@@ -40,5 +40,18 @@ int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *al
 int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias);
 int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version);
 int kestrel__store_list(kestrel__store *s, kestrel_buf *out);
+const char *kestrel__store_root(const kestrel__store *s);
+
+/* What a collection did. */
+typedef struct {
+    int64_t chunks_live;      /* chunk references in committed manifests */
+    int64_t chunks_removed;
+    int64_t temps_removed;    /* temp files of killed writers */
+    int64_t bytes_freed;
+} kestrel__store_gc_stats;
+
+/* Remove chunks no committed version names and temp files, both only once older than grace_s
+ * (lib/store_gc.c explains why this is safe beside concurrent pushes). */
+int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats);
 
 #endif

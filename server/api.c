@@ -131,7 +131,8 @@ static enum MHD_Result dispatch(kd_req *r)
         return kd_route_queue(r);
     if (!strcmp(r->path, "/api/v1/nodes"))
         return kd_route_nodes(r);
-    if (!strncmp(r->path, "/api/v1/chunks/", 15) || !strncmp(r->path, "/api/v1/models", 14))
+    if (!strncmp(r->path, "/api/v1/chunks/", 15) || !strncmp(r->path, "/api/v1/models", 14) ||
+        !strcmp(r->path, "/api/v1/repo/gc"))
         return kd_route_repo(r);
     return kd_reply_error(r, 404, "not_found", "no such endpoint");
 }

@@ -377,6 +377,28 @@ static enum MHD_Result missing(kd_req *r)
     return reply;
 }
 
+/* POST /api/v1/repo/gc?grace_s=N (admin): collect now. */
+static enum MHD_Result gc(kd_req *r)
+{
+    Kestrel__V1__RepoGcResult out = KESTREL__V1__REPO_GC_RESULT__INIT;
+    kestrel__store_gc_stats st;
+    const char *g = kd_query(r, "grace_s");
+    char *end = NULL;
+    long long grace = g ? strtoll(g, &end, 10) : r->e->cfg->repo_gc_grace_s;
+    int rc;
+    if (!r->who.is_admin)
+        return kd_reply_error(r, 403, "permission_denied", "only an admin can collect the repository");
+    if (g && (end == g || *end || grace < 0))
+        return kd_reply_error(r, 400, "invalid_argument", "grace_s must be a number of seconds >= 0");
+    if ((rc = kestrel__store_gc(r->e->store, grace, &st)) < 0)
+        return kd_reply_failure(r, rc);
+    out.chunks_live = st.chunks_live;
+    out.chunks_removed = st.chunks_removed;
+    out.temps_removed = st.temps_removed;
+    out.bytes_freed = st.bytes_freed;
+    return kd_reply_msg(r, 200, &out.base);
+}
+
 enum MHD_Result kd_route_repo(kd_req *r)
 {
     const char *p = r->path;
@@ -385,6 +407,8 @@ enum MHD_Result kd_route_repo(kd_req *r)
         return missing(r);
     if (!strncmp(p, "/api/v1/chunks/", 15) && get_)
         return chunk_get(r, p + 15);
+    if (!strcmp(p, "/api/v1/repo/gc") && post)
+        return gc(r);
     if (!strcmp(p, "/api/v1/models") && get_) {
         Kestrel__V1__ModelList list = KESTREL__V1__MODEL_LIST__INIT;
         kestrel_buf names = KESTREL_BUF_INIT;

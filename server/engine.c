@@ -7,6 +7,7 @@
 #include <time.h>
 #include "engine.h"
 #include "exec_local.h"
+#include "store.h"
 
 static void deadline_ts(struct timespec *ts, int64_t deadline_ms)
 {
@@ -314,6 +315,21 @@ static int enforce_deadlines(kd_engine *e)
     return pending;
 }
 
+/* While idle, once every grace period: collect chunks no version names any more. */
+static void repo_gc_maybe(kd_engine *e)
+{
+    kestrel__store_gc_stats st;
+    int64_t now = kestrel__now_ms();
+    if (e->store == NULL || now < e->next_gc_ms)
+        return;
+    e->next_gc_ms = now + (int64_t)(e->cfg->repo_gc_grace_s > 60 ? e->cfg->repo_gc_grace_s : 60) * 1000;
+    if (kestrel__store_gc(e->store, e->cfg->repo_gc_grace_s, &st) < 0)
+        fprintf(stderr, "kestreld: repository collection: %s\n", kestrel_error_last()->message);
+    else if (st.chunks_removed || st.temps_removed)
+        fprintf(stderr, "kestreld: repository collection freed %lld bytes (%lld chunks, %lld temp files)\n",
+                (long long)st.bytes_freed, (long long)st.chunks_removed, (long long)st.temps_removed);
+}
+
 static void *sched_main(void *arg)
 {
     kd_engine *e = arg;
@@ -324,6 +340,7 @@ static void *sched_main(void *arg)
             struct timespec ts;
             pthread_mutex_unlock(&e->mu);
             kd_engine_refresh_gpus(e, 10000);   /* live memory and utilisation of real GPUs */
+            repo_gc_maybe(e);
             pthread_mutex_lock(&e->mu);
             deadline_ts(&ts, kestrel__now_ms() + (terminating ? 100 : 1000));
             pthread_cond_timedwait(&e->sched_cv, &e->mu, &ts);

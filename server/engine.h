@@ -22,6 +22,7 @@ typedef struct {
     size_t nnodes;
     kd_quota *quotas;          /* --quota declarations */
     size_t nquotas;
+    int repo_gc_grace_s;       /* unreferenced chunks older than this are collected */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
@@ -76,6 +77,7 @@ struct kd_engine {
     uint64_t gen;
     int sched_pending;
     int stopping;
+    int64_t next_gc_ms;        /* the next repository collection (scheduler thread only) */
     int running;
     kd_run *runs;
     kd_wait *waits;             /* last pass: why each queued job waits (sorted by job id) */

@@ -35,6 +35,8 @@ static void usage(FILE *f)
         "      --max-jobs N         jobs running at once (default 64)\n"
         "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
         "      --port-file FILE     write the bound port to FILE once listening (for tests)\n"
+        "      --repo-gc-grace SECS repository chunks no version names are collected once older than\n"
+        "                           this (default 3600; pushes refresh the chunks they rely on)\n"
         "  -h, --help               show this help\n"
         "  -V, --version            show the version\n"
         "\n"
@@ -296,9 +298,10 @@ int main(int argc, char **argv)
         { "grace-period", required_argument, NULL, 1 }, { "max-jobs", required_argument, NULL, 2 },
         { "max-body", required_argument, NULL, 3 }, { "port-file", required_argument, NULL, 4 },
         { "node", required_argument, NULL, 5 }, { "quota", required_argument, NULL, 6 },
+        { "repo-gc-grace", required_argument, NULL, 7 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
-    kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0 };
+    kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600 };
     const char *quota_args[64];
     size_t nquota_args = 0;
     int gpus_given = 0;
@@ -321,6 +324,7 @@ int main(int argc, char **argv)
         case 3: if (parse_int("--max-body", optarg, 1024, 1L << 30, &v) < 0) return 2; cfg.max_body = (size_t)v; break;
         case 4: cfg.port_file = optarg; break;
         case 5: if (parse_node(&cfg, optarg) < 0) return 2; break;
+        case 7: if (parse_int("--repo-gc-grace", optarg, 0, 30L * 86400, &v) < 0) return 2; cfg.repo_gc_grace_s = (int)v; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {
                 fprintf(stderr, "kestreld: too many --quota flags\n");
