@@ -18,6 +18,7 @@
 
 #define STREAMS 4
 #define PACK_MAX (32u << 20)
+#define STALL_S 60
 #define QUERY_BATCH 10000
 
 static int hex_cmp(const void *a, const void *b)
@@ -88,6 +89,15 @@ static size_t collect(char *data, size_t size, size_t n, void *payload)
     return kestrel__buf_put(payload, data, size * n) < 0 ? 0 : size * n;
 }
 
+/* A transfer gives up when nothing moves for STALL_S seconds (a hung server or network), so a
+ * pull or push never waits forever; a slow but moving transfer is never cut off. */
+static void stall_guard(CURL *h, const kestrel_client *c)
+{
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->opts.connect_timeout_ms ? c->opts.connect_timeout_ms : 10000L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)STALL_S);
+}
+
 static int start_pack(CURLM *m, kestrel_client *c, pack_upload *u, const char *url)
 {
     int64_t total = 0;
@@ -96,6 +106,7 @@ static int start_pack(CURLM *m, kestrel_client *c, pack_upload *u, const char *u
     if ((u->h = curl_easy_init()) == NULL || (u->hdrs = kestrel__http_headers(c, "application/octet-stream")) == NULL)
         return kestrel__error_oom();
     curl_easy_setopt(u->h, CURLOPT_URL, url);
+    stall_guard(u->h, c);
     curl_easy_setopt(u->h, CURLOPT_POST, 1L);
     curl_easy_setopt(u->h, CURLOPT_HTTPHEADER, u->hdrs);
     curl_easy_setopt(u->h, CURLOPT_READFUNCTION, pack_read);
@@ -471,7 +482,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
                 }
                 snprintf(url, sizeof(url), "%s/api/v1/chunks/%s", c->url, r->digest);
                 curl_easy_setopt(fl[s].h, CURLOPT_URL, url);
-                curl_easy_setopt(fl[s].h, CURLOPT_HTTPHEADER, c->auth_header ? NULL : NULL);
+                stall_guard(fl[s].h, c);
                 if (c->auth_header) {
                     struct curl_slist *h = curl_slist_append(NULL, c->auth_header);
                     curl_easy_setopt(fl[s].h, CURLOPT_HTTPHEADER, h);

@@ -195,3 +195,27 @@ def test_kill_9_mid_push_then_rerun(daemon, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert hashlib.sha256((tmp_path / "out.bin").read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest()
+
+
+@pytest.mark.parametrize("mode", ["corrupt", "truncate"])
+def test_a_damaged_transfer_through_a_fault_proxy_is_an_error(kestreld, tmp_path, monkeypatch, mode):
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "m.bin"
+    src.write_bytes(os.urandom(4 << 20))
+    kestrel.Client(kestreld.url, kestreld.token).push("team/m", str(src))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), mode)
+    try:
+        out = tmp_path / "pulled.bin"
+        with pytest.raises(kestrel.KestrelError) as info:
+            kestrel.Client(proxy.url, kestreld.token).pull("team/m", str(out))
+        assert proxy.damaged >= 1, info.value
+        assert ("damaged" in str(info.value)) if mode == "corrupt" else str(info.value)
+        assert not out.exists() and not [p for p in tmp_path.iterdir() if "kestrel-tmp" in p.name]
+        assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.stat().st_size and
+                    hashlib.sha256(p.read_bytes()).hexdigest() != p.name]   # nothing damaged was cached
+    finally:
+        proxy.close()
+    # the same pull without the proxy succeeds
+    kestrel.Client(kestreld.url, kestreld.token).pull("team/m", str(tmp_path / "ok.bin"))
+    assert (tmp_path / "ok.bin").read_bytes() == src.read_bytes()

@@ -1,0 +1,76 @@
+"""A fault proxy for broken transports: forwards loopback TCP to a real kestreld, and damages the
+responses to chunk downloads ("GET /api/v1/chunks/...") - flips one body byte ("corrupt") or cuts
+the connection halfway through the body ("truncate"). Everything else passes through untouched.
+It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
+sides is the real libcurl and libmicrohttpd."""
+import socket
+import threading
+
+
+class FaultProxy:
+    def __init__(self, upstream_port, mode):
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.mode = mode
+        self.damaged = 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        up = socket.create_connection(self.upstream)
+        state = {"chunk_request": False}
+
+        def requests():   # client -> server; notes whether the latest request fetches a chunk
+            try:
+                while (data := client.recv(65536)):
+                    if data.startswith(b"GET /api/v1/chunks/") and not data.startswith(b"GET /api/v1/chunks/missing"):
+                        state["chunk_request"] = True
+                    up.sendall(data)
+            except OSError:
+                pass
+            finally:
+                up.close()
+
+        threading.Thread(target=requests, daemon=True).start()
+        pending = b""
+        try:
+            while (data := up.recv(65536)):
+                if state["chunk_request"]:
+                    pending += data
+                    head = pending.find(b"\r\n\r\n")
+                    if head < 0 or len(pending) < head + 4 + 4096:
+                        continue
+                    state["chunk_request"] = False
+                    self.damaged += 1
+                    body = head + 4
+                    if self.mode == "truncate":
+                        client.sendall(pending[:body + 2048])
+                        break
+                    flipped = bytearray(pending)
+                    flipped[body + 1000] ^= 0xFF
+                    data, pending = bytes(flipped), b""
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:   # shutdown() wakes the other thread's recv(); close() alone would not send the FIN
+            for s in (client, up):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
