@@ -14,6 +14,7 @@
 #include "chunk.h"
 #include "http.h"
 #include "repo_priv.h"
+#include "chunk_cache.h"
 #include "store.h"
 
 #define STREAMS 4
@@ -322,17 +323,6 @@ done:
 
 /* ---- pull ----------------------------------------------------------------------------------- */
 
-static void cache_dir(char *out, size_t n)
-{
-    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (env)
-        snprintf(out, n, "%s", env);
-    else if (xdg && *xdg)
-        snprintf(out, n, "%s/kestrel/chunks", xdg);
-    else
-        snprintf(out, n, "%s/.cache/kestrel/chunks", home ? home : "/tmp");
-}
-
 typedef struct {
     const Kestrel__V1__ChunkRef *ref;
     kestrel_buf data;
@@ -362,56 +352,17 @@ static int place(int fd, const Kestrel__V1__Manifest *mf, const int64_t *offsets
     return 0;
 }
 
-static int verified(const char *hex, const kestrel_buf *b, int64_t size)
-{
-    char got[KESTREL__HEX_LEN + 1];
-    kestrel__sha256_hex(b->ptr ? b->ptr : "", b->size, got);
-    return (int64_t)b->size == size && !strcmp(got, hex);
-}
-
-static void cache_put(const char *dir, const char *hex, const kestrel_buf *b)
-{
-    char path[2300], tmp[2400];
-    int fd;
-    snprintf(path, sizeof(path), "%s/%s", dir, hex);
-    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
-    if ((fd = mkstemp(tmp)) < 0)
-        return;
-    if (write(fd, b->ptr, b->size) == (ssize_t)b->size && close(fd) == 0)
-        rename(tmp, path);
-    else
-        unlink(tmp);
-}
-
-static int cache_get(const char *dir, const Kestrel__V1__ChunkRef *ref, kestrel_buf *b)
-{
-    char path[2300], chunk[65536];
-    size_t r;
-    FILE *f;
-    snprintf(path, sizeof(path), "%s/%s", dir, ref->digest);
-    if ((f = fopen(path, "rb")) == NULL)
-        return 0;
-    b->size = 0;
-    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        kestrel__buf_put(b, chunk, r);
-    fclose(f);
-    if (!verified(ref->digest, b, ref->size)) {   /* a damaged cache entry is dropped, not trusted */
-        unlink(path);
-        return 0;
-    }
-    return 1;
-}
-
 int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest, kestrel__progress *pr)
 {
-    char name[256], upath[700], tmp[4096] = "", cdir[2048], sha[65];
+    char name[256], upath[700], tmp[4096] = "", sha[65];
     const char *at = strrchr(ref, '@');
     ProtobufCMessage *m = NULL;
     const Kestrel__V1__Manifest *mf;
     int64_t *offsets = NULL;
     fetch fl[STREAMS];
     size_t next = 0;
-    int fd = -1, rc, use_cache;
+    int fd = -1, rc;
+    kestrel__chunk_cache cache;
     CURLM *multi = NULL;
     kestrel_buf b = KESTREL_BUF_INIT;
 
@@ -426,19 +377,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
     }
     mf = (const Kestrel__V1__Manifest *)m;
     pr->p.bytes_total = mf->size;
-    cache_dir(cdir, sizeof(cdir));
-    use_cache = cdir[0] && (mkdir(cdir, 0700) == 0 || errno == EEXIST || access(cdir, W_OK) == 0);
-    if (use_cache) {   /* make sure the parents exist */
-        char cmd[2100];
-        snprintf(cmd, sizeof(cmd), "%s", cdir);
-        for (char *p = cmd + 1; *p; p++)
-            if (*p == '/') {
-                *p = '\0';
-                mkdir(cmd, 0700);
-                *p = '/';
-            }
-        mkdir(cdir, 0700);
-    }
+    kestrel__cache_open(&cache);
     if ((offsets = calloc(mf->n_chunks + 1, sizeof(int64_t))) == NULL) {
         rc = kestrel__error_oom();
         goto done;
@@ -467,7 +406,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
                     dup = !strcmp(mf->chunks[k]->digest, r->digest);
                 if (dup)
                     continue;
-                if (use_cache && cache_get(cdir, r, &b)) {
+                if (kestrel__cache_get(&cache, r->digest, r->size, &b)) {
                     if ((rc = place(fd, mf, offsets, r->digest, &b)) < 0)
                         break;
                     pr->p.bytes_done += r->size;
@@ -513,12 +452,11 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
                     continue;
                 curl_easy_getinfo(fl[s].h, CURLINFO_PRIVATE, (char **)&h);
                 if ((rc = finish_transfer(multi, fl[s].h, msg->data.result, &fl[s].data, "chunk download")) == 0) {
-                    if (!verified(fl[s].ref->digest, &fl[s].data, fl[s].ref->size))
+                    if (!kestrel__chunk_verified(fl[s].ref->digest, &fl[s].data, fl[s].ref->size))
                         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged or truncated (%zu of %" PRId64
                                                                 " bytes)", fl[s].ref->digest, fl[s].data.size, fl[s].ref->size);
                     else if ((rc = place(fd, mf, offsets, fl[s].ref->digest, &fl[s].data)) == 0) {
-                        if (use_cache)
-                            cache_put(cdir, fl[s].ref->digest, &fl[s].data);
+                        kestrel__cache_put(&cache, fl[s].ref->digest, fl[s].data.ptr, fl[s].data.size);
                         pr->p.bytes_done += fl[s].ref->size;
                         pr->p.chunks_done++;
                     }
@@ -586,6 +524,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
         goto done;
     }
     tmp[0] = '\0';
+    kestrel__cache_trim(&cache);
     rc = kestrel__progress_report(pr, 1);
 done:
     if (fd >= 0)

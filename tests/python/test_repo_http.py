@@ -219,3 +219,24 @@ def test_a_damaged_transfer_through_a_fault_proxy_is_an_error(kestreld, tmp_path
     # the same pull without the proxy succeeds
     kestrel.Client(kestreld.url, kestreld.token).pull("team/m", str(tmp_path / "ok.bin"))
     assert (tmp_path / "ok.bin").read_bytes() == src.read_bytes()
+
+
+def test_the_pull_cache_is_bounded_least_recently_used_first(kestreld, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(cache))
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "3M")
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(os.urandom(2 << 20))
+        c.push(f"team/{name}", str(tmp_path / name))
+    c.pull("team/a", str(tmp_path / "a.out"))
+    assert sum(p.stat().st_size for p in cache.iterdir()) == 2 << 20
+    c.pull("team/b", str(tmp_path / "b.out"))
+    assert (tmp_path / "b.out").read_bytes() == (tmp_path / "b").read_bytes()
+    kept = {p.name: p.stat().st_size for p in cache.iterdir()}
+    assert sum(kept.values()) <= 3 << 20
+    b_chunks = {ch["digest"] for ch in json.loads(raw(kestreld, "GET", "/api/v1/models/team/b/versions/1")[1])["chunks"]}
+    assert b_chunks <= set(kept)                        # the most recent pull stays whole
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")        # 0: no cache at all
+    c.pull("team/a", str(tmp_path / "a2.out"))
+    assert (tmp_path / "a2.out").read_bytes() == (tmp_path / "a").read_bytes()
