@@ -8,6 +8,10 @@ typedef struct kestrel__filehash kestrel__filehash;
 
 /* Start hashing path (read through its own descriptor). */
 int kestrel__filehash_start(kestrel__filehash **out, const char *path);
+/* Follow a file being written (fd is duplicated): hash its bytes in order, up to what
+ * kestrel__filehash_advance says is written, so the hash of a download runs beside it. */
+int kestrel__filehash_follow(kestrel__filehash **out, int fd);
+void kestrel__filehash_advance(kestrel__filehash *h, long long ready);
 /* Wait for the hash; hex receives it. Frees h. A read error, or a file whose size changed from
  * expect_size while it was read, is an error. expect_size < 0 abandons the hash (error paths). */
 int kestrel__filehash_finish(kestrel__filehash *h, long long expect_size, char hex[65]);

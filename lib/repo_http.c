@@ -15,6 +15,7 @@
 #include "http.h"
 #include "repo_priv.h"
 #include "chunk_cache.h"
+#include "pull_layout.h"
 #include "store.h"
 
 #define STREAMS 4
@@ -325,32 +326,10 @@ done:
 
 typedef struct {
     const Kestrel__V1__ChunkRef *ref;
+    size_t idx;
     kestrel_buf data;
     CURL *h;
 } fetch;
-
-/* Write one verified chunk to every offset where it appears. */
-static int place(int fd, const Kestrel__V1__Manifest *mf, const int64_t *offsets, const char *hex, const kestrel_buf *b)
-{
-    for (size_t i = 0; i < mf->n_chunks; i++) {
-        const char *p = b->ptr;
-        size_t left = b->size;
-        int64_t at = offsets[i];
-        if (strcmp(mf->chunks[i]->digest, hex))
-            continue;
-        while (left > 0) {
-            ssize_t w = pwrite(fd, p, left, at);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                return kestrel__error_set(KESTREL_EIO, "cannot write: %s", strerror(errno));
-            p += w;
-            left -= (size_t)w;
-            at += w;
-        }
-    }
-    return 0;
-}
 
 int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest, kestrel__progress *pr)
 {
@@ -358,7 +337,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
     const char *at = strrchr(ref, '@');
     ProtobufCMessage *m = NULL;
     const Kestrel__V1__Manifest *mf;
-    int64_t *offsets = NULL;
+    kestrel__layout *lay = NULL;
     fetch fl[STREAMS];
     size_t next = 0;
     int fd = -1, rc;
@@ -378,18 +357,14 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
     mf = (const Kestrel__V1__Manifest *)m;
     pr->p.bytes_total = mf->size;
     kestrel__cache_open(&cache);
-    if ((offsets = calloc(mf->n_chunks + 1, sizeof(int64_t))) == NULL) {
-        rc = kestrel__error_oom();
-        goto done;
-    }
-    for (size_t i = 1; i < mf->n_chunks; i++)
-        offsets[i] = offsets[i - 1] + mf->chunks[i - 1]->size;
     snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
     if ((fd = mkstemp(tmp)) < 0) {
         tmp[0] = '\0';
         rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
         goto done;
     }
+    if ((rc = kestrel__layout_new(&lay, mf, fd)) < 0)
+        goto done;
     if ((multi = curl_multi_init()) == NULL) {
         rc = kestrel__error_oom();
         goto done;
@@ -399,21 +374,20 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
         int active = 0, running = 0;
         for (int s = 0; s < STREAMS && rc == 0; s++) {
             while (!fl[s].h && next < mf->n_chunks) {
-                const Kestrel__V1__ChunkRef *r = mf->chunks[next++];
+                size_t idx = next++;
+                const Kestrel__V1__ChunkRef *r = mf->chunks[idx];
                 char url[2300];
-                int dup = 0;
-                for (size_t k = 0; k + 1 < next && !dup; k++)   /* a digest seen before was placed everywhere */
-                    dup = !strcmp(mf->chunks[k]->digest, r->digest);
-                if (dup)
-                    continue;
+                if (!kestrel__layout_first(lay, idx))
+                    continue;   /* a digest seen before was placed everywhere */
                 if (kestrel__cache_get(&cache, r->digest, r->size, &b)) {
-                    if ((rc = place(fd, mf, offsets, r->digest, &b)) < 0)
+                    if ((rc = kestrel__layout_place(lay, idx, b.ptr, b.size)) < 0)
                         break;
                     pr->p.bytes_done += r->size;
                     pr->p.chunks_done++;
                     continue;
                 }
                 fl[s].ref = r;
+                fl[s].idx = idx;
                 fl[s].data.size = 0;
                 if ((fl[s].h = curl_easy_init()) == NULL) {
                     rc = kestrel__error_oom();
@@ -455,7 +429,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
                     if (!kestrel__chunk_verified(fl[s].ref->digest, &fl[s].data, fl[s].ref->size))
                         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged or truncated (%zu of %" PRId64
                                                                 " bytes)", fl[s].ref->digest, fl[s].data.size, fl[s].ref->size);
-                    else if ((rc = place(fd, mf, offsets, fl[s].ref->digest, &fl[s].data)) == 0) {
+                    else if ((rc = kestrel__layout_place(lay, fl[s].idx, fl[s].data.ptr, fl[s].data.size)) == 0) {
                         kestrel__cache_put(&cache, fl[s].ref->digest, fl[s].data.ptr, fl[s].data.size);
                         pr->p.bytes_done += fl[s].ref->size;
                         pr->p.chunks_done++;
@@ -487,31 +461,14 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
         kestrel_buf_dispose(&fl[s].data);
     if (rc < 0)
         goto done;
-    /* the whole file, as assembled on disk */
-    {
-        EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned int mdn = 0;
-        char buf[1 << 16];
-        ssize_t r;
-        int64_t total = 0;
-        if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 || lseek(fd, 0, SEEK_SET) < 0) {
-            EVP_MD_CTX_free(ctx);
-            rc = kestrel__error_oom();
-            goto done;
-        }
-        while ((r = read(fd, buf, sizeof(buf))) > 0) {
-            EVP_DigestUpdate(ctx, buf, (size_t)r);
-            total += r;
-        }
-        EVP_DigestFinal_ex(ctx, md, &mdn);
-        EVP_MD_CTX_free(ctx);
-        for (unsigned int i = 0; i < 32; i++)
-            snprintf(sha + 2 * i, 3, "%02x", md[i]);
-        if (r < 0 || total != mf->size || strcmp(sha, mf->sha256)) {
-            rc = kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
-            goto done;
-        }
+    /* the whole file, hashed beside the download as it filled in */
+    rc = kestrel__layout_finish(lay, sha);
+    lay = NULL;
+    if (rc < 0)
+        goto done;
+    if (strcmp(sha, mf->sha256)) {
+        rc = kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
+        goto done;
     }
     if (fsync(fd) < 0 || close(fd) < 0) {
         fd = -1;
@@ -534,7 +491,7 @@ done:
     if (multi)
         curl_multi_cleanup(multi);
     kestrel_buf_dispose(&b);
-    free(offsets);
+    kestrel__layout_free(lay);
     if (m)
         protobuf_c_message_free_unpacked(m, NULL);
     return rc;
