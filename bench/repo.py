@@ -195,10 +195,9 @@ def keras_case(cli, env, work):
     full = save_push()
     print(f"  keras .keras file of {first['bytes'] / MIB:.1f} MiB ({model.count_params():,} parameters), "
           f"first push sent {pct(first['bytes_new'], first['bytes']):.0f} %")
-    print(f"  fine-tune, base frozen:   sent {frozen['bytes_new'] / MIB:7.2f} MiB = "
-          f"{pct(frozen['bytes_new'], frozen['bytes']):5.1f} % of the file")
-    print(f"  fine-tune, every layer:   sent {full['bytes_new'] / MIB:7.2f} MiB = "
-          f"{pct(full['bytes_new'], full['bytes']):5.1f} % of the file")
+    for what, v in (("fine-tune, base frozen:", frozen), ("fine-tune, every layer:", full)):
+        print(f"  {what:25} sent {v['bytes_new'] / MIB:7.2f} MiB = {pct(v['bytes_new'], v['bytes']):5.1f} % of "
+              f"its {v['bytes'] / MIB:.1f} MiB file (the optimizer state saved covers only trainable weights)")
 
 
 def main():
@@ -270,12 +269,15 @@ def main():
         print(f"  openssl sha256        {t_sha:6.2f} s {rate(mib, t_sha)}")
         print(f"  -> pull at {pct(lower, t_pull):.0f} % of the lower of the two (goal >= 70 %)")
 
-        # identical re-push
+        # identical re-push, beside hashing the file under the same conditions (both from a cold cache)
+        drop_page_cache()
+        t_sha2 = run(["openssl", "dgst", "-sha256", "-r", src])[0]
+        drop_page_cache()
         t_re, out, _ = run([cli, "-o", "json", "push", "bench/big", src], env=env)
         re = json.loads(out)
-        print("identical re-push")
-        print(f"  chunk bytes sent {re['bytes_new']} (goal 0); {t_re:.2f} s = {t_re / t_sha:.2f}x hashing the file "
-              f"with openssl (goal <= 1.5x)")
+        print("identical re-push (cold page cache, as is the hashing beside it)")
+        print(f"  chunk bytes sent {re['bytes_new']} (goal 0); {t_re:.2f} s = {t_re / t_sha2:.2f}x hashing the file "
+              f"with openssl, {t_sha2:.2f} s (goal <= 1.5x)")
 
         # 5 % changed in 8 regions
         mod = os.path.join(work, "mod.bin")

@@ -13,7 +13,9 @@
 
 struct kestrel__store {
     char root[PATH_MAX];
-    int fd;   /* for syncfs */
+    int fd;             /* for syncfs */
+    int sole_writer;    /* this process is the only writer (kestreld): sync only what it wrote */
+    long unsynced;      /* chunks written since the last sync (atomic) */
 };
 
 static int mkdirs(const char *path)
@@ -166,6 +168,7 @@ int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *dat
         unlink(tmp);
         return rc;
     }
+    __atomic_add_fetch(&s->unsynced, 1, __ATOMIC_ACQ_REL);
     return 0;
 }
 
@@ -195,7 +198,21 @@ int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_l
 
 int kestrel__store_sync(kestrel__store *s)
 {
-    return syncfs(s->fd) < 0 ? io_error("cannot sync", s->root) : 0;
+    long taken = __atomic_exchange_n(&s->unsynced, 0, __ATOMIC_ACQ_REL);
+    if (s->sole_writer && taken == 0)
+        return 0;   /* every chunk is durable already: nothing written since the last sync */
+    if (syncfs(s->fd) < 0) {
+        __atomic_add_fetch(&s->unsynced, taken, __ATOMIC_ACQ_REL);
+        return io_error("cannot sync", s->root);
+    }
+    return 0;
+}
+
+int kestrel__store_claim(kestrel__store *s)
+{
+    s->sole_writer = 1;
+    s->unsynced = 1;   /* whatever an earlier process left unsynced is made durable once */
+    return kestrel__store_sync(s);
 }
 
 static void model_dir(const kestrel__store *s, const char *name, const char *sub, char *out, size_t n)

@@ -28,6 +28,9 @@ int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *dat
 int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out);
 /* Make every chunk written so far durable (one syncfs, not one fsync per chunk). */
 int kestrel__store_sync(kestrel__store *s);
+/* Declare this process the store's only writer (kestreld over its data directory): after one
+ * sync now, a sync is skipped when this process wrote no chunk since the last one. */
+int kestrel__store_claim(kestrel__store *s);
 /* Commit a manifest (its "version" is set here) as the next version of name; moves "latest". */
 int kestrel__store_commit(kestrel__store *s, const char *name, cJSON *manifest, int64_t *version_out);
 /* "name", "name@N", "name@alias" -> the manifest (owned). */

@@ -391,7 +391,7 @@ int main(int argc, char **argv)
             return 2;
         }
     if (kd_engine_init(&engine, &cfg, cat, &kd_exec_local) < 0 || kd_engine_recover(&engine) < 0 ||
-        kestrel__store_open(&engine.store, kd_store_root(&engine)) < 0) {
+        kestrel__store_open(&engine.store, kd_store_root(&engine)) < 0 || kestrel__store_claim(engine.store) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kd_catalog_close(cat);
         return 1;
