@@ -4,6 +4,9 @@
     model.fit(x, y, callbacks=[kestrel.keras.MetricsCallback()])       # inside a Kestrel job
     kestrel.keras.fit(model, x, y, epochs=5, batch_size=64)           # + resumes after preemption
 
+    model.save("kestrel://team/mnist")                               # a new version in the repository
+    keras.saving.load_model("kestrel://team/mnist@production")
+
 Inside a Kestrel job (KESTREL_JOB_ID set) both talk to the job's kestreld with the job's own token.
 This module imports keras; `import kestrel` alone never does.
 """
@@ -19,6 +22,9 @@ import keras
 import numpy as np
 
 from .client import Client
+from . import keras_uri
+
+keras_uri.install()   # kestrel:// paths in model.save / load_model / save_weights / load_weights
 
 
 def _job_context(client=None, job_id=None):
