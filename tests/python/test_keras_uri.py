@@ -58,3 +58,31 @@ def test_save_and_load_through_the_repository(kestreld, tmp_path, monkeypatch):
     with pytest.raises(kestrel.NotFoundError):
         keras.saving.load_model("kestrel://team/nothing-here")
     assert not [p for p in os.listdir(tmp_path) if "kestrel-tmp" in p]
+
+
+def test_autolog_pushes_plain_saves_but_not_backups(kestreld, tmp_path, monkeypatch):
+    monkeypatch.setenv("KESTREL_URL", kestreld.url)
+    monkeypatch.setenv("KESTREL_TOKEN", kestreld.token)
+    m, x, y = model_and_data()
+    kestrel.keras.autolog(name="team/auto")
+    try:
+        ckpt = keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt.keras"))
+        m.fit(x, y, epochs=2, verbose=0, callbacks=[ckpt])           # backups: not versions
+        assert (tmp_path / "ckpt.keras").exists()
+        with pytest.raises(kestrel.NotFoundError):
+            kestrel.Client(kestreld.url, kestreld.token).versions("team/auto")
+        out = tmp_path / "out" / "model.keras"
+        out.parent.mkdir()
+        m.save(out)
+        m.fit(x, y, epochs=1, verbose=0)
+        m.save(out)                                                  # same path, a second version
+        (tmp_path / "b").mkdir()
+        m.save(tmp_path / "b" / "model.keras")                       # same basename, a third
+    finally:
+        kestrel.keras.autolog(None)
+    assert out.exists()
+    vs = kestrel.Client(kestreld.url, kestreld.token).versions("team/auto")
+    assert [v.version for v in vs] == [1, 2, 3]
+    assert vs[1].metadata["saved_as"] == str(out) and "loss" in vs[1].metadata["metrics"]
+    m.save(tmp_path / "after.keras")                                 # autolog off: nothing pushed
+    assert len(kestrel.Client(kestreld.url, kestreld.token).versions("team/auto")) == 3

@@ -25,6 +25,7 @@ from .client import Client
 from . import keras_uri
 
 keras_uri.install()   # kestrel:// paths in model.save / load_model / save_weights / load_weights
+autolog = keras_uri.autolog
 
 
 def _job_context(client=None, job_id=None):

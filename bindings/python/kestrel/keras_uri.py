@@ -11,11 +11,14 @@ Installed by `import kestrel.keras`. It wraps the four entry points of keras.src
 (keras.saving.*, keras.models.*). Any other path goes to Keras untouched. Saving writes a temp file
 and pushes it (the archive is streamed from disk, never held whole in memory); the version's
 metadata records the framework, Keras version, backend and, inside a Kestrel job, the job id.
+autolog(name) (on by default inside a Kestrel job) also pushes every plain model.save("x.keras")
+after the local file is written; saves made by ModelCheckpoint / BackupAndRestore are not pushed.
 Supported: Keras 3.0 up to (not including) 4; elsewhere the hooks are not installed and a warning
 says so.
 """
 import functools
 import os
+import sys
 import tempfile
 import warnings
 import zipfile
@@ -23,6 +26,7 @@ import zipfile
 SCHEME = "kestrel://"
 SUPPORTED = ((3, 0), (4, 0))
 _installed = False
+_autolog = {"name": None}   # the model name plain saves are also pushed to (autolog)
 
 
 def _version(text):
@@ -50,23 +54,65 @@ def _client():
     return Client()
 
 
-def _metadata(kind):
+def _final_metrics(model):
+    history = getattr(getattr(model, "history", None), "history", None) or {}
+    out = {}
+    for key, values in history.items():
+        try:
+            out[key] = float(values[-1])
+        except (TypeError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _metadata(kind, model=None):
     import keras
     meta = {"framework": "keras", "keras_version": keras.__version__, "backend": keras.backend.backend(),
             "artifact": kind}
+    if model is not None and _final_metrics(model):
+        meta["metrics"] = _final_metrics(model)
     for env, key in (("KESTREL_JOB_ID", "job_id"), ("KESTREL_GIT_COMMIT", "git_commit"), ("USER", "user")):
         if os.environ.get(env):
             meta[key] = os.environ[env]
     return meta
 
 
-def _push(path, filepath, suffixes, kind):
+def _push(path, filepath, suffixes, kind, model=None):
     name = _name(filepath, suffixes)
     if "@" in name:
         raise ValueError(f"{filepath}: save to a model name; versions are numbered by the repository")
     with _client() as client:
-        version = client.push(name, path, metadata=_metadata(kind))
-    return version
+        return client.push(name, path, metadata=_metadata(kind, model))
+
+
+def _inside_checkpointing():
+    """A save made by a Keras callback (ModelCheckpoint, BackupAndRestore) is a backup, not a version."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f"keras{os.sep}src{os.sep}callbacks" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
+def autolog(name=None):
+    """Also push every plain model.save(...) as a new version of name (None: stop). Inside a Kestrel
+    job this is on already, as jobs/JOB_ID (or KESTREL_AUTOLOG_NAME). Backups are never pushed."""
+    install()
+    _autolog["name"] = name
+
+
+def _autolog_push(model, filepath):
+    name = _autolog["name"]
+    if name is None or _inside_checkpointing() or not os.path.isfile(str(filepath)):
+        return
+    try:
+        with _client() as client:
+            meta = _metadata("model", model)
+            meta["saved_as"] = os.path.abspath(str(filepath))
+            client.push(name, str(filepath), metadata=meta)
+    except Exception as e:   # the local save succeeded: say why the version is missing, keep training
+        warnings.warn(f"kestrel autolog: {filepath} was saved but not pushed to {name}: {e}")
 
 
 def _pull(filepath, tmp, suffixes):
@@ -96,11 +142,13 @@ def install():
     @functools.wraps(orig["save_model"])
     def save_model(model, filepath, *args, **kwargs):
         if not _is_uri(filepath):
-            return orig["save_model"](model, filepath, *args, **kwargs)
+            result = orig["save_model"](model, filepath, *args, **kwargs)
+            _autolog_push(model, filepath)
+            return result
         with tempfile.TemporaryDirectory(prefix="kestrel-save-") as tmp:
             path = os.path.join(tmp, "model.keras")
             orig["save_model"](model, path, *args, **kwargs)
-            _push(path, filepath, (".keras",), "model")
+            _push(path, filepath, (".keras",), "model", model)
 
     @functools.wraps(orig["load_model"])
     def load_model(filepath, *args, **kwargs):
@@ -116,7 +164,7 @@ def install():
         with tempfile.TemporaryDirectory(prefix="kestrel-save-") as tmp:
             path = os.path.join(tmp, "model.weights.h5")
             orig["save_weights"](model, path, *args, **kwargs)
-            _push(path, filepath, (".weights.h5",), "weights")
+            _push(path, filepath, (".weights.h5",), "weights", model)
 
     @functools.wraps(orig["load_weights"])
     def load_weights(model, filepath, *args, **kwargs):
@@ -134,3 +182,5 @@ def install():
             if getattr(module, n, None) is orig[n]:
                 setattr(module, n, fn)
     _installed = True
+    if os.environ.get("KESTREL_JOB_ID") and _autolog["name"] is None:
+        _autolog["name"] = os.environ.get("KESTREL_AUTOLOG_NAME") or f"jobs/{os.environ['KESTREL_JOB_ID']}"
