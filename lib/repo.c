@@ -63,6 +63,48 @@ int kestrel__progress_report(kestrel__progress *pr, int final)
     return r ? kestrel__error_set(KESTREL_ECANCELLED, "the progress callback cancelled the transfer") : 0;
 }
 
+/* Top the read buffer up to READ_BUF bytes (fewer at the end of the file: *eof). */
+static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
+{
+    while (!*eof && *have < READ_BUF) {
+        ssize_t r = read(fd, buf + *have, READ_BUF - *have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+        *eof |= r == 0;
+        *have += (size_t)r;
+    }
+    return 0;
+}
+
+/* Open path for reading; it must be a regular file. Returns the fd or a negative error. */
+int kestrel__open_regular(const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, st) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
+    }
+    return fd;
+}
+
+/* Sync and close the complete temp file fd, then rename it to dest. fd is closed either way. */
+int kestrel__install_file(int fd, const char *tmp, const char *dest)
+{
+    if (fsync(fd) < 0 || close(fd) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
+    if (rename(tmp, dest) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+    return 0;
+}
+
 /* Chunk and hash a file without storing anything (the HTTP push asks the server first). */
 int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, int64_t *size, char sha[65],
                         kestrel__progress *pr)
@@ -80,12 +122,8 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
         rc = kestrel__error_oom();
         goto done;
     }
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
-        rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
+    if ((fd = kestrel__open_regular(path, &st)) < 0) {
+        rc = fd;
         goto done;
     }
     pr->p.bytes_total = *size = (int64_t)st.st_size;
@@ -93,17 +131,8 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
         goto done;
     for (;;) {
         size_t off = 0;
-        while (!eof && have < READ_BUF) {
-            ssize_t r = read(fd, buf + have, READ_BUF - have);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0) {
-                rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
-                goto done;
-            }
-            eof |= r == 0;
-            have += (size_t)r;
-        }
+        if ((rc = fill(fd, buf, &have, &eof, path)) < 0)
+            goto done;
         while (off < have && (eof || have - off >= KESTREL__CHUNK_MAX)) {
             size_t cut = kestrel__chunk_next(buf + off, have - off, eof);
             if (*n == cap) {
@@ -186,12 +215,8 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
         return kestrel__repo_http_push(version_out, c, name, path, &o, &pr);
     if ((rc = open_store(&s, c)) < 0)
         return rc;
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
-        rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
+    if ((fd = kestrel__open_regular(path, &st)) < 0) {
+        rc = fd;
         goto done;
     }
     pr.p.bytes_total = (int64_t)st.st_size;
@@ -207,18 +232,8 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
     /* memory stays at one read buffer, whatever the file size */
     for (;;) {
         size_t cut;
-        while (!eof && have < READ_BUF) {
-            ssize_t r = read(fd, buf + have, READ_BUF - have);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0) {
-                rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
-                goto done;
-            }
-            if (r == 0)
-                eof = 1;
-            have += (size_t)r;
-        }
+        if ((rc = fill(fd, buf, &have, &eof, path)) < 0)
+            goto done;
         if (have == 0)
             break;
         for (size_t off = 0;;) {
@@ -370,16 +385,10 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
         rc = kestrel__error_set(KESTREL_EIO, "%s: the assembled file does not match its digest", ref);
         goto done;
     }
-    if (fsync(fd) < 0 || close(fd) < 0) {
-        fd = -1;
-        rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
-        goto done;
-    }
+    rc = kestrel__install_file(fd, tmp, dest);
     fd = -1;
-    if (rename(tmp, dest) < 0) {
-        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+    if (rc < 0)
         goto done;
-    }
     tmp[0] = '\0';
     rc = kestrel__progress_report(&pr, 1);
 done:

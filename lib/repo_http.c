@@ -470,16 +470,10 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
         rc = kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
         goto done;
     }
-    if (fsync(fd) < 0 || close(fd) < 0) {
-        fd = -1;
-        rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
-        goto done;
-    }
+    rc = kestrel__install_file(fd, tmp, dest);
     fd = -1;
-    if (rename(tmp, dest) < 0) {
-        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+    if (rc < 0)
         goto done;
-    }
     tmp[0] = '\0';
     kestrel__cache_trim(&cache);
     rc = kestrel__progress_report(pr, 1);

@@ -23,6 +23,12 @@ typedef struct {
     int missing;
 } kestrel__chunk_ref;
 
+struct stat;
+/* Open path for reading; it must be a regular file. Returns the fd or a negative error. */
+int kestrel__open_regular(const char *path, struct stat *st);
+/* Sync and close the complete temp file fd, then rename it to dest. fd is closed either way. */
+int kestrel__install_file(int fd, const char *tmp, const char *dest);
+
 /* Chunk and hash a whole file (no storing): chunk list and whole-file SHA-256 hex. */
 int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, int64_t *size, char sha[65],
                         kestrel__progress *pr);
