@@ -130,7 +130,8 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
     if ((rc = kestrel__filehash_start(&whole, path)) < 0)
         goto done;
     for (;;) {
-        size_t off = 0;
+        size_t off = 0, first = *n;
+        int64_t buf_at = offset;   /* the file offset of buf[0] */
         if ((rc = fill(fd, buf, &have, &eof, path)) < 0)
             goto done;
         while (off < have && (eof || have - off >= KESTREL__CHUNK_MAX)) {
@@ -143,16 +144,16 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
                 }
                 v = g;
             }
-            kestrel__sha256_hex(buf + off, cut, v[*n].hex);
             v[*n].offset = offset;
             v[*n].len = (uint32_t)cut;
             v[*n].missing = 0;
             (*n)++;
             off += cut;
             offset += (int64_t)cut;
-            pr->p.bytes_done = offset;
-            pr->p.chunks_done = (int64_t)*n;
         }
+        kestrel__hash_chunks(buf, buf_at, v + first, *n - first);   /* on two threads */
+        pr->p.bytes_done = offset;
+        pr->p.chunks_done = (int64_t)*n;
         if ((rc = kestrel__progress_report(pr, 0)) < 0)
             goto done;
         memmove(buf, buf + off, have - off);

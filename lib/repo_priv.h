@@ -29,6 +29,10 @@ int kestrel__open_regular(const char *path, struct stat *st);
 /* Sync and close the complete temp file fd, then rename it to dest. fd is closed either way. */
 int kestrel__install_file(int fd, const char *tmp, const char *dest);
 
+/* Fill in the hex digest of count chunks that lie in buf (buf[0] is file offset buf_at), the
+ * work split across the caller's thread and one helper (lib/chunk_hash.c). */
+void kestrel__hash_chunks(const uint8_t *buf, int64_t buf_at, kestrel__chunk_ref *refs, size_t count);
+
 /* Chunk and hash a whole file (no storing): chunk list and whole-file SHA-256 hex. */
 int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, int64_t *size, char sha[65],
                         kestrel__progress *pr);
