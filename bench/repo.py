@@ -269,13 +269,13 @@ def main():
         print(f"  openssl sha256        {t_sha:6.2f} s {rate(mib, t_sha)}")
         print(f"  -> pull at {pct(lower, t_pull):.0f} % of the lower of the two (goal >= 70 %)")
 
-        # identical re-push, beside hashing the file under the same conditions (both from a cold cache)
-        drop_page_cache()
+        # identical re-push, beside hashing the file under the same conditions: both read it from the
+        # page cache (a cold read times this VM's disk, not the hashing)
+        run(["cat", src], stdout=subprocess.DEVNULL)
         t_sha2 = run(["openssl", "dgst", "-sha256", "-r", src])[0]
-        drop_page_cache()
         t_re, out, _ = run([cli, "-o", "json", "push", "bench/big", src], env=env)
         re = json.loads(out)
-        print("identical re-push (cold page cache, as is the hashing beside it)")
+        print("identical re-push (file in the page cache, as for the hashing beside it)")
         print(f"  chunk bytes sent {re['bytes_new']} (goal 0); {t_re:.2f} s = {t_re / t_sha2:.2f}x hashing the file "
               f"with openssl, {t_sha2:.2f} s (goal <= 1.5x)")
 
