@@ -5,6 +5,7 @@ import json
 import os
 import struct
 import signal
+import sys
 import subprocess
 import time
 import urllib.request
@@ -240,3 +241,34 @@ def test_the_pull_cache_is_bounded_least_recently_used_first(kestreld, tmp_path,
     monkeypatch.setenv("KESTREL_CACHE_MAX", "0")        # 0: no cache at all
     c.pull("team/a", str(tmp_path / "a2.out"))
     assert (tmp_path / "a2.out").read_bytes() == (tmp_path / "a").read_bytes()
+
+
+def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_path):
+    """SIGINT (Ctrl-C, a kernel interrupt) during a push stops it through the progress callback;
+    KeyboardInterrupt comes back as itself and no version is created."""
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(256 << 20))
+    script = tmp_path / "push.py"
+    script.write_text(
+        "import sys, kestrel\n"
+        "c = kestrel.Client(sys.argv[1], sys.argv[2])\n"
+        "seen = []\n"
+        "def progress(p):\n"
+        "    if not seen:\n"
+        "        print('started', flush=True)\n"
+        "    seen.append(p)\n"
+        "try:\n"
+        "    c.push('team/interrupted', sys.argv[3], progress=progress)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after', seen[-1].bytes_done, 'of', seen[-1].bytes_total, flush=True)\n"
+        "    sys.exit(130)\n")
+    p = subprocess.Popen([sys.executable, str(script), kestreld.url, kestreld.token, str(src)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    assert p.stdout.readline().strip() == "started"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    done, total = (int(w) for w in out.split()[2::2])
+    assert done < total                                  # it stopped before the end
+    status, _ = raw(kestreld, "GET", "/api/v1/models/team/interrupted/versions")
+    assert status == 404
