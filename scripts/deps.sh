@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install what building and testing Kestrel needs on Debian: apt packages, then a
-# Python venv (keras, torch 2.13.0 CPU, cffi, pytest, tqdm). Idempotent: installs only what is missing.
+# Python venv (keras, torch 2.13.0 CPU, cffi, pytest, tqdm, nbclient + ipykernel for the notebook test). Idempotent: installs only what is missing.
 # Usage: scripts/deps.sh VENV_DIR
 set -eu
 VENV=${1:-.venv}
@@ -22,10 +22,10 @@ if [ -n "$missing" ]; then
 fi
 
 PY=python3
-if ! KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm' 2>/dev/null; then
-  echo "deps: filling the Python venv $VENV (keras, torch==2.13.0, cffi, pytest, tqdm)"
+if ! KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm, nbclient, nbformat, ipykernel' 2>/dev/null; then
+  echo "deps: filling the Python venv $VENV (keras, torch==2.13.0, cffi, pytest, tqdm, nbclient, ipykernel)"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 keras cffi pytest tqdm 2>&1 |
+  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 keras cffi pytest tqdm nbclient nbformat ipykernel 2>&1 |
     grep -v "^WARNING: Location" || true
-  KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm' || { echo "deps: the venv is incomplete" >&2; exit 1; }
+  KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm, nbclient, nbformat, ipykernel' || { echo "deps: the venv is incomplete" >&2; exit 1; }
 fi

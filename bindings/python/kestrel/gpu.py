@@ -3,6 +3,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+from ._html import HtmlList
 from .errors import check
 from .ffi import C, ffi
 
@@ -25,6 +26,18 @@ class GPU:
         return f"<b>{self.name}</b> {self.uuid} ({self.pci_bus_id}) {mem}"
 
 
+class Devices(HtmlList):
+    """GPUs (a table in Jupyter)."""
+    HEADERS = ("uuid", "name", "pci", "memory free / total", "utilization", "cc", "visible")
+
+    @staticmethod
+    def row(d):
+        mem = f"{d.memory_free >> 20} / {d.memory_total >> 20} MiB" if d.memory_total >= 0 else "-"
+        cc = "%d.%d" % d.compute_capability if d.compute_capability else "-"
+        util = f"{d.utilization} %" if d.utilization is not None else "-"
+        return (d.uuid, d.name, d.pci_bus_id, mem, util, cc, "yes" if d.visible else "no")
+
+
 def _gpu(g) -> GPU:
     s = lambda p: ffi.string(p).decode() if p != ffi.NULL else ""  # noqa: E731
     return GPU(s(g.uuid), s(g.name), s(g.pci_bus_id), g.memory_total, g.memory_free,
@@ -44,7 +57,7 @@ def devices(all: bool = False, cuda: bool = False) -> List[GPU]:
     """This host's GPUs in PCI order ([] without a driver). all=True includes those hidden by
     CUDA_VISIBLE_DEVICES; cuda=True reads multiprocessor counts (in a child process)."""
     lst = _query(all, cuda)
-    return [_gpu(C.kestrel_gpu_list_get(lst, i)) for i in range(C.kestrel_gpu_list_count(lst))]
+    return Devices(_gpu(C.kestrel_gpu_list_get(lst, i)) for i in range(C.kestrel_gpu_list_count(lst)))
 
 
 @dataclass(frozen=True)

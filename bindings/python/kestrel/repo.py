@@ -1,13 +1,31 @@
-"""The model repository from Python: push, pull, versions, aliases (file:// repositories)."""
+"""The model repository from Python: push, pull, versions, aliases (file:// or a kestreld)."""
 import json
 import sys
+import time
 from collections import namedtuple
 from typing import Callable, List, Optional
 
+from ._html import HtmlList
 from .errors import check, on_callback_error
 from .ffi import C, ffi
 
-Version = namedtuple("Version", "version size sha256 created_ms chunks aliases metadata")
+class Version(namedtuple("Version", "version size sha256 created_ms chunks aliases metadata")):
+    """One version of a model."""
+    __slots__ = ()
+
+    def _repr_html_(self):
+        return Versions([self])._repr_html_()
+
+
+class Versions(HtmlList):
+    """A model's versions, oldest first (a table in Jupyter)."""
+    HEADERS = ("version", "size", "created", "aliases", "sha256", "metadata")
+
+    @staticmethod
+    def row(v):
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.created_ms / 1000))
+        return (v.version, f"{v.size / 1048576:.1f} MiB", created, ", ".join(v.aliases), v.sha256[:12],
+                json.dumps(v.metadata))
 Progress = namedtuple("Progress", "phase bytes_done bytes_total bytes_new chunks_done chunks_new")
 
 
@@ -102,9 +120,9 @@ def versions(client, name: str) -> List[Version]:
         check(C.kestrel_model_versions_get(out, client._p(), name.encode()))
     vl = ffi.gc(out[0], C.kestrel_model_versions_free)
     s = lambda p: ffi.string(p).decode()  # noqa: E731
-    return [Version(v.version, v.size, s(v.sha256), v.created_ms, v.chunks,
-                    [a for a in s(v.aliases).split(",") if a], json.loads(s(v.metadata_json)))
-            for v in (C.kestrel_model_versions_at(vl, i) for i in range(C.kestrel_model_versions_count(vl)))]
+    return Versions(Version(v.version, v.size, s(v.sha256), v.created_ms, v.chunks,
+                            [a for a in s(v.aliases).split(",") if a], json.loads(s(v.metadata_json)))
+                    for v in (C.kestrel_model_versions_at(vl, i) for i in range(C.kestrel_model_versions_count(vl))))
 
 
 def models(client) -> List[str]:
