@@ -22,6 +22,7 @@ def test_quickstart_notebook_runs(kestreld, tmp_path, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "hello from a kestrel job" in text
+    assert "push quickstart/weights" in text and "pull quickstart/weights@production" in text   # tqdm bars
     html = [o["data"]["text/html"] for o in outputs if o.output_type == "execute_result" and "text/html" in o["data"]]
     assert any("<table>" in h and "production" in h for h in html)          # the versions table
     assert any("SUCCEEDED" in h for h in html)                              # the job
