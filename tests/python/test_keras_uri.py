@@ -86,3 +86,29 @@ def test_autolog_pushes_plain_saves_but_not_backups(kestreld, tmp_path, monkeypa
     assert vs[1].metadata["saved_as"] == str(out) and "loss" in vs[1].metadata["metrics"]
     m.save(tmp_path / "after.keras")                                 # autolog off: nothing pushed
     assert len(kestrel.Client(kestreld.url, kestreld.token).versions("team/auto")) == 3
+
+
+JOB_SCRIPT = """
+import numpy as np, keras
+import kestrel.keras                      # inside a job: autolog is on by itself
+x = np.random.rand(256, 8).astype("float32"); y = np.random.rand(256, 1).astype("float32")
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+m.compile("adam", "mse")
+m.fit(x, y, epochs=2, batch_size=32, verbose=0)   # no callbacks passed: metrics still reported
+m.save("model.keras")                             # a plain save: also a version of jobs/<id>
+print("saved", flush=True)
+"""
+
+
+def test_inside_a_job_autolog_reports_metrics_and_pushes_saves(daemon, tmp_path):
+    import sys
+    d = daemon("--gpus", "1")
+    script = tmp_path / "train.py"
+    script.write_text(JOB_SCRIPT)
+    jid = d.submit("--env", "KERAS_BACKEND=torch", "--", sys.executable, str(script))
+    job = d.wait(jid, timeout=300)
+    assert job["state"] == "SUCCEEDED", d.cli("logs", str(jid)).stdout
+    names = {m["name"] for m in d.api("GET", f"/api/v1/jobs/{jid}/metrics")[1]["metrics"]}
+    assert "loss" in names
+    vs = kestrel.Client(d.url, d.token).versions(f"jobs/{jid}")
+    assert len(vs) == 1 and vs[0].metadata["job_id"] == str(jid) and "loss" in vs[0].metadata["metrics"]

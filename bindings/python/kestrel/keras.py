@@ -249,3 +249,27 @@ def fit(model, x, y, *, epochs: int, batch_size: int, callbacks=(), checkpoint_d
         return "preempted"
     save_checkpoint(model, directory, {"epoch": epochs, "batch": 0})
     return "done"
+
+
+def _hook_fit():
+    """Under autolog inside a Kestrel job, every Model.fit reports its metrics (a MetricsCallback is
+    added unless the caller passed one)."""
+    Model = keras.Model
+    if getattr(Model.fit, "_kestrel_hooked", False):
+        return
+    original = Model.fit
+
+    def fit_with_metrics(self, *args, callbacks=None, **kwargs):
+        if keras_uri._autolog["name"] and os.environ.get("KESTREL_JOB_ID"):
+            callbacks = list(callbacks or [])
+            if not any(isinstance(c, MetricsCallback) for c in callbacks):
+                callbacks.append(MetricsCallback(batch_size=kwargs.get("batch_size")))
+        return original(self, *args, callbacks=callbacks, **kwargs)
+
+    fit_with_metrics._kestrel_hooked = True
+    fit_with_metrics.__doc__ = original.__doc__
+    fit_with_metrics.__wrapped__ = original
+    Model.fit = fit_with_metrics
+
+
+_hook_fit()
