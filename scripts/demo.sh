@@ -1,6 +1,7 @@
 #!/bin/sh
 # make demo: start kestreld on 127.0.0.1 with a data dir under the build tree, submit the
-# Keras example, follow its logs to the end, print the final state, stop the daemon.
+# Keras example, follow its logs to the end, print the final state, push the trained model to the
+# repository and pull it back, stop the daemon.
 # Usage: scripts/demo.sh BUILD_DIR PYTHON
 set -eu
 BUILD=$(cd "${1:-build}" && pwd)
@@ -42,3 +43,14 @@ echo "demo: metrics the job reported:"
 curl -s -H "Authorization: Bearer $KESTREL_TOKEN" "$KESTREL_URL/api/v1/jobs/$ID/metrics?name=val_accuracy"
 echo
 "$KESTREL" wait "$ID"
+
+# the trained model into the repository, and back
+MODEL=$(find "$DATA" -name model.keras -path "*$ID*" | head -n 1)
+if [ -n "$MODEL" ]; then
+  echo
+  echo "demo: pushing the trained model to the repository"
+  "$KESTREL" push demo/mnist "$MODEL" --alias production --meta job="$ID" --meta framework=keras
+  "$KESTREL" models demo/mnist
+  "$KESTREL" pull demo/mnist@production -o "$DATA/pulled.keras" >/dev/null
+  echo "demo: pulled demo/mnist@production: $(sha256sum < "$DATA/pulled.keras" | cut -c1-16)... (pushed $(sha256sum < "$MODEL" | cut -c1-16)...)"
+fi
