@@ -105,9 +105,8 @@ int kestrel__install_file(int fd, const char *tmp, const char *dest)
     return 0;
 }
 
-/* Chunk and hash a file without storing anything (the HTTP push asks the server first). */
 int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, int64_t *size, char sha[65],
-                        kestrel__progress *pr)
+                        kestrel__progress *pr, kestrel__chunk_sink sink, void *sink_ctx)
 {
     kestrel__chunk_ref *v = NULL;
     size_t cap = 0, have = 0;
@@ -152,6 +151,8 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
             offset += (int64_t)cut;
         }
         kestrel__hash_chunks(buf, buf_at, v + first, *n - first);   /* on two threads */
+        if (sink && (rc = sink(sink_ctx, buf, buf_at, v + first, *n - first)) < 0)
+            goto done;
         pr->p.bytes_done = offset;
         pr->p.chunks_done = (int64_t)*n;
         if ((rc = kestrel__progress_report(pr, 0)) < 0)
@@ -178,18 +179,40 @@ done:
     return rc;
 }
 
+/* The file:// push: each read buffer's chunks go into the store (those it lacks) while the
+ * buffer is still in memory, so the file is read once. */
+struct store_sink {
+    kestrel__store *s;
+    kestrel__progress *pr;
+};
+
+static int store_missing(void *ctx, const uint8_t *buf, int64_t buf_at, kestrel__chunk_ref *refs, size_t count)
+{
+    struct store_sink *k = ctx;
+    int rc;
+    for (size_t i = 0; i < count; i++) {
+        if (kestrel__store_has_chunk(k->s, refs[i].hex))
+            continue;
+        if ((rc = kestrel__store_put_chunk(k->s, refs[i].hex, buf + (refs[i].offset - buf_at), refs[i].len)) < 0)
+            return rc;
+        k->pr->p.bytes_new += refs[i].len;
+        k->pr->p.chunks_new++;
+    }
+    return 0;
+}
+
 int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                        const kestrel_transfer_options *in)
 {
     kestrel_transfer_options o;
     kestrel__store *s = NULL;
     kestrel__progress pr;
-    uint8_t *buf = NULL;
-    size_t have = 0;
-    int fd = -1, eof = 0, rc;
-    struct stat st;
-    cJSON *manifest = NULL, *chunks = NULL;
-    kestrel__filehash *whole = NULL;
+    kestrel__chunk_ref *refs = NULL;
+    size_t n = 0;
+    int64_t size = 0, version = 0;
+    int rc;
+    cJSON *manifest = NULL, *chunks = NULL, *meta = NULL;
+    struct store_sink sink;
     char hex[KESTREL__HEX_LEN + 1];
 
     if ((rc = load_topts(&o, in)) < 0)
@@ -205,106 +228,52 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
     pr.p.phase = KESTREL_PHASE_PUSH;
     pr.cb = o.progress;
     pr.payload = o.progress_payload;
-    if (o.metadata_json) {
-        cJSON *meta = cJSON_Parse(o.metadata_json);
-        int ok = meta && cJSON_IsObject(meta);
+    if (o.metadata_json && ((meta = cJSON_Parse(o.metadata_json)) == NULL || !cJSON_IsObject(meta))) {
         cJSON_Delete(meta);
-        if (!ok)
-            return kestrel__error_set(KESTREL_EINVALID, "metadata must be a JSON object");
+        return kestrel__error_set(KESTREL_EINVALID, "metadata must be a JSON object");
     }
-    if (c->store_root == NULL)
+    if (c->store_root == NULL) {
+        cJSON_Delete(meta);
         return kestrel__repo_http_push(version_out, c, name, path, &o, &pr);
+    }
     if ((rc = open_store(&s, c)) < 0)
         return rc;
-    if ((fd = kestrel__open_regular(path, &st)) < 0) {
-        rc = fd;
+    sink.s = s;
+    sink.pr = &pr;
+    if ((rc = kestrel__chunk_file(path, &refs, &n, &size, hex, &pr, store_missing, &sink)) < 0)
         goto done;
-    }
-    pr.p.bytes_total = (int64_t)st.st_size;
-    manifest = cJSON_CreateObject();
-    chunks = cJSON_AddArrayToObject(manifest, "chunks");
-    buf = malloc(READ_BUF);
-    if (!manifest || !chunks || !buf) {
+    if ((manifest = cJSON_CreateObject()) == NULL || (chunks = cJSON_AddArrayToObject(manifest, "chunks")) == NULL) {
         rc = kestrel__error_oom();
         goto done;
     }
-    if ((rc = kestrel__filehash_start(&whole, path)) < 0)
-        goto done;
-    /* memory stays at one read buffer, whatever the file size */
-    for (;;) {
-        size_t cut;
-        if ((rc = fill(fd, buf, &have, &eof, path)) < 0)
+    for (size_t i = 0; i < n; i++) {
+        cJSON *entry = cJSON_CreateArray();
+        if (entry == NULL || !cJSON_AddItemToArray(chunks, entry)) {
+            cJSON_Delete(entry);
+            rc = kestrel__error_oom();
             goto done;
-        if (have == 0)
-            break;
-        for (size_t off = 0;;) {
-            cJSON *entry;
-            if (!eof && have - off < KESTREL__CHUNK_MAX) {
-                memmove(buf, buf + off, have - off);   /* refill before cutting near the end */
-                have -= off;
-                break;
-            }
-            if (off == have) {
-                have = 0;
-                break;
-            }
-            cut = kestrel__chunk_next(buf + off, have - off, eof);
-            kestrel__sha256_hex(buf + off, cut, hex);
-            if (!kestrel__store_has_chunk(s, hex)) {
-                if ((rc = kestrel__store_put_chunk(s, hex, buf + off, cut)) < 0)
-                    goto done;
-                pr.p.bytes_new += (int64_t)cut;
-                pr.p.chunks_new++;
-            }
-            entry = cJSON_CreateArray();
-            if (entry == NULL || !cJSON_AddItemToArray(chunks, entry)) {
-                cJSON_Delete(entry);
-                rc = kestrel__error_oom();
-                goto done;
-            }
-            cJSON_AddItemToArray(entry, cJSON_CreateString(hex));
-            cJSON_AddItemToArray(entry, cJSON_CreateNumber((double)cut));
-            off += cut;
-            pr.p.bytes_done += (int64_t)cut;
-            pr.p.chunks_done++;
-            if ((rc = kestrel__progress_report(&pr, 0)) < 0)
-                goto done;
         }
-        if (eof && have == 0)
-            break;
+        cJSON_AddItemToArray(entry, cJSON_CreateString(refs[i].hex));
+        cJSON_AddItemToArray(entry, cJSON_CreateNumber((double)refs[i].len));
     }
-    rc = kestrel__filehash_finish(whole, pr.p.bytes_done, hex);
-    whole = NULL;
-    if (rc < 0)
-        goto done;
     cJSON_AddStringToObject(manifest, "name", name);
-    cJSON_AddNumberToObject(manifest, "size", (double)st.st_size);
+    cJSON_AddNumberToObject(manifest, "size", (double)size);
     cJSON_AddStringToObject(manifest, "sha256", hex);
     cJSON_AddNumberToObject(manifest, "created_ms", (double)kestrel__now_ms());
-    if (o.metadata_json) {
-        cJSON *meta = cJSON_Parse(o.metadata_json);
-        if (meta == NULL || !cJSON_IsObject(meta)) {
-            cJSON_Delete(meta);
-            rc = kestrel__error_set(KESTREL_EINVALID, "metadata must be a JSON object");
-            goto done;
-        }
+    if (meta) {
         cJSON_AddItemToObject(manifest, "metadata", meta);
+        meta = NULL;
     }
-    if ((rc = kestrel__store_commit(s, name, manifest, version_out)) < 0)
+    if ((rc = kestrel__store_commit(s, name, manifest, &version)) < 0)
         goto done;
-    if (o.alias && version_out)
-        rc = kestrel__store_alias_set(s, name, o.alias, *version_out);
-    else if (o.alias) {
-        cJSON *v = cJSON_GetObjectItem(manifest, "version");
-        rc = kestrel__store_alias_set(s, name, o.alias, (int64_t)cJSON_GetNumberValue(v));
-    }
-    if (rc == 0)
-        rc = kestrel__progress_report(&pr, 1);
+    if (o.alias && (rc = kestrel__store_alias_set(s, name, o.alias, version)) < 0)
+        goto done;
+    if (version_out)
+        *version_out = version;
+    rc = kestrel__progress_report(&pr, 1);
 done:
-    if (fd >= 0)
-        close(fd);
-    free(buf);
-    kestrel__filehash_finish(whole, -1, hex);
+    free(refs);
+    cJSON_Delete(meta);
     cJSON_Delete(manifest);
     kestrel__store_close(s);
     return rc;

@@ -238,7 +238,7 @@ int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char 
     Kestrel__V1__ChunkRef *refs = NULL, **refp = NULL;
     ProtobufCMessage *resp = NULL;
 
-    if ((rc = kestrel__chunk_file(path, &chunks, &n, &size, sha, pr)) < 0)   /* hashing: not on the transfer */
+    if ((rc = kestrel__chunk_file(path, &chunks, &n, &size, sha, pr, NULL, NULL)) < 0)   /* hashing: not on the transfer */
         return rc;
     if ((sorted = malloc((n + 1) * sizeof(*sorted))) == NULL) {
         rc = kestrel__error_oom();

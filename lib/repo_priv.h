@@ -33,9 +33,15 @@ int kestrel__install_file(int fd, const char *tmp, const char *dest);
  * work split across the caller's thread and one helper (lib/chunk_hash.c). */
 void kestrel__hash_chunks(const uint8_t *buf, int64_t buf_at, kestrel__chunk_ref *refs, size_t count);
 
-/* Chunk and hash a whole file (no storing): chunk list and whole-file SHA-256 hex. */
+/* Called with each read buffer's chunks (hashed) while the buffer is in memory. */
+typedef int (*kestrel__chunk_sink)(void *ctx, const uint8_t *buf, int64_t buf_at, kestrel__chunk_ref *refs,
+                                   size_t count);
+
+/* Chunk and hash a whole file: chunk list and whole-file SHA-256 hex. sink (may be NULL) sees the
+ * bytes of each buffer's chunks: the file:// push stores them from there, the HTTP push asks the
+ * server first and reads back only what it lacks. */
 int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, int64_t *size, char sha[65],
-                        kestrel__progress *pr);
+                        kestrel__progress *pr, kestrel__chunk_sink sink, void *sink_ctx);
 
 int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                             const kestrel_transfer_options *o, kestrel__progress *pr);
