@@ -34,6 +34,21 @@ int kestrel__buf_grow(kestrel_buf *buf, size_t extra)
     return 0;
 }
 
+int kestrel__array_grow(void *arrp, size_t *cap, size_t need, size_t elem)
+{
+    void **arr = arrp, *p;
+    size_t ncap = *cap ? *cap : 16;
+    if (need <= *cap)
+        return 0;
+    while (ncap < need)
+        ncap *= 2;
+    if (ncap > SIZE_MAX / elem || (p = realloc(*arr, ncap * elem)) == NULL)
+        return kestrel__error_oom();
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
 int kestrel__buf_put(kestrel_buf *buf, const void *data, size_t len)
 {
     int rc = kestrel__buf_grow(buf, len);

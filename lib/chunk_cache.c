@@ -123,12 +123,8 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
         if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof(v->name) ||
             fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
             continue;
-        if (n == cap) {
-            entry *g = realloc(v, (cap = cap ? cap * 2 : 1024) * sizeof(*v));
-            if (g == NULL)
-                break;
-            v = g;
-        }
+        if (kestrel__array_grow(&v, &cap, n + 1, sizeof(*v)) < 0)
+            break;
         snprintf(v[n].name, sizeof(v[n].name), "%s", e->d_name);
         v[n].size = st.st_size;
         v[n].used_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;

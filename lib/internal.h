@@ -39,6 +39,9 @@ int kestrel__require_init(void);
 
 /* buf.c */
 int kestrel__buf_grow(kestrel_buf *buf, size_t extra);
+/* Make the array *arrp (elements of elem bytes, capacity *cap) hold at least need elements,
+ * doubling; 0 or KESTREL_ENOMEM (the array is untouched then). */
+int kestrel__array_grow(void *arrp, size_t *cap, size_t need, size_t elem);
 int kestrel__buf_put(kestrel_buf *buf, const void *data, size_t len);
 int kestrel__buf_puts(kestrel_buf *buf, const char *s);
 #if defined(__GNUC__)

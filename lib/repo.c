@@ -135,14 +135,8 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
             goto done;
         while (off < have && (eof || have - off >= KESTREL__CHUNK_MAX)) {
             size_t cut = kestrel__chunk_next(buf + off, have - off, eof);
-            if (*n == cap) {
-                kestrel__chunk_ref *g = realloc(v, (cap = cap ? cap * 2 : 256) * sizeof(*v));
-                if (g == NULL) {
-                    rc = kestrel__error_oom();
-                    goto done;
-                }
-                v = g;
-            }
+            if ((rc = kestrel__array_grow(&v, &cap, *n + 1, sizeof(*v))) < 0)
+                goto done;
             v[*n].offset = offset;
             v[*n].len = (uint32_t)cut;
             v[*n].missing = 0;

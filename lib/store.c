@@ -237,14 +237,10 @@ int kestrel__store_versions(kestrel__store *s, const char *name, int64_t **out, 
         long long x = strtoll(e->d_name, &end, 10);
         if (x <= 0 || strcmp(end, ".json"))
             continue;   /* temp files and anything else */
-        if (*n == cap) {
-            int64_t *p = realloc(v, (cap = cap ? cap * 2 : 16) * sizeof(*v));
-            if (p == NULL) {
-                closedir(d);
-                free(v);
-                return kestrel__error_oom();
-            }
-            v = p;
+        if (kestrel__array_grow(&v, &cap, *n + 1, sizeof(*v)) < 0) {
+            closedir(d);
+            free(v);
+            return KESTREL_ENOMEM;
         }
         v[(*n)++] = x;
     }

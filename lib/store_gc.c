@@ -34,14 +34,11 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int add_mark(mark_set *m, const char *hex)
 {
+    int rc;
     if (strlen(hex) != KESTREL__HEX_LEN)
         return 0;
-    if (m->n == m->cap) {
-        void *g = realloc(m->hex, (m->cap = m->cap ? m->cap * 2 : 1024) * sizeof(*m->hex));
-        if (g == NULL)
-            return kestrel__error_oom();
-        m->hex = g;
-    }
+    if ((rc = kestrel__array_grow(&m->hex, &m->cap, m->n + 1, sizeof(*m->hex))) < 0)
+        return rc;
     memcpy(m->hex[m->n++], hex, KESTREL__HEX_LEN + 1);
     return 0;
 }
