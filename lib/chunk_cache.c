@@ -39,7 +39,6 @@ static int64_t parse_size(const char *s)
 void kestrel__cache_open(kestrel__chunk_cache *cache)
 {
     const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char *p;
     if (env)
         snprintf(cache->dir, sizeof(cache->dir), "%s", env);
     else if (xdg && *xdg)
@@ -50,13 +49,7 @@ void kestrel__cache_open(kestrel__chunk_cache *cache)
     cache->on = 0;
     if (!cache->dir[0] || cache->max_bytes == 0)
         return;
-    for (p = cache->dir + 1; *p; p++)   /* make the parents */
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(cache->dir, 0700);
-            *p = '/';
-        }
-    cache->on = (mkdir(cache->dir, 0700) == 0 || errno == EEXIST) && access(cache->dir, W_OK) == 0;
+    cache->on = kestrel__mkdirs(cache->dir, 0700) == 0 && access(cache->dir, W_OK) == 0;
 }
 
 int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t size, kestrel_buf *b)

@@ -18,7 +18,7 @@ struct kestrel__store {
     long unsynced;      /* chunks written since the last sync (atomic) */
 };
 
-static int mkdirs(const char *path)
+int kestrel__mkdirs(const char *path, mode_t mode)
 {
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof(tmp), "%s", path);
@@ -26,11 +26,11 @@ static int mkdirs(const char *path)
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+        if (mkdir(tmp, mode) < 0 && errno != EEXIST)
             return -1;
         *p = '/';
     }
-    return (mkdir(tmp, 0755) < 0 && errno != EEXIST) ? -1 : 0;
+    return (mkdir(tmp, mode) < 0 && errno != EEXIST) ? -1 : 0;
 }
 
 static int io_error(const char *what, const char *path)
@@ -83,13 +83,13 @@ int kestrel__store_open(kestrel__store **out, const char *root)
         return kestrel__error_oom();
     snprintf(s->root, sizeof(s->root), "%s", root);
     snprintf(path, sizeof(path), "%s/chunks", root);
-    if (mkdirs(path) < 0) {
+    if (kestrel__mkdirs(path, 0755) < 0) {
         int rc = io_error("cannot create", path);
         free(s);
         return rc;
     }
     snprintf(path, sizeof(path), "%s/models", root);
-    if (mkdirs(path) < 0 || (s->fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    if (kestrel__mkdirs(path, 0755) < 0 || (s->fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         int rc = io_error("cannot open", root);
         free(s);
         return rc;
@@ -313,7 +313,7 @@ static int alias_write(kestrel__store *s, const char *name, const char *alias, i
     char dir[PATH_MAX], path[PATH_MAX + 64], tmp[PATH_MAX + 96], text[32];
     int rc;
     model_dir(s, name, "aliases", dir, sizeof(dir));
-    if (mkdirs(dir) < 0)
+    if (kestrel__mkdirs(dir, 0755) < 0)
         return io_error("cannot create", dir);
     snprintf(path, sizeof(path), "%s/%s", dir, alias);
     snprintf(text, sizeof(text), "%lld\n", (long long)version);
@@ -348,7 +348,7 @@ int kestrel__store_commit(kestrel__store *s, const char *name, cJSON *manifest, 
     char *text;
     int rc;
     model_dir(s, name, "versions", dir, sizeof(dir));
-    if (mkdirs(dir) < 0)
+    if (kestrel__mkdirs(dir, 0755) < 0)
         return io_error("cannot create", dir);
     if ((rc = kestrel__store_sync(s)) < 0)   /* every chunk durable before the manifest names it */
         return rc;

@@ -8,12 +8,16 @@
 #ifndef KESTREL_STORE_H
 #define KESTREL_STORE_H
 
+#include <sys/types.h>
 #include <cjson/cJSON.h>
 #include "internal.h"
 
 typedef struct kestrel__store kestrel__store;
 
 #define KESTREL__HEX_LEN 64
+
+/* mkdir -p: 0, or -1 with errno. */
+int kestrel__mkdirs(const char *path, mode_t mode);
 
 int kestrel__store_open(kestrel__store **out, const char *root);
 void kestrel__store_close(kestrel__store *s);
