@@ -16,9 +16,10 @@ class Daemon:
     def __init__(self, root, *flags, env=None):
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
+        self.flags, self.start_env = flags, env
         self.data = root / "data"
         port_file = root / "port"
-        self.log = open(root / "kestreld.log", "w")
+        self.log = open(root / "kestreld.log", "a")
         self.proc = subprocess.Popen(
             [KESTRELD, "--port", "0", "--data-dir", str(self.data), "--port-file", str(port_file), *flags],
             stderr=self.log, env=env)
@@ -75,6 +76,13 @@ class Daemon:
 
     def explain(self, jid):
         return json.loads(self.cli("-o", "json", "explain", str(jid)).stdout)
+
+    def restart(self):
+        """Start kestreld again on the same data directory (after it died or was killed)."""
+        assert self.proc.poll() is not None, "restart() needs the old kestreld gone"
+        self.log.close()
+        (self.root / "port").unlink(missing_ok=True)
+        self.__init__(self.root, *self.flags, env=self.start_env)
 
     def stop(self):
         if self.proc.poll() is None:

@@ -181,10 +181,7 @@ def test_kill_9_mid_push_then_rerun(daemon, tmp_path):
     assert push.returncode != 0 and "push" in err
     stored = len(chunk_files(d))
     assert 0 < stored
-    # restart on the same data directory
-    (d.root / "port").unlink()
-    d.log.close()
-    d.__init__(d.root)                                  # the same Daemon, restarted: the fixture stops it
+    d.restart()                                         # same data directory; the fixture stops it
     status, body = raw(d, "GET", "/api/v1/models/team/big/versions")
     assert status == 404 or json.loads(body).get("versions", []) == [], body   # no partial version listed
     p = subprocess.run([KESTREL_CLI, "-o", "json", "push", "team/big", str(src)], env=d.env(), capture_output=True,
