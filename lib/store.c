@@ -531,20 +531,14 @@ int kestrel__store_list(kestrel__store *s, kestrel_buf *out)
     char root[PATH_MAX];
     kestrel_buf raw = KESTREL_BUF_INIT;
     char **lines = NULL;
-    size_t n = 0;
+    size_t n = 0, cap = 0;
     int rc;
     snprintf(root, sizeof(root), "%s/models", s->root);
     rc = list_dir(root, "", &raw);
     for (char *save = NULL, *line = raw.ptr ? strtok_r(raw.ptr, "\n", &save) : NULL; rc == 0 && line;
-         line = strtok_r(NULL, "\n", &save)) {
-        char **grown = realloc(lines, (n + 1) * sizeof(*lines));
-        if (grown == NULL) {
-            rc = kestrel__error_oom();
-            break;
-        }
-        lines = grown;
-        lines[n++] = line;
-    }
+         line = strtok_r(NULL, "\n", &save))
+        if ((rc = kestrel__array_grow(&lines, &cap, n + 1, sizeof(*lines))) == 0)
+            lines[n++] = line;
     if (n > 1)
         qsort(lines, n, sizeof(*lines), cmp_lines);
     for (size_t i = 0; rc == 0 && i < n; i++)

@@ -6,12 +6,12 @@
  * refreshes the mtime), so nothing a running push depends on is ever old enough to go; and a
  * commit checks that every chunk exists, so even a push slower than the grace period fails
  * cleanly instead of committing a version with a hole. Temp files left by a killed writer go
- * after the same grace period. */
-#define _XOPEN_SOURCE 700
+ * after the same grace period. Marking goes through the store's own listing (models, versions,
+ * manifests), sweeping through chunks/XX/. */
+#include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
+#include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +23,7 @@
 typedef struct {
     char (*hex)[KESTREL__HEX_LEN + 1];
     size_t n, cap;
-    int rc;
 } mark_set;
-
-/* nftw has no payload pointer: one collection at a time per process is enforced by this lock. */
-static mark_set *g_marks;
-static kestrel__store_gc_stats *g_stats;
-static time_t g_cutoff;
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int add_mark(mark_set *m, const char *hex)
 {
@@ -43,39 +36,39 @@ static int add_mark(mark_set *m, const char *hex)
     return 0;
 }
 
-static int mark_manifest(const char *path, const struct stat *st, int type, struct FTW *ftw)
+/* Every chunk of every committed version, through the store's own listing. A manifest that
+ * cannot be read stops the collection: better keep garbage than lose a version's chunks. */
+static int mark_all(kestrel__store *s, mark_set *m)
 {
-    const char *base = path + ftw->base, *dot = strrchr(base, '.');
-    FILE *f;
-    char *text;
-    cJSON *doc, *chunk;
-    (void)st;
-    if (type != FTW_F || dot == NULL || strcmp(dot, ".json") || ftw->base < 10 ||
-        strncmp(path + ftw->base - 10, "/versions/", 10))
-        return 0;
-    if ((f = fopen(path, "rb")) == NULL)
-        return 0;   /* deleted meanwhile */
-    text = malloc((size_t)st->st_size + 1);
-    if (text == NULL || fread(text, 1, (size_t)st->st_size, f) != (size_t)st->st_size) {
-        free(text);
-        fclose(f);
-        g_marks->rc = kestrel__error_set(KESTREL_EIO, "cannot read %s", path);
-        return 1;
+    kestrel_buf names = KESTREL_BUF_INIT;
+    int rc = kestrel__store_list(s, &names);
+    for (char *save = NULL, *name = rc == 0 && names.ptr ? strtok_r(names.ptr, "\n", &save) : NULL; rc == 0 && name;
+         name = strtok_r(NULL, "\n", &save)) {
+        int64_t *versions = NULL;
+        size_t n = 0;
+        if (kestrel__store_versions(s, name, &versions, &n) < 0) {
+            kestrel_error_clear();   /* every version deleted meanwhile */
+            continue;
+        }
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            cJSON *doc, *chunk;
+            if ((rc = kestrel__store_manifest(s, name, versions[i], &doc)) == KESTREL_ENOTFOUND) {
+                kestrel_error_clear();   /* deleted meanwhile */
+                rc = 0;
+                continue;
+            }
+            if (rc < 0)
+                break;
+            cJSON_ArrayForEach(chunk, cJSON_GetObjectItem(doc, "chunks"))
+                if (cJSON_IsString(cJSON_GetArrayItem(chunk, 0)) &&
+                    (rc = add_mark(m, cJSON_GetArrayItem(chunk, 0)->valuestring)) < 0)
+                    break;
+            cJSON_Delete(doc);
+        }
+        free(versions);
     }
-    fclose(f);
-    text[st->st_size] = '\0';
-    doc = cJSON_Parse(text);
-    free(text);
-    if (doc == NULL) {   /* a manifest we cannot read: collect nothing rather than lose its chunks */
-        g_marks->rc = kestrel__error_set(KESTREL_EIO, "damaged manifest %s: collection stopped", path);
-        return 1;
-    }
-    cJSON_ArrayForEach(chunk, cJSON_GetObjectItem(doc, "chunks"))
-        if (cJSON_IsString(cJSON_GetArrayItem(chunk, 0)) &&
-            (g_marks->rc = add_mark(g_marks, cJSON_GetArrayItem(chunk, 0)->valuestring)) < 0)
-            break;
-    cJSON_Delete(doc);
-    return g_marks->rc < 0;
+    kestrel_buf_dispose(&names);
+    return rc;
 }
 
 static int hex_cmp(const void *a, const void *b)
@@ -83,53 +76,64 @@ static int hex_cmp(const void *a, const void *b)
     return strcmp(a, b);
 }
 
-static int sweep_chunk(const char *path, const struct stat *st, int type, struct FTW *ftw)
+/* chunks/ab/cdef...: remove what is old enough and either a temp file or not marked. */
+static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cutoff, kestrel__store_gc_stats *st)
 {
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
     char hex[KESTREL__HEX_LEN + 8];
-    const char *base = path + ftw->base;
-    int temp = strstr(base, ".tmp.") != NULL;
-    if (type != FTW_F || ftw->level != 2 || st->st_mtime > g_cutoff)
-        return 0;
-    if (!temp) {
-        if (strlen(base) != KESTREL__HEX_LEN - 2 || ftw->base < 3)
-            return 0;   /* not ours */
-        snprintf(hex, sizeof(hex), "%.2s%s", path + ftw->base - 3, base);
-        if (bsearch(hex, g_marks->hex, g_marks->n, sizeof(*g_marks->hex), hex_cmp))
-            return 0;
+    if (d == NULL) {
+        close(dfd);
+        return;
     }
-    if (unlink(path) == 0) {
-        g_stats->chunks_removed += !temp;
-        g_stats->temps_removed += temp;
-        g_stats->bytes_freed += st->st_size;
+    while ((e = readdir(d)) != NULL) {
+        struct stat sb;
+        int temp = strstr(e->d_name, ".tmp.") != NULL;
+        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(sb.st_mode) || sb.st_mtime > cutoff)
+            continue;
+        if (!temp) {
+            if (strlen(e->d_name) != KESTREL__HEX_LEN - 2)
+                continue;   /* not ours */
+            snprintf(hex, sizeof(hex), "%s%s", prefix, e->d_name);
+            if (bsearch(hex, m->hex, m->n, sizeof(*m->hex), hex_cmp))
+                continue;
+        }
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
+            st->chunks_removed += !temp;
+            st->temps_removed += temp;
+            st->bytes_freed += sb.st_size;
+        }
     }
-    return 0;
+    closedir(d);
 }
 
 int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats)
 {
     char path[PATH_MAX];
-    mark_set marks = { NULL, 0, 0, 0 };
+    mark_set marks = { NULL, 0, 0 };
     kestrel__store_gc_stats local = { 0, 0, 0, 0 };
-    int rc = 0;
-    pthread_mutex_lock(&g_lock);
-    g_marks = &marks;
-    g_stats = &local;
     /* the cutoff is taken before marking: a chunk written after it is never swept this round */
-    g_cutoff = time(NULL) - (time_t)grace_s;
-    snprintf(path, sizeof(path), "%s/models", kestrel__store_root(s));
-    if (nftw(path, mark_manifest, 32, FTW_PHYS) < 0 && errno != ENOENT)
-        rc = kestrel__error_set(KESTREL_EIO, "cannot walk %s: %s", path, strerror(errno));
-    if (rc == 0 && (rc = marks.rc) == 0) {
+    time_t cutoff = time(NULL) - (time_t)grace_s;
+    DIR *top;
+    struct dirent *e;
+    int rc = mark_all(s, &marks);
+    if (rc == 0) {
         local.chunks_live = (int64_t)marks.n;
         if (marks.n > 1)
             qsort(marks.hex, marks.n, sizeof(*marks.hex), hex_cmp);
         snprintf(path, sizeof(path), "%s/chunks", kestrel__store_root(s));
-        if (nftw(path, sweep_chunk, 32, FTW_PHYS) < 0 && errno != ENOENT)
-            rc = kestrel__error_set(KESTREL_EIO, "cannot walk %s: %s", path, strerror(errno));
+        if ((top = opendir(path)) == NULL)
+            rc = kestrel__error_set(KESTREL_EIO, "cannot list %s: %s", path, strerror(errno));
+        while (top && (e = readdir(top)) != NULL) {
+            int dfd;
+            if (strlen(e->d_name) == 2 && e->d_name[0] != '.' &&
+                (dfd = openat(dirfd(top), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
+                sweep_dir(dfd, e->d_name, &marks, cutoff, &local);
+        }
+        if (top)
+            closedir(top);
     }
-    g_marks = NULL;
-    g_stats = NULL;
-    pthread_mutex_unlock(&g_lock);
     free(marks.hex);
     if (stats)
         *stats = local;
