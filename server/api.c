@@ -32,6 +32,13 @@ static enum MHD_Result send_bytes(kd_req *r, unsigned int status, const kestrel_
     return ok;
 }
 
+enum MHD_Result kd_reply_owned(kd_req *r, unsigned int status, ProtobufCMessage *msg)
+{
+    enum MHD_Result ok = kd_reply_msg(r, status, msg);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return ok;
+}
+
 enum MHD_Result kd_reply_msg(kd_req *r, unsigned int status, const ProtobufCMessage *msg)
 {
     kestrel_buf b = KESTREL_BUF_INIT;

@@ -29,6 +29,8 @@ void kd_api_stop(kd_api *api);
 
 /* Replies (used by the route handlers). */
 enum MHD_Result kd_reply_msg(kd_req *r, unsigned int status, const ProtobufCMessage *msg);
+/* kd_reply_msg, then free msg (a protobuf-c message from the default allocator). */
+enum MHD_Result kd_reply_owned(kd_req *r, unsigned int status, ProtobufCMessage *msg);
 enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code, const char *message);
 /* Reply with the status that matches a KESTREL_E* code and the thread's last error message. */
 enum MHD_Result kd_reply_failure(kd_req *r, int rc);

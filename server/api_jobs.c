@@ -95,8 +95,7 @@ static enum MHD_Result submit(kd_req *r)
         reply = kd_reply_failure(r, rc);
         goto out;
     }
-    reply = kd_reply_msg(r, 201, &job->base);
-    protobuf_c_message_free_unpacked(&job->base, NULL);
+    reply = kd_reply_owned(r, 201, &job->base);
 out:
     protobuf_c_message_free_unpacked(&spec->base, NULL);
     return reply;
@@ -137,9 +136,7 @@ static enum MHD_Result list(kd_req *r)
     }
     if ((rc = kd_catalog_job_list(r->e->cat, &f, &jobs)) < 0)
         return kd_reply_failure(r, rc);
-    reply = kd_reply_msg(r, 200, &jobs->base);
-    protobuf_c_message_free_unpacked(&jobs->base, NULL);
-    return reply;
+    return kd_reply_owned(r, 200, &jobs->base);
 }
 
 /* GET /jobs/{id}[?wait_ms=N]: with wait_ms, hold the request until the job is final. */
@@ -157,9 +154,7 @@ static enum MHD_Result get(kd_req *r, int64_t id)
         if (job == NULL)
             return reply;
         if (is_final((int)job->state) || kestrel__now_ms() >= deadline || r->e->stopping) {
-            reply = kd_reply_msg(r, 200, &job->base);
-            protobuf_c_message_free_unpacked(&job->base, NULL);
-            return reply;
+            return kd_reply_owned(r, 200, &job->base);
         }
         protobuf_c_message_free_unpacked(&job->base, NULL);
         kd_engine_wait(r->e, gen, deadline);
@@ -180,9 +175,7 @@ static enum MHD_Result cancel(kd_req *r, int64_t id)
         return kd_reply_failure(r, rc);
     if ((job = kd_visible_job(r, id, 1, &reply)) == NULL)
         return reply;
-    reply = kd_reply_msg(r, 200, &job->base);
-    protobuf_c_message_free_unpacked(&job->base, NULL);
-    return reply;
+    return kd_reply_owned(r, 200, &job->base);
 }
 
 /* GET /jobs/{id}/logs?offset=N&wait_ms=W: lines from offset; waits up to W for new ones. */
@@ -215,9 +208,7 @@ static enum MHD_Result logs(kd_req *r, int64_t id)
         chunk->state = (Kestrel__V1__JobState)state;
         chunk->eof = is_final(state) && chunk->n_lines < LOG_PAGE;
         if (chunk->n_lines || chunk->eof || kestrel__now_ms() >= deadline || r->e->stopping) {
-            reply = kd_reply_msg(r, 200, &chunk->base);
-            protobuf_c_message_free_unpacked(&chunk->base, NULL);
-            return reply;
+            return kd_reply_owned(r, 200, &chunk->base);
         }
         protobuf_c_message_free_unpacked(&chunk->base, NULL);
         kd_engine_wait(r->e, gen, deadline);
@@ -236,9 +227,7 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
     if (!strcmp(r->method, "GET")) {
         if ((rc = kd_catalog_metrics_read(r->e->cat, id, kd_query(r, "name"), &b)) < 0)
             return kd_reply_failure(r, rc);
-        reply = kd_reply_msg(r, 200, &b->base);
-        protobuf_c_message_free_unpacked(&b->base, NULL);
-        return reply;
+        return kd_reply_owned(r, 200, &b->base);
     }
     if ((b = (Kestrel__V1__MetricBatch *)kd_body(r, &kestrel__v1__metric_batch__descriptor, &reply)) == NULL)
         return reply;

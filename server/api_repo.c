@@ -243,8 +243,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
             reply = kd_reply_failure(r, rc);
             goto out;
         }
-        reply = kd_reply_msg(r, 201, &pb->base);
-        protobuf_c_message_free_unpacked(&pb->base, NULL);
+        reply = kd_reply_owned(r, 201, &pb->base);
     }
 out:
     cJSON_Delete(meta);
@@ -284,7 +283,6 @@ static enum MHD_Result one_version(kd_req *r, const char *name, const char *ref)
     char full[512];
     cJSON *m;
     Kestrel__V1__Manifest *pb;
-    enum MHD_Result reply;
     int rc;
     snprintf(full, sizeof(full), "%s@%s", name, ref);
     if (!strcmp(r->method, "DELETE")) {
@@ -302,9 +300,7 @@ static enum MHD_Result one_version(kd_req *r, const char *name, const char *ref)
     cJSON_Delete(m);
     if (rc < 0)
         return kd_reply_failure(r, rc);
-    reply = kd_reply_msg(r, 200, &pb->base);
-    protobuf_c_message_free_unpacked(&pb->base, NULL);
-    return reply;
+    return kd_reply_owned(r, 200, &pb->base);
 }
 
 static enum MHD_Result alias(kd_req *r, const char *name, const char *a)

@@ -119,9 +119,7 @@ enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
     kd_engine_changed(r->e);
     if ((job = kd_visible_job(r, id, 1, &reply)) == NULL)
         return reply;
-    reply = kd_reply_msg(r, 200, &job->base);
-    protobuf_c_message_free_unpacked(&job->base, NULL);
-    return reply;
+    return kd_reply_owned(r, 200, &job->base);
 }
 
 enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id)
@@ -136,14 +134,11 @@ enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id)
         return kd_reply_failure(r, rc);
     if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
         return reply;
-    reply = kd_reply_msg(r, 200, &job->base);
-    protobuf_c_message_free_unpacked(&job->base, NULL);
-    return reply;
+    return kd_reply_owned(r, 200, &job->base);
 }
 
 enum MHD_Result kd_route_nodes(kd_req *r)
 {
-    enum MHD_Result reply;
     Kestrel__V1__NodeList *l;
     int rc;
     if (strcmp(r->method, "GET"))
@@ -152,7 +147,5 @@ enum MHD_Result kd_route_nodes(kd_req *r)
         return kd_reply_error(r, 403, "permission_denied", "a job token can only read its own job");
     if ((rc = kd_engine_nodes(r->e, &l)) < 0)
         return kd_reply_failure(r, rc);
-    reply = kd_reply_msg(r, 200, &l->base);
-    protobuf_c_message_free_unpacked(&l->base, NULL);
-    return reply;
+    return kd_reply_owned(r, 200, &l->base);
 }
