@@ -315,19 +315,31 @@ static int enforce_deadlines(kd_engine *e)
     return pending;
 }
 
-/* While idle, once every grace period: collect chunks no version names any more. */
-static void repo_gc_maybe(kd_engine *e)
+/* The repository collector's own thread: once every grace period (at least a minute), collect
+ * chunks no version names any more. A walk of a large store never delays a scheduling pass. */
+static void *gc_main(void *arg)
 {
-    kestrel__store_gc_stats st;
-    int64_t now = kestrel__now_ms();
-    if (e->store == NULL || now < e->next_gc_ms)
-        return;
-    e->next_gc_ms = now + (int64_t)(e->cfg->repo_gc_grace_s > 60 ? e->cfg->repo_gc_grace_s : 60) * 1000;
-    if (kestrel__store_gc(e->store, e->cfg->repo_gc_grace_s, &st) < 0)
-        fprintf(stderr, "kestreld: repository collection: %s\n", kestrel_error_last()->message);
-    else if (st.chunks_removed || st.temps_removed)
-        fprintf(stderr, "kestreld: repository collection freed %lld bytes (%lld chunks, %lld temp files)\n",
-                (long long)st.bytes_freed, (long long)st.chunks_removed, (long long)st.temps_removed);
+    kd_engine *e = arg;
+    int64_t period_ms = (int64_t)(e->cfg->repo_gc_grace_s > 60 ? e->cfg->repo_gc_grace_s : 60) * 1000;
+    struct timespec ts;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        kestrel__store_gc_stats st;
+        deadline_ts(&ts, kestrel__now_ms() + period_ms);
+        while (!e->stopping && pthread_cond_timedwait(&e->gc_cv, &e->mu, &ts) != ETIMEDOUT)
+            ;
+        if (e->stopping)
+            break;
+        pthread_mutex_unlock(&e->mu);
+        if (kestrel__store_gc(e->store, e->cfg->repo_gc_grace_s, &st) < 0)
+            fprintf(stderr, "kestreld: repository collection: %s\n", kestrel_error_last()->message);
+        else if (st.chunks_removed || st.temps_removed)
+            fprintf(stderr, "kestreld: repository collection freed %lld bytes (%lld chunks, %lld temp files)\n",
+                    (long long)st.bytes_freed, (long long)st.chunks_removed, (long long)st.temps_removed);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
 }
 
 static void *sched_main(void *arg)
@@ -340,7 +352,6 @@ static void *sched_main(void *arg)
             struct timespec ts;
             pthread_mutex_unlock(&e->mu);
             kd_engine_refresh_gpus(e, 10000);   /* live memory and utilisation of real GPUs */
-            repo_gc_maybe(e);
             pthread_mutex_lock(&e->mu);
             deadline_ts(&ts, kestrel__now_ms() + (terminating ? 100 : 1000));
             pthread_cond_timedwait(&e->sched_cv, &e->mu, &ts);
@@ -383,6 +394,7 @@ int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);   /* CLOCK_REALTIME: deadlines are Unix ms */
         pthread_cond_init(&e->sched_cv, &ca);
+        pthread_cond_init(&e->gc_cv, &ca);
         pthread_condattr_destroy(&ca);
     }
     return 0;
@@ -424,6 +436,10 @@ int kd_engine_start(kd_engine *e)
     e->sched_pending = 1;
     if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0)
         return kestrel__error_set(KESTREL_ERROR, "cannot start the scheduler thread");
+    if (e->store)
+        e->gc_running = pthread_create(&e->gc_thread, NULL, gc_main, e) == 0;
+    if (e->store && !e->gc_running)
+        fprintf(stderr, "kestreld: no repository collector thread; collect with POST /api/v1/repo/gc\n");
     return 0;
 }
 
@@ -432,6 +448,7 @@ void kd_engine_quiesce(kd_engine *e)
     pthread_mutex_lock(&e->mu);
     e->stopping = 1;
     pthread_cond_broadcast(&e->sched_cv);
+    pthread_cond_broadcast(&e->gc_cv);
     pthread_cond_broadcast(&e->changed);
     pthread_mutex_unlock(&e->mu);
 }
@@ -441,6 +458,8 @@ void kd_engine_stop(kd_engine *e)
     struct timespec ts;
     kd_engine_quiesce(e);
     pthread_join(e->sched_thread, NULL);
+    if (e->gc_running)
+        pthread_join(e->gc_thread, NULL);
 
     pthread_mutex_lock(&e->mu);
     for (kd_run *r = e->runs; r; r = r->next)
@@ -459,6 +478,7 @@ void kd_engine_fini(kd_engine *e)
     kestrel_gpu_list_free(e->gpus);
     pthread_cond_destroy(&e->changed);
     pthread_cond_destroy(&e->sched_cv);
+    pthread_cond_destroy(&e->gc_cv);
     pthread_mutex_destroy(&e->mu);
 }
 

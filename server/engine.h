@@ -74,10 +74,10 @@ struct kd_engine {
     pthread_mutex_t mu;
     pthread_cond_t changed;     /* broadcast on any job or log change */
     pthread_cond_t sched_cv;
+    pthread_cond_t gc_cv;      /* wakes the collector to stop */
     uint64_t gen;
     int sched_pending;
     int stopping;
-    int64_t next_gc_ms;        /* the next repository collection (scheduler thread only) */
     int running;
     kd_run *runs;
     kd_wait *waits;             /* last pass: why each queued job waits (sorted by job id) */
@@ -87,6 +87,8 @@ struct kd_engine {
     kestrel_gpu_list *gpus;     /* live memory and utilisation of real GPUs (NULL: none) */
     int64_t gpus_ms;
     pthread_t sched_thread;
+    pthread_t gc_thread;       /* the repository collector, off the scheduler thread */
+    int gc_running;
 };
 
 int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec);
