@@ -72,7 +72,7 @@ static enum MHD_Result submit(kd_req *r)
         reply = kd_reply_failure(r, rc);
         goto out;
     }
-    {
+    if (!kd_engine_pool_external(r->e, spec->pool)) {   /* Slurm says itself whether a job can ever fit */
         int most = 0;
         for (size_t n = 0; n < r->e->cfg->nnodes; n++)
             if (r->e->cfg->nodes[n].ndev > most)

@@ -131,6 +131,12 @@ int kd_catalog_open(kd_catalog **out, const char *path)
         kd_catalog_close(cat);
         return KESTREL_EIO;
     }
+    /* ext_id (the job's id in an external cluster, e.g. Slurm) came after the first schema */
+    if (sqlite3_exec(cat->db, "SELECT ext_id FROM jobs LIMIT 0", NULL, NULL, NULL) != SQLITE_OK &&
+        kd__exec(cat, "ALTER TABLE jobs ADD COLUMN ext_id TEXT NOT NULL DEFAULT ''") < 0) {
+        kd_catalog_close(cat);
+        return KESTREL_EIO;
+    }
     *out = cat;
     return 0;
 }

@@ -106,6 +106,19 @@ int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms);
 /* Change the class of a QUEUED job; returns 1 when the job is not queued. */
 int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64_t now_ms);
 
+/* Jobs handed to an external cluster (Slurm): its id for the job, set once while the job is QUEUED
+ * (returns 1 when the job is no longer queued, e.g. cancelled meanwhile). */
+int kd_catalog_job_set_ext(kd_catalog *cat, int64_t id, const char *ext_id);
+typedef struct {
+    int64_t id;
+    char ext_id[32];
+    int state;
+    int priority;
+    int restart_count;
+} kd_ext_row;
+/* Unfinished jobs with an external id (QUEUED, RUNNING, PREEMPTED), by id. free() the rows. */
+int kd_catalog_ext_jobs(kd_catalog *cat, kd_ext_row **out, size_t *n);
+
 /* logs: append a batch of lines in one transaction; read from an offset */
 typedef struct {
     int64_t time_ms;
@@ -116,6 +129,8 @@ typedef struct {
 int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n);
 int kd_catalog_log_read(kd_catalog *cat, int64_t job_id, int64_t offset, int limit, Kestrel__V1__LogChunk *out);
 int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id);
+/* Bytes of one stream's lines, a newline counted after each (where a reader of the file left off). */
+int64_t kd_catalog_log_bytes(kd_catalog *cat, int64_t job_id, int stream);
 
 /* metrics */
 int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b);

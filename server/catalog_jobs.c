@@ -276,7 +276,7 @@ int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_ro
 {
     static const char *const sql =
         "SELECT id, priority, gpus, submit_ms, no_retry, restart_count, pid, pid_start FROM jobs"
-        " WHERE state = ? ORDER BY priority DESC, submit_ms, id LIMIT ?";
+        " WHERE state = ? AND ext_id = '' ORDER BY priority DESC, submit_ms, id LIMIT ?";
     kd_job_row *rows = NULL;
     sqlite3_stmt *st;
     size_t cap = 0;

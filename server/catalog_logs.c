@@ -178,3 +178,21 @@ out:
     *out = b;
     return 0;
 }
+
+int64_t kd_catalog_log_bytes(kd_catalog *cat, int64_t job_id, int stream)
+{
+    static const char *const sql =
+        "SELECT COALESCE(SUM(length(CAST(text AS BLOB)) + 1), 0) FROM logs WHERE job_id = ? AND stream = ?";
+    sqlite3_stmt *st;
+    int64_t n = 0;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) != NULL) {
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int(st, 2, stream);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+    }
+    kd__unlock(cat);
+    return n;
+}

@@ -17,7 +17,7 @@ int kd_catalog_queue(kd_catalog *cat, size_t limit, kd_queued **out, size_t *n)
 {
     static const char *const sql =
         "SELECT j.id, j.priority, j.submit_ms, j.owner_id, u.name, j.team, j.spec, j.restart_count FROM jobs j"
-        " JOIN users u ON u.id = j.owner_id WHERE j.state = 1 ORDER BY j.priority DESC, j.submit_ms, j.id LIMIT ?";
+        " JOIN users u ON u.id = j.owner_id WHERE j.state = 1 AND j.ext_id = '' ORDER BY j.priority DESC, j.submit_ms, j.id LIMIT ?";
     kd_queued *rows = NULL;
     sqlite3_stmt *st;
     size_t cap = 0;
@@ -186,4 +186,61 @@ out:
         protobuf_c_message_free_unpacked(&spec->base, NULL);
     kestrel_buf_dispose(&blob);
     return rc;
+}
+
+int kd_catalog_job_set_ext(kd_catalog *cat, int64_t id, const char *ext_id)
+{
+    static const char *const sql = "UPDATE jobs SET ext_id = ? WHERE id = ? AND state = 1 AND ext_id = ''";
+    sqlite3_stmt *st;
+    int rc;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        kd__unlock(cat);
+        return KESTREL_EIO;
+    }
+    sqlite3_bind_text(st, 1, ext_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, id);
+    rc = sqlite3_step(st) == SQLITE_DONE ? (sqlite3_changes(kd__db(cat)) ? 0 : 1) : kd__sql_fail(cat, "set ext id");
+    sqlite3_reset(st);
+    kd__unlock(cat);
+    return rc;
+}
+
+int kd_catalog_ext_jobs(kd_catalog *cat, kd_ext_row **out, size_t *n)
+{
+    static const char *const sql =
+        "SELECT id, ext_id, state, priority, restart_count FROM jobs WHERE ext_id != '' AND state IN (1, 2, 6)"
+        " ORDER BY id";
+    kd_ext_row *rows = NULL;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    int rc = 0;
+    *out = NULL;
+    *n = 0;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        kd__unlock(cat);
+        return KESTREL_EIO;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (kestrel__array_grow(&rows, &cap, *n + 1, sizeof(*rows)) < 0) {
+            rc = kestrel__error_oom();
+            break;
+        }
+        rows[*n].id = sqlite3_column_int64(st, 0);
+        snprintf(rows[*n].ext_id, sizeof(rows[*n].ext_id), "%s", (const char *)sqlite3_column_text(st, 1));
+        rows[*n].state = sqlite3_column_int(st, 2);
+        rows[*n].priority = sqlite3_column_int(st, 3);
+        rows[*n].restart_count = sqlite3_column_int(st, 4);
+        (*n)++;
+    }
+    sqlite3_reset(st);
+    kd__unlock(cat);
+    if (rc < 0) {
+        free(rows);
+        *n = 0;
+        return rc;
+    }
+    *out = rows;
+    return 0;
 }

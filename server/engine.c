@@ -76,6 +76,11 @@ int kd_engine_cancel(kd_engine *e, int64_t id, const char *by)
 {
     char reason[200];
     kd_transition t = { 0, reason, 0, 0, NULL, 0, NULL };
+    if (e->ext) {
+        int rc = e->ext->cancel(e, id, by);
+        if (rc <= 0)
+            return rc;
+    }
     snprintf(reason, sizeof(reason), "cancelled by %s", by);
     /* A job moves between the catalog (queued) and a run (running); retry across that hand-over. */
     for (int tries = 0; tries < 500; tries++) {
@@ -265,6 +270,10 @@ int kd_engine_explain(kd_engine *e, int64_t id, int *position, char *reason, siz
 {
     kd_wait key, *w;
     int found = 0;
+    if (e->ext && e->ext->explain(e, id, reason, n)) {
+        *position = 0;   /* the cluster's queue, not ours */
+        return 1;
+    }
     key.job = id;
     pthread_mutex_lock(&e->mu);
     w = e->nwaits ? bsearch(&key, e->waits, e->nwaits, sizeof(kd_wait), wait_cmp) : NULL;
@@ -400,6 +409,21 @@ int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd
     return 0;
 }
 
+void kd_engine_set_external(kd_engine *e, const kd_executor *ext)
+{
+    e->ext = e->cfg->nslurm_pools ? ext : NULL;
+}
+
+int kd_engine_pool_external(const kd_engine *e, const char *pool)
+{
+    if (e->ext == NULL)
+        return 0;
+    for (size_t i = 0; i < e->cfg->nslurm_pools; i++)
+        if (!strcmp(e->cfg->slurm_pools[i], pool))
+            return 1;
+    return 0;
+}
+
 int kd_engine_recover(kd_engine *e)
 {
     kd_job_row *rows;
@@ -433,6 +457,8 @@ int kd_engine_recover(kd_engine *e)
 int kd_engine_start(kd_engine *e)
 {
     kd_engine_refresh_gpus(e, 0);
+    if (e->ext && e->ext->open(e) < 0)
+        return KESTREL_ERROR;
     e->sched_pending = 1;
     if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0)
         return kestrel__error_set(KESTREL_ERROR, "cannot start the scheduler thread");
@@ -460,6 +486,8 @@ void kd_engine_stop(kd_engine *e)
     pthread_join(e->sched_thread, NULL);
     if (e->gc_running)
         pthread_join(e->gc_thread, NULL);
+    if (e->ext)
+        e->ext->close(e);   /* its jobs keep running in the cluster; the next start follows them again */
 
     pthread_mutex_lock(&e->mu);
     for (kd_run *r = e->runs; r; r = r->next)

@@ -23,6 +23,13 @@ typedef struct {
     kd_quota *quotas;          /* --quota declarations */
     size_t nquotas;
     int repo_gc_grace_s;       /* unreferenced chunks older than this are collected */
+    /* Pools whose jobs go to a Slurm cluster (--slurm-pool POOL[=PARTITION]); the rest run locally. */
+    char **slurm_pools;        /* kestrel pool names */
+    char **slurm_partitions;   /* the partition of each (default: the pool's name) */
+    size_t nslurm_pools;
+    int slurm_grace_s;         /* preemption warning: --signal=B:USR1@grace (default 10) */
+    const char *slurm_qos[3];  /* QOS of normal, high, urgent jobs (default normal, high, urgent) */
+    int slurm_poll_ms;         /* how often Slurm's view of the jobs is read (default 250) */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
@@ -52,7 +59,11 @@ typedef struct kd_run {
 
 typedef struct kd_engine kd_engine;
 
-/* What every executor provides. */
+/* What an executor provides. Two kinds sit behind this one interface:
+ * - executors of jobs kestreld places itself (local): start and signal; the scheduler's plan picks
+ *   node and devices and preempts, the executor runs and reports kd_engine_finished();
+ * - executors whose cluster places and preempts (Slurm): hand_over, cancel, explain, open, close.
+ *   kestreld records their state transitions in the catalog as the cluster reports them. */
 typedef struct {
     const char *name;
     /* Start job (owned by the executor from here) for run; token is the job-scoped token.
@@ -60,6 +71,17 @@ typedef struct {
     int (*start)(kd_engine *e, kd_run *run, Kestrel__V1__Job *job, const char *token, const char *visible_devices);
     /* Deliver sig to the job's processes (no-op when not started yet). */
     void (*signal)(kd_engine *e, kd_run *run, int sig);
+
+    /* Follow the jobs the cluster already has (after a restart too); start its threads. */
+    int (*open)(kd_engine *e);
+    /* Stop following (the jobs keep running in the cluster). */
+    void (*close)(kd_engine *e);
+    /* A QUEUED job of one of its pools (called once per scheduling pass until it is handed over). */
+    void (*hand_over)(kd_engine *e, int64_t id);
+    /* Cancel one of its jobs; 1 when the job is not one of its own. */
+    int (*cancel)(kd_engine *e, int64_t id, const char *by);
+    /* Why one of its queued jobs waits (the cluster's reason); 1 when it knows the job. */
+    int (*explain)(kd_engine *e, int64_t id, char *reason, size_t n);
 } kd_executor;
 
 /* How a run ended, as the executor saw it. */
@@ -68,7 +90,9 @@ typedef enum { KD_END_EXITED, KD_END_SIGNALED, KD_END_NOT_STARTED } kd_end_kind;
 struct kd_engine {
     const kd_config *cfg;
     kd_catalog *cat;
-    const kd_executor *exec;
+    const kd_executor *exec;   /* pools kestreld places */
+    const kd_executor *ext;    /* pools an external cluster places (cfg->slurm_pools); NULL: none */
+    void *ext_state;
     char url[160];
 
     pthread_mutex_t mu;
@@ -92,6 +116,10 @@ struct kd_engine {
 };
 
 int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec);
+/* Hand the pools in cfg->slurm_pools to ext (before kd_engine_start). */
+void kd_engine_set_external(kd_engine *e, const kd_executor *ext);
+/* Whether pool belongs to the external executor. */
+int kd_engine_pool_external(const kd_engine *e, const char *pool);
 /* Requeue or fail jobs left RUNNING by a previous daemon that died. */
 int kd_engine_recover(kd_engine *e);
 int kd_engine_start(kd_engine *e);

@@ -204,6 +204,19 @@ void kd_engine_schedule(kd_engine *e)
 
     if (kd_catalog_queue(e->cat, QUEUE_WINDOW, &queued, &n) < 0)
         return;
+    if (e->ext) {
+        /* jobs of pools an external cluster places never enter our plan: hand them over */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (kd_engine_pool_external(e, queued[i].spec->pool)) {
+                e->ext->hand_over(e, queued[i].id);
+                protobuf_c_message_free_unpacked(&queued[i].spec->base, NULL);
+            } else {
+                queued[k++] = queued[i];
+            }
+        }
+        n = k;
+    }
     q = calloc(n + 1, sizeof(*q));
     if (q == NULL || to_qjobs(queued, n, q) < 0 || (refs = load_refs(e, q, n, &nrefs)) == NULL ||
         (groups = load_groups(e, q, n, &ngroups)) == NULL)

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "exec_local.h"
+#include "exec_util.h"
 
 extern char **environ;
 
@@ -55,52 +56,10 @@ int64_t kd_proc_start_time(pid_t pid)
     return start;
 }
 
-static void sys_log(kd_engine *e, int64_t id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void sys_log(kd_engine *e, int64_t id, const char *fmt, ...)
-{
-    char text[1024];
-    va_list ap;
-    kd_log_line l;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    l.time_ms = kestrel__now_ms();
-    l.stream = KESTREL_LOG_SYSTEM;
-    l.text = text;
-    l.len = strlen(text);
-    kd_engine_log(e, id, &l, 1);
-}
-
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb; (void)flag; (void)ftw;
     return remove(path);
-}
-
-static int mkdir_p(const char *path)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    }
-    return (mkdir(tmp, 0755) < 0 && errno != EEXIST) ? -1 : 0;
-}
-
-/* Make bytes safe for a protobuf string: invalid UTF-8 bytes become '?'. */
-static void sanitize(char *s, size_t len)
-{
-    if (kestrel__utf8_valid(s, len))
-        return;
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] >= 0x80)
-            s[i] = '?';
 }
 
 typedef struct {
@@ -124,7 +83,7 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
         if (s->buf[i] != '\n')
             continue;
         s->buf[i] = '\0';
-        sanitize(s->buf + start, i - start);
+        kd_exec_sanitize(s->buf + start, i - start);
         lines[n++] = (kd_log_line){ now, s->stream, s->buf + start, i - start };
         start = i + 1;
         if (n == KESTREL__ARRAY_SIZE(lines)) {
@@ -139,7 +98,7 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
         if (copy) {
             memcpy(copy, s->buf + start, len);
             copy[len] = '\0';
-            sanitize(copy, len);
+            kd_exec_sanitize(copy, len);
             if (n)
                 kd_engine_log(e, id, lines, n);
             n = 0;
@@ -158,185 +117,6 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
         s->fd = -1;
     }
     return 0;
-}
-
-/* Spawn argv with stdout/stderr to pipes (or one pipe when merge); returns pid or -errno. */
-static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2])
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    sigset_t none, all;
-    pid_t pid;
-    int rc;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&at);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, out_fd[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, err_fd ? err_fd[1] : out_fd[1], 2);
-    if (cwd)
-        posix_spawn_file_actions_addchdir_np(&fa, cwd);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);   /* no descriptor of the daemon leaks into a job */
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &all);
-    posix_spawnattr_setpgroup(&at, 0);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    close(out_fd[1]);
-    if (err_fd)
-        close(err_fd[1]);
-    return rc ? -rc : pid;
-}
-
-/* Run a helper (git) to completion, collecting its output (stdout and stderr) into out.
- * Returns the exit status, or -1 when it could not run or died. */
-static int run_helper(char *const argv[], const char *cwd, kestrel_buf *out)
-{
-    static char *const extra[] = { "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "LC_ALL=C", NULL };
-    char *env[512], chunk[4096];
-    size_t k = 0;
-    int p[2], status = -1;
-    ssize_t r;
-    pid_t pid;
-    for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra); v++)
-        env[k++] = *v;
-    for (size_t i = 0; extra[i]; i++)
-        env[k++] = extra[i];
-    env[k] = NULL;
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return -1;
-    if ((pid = spawn(argv, env, cwd, p, NULL)) < 0) {
-        kestrel__buf_printf(out, "cannot run %s: %s\n", argv[0], strerror((int)-pid));
-        close(p[0]);
-        return -1;
-    }
-    while ((r = read(p[0], chunk, sizeof(chunk))) > 0 || (r < 0 && errno == EINTR))
-        if (r > 0)
-            kestrel__buf_put(out, chunk, (size_t)r);
-    close(p[0]);
-    if (waitpid(pid, &status, 0) < 0)
-        return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* Log a helper's output as SYSTEM lines; leave its last non-empty line in last. */
-static void log_output(kd_engine *e, int64_t id, kestrel_buf *out, char *last, size_t lastlen)
-{
-    char *line = out->ptr, *nl;
-    if (last)
-        last[0] = '\0';
-    while (line && *line) {
-        nl = strchr(line, '\n');
-        if (nl)
-            *nl = '\0';
-        if (*line) {
-            sanitize(line, strlen(line));
-            sys_log(e, id, "%s", line);
-            if (last)
-                snprintf(last, lastlen, "%s", line);
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-}
-
-/* Clone the job's git source into work; records the resolved commit. */
-static int checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id, const char *work, char *why, size_t n)
-{
-    kestrel_buf out = KESTREL_BUF_INIT;
-    char last[512];
-    char *clone[] = { "git", "clone", "--quiet", "--no-checkout", "--", spec->git_url, (char *)work, NULL };
-    char *co[] = { "git", "checkout", "--quiet", "--detach", spec->git_ref[0] ? spec->git_ref : "HEAD", "--", NULL };
-    char *rev[] = { "git", "rev-parse", "--verify", "HEAD^{commit}", NULL };
-    int rc;
-
-    sys_log(e, id, "cloning %s%s%s", spec->git_url, spec->git_ref[0] ? " at " : "", spec->git_ref);
-    rc = run_helper(clone, NULL, &out);
-    log_output(e, id, &out, last, sizeof(last));
-    if (rc != 0) {
-        snprintf(why, n, "git clone of %s failed: %s", spec->git_url, last[0] ? last : "no output");
-        goto fail;
-    }
-    out.size = 0;
-    rc = run_helper(co, work, &out);
-    log_output(e, id, &out, last, sizeof(last));
-    if (rc != 0) {
-        snprintf(why, n, "git checkout of %s failed: %s", spec->git_ref, last[0] ? last : "no output");
-        goto fail;
-    }
-    out.size = 0;
-    if (out.ptr)
-        out.ptr[0] = '\0';
-    rc = run_helper(rev, work, &out);
-    if (rc != 0 || out.size < 40) {
-        snprintf(why, n, "cannot resolve the checked-out commit");
-        goto fail;
-    }
-    out.ptr[40] = '\0';
-    kd_catalog_job_set_commit(e->cat, id, out.ptr);
-    sys_log(e, id, "checked out commit %s", out.ptr);
-    kestrel_buf_dispose(&out);
-    return 0;
-fail:
-    kestrel_buf_dispose(&out);
-    return -1;
-}
-
-static int env_overridden(const char *entry, const Kestrel__V1__JobSpec *spec)
-{
-    size_t klen = strcspn(entry, "=");
-    if (!strncmp(entry, "KESTREL_", 8) || (klen == 20 && !strncmp(entry, "CUDA_VISIBLE_DEVICES", 20)) ||
-        (klen == 17 && !strncmp(entry, "CUDA_DEVICE_ORDER", 17)))
-        return 1;
-    for (size_t i = 0; i < spec->n_env; i++)
-        if (strlen(spec->env[i]->key) == klen && !strncmp(entry, spec->env[i]->key, klen))
-            return 1;
-    return 0;
-}
-
-/* The job's environment: the daemon's, minus what Kestrel sets, plus the spec's, plus the contract. */
-static char **build_env(const local_job *lj, const char *ckpt)
-{
-    const Kestrel__V1__Job *job = lj->job;
-    const Kestrel__V1__JobSpec *spec = job->spec;
-    size_t n = 0, k = 0;
-    char **env;
-    for (char **v = environ; *v; v++)
-        n++;
-    if ((env = calloc(n + spec->n_env + 10, sizeof(char *))) == NULL)
-        return NULL;
-    for (char **v = environ; *v; v++)
-        if (!env_overridden(*v, spec))
-            env[k++] = strdup(*v);
-    for (size_t i = 0; i < spec->n_env; i++)
-        if (asprintf(&env[k++], "%s=%s", spec->env[i]->key, spec->env[i]->value) < 0)
-            env[k - 1] = NULL;
-    if (asprintf(&env[k++], "KESTREL_URL=%s", lj->e->url) < 0) env[k - 1] = NULL;
-    if (asprintf(&env[k++], "KESTREL_TOKEN=%s", lj->token) < 0) env[k - 1] = NULL;
-    if (asprintf(&env[k++], "KESTREL_JOB_ID=%lld", (long long)job->id) < 0) env[k - 1] = NULL;
-    if (asprintf(&env[k++], "KESTREL_JOB_NAME=%s", spec->name) < 0) env[k - 1] = NULL;
-    if (asprintf(&env[k++], "KESTREL_CHECKPOINT_DIR=%s", ckpt) < 0) env[k - 1] = NULL;
-    if (asprintf(&env[k++], "KESTREL_RESTART_COUNT=%d", job->restart_count) < 0) env[k - 1] = NULL;
-    if (asprintf(&env[k++], "CUDA_VISIBLE_DEVICES=%s", lj->devices) < 0) env[k - 1] = NULL;
-    env[k++] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID");
-    for (size_t i = 0; i < k; i++) {
-        if (env[i] == NULL) {
-            for (size_t j = 0; j < k; j++)
-                free(env[j]);
-            free(env);
-            return NULL;
-        }
-    }
-    return env;
-}
-
-static void free_env(char **env)
-{
-    for (size_t i = 0; env && env[i]; i++)
-        free(env[i]);
-    free(env);
 }
 
 /* Capture both streams until the process exits and the pipes close; returns the wait status. */
@@ -390,11 +170,11 @@ static void *runner(void *arg)
         goto not_started;
     }
     nftw(work, rm_entry, 16, FTW_DEPTH | FTW_PHYS);   /* a rerun starts from a clean work dir */
-    if (mkdir_p(ckpt) < 0 || (!spec->git_url[0] && mkdir_p(work) < 0)) {
+    if (kd_exec_mkdir_p(ckpt) < 0 || (!spec->git_url[0] && kd_exec_mkdir_p(work) < 0)) {
         snprintf(why, sizeof(why), "cannot create %s: %s", dir, strerror(errno));
         goto not_started;
     }
-    if (spec->git_url[0] && checkout(e, spec, id, work, why, sizeof(why)) < 0)
+    if (spec->git_url[0] && kd_exec_checkout(e, spec, id, work, why, sizeof(why)) < 0)
         goto not_started;
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
     if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -405,7 +185,7 @@ static void *runner(void *arg)
         kd_engine_finished(e, lj->run, KD_END_NOT_STARTED, 0, "stopped before start");
         goto done;
     }
-    if ((env = build_env(lj, ckpt)) == NULL || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+    if ((env = kd_exec_job_env(e, lj->job, lj->token, ckpt, lj->devices, 1)) == NULL || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
         snprintf(why, sizeof(why), "cannot prepare the process: %s", strerror(errno));
         goto not_started;
     }
@@ -419,14 +199,14 @@ static void *runner(void *arg)
             goto not_started;
         }
         memcpy(argv, spec->argv, spec->n_argv * sizeof(char *));
-        pid = spawn(argv, env, cwd, po, pe);
+        pid = kd_exec_spawn(argv, env, cwd, po, pe);
         free(argv);
     }
     if (pid < 0) {
         snprintf(why, sizeof(why), "cannot execute '%s': %s", spec->argv[0], strerror((int)-pid));
         close(po[0]);
         close(pe[0]);
-        sys_log(e, id, "%s", why);
+        kd_exec_log(e, id, "%s", why);
         goto not_started;
     }
     kd_catalog_job_set_process(e->cat, id, pid, kd_proc_start_time(pid));
@@ -448,7 +228,7 @@ not_started:
     }
     kd_engine_finished(e, lj->run, KD_END_NOT_STARTED, 0, why);
 done:
-    free_env(env);
+    kd_exec_env_free(env);
     free(out);
     free(err);
     protobuf_c_message_free_unpacked(&lj->job->base, NULL);

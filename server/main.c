@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "api.h"
 #include "exec_local.h"
+#include "slurm.h"
 #include "store.h"
 
 static void usage(FILE *f)
@@ -37,6 +38,17 @@ static void usage(FILE *f)
         "      --port-file FILE     write the bound port to FILE once listening (for tests)\n"
         "      --repo-gc-grace SECS repository chunks no version names are collected once older than\n"
         "                           this (default 3600; pushes refresh the chunks they rely on)\n"
+        "\n"
+        "Slurm (pools whose jobs a Slurm cluster places, preempts and runs; the others run here):\n"
+        "      --slurm-pool POOL[=PARTITION]  hand jobs of POOL to Slurm's PARTITION (default: same\n"
+        "                           name); repeatable. sbatch, scontrol, scancel and sacct must be on\n"
+        "                           PATH and reach the cluster (SLURM_CONF); the data dir must be on a\n"
+        "                           filesystem the nodes share\n"
+        "      --slurm-grace SECS   preemption warning: USR1 to the job's wrapper that many seconds\n"
+        "                           before Slurm's kill (default 10; match the QOS GraceTime)\n"
+        "      --slurm-qos N,H,U    QOS names of normal, high and urgent jobs (default normal,high,urgent)\n"
+        "      --slurm-poll-ms MS   how often Slurm's view of the jobs is read (default 250)\n"
+        "\n"
         "  -h, --help               show this help\n"
         "  -V, --version            show the version\n"
         "\n"
@@ -264,9 +276,61 @@ static void free_config(kd_config *cfg)
         free((kd_dev *)cfg->nodes[i].devs);
     }
     free(cfg->nodes);
+    for (size_t i = 0; i < cfg->nslurm_pools; i++) {
+        free(cfg->slurm_pools[i]);
+        free(cfg->slurm_partitions[i]);
+    }
+    free(cfg->slurm_pools);
+    free(cfg->slurm_partitions);
     for (size_t i = 0; i < cfg->nquotas; i++)
         free((char *)cfg->quotas[i].team);
     free(cfg->quotas);
+}
+
+/* --slurm-pool POOL[=PARTITION] */
+static int parse_slurm_pool(kd_config *cfg, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    size_t plen = eq ? (size_t)(eq - arg) : strlen(arg);
+    const char *part = eq ? eq + 1 : arg;
+    char **p, **q;
+    if (plen == 0 || plen > 63 || !*part || strcspn(part, " ,\t\n") != strlen(part)) {
+        fprintf(stderr, "kestreld: --slurm-pool takes POOL or POOL=PARTITION, got '%s'\n", arg);
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->nslurm_pools; i++)
+        if (strlen(cfg->slurm_pools[i]) == plen && !strncmp(cfg->slurm_pools[i], arg, plen)) {
+            fprintf(stderr, "kestreld: --slurm-pool: pool '%.*s' given twice\n", (int)plen, arg);
+            return -1;
+        }
+    p = realloc(cfg->slurm_pools, (cfg->nslurm_pools + 1) * sizeof(*p));
+    if (p)
+        cfg->slurm_pools = p;
+    q = realloc(cfg->slurm_partitions, (cfg->nslurm_pools + 1) * sizeof(*q));
+    if (q)
+        cfg->slurm_partitions = q;
+    if (p == NULL || q == NULL || (p[cfg->nslurm_pools] = strndup(arg, plen)) == NULL)
+        return -1;
+    if ((q[cfg->nslurm_pools] = strdup(part)) == NULL) {
+        free(p[cfg->nslurm_pools]);
+        return -1;
+    }
+    cfg->nslurm_pools++;
+    return 0;
+}
+
+/* --slurm-qos NORMAL,HIGH,URGENT (pointers into the argument) */
+static int parse_slurm_qos(kd_config *cfg, char *arg)
+{
+    char *save = NULL, *t;
+    int k = 0;
+    for (t = strtok_r(arg, ",", &save); t && k < 3; t = strtok_r(NULL, ",", &save))
+        cfg->slurm_qos[k++] = t;
+    if (k != 3 || t) {
+        fprintf(stderr, "kestreld: --slurm-qos takes three names: NORMAL,HIGH,URGENT\n");
+        return -1;
+    }
+    return 0;
 }
 
 static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
@@ -298,10 +362,13 @@ int main(int argc, char **argv)
         { "grace-period", required_argument, NULL, 1 }, { "max-jobs", required_argument, NULL, 2 },
         { "max-body", required_argument, NULL, 3 }, { "port-file", required_argument, NULL, 4 },
         { "node", required_argument, NULL, 5 }, { "quota", required_argument, NULL, 6 },
-        { "repo-gc-grace", required_argument, NULL, 7 },
+        { "repo-gc-grace", required_argument, NULL, 7 }, { "slurm-pool", required_argument, NULL, 8 },
+        { "slurm-grace", required_argument, NULL, 9 }, { "slurm-qos", required_argument, NULL, 10 },
+        { "slurm-poll-ms", required_argument, NULL, 11 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
-    kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600 };
+    kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
+                      NULL, NULL, 0, 10, { "normal", "high", "urgent" }, 250 };
     const char *quota_args[64];
     size_t nquota_args = 0;
     int gpus_given = 0;
@@ -325,6 +392,10 @@ int main(int argc, char **argv)
         case 4: cfg.port_file = optarg; break;
         case 5: if (parse_node(&cfg, optarg) < 0) return 2; break;
         case 7: if (parse_int("--repo-gc-grace", optarg, 0, 30L * 86400, &v) < 0) return 2; cfg.repo_gc_grace_s = (int)v; break;
+        case 8: if (parse_slurm_pool(&cfg, optarg) < 0) return 2; break;
+        case 9: if (parse_int("--slurm-grace", optarg, 0, 86400, &v) < 0) return 2; cfg.slurm_grace_s = (int)v; break;
+        case 10: if (parse_slurm_qos(&cfg, optarg) < 0) return 2; break;
+        case 11: if (parse_int("--slurm-poll-ms", optarg, 10, 60000, &v) < 0) return 2; cfg.slurm_poll_ms = (int)v; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {
                 fprintf(stderr, "kestreld: too many --quota flags\n");
@@ -404,7 +475,14 @@ int main(int argc, char **argv)
     }
     snprintf(engine.url, sizeof(engine.url), "http://%s:%d", strcmp(cfg.listen, "0.0.0.0") ? cfg.listen : "127.0.0.1",
              port);
-    kd_engine_start(&engine);
+    kd_engine_set_external(&engine, &kd_exec_slurm);
+    if (kd_engine_start(&engine) < 0) {
+        fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        kd_api_stop(api);
+        kd_engine_fini(&engine);
+        kd_catalog_close(cat);
+        return 1;
+    }
     if (cfg.port_file) {
         snprintf(portbuf, sizeof(portbuf), "%d\n", port);
         if (write_file_atomic(cfg.port_file, portbuf, 0644) < 0)
@@ -414,6 +492,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < cfg.nnodes; i++)
         fprintf(stderr, "kestreld: node %s: pool %s, %d x %s\n", cfg.nodes[i].name, cfg.nodes[i].pool,
                 cfg.nodes[i].ndev, cfg.nodes[i].ndev ? cfg.nodes[i].devs[0].type : "-");
+    for (size_t i = 0; i < cfg.nslurm_pools; i++)
+        fprintf(stderr, "kestreld: pool %s: Slurm partition %s (QOS %s/%s/%s)\n", cfg.slurm_pools[i],
+                cfg.slurm_partitions[i], cfg.slurm_qos[0], cfg.slurm_qos[1], cfg.slurm_qos[2]);
 
     while (sigwait(&stop, &sig) != 0)
         ;

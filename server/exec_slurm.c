@@ -1,0 +1,483 @@
+/* server/exec_slurm.c - the Slurm executor: pools whose jobs a Slurm cluster places and preempts.
+ * kestreld hands each queued job over (slurm_submit.c), then one follower thread reads Slurm's view
+ * of all of them every poll (`scontrol show job -o`, `sacct` for jobs Slurm has forgotten), records
+ * what changed in the catalog (RUNNING, PREEMPTED then QUEUED, the end with its exit code), and
+ * copies the jobs' output files (on the shared data dir) into the catalog as they grow. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "exec_util.h"
+#include "slurm.h"
+
+#define LOG_CHUNK 65536
+
+static kd_slurm *state(kd_engine *e) { return e->ext_state; }
+
+static kd_sjob *find(kd_slurm *s, int64_t id)
+{
+    for (kd_sjob *j = s->jobs; j; j = j->next)
+        if (j->id == id)
+            return j;
+    return NULL;
+}
+
+static void drop(kd_slurm *s, kd_sjob *gone)
+{
+    for (kd_sjob **pp = &s->jobs; *pp; pp = &(*pp)->next) {
+        if (*pp == gone) {
+            *pp = gone->next;
+            free(gone);
+            return;
+        }
+    }
+}
+
+static void wake(kd_slurm *s)
+{
+    s->wake = 1;
+    pthread_cond_signal(&s->cv);
+}
+
+static void slurm_hand_over(kd_engine *e, int64_t id)
+{
+    kd_slurm *s = state(e);
+    pthread_mutex_lock(&s->mu);
+    if (find(s, id) == NULL) {
+        kd_sjob *j = calloc(1, sizeof(*j));
+        if (j) {
+            j->id = id;
+            j->kstate = KESTREL_JOB_STATE_QUEUED;
+            j->restarts = -1;
+            snprintf(j->reason, sizeof(j->reason), "being handed to Slurm");
+            j->next = s->jobs;
+            s->jobs = j;
+            wake(s);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int slurm_cancel(kd_engine *e, int64_t id, const char *by)
+{
+    kd_slurm *s = state(e);
+    char sid[32] = "", reason[200];
+    int kstate = 0;
+    kd_sjob *j;
+    pthread_mutex_lock(&s->mu);
+    if ((j = find(s, id)) == NULL) {
+        pthread_mutex_unlock(&s->mu);
+        return 1;
+    }
+    j->cancelled = 1;
+    snprintf(j->cancelled_by, sizeof(j->cancelled_by), "%s", by);
+    snprintf(sid, sizeof(sid), "%s", j->slurm_id);
+    kstate = j->kstate;
+    pthread_mutex_unlock(&s->mu);
+    if (sid[0]) {
+        char *argv[] = { "scancel", sid, NULL };
+        kestrel_buf out = KESTREL_BUF_INIT;
+        int rc = kd_exec_run(argv, NULL, &out);
+        if (rc != 0) {
+            rc = kestrel__error_set(KESTREL_ERROR, "scancel %s: %s", sid, out.ptr ? out.ptr : "failed");
+            kestrel_buf_dispose(&out);
+            return rc;
+        }
+        kestrel_buf_dispose(&out);
+    }
+    if (kstate == KESTREL_JOB_STATE_QUEUED) {
+        /* nothing runs: the job ends now (a running one ends when Slurm has stopped it) */
+        kd_transition t = { kestrel__now_ms(), reason, 0, 0, NULL, 0, NULL };
+        snprintf(reason, sizeof(reason), "cancelled by %s", by);
+        kd_catalog_job_transition(e->cat, id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_CANCELLED, &t);
+        kd_catalog_token_drop_job(e->cat, id);
+        kd_engine_changed(e);
+    }
+    pthread_mutex_lock(&s->mu);
+    wake(s);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static int slurm_explain(kd_engine *e, int64_t id, char *reason, size_t n)
+{
+    kd_slurm *s = state(e);
+    kd_sjob *j;
+    int found = 0;
+    pthread_mutex_lock(&s->mu);
+    if ((j = find(s, id)) != NULL && j->kstate == KESTREL_JOB_STATE_QUEUED) {
+        found = 1;
+        if (!j->slurm_id[0])
+            snprintf(reason, n, "%s", j->reason);
+        else if (!strcmp(j->sstate, "CONFIGURING"))
+            snprintf(reason, n, "Slurm job %s: node %s is powering up", j->slurm_id, j->node);
+        else
+            snprintf(reason, n, "Slurm job %s is %s%s%s", j->slurm_id, j->sstate[0] ? j->sstate : "PENDING",
+                     j->reason[0] ? ": " : "", j->reason);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return found;
+}
+
+/* Copy what the job's output files gained since the last call into the catalog; at the end the
+ * last line without a newline too. */
+static void pump_logs(kd_engine *e, kd_sjob *j, int final)
+{
+    static const char *const names[2] = { "slurm.out", "slurm.err" };
+    for (int k = 0; k < 2; k++) {
+        char path[PATH_MAX], *buf;
+        int fd;
+        ssize_t r;
+        snprintf(path, sizeof(path), "%s/jobs/%lld/%s", e->cfg->data_dir, (long long)j->id, names[k]);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            continue;
+        if ((buf = malloc(LOG_CHUNK + 1)) == NULL) {
+            close(fd);
+            continue;
+        }
+        while ((r = pread(fd, buf, LOG_CHUNK, j->off[k])) > 0) {
+            kd_log_line lines[256];
+            size_t nl = 0, start = 0, len = (size_t)r;
+            int64_t now = kestrel__now_ms();
+            for (size_t i = 0; i < len; i++) {
+                if (buf[i] != '\n')
+                    continue;
+                kd_exec_sanitize(buf + start, i - start);
+                lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf + start, i - start };
+                start = i + 1;
+                if (nl == KESTREL__ARRAY_SIZE(lines)) {
+                    kd_engine_log(e, j->id, lines, nl);
+                    nl = 0;
+                }
+            }
+            if (start == 0 && (len == LOG_CHUNK || final)) {   /* an over-long line, or the last one */
+                kd_exec_sanitize(buf, len);
+                lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf, len };
+                start = len;
+            }
+            if (nl)
+                kd_engine_log(e, j->id, lines, nl);
+            j->off[k] += (int64_t)start;
+            if (start == 0 || len < LOG_CHUNK)
+                break;
+        }
+        free(buf);
+        close(fd);
+    }
+}
+
+/* The kestrel job an urgent Slurm job preempted this one for: an urgent job of ours on the node. */
+static int64_t preemptor(kd_slurm *s, const kd_sjob *victim)
+{
+    int64_t best = 0;
+    for (kd_sjob *j = s->jobs; j; j = j->next)
+        if (j != victim && j->priority > victim->priority && j->slurm_id[0] &&
+            (!strcmp(j->node, victim->node) || !best))
+            best = j->id;
+    return best;
+}
+
+/* Record what Slurm now says about j. The catalog calls happen with s->mu released. */
+static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
+{
+    kd_engine *e = s->e;
+    char reason[400];
+    kd_transition t = { kestrel__now_ms(), reason, 0, 0, NULL, 0, NULL };
+    int final = kd_slurm_state_final(v->state);
+    int requeued = j->kstate == KESTREL_JOB_STATE_RUNNING &&
+                   (kd_slurm_state_pending(v->state) || (j->restarts >= 0 && v->restarts > j->restarts));
+    int64_t by = 0;
+    kd_sjob snap;
+
+    snprintf(j->sstate, sizeof(j->sstate), "%s", v->state);
+    snprintf(j->reason, sizeof(j->reason), "%s", v->reason);
+    if (v->node[0])
+        snprintf(j->node, sizeof(j->node), "%s", v->node);
+    if (requeued)
+        by = preemptor(s, j);
+    snap = *j;
+    if (requeued || (j->kstate == KESTREL_JOB_STATE_QUEUED && kd_slurm_state_running(v->state)))
+        j->kstate = requeued ? KESTREL_JOB_STATE_QUEUED : KESTREL_JOB_STATE_RUNNING;
+    j->restarts = v->restarts;
+    pthread_mutex_unlock(&s->mu);
+
+    if (requeued) {
+        pump_logs(e, &snap, 0);
+        if (by)
+            snprintf(reason, sizeof(reason), "preempted by job %lld through Slurm (job %s requeued on %s)",
+                     (long long)by, snap.slurm_id, snap.node);
+        else
+            snprintf(reason, sizeof(reason), "requeued by Slurm%s%s (job %s on %s)", v->reason[0] ? ": " : "",
+                     v->reason, snap.slurm_id, snap.node);
+        kd_catalog_job_transition(e->cat, j->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_PREEMPTED, &t);
+        if (by) {
+            char note[200];
+            snprintf(note, sizeof(note), "preempting job %lld on node %s (Slurm)", (long long)j->id, snap.node);
+            kd_catalog_job_note(e->cat, by, t.now_ms, note);
+        }
+        snprintf(reason, sizeof(reason), "requeued by Slurm, keeps its submit time");
+        t.bump_restart = 1;
+        kd_catalog_job_transition(e->cat, j->id, KESTREL_JOB_STATE_PREEMPTED, KESTREL_JOB_STATE_QUEUED, &t);
+        kd_engine_changed(e);
+    } else if (snap.kstate == KESTREL_JOB_STATE_QUEUED && kd_slurm_state_running(v->state)) {
+        t.node = snap.node;
+        t.devices = "";
+        if (v->restarts > 0)
+            snprintf(reason, sizeof(reason), "resumed on node %s by Slurm (job %s, run %d)", snap.node,
+                     snap.slurm_id, v->restarts + 1);
+        else
+            snprintf(reason, sizeof(reason), "started on node %s by Slurm (job %s)", snap.node, snap.slurm_id);
+        kd_catalog_job_transition(e->cat, j->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_RUNNING, &t);
+        kd_engine_changed(e);
+    }
+    if (kd_slurm_state_running(v->state) || final)
+        pump_logs(e, &snap, final);
+    pthread_mutex_lock(&s->mu);
+    memcpy(j->off, snap.off, sizeof(j->off));
+    if (!final)
+        return 0;
+
+    pthread_mutex_unlock(&s->mu);
+    t.set_exit = 1;
+    t.exit_code = v->exit_signal ? 128 + v->exit_signal : v->exit_code;
+    if (!strcmp(v->state, "COMPLETED")) {
+        snprintf(reason, sizeof(reason), "exit code 0 (Slurm job %s)", snap.slurm_id);
+        t.exit_code = 0;
+        kd_catalog_job_transition(e->cat, j->id, -1, KESTREL_JOB_STATE_SUCCEEDED, &t);
+    } else if (!strcmp(v->state, "CANCELLED")) {
+        if (snap.cancelled)
+            snprintf(reason, sizeof(reason), "cancelled by %s", snap.cancelled_by);
+        else
+            snprintf(reason, sizeof(reason), "cancelled in Slurm (job %s)", snap.slurm_id);
+        kd_catalog_job_transition(e->cat, j->id, -1, KESTREL_JOB_STATE_CANCELLED, &t);
+    } else {
+        if (!strcmp(v->state, "FAILED") && v->exit_signal)
+            snprintf(reason, sizeof(reason), "killed by signal %d (%s) (Slurm job %s)", v->exit_signal,
+                     strsignal(v->exit_signal), snap.slurm_id);
+        else if (!strcmp(v->state, "FAILED"))
+            snprintf(reason, sizeof(reason), "exit code %d (Slurm job %s)", v->exit_code, snap.slurm_id);
+        else if (!strcmp(v->state, "NODE_FAIL"))
+            snprintf(reason, sizeof(reason), "node %s failed (Slurm job %s)", snap.node, snap.slurm_id);
+        else if (!strcmp(v->state, "TIMEOUT"))
+            snprintf(reason, sizeof(reason), "Slurm's time limit (job %s)", snap.slurm_id);
+        else
+            snprintf(reason, sizeof(reason), "Slurm ended job %s: %s%s%s", snap.slurm_id, v->state,
+                     v->reason[0] ? ", " : "", v->reason);
+        kd_catalog_job_transition(e->cat, j->id, -1, KESTREL_JOB_STATE_FAILED, &t);
+    }
+    kd_catalog_token_drop_job(e->cat, j->id);
+    kd_engine_changed(e);
+    kd_engine_kick(e);   /* dependents in local pools */
+    pthread_mutex_lock(&s->mu);
+    return 1;
+}
+
+/* Submit what was handed over and is not submitted yet. Called with s->mu held; drops it per job. */
+static void submit_pending(kd_slurm *s)
+{
+    for (kd_sjob *j = s->jobs, *next; j; j = next) {
+        char why[600] = "";
+        kd_sjob copy;
+        int rc;
+        next = j->next;
+        if (j->cancelled && !j->slurm_id[0]) {
+            drop(s, j);   /* cancelled before it reached Slurm */
+            continue;
+        }
+        if (j->slurm_id[0])
+            continue;
+        copy = *j;
+        pthread_mutex_unlock(&s->mu);
+        rc = kd_slurm_submit(s, &copy, why, sizeof(why));
+        if (rc == 0 && kd_catalog_job_set_ext(s->e->cat, copy.id, copy.slurm_id) != 0) {
+            /* cancelled while sbatch ran */
+            char *argv[] = { "scancel", copy.slurm_id, NULL };
+            kestrel_buf out = KESTREL_BUF_INIT;
+            kd_exec_run(argv, NULL, &out);
+            kestrel_buf_dispose(&out);
+            rc = -3;
+        } else if (rc == -1) {
+            kd_transition t = { kestrel__now_ms(), why, 0, 0, NULL, 0, NULL };
+            kd_catalog_job_transition(s->e->cat, copy.id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_FAILED, &t);
+            kd_engine_changed(s->e);
+        }
+        pthread_mutex_lock(&s->mu);
+        next = j->next;   /* the list may have grown at the head only; j is still ours */
+        j->priority = copy.priority;
+        if (rc == 0) {
+            snprintf(j->slurm_id, sizeof(j->slurm_id), "%s", copy.slurm_id);
+            snprintf(j->sstate, sizeof(j->sstate), "PENDING");
+            j->reason[0] = '\0';
+            j->restarts = 0;
+        } else if (rc == 1 || rc == -2) {
+            snprintf(j->reason, sizeof(j->reason), "%s", rc == 1 ? copy.reason : why);
+            if (rc == 1 && why[0])
+                snprintf(j->reason, sizeof(j->reason), "%s", why);
+        } else {
+            drop(s, j);
+        }
+    }
+}
+
+/* Slurm no longer lists a job (past MinJobAge, or a cluster restarted without state): ask sacct. */
+static int from_sacct(const char *sid, kd_sview *v)
+{
+    char *argv[] = { "sacct", "-X", "-n", "-P", "-j", (char *)sid, "-o", "JobID,State,ExitCode,NodeList", NULL };
+    kestrel_buf out = KESTREL_BUF_INIT;
+    int rc = kd_exec_run(argv, NULL, &out);
+    rc = rc == 0 && out.ptr && kd_slurm_parse_sacct(out.ptr, v) == 0 ? 0 : -1;
+    kestrel_buf_dispose(&out);
+    return rc;
+}
+
+/* One poll: Slurm's view of every submitted job, applied. Called with s->mu held. */
+static void poll_slurm(kd_slurm *s)
+{
+    char *argv[] = { "scontrol", "show", "job", "-o", NULL };
+    kestrel_buf out = KESTREL_BUF_INIT;
+    kd_sview *v = NULL;
+    size_t nv = 0;
+    int any = 0, rc;
+    for (kd_sjob *j = s->jobs; j && !any; j = j->next)
+        any = j->slurm_id[0] != '\0';
+    if (!any)
+        return;
+    pthread_mutex_unlock(&s->mu);
+    rc = kd_exec_run(argv, NULL, &out);
+    if (rc == 0 && out.ptr)
+        kd_slurm_parse_scontrol(out.ptr, &v, &nv);
+    else if (rc == 0)
+        rc = 0;   /* no jobs at all */
+    pthread_mutex_lock(&s->mu);
+    if (rc != 0) {
+        if (!s->ctl_down)
+            fprintf(stderr, "kestreld: slurm: scontrol failed (%s); retrying\n", out.ptr ? out.ptr : "no output");
+        s->ctl_down = 1;
+        kestrel_buf_dispose(&out);
+        return;
+    }
+    s->ctl_down = 0;
+    kestrel_buf_dispose(&out);
+    for (kd_sjob *j = s->jobs, *next; j; j = next) {
+        const kd_sview *x = NULL;
+        kd_sview acct;
+        next = j->next;
+        if (!j->slurm_id[0])
+            continue;
+        for (size_t i = 0; i < nv && !x; i++)
+            if (!strcmp(v[i].id, j->slurm_id))
+                x = &v[i];
+        if (x == NULL) {
+            char sid[32];
+            if (++j->missing < 3)
+                continue;
+            snprintf(sid, sizeof(sid), "%s", j->slurm_id);
+            pthread_mutex_unlock(&s->mu);
+            rc = from_sacct(sid, &acct);
+            pthread_mutex_lock(&s->mu);
+            if (rc < 0 || !kd_slurm_state_final(acct.state)) {
+                if (j->missing == 3)
+                    fprintf(stderr, "kestreld: slurm: job %s is not listed by scontrol nor ended in sacct\n", sid);
+                continue;
+            }
+            x = &acct;
+        }
+        j->missing = 0;
+        if (apply(s, j, x))
+            drop(s, j);
+    }
+    free(v);
+}
+
+static void *follower(void *arg)
+{
+    kd_slurm *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        struct timespec ts;
+        int64_t at = kestrel__now_ms() + s->e->cfg->slurm_poll_ms;
+        s->wake = 0;
+        submit_pending(s);
+        poll_slurm(s);
+        ts.tv_sec = (time_t)(at / 1000);
+        ts.tv_nsec = (long)(at % 1000) * 1000000L;
+        while (!s->stop && !s->wake && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Byte offsets of the output already copied: the catalog's lines of each stream plus newlines. */
+static void resume_offsets(kd_engine *e, kd_sjob *j)
+{
+    j->off[0] = kd_catalog_log_bytes(e->cat, j->id, KESTREL_LOG_STDOUT);
+    j->off[1] = kd_catalog_log_bytes(e->cat, j->id, KESTREL_LOG_STDERR);
+}
+
+static int slurm_open(kd_engine *e)
+{
+    kd_slurm *s = calloc(1, sizeof(*s));
+    kd_ext_row *rows = NULL;
+    size_t n = 0;
+    pthread_condattr_t ca;
+    if (s == NULL)
+        return kestrel__error_oom();
+    s->e = e;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_init(&ca);   /* CLOCK_REALTIME: deadlines are Unix ms */
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    e->ext_state = s;
+    if (kd_slurm_write_wrapper(s) < 0 || kd_catalog_ext_jobs(e->cat, &rows, &n) < 0)
+        return KESTREL_EIO;
+    for (size_t i = 0; i < n; i++) {
+        kd_sjob *j = calloc(1, sizeof(*j));
+        if (j == NULL)
+            break;
+        j->id = rows[i].id;
+        snprintf(j->slurm_id, sizeof(j->slurm_id), "%s", rows[i].ext_id);
+        j->priority = rows[i].priority;
+        j->restarts = -1;   /* Slurm's count is read on the first poll */
+        j->kstate = rows[i].state == KESTREL_JOB_STATE_RUNNING ? KESTREL_JOB_STATE_RUNNING : KESTREL_JOB_STATE_QUEUED;
+        if (rows[i].state == KESTREL_JOB_STATE_PREEMPTED) {   /* stopped between the two transitions */
+            kd_transition t = { kestrel__now_ms(), "requeued by Slurm, keeps its submit time", 0, 0, NULL, 1, NULL };
+            kd_catalog_job_transition(e->cat, j->id, KESTREL_JOB_STATE_PREEMPTED, KESTREL_JOB_STATE_QUEUED, &t);
+        }
+        resume_offsets(e, j);
+        j->next = s->jobs;
+        s->jobs = j;
+    }
+    if (n)
+        fprintf(stderr, "kestreld: slurm: following %zu job%s already handed to Slurm\n", n, n == 1 ? "" : "s");
+    free(rows);
+    if (pthread_create(&s->thread, NULL, follower, s) != 0)
+        return kestrel__error_set(KESTREL_ERROR, "cannot start the Slurm follower thread");
+    s->running = 1;
+    return 0;
+}
+
+static void slurm_close(kd_engine *e)
+{
+    kd_slurm *s = state(e);
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->running)
+        pthread_join(s->thread, NULL);
+    while (s->jobs)
+        drop(s, s->jobs);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    e->ext_state = NULL;
+}
+
+const kd_executor kd_exec_slurm = { "slurm", NULL, NULL, slurm_open, slurm_close, slurm_hand_over, slurm_cancel,
+                                    slurm_explain };

@@ -1,0 +1,238 @@
+/* server/exec_util.c - what every executor needs: system log lines, the job's environment
+ * contract, a git checkout of the job's source, and running helper commands to completion. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "exec_util.h"
+
+extern char **environ;
+
+void kd_exec_log(kd_engine *e, int64_t id, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    kd_log_line l;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    l.time_ms = kestrel__now_ms();
+    l.stream = KESTREL_LOG_SYSTEM;
+    l.text = text;
+    l.len = strlen(text);
+    kd_engine_log(e, id, &l, 1);
+}
+
+int kd_exec_mkdir_p(const char *path)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return (mkdir(tmp, 0755) < 0 && errno != EEXIST) ? -1 : 0;
+}
+
+
+/* Make bytes safe for a protobuf string: invalid UTF-8 bytes become '?'. */
+void kd_exec_sanitize(char *s, size_t len)
+{
+    if (kestrel__utf8_valid(s, len))
+        return;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] >= 0x80)
+            s[i] = '?';
+}
+
+/* Spawn argv with stdout/stderr to pipes (or one pipe when merge); returns pid or -errno. */
+pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2])
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, all;
+    pid_t pid;
+    int rc;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out_fd[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err_fd ? err_fd[1] : out_fd[1], 2);
+    if (cwd)
+        posix_spawn_file_actions_addchdir_np(&fa, cwd);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);   /* no descriptor of the daemon leaks into a job */
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &all);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    close(out_fd[1]);
+    if (err_fd)
+        close(err_fd[1]);
+    return rc ? -rc : pid;
+}
+
+/* Run a helper (git) to completion, collecting its output (stdout and stderr) into out.
+ * Returns the exit status, or -1 when it could not run or died. */
+int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out)
+{
+    static char *const extra[] = { "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "LC_ALL=C", NULL };
+    char *env[512], chunk[4096];
+    size_t k = 0;
+    int p[2], status = -1;
+    ssize_t r;
+    pid_t pid;
+    for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra); v++)
+        env[k++] = *v;
+    for (size_t i = 0; extra[i]; i++)
+        env[k++] = extra[i];
+    env[k] = NULL;
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    if ((pid = kd_exec_spawn(argv, env, cwd, p, NULL)) < 0) {
+        kestrel__buf_printf(out, "cannot run %s: %s\n", argv[0], strerror((int)-pid));
+        close(p[0]);
+        return -1;
+    }
+    while ((r = read(p[0], chunk, sizeof(chunk))) > 0 || (r < 0 && errno == EINTR))
+        if (r > 0)
+            kestrel__buf_put(out, chunk, (size_t)r);
+    close(p[0]);
+    if (waitpid(pid, &status, 0) < 0)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Log a helper's output as SYSTEM lines; leave its last non-empty line in last. */
+static void log_output(kd_engine *e, int64_t id, kestrel_buf *out, char *last, size_t lastlen)
+{
+    char *line = out->ptr, *nl;
+    if (last)
+        last[0] = '\0';
+    while (line && *line) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        if (*line) {
+            kd_exec_sanitize(line, strlen(line));
+            kd_exec_log(e, id, "%s", line);
+            if (last)
+                snprintf(last, lastlen, "%s", line);
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
+/* Clone the job's git source into work; records the resolved commit. */
+int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id, const char *work, char *why, size_t n)
+{
+    kestrel_buf out = KESTREL_BUF_INIT;
+    char last[512];
+    char *clone[] = { "git", "clone", "--quiet", "--no-checkout", "--", spec->git_url, (char *)work, NULL };
+    char *co[] = { "git", "checkout", "--quiet", "--detach", spec->git_ref[0] ? spec->git_ref : "HEAD", "--", NULL };
+    char *rev[] = { "git", "rev-parse", "--verify", "HEAD^{commit}", NULL };
+    int rc;
+
+    kd_exec_log(e, id, "cloning %s%s%s", spec->git_url, spec->git_ref[0] ? " at " : "", spec->git_ref);
+    rc = kd_exec_run(clone, NULL, &out);
+    log_output(e, id, &out, last, sizeof(last));
+    if (rc != 0) {
+        snprintf(why, n, "git clone of %s failed: %s", spec->git_url, last[0] ? last : "no output");
+        goto fail;
+    }
+    out.size = 0;
+    rc = kd_exec_run(co, work, &out);
+    log_output(e, id, &out, last, sizeof(last));
+    if (rc != 0) {
+        snprintf(why, n, "git checkout of %s failed: %s", spec->git_ref, last[0] ? last : "no output");
+        goto fail;
+    }
+    out.size = 0;
+    if (out.ptr)
+        out.ptr[0] = '\0';
+    rc = kd_exec_run(rev, work, &out);
+    if (rc != 0 || out.size < 40) {
+        snprintf(why, n, "cannot resolve the checked-out commit");
+        goto fail;
+    }
+    out.ptr[40] = '\0';
+    kd_catalog_job_set_commit(e->cat, id, out.ptr);
+    kd_exec_log(e, id, "checked out commit %s", out.ptr);
+    kestrel_buf_dispose(&out);
+    return 0;
+fail:
+    kestrel_buf_dispose(&out);
+    return -1;
+}
+
+static int env_overridden(const char *entry, const Kestrel__V1__JobSpec *spec)
+{
+    size_t klen = strcspn(entry, "=");
+    if (!strncmp(entry, "KESTREL_", 8) || (klen == 20 && !strncmp(entry, "CUDA_VISIBLE_DEVICES", 20)) ||
+        (klen == 17 && !strncmp(entry, "CUDA_DEVICE_ORDER", 17)))
+        return 1;
+    for (size_t i = 0; i < spec->n_env; i++)
+        if (strlen(spec->env[i]->key) == klen && !strncmp(entry, spec->env[i]->key, klen))
+            return 1;
+    return 0;
+}
+
+char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const char *token, const char *ckpt,
+                       const char *devices, int inherit)
+{
+    const Kestrel__V1__JobSpec *spec = job->spec;
+    size_t n = 0, k = 0;
+    char **env;
+    for (char **v = environ; inherit && *v; v++)
+        n++;
+    if ((env = calloc(n + spec->n_env + 10, sizeof(char *))) == NULL)
+        return NULL;
+    for (char **v = environ; inherit && *v; v++)
+        if (!env_overridden(*v, spec))
+            env[k++] = strdup(*v);
+    for (size_t i = 0; i < spec->n_env; i++)
+        if (asprintf(&env[k++], "%s=%s", spec->env[i]->key, spec->env[i]->value) < 0)
+            env[k - 1] = NULL;
+    if (asprintf(&env[k++], "KESTREL_URL=%s", e->url) < 0) env[k - 1] = NULL;
+    if (asprintf(&env[k++], "KESTREL_TOKEN=%s", token) < 0) env[k - 1] = NULL;
+    if (asprintf(&env[k++], "KESTREL_JOB_ID=%lld", (long long)job->id) < 0) env[k - 1] = NULL;
+    if (asprintf(&env[k++], "KESTREL_JOB_NAME=%s", spec->name) < 0) env[k - 1] = NULL;
+    if (asprintf(&env[k++], "KESTREL_CHECKPOINT_DIR=%s", ckpt) < 0) env[k - 1] = NULL;
+    if (asprintf(&env[k++], "KESTREL_RESTART_COUNT=%d", job->restart_count) < 0) env[k - 1] = NULL;
+    if (devices) {
+        if (asprintf(&env[k++], "CUDA_VISIBLE_DEVICES=%s", devices) < 0) env[k - 1] = NULL;
+        env[k++] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID");
+    }
+    for (size_t i = 0; i < k; i++) {
+        if (env[i] == NULL) {
+            for (size_t j = 0; j < k; j++)
+                free(env[j]);
+            free(env);
+            return NULL;
+        }
+    }
+    return env;
+}
+
+void kd_exec_env_free(char **env)
+{
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
+}

@@ -1,0 +1,124 @@
+/* server/slurm_parse.c - reads Slurm's command output: `scontrol show job -o` (Key=Value words,
+ * one job per line) and `sacct -P` (|-separated). Pure functions, unit-tested. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "slurm.h"
+
+/* Copy the value of Key= in line (up to the next space) into out; 1 when present. */
+static int field(const char *line, const char *key, char *out, size_t n)
+{
+    size_t klen = strlen(key);
+    for (const char *p = line; (p = strstr(p, key)) != NULL; p += klen) {
+        size_t len;
+        if ((p != line && p[-1] != ' ') || p[klen] != '=')
+            continue;
+        p += klen + 1;
+        len = strcspn(p, " \n");
+        if (len >= n)
+            len = n - 1;
+        memcpy(out, p, len);
+        out[len] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
+/* "2:0" -> code 2, signal 0 */
+static void exit_pair(const char *s, int *code, int *sig)
+{
+    *code = atoi(s);
+    *sig = strchr(s, ':') ? atoi(strchr(s, ':') + 1) : 0;
+}
+
+int kd_slurm_parse_scontrol(const char *text, kd_sview **out, size_t *n)
+{
+    size_t cap = 0, k = 0;
+    kd_sview *v = NULL;
+    const char *line = text;
+    while (line && *line) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char *copy = strndup(line, len), tmp[64];
+        kd_sview *x;
+        line = nl ? nl + 1 : NULL;
+        if (copy == NULL) {
+            free(v);
+            return kestrel__error_oom();
+        }
+        if (!field(copy, "JobId", tmp, sizeof(tmp)) || kestrel__array_grow(&v, &cap, k + 1, sizeof(*v)) < 0) {
+            free(copy);
+            continue;
+        }
+        x = &v[k++];
+        memset(x, 0, sizeof(*x));
+        snprintf(x->id, sizeof(x->id), "%s", tmp);
+        field(copy, "JobState", x->state, sizeof(x->state));
+        field(copy, "Reason", x->reason, sizeof(x->reason));
+        if (!field(copy, "BatchHost", x->node, sizeof(x->node)) || !strcmp(x->node, "(null)"))
+            field(copy, "NodeList", x->node, sizeof(x->node));
+        if (!strcmp(x->node, "(null)"))
+            x->node[0] = '\0';
+        if (!strcmp(x->reason, "None"))
+            x->reason[0] = '\0';
+        for (char *c = x->reason; *c; c++)
+            if (*c == '_')
+                *c = ' ';
+        x->restarts = field(copy, "Restarts", tmp, sizeof(tmp)) ? atoi(tmp) : 0;
+        if (field(copy, "ExitCode", tmp, sizeof(tmp)))
+            exit_pair(tmp, &x->exit_code, &x->exit_signal);
+        free(copy);
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+int kd_slurm_parse_sacct(const char *line, kd_sview *v)
+{
+    char buf[512], *f[4], *save = NULL;
+    int k = 0;
+    memset(v, 0, sizeof(*v));
+    snprintf(buf, sizeof(buf), "%s", line);
+    buf[strcspn(buf, "\n")] = '\0';
+    for (char *p = strtok_r(buf, "|", &save); p && k < 4; p = strtok_r(NULL, "|", &save))
+        f[k++] = p;
+    if (k < 3)
+        return -1;
+    snprintf(v->id, sizeof(v->id), "%s", f[0]);
+    /* "CANCELLED by 0" -> "CANCELLED" */
+    snprintf(v->state, sizeof(v->state), "%.*s", (int)strcspn(f[1], " "), f[1]);
+    exit_pair(f[2], &v->exit_code, &v->exit_signal);
+    if (k > 3 && strcmp(f[3], "None assigned"))
+        snprintf(v->node, sizeof(v->node), "%s", f[3]);
+    return 0;
+}
+
+static int in(const char *st, const char *const *names)
+{
+    for (; *names; names++)
+        if (!strcmp(st, *names))
+            return 1;
+    return 0;
+}
+
+int kd_slurm_state_pending(const char *st)
+{
+    static const char *const p[] = { "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
+                                     "RESV_DEL_HOLD", "SPECIAL_EXIT", "PREEMPTED", NULL };
+    return in(st, p);
+}
+
+int kd_slurm_state_running(const char *st)
+{
+    static const char *const r[] = { "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
+                                     "RESIZING", NULL };
+    return in(st, r);
+}
+
+int kd_slurm_state_final(const char *st)
+{
+    static const char *const f[] = { "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                                     "BOOT_FAIL", "DEADLINE", "REVOKED", NULL };
+    return in(st, f);
+}

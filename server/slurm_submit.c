@@ -1,0 +1,307 @@
+/* server/slurm_submit.c - hands one queued job to Slurm: resolves its dependencies and affinity to
+ * Slurm ids and nodes, prepares its work dir on the shared filesystem (the data dir), writes its
+ * batch script, and runs sbatch. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "exec_util.h"
+#include "slurm.h"
+
+/* The wrapper is the batch shell: Slurm's preemption warning (USR1 at the start of the grace period,
+ * --signal=B:USR1@grace with preempt_send_user_signal) becomes the SIGTERM the local executor sends,
+ * so the Keras shim checkpoints the same way; once the trainer has stopped, the job requeues itself
+ * (an exit would read as COMPLETED). scancel's TERM is only forwarded: a cancel never requeues. */
+static const char wrapper_text[] =
+    "#!/bin/sh\n"
+    "# kestrel-wrap (written by kestreld): runs a Kestrel job under Slurm.\n"
+    "preempted=0\n"
+    "child=\n"
+    "trap 'preempted=1; [ -n \"$child\" ] && kill -TERM \"$child\" 2>/dev/null' USR1\n"
+    "trap '[ -n \"$child\" ] && kill -TERM \"$child\" 2>/dev/null' TERM\n"
+    "\"$@\" &\n"
+    "child=$!\n"
+    "while :; do\n"
+    "    wait \"$child\"\n"
+    "    rc=$?\n"
+    "    kill -0 \"$child\" 2>/dev/null || break\n"
+    "done\n"
+    "if [ \"$preempted\" = 1 ]; then\n"
+    "    echo \"kestrel: preempted; the trainer stopped (exit $rc); requeueing Slurm job $SLURM_JOB_ID\" >&2\n"
+    "    scontrol requeue \"$SLURM_JOB_ID\" && exec sleep 300\n"
+    "fi\n"
+    "exit $rc\n";
+
+/* Write text to path: temp name, fsync, rename. */
+static int write_atomic(const char *path, const char *text, mode_t mode)
+{
+    char tmp[PATH_MAX + 16];
+    size_t len = strlen(text);
+    int fd;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)) < 0)
+        return -1;
+    if (write(fd, text, len) != (ssize_t)len || fsync(fd) < 0 || close(fd) < 0) {
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) < 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int kd_slurm_write_wrapper(kd_slurm *s)
+{
+    snprintf(s->dir, sizeof(s->dir), "%s/slurm", s->e->cfg->data_dir);
+    snprintf(s->wrapper, sizeof(s->wrapper), "%s/kestrel-wrap", s->dir);
+    if (kd_exec_mkdir_p(s->dir) < 0 || write_atomic(s->wrapper, wrapper_text, 0755) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", s->wrapper, strerror(errno));
+    return 0;
+}
+
+const char *kd_slurm_partition(const kd_engine *e, const char *pool)
+{
+    for (size_t i = 0; i < e->cfg->nslurm_pools; i++)
+        if (!strcmp(e->cfg->slurm_pools[i], pool))
+            return e->cfg->slurm_partitions[i];
+    return pool;
+}
+
+/* Single-quote s for sh. */
+static void shq(kestrel_buf *b, const char *s)
+{
+    kestrel__buf_puts(b, "'");
+    for (; *s; s++) {
+        if (*s == '\'')
+            kestrel__buf_puts(b, "'\\''");
+        else
+            kestrel__buf_put(b, s, 1);
+    }
+    kestrel__buf_puts(b, "'");
+}
+
+static int valid_name(const char *k, size_t len)
+{
+    if (len == 0 || (k[0] >= '0' && k[0] <= '9'))
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!((k[i] >= 'a' && k[i] <= 'z') || (k[i] >= 'A' && k[i] <= 'Z') || (k[i] >= '0' && k[i] <= '9') ||
+              k[i] == '_'))
+            return 0;
+    return 1;
+}
+
+/* The batch script: the environment contract, the work dir, then the wrapper around argv. */
+static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *token, const char *dir,
+                        const char *cwd, char *path, size_t pathlen)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    char ckpt[PATH_MAX];
+    char **env;
+    int rc;
+    snprintf(ckpt, sizeof(ckpt), "%s/checkpoint", dir);
+    if ((env = kd_exec_job_env(s->e, job, token, ckpt, NULL, 0)) == NULL)
+        return kestrel__error_oom();
+    kestrel__buf_printf(&b, "#!/bin/sh\n# Kestrel job %lld (written by kestreld)\n", (long long)job->id);
+    for (char **v = env; *v; v++) {
+        size_t klen = strcspn(*v, "=");
+        if (!valid_name(*v, klen) || !strncmp(*v, "KESTREL_RESTART_COUNT=", 22))
+            continue;
+        kestrel__buf_printf(&b, "%.*s=", (int)klen, *v);
+        shq(&b, *v + klen + 1);
+        kestrel__buf_printf(&b, "; export %.*s\n", (int)klen, *v);
+    }
+    kd_exec_env_free(env);
+    /* runs before this one plus Slurm's own requeues of this submission */
+    kestrel__buf_printf(&b, "KESTREL_RESTART_COUNT=$((%d + ${SLURM_RESTART_COUNT:-0})); export KESTREL_RESTART_COUNT\n",
+                        job->restart_count);
+    kestrel__buf_puts(&b, "cd ");
+    shq(&b, cwd);
+    kestrel__buf_puts(&b, " || exit 1\nexec ");
+    shq(&b, s->wrapper);
+    for (size_t i = 0; i < job->spec->n_argv; i++) {
+        kestrel__buf_puts(&b, " ");
+        shq(&b, job->spec->argv[i]);
+    }
+    kestrel__buf_puts(&b, "\n");
+    snprintf(path, pathlen, "%s/slurm.sh", dir);
+    rc = b.ptr ? write_atomic(path, b.ptr, 0700) : -1;
+    kestrel_buf_dispose(&b);
+    return rc < 0 ? kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", path, strerror(errno)) : 0;
+}
+
+/* Dependencies as a Slurm --dependency value. 0 ready, 1 wait (why), -1 can never run (why). */
+static int dependencies(kd_slurm *s, const Kestrel__V1__JobSpec *spec, kestrel_buf *dep, char *why, size_t n)
+{
+    size_t total = spec->n_after_ok + spec->n_after_any;
+    for (size_t i = 0; i < total; i++) {
+        int ok = i < spec->n_after_ok;
+        int64_t id = ok ? spec->after_ok[i] : spec->after_any[i - spec->n_after_ok];
+        kd_catref ref;
+        size_t found = 0;
+        char sid[32] = "";
+        if (kd_catalog_refs(s->e->cat, &id, 1, &ref, &found) < 0)
+            return -2;
+        if (!found) {
+            snprintf(why, n, "dependency %lld does not exist", (long long)id);
+            return -1;
+        }
+        if (ref.state == KESTREL_JOB_STATE_SUCCEEDED ||
+            (!ok && (ref.state == KESTREL_JOB_STATE_FAILED || ref.state == KESTREL_JOB_STATE_CANCELLED)))
+            continue;   /* satisfied already */
+        if (ref.state == KESTREL_JOB_STATE_FAILED || ref.state == KESTREL_JOB_STATE_CANCELLED) {
+            snprintf(why, n, "dependency %lld ended %s", (long long)id, kestrel_job_state_name(ref.state));
+            return -1;
+        }
+        pthread_mutex_lock(&s->mu);
+        for (kd_sjob *j = s->jobs; j; j = j->next)
+            if (j->id == id)
+                snprintf(sid, sizeof(sid), "%s", j->slurm_id);
+        pthread_mutex_unlock(&s->mu);
+        if (!sid[0]) {
+            snprintf(why, n, "waiting for dependency %lld to reach Slurm or end", (long long)id);
+            return 1;
+        }
+        kestrel__buf_printf(dep, "%s%s:%s", dep->size ? "," : "", ok ? "afterok" : "afterany", sid);
+    }
+    return 0;
+}
+
+/* The node an affinity asks for: 0 with node ("" none), 1 wait (why). */
+static int affinity(kd_slurm *s, const Kestrel__V1__JobSpec *spec, char *node, size_t nlen, char *why, size_t n)
+{
+    node[0] = '\0';
+    if (spec->affinity_job) {
+        kd_catref ref;
+        size_t found = 0;
+        if (kd_catalog_refs(s->e->cat, &spec->affinity_job, 1, &ref, &found) == 0 && found && ref.node[0])
+            snprintf(node, nlen, "%s", ref.node);
+    } else if (spec->affinity_group[0]) {
+        kd_catalog_group_node(s->e->cat, spec->affinity_group, node, nlen);
+    } else {
+        return 0;
+    }
+    if (!node[0] && spec->affinity_required) {
+        snprintf(why, n, "waiting for the affinity target to be placed");
+        return 1;
+    }
+    return 0;
+}
+
+static int slurm_unreachable(const char *out)
+{
+    return strstr(out, "Unable to contact") || strstr(out, "Socket timed out") ||
+           strstr(out, "Connection refused") || strstr(out, "Zero Bytes were transmitted");
+}
+
+int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
+{
+    kd_engine *e = s->e;
+    Kestrel__V1__Job *job = NULL;
+    const Kestrel__V1__JobSpec *spec;
+    kestrel_buf dep = KESTREL_BUF_INIT, out = KESTREL_BUF_INIT;
+    char dir[PATH_MAX], work[PATH_MAX], cwd[PATH_MAX * 2], script[PATH_MAX], node[64], token[80];
+    char a_out[PATH_MAX + 16], a_err[PATH_MAX + 16], a_name[64], a_sig[48], a_qos[96], a_part[160];
+    char a_gres[160], *a_dep = NULL, *a_node = NULL;
+    char *argv[24];
+    int64_t owner = 0;
+    int rc, k = 0;
+    struct stat st;
+
+    if (kd_catalog_job_load(e->cat, j->id, 0, &job, &owner) < 0) {
+        snprintf(why, n, "%s", kestrel_error_last()->message);
+        return -1;
+    }
+    spec = job->spec;
+    j->priority = spec->priority;
+    if ((int)job->state != KESTREL_JOB_STATE_QUEUED) {
+        rc = -1;
+        snprintf(why, n, "no longer queued");
+        goto done;
+    }
+    if ((rc = dependencies(s, spec, &dep, why, n)) != 0 ||
+        (rc = affinity(s, spec, node, sizeof(node), why, n)) != 0)
+        goto done;
+    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)j->id);
+    snprintf(work, sizeof(work), "%s/work", dir);
+    snprintf(script, sizeof(script), "%s/checkpoint", dir);
+    if (kd_exec_mkdir_p(script) < 0 || (!spec->git_url[0] && kd_exec_mkdir_p(work) < 0)) {
+        snprintf(why, n, "cannot create %s: %s", dir, strerror(errno));
+        rc = -1;
+        goto done;
+    }
+    if (spec->git_url[0] && stat(work, &st) < 0 && kd_exec_checkout(e, spec, j->id, work, why, n) < 0) {
+        rc = -1;
+        goto done;
+    }
+    snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
+    if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(why, n, "working directory '%s' does not exist in the job", spec->workdir);
+        rc = -1;
+        goto done;
+    }
+    if (kd_token_issue(e->cat, owner, j->id, token, sizeof(token)) < 0 ||
+        write_script(s, job, token, dir, cwd, script, sizeof(script)) < 0) {
+        snprintf(why, n, "%s", kestrel_error_last()->message);
+        rc = -1;
+        goto done;
+    }
+    snprintf(a_out, sizeof(a_out), "--output=%s/slurm.out", dir);
+    snprintf(a_err, sizeof(a_err), "--error=%s/slurm.err", dir);
+    snprintf(a_name, sizeof(a_name), "--job-name=kestrel-%lld", (long long)j->id);
+    snprintf(a_sig, sizeof(a_sig), "--signal=B:USR1@%d", spec->grace_period_s > 0 ? spec->grace_period_s
+                                                                                 : e->cfg->slurm_grace_s);
+    snprintf(a_qos, sizeof(a_qos), "--qos=%s",
+             e->cfg->slurm_qos[j->priority >= KESTREL__V1__PRIORITY__URGENT ? 2
+                               : j->priority == KESTREL__V1__PRIORITY__HIGH  ? 1 : 0]);
+    snprintf(a_part, sizeof(a_part), "--partition=%s", kd_slurm_partition(e, spec->pool));
+    argv[k++] = "sbatch";
+    argv[k++] = "--parsable";
+    argv[k++] = "--requeue";
+    argv[k++] = "--open-mode=append";
+    argv[k++] = a_name;
+    argv[k++] = a_out;
+    argv[k++] = a_err;
+    argv[k++] = a_sig;
+    argv[k++] = a_qos;
+    argv[k++] = a_part;
+    if (spec->gpus > 0) {
+        snprintf(a_gres, sizeof(a_gres), "--gres=gpu:%s%s%d", spec->gpu_type, spec->gpu_type[0] ? ":" : "",
+                 spec->gpus);
+        argv[k++] = a_gres;
+    }
+    if (dep.size && asprintf(&a_dep, "--dependency=%s", dep.ptr) > 0)
+        argv[k++] = a_dep;
+    if (node[0] && asprintf(&a_node, "--nodelist=%s", node) > 0)
+        argv[k++] = a_node;
+    argv[k++] = script;
+    argv[k] = NULL;
+    rc = kd_exec_run(argv, dir, &out);
+    if (rc == 0 && out.ptr) {
+        out.ptr[strcspn(out.ptr, ";\n")] = '\0';   /* "123" or "123;cluster" */
+        snprintf(j->slurm_id, sizeof(j->slurm_id), "%s", out.ptr);
+        kd_exec_log(e, j->id, "submitted to Slurm as job %s (partition %s, %s)", j->slurm_id,
+                    kd_slurm_partition(e, spec->pool), a_qos + 2);
+        rc = 0;
+    } else {
+        const char *msg = out.ptr ? out.ptr : "no output";
+        snprintf(why, n, "sbatch: %.*s", (int)strcspn(msg, "\n"), strncmp(msg, "sbatch: error: ", 15) ? msg : msg + 15);
+        rc = out.ptr && slurm_unreachable(out.ptr) ? -2 : -1;
+        kd_catalog_token_drop_job(e->cat, j->id);
+    }
+done:
+    free(a_dep);
+    free(a_node);
+    kestrel_buf_dispose(&dep);
+    kestrel_buf_dispose(&out);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return rc;
+}
