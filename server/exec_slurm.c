@@ -169,14 +169,22 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
     }
 }
 
-/* The kestrel job an urgent Slurm job preempted this one for: an urgent job of ours on the node. */
+/* The job Slurm preempted this one for: one of ours of a higher class, started on the victim's node
+ * or still waiting (for the victim to leave); the newest such job. 0 when none. */
 static int64_t preemptor(kd_slurm *s, const kd_sjob *victim)
 {
     int64_t best = 0;
-    for (kd_sjob *j = s->jobs; j; j = j->next)
-        if (j != victim && j->priority > victim->priority && j->slurm_id[0] &&
-            (!strcmp(j->node, victim->node) || !best))
+    int best_score = 0;
+    for (kd_sjob *j = s->jobs; j; j = j->next) {
+        int score;
+        if (j == victim || j->priority <= victim->priority || !j->slurm_id[0])
+            continue;
+        score = !strcmp(j->node, victim->node) ? 2 : j->kstate == KESTREL_JOB_STATE_QUEUED ? 1 : 0;
+        if (score > best_score || (score == best_score && score && j->id > best)) {
             best = j->id;
+            best_score = score;
+        }
+    }
     return best;
 }
 
@@ -190,6 +198,7 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
     int requeued = j->kstate == KESTREL_JOB_STATE_RUNNING &&
                    (kd_slurm_state_pending(v->state) || (j->restarts >= 0 && v->restarts > j->restarts));
     int64_t by = 0;
+    int started;
     kd_sjob snap;
 
     snprintf(j->sstate, sizeof(j->sstate), "%s", v->state);
@@ -199,7 +208,10 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
     if (requeued)
         by = preemptor(s, j);
     snap = *j;
-    if (requeued || (j->kstate == KESTREL_JOB_STATE_QUEUED && kd_slurm_state_running(v->state)))
+    /* it ran and ended between two polls: record the start first */
+    started = j->kstate == KESTREL_JOB_STATE_QUEUED &&
+              (kd_slurm_state_running(v->state) || (final && v->node[0] && strcmp(v->state, "CANCELLED")));
+    if (requeued || started)
         j->kstate = requeued ? KESTREL_JOB_STATE_QUEUED : KESTREL_JOB_STATE_RUNNING;
     j->restarts = v->restarts;
     pthread_mutex_unlock(&s->mu);
@@ -222,7 +234,7 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
         t.bump_restart = 1;
         kd_catalog_job_transition(e->cat, j->id, KESTREL_JOB_STATE_PREEMPTED, KESTREL_JOB_STATE_QUEUED, &t);
         kd_engine_changed(e);
-    } else if (snap.kstate == KESTREL_JOB_STATE_QUEUED && kd_slurm_state_running(v->state)) {
+    } else if (started) {
         t.node = snap.node;
         t.devices = "";
         if (v->restarts > 0)
@@ -235,8 +247,17 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
     }
     if (kd_slurm_state_running(v->state) || final)
         pump_logs(e, &snap, final);
+    if (!snap.dep_failed && !final && strstr(v->reason, "DependencyNeverSatisfied")) {
+        /* Slurm would keep it pending forever; Kestrel fails a job whose after_ok dependency failed */
+        char *argv[] = { "scancel", snap.slurm_id, NULL };
+        kestrel_buf out = KESTREL_BUF_INIT;
+        kd_exec_run(argv, NULL, &out);
+        kestrel_buf_dispose(&out);
+        snap.dep_failed = 1;
+    }
     pthread_mutex_lock(&s->mu);
     memcpy(j->off, snap.off, sizeof(j->off));
+    j->dep_failed |= snap.dep_failed;
     if (!final)
         return 0;
 
@@ -247,6 +268,10 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
         snprintf(reason, sizeof(reason), "exit code 0 (Slurm job %s)", snap.slurm_id);
         t.exit_code = 0;
         kd_catalog_job_transition(e->cat, j->id, -1, KESTREL_JOB_STATE_SUCCEEDED, &t);
+    } else if (!strcmp(v->state, "CANCELLED") && snap.dep_failed) {
+        snprintf(reason, sizeof(reason), "a dependency did not succeed (Slurm job %s: DependencyNeverSatisfied)",
+                 snap.slurm_id);
+        kd_catalog_job_transition(e->cat, j->id, -1, KESTREL_JOB_STATE_FAILED, &t);
     } else if (!strcmp(v->state, "CANCELLED")) {
         if (snap.cancelled)
             snprintf(reason, sizeof(reason), "cancelled by %s", snap.cancelled_by);
@@ -361,33 +386,48 @@ static void poll_slurm(kd_slurm *s)
     }
     s->ctl_down = 0;
     kestrel_buf_dispose(&out);
-    for (kd_sjob *j = s->jobs, *next; j; j = next) {
-        const kd_sview *x = NULL;
-        kd_sview acct;
-        next = j->next;
-        if (!j->slurm_id[0])
-            continue;
-        for (size_t i = 0; i < nv && !x; i++)
-            if (!strcmp(v[i].id, j->slurm_id))
-                x = &v[i];
-        if (x == NULL) {
-            char sid[32];
-            if (++j->missing < 3)
-                continue;
-            snprintf(sid, sizeof(sid), "%s", j->slurm_id);
-            pthread_mutex_unlock(&s->mu);
-            rc = from_sacct(sid, &acct);
-            pthread_mutex_lock(&s->mu);
-            if (rc < 0 || !kd_slurm_state_final(acct.state)) {
-                if (j->missing == 3)
-                    fprintf(stderr, "kestreld: slurm: job %s is not listed by scontrol nor ended in sacct\n", sid);
-                continue;
-            }
-            x = &acct;
+    {
+        /* views first, then apply: requeues before ends, so that a preemptor that started and ended
+         * within one poll is still known when its victim's requeue is recorded */
+        size_t nj = 0, k = 0;
+        struct { kd_sjob *j; kd_sview v; } *todo;
+        for (kd_sjob *j = s->jobs; j; j = j->next)
+            nj++;
+        if ((todo = calloc(nj + 1, sizeof(*todo))) == NULL) {
+            free(v);
+            return;
         }
-        j->missing = 0;
-        if (apply(s, j, x))
-            drop(s, j);
+        for (kd_sjob *j = s->jobs; j; j = j->next) {
+            const kd_sview *x = NULL;
+            if (!j->slurm_id[0])
+                continue;
+            for (size_t i = 0; i < nv && !x; i++)
+                if (!strcmp(v[i].id, j->slurm_id))
+                    x = &v[i];
+            if (x == NULL) {
+                char sid[32];
+                if (++j->missing < 3)
+                    continue;
+                snprintf(sid, sizeof(sid), "%s", j->slurm_id);
+                pthread_mutex_unlock(&s->mu);
+                rc = from_sacct(sid, &todo[k].v);
+                pthread_mutex_lock(&s->mu);
+                if (rc < 0 || !kd_slurm_state_final(todo[k].v.state)) {
+                    if (j->missing == 3)
+                        fprintf(stderr, "kestreld: slurm: job %s is not listed by scontrol nor ended in sacct\n", sid);
+                    continue;
+                }
+            } else {
+                todo[k].v = *x;
+            }
+            j->missing = 0;
+            todo[k++].j = j;
+        }
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t i = 0; i < k; i++)
+                if (kd_slurm_state_final(todo[i].v.state) == pass && apply(s, todo[i].j, &todo[i].v))
+                    drop(s, todo[i].j);
+        free(todo);
     }
     free(v);
 }

@@ -24,6 +24,7 @@ typedef struct kd_sjob {
     char node[64];
     int64_t off[2];             /* bytes of slurm.out / slurm.err already in the catalog */
     int cancelled;              /* cancelled through Kestrel */
+    int dep_failed;             /* Slurm said DependencyNeverSatisfied: cancelled there, FAILED here */
     char cancelled_by[160];
     int missing;                /* polls in a row in which Slurm did not list it */
     int64_t seen_running_ms;

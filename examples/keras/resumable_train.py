@@ -6,6 +6,7 @@ metrics to kestreld (kestrel.keras.MetricsCallback).
 import argparse
 import os
 import sys
+import time
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
@@ -16,9 +17,9 @@ import kestrel.keras  # noqa: E402
 
 
 class Progress(keras.callbacks.Callback):
-    def __init__(self, every):
+    def __init__(self, every, delay=0.0):
         super().__init__()
-        self.every = every
+        self.every, self.delay = every, delay
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -27,6 +28,8 @@ class Progress(keras.callbacks.Callback):
         steps = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
         if steps % self.every == 0:
             print(f"progress: epoch {self.epoch} optimizer step {steps}", flush=True)
+        if self.delay:
+            time.sleep(self.delay)
 
 
 def main():
@@ -34,6 +37,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=6400)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to wait after each batch (a longer demo)")
     args = ap.parse_args()
     keras.utils.set_random_seed(3)
     rng = np.random.default_rng(0)
@@ -45,7 +49,7 @@ def main():
     restart = os.environ.get("KESTREL_RESTART_COUNT", "0")
     print(f"run {int(restart) + 1}: starting", flush=True)
     result = kestrel.keras.fit(model, x, y, epochs=args.epochs, batch_size=args.batch_size, verbose=0,
-                               callbacks=[Progress(20), kestrel.keras.MetricsCallback(every=20, batch_size=args.batch_size)])
+                               callbacks=[Progress(20, args.step_delay), kestrel.keras.MetricsCallback(every=20, batch_size=args.batch_size)])
     steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     print(f"{result}: optimizer steps {steps}", flush=True)
     sys.exit(0)

@@ -1,0 +1,207 @@
+"""kestreld on a real Slurm cluster (scripts/slurm-local.sh: 4 slurmd nodes on loopback with fake
+typed GPUs, slurmdbd + MariaDB for QOS, a power-saved node5). Pools poola/poolb/poolc are handed to
+Slurm; Slurm places, preempts and powers nodes up, kestreld records and follows.
+Needs SLURM_CONF (ctest's slurm fixture starts the cluster and sets it)."""
+import json
+import math
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import Daemon
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RESUMABLE = str(ROOT / "examples" / "keras" / "resumable_train.py")
+SLURM_CONF = os.environ.get("SLURM_CONF", "")
+pytestmark = pytest.mark.skipif(not SLURM_CONF, reason="no Slurm cluster (SLURM_CONF unset)")
+FLAGS = ("--grace-period", "5", "--slurm-pool", "poola", "--slurm-pool", "poolb", "--slurm-pool", "poolc",
+         "--slurm-grace", "10", "--slurm-poll-ms", "200")
+
+
+def slurm(*args):
+    return subprocess.run(list(args), capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def slurm_job(sid):
+    """scontrol's fields of one Slurm job."""
+    out = slurm("scontrol", "show", "job", "-o", sid)
+    return dict(re.findall(r"(\w+)=(\S*)", out))
+
+
+def slurm_id(d, jid):
+    for line in d.cli("logs", str(jid)).stdout.splitlines():
+        m = re.search(r"submitted to Slurm as job (\d+)", line)
+        if m:
+            return m.group(1)
+    raise AssertionError(f"job {jid} was not submitted to Slurm")
+
+
+@pytest.fixture(scope="module")
+def d(tmp_path_factory):
+    daemon = Daemon(tmp_path_factory.mktemp("slurm"), *FLAGS)
+    yield daemon
+    subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True)
+    assert daemon.stop() == 0
+
+
+@pytest.fixture(autouse=True)
+def clean_cluster():
+    yield
+    subprocess.run(["scancel", "-u", "root", "--state", "PENDING"], capture_output=True)
+    subprocess.run(["scancel", "-u", "root", "--state", "RUNNING"], capture_output=True)
+
+
+def test_autoscaler_powers_up_a_node_for_a_waiting_job(d):
+    # node5 is powered down (State=CLOUD): Slurm's ResumeProgram starts its slurmd for this job
+    jid = d.submit("--pool", "poolc", "--gpus", "1", "--gpu-type", "t4", "--", "sh", "-c",
+                   "echo on $SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES")
+    job = d.wait(jid, timeout=120)
+    assert job["state"] == "SUCCEEDED", d.cli("logs", str(jid)).stdout
+    assert job["node"] == "node5"
+    assert "on node5 gpus=0" in d.cli("logs", str(jid)).stdout
+    power = (pathlib.Path(SLURM_CONF).parents[1] / "log" / "power.log").read_text()
+    assert "resume node5" in power
+
+
+def test_a_job_per_pool_and_gpu_type(d):
+    probe = "echo node=$SLURMD_NODENAME partition=$SLURM_JOB_PARTITION gpus=$CUDA_VISIBLE_DEVICES env=$MYVAR"
+    a = d.submit("--pool", "poola", "--gpus", "1", "--gpu-type", "a100", "--env", "MYVAR=it's set", "--",
+                 "sh", "-c", probe)
+    b = d.submit("--pool", "poolb", "--gpus", "2", "--gpu-type", "t4", "--", "sh", "-c", probe)
+    c = d.submit("--pool", "poolb", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    for jid, nodes, part in ((a, ("node1", "node2"), "poola"), (b, ("node3", "node4"), "poolb")):
+        job = d.wait(jid, timeout=60)
+        logs = d.cli("logs", str(jid)).stdout
+        assert job["state"] == "SUCCEEDED", logs
+        assert job["node"] in nodes
+        assert f"node={job['node']} partition={part}" in logs
+        assert "env=it's set" in logs or jid != a
+    assert "gpus=0,1" in d.cli("logs", str(b)).stdout
+    job = d.wait(c, timeout=60)
+    assert job["state"] == "FAILED" and job["exit_code"] == 3, job
+    assert "exit code 3" in job["reason"]
+    lines = [json.loads(l) for l in d.cli("-o", "json", "logs", str(c)).stdout.splitlines()]
+    streams = {(l.get("stream"), l.get("text")) for l in lines}
+    assert ("stdout", "out") in streams and ("stderr", "err") in streams, lines
+
+
+def test_pending_on_exhausted_gpus_then_cancel(d):
+    # poolb has 2 nodes x 2 t4: two 2-GPU jobs fill it, the third waits for Slurm's resources
+    hogs = [d.submit("--pool", "poolb", "--gpus", "2", "--gpu-type", "t4", "--", "sleep", "300") for _ in range(2)]
+    for h in hogs:
+        d.wait_state(h, "RUNNING", timeout=30)
+    waiting = d.submit("--pool", "poolb", "--gpus", "2", "--gpu-type", "t4", "--", "true")
+    deadline = time.time() + 30
+    while "Resources" not in d.explain(waiting)["reason"] and time.time() < deadline:
+        time.sleep(0.2)
+    ex = d.explain(waiting)
+    assert ex["state"] == "QUEUED" and "PENDING: Resources" in ex["reason"], ex
+    # a request that can never fit is refused by Slurm at submission: FAILED with its message
+    never = d.submit("--pool", "poolb", "--gpus", "3", "--", "true")
+    job = d.wait(never, timeout=30)
+    assert job["state"] == "FAILED" and "sbatch" in job["reason"], job
+    # cancel a running job: CANCELLED, never a requeue
+    d.cli("cancel", str(hogs[0]))
+    job = d.wait(hogs[0], timeout=30)
+    assert job["state"] == "CANCELLED" and job.get("restart_count", 0) == 0, job
+    assert "PREEMPTED" not in [e["to_state"] for e in job["events"]]
+    assert d.wait(waiting, timeout=60)["state"] == "SUCCEEDED"
+    sid = slurm_id(d, hogs[0])
+    assert slurm_job(sid)["JobState"] == "CANCELLED" and slurm_job(sid)["Restarts"] == "0"
+    d.cli("cancel", str(hogs[1]))
+    assert d.wait(hogs[1], timeout=30)["state"] == "CANCELLED"
+
+
+def test_logs_follow_while_running(d):
+    jid = d.submit("--pool", "poola", "--", "sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.4; done")
+    p = subprocess.run([os.environ["KESTREL_CLI"], "logs", "-f", str(jid)], capture_output=True, text=True,
+                       env=d.env(), timeout=60)
+    assert [l for l in p.stdout.splitlines() if l.startswith("line")] == [f"line {i}" for i in range(1, 6)]
+    assert d.job(jid)["state"] == "SUCCEEDED"
+
+
+def test_dependency_chain(d):
+    a = d.submit("--pool", "poola", "--", "sh", "-c", "sleep 1; echo a")
+    b = d.submit("--pool", "poolb", "--after-ok", str(a), "--", "sh", "-c", "echo b")
+    c = d.submit("--pool", "poola", "--after-ok", str(b), "--", "sh", "-c", "echo c")
+    bad = d.submit("--pool", "poola", "--", "false")
+    after_bad = d.submit("--pool", "poola", "--after-ok", str(bad), "--", "echo", "never")
+    anyway = d.submit("--pool", "poola", "--after-any", str(bad), "--", "echo", "anyway")
+    jobs = {j: d.wait(j, timeout=90) for j in (a, b, c, after_bad, anyway)}
+    assert [jobs[j]["state"] for j in (a, b, c)] == ["SUCCEEDED"] * 3
+    assert int(jobs[b]["start_time_ms"]) >= int(jobs[a]["end_time_ms"]) - 1000
+    assert int(jobs[c]["start_time_ms"]) >= int(jobs[b]["end_time_ms"]) - 1000
+    assert f"afterok:{slurm_id(d, a)}" in slurm_job(slurm_id(d, b))["Dependency"] or \
+        slurm_job(slurm_id(d, b))["Dependency"] == "(null)"   # satisfied dependencies are cleared
+    assert jobs[after_bad]["state"] == "FAILED" and "dependency" in jobs[after_bad]["reason"], jobs[after_bad]
+    assert jobs[anyway]["state"] == "SUCCEEDED"
+
+
+def test_affinity_runs_on_the_node_of_the_earlier_job(d):
+    first = d.submit("--pool", "poolb", "--gpus", "1", "--", "true")
+    first_node = d.wait(first, timeout=60)["node"]
+    # fill first_node's other pool node so that only an explicit --nodelist keeps the next job there
+    second = d.submit("--pool", "poolb", "--gpus", "1", "--affinity", f"job:{first}", "--affinity-required",
+                      "--", "sh", "-c", "echo on $SLURMD_NODENAME")
+    job = d.wait(second, timeout=60)
+    assert job["state"] == "SUCCEEDED" and job["node"] == first_node
+    assert slurm_job(slurm_id(d, second))["ReqNodeList"] == first_node
+
+
+def test_urgent_preempts_normal_which_checkpoints_and_resumes(d):
+    epochs, samples, batch = 2, 3200, 32
+    steps = epochs * math.ceil(samples / batch)
+    victim = d.submit("--pool", "poola", "--gpus", "2", "--gpu-type", "a100", "--name", "victim",
+                      "--env", "KERAS_BACKEND=torch", "--", sys.executable, RESUMABLE, "--epochs", str(epochs),
+                      "--samples", str(samples), "--batch-size", str(batch), "--step-delay", "0.05")
+    # the other a100 node is held by a high-priority job: QOS high is not preemptible by urgent
+    holder = d.submit("--pool", "poola", "--gpus", "2", "--priority", "high", "--", "sleep", "600")
+    d.wait_state(holder, "RUNNING", timeout=60)
+    deadline = time.time() + 120
+    while "optimizer step 20" not in d.cli("logs", str(victim)).stdout:
+        assert time.time() < deadline, d.cli("logs", str(victim)).stdout
+        time.sleep(0.2)
+    urgent = d.submit("--pool", "poola", "--gpus", "2", "--priority", "urgent", "--", "sh", "-c",
+                      "echo urgent on $SLURMD_NODENAME")
+    assert d.wait(urgent, timeout=90)["state"] == "SUCCEEDED"
+    job = d.wait(victim, timeout=180)
+    logs = d.cli("logs", str(victim)).stdout
+    assert job["state"] == "SUCCEEDED", logs
+    assert job["restart_count"] == 1
+    reasons = [e["reason"] for e in job["events"]]
+    assert any(r.startswith(f"preempted by job {urgent} through Slurm") for r in reasons), reasons
+    assert "checkpoint acknowledged" in reasons
+    assert "run 2: starting" in logs
+    assert f"done: optimizer steps {steps}" in logs, logs
+    urgent_events = [e["reason"] for e in d.job(urgent)["events"]]
+    assert any(r.startswith(f"preempting job {victim}") for r in urgent_events), urgent_events
+    sj = slurm_job(slurm_id(d, victim))
+    assert sj["JobState"] == "COMPLETED" and sj["Restarts"] == "1"
+    d.cli("cancel", str(holder))
+
+
+def test_kestreld_restart_follows_jobs_already_in_slurm(d):
+    jid = d.submit("--pool", "poolb", "--", "sh", "-c", "echo before; sleep 3; echo after")
+    d.wait_state(jid, "RUNNING", timeout=30)
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait()
+    d.restart()
+    job = d.wait(jid, timeout=60)
+    logs = d.cli("logs", str(jid)).stdout
+    assert job["state"] == "SUCCEEDED", logs
+    assert logs.count("before") == 1 and logs.count("after") == 1, logs
+
+
+def test_autoscaler_powers_the_idle_node_down(d):
+    # SuspendTime=20: node5 has been idle since the first test; SuspendProgram stops its slurmd
+    power = pathlib.Path(SLURM_CONF).parents[1] / "log" / "power.log"
+    deadline = time.time() + 90
+    while "suspend node5" not in power.read_text():
+        assert time.time() < deadline, power.read_text()
+        time.sleep(1)
