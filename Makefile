@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo
+bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -68,3 +68,7 @@ bench-keras-callback: build
 bench-repo: build
 	@command -v docker-registry >/dev/null || apt-get install -y -q docker-registry >/dev/null || true
 	KERAS_BACKEND=torch $(PY) bench/repo.py $(BUILD)/server/kestreld $(BUILD)/cli/kestrel
+
+# kestreld on a private Slurm cluster vs raw sbatch vs kestreld's local executor
+bench-slurm: build
+	$(PY) bench/slurm.py $(BUILD)/server/kestreld
