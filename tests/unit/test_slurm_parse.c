@@ -1,0 +1,82 @@
+/* Reading Slurm's command output (server/slurm_parse.c): scontrol's Key=Value lines and sacct's
+ * |-separated fields, as Slurm 22.05 prints them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include "slurm.h"
+
+static const char scontrol_out[] =
+    "JobId=7 JobName=kestrel-3 UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=110000 Nice=0 "
+    "Account=kestrel QOS=urgent JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 "
+    "BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:01 NodeList=node2 BatchHost=node2 NumNodes=1\n"
+    "JobId=8 JobName=kestrel-4 JobState=PENDING Reason=Nodes_required_for_job_are_DOWN,_DRAINED "
+    "Dependency=(null) Restarts=1 ExitCode=0:0 NodeList=(null) BatchHost=(null)\n"
+    "JobId=9 JobName=kestrel-5 JobState=FAILED Reason=NonZeroExitCode Restarts=0 ExitCode=3:0 "
+    "NodeList=node3 BatchHost=node3\n"
+    "JobId=10 JobName=kestrel-6 JobState=CANCELLED Reason=None Restarts=0 ExitCode=0:15 NodeList=node4\n"
+    "garbage line without a job id\n";
+
+static void scontrol_lines(void **st)
+{
+    kd_sview *v = NULL;
+    size_t n = 0;
+    (void)st;
+    assert_int_equal(kd_slurm_parse_scontrol(scontrol_out, &v, &n), 0);
+    assert_int_equal(n, 4);
+    assert_string_equal(v[0].id, "7");
+    assert_string_equal(v[0].state, "RUNNING");
+    assert_string_equal(v[0].reason, "");
+    assert_string_equal(v[0].node, "node2");
+    assert_string_equal(v[1].state, "PENDING");
+    assert_string_equal(v[1].reason, "Nodes required for job are DOWN, DRAINED");
+    assert_string_equal(v[1].node, "");
+    assert_int_equal(v[1].restarts, 1);
+    assert_int_equal(v[2].exit_code, 3);
+    assert_int_equal(v[3].exit_signal, 15);
+    assert_string_equal(v[3].node, "node4");   /* no BatchHost: NodeList */
+    free(v);
+    assert_int_equal(kd_slurm_parse_scontrol("No jobs in the system\n", &v, &n), 0);
+    assert_int_equal(n, 0);
+    free(v);
+}
+
+static void sacct_lines(void **st)
+{
+    kd_sview v;
+    (void)st;
+    assert_int_equal(kd_slurm_parse_sacct("12|CANCELLED by 0|0:15|node1\n", &v), 0);
+    assert_string_equal(v.id, "12");
+    assert_string_equal(v.state, "CANCELLED");
+    assert_int_equal(v.exit_signal, 15);
+    assert_string_equal(v.node, "node1");
+    assert_int_equal(kd_slurm_parse_sacct("13|PENDING|0:0|None assigned", &v), 0);
+    assert_string_equal(v.node, "");
+    assert_int_equal(kd_slurm_parse_sacct("", &v), -1);
+    assert_int_equal(kd_slurm_parse_sacct("14|COMPLETED", &v), -1);
+}
+
+static void state_classes(void **st)
+{
+    (void)st;
+    assert_true(kd_slurm_state_pending("PENDING") && kd_slurm_state_pending("REQUEUED") &&
+                kd_slurm_state_pending("CONFIGURING") && kd_slurm_state_pending("PREEMPTED"));
+    assert_true(kd_slurm_state_running("RUNNING") && kd_slurm_state_running("COMPLETING"));
+    assert_true(kd_slurm_state_final("COMPLETED") && kd_slurm_state_final("NODE_FAIL") &&
+                kd_slurm_state_final("OUT_OF_MEMORY"));
+    assert_false(kd_slurm_state_final("RUNNING") || kd_slurm_state_running("PENDING") ||
+                 kd_slurm_state_pending("COMPLETED"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(scontrol_lines),
+        cmocka_unit_test(sacct_lines),
+        cmocka_unit_test(state_classes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
