@@ -188,6 +188,33 @@ static int64_t preemptor(kd_slurm *s, const kd_sjob *victim)
     return best;
 }
 
+/* How the run before a requeue ended, from Slurm's accounting of every run of the job (sacct -D):
+ * NODE_FAIL, PREEMPTED, REQUEUED... Accounting is written asynchronously: a few short tries. */
+static void previous_run(const char *sid, char *state, size_t n)
+{
+    char *argv[] = { "sacct", "-D", "-X", "-n", "-P", "-j", (char *)sid, "-o", "JobID,State,ExitCode,NodeList", NULL };
+    state[0] = '\0';
+    for (int tries = 0; tries < 4 && !state[0]; tries++) {
+        kestrel_buf out = KESTREL_BUF_INIT;
+        if (tries) {
+            struct timespec ts = { 0, 250000000L };
+            nanosleep(&ts, NULL);
+        }
+        if (kd_exec_run(argv, NULL, &out) == 0 && out.ptr) {
+            for (char *line = out.ptr, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+                kd_sview v;
+                nl = strchr(line, '\n');
+                if (nl)
+                    *nl = '\0';
+                if (kd_slurm_parse_sacct(line, &v) == 0 && !kd_slurm_state_running(v.state) &&
+                    strcmp(v.state, "PENDING"))
+                    snprintf(state, n, "%s", v.state);   /* the last ended run */
+            }
+        }
+        kestrel_buf_dispose(&out);
+    }
+}
+
 /* Record what Slurm now says about j. The catalog calls happen with s->mu released. */
 static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
 {
@@ -200,6 +227,7 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
     int64_t by = 0;
     int started;
     kd_sjob snap;
+    char why[64];
 
     snprintf(j->sstate, sizeof(j->sstate), "%s", v->state);
     snprintf(j->reason, sizeof(j->reason), "%s", v->reason);
@@ -221,9 +249,18 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
         if (by)
             snprintf(reason, sizeof(reason), "preempted by job %lld through Slurm (job %s requeued on %s)",
                      (long long)by, snap.slurm_id, snap.node);
-        else
-            snprintf(reason, sizeof(reason), "requeued by Slurm%s%s (job %s on %s)", v->reason[0] ? ": " : "",
-                     v->reason, snap.slurm_id, snap.node);
+        else {
+            previous_run(snap.slurm_id, why, sizeof(why));
+            if (!strcmp(why, "NODE_FAIL"))
+                snprintf(reason, sizeof(reason), "requeued by Slurm after node %s failed (job %s)", snap.node,
+                         snap.slurm_id);
+            else if (!strcmp(why, "PREEMPTED"))
+                snprintf(reason, sizeof(reason), "preempted through Slurm (job %s requeued on %s)", snap.slurm_id,
+                         snap.node);
+            else
+                snprintf(reason, sizeof(reason), "requeued by Slurm%s%s (job %s on %s)", why[0] ? ": " : "", why,
+                         snap.slurm_id, snap.node);
+        }
         kd_catalog_job_transition(e->cat, j->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_PREEMPTED, &t);
         if (by) {
             char note[200];

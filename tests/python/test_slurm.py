@@ -186,6 +186,22 @@ def test_urgent_preempts_normal_which_checkpoints_and_resumes(d):
     d.cli("cancel", str(holder))
 
 
+def test_node_failure_requeues_the_job_with_the_reason(d):
+    jid = d.submit("--pool", "poolb", "--", "sh", "-c",
+                   'echo run $KESTREL_RESTART_COUNT; [ "$KESTREL_RESTART_COUNT" = 0 ] && exec sleep 300; exit 0')
+    node = d.wait_state(jid, "RUNNING", timeout=30)["node"]
+    slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=kestrel-test")
+    try:
+        job = d.wait(jid, timeout=120)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    logs = d.cli("logs", str(jid)).stdout
+    assert job["state"] == "SUCCEEDED" and job["restart_count"] == 1, logs
+    reasons = [e["reason"] for e in job["events"]]
+    assert any(r.startswith(f"requeued by Slurm after node {node} failed") for r in reasons), reasons
+    assert "run 0" in logs and "run 1" in logs
+
+
 def test_kestreld_restart_follows_jobs_already_in_slurm(d):
     jid = d.submit("--pool", "poolb", "--", "sh", "-c", "echo before; sleep 3; echo after")
     d.wait_state(jid, "RUNNING", timeout=30)
