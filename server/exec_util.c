@@ -150,20 +150,16 @@ int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id,
     int rc;
 
     kd_exec_log(e, id, "cloning %s%s%s", spec->git_url, spec->git_ref[0] ? " at " : "", spec->git_ref);
-    rc = kd_exec_run(clone, NULL, &out);
-    log_output(e, id, &out, last, sizeof(last));
-    if (rc != 0) {
-        snprintf(why, n, "git clone of %s failed: %s", spec->git_url, last[0] ? last : "no output");
-        goto fail;
+    for (int step = 0; step < 2; step++) {
+        rc = kd_exec_run(step ? co : clone, step ? work : NULL, &out);
+        log_output(e, id, &out, last, sizeof(last));
+        if (rc != 0) {
+            snprintf(why, n, "git %s of %s failed: %s", step ? "checkout" : "clone",
+                     step ? spec->git_ref : spec->git_url, last[0] ? last : "no output");
+            goto fail;
+        }
+        out.size = 0;
     }
-    out.size = 0;
-    rc = kd_exec_run(co, work, &out);
-    log_output(e, id, &out, last, sizeof(last));
-    if (rc != 0) {
-        snprintf(why, n, "git checkout of %s failed: %s", spec->git_ref, last[0] ? last : "no output");
-        goto fail;
-    }
-    out.size = 0;
     if (out.ptr)
         out.ptr[0] = '\0';
     rc = kd_exec_run(rev, work, &out);
