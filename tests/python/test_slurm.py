@@ -91,6 +91,23 @@ def test_a_job_per_pool_and_gpu_type(d):
     assert ("stdout", "out") in streams and ("stderr", "err") in streams, lines
 
 
+def test_git_source_and_work_dir_on_the_shared_data_dir(d, tmp_path):
+    repo = tmp_path / "src"
+    script = ("set -e; git init -q -b main {r}; mkdir -p {r}/sub; echo v1 > {r}/VERSION;"
+              " echo 'echo from-git $(cat ../VERSION) in $(basename $PWD)' > {r}/sub/run.sh;"
+              " git -C {r} add -A; git -C {r} -c user.name=t -c user.email=t@t commit -q -m one").format(r=repo)
+    subprocess.run(["sh", "-c", script], check=True)
+    jid = d.submit("--pool", "poolb", "--git", f"file://{repo}", "--ref", "main", "--workdir", "sub", "--",
+                   "sh", "run.sh")
+    job = d.wait(jid, timeout=60)
+    logs = d.cli("logs", str(jid)).stdout
+    assert job["state"] == "SUCCEEDED", logs
+    assert "from-git v1 in sub" in logs and len(job["git_commit"]) == 40, logs
+    bad = d.submit("--pool", "poolb", "--git", f"file://{repo}", "--ref", "nope", "--", "true")
+    job = d.wait(bad, timeout=60)
+    assert job["state"] == "FAILED" and "git checkout of nope failed" in job["reason"], job
+
+
 def test_pending_on_exhausted_gpus_then_cancel(d):
     # poolb has 2 nodes x 2 t4: two 2-GPU jobs fill it, the third waits for Slurm's resources
     hogs = [d.submit("--pool", "poolb", "--gpus", "2", "--gpu-type", "t4", "--", "sleep", "300") for _ in range(2)]
