@@ -14,6 +14,7 @@
 #include "options.h"
 #include "store.h"
 #include "repo_priv.h"
+#include "tree.h"
 
 #define READ_BUF (8u * 1024 * 1024)
 
@@ -125,7 +126,8 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
         rc = fd;
         goto done;
     }
-    pr->p.bytes_total = *size = (int64_t)st.st_size;
+    *size = (int64_t)st.st_size;
+    pr->p.bytes_total = pr->tree_total ? pr->tree_total : *size;
     if ((rc = kestrel__filehash_start(&whole, path)) < 0)
         goto done;
     for (;;) {
@@ -147,8 +149,8 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
         kestrel__hash_chunks(buf, buf_at, v + first, *n - first);   /* on two threads */
         if (sink && (rc = sink(sink_ctx, buf, buf_at, v + first, *n - first)) < 0)
             goto done;
-        pr->p.bytes_done = offset;
-        pr->p.chunks_done = (int64_t)*n;
+        pr->p.bytes_done = pr->base_bytes + offset;
+        pr->p.chunks_done = pr->base_chunks + (int64_t)*n;
         if ((rc = kestrel__progress_report(pr, 0)) < 0)
             goto done;
         memmove(buf, buf + off, have - off);
@@ -208,6 +210,9 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
     cJSON *manifest = NULL, *chunks = NULL, *meta = NULL;
     struct store_sink sink;
     char hex[KESTREL__HEX_LEN + 1];
+    kestrel__tree_file *files = NULL;
+    size_t nfiles = 0;
+    struct stat st;
 
     if ((rc = load_topts(&o, in)) < 0)
         return rc;
@@ -226,17 +231,30 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
         cJSON_Delete(meta);
         return kestrel__error_set(KESTREL_EINVALID, "metadata must be a JSON object");
     }
+    if (path == NULL || stat(path, &st) < 0) {
+        cJSON_Delete(meta);
+        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path ? path : "(null)",
+                                  path ? strerror(errno) : "no path");
+    }
     if (c->store_root == NULL) {
         cJSON_Delete(meta);
         return kestrel__repo_http_push(version_out, c, name, path, &o, &pr);
     }
     if ((rc = open_store(&s, c)) < 0)
-        return rc;
+        goto done;
     sink.s = s;
     sink.pr = &pr;
-    if ((rc = kestrel__chunk_file(path, &refs, &n, &size, hex, &pr, store_missing, &sink)) < 0)
+    if (S_ISDIR(st.st_mode)) {
+        if ((rc = kestrel__tree_list(path, &files, &nfiles)) < 0 ||
+            (rc = kestrel__chunk_tree(path, files, nfiles, &refs, &n, &pr, store_missing, &sink, NULL, NULL)) < 0)
+            goto done;
+        size = pr.tree_total;
+        kestrel__tree_digest(files, nfiles, hex);
+    } else if ((rc = kestrel__chunk_file(path, &refs, &n, &size, hex, &pr, store_missing, &sink)) < 0) {
         goto done;
-    if ((manifest = cJSON_CreateObject()) == NULL || (chunks = cJSON_AddArrayToObject(manifest, "chunks")) == NULL) {
+    }
+    if ((manifest = cJSON_CreateObject()) == NULL || (chunks = cJSON_AddArrayToObject(manifest, "chunks")) == NULL ||
+        (S_ISDIR(st.st_mode) && !cJSON_AddItemToObject(manifest, "files", kestrel__tree_to_json(files, nfiles)))) {
         rc = kestrel__error_oom();
         goto done;
     }
@@ -267,6 +285,7 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
     rc = kestrel__progress_report(&pr, 1);
 done:
     free(refs);
+    kestrel__tree_free(files, nfiles);
     cJSON_Delete(meta);
     cJSON_Delete(manifest);
     kestrel__store_close(s);
@@ -286,6 +305,8 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdn = 0;
     int fd = -1, rc;
+    kestrel__tree_file *files = NULL;
+    size_t nfiles = 0;
 
     if ((rc = load_topts(&o, in)) < 0)
         return rc;
@@ -345,6 +366,24 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
     for (unsigned int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
     want = cJSON_GetStringValue(cJSON_GetObjectItem(m, "sha256"));
+    if (cJSON_GetObjectItem(m, "files")) {   /* a directory: the concatenation of its files, then split */
+        rc = kestrel__tree_from_json(cJSON_GetObjectItem(m, "files"), &files, &nfiles);
+        if (rc == 0)
+            kestrel__tree_digest(files, nfiles, hex);
+        if (rc == 0 && (want == NULL || strcmp(hex, want) || pr.p.bytes_done != pr.p.bytes_total))
+            rc = kestrel__error_set(KESTREL_EIO, "%s: the tree does not match its digest", ref);
+        if (rc == 0)
+            rc = kestrel__tree_install(fd, files, nfiles, pr.p.bytes_total,
+                                       (size_t)cJSON_GetArraySize(cJSON_GetObjectItem(m, "chunks")), dest);
+        if (rc < 0)
+            goto done;
+        close(fd);
+        fd = -1;
+        unlink(tmp);
+        tmp[0] = '\0';
+        rc = kestrel__progress_report(&pr, 1);
+        goto done;
+    }
     if (want == NULL || strcmp(hex, want) || pr.p.bytes_done != pr.p.bytes_total) {
         rc = kestrel__error_set(KESTREL_EIO, "%s: the assembled file does not match its digest", ref);
         goto done;
@@ -361,6 +400,7 @@ done:
     if (rc < 0 && tmp[0] && strstr(tmp, ".kestrel-tmp."))
         unlink(tmp);   /* never leave half a file behind */
     EVP_MD_CTX_free(whole);
+    kestrel__tree_free(files, nfiles);
     kestrel_buf_dispose(&data);
     cJSON_Delete(m);
     kestrel__store_close(s);

@@ -17,11 +17,17 @@
 #include "chunk_cache.h"
 #include "pull_layout.h"
 #include "store.h"
+#include "tree.h"
 
 #define STREAMS 4
 #define PACK_MAX (32u << 20)
 #define STALL_S 60
 #define QUERY_BATCH 10000
+
+struct upload_ctx {
+    kestrel_client *c;
+    kestrel__progress *pr;
+};
 
 static int hex_cmp(const void *a, const void *b)
 {
@@ -226,28 +232,17 @@ static int send_packs(kestrel_client *c, int fd, kestrel__chunk_ref *chunks, siz
     return rc;
 }
 
-int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
-                            const kestrel_transfer_options *o, kestrel__progress *pr)
+/* Ask the server which of a file's chunks it lacks (in batches), then send those from the file. */
+static int upload(void *ctx, const char *path, kestrel__chunk_ref *chunks, size_t n)
 {
-    kestrel__chunk_ref *chunks = NULL, *sorted = NULL;
-    size_t n = 0;
-    int64_t size = 0;
-    char sha[65], upath[600];
-    int fd = -1, rc;
-    Kestrel__V1__Manifest mf = KESTREL__V1__MANIFEST__INIT;
-    Kestrel__V1__ChunkRef *refs = NULL, **refp = NULL;
-    ProtobufCMessage *resp = NULL;
-
-    if ((rc = kestrel__chunk_file(path, &chunks, &n, &size, sha, pr, NULL, NULL)) < 0)   /* hashing: not on the transfer */
-        return rc;
-    if ((sorted = malloc((n + 1) * sizeof(*sorted))) == NULL) {
-        rc = kestrel__error_oom();
-        goto done;
-    }
+    struct upload_ctx *u = ctx;
+    kestrel__chunk_ref *sorted;
+    int fd = -1, rc = 0;
+    if ((sorted = malloc((n + 1) * sizeof(*sorted))) == NULL)
+        return kestrel__error_oom();
     memcpy(sorted, chunks, n * sizeof(*sorted));
     if (n > 1)
         qsort(sorted, n, sizeof(*sorted), hex_cmp);
-    /* which chunks does the server lack? in batches */
     for (size_t off = 0; off < n && rc == 0; off += QUERY_BATCH) {
         size_t k = n - off < QUERY_BATCH ? n - off : QUERY_BATCH;
         Kestrel__V1__ChunkQuery q = KESTREL__V1__CHUNK_QUERY__INIT;
@@ -260,7 +255,7 @@ int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char 
         for (size_t i = 0; i < k; i++)
             q.digests[i] = sorted[off + i].hex;
         q.n_digests = k;
-        rc = kestrel__http_call(&res, c, &req);
+        rc = kestrel__http_call(&res, u->c, &req);
         free(q.digests);
         if (rc < 0)
             break;
@@ -273,18 +268,52 @@ int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char 
         }
         protobuf_c_message_free_unpacked(res, NULL);
     }
-    if (rc < 0)
-        goto done;
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    if (rc == 0 && (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+    if (rc == 0)
+        rc = send_packs(u->c, fd, sorted, n, u->pr);
+    if (fd >= 0)
+        close(fd);
+    free(sorted);
+    return rc;
+}
+
+int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
+                            const kestrel_transfer_options *o, kestrel__progress *pr)
+{
+    kestrel__chunk_ref *chunks = NULL;
+    kestrel__tree_file *files = NULL;
+    size_t n = 0, nfiles = 0;
+    int64_t size = 0;
+    char sha[65], upath[600];
+    int rc, tree;
+    struct stat st;
+    struct upload_ctx u = { c, pr };
+    Kestrel__V1__Manifest mf = KESTREL__V1__MANIFEST__INIT;
+    Kestrel__V1__ChunkRef *refs = NULL, **refp = NULL;
+    Kestrel__V1__TreeFile *tf = NULL, **tfp = NULL;
+    ProtobufCMessage *resp = NULL;
+
+    if (stat(path, &st) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+    tree = S_ISDIR(st.st_mode);
+    /* hashing is not on the transfer: each file is chunked, then its new chunks are sent */
+    if (tree) {
+        if ((rc = kestrel__tree_list(path, &files, &nfiles)) < 0 ||
+            (rc = kestrel__chunk_tree(path, files, nfiles, &chunks, &n, pr, NULL, NULL, upload, &u)) < 0)
+            goto done;
+        size = pr->tree_total;
+        kestrel__tree_digest(files, nfiles, sha);
+    } else if ((rc = kestrel__chunk_file(path, &chunks, &n, &size, sha, pr, NULL, NULL)) < 0 ||
+               (rc = upload(&u, path, chunks, n)) < 0) {
         goto done;
     }
-    if ((rc = send_packs(c, fd, sorted, n, pr)) < 0)
-        goto done;
     /* commit: the server checks that every chunk is there and the sizes add up */
     refs = calloc(n + 1, sizeof(*refs));
     refp = calloc(n + 1, sizeof(*refp));
-    if (refs == NULL || refp == NULL) {
+    tf = calloc(nfiles + 1, sizeof(*tf));
+    tfp = calloc(nfiles + 1, sizeof(*tfp));
+    if (refs == NULL || refp == NULL || tf == NULL || tfp == NULL) {
         rc = kestrel__error_oom();
         goto done;
     }
@@ -294,11 +323,22 @@ int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char 
         refs[i].size = chunks[i].len;
         refp[i] = &refs[i];
     }
+    for (size_t i = 0; i < nfiles; i++) {
+        kestrel__v1__tree_file__init(&tf[i]);
+        tf[i].path = files[i].path;
+        tf[i].size = files[i].size;
+        tf[i].sha256 = files[i].sha;
+        tf[i].mode = files[i].mode;
+        tf[i].chunks = files[i].chunks;
+        tfp[i] = &tf[i];
+    }
     mf.name = (char *)name;
     mf.size = size;
     mf.sha256 = sha;
     mf.chunks = refp;
     mf.n_chunks = n;
+    mf.files = tfp;
+    mf.n_files = nfiles;
     mf.metadata_json = (char *)(o->metadata_json ? o->metadata_json : "");
     mf.alias = (char *)(o->alias ? o->alias : "");
     snprintf(upath, sizeof(upath), "/api/v1/models/%s/versions", name);
@@ -311,13 +351,13 @@ int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char 
         *version_out = ((Kestrel__V1__Manifest *)resp)->version;
     rc = kestrel__progress_report(pr, 1);
 done:
-    if (fd >= 0)
-        close(fd);
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
     free(refs);
     free(refp);
-    free(sorted);
+    free(tf);
+    free(tfp);
+    kestrel__tree_free(files, nfiles);
     free(chunks);
     return rc;
 }
@@ -330,6 +370,35 @@ typedef struct {
     kestrel_buf data;
     CURL *h;
 } fetch;
+
+/* A pulled directory version: check the listing against the manifest's digest, then split. */
+static int tree_install(int fd, const Kestrel__V1__Manifest *mf, const char *ref, const char *dest)
+{
+    kestrel__tree_file *f = calloc(mf->n_files + 1, sizeof(*f));
+    char hex[65];
+    int rc = 0;
+    if (f == NULL)
+        return kestrel__error_oom();
+    for (size_t i = 0; i < mf->n_files; i++) {
+        const Kestrel__V1__TreeFile *t = mf->files[i];
+        if (strlen(t->sha256) != 64) {
+            free(f);
+            return kestrel__error_set(KESTREL_EPROTO, "%s: the tree manifest is damaged", ref);
+        }
+        f[i].path = t->path;   /* borrowed */
+        f[i].size = t->size;
+        memcpy(f[i].sha, t->sha256, 65);
+        f[i].mode = t->mode;
+        f[i].chunks = t->chunks;
+    }
+    kestrel__tree_digest(f, mf->n_files, hex);
+    if (strcmp(hex, mf->sha256))
+        rc = kestrel__error_set(KESTREL_EPROTO, "%s: the tree does not match its digest", ref);
+    if (rc == 0)
+        rc = kestrel__tree_install(fd, f, mf->n_files, mf->size, mf->n_chunks, dest);
+    free(f);
+    return rc;
+}
 
 int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest, kestrel__progress *pr)
 {
@@ -466,6 +535,18 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
     lay = NULL;
     if (rc < 0)
         goto done;
+    if (mf->n_files) {   /* a directory: its files' concatenation, split and verified file by file */
+        rc = tree_install(fd, mf, ref, dest);
+        if (rc < 0)
+            goto done;
+        close(fd);
+        fd = -1;
+        unlink(tmp);
+        tmp[0] = '\0';
+        kestrel__cache_trim(&cache);
+        rc = kestrel__progress_report(pr, 1);
+        goto done;
+    }
     if (strcmp(sha, mf->sha256)) {
         rc = kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
         goto done;

@@ -10,6 +10,8 @@ typedef struct {
     kestrel_progress_cb cb;
     void *payload;
     int64_t last_ms;
+    /* a directory push: the files before this one, and the whole tree's size (0: a single file) */
+    int64_t base_bytes, base_chunks, tree_total;
 } kestrel__progress;
 
 /* Call the progress callback (at most every 100 ms unless final); KESTREL_ECANCELLED / EUSER when it says stop. */
@@ -43,6 +45,7 @@ typedef int (*kestrel__chunk_sink)(void *ctx, const uint8_t *buf, int64_t buf_at
 int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, int64_t *size, char sha[65],
                         kestrel__progress *pr, kestrel__chunk_sink sink, void *sink_ctx);
 
+/* The HTTP push of a file (files NULL) or of a directory's files (path is the directory). */
 int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                             const kestrel_transfer_options *o, kestrel__progress *pr);
 int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest, kestrel__progress *pr);

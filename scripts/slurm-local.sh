@@ -249,8 +249,17 @@ accounts() {
 
 node_state() { SLURM_CONF=$CONF sinfo -h -n "$1" -o '%T' 2>/dev/null | head -1; }
 
+# in_use PORT: something listens on 127.0.0.1:PORT
+in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
 start() {
     install_packages
+    if ! alive "$D/run/slurmctld.pid"; then
+        for port in $((P + 6)) $((P + 17)) $((P + 19)) $((P + 21)); do
+            in_use "$port" && ! alive "$D/run/mariadbd.pid" &&
+                die "port $port is in use (another cluster? set SLURM_LOCAL_PORT_BASE)"
+        done
+    fi
     mkdir -p "$D"/{etc,state,spool,log,run,dev,mysql}
     for i in 0 1; do ln -sfn /dev/null "$D/dev/nvidia$i"; done
     write_conf

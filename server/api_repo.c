@@ -11,6 +11,7 @@
 #include "api.h"
 #include "chunk.h"
 #include "store.h"
+#include "tree.h"
 
 #define MAX_QUERY 100000
 
@@ -149,6 +150,29 @@ static int manifest_to_pb(const cJSON *m, Kestrel__V1__Manifest **out, int with_
             ref->size = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 1));
         }
     }
+    if (cJSON_GetObjectItem(m, "files")) {   /* a directory version */
+        kestrel__tree_file *f = NULL;
+        size_t nf = 0;
+        if (kestrel__tree_from_json(cJSON_GetObjectItem(m, "files"), &f, &nf) == 0) {
+            pb->file_count = (int64_t)nf;
+            if (with_chunks && (pb->files = calloc(nf + 1, sizeof(*pb->files))) != NULL) {
+                for (size_t i = 0; i < nf; i++) {
+                    Kestrel__V1__TreeFile *t = malloc(sizeof(*t));
+                    if (t == NULL)
+                        break;
+                    kestrel__v1__tree_file__init(t);
+                    t->path = f[i].path;   /* moved */
+                    f[i].path = NULL;
+                    t->size = f[i].size;
+                    t->sha256 = kestrel__strdup(f[i].sha);
+                    t->mode = f[i].mode;
+                    t->chunks = f[i].chunks;
+                    pb->files[pb->n_files++] = t;
+                }
+            }
+            kestrel__tree_free(f, nf);
+        }
+    }
     if (kestrel__store_aliases_of(s, name, pb->version, &aliases) == 0 && aliases.size) {
         size_t k = 1;
         for (const char *q = aliases.ptr; *q; q++)
@@ -174,6 +198,68 @@ static int is_hex64(const char *s)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return 0;
     return i == KESTREL__HEX_LEN;
+}
+
+/* A directory manifest: valid, sorted paths; each file's chunks add up to its size; the digest
+ * over the listing is the manifest's sha256. msg says what is wrong. */
+static int tree_valid(const Kestrel__V1__Manifest *in, char *msg, size_t n)
+{
+    kestrel__tree_file *f = calloc(in->n_files + 1, sizeof(*f));
+    size_t chunk = 0;
+    char hex[65];
+    int rc = 0;
+    if (f == NULL)
+        return kestrel__error_oom();
+    for (size_t i = 0; i < in->n_files && rc == 0; i++) {
+        const Kestrel__V1__TreeFile *t = in->files[i];
+        int64_t sum = 0;
+        f[i].path = t->path;   /* borrowed */
+        f[i].size = t->size;
+        f[i].mode = t->mode;
+        f[i].chunks = t->chunks;
+        snprintf(f[i].sha, sizeof(f[i].sha), "%s", t->sha256);
+        if (!is_hex64(t->sha256)) {
+            snprintf(msg, n, "field 'files': the sha256 of '%.100s' is not 64 hex digits", t->path);
+            rc = -1;
+        }
+        for (int64_t k = 0; rc == 0 && k < t->chunks && chunk < in->n_chunks; k++)
+            sum += in->chunks[chunk++]->size;
+        if (rc == 0 && t->chunks >= 0 && sum != t->size) {
+            snprintf(msg, n, "field 'files': the chunks of '%.100s' do not add up to its size", t->path);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && kestrel__tree_check(f, in->n_files, in->size, in->n_chunks) < 0) {
+        snprintf(msg, n, "field 'files': %s", kestrel_error_last()->message);
+        rc = -1;
+    }
+    if (rc == 0) {
+        kestrel__tree_digest(f, in->n_files, hex);
+        if (strcmp(hex, in->sha256)) {
+            snprintf(msg, n, "field 'sha256': not the digest of the listed files");
+            rc = -1;
+        }
+    }
+    free(f);
+    return rc;
+}
+
+static cJSON *tree_json(const Kestrel__V1__Manifest *in)
+{
+    kestrel__tree_file *f = calloc(in->n_files + 1, sizeof(*f));
+    cJSON *j;
+    if (f == NULL)
+        return NULL;
+    for (size_t i = 0; i < in->n_files; i++) {
+        f[i].path = in->files[i]->path;
+        f[i].size = in->files[i]->size;
+        f[i].mode = in->files[i]->mode;
+        f[i].chunks = in->files[i]->chunks;
+        snprintf(f[i].sha, sizeof(f[i].sha), "%s", in->files[i]->sha256);
+    }
+    j = kestrel__tree_to_json(f, in->n_files);
+    free(f);
+    return j;
 }
 
 static enum MHD_Result commit(kd_req *r, const char *name)
@@ -222,6 +308,14 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     if (total != in->size) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'size': the chunks do not add up to it");
         goto out;
+    }
+    if (in->n_files) {
+        char msg[300];
+        if (tree_valid(in, msg, sizeof(msg)) < 0) {
+            reply = kd_reply_error(r, 400, "invalid_argument", msg);
+            goto out;
+        }
+        cJSON_AddItemToObject(m, "files", tree_json(in));
     }
     cJSON_AddStringToObject(m, "name", name);
     cJSON_AddNumberToObject(m, "size", (double)in->size);

@@ -272,3 +272,104 @@ def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_p
     assert done < total                                  # it stopped before the end
     status, _ = raw(kestreld, "GET", "/api/v1/models/team/interrupted/versions")
     assert status == 404
+
+
+def make_tree(root):
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "weights.bin").write_bytes(os.urandom(3 << 20))
+    (root / "sub" / "config.json").write_text('{"layers": 3}\n')
+    (root / "sub" / "deeper" / "shard-0").write_bytes(os.urandom(700_000))
+    (root / "empty.txt").write_bytes(b"")
+    os.chmod(root / "sub" / "config.json", 0o600)
+
+
+def same_tree(a, b):
+    fa = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
+    fb = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
+    assert fa == fb
+    for f in fa:
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+        assert (a / f).stat().st_mode & 0o777 == (b / f).stat().st_mode & 0o777, f
+
+
+@pytest.mark.parametrize("door", ["http", "file"])
+def test_a_directory_pushes_as_a_tree_and_pulls_back_verified(kestreld, tmp_path, monkeypatch, door):
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token) if door == "http" else \
+        kestrel.Client(f"file://{tmp_path / 'store'}")
+    src = tmp_path / "dataset"
+    make_tree(src)
+    seen = []
+    assert c.push("team/dataset", str(src), progress=seen.append) == 1
+    total = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+    assert seen[-1].bytes_done == seen[-1].bytes_total == total and seen[-1].bytes_new == total
+    # change one file: only its changed chunks travel
+    with open(src / "weights.bin", "r+b") as f:
+        f.seek(1 << 20)
+        f.write(os.urandom(1000))
+    (src / "sub" / "new.txt").write_text("added\n")
+    assert c.push("team/dataset", str(src), progress=seen.append) == 2
+    assert 0 < seen[-1].bytes_new < 1 << 20, seen[-1].bytes_new
+    out = tmp_path / "out"
+    c.pull("team/dataset@2", str(out))
+    same_tree(src, out)
+    c.pull("team/dataset@1", str(out))     # an existing directory is replaced, never mixed
+    assert not (out / "sub" / "new.txt").exists()
+    assert [v.version for v in c.versions("team/dataset")] == [1, 2]
+    assert not list(tmp_path.glob("out.kestrel-*")), "temp files left behind"
+    # what cannot be stored is refused before anything is sent
+    (src / "link").symlink_to("weights.bin")
+    with pytest.raises(kestrel.KestrelError, match="not a regular file"):
+        c.push("team/dataset", str(src))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(kestrel.KestrelError, match="empty directory"):
+        c.push("team/dataset", str(empty))
+    assert [v.version for v in c.versions("team/dataset")] == [1, 2]
+    # a file where the directory would go is not overwritten
+    (tmp_path / "taken").write_text("mine")
+    with pytest.raises(kestrel.KestrelError, match="not a directory"):
+        c.pull("team/dataset", str(tmp_path / "taken"))
+    assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_a_keras_model_saved_as_a_directory_round_trips(kestreld, tmp_path):
+    import keras
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    model = keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    model.save(str(tmp_path / "saved"), zipped=False)
+    assert c.push("team/keras-dir", str(tmp_path / "saved")) == 1
+    c.pull("team/keras-dir", str(tmp_path / "pulled"))
+    again = keras.saving.load_model(str(tmp_path / "pulled"))
+    x = keras.random.normal((3, 8))
+    assert keras.ops.convert_to_numpy(again(x)).tolist() == keras.ops.convert_to_numpy(model(x)).tolist()
+
+
+def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path):
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    src = tmp_path / "t"
+    make_tree(src)
+    c.push("team/tree", str(src))
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/tree/versions/1")
+    good = json.loads(body)
+    assert status == 200 and len(good["files"]) == 4 and good["file_count"] == "4"
+
+    def commit(m):
+        m = {k: v for k, v in m.items() if k not in ("version", "created_ms", "aliases", "file_count")}
+        return raw(kestreld, "POST", "/api/v1/models/team/tree/versions", json.dumps(m).encode())
+
+    for mutate, needle in (
+        (lambda m: m["files"][0].update(path="../escape"), "bad path"),
+        (lambda m: m["files"][0].update(path="/abs"), "bad path"),
+        (lambda m: m["files"].reverse(), "field 'files'"),
+        (lambda m: m["files"].insert(1, dict(m["files"][0])), "unique"),
+        (lambda m: m["files"][1].update(size=str(int(m["files"][1].get("size", "0")) + 1)), "add up"),
+        (lambda m: m["files"][0].update(sha256="0" * 64), "digest of the listed files"),
+    ):
+        m = json.loads(json.dumps(good))
+        mutate(m)
+        status, body = commit(m)
+        assert status == 400 and needle in json.loads(body)["message"], (needle, body)
+    assert [v.version for v in c.versions("team/tree")] == [1]
+    status, _ = commit(good)                                       # the same manifest, untouched: accepted
+    assert status == 201

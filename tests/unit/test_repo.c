@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include "chunk.h"
 #include "store.h"
+#include "tree.h"
 
 static char dir[64], url[128];
 static kestrel_client *C;
@@ -272,10 +273,47 @@ static void concurrent_writers_get_distinct_versions(void **state)
     kestrel_model_versions_free(vl);
 }
 
+/* Tree manifests: what a path may be, and listings that do not add up. */
+static void tree_paths_and_listings(void **state)
+{
+    kestrel__tree_file f[3];
+    char d1[65], d2[65];
+    (void)state;
+    assert_true(kestrel__tree_path_valid("a") && kestrel__tree_path_valid("sub/x.bin") &&
+                kestrel__tree_path_valid(".hidden/..x"));
+    assert_false(kestrel__tree_path_valid("") || kestrel__tree_path_valid("/abs") || kestrel__tree_path_valid("a/") ||
+                 kestrel__tree_path_valid("../a") || kestrel__tree_path_valid("a/../b") ||
+                 kestrel__tree_path_valid("a//b") || kestrel__tree_path_valid("./a") || kestrel__tree_path_valid(NULL));
+    memset(f, 0, sizeof(f));
+    f[0] = (kestrel__tree_file){ "a", 10, "", 0644, 1 };
+    f[1] = (kestrel__tree_file){ "b/c", 0, "", 0600, 0 };
+    f[2] = (kestrel__tree_file){ "b/d", 5, "", 0644, 2 };
+    assert_int_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    assert_int_not_equal(kestrel__tree_check(f, 3, 16, 3), 0);       /* sizes do not add up */
+    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 4), 0);       /* chunk counts do not add up */
+    f[1].path = "b";                                                  /* "b" is a file and a directory */
+    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    f[1].path = "a";                                                  /* duplicate, unsorted */
+    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    f[1].path = "b/c";
+    f[1].mode = 04755;                                                /* setuid is not stored */
+    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    f[1].mode = 0600;
+    kestrel__tree_digest(f, 3, d1);
+    f[2].mode = 0755;                                                 /* the digest covers modes, */
+    kestrel__tree_digest(f, 3, d2);
+    assert_string_not_equal(d1, d2);
+    f[2].mode = 0644;
+    f[2].path = "b/e";                                                /* and names */
+    kestrel__tree_digest(f, 3, d2);
+    assert_string_not_equal(d1, d2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chunks_have_bounded_sizes_and_survive_an_insertion),
+        cmocka_unit_test(tree_paths_and_listings),
         cmocka_unit_test_setup_teardown(push_pull_versions_aliases_and_dedupe, setup, teardown),
         cmocka_unit_test_setup_teardown(damaged_chunk_is_an_error_never_a_wrong_file, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_input, setup, teardown),
