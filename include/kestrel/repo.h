@@ -51,16 +51,20 @@ typedef struct kestrel_transfer_options {
 KESTREL_API int kestrel_transfer_options_init(kestrel_transfer_options *opts, unsigned int version);
 
 /**
- * Push the file at path as the next version of name. Chunks the repository already has are not
- * stored again; the version becomes visible only once everything it needs is stored. "latest"
- * moves to it. version_out (may be NULL) receives the new version number.
+ * Push the file or directory at path as the next version of name. Chunks the repository already has
+ * are not stored again; the version becomes visible only once everything it needs is stored. "latest"
+ * moves to it. version_out (may be NULL) receives the new version number. A directory is stored as a
+ * tree of its regular files (path, size, SHA-256, permission bits); symlinks, special files and an
+ * empty directory are refused with KESTREL_EINVALID.
  */
 KESTREL_API int kestrel_model_push(int64_t *version_out, kestrel_client *client, const char *name, const char *path,
                                    const kestrel_transfer_options *opts);
 
 /**
  * Pull ref ("name", "name@N", "name@alias") into dest: every chunk and the whole file are
- * verified; dest appears (by rename) only complete and verified, never half-written.
+ * verified; dest appears (by rename) only complete and verified, never half-written. A directory
+ * version becomes the directory dest (every file verified; an existing directory is replaced whole;
+ * KESTREL_EEXISTS when dest is something else).
  */
 KESTREL_API int kestrel_model_pull(kestrel_client *client, const char *ref, const char *dest,
                                    const kestrel_transfer_options *opts);

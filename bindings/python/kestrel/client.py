@@ -194,12 +194,14 @@ class Client(Handle):
     # -- the repository (file:///path URLs in this release) ---------------------------------------
     def push(self, name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[dict] = None,
              progress=None) -> int:
-        """Push a file as the next version of name (deduplicated chunks); returns the version."""
+        """Push a file or a directory (a tree of its files) as the next version of name (deduplicated
+        chunks); returns the version."""
         from . import repo
         return repo.push(self, name, path, alias=alias, metadata=metadata, progress=progress)
 
     def pull(self, ref: str, dest: str, *, progress=None) -> str:
-        """Pull "name", "name@N" or "name@alias" into dest, verified; returns dest."""
+        """Pull "name", "name@N" or "name@alias" into dest (a file, or a directory for a directory
+        version), verified; returns dest."""
         from . import repo
         return repo.pull(self, ref, dest, progress=progress)
 
