@@ -24,7 +24,8 @@ import warnings
 import zipfile
 
 SCHEME = "kestrel://"
-SUPPORTED = ((3, 0), (4, 0))
+SUPPORTED = ((3, 2), (4, 0))   # 3.2: save_weights/load_weights joined keras.src.saving.saving_api
+HOOKED = ("save_model", "load_model", "save_weights", "load_weights")
 _installed = False
 _autolog = {"name": None}   # the model name plain saves are also pushed to (autolog)
 
@@ -133,11 +134,13 @@ def install():
         return
     import keras
     from keras.src.saving import saving_api
-    if not SUPPORTED[0] <= _version(keras.__version__) < SUPPORTED[1]:
+    if not SUPPORTED[0] <= _version(keras.__version__) < SUPPORTED[1] or \
+            not all(callable(getattr(saving_api, n, None)) for n in HOOKED):
         warnings.warn(f"kestrel: Keras {keras.__version__} is outside the tested range "
-                      f"{SUPPORTED[0]}..{SUPPORTED[1]}: kestrel:// paths are not installed")
+                      f"{'.'.join(map(str, SUPPORTED[0]))} <= version < {'.'.join(map(str, SUPPORTED[1]))}: "
+                      "kestrel:// paths are not installed")
         return
-    orig = {n: getattr(saving_api, n) for n in ("save_model", "load_model", "save_weights", "load_weights")}
+    orig = {n: getattr(saving_api, n) for n in HOOKED}
 
     @functools.wraps(orig["save_model"])
     def save_model(model, filepath, *args, **kwargs):
