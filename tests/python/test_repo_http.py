@@ -373,3 +373,29 @@ def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path
     assert [v.version for v in c.versions("team/tree")] == [1]
     status, _ = commit(good)                                       # the same manifest, untouched: accepted
     assert status == 201
+
+
+def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld, tmp_path, monkeypatch):
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    src = tmp_path / "ckpt.bin"
+    src.write_bytes(os.urandom(6 << 20))
+    fresh = [p for p in (tmp_path / "cache.stat").glob("*")] if (tmp_path / "cache.stat").exists() else []
+    seen = []
+    c.push("team/ckpt", str(src), progress=seen.append)
+    # written less than a second ago: its timestamps cannot be trusted yet, nothing is remembered
+    assert not list((tmp_path / "cache.stat").glob("*")) and not fresh
+    old = time.time() - 60
+    os.utime(src, (old, old))
+    c.push("team/ckpt", str(src), progress=seen.append)
+    entries = list((tmp_path / "cache.stat").glob("*"))
+    assert len(entries) == 1 and entries[0].read_text().startswith("kestrel-stat 1 ")
+    assert c.push("team/ckpt", str(src), progress=seen.append) == 3 and seen[-1].bytes_new == 0
+    # same size, same mtime, new bytes: the ctime moved, so it is hashed again and sent
+    data = bytearray(src.read_bytes())
+    data[1 << 20:(1 << 20) + 4096] = os.urandom(4096)
+    src.write_bytes(data)
+    os.utime(src, (old, old))
+    assert c.push("team/ckpt", str(src), progress=seen.append) == 4 and seen[-1].bytes_new > 0
+    c.pull("team/ckpt@4", str(tmp_path / "out.bin"))
+    assert (tmp_path / "out.bin").read_bytes() == bytes(data)

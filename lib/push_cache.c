@@ -1,0 +1,109 @@
+/* lib/push_cache.c - the stat cache of pushed files (see push_cache.h). One small text file per path:
+ *   kestrel-stat 1 DEV INO SIZE MTIME_NS CTIME_NS STARTED_NS SHA256 NCHUNKS
+ *   HEX LEN            (one line per chunk, in file order)                                       */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "push_cache.h"
+#include "chunk.h"
+#include "store.h"
+
+#define MAX_ENTRY_CHUNKS (64u << 20)
+
+static int64_t ns(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* The entry's file for path ("" when there is no cache). */
+static void entry_path(const char *path, char *out, size_t n)
+{
+    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char abs[PATH_MAX], key[KESTREL__HEX_LEN + 1], dir[2100];
+    out[0] = '\0';
+    if (realpath(path, abs) == NULL || (getenv("KESTREL_CACHE_MAX") && !strcmp(getenv("KESTREL_CACHE_MAX"), "0")))
+        return;
+    if (env && !*env)
+        return;
+    if (env)
+        snprintf(dir, sizeof(dir), "%s.stat", env);
+    else if (xdg && *xdg)
+        snprintf(dir, sizeof(dir), "%s/kestrel/stat", xdg);
+    else
+        snprintf(dir, sizeof(dir), "%s/.cache/kestrel/stat", home ? home : "/tmp");
+    kestrel__sha256_hex(abs, strlen(abs), key);
+    if (kestrel__mkdirs(dir, 0700) == 0)
+        snprintf(out, n, "%s/%s", dir, key);
+}
+
+int kestrel__pushcache_lookup(const char *path, const struct stat *st, kestrel__chunk_ref **refs, size_t *n,
+                              char sha[65])
+{
+    char file[2300], hex[KESTREL__HEX_LEN + 1];
+    unsigned long long dev, ino, nchunks;
+    long long size, mtime, ctime, started, offset = 0, total = 0;
+    kestrel__chunk_ref *v = NULL;
+    FILE *f;
+    int ok = 0;
+    entry_path(path, file, sizeof(file));
+    if (!file[0] || (f = fopen(file, "r")) == NULL)
+        return 0;
+    if (fscanf(f, "kestrel-stat 1 %llu %llu %lld %lld %lld %lld %64s %llu\n", &dev, &ino, &size, &mtime, &ctime,
+               &started, hex, &nchunks) == 8 &&
+        dev == (unsigned long long)st->st_dev && ino == (unsigned long long)st->st_ino && size == (long long)st->st_size &&
+        mtime == ns(st->st_mtim) && ctime == ns(st->st_ctim) && mtime < started && strlen(hex) == 64 &&
+        nchunks <= MAX_ENTRY_CHUNKS && (v = malloc((nchunks + 1) * sizeof(*v))) != NULL) {
+        ok = 1;
+        for (unsigned long long i = 0; i < nchunks && ok; i++) {
+            unsigned long len;
+            ok = fscanf(f, "%64s %lu\n", v[i].hex, &len) == 2 && strlen(v[i].hex) == 64 && len > 0 &&
+                 len <= KESTREL__CHUNK_MAX;
+            v[i].offset = offset;
+            v[i].len = (uint32_t)len;
+            v[i].missing = 0;
+            offset += (long long)len;
+            total += (long long)len;
+        }
+        ok = ok && total == size;
+    }
+    fclose(f);
+    if (!ok) {
+        free(v);
+        return 0;
+    }
+    memcpy(sha, hex, 65);
+    *refs = v;
+    *n = (size_t)nchunks;
+    return 1;
+}
+
+void kestrel__pushcache_store(const char *path, const struct stat *st, int64_t started_ns,
+                              const kestrel__chunk_ref *refs, size_t n, const char sha[65])
+{
+    char file[2300], tmp[2400];
+    FILE *f;
+    int fd, ok;
+    entry_path(path, file, sizeof(file));
+    if (!file[0] || ns(st->st_mtim) >= started_ns)   /* modified while we read it: never trusted */
+        return;
+    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", file);
+    if ((fd = mkstemp(tmp)) < 0 || (f = fdopen(fd, "w")) == NULL) {
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return;
+    }
+    ok = fprintf(f, "kestrel-stat 1 %llu %llu %lld %lld %lld %lld %s %zu\n", (unsigned long long)st->st_dev,
+                 (unsigned long long)st->st_ino, (long long)st->st_size, (long long)ns(st->st_mtim),
+                 (long long)ns(st->st_ctim), (long long)started_ns, sha, n) > 0;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = fprintf(f, "%s %lu\n", refs[i].hex, (unsigned long)refs[i].len) > 0;
+    if (fclose(f) == 0 && ok && rename(tmp, file) == 0)
+        return;
+    unlink(tmp);
+}
