@@ -238,6 +238,8 @@ static int upload(void *ctx, const char *path, kestrel__chunk_ref *chunks, size_
     struct upload_ctx *u = ctx;
     kestrel__chunk_ref *sorted;
     int fd = -1, rc = 0;
+    if (n == 0)
+        return 0;   /* an empty file */
     if ((sorted = malloc((n + 1) * sizeof(*sorted))) == NULL)
         return kestrel__error_oom();
     memcpy(sorted, chunks, n * sizeof(*sorted));

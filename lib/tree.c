@@ -308,7 +308,8 @@ int kestrel__chunk_tree(const char *root, kestrel__tree_file *f, size_t nf, kest
         else if (each)
             rc = each(each_ctx, path, refs, k);
         if (rc == 0 && (rc = kestrel__array_grow(&all, &cap, *n + k + 1, sizeof(*all))) == 0) {
-            memcpy(all + *n, refs, k * sizeof(*refs));
+            if (k)
+                memcpy(all + *n, refs, k * sizeof(*refs));
             *n += k;
             f[i].chunks = (int64_t)k;
         }

@@ -273,6 +273,48 @@ static void concurrent_writers_get_distinct_versions(void **state)
     kestrel_model_versions_free(vl);
 }
 
+/* A directory through file://: pushed as a tree, pulled back file by file, replaced whole. */
+static void directory_round_trip(void **state)
+{
+    char src[128], path[256], out[128], got[300];
+    uint8_t *big = random_bytes(3u << 20, 7);
+    int64_t v = 0;
+    const char *files[] = { "a.bin", "empty", "sub/deep/c.bin", "sub/x.txt" };
+    (void)state;
+    snprintf(src, sizeof(src), "%s/src", dir);
+    snprintf(path, sizeof(path), "%s/sub/deep", src);
+    assert_int_equal(kestrel__mkdirs(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/a.bin", src);
+    write_file(path, big, 3u << 20);
+    snprintf(path, sizeof(path), "%s/empty", src);
+    write_file(path, "", 0);
+    snprintf(path, sizeof(path), "%s/sub/deep/c.bin", src);
+    write_file(path, big + 1000, 300000);
+    snprintf(path, sizeof(path), "%s/sub/x.txt", src);
+    write_file(path, "hello\n", 6);
+    assert_int_equal(kestrel_model_push(&v, C, "team/tree", src, NULL), 0);
+    assert_int_equal(v, 1);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    assert_int_equal(kestrel_model_pull(C, "team/tree", out, NULL), 0);
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof(path), "%s/%s", src, files[i]);
+        snprintf(got, sizeof(got), "%s/%s", out, files[i]);
+        assert_true(same_file(path, got));
+    }
+    /* a second version without sub/x.txt: pulling it over the first leaves no trace of that file */
+    snprintf(path, sizeof(path), "%s/sub/x.txt", src);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(kestrel_model_push(&v, C, "team/tree", src, NULL), 0);
+    assert_int_equal(kestrel_model_pull(C, "team/tree@2", out, NULL), 0);
+    snprintf(got, sizeof(got), "%s/sub/x.txt", out);
+    assert_int_not_equal(access(got, F_OK), 0);
+    /* a symlink is refused, nothing is stored */
+    snprintf(path, sizeof(path), "%s/link", src);
+    assert_int_equal(symlink("a.bin", path), 0);
+    assert_int_equal(kestrel_model_push(&v, C, "team/tree", src, NULL), KESTREL_EINVALID);
+    free(big);
+}
+
 /* Tree manifests: what a path may be, and listings that do not add up. */
 static void tree_paths_and_listings(void **state)
 {
@@ -314,6 +356,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chunks_have_bounded_sizes_and_survive_an_insertion),
         cmocka_unit_test(tree_paths_and_listings),
+        cmocka_unit_test_setup_teardown(directory_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(push_pull_versions_aliases_and_dedupe, setup, teardown),
         cmocka_unit_test_setup_teardown(damaged_chunk_is_an_error_never_a_wrong_file, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_input, setup, teardown),
