@@ -98,6 +98,16 @@ int kestrel__open_regular(const char *path, struct stat *st)
     return fd;
 }
 
+void kestrel__drop_temp(int *fd, char *tmp)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+    if (tmp[0])
+        unlink(tmp);
+    tmp[0] = '\0';
+}
+
 /* Sync and close the complete temp file fd, then rename it to dest. fd is closed either way. */
 int kestrel__install_file(int fd, const char *tmp, const char *dest)
 {
@@ -394,10 +404,7 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
                                        (size_t)cJSON_GetArraySize(cJSON_GetObjectItem(m, "chunks")), dest);
         if (rc < 0)
             goto done;
-        close(fd);
-        fd = -1;
-        unlink(tmp);
-        tmp[0] = '\0';
+        kestrel__drop_temp(&fd, tmp);
         rc = kestrel__progress_report(&pr, 1);
         goto done;
     }

@@ -541,10 +541,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
         rc = tree_install(fd, mf, ref, dest);
         if (rc < 0)
             goto done;
-        close(fd);
-        fd = -1;
-        unlink(tmp);
-        tmp[0] = '\0';
+        kestrel__drop_temp(&fd, tmp);
         kestrel__cache_trim(&cache);
         rc = kestrel__progress_report(pr, 1);
         goto done;

@@ -28,6 +28,8 @@ typedef struct {
 struct stat;
 /* Open path for reading; it must be a regular file. Returns the fd or a negative error. */
 int kestrel__open_regular(const char *path, struct stat *st);
+/* Close *fd and remove the temp file tmp (a pulled directory's blob, once split); tmp becomes "". */
+void kestrel__drop_temp(int *fd, char *tmp);
 /* Sync and close the complete temp file fd, then rename it to dest. fd is closed either way. */
 int kestrel__install_file(int fd, const char *tmp, const char *dest);
 
