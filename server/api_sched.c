@@ -109,14 +109,12 @@ enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
         protobuf_c_message_free_unpacked(&u->base, NULL);
         return kd_reply_error(r, 400, "invalid_argument", "field 'priority': normal, high or urgent");
     }
-    rc = kd_catalog_job_set_priority(r->e->cat, id, (int)u->priority, kestrel__now_ms());
+    rc = kd_engine_set_priority(r->e, id, (int)u->priority);
     protobuf_c_message_free_unpacked(&u->base, NULL);
     if (rc == 1)
         return kd_reply_error(r, 409, "conflict", "only a QUEUED job can change its priority");
     if (rc < 0)
         return kd_reply_failure(r, rc);
-    kd_engine_kick(r->e);
-    kd_engine_changed(r->e);
     if ((job = kd_visible_job(r, id, 1, &reply)) == NULL)
         return reply;
     return kd_reply_owned(r, 200, &job->base);

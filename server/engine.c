@@ -230,6 +230,21 @@ void kd_engine_release_locked(kd_engine *e, kd_run *run)
     e->running--;
 }
 
+int kd_engine_set_priority(kd_engine *e, int64_t id, int priority)
+{
+    int state, rc;
+    if ((rc = kd_catalog_job_state(e->cat, id, &state)) < 0)
+        return rc;
+    if (state != KESTREL_JOB_STATE_QUEUED)
+        return 1;
+    if (e->ext && (rc = e->ext->set_priority(e, id, priority)) < 0)
+        return rc;   /* the cluster refused: nothing changes here either */
+    rc = kd_catalog_job_set_priority(e->cat, id, priority, kestrel__now_ms());
+    kd_engine_kick(e);
+    kd_engine_changed(e);
+    return rc;
+}
+
 int kd_engine_checkpoint(kd_engine *e, int64_t id)
 {
     int64_t now = kestrel__now_ms();

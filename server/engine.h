@@ -82,6 +82,8 @@ typedef struct {
     int (*cancel)(kd_engine *e, int64_t id, const char *by);
     /* Why one of its queued jobs waits (the cluster's reason); 1 when it knows the job. */
     int (*explain)(kd_engine *e, int64_t id, char *reason, size_t n);
+    /* Move one of its queued jobs to another class in the cluster; 1 when the job is not its own. */
+    int (*set_priority)(kd_engine *e, int64_t id, int priority);
 } kd_executor;
 
 /* How a run ended, as the executor saw it. */
@@ -137,6 +139,9 @@ void kd_engine_wait(kd_engine *e, uint64_t seen, int64_t deadline_ms);
 
 /* Cancel a job: queued -> CANCELLED now; running -> SIGTERM, then SIGKILL after grace. */
 int kd_engine_cancel(kd_engine *e, int64_t id, const char *by);
+/* Move a QUEUED job to another class (in the cluster too, for an external pool); 1 when it is not
+ * queued. */
+int kd_engine_set_priority(kd_engine *e, int64_t id, int priority);
 /* A job acknowledged a checkpoint (it loses no work before now if preempted). */
 int kd_engine_checkpoint(kd_engine *e, int64_t id);
 /* Position and reason of a queued job from the last pass; 0 when unknown. */

@@ -122,6 +122,40 @@ static int slurm_explain(kd_engine *e, int64_t id, char *reason, size_t n)
     return found;
 }
 
+static int slurm_set_priority(kd_engine *e, int64_t id, int priority)
+{
+    kd_slurm *s = state(e);
+    char sid[32] = "", qos[96];
+    kd_sjob *j;
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if ((j = find(s, id)) == NULL) {
+        pthread_mutex_unlock(&s->mu);
+        return 1;
+    }
+    snprintf(sid, sizeof(sid), "%s", j->slurm_id);
+    pthread_mutex_unlock(&s->mu);
+    if (sid[0]) {   /* a pending Slurm job takes a new QOS; one not submitted yet reads it at submission */
+        char job[64];
+        char *argv[] = { "scontrol", "update", job, qos, NULL };
+        kestrel_buf out = KESTREL_BUF_INIT;
+        snprintf(job, sizeof(job), "JobId=%s", sid);
+        snprintf(qos, sizeof(qos), "QOS=%s", e->cfg->slurm_qos[priority >= KESTREL__V1__PRIORITY__URGENT ? 2
+                                                              : priority == KESTREL__V1__PRIORITY__HIGH ? 1 : 0]);
+        if (kd_exec_run(argv, NULL, &out) != 0)
+            rc = kestrel__error_set(KESTREL_EEXISTS, "Slurm refused the new class of job %s: %.200s", sid,
+                                    out.ptr ? out.ptr : "no output");
+        kestrel_buf_dispose(&out);
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&s->mu);
+        if ((j = find(s, id)) != NULL)
+            j->priority = priority;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rc;
+}
+
 /* Copy what the job's output files gained since the last call into the catalog; at the end the
  * last line without a newline too. */
 static void pump_logs(kd_engine *e, kd_sjob *j, int final)
@@ -557,4 +591,4 @@ static void slurm_close(kd_engine *e)
 }
 
 const kd_executor kd_exec_slurm = { "slurm", NULL, NULL, slurm_open, slurm_close, slurm_hand_over, slurm_cancel,
-                                    slurm_explain };
+                                    slurm_explain, slurm_set_priority };

@@ -119,6 +119,9 @@ def test_pending_on_exhausted_gpus_then_cancel(d):
         time.sleep(0.2)
     ex = d.explain(waiting)
     assert ex["state"] == "QUEUED" and "PENDING: Resources" in ex["reason"], ex
+    # a class change reaches Slurm as the QOS of the pending job
+    d.cli("job", "update", str(waiting), "--priority", "high")
+    assert slurm_job(slurm_id(d, waiting))["QOS"] == "high" and d.job(waiting)["spec"]["priority"] == "HIGH"
     # a request that can never fit is refused by Slurm at submission: FAILED with its message
     never = d.submit("--pool", "poolb", "--gpus", "3", "--", "true")
     job = d.wait(never, timeout=30)
