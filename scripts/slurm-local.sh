@@ -37,8 +37,8 @@ alive() {
     pid=$(cat "$1" 2>/dev/null) || return 1
     [ -d "/proc/$pid" ] || return 1
     grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && return 1
-    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$D" && return 0
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qF "$D"
+    { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -qF "$D" && return 0
+    { tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | grep -qF "$D"
 }
 
 wait_for() {   # wait_for SECONDS DESCRIPTION COMMAND...
