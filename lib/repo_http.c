@@ -373,6 +373,25 @@ typedef struct {
     CURL *h;
 } fetch;
 
+/* Keep the pulled file (or blob) at path in the chunk cache as a pack, then bound the cache. */
+static void keep_pack(kestrel__chunk_cache *cache, const char *path, const Kestrel__V1__Manifest *mf, int take,
+                      int64_t downloaded)
+{
+    kestrel__cache_item *items = downloaded ? calloc(mf->n_chunks + 1, sizeof(*items)) : NULL;
+    if (items == NULL) {   /* all of it came from the cache already (or no memory): nothing new to keep */
+        if (take)
+            unlink(path);
+        return;
+    }
+    for (size_t i = 0; i < mf->n_chunks; i++) {
+        items[i].hex = mf->chunks[i]->digest;
+        items[i].len = mf->chunks[i]->size;
+    }
+    kestrel__cache_add(cache, path, items, mf->n_chunks, take);
+    free(items);
+    kestrel__cache_trim(cache);
+}
+
 /* A pulled directory version: check the listing against the manifest's digest, then split. */
 static int tree_install(int fd, const Kestrel__V1__Manifest *mf, const char *ref, const char *dest)
 {
@@ -413,6 +432,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
     size_t next = 0;
     int fd = -1, rc;
     kestrel__chunk_cache cache;
+    int64_t downloaded = 0;
     CURLM *multi = NULL;
     kestrel_buf b = KESTREL_BUF_INIT;
 
@@ -501,7 +521,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
                         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged or truncated (%zu of %" PRId64
                                                                 " bytes)", fl[s].ref->digest, fl[s].data.size, fl[s].ref->size);
                     else if ((rc = kestrel__layout_place(lay, fl[s].idx, fl[s].data.ptr, fl[s].data.size)) == 0) {
-                        kestrel__cache_put(&cache, fl[s].ref->digest, fl[s].data.ptr, fl[s].data.size);
+                        downloaded++;
                         pr->p.bytes_done += fl[s].ref->size;
                         pr->p.chunks_done++;
                     }
@@ -541,8 +561,10 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
         rc = tree_install(fd, mf, ref, dest);
         if (rc < 0)
             goto done;
-        kestrel__drop_temp(&fd, tmp);
-        kestrel__cache_trim(&cache);
+        close(fd);
+        fd = -1;
+        keep_pack(&cache, tmp, mf, 1, downloaded);   /* the blob itself becomes the pack */
+        tmp[0] = '\0';
         rc = kestrel__progress_report(pr, 1);
         goto done;
     }
@@ -555,7 +577,7 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
     if (rc < 0)
         goto done;
     tmp[0] = '\0';
-    kestrel__cache_trim(&cache);
+    keep_pack(&cache, dest, mf, 0, downloaded);   /* a hard link: no byte is written twice */
     rc = kestrel__progress_report(pr, 1);
 done:
     if (fd >= 0)
@@ -564,6 +586,7 @@ done:
         unlink(tmp);   /* never leave half a file behind */
     if (multi)
         curl_multi_cleanup(multi);
+    kestrel__cache_close(&cache);
     kestrel_buf_dispose(&b);
     kestrel__layout_free(lay);
     if (m)

@@ -210,8 +210,7 @@ def test_a_damaged_transfer_through_a_fault_proxy_is_an_error(kestreld, tmp_path
         assert proxy.damaged >= 1, info.value
         assert ("damaged" if mode == "corrupt" else "chunk download") in str(info.value)
         assert not out.exists() and not [p for p in tmp_path.iterdir() if "kestrel-tmp" in p.name]
-        assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.stat().st_size and
-                    hashlib.sha256(p.read_bytes()).hexdigest() != p.name]   # nothing damaged was cached
+        assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]   # a failed pull keeps nothing
     finally:
         proxy.close()
     # the same pull without the proxy succeeds
@@ -220,6 +219,7 @@ def test_a_damaged_transfer_through_a_fault_proxy_is_an_error(kestreld, tmp_path
 
 
 def test_the_pull_cache_is_bounded_least_recently_used_first(kestreld, tmp_path, monkeypatch):
+    from faultproxy import FaultProxy
     cache = tmp_path / "cache"
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(cache))
     monkeypatch.setenv("KESTREL_CACHE_MAX", "3M")
@@ -227,17 +227,38 @@ def test_the_pull_cache_is_bounded_least_recently_used_first(kestreld, tmp_path,
     for name in ("a", "b"):
         (tmp_path / name).write_bytes(os.urandom(2 << 20))
         c.push(f"team/{name}", str(tmp_path / name))
+
+    def packs():
+        return sorted(p for p in (cache / "packs").iterdir() if not p.name.endswith(".idx"))
+
     c.pull("team/a", str(tmp_path / "a.out"))
-    assert sum(p.stat().st_size for p in cache.iterdir()) == 2 << 20
+    # the cache keeps a hard link to the pulled file and an index of its chunks: nothing written twice
+    assert len(packs()) == 1 and (tmp_path / "a.out").stat().st_nlink == 2
+    assert packs()[0].stat().st_ino == (tmp_path / "a.out").stat().st_ino
+    # a second pull is served from the cache: through a proxy that damages every chunk download it
+    # still succeeds, and it adds no pack
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "corrupt")
+    try:
+        kestrel.Client(proxy.url, kestreld.token).pull("team/a", str(tmp_path / "a2.out"))
+        assert proxy.damaged == 0
+    finally:
+        proxy.close()
+    assert (tmp_path / "a2.out").read_bytes() == (tmp_path / "a").read_bytes() and len(packs()) == 1
+    # a pack changed in place is never trusted: dropped, and the chunks come from the server again
+    with open(tmp_path / "a.out", "r+b") as f:
+        f.write(b"\0" * 16)
+    c.pull("team/a", str(tmp_path / "a3.out"))
+    assert (tmp_path / "a3.out").read_bytes() == (tmp_path / "a").read_bytes()
+    assert len(packs()) == 1 and packs()[0].stat().st_ino == (tmp_path / "a3.out").stat().st_ino
+    # b does not fit beside a within 3M: the least recently used pack goes
     c.pull("team/b", str(tmp_path / "b.out"))
     assert (tmp_path / "b.out").read_bytes() == (tmp_path / "b").read_bytes()
-    kept = {p.name: p.stat().st_size for p in cache.iterdir()}
-    assert sum(kept.values()) <= 3 << 20
-    b_chunks = {ch["digest"] for ch in json.loads(raw(kestreld, "GET", "/api/v1/models/team/b/versions/1")[1])["chunks"]}
-    assert b_chunks <= set(kept)                        # the most recent pull stays whole
+    assert [p.stat().st_ino for p in packs()] == [(tmp_path / "b.out").stat().st_ino]
+    assert sum(p.stat().st_size for p in packs()) <= 3 << 20
     monkeypatch.setenv("KESTREL_CACHE_MAX", "0")        # 0: no cache at all
-    c.pull("team/a", str(tmp_path / "a2.out"))
-    assert (tmp_path / "a2.out").read_bytes() == (tmp_path / "a").read_bytes()
+    c.pull("team/a", str(tmp_path / "a4.out"))
+    assert (tmp_path / "a4.out").read_bytes() == (tmp_path / "a").read_bytes()
+    assert (tmp_path / "a4.out").stat().st_nlink == 1
 
 
 def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_path):
