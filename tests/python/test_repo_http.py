@@ -364,6 +364,17 @@ def test_a_keras_model_saved_as_a_directory_round_trips(kestreld, tmp_path):
     again = keras.saving.load_model(str(tmp_path / "pulled"))
     x = keras.random.normal((3, 8))
     assert keras.ops.convert_to_numpy(again(x)).tolist() == keras.ops.convert_to_numpy(model(x)).tolist()
+    # the same through kestrel:// paths
+    __import__("kestrel.keras")   # the kestrel:// hooks
+    os.environ.update(KESTREL_URL=kestreld.url, KESTREL_TOKEN=kestreld.token)
+    try:
+        model.save("kestrel://team/keras-dir", zipped=False)
+        assert [v.version for v in c.versions("team/keras-dir")] == [1, 2]
+        again = keras.saving.load_model("kestrel://team/keras-dir@2")
+        assert keras.ops.convert_to_numpy(again(x)).tolist() == keras.ops.convert_to_numpy(model(x)).tolist()
+    finally:
+        for k in ("KESTREL_URL", "KESTREL_TOKEN"):
+            os.environ.pop(k, None)
 
 
 def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path):

@@ -121,6 +121,8 @@ def _pull(filepath, tmp, suffixes):
     raw = os.path.join(tmp, "pulled")
     with _client() as client:
         client.pull(ref, raw)
+    if os.path.isdir(raw):   # a model saved with zipped=False: Keras' directory format, loaded as is
+        return raw
     # a full model is a .keras zip archive; weights are an HDF5 file
     local = os.path.join(tmp, "model.keras" if zipfile.is_zipfile(raw) else "model.weights.h5")
     os.rename(raw, local)
@@ -149,7 +151,8 @@ def install():
             _autolog_push(model, filepath)
             return result
         with tempfile.TemporaryDirectory(prefix="kestrel-save-") as tmp:
-            path = os.path.join(tmp, "model.keras")
+            # zipped=False: Keras' directory format, pushed as a directory version
+            path = os.path.join(tmp, "model" if kwargs.get("zipped") is False else "model.keras")
             orig["save_model"](model, path, *args, **kwargs)
             _push(path, filepath, (".keras",), "model", model)
 
