@@ -308,17 +308,27 @@ static int position_cmp(const void *a, const void *b)
 
 kd_wait *kd_engine_queue(kd_engine *e, size_t *n)
 {
-    kd_wait *copy;
+    kd_wait *copy, *ext = NULL;
+    size_t next = 0;
+    if (e->ext)
+        ext = e->ext->waiting(e, &next);
     pthread_mutex_lock(&e->mu);
     *n = e->nwaits;
-    copy = malloc((e->nwaits + 1) * sizeof(*copy));
+    copy = malloc((e->nwaits + next + 1) * sizeof(*copy));
     if (copy && e->nwaits)
         memcpy(copy, e->waits, e->nwaits * sizeof(*copy));
     pthread_mutex_unlock(&e->mu);
-    if (copy == NULL)
+    if (copy == NULL) {
+        free(ext);
         *n = 0;
-    else if (*n > 1)
+        return NULL;
+    }
+    if (*n > 1)
         qsort(copy, *n, sizeof(*copy), position_cmp);
+    if (next)   /* after ours: jobs waiting in an external cluster's queue */
+        memcpy(copy + *n, ext, next * sizeof(*copy));
+    *n += next;
+    free(ext);
     return copy;
 }
 

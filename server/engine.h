@@ -84,6 +84,8 @@ typedef struct {
     int (*explain)(kd_engine *e, int64_t id, char *reason, size_t n);
     /* Move one of its queued jobs to another class in the cluster; 1 when the job is not its own. */
     int (*set_priority)(kd_engine *e, int64_t id, int priority);
+    /* Its queued jobs with the cluster's reasons, by id (malloc'd; position 0: the cluster's queue). */
+    kd_wait *(*waiting)(kd_engine *e, size_t *n);
 } kd_executor;
 
 /* How a run ended, as the executor saw it. */

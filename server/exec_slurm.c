@@ -102,6 +102,12 @@ static int slurm_cancel(kd_engine *e, int64_t id, const char *by)
     return 0;
 }
 
+static int wait_by_id(const void *a, const void *b)
+{
+    int64_t x = ((const kd_wait *)a)->job, y = ((const kd_wait *)b)->job;
+    return (x > y) - (x < y);
+}
+
 static int slurm_explain(kd_engine *e, int64_t id, char *reason, size_t n)
 {
     kd_slurm *s = state(e);
@@ -154,6 +160,32 @@ static int slurm_set_priority(kd_engine *e, int64_t id, int priority)
         pthread_mutex_unlock(&s->mu);
     }
     return rc;
+}
+
+static kd_wait *slurm_waiting(kd_engine *e, size_t *n)
+{
+    kd_slurm *s = state(e);
+    kd_wait *w = NULL;
+    size_t k = 0, total = 0;
+    pthread_mutex_lock(&s->mu);
+    for (kd_sjob *j = s->jobs; j; j = j->next)
+        total += j->kstate == KESTREL_JOB_STATE_QUEUED;
+    if (total && (w = calloc(total, sizeof(*w))) != NULL) {
+        for (kd_sjob *j = s->jobs; j; j = j->next) {
+            if (j->kstate != KESTREL_JOB_STATE_QUEUED)
+                continue;
+            w[k].job = j->id;
+            k++;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < k; i++)   /* the same words as explain */
+        if (!slurm_explain(e, w[i].job, w[i].reason, sizeof(w[i].reason)))
+            snprintf(w[i].reason, sizeof(w[i].reason), "handed to Slurm");
+    if (k > 1)
+        qsort(w, k, sizeof(*w), wait_by_id);
+    *n = k;
+    return w;
 }
 
 /* Copy what the job's output files gained since the last call into the catalog; at the end the
@@ -591,4 +623,4 @@ static void slurm_close(kd_engine *e)
 }
 
 const kd_executor kd_exec_slurm = { "slurm", NULL, NULL, slurm_open, slurm_close, slurm_hand_over, slurm_cancel,
-                                    slurm_explain, slurm_set_priority };
+                                    slurm_explain, slurm_set_priority, slurm_waiting };

@@ -119,6 +119,9 @@ def test_pending_on_exhausted_gpus_then_cancel(d):
         time.sleep(0.2)
     ex = d.explain(waiting)
     assert ex["state"] == "QUEUED" and "PENDING: Resources" in ex["reason"], ex
+    queue = json.loads(d.cli("-o", "json", "queue").stdout)   # kestrel queue lists it with Slurm's reason
+    entry = [e for e in queue if e["job_id"] == str(waiting)]
+    assert entry and "PENDING: Resources" in entry[0]["reason"], queue
     # a class change reaches Slurm as the QOS of the pending job
     d.cli("job", "update", str(waiting), "--priority", "high")
     assert slurm_job(slurm_id(d, waiting))["QOS"] == "high" and d.job(waiting)["spec"]["priority"] == "HIGH"
