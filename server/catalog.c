@@ -112,6 +112,21 @@ int kd__run(kd_catalog *cat, const char *sql, const char *types, ...)
     return rc;
 }
 
+int kd__rows(sqlite3_stmt *st, size_t elem, int (*fill)(sqlite3_stmt *st, void *row), void **out, size_t *n)
+{
+    size_t cap = 0;
+    int rc = 0;
+    char *rows = NULL;
+    *n = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        if ((rc = kestrel__array_grow(&rows, &cap, *n + 1, elem)) == 0 && (rc = fill(st, rows + *n * elem)) == 0)
+            (*n)++;
+    }
+    sqlite3_reset(st);
+    *out = rows;
+    return rc;
+}
+
 int kd_catalog_open(kd_catalog **out, const char *path)
 {
     kd_catalog *cat = calloc(1, sizeof(*cat));

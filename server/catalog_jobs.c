@@ -272,53 +272,44 @@ out:
     return 0;
 }
 
+static int job_row(sqlite3_stmt *st, void *row)
+{
+    kd_job_row *r = row;
+    r->id = sqlite3_column_int64(st, 0);
+    r->priority = sqlite3_column_int(st, 1);
+    r->gpus = sqlite3_column_int(st, 2);
+    r->submit_ms = sqlite3_column_int64(st, 3);
+    r->no_retry = sqlite3_column_int(st, 4);
+    r->restart_count = sqlite3_column_int(st, 5);
+    r->pid = sqlite3_column_int64(st, 6);
+    r->pid_start = sqlite3_column_int64(st, 7);
+    return 0;
+}
+
 int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_row **out, size_t *n)
 {
     static const char *const sql =
         "SELECT id, priority, gpus, submit_ms, no_retry, restart_count, pid, pid_start FROM jobs"
         " WHERE state = ? AND ext_id = '' ORDER BY priority DESC, submit_ms, id LIMIT ?";
-    kd_job_row *rows = NULL;
     sqlite3_stmt *st;
-    size_t cap = 0;
-    int rc = 0;
+    void *rows = NULL;
+    int rc;
     *out = NULL;
     *n = 0;
     kd__lock(cat);
     if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-        goto out;
+        kd__unlock(cat);
+        return KESTREL_EIO;
     }
     sqlite3_bind_int(st, 1, state);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)limit);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        kd_job_row *r;
-        if (*n == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            kd_job_row *p = realloc(rows, ncap * sizeof(*p));
-            if (p == NULL) {
-                rc = kestrel__error_oom();
-                goto out;
-            }
-            rows = p;
-            cap = ncap;
-        }
-        r = &rows[(*n)++];
-        r->id = sqlite3_column_int64(st, 0);
-        r->priority = sqlite3_column_int(st, 1);
-        r->gpus = sqlite3_column_int(st, 2);
-        r->submit_ms = sqlite3_column_int64(st, 3);
-        r->no_retry = sqlite3_column_int(st, 4);
-        r->restart_count = sqlite3_column_int(st, 5);
-        r->pid = sqlite3_column_int64(st, 6);
-        r->pid_start = sqlite3_column_int64(st, 7);
-    }
-out:
+    rc = kd__rows(st, sizeof(**out), job_row, &rows, n);
+    *out = rows;
     kd__unlock(cat);
     if (rc < 0) {
-        free(rows);
+        free(*out);
+        *out = NULL;
         *n = 0;
-    } else {
-        *out = rows;
     }
     return rc;
 }

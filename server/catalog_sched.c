@@ -13,57 +13,45 @@ void kd_queued_free(kd_queued *q, size_t n)
     free(q);
 }
 
+static int queued_row(sqlite3_stmt *st, void *row)
+{
+    kd_queued *q = row;
+    q->id = sqlite3_column_int64(st, 0);
+    q->priority = sqlite3_column_int(st, 1);
+    q->submit_ms = sqlite3_column_int64(st, 2);
+    q->owner_id = sqlite3_column_int64(st, 3);
+    snprintf(q->owner, sizeof(q->owner), "%s", (const char *)sqlite3_column_text(st, 4));
+    snprintf(q->team, sizeof(q->team), "%s", (const char *)sqlite3_column_text(st, 5));
+    q->restart_count = sqlite3_column_int(st, 7);
+    q->spec = kestrel__v1__job_spec__unpack(NULL, (size_t)sqlite3_column_bytes(st, 6), sqlite3_column_blob(st, 6));
+    if (q->spec == NULL)
+        return kestrel__error_set(KESTREL_EIO, "catalog: job %lld has an unreadable spec", (long long)q->id);
+    return 0;
+}
+
 int kd_catalog_queue(kd_catalog *cat, size_t limit, kd_queued **out, size_t *n)
 {
     static const char *const sql =
         "SELECT j.id, j.priority, j.submit_ms, j.owner_id, u.name, j.team, j.spec, j.restart_count FROM jobs j"
         " JOIN users u ON u.id = j.owner_id WHERE j.state = 1 AND j.ext_id = '' ORDER BY j.priority DESC, j.submit_ms, j.id LIMIT ?";
-    kd_queued *rows = NULL;
     sqlite3_stmt *st;
-    size_t cap = 0;
-    int rc = 0;
+    void *rows = NULL;
+    int rc;
     *out = NULL;
     *n = 0;
     kd__lock(cat);
     if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-        goto out;
+        kd__unlock(cat);
+        return KESTREL_EIO;
     }
     sqlite3_bind_int64(st, 1, (sqlite3_int64)limit);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        kd_queued *q;
-        if (*n == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            kd_queued *p = realloc(rows, ncap * sizeof(*p));
-            if (p == NULL) {
-                rc = kestrel__error_oom();
-                goto out;
-            }
-            rows = p;
-            cap = ncap;
-        }
-        q = &rows[*n];
-        q->id = sqlite3_column_int64(st, 0);
-        q->priority = sqlite3_column_int(st, 1);
-        q->submit_ms = sqlite3_column_int64(st, 2);
-        q->owner_id = sqlite3_column_int64(st, 3);
-        snprintf(q->owner, sizeof(q->owner), "%s", (const char *)sqlite3_column_text(st, 4));
-        snprintf(q->team, sizeof(q->team), "%s", (const char *)sqlite3_column_text(st, 5));
-        q->restart_count = sqlite3_column_int(st, 7);
-        q->spec = kestrel__v1__job_spec__unpack(NULL, (size_t)sqlite3_column_bytes(st, 6), sqlite3_column_blob(st, 6));
-        if (q->spec == NULL) {
-            rc = kestrel__error_set(KESTREL_EIO, "catalog: job %lld has an unreadable spec", (long long)q->id);
-            goto out;
-        }
-        (*n)++;
-    }
-out:
+    rc = kd__rows(st, sizeof(**out), queued_row, &rows, n);
+    *out = rows;
     kd__unlock(cat);
     if (rc < 0) {
-        kd_queued_free(rows, *n);
+        kd_queued_free(*out, *n);
+        *out = NULL;
         *n = 0;
-    } else {
-        *out = rows;
     }
     return rc;
 }
@@ -206,15 +194,25 @@ int kd_catalog_job_set_ext(kd_catalog *cat, int64_t id, const char *ext_id)
     return rc;
 }
 
+static int ext_row(sqlite3_stmt *st, void *row)
+{
+    kd_ext_row *r = row;
+    r->id = sqlite3_column_int64(st, 0);
+    snprintf(r->ext_id, sizeof(r->ext_id), "%s", (const char *)sqlite3_column_text(st, 1));
+    r->state = sqlite3_column_int(st, 2);
+    r->priority = sqlite3_column_int(st, 3);
+    r->restart_count = sqlite3_column_int(st, 4);
+    return 0;
+}
+
 int kd_catalog_ext_jobs(kd_catalog *cat, kd_ext_row **out, size_t *n)
 {
     static const char *const sql =
         "SELECT id, ext_id, state, priority, restart_count FROM jobs WHERE ext_id != '' AND state IN (1, 2, 6)"
         " ORDER BY id";
-    kd_ext_row *rows = NULL;
     sqlite3_stmt *st;
-    size_t cap = 0;
-    int rc = 0;
+    void *rows = NULL;
+    int rc;
     *out = NULL;
     *n = 0;
     kd__lock(cat);
@@ -222,25 +220,13 @@ int kd_catalog_ext_jobs(kd_catalog *cat, kd_ext_row **out, size_t *n)
         kd__unlock(cat);
         return KESTREL_EIO;
     }
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        if (kestrel__array_grow(&rows, &cap, *n + 1, sizeof(*rows)) < 0) {
-            rc = kestrel__error_oom();
-            break;
-        }
-        rows[*n].id = sqlite3_column_int64(st, 0);
-        snprintf(rows[*n].ext_id, sizeof(rows[*n].ext_id), "%s", (const char *)sqlite3_column_text(st, 1));
-        rows[*n].state = sqlite3_column_int(st, 2);
-        rows[*n].priority = sqlite3_column_int(st, 3);
-        rows[*n].restart_count = sqlite3_column_int(st, 4);
-        (*n)++;
-    }
-    sqlite3_reset(st);
+    rc = kd__rows(st, sizeof(**out), ext_row, &rows, n);
+    *out = rows;
     kd__unlock(cat);
     if (rc < 0) {
-        free(rows);
+        free(*out);
+        *out = NULL;
         *n = 0;
-        return rc;
     }
-    *out = rows;
-    return 0;
+    return rc;
 }
