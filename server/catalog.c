@@ -88,23 +88,31 @@ int kd__exec(kd_catalog *cat, const char *sql)
 }
 
 /* Run one write statement under the lock. types names each argument: 'i' int64_t, 't' text. */
+/* The cached statement for sql with its arguments bound (caller holds the lock); NULL on failure. */
+static sqlite3_stmt *prepare(kd_catalog *cat, const char *sql, const char *types, va_list ap)
+{
+    sqlite3_stmt *st = kd__stmt(cat, sql);
+    for (int i = 0; st && types[i]; i++) {
+        if (types[i] == 'i')
+            sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+        else
+            sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_STATIC);
+    }
+    return st;
+}
+
 int kd__run(kd_catalog *cat, const char *sql, const char *types, ...)
 {
     sqlite3_stmt *st;
     va_list ap;
     int rc = 0;
     kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
+    va_start(ap, types);
+    st = prepare(cat, sql, types, ap);
+    va_end(ap);
+    if (st == NULL) {
         rc = KESTREL_EIO;
     } else {
-        va_start(ap, types);
-        for (int i = 0; types[i]; i++) {
-            if (types[i] == 'i')
-                sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
-            else
-                sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_STATIC);
-        }
-        va_end(ap);
         if (sqlite3_step(st) != SQLITE_DONE)
             rc = kd__sql_fail(cat, "write");
     }
@@ -112,17 +120,28 @@ int kd__run(kd_catalog *cat, const char *sql, const char *types, ...)
     return rc;
 }
 
-int kd__rows(sqlite3_stmt *st, size_t elem, int (*fill)(sqlite3_stmt *st, void *row), void **out, size_t *n)
+int kd__rows(kd_catalog *cat, const char *sql, size_t elem, int (*fill)(sqlite3_stmt *st, void *row), void **out,
+             size_t *n, const char *types, ...)
 {
+    sqlite3_stmt *st;
     size_t cap = 0;
-    int rc = 0;
     char *rows = NULL;
+    va_list ap;
+    int rc = 0;
     *n = 0;
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-        if ((rc = kestrel__array_grow(&rows, &cap, *n + 1, elem)) == 0 && (rc = fill(st, rows + *n * elem)) == 0)
-            (*n)++;
+    kd__lock(cat);
+    va_start(ap, types);
+    st = prepare(cat, sql, types, ap);
+    va_end(ap);
+    if (st == NULL) {
+        rc = KESTREL_EIO;
+    } else {
+        while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+            if ((rc = kestrel__array_grow(&rows, &cap, *n + 1, elem)) == 0 && (rc = fill(st, rows + *n * elem)) == 0)
+                (*n)++;
+        sqlite3_reset(st);
     }
-    sqlite3_reset(st);
+    kd__unlock(cat);
     *out = rows;
     return rc;
 }

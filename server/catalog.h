@@ -146,9 +146,9 @@ void kd__lock(kd_catalog *cat);
 void kd__unlock(kd_catalog *cat);
 int kd__exec(kd_catalog *cat, const char *sql);
 int kd__run(kd_catalog *cat, const char *sql, const char *types, ...);
-/* Step a bound statement to its end, one elem-sized row per result filled by fill (which may fail).
- * *out and *n hold the complete rows so far either way (the caller frees them); reset st. */
-int kd__rows(struct sqlite3_stmt *st, size_t elem, int (*fill)(struct sqlite3_stmt *st, void *row), void **out,
-             size_t *n);
+/* Run a query (types: 'i' int64, 's' text per argument) into an array of elem-sized rows, each filled
+ * by fill (which may fail). *out and *n hold the complete rows so far either way; the caller frees. */
+int kd__rows(kd_catalog *cat, const char *sql, size_t elem, int (*fill)(struct sqlite3_stmt *st, void *row),
+             void **out, size_t *n, const char *types, ...);
 
 #endif

@@ -291,23 +291,11 @@ int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_ro
     static const char *const sql =
         "SELECT id, priority, gpus, submit_ms, no_retry, restart_count, pid, pid_start FROM jobs"
         " WHERE state = ? AND ext_id = '' ORDER BY priority DESC, submit_ms, id LIMIT ?";
-    sqlite3_stmt *st;
     void *rows = NULL;
-    int rc;
-    *out = NULL;
-    *n = 0;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        kd__unlock(cat);
-        return KESTREL_EIO;
-    }
-    sqlite3_bind_int(st, 1, state);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)limit);
-    rc = kd__rows(st, sizeof(**out), job_row, &rows, n);
+    int rc = kd__rows(cat, sql, sizeof(**out), job_row, &rows, n, "ii", (int64_t)state, (int64_t)limit);
     *out = rows;
-    kd__unlock(cat);
     if (rc < 0) {
-        free(*out);
+        free(rows);
         *out = NULL;
         *n = 0;
     }

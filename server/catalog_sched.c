@@ -34,20 +34,9 @@ int kd_catalog_queue(kd_catalog *cat, size_t limit, kd_queued **out, size_t *n)
     static const char *const sql =
         "SELECT j.id, j.priority, j.submit_ms, j.owner_id, u.name, j.team, j.spec, j.restart_count FROM jobs j"
         " JOIN users u ON u.id = j.owner_id WHERE j.state = 1 AND j.ext_id = '' ORDER BY j.priority DESC, j.submit_ms, j.id LIMIT ?";
-    sqlite3_stmt *st;
     void *rows = NULL;
-    int rc;
-    *out = NULL;
-    *n = 0;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        kd__unlock(cat);
-        return KESTREL_EIO;
-    }
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)limit);
-    rc = kd__rows(st, sizeof(**out), queued_row, &rows, n);
+    int rc = kd__rows(cat, sql, sizeof(**out), queued_row, &rows, n, "i", (int64_t)limit);
     *out = rows;
-    kd__unlock(cat);
     if (rc < 0) {
         kd_queued_free(*out, *n);
         *out = NULL;
@@ -210,21 +199,11 @@ int kd_catalog_ext_jobs(kd_catalog *cat, kd_ext_row **out, size_t *n)
     static const char *const sql =
         "SELECT id, ext_id, state, priority, restart_count FROM jobs WHERE ext_id != '' AND state IN (1, 2, 6)"
         " ORDER BY id";
-    sqlite3_stmt *st;
     void *rows = NULL;
-    int rc;
-    *out = NULL;
-    *n = 0;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        kd__unlock(cat);
-        return KESTREL_EIO;
-    }
-    rc = kd__rows(st, sizeof(**out), ext_row, &rows, n);
+    int rc = kd__rows(cat, sql, sizeof(**out), ext_row, &rows, n, "");
     *out = rows;
-    kd__unlock(cat);
     if (rc < 0) {
-        free(*out);
+        free(rows);
         *out = NULL;
         *n = 0;
     }
