@@ -404,18 +404,32 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
 }
 
 /* Submit what was handed over and is not submitted yet. Called with s->mu held; drops it per job. */
+static int id_order(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Submit what was handed over and is not submitted yet, oldest first (Slurm orders a class by
+ * submission). Called with s->mu held; drops it per job. */
 static void submit_pending(kd_slurm *s)
 {
+    int64_t *ids = NULL;
+    size_t n = 0, cap = 0;
     for (kd_sjob *j = s->jobs, *next; j; j = next) {
-        char why[600] = "";
-        kd_sjob copy;
-        int rc;
         next = j->next;
-        if (j->cancelled && !j->slurm_id[0]) {
+        if (j->cancelled && !j->slurm_id[0])
             drop(s, j);   /* cancelled before it reached Slurm */
-            continue;
-        }
-        if (j->slurm_id[0])
+        else if (!j->slurm_id[0] && kestrel__array_grow(&ids, &cap, n + 1, sizeof(*ids)) == 0)
+            ids[n++] = j->id;
+    }
+    if (n > 1)
+        qsort(ids, n, sizeof(*ids), id_order);
+    for (size_t i = 0; i < n && !s->stop; i++) {
+        char why[600] = "";
+        kd_sjob copy, *j = find(s, ids[i]);
+        int rc;
+        if (j == NULL || j->slurm_id[0] || j->cancelled)
             continue;
         copy = *j;
         pthread_mutex_unlock(&s->mu);
@@ -433,7 +447,8 @@ static void submit_pending(kd_slurm *s)
             kd_engine_changed(s->e);
         }
         pthread_mutex_lock(&s->mu);
-        next = j->next;   /* the list may have grown at the head only; j is still ours */
+        if ((j = find(s, ids[i])) == NULL)   /* only this thread drops jobs: still there */
+            continue;
         j->priority = copy.priority;
         if (rc == 0) {
             snprintf(j->slurm_id, sizeof(j->slurm_id), "%s", copy.slurm_id);
@@ -448,6 +463,7 @@ static void submit_pending(kd_slurm *s)
             drop(s, j);
         }
     }
+    free(ids);
 }
 
 /* Slurm no longer lists a job (past MinJobAge, or a cluster restarted without state): ask sacct. */

@@ -164,6 +164,9 @@ def test_dependency_chain(d):
         slurm_job(slurm_id(d, b))["Dependency"] == "(null)"   # satisfied dependencies are cleared
     assert jobs[after_bad]["state"] == "FAILED" and "dependency" in jobs[after_bad]["reason"], jobs[after_bad]
     assert jobs[anyway]["state"] == "SUCCEEDED"
+    # handed over oldest first: Slurm orders a class by submission
+    sids = [int(slurm_id(d, j)) for j in (a, b, c, bad, anyway)]
+    assert sids == sorted(sids), sids
 
 
 def test_affinity_runs_on_the_node_of_the_earlier_job(d):
