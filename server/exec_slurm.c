@@ -630,6 +630,10 @@ static void slurm_close(kd_engine *e)
     pthread_mutex_unlock(&s->mu);
     if (s->running)
         pthread_join(s->thread, NULL);
+    pthread_mutex_lock(&s->mu);
+    while (s->clones)   /* a clone thread still uses s */
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     while (s->jobs)
         drop(s, s->jobs);
     pthread_cond_destroy(&s->cv);

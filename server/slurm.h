@@ -25,6 +25,8 @@ typedef struct kd_sjob {
     int64_t off[2];             /* bytes of slurm.out / slurm.err already in the catalog */
     int cancelled;              /* cancelled through Kestrel */
     int dep_failed;             /* Slurm said DependencyNeverSatisfied: cancelled there, FAILED here */
+    int cloning;                /* its git source is being cloned on a helper thread */
+    char clone_error[400];      /* why that clone failed ("" none) */
     char cancelled_by[160];
     int missing;                /* polls in a row in which Slurm did not list it */
     int64_t seen_running_ms;
@@ -43,6 +45,7 @@ typedef struct {
     char dir[PATH_MAX];         /* DATA/slurm: the wrapper */
     char wrapper[PATH_MAX];
     int ctl_down;               /* the last scontrol call failed (logged once) */
+    int clones;                 /* helper threads cloning git sources (close waits for them) */
 } kd_slurm;
 
 /* Slurm's view of one job (scontrol show job -o, or sacct). */

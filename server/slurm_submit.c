@@ -138,6 +138,87 @@ static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *to
     return rc < 0 ? kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", path, strerror(errno)) : 0;
 }
 
+typedef struct {
+    kd_slurm *s;
+    int64_t id;
+    Kestrel__V1__JobSpec *spec;
+    char work[PATH_MAX];
+} clone_job;
+
+/* Clone into WORK.tmp, then rename it to WORK: the work dir exists only once complete. */
+static void *clone_main(void *arg)
+{
+    clone_job *c = arg;
+    kd_slurm *s = c->s;
+    char tmp[PATH_MAX + 8], why[400] = "";
+    char *rm[] = { "rm", "-rf", tmp, NULL };
+    kestrel_buf out = KESTREL_BUF_INIT;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", c->work);
+    kd_exec_run(rm, NULL, &out);   /* what a crash left behind */
+    kestrel_buf_dispose(&out);
+    if (kd_exec_checkout(s->e, c->spec, c->id, tmp, why, sizeof(why)) == 0 && rename(tmp, c->work) < 0)
+        snprintf(why, sizeof(why), "cannot rename %s: %s", tmp, strerror(errno));
+    pthread_mutex_lock(&s->mu);
+    for (kd_sjob *j = s->jobs; j; j = j->next)
+        if (j->id == c->id) {
+            j->cloning = 0;
+            snprintf(j->clone_error, sizeof(j->clone_error), "%s", why[0] ? why : "");
+            if (!why[0])
+                j->clone_error[0] = '\0';
+        }
+    s->clones--;
+    s->wake = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    protobuf_c_message_free_unpacked(&c->spec->base, NULL);
+    free(c);
+    return NULL;
+}
+
+/* 1: the clone runs (the job waits for it), -1: it could not start (why). */
+static int start_clone(kd_slurm *s, int64_t id, const Kestrel__V1__JobSpec *spec, const char *work, char *why, size_t n)
+{
+    clone_job *c = calloc(1, sizeof(*c));
+    kestrel_buf packed = KESTREL_BUF_INIT;
+    pthread_attr_t at;
+    pthread_t t;
+    int rc;
+    if (c == NULL || kestrel__wire_pack(&packed, &spec->base) < 0 ||
+        (c->spec = kestrel__v1__job_spec__unpack(NULL, packed.size, (const uint8_t *)packed.ptr)) == NULL) {
+        free(c);
+        kestrel_buf_dispose(&packed);
+        snprintf(why, n, "out of memory");
+        return -1;
+    }
+    kestrel_buf_dispose(&packed);
+    c->s = s;
+    c->id = id;
+    snprintf(c->work, sizeof(c->work), "%s", work);
+    pthread_mutex_lock(&s->mu);
+    s->clones++;
+    for (kd_sjob *j = s->jobs; j; j = j->next)
+        if (j->id == id)
+            j->cloning = 1;
+    pthread_mutex_unlock(&s->mu);
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&t, &at, clone_main, c);
+    pthread_attr_destroy(&at);
+    if (rc != 0) {
+        pthread_mutex_lock(&s->mu);
+        s->clones--;
+        for (kd_sjob *j = s->jobs; j; j = j->next)
+            if (j->id == id)
+                j->cloning = 0;
+        pthread_mutex_unlock(&s->mu);
+        protobuf_c_message_free_unpacked(&c->spec->base, NULL);
+        free(c);
+        snprintf(why, n, "cannot start a clone thread: %s", strerror(rc));
+        return -1;
+    }
+    return 1;
+}
+
 /* Dependencies as a Slurm --dependency value. 0 ready, 1 wait (why), -1 can never run (why). */
 static int dependencies(kd_slurm *s, const Kestrel__V1__JobSpec *spec, kestrel_buf *dep, char *why, size_t n)
 {
@@ -238,8 +319,15 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         rc = -1;
         goto done;
     }
-    if (spec->git_url[0] && stat(work, &st) < 0 && kd_exec_checkout(e, spec, j->id, work, why, n) < 0) {
-        rc = -1;
+    if (spec->git_url[0] && stat(work, &st) < 0) {
+        /* a clone can take long: on a helper thread, so that following the other jobs goes on */
+        if (j->clone_error[0]) {
+            snprintf(why, n, "%s", j->clone_error);
+            rc = -1;
+        } else {
+            snprintf(why, n, "cloning %s", spec->git_url);
+            rc = j->cloning ? 1 : start_clone(s, j->id, spec, work, why, n);
+        }
         goto done;
     }
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
