@@ -1,6 +1,7 @@
 /* lib/store.c - the filesystem store (layout and guarantees in store.h). */
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -151,6 +152,30 @@ static int write_temp(const char *final, const void *data, size_t len, char *tmp
         return rc;
     }
     return 0;
+}
+
+int kestrel__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+    char tmp[PATH_MAX + 16];
+    int rc = write_temp(path, data, len, tmp, sizeof(tmp), 1);
+    if (rc < 0)
+        return rc;
+    if (chmod(tmp, mode) < 0 || rename(tmp, path) < 0) {
+        rc = io_error("cannot write", path);
+        unlink(tmp);
+    }
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+void kestrel__rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len)

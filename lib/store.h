@@ -18,6 +18,10 @@ typedef struct kestrel__store kestrel__store;
 
 /* mkdir -p: 0, or -1 with errno. */
 int kestrel__mkdirs(const char *path, mode_t mode);
+/* Write data to path: a temp name next to it, fsync, chmod mode, rename. 0 or an error. */
+int kestrel__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* rm -rf path (best effort: what cannot be removed stays). */
+void kestrel__rm_tree(const char *path);
 
 int kestrel__store_open(kestrel__store **out, const char *root);
 void kestrel__store_close(kestrel__store *s);

@@ -6,13 +6,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <openssl/evp.h>
+#include "store.h"
 #include "tree.h"
 
 #define COPY_BUF (1u << 20)
@@ -156,29 +156,16 @@ void kestrel__tree_digest(const kestrel__tree_file *f, size_t n, char hex[65])
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag; (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* mkdir -p of the parents of rel under root. */
 static int parents(const char *root, const char *rel)
 {
     char path[8400];
-    size_t base = (size_t)snprintf(path, sizeof(path), "%s/", root);
-    snprintf(path + base, sizeof(path) - base, "%s", rel);
-    for (char *p = path + base; (p = strchr(p, '/')) != NULL; p++) {
-        *p = '\0';
-        if (mkdir(path, 0755) < 0 && errno != EEXIST)
-            return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
-        *p = '/';
-    }
+    const char *slash = strrchr(rel, '/');
+    if (slash == NULL)
+        return 0;
+    snprintf(path, sizeof(path), "%s/%.*s", root, (int)(slash - rel), rel);
+    if (kestrel__mkdirs(path, 0755) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -276,9 +263,9 @@ int kestrel__tree_install(int blob, const kestrel__tree_file *f, size_t n, int64
         old[0] = '\0';
     }
     if (rc < 0)
-        rm_tree(tmp);
+        kestrel__rm_tree(tmp);
     if (old[0])
-        rm_tree(old);
+        kestrel__rm_tree(old);
     return rc;
 }
 

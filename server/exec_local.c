@@ -2,7 +2,6 @@
  * (no shell) in its own process group, stdout/stderr captured line by line into the catalog. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 #include "exec_local.h"
 #include "exec_util.h"
+#include "store.h"
 
 extern char **environ;
 
@@ -54,12 +54,6 @@ int64_t kd_proc_start_time(pid_t pid)
             start = strtoll(p, NULL, 10);
     }
     return start;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag; (void)ftw;
-    return remove(path);
 }
 
 typedef struct {
@@ -169,8 +163,8 @@ static void *runner(void *arg)
         snprintf(why, sizeof(why), "out of memory");
         goto not_started;
     }
-    nftw(work, rm_entry, 16, FTW_DEPTH | FTW_PHYS);   /* a rerun starts from a clean work dir */
-    if (kd_exec_mkdir_p(ckpt) < 0 || (!spec->git_url[0] && kd_exec_mkdir_p(work) < 0)) {
+    kestrel__rm_tree(work);   /* a rerun starts from a clean work dir */
+    if (kestrel__mkdirs(ckpt, 0755) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0755) < 0)) {
         snprintf(why, sizeof(why), "cannot create %s: %s", dir, strerror(errno));
         goto not_started;
     }

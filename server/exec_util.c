@@ -31,22 +31,6 @@ void kd_exec_log(kd_engine *e, int64_t id, const char *fmt, ...)
     kd_engine_log(e, id, &l, 1);
 }
 
-int kd_exec_mkdir_p(const char *path)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    }
-    return (mkdir(tmp, 0755) < 0 && errno != EEXIST) ? -1 : 0;
-}
-
-
 /* Make bytes safe for a protobuf string: invalid UTF-8 bytes become '?'. */
 void kd_exec_sanitize(char *s, size_t len)
 {

@@ -8,7 +8,6 @@
 
 /* A SYSTEM line in the job's log. */
 void kd_exec_log(kd_engine *e, int64_t id, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int kd_exec_mkdir_p(const char *path);
 /* Make bytes safe for a protobuf string: invalid UTF-8 bytes become '?'. */
 void kd_exec_sanitize(char *s, size_t len);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write

@@ -76,28 +76,6 @@ static int parse_int(const char *flag, const char *v, long lo, long hi, long *ou
     return 0;
 }
 
-/* Write content to path atomically: temp file, fsync, rename. */
-static int write_file_atomic(const char *path, const char *content, mode_t mode)
-{
-    char tmp[PATH_MAX];
-    int fd;
-    size_t len = strlen(content);
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)) < 0)
-        return -1;
-    if (write(fd, content, len) != (ssize_t)len || fsync(fd) < 0) {
-        close(fd);
-        unlink(tmp);
-        return -1;
-    }
-    close(fd);
-    if (rename(tmp, path) < 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
 /* "80G", "40960M", "512" (MB) -> MB; -1 on junk. */
 static int64_t parse_mb(const char *v)
 {
@@ -346,8 +324,8 @@ static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
     if (kd_token_issue(cat, uid, 0, token, sizeof(token)) < 0)
         return -1;
     snprintf(line, sizeof(line), "%s\n", token);
-    if (write_file_atomic(path, line, 0600) < 0) {
-        fprintf(stderr, "kestreld: cannot write %s: %s\n", path, strerror(errno));
+    if (kestrel__write_file_atomic(path, line, strlen(line), 0600) < 0) {
+        fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         return -1;
     }
     fprintf(stderr, "kestreld: created user 'admin'; its token is in %s\n", path);
@@ -485,8 +463,8 @@ int main(int argc, char **argv)
     }
     if (cfg.port_file) {
         snprintf(portbuf, sizeof(portbuf), "%d\n", port);
-        if (write_file_atomic(cfg.port_file, portbuf, 0644) < 0)
-            fprintf(stderr, "kestreld: cannot write %s: %s\n", cfg.port_file, strerror(errno));
+        if (kestrel__write_file_atomic(cfg.port_file, portbuf, strlen(portbuf), 0644) < 0)
+            fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
     }
     fprintf(stderr, "kestreld %s listening on %s (data %s)\n", KESTREL_VERSION_STRING, engine.url, data_dir);
     for (size_t i = 0; i < cfg.nnodes; i++)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include "exec_util.h"
 #include "slurm.h"
+#include "store.h"
 
 /* The wrapper is the batch shell: Slurm's preemption warning (USR1 at the start of the grace period,
  * --signal=B:USR1@grace with preempt_send_user_signal) becomes the SIGTERM the local executor sends,
@@ -36,35 +37,13 @@ static const char wrapper_text[] =
     "fi\n"
     "exit $rc\n";
 
-/* Write text to path: temp name, fsync, rename. */
-static int write_atomic(const char *path, const char *text, mode_t mode)
-{
-    char tmp[PATH_MAX + 16];
-    size_t len = strlen(text);
-    int fd;
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)) < 0)
-        return -1;
-    if (write(fd, text, len) != (ssize_t)len || fsync(fd) < 0 || close(fd) < 0) {
-        if (fd >= 0)
-            close(fd);
-        unlink(tmp);
-        return -1;
-    }
-    if (rename(tmp, path) < 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
 int kd_slurm_write_wrapper(kd_slurm *s)
 {
     snprintf(s->dir, sizeof(s->dir), "%s/slurm", s->e->cfg->data_dir);
     snprintf(s->wrapper, sizeof(s->wrapper), "%s/kestrel-wrap", s->dir);
-    if (kd_exec_mkdir_p(s->dir) < 0 || write_atomic(s->wrapper, wrapper_text, 0755) < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", s->wrapper, strerror(errno));
-    return 0;
+    if (kestrel__mkdirs(s->dir, 0755) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", s->dir, strerror(errno));
+    return kestrel__write_file_atomic(s->wrapper, wrapper_text, strlen(wrapper_text), 0755);
 }
 
 const char *kd_slurm_partition(const kd_engine *e, const char *pool)
@@ -133,9 +112,9 @@ static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *to
     }
     kestrel__buf_puts(&b, "\n");
     snprintf(path, pathlen, "%s/slurm.sh", dir);
-    rc = b.ptr ? write_atomic(path, b.ptr, 0700) : -1;
+    rc = b.ptr ? kestrel__write_file_atomic(path, b.ptr, b.size, 0700) : kestrel__error_oom();
     kestrel_buf_dispose(&b);
-    return rc < 0 ? kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", path, strerror(errno)) : 0;
+    return rc;
 }
 
 typedef struct {
@@ -151,20 +130,15 @@ static void *clone_main(void *arg)
     clone_job *c = arg;
     kd_slurm *s = c->s;
     char tmp[PATH_MAX + 8], why[400] = "";
-    char *rm[] = { "rm", "-rf", tmp, NULL };
-    kestrel_buf out = KESTREL_BUF_INIT;
     snprintf(tmp, sizeof(tmp), "%s.tmp", c->work);
-    kd_exec_run(rm, NULL, &out);   /* what a crash left behind */
-    kestrel_buf_dispose(&out);
+    kestrel__rm_tree(tmp);   /* what a crash left behind */
     if (kd_exec_checkout(s->e, c->spec, c->id, tmp, why, sizeof(why)) == 0 && rename(tmp, c->work) < 0)
         snprintf(why, sizeof(why), "cannot rename %s: %s", tmp, strerror(errno));
     pthread_mutex_lock(&s->mu);
     for (kd_sjob *j = s->jobs; j; j = j->next)
         if (j->id == c->id) {
             j->cloning = 0;
-            snprintf(j->clone_error, sizeof(j->clone_error), "%s", why[0] ? why : "");
-            if (!why[0])
-                j->clone_error[0] = '\0';
+            snprintf(j->clone_error, sizeof(j->clone_error), "%s", why);
         }
     s->clones--;
     s->wake = 1;
@@ -314,7 +288,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)j->id);
     snprintf(work, sizeof(work), "%s/work", dir);
     snprintf(script, sizeof(script), "%s/checkpoint", dir);
-    if (kd_exec_mkdir_p(script) < 0 || (!spec->git_url[0] && kd_exec_mkdir_p(work) < 0)) {
+    if (kestrel__mkdirs(script, 0755) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0755) < 0)) {
         snprintf(why, n, "cannot create %s: %s", dir, strerror(errno));
         rc = -1;
         goto done;
