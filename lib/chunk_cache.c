@@ -40,19 +40,26 @@ static int64_t parse_size(const char *s)
     return *end ? DEFAULT_MAX : (int64_t)v;
 }
 
-void kestrel__cache_open(kestrel__chunk_cache *cache)
+int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *leaf)
 {
     const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && !*env)
+        out[0] = '\0';
+    else if (env)
+        snprintf(out, n, "%s%s", env, env_suffix);
+    else if (xdg && *xdg)
+        snprintf(out, n, "%s/kestrel/%s", xdg, leaf);
+    else
+        snprintf(out, n, "%s/.cache/kestrel/%s", home ? home : "/tmp", leaf);
+    return out[0] && parse_size(getenv("KESTREL_CACHE_MAX")) != 0;
+}
+
+void kestrel__cache_open(kestrel__chunk_cache *cache)
+{
     char packs[2100];
     memset(cache, 0, sizeof(*cache));
-    if (env)
-        snprintf(cache->dir, sizeof(cache->dir), "%s", env);
-    else if (xdg && *xdg)
-        snprintf(cache->dir, sizeof(cache->dir), "%s/kestrel/chunks", xdg);
-    else
-        snprintf(cache->dir, sizeof(cache->dir), "%s/.cache/kestrel/chunks", home ? home : "/tmp");
     cache->max_bytes = parse_size(getenv("KESTREL_CACHE_MAX"));
-    if (!cache->dir[0] || cache->max_bytes == 0)
+    if (!kestrel__cache_dir(cache->dir, sizeof(cache->dir), "", "chunks"))
         return;
     snprintf(packs, sizeof(packs), "%s/packs", cache->dir);
     cache->on = kestrel__mkdirs(packs, 0700) == 0 && access(packs, W_OK) == 0;

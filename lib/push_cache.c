@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "push_cache.h"
 #include "chunk.h"
+#include "chunk_cache.h"
 #include "store.h"
 
 #define MAX_ENTRY_CHUNKS (64u << 20)
@@ -22,19 +23,10 @@ static int64_t ns(struct timespec t)
 /* The entry's file for path ("" when there is no cache). */
 static void entry_path(const char *path, char *out, size_t n)
 {
-    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char abs[PATH_MAX], key[KESTREL__HEX_LEN + 1], dir[2100];
     out[0] = '\0';
-    if (realpath(path, abs) == NULL || (getenv("KESTREL_CACHE_MAX") && !strcmp(getenv("KESTREL_CACHE_MAX"), "0")))
+    if (!kestrel__cache_dir(dir, sizeof(dir), ".stat", "stat") || realpath(path, abs) == NULL)
         return;
-    if (env && !*env)
-        return;
-    if (env)
-        snprintf(dir, sizeof(dir), "%s.stat", env);
-    else if (xdg && *xdg)
-        snprintf(dir, sizeof(dir), "%s/kestrel/stat", xdg);
-    else
-        snprintf(dir, sizeof(dir), "%s/.cache/kestrel/stat", home ? home : "/tmp");
     kestrel__sha256_hex(abs, strlen(abs), key);
     if (kestrel__mkdirs(dir, 0700) == 0)
         snprintf(out, n, "%s/%s", dir, key);
