@@ -392,35 +392,6 @@ static void keep_pack(kestrel__chunk_cache *cache, const char *path, const Kestr
     kestrel__cache_trim(cache);
 }
 
-/* A pulled directory version: check the listing against the manifest's digest, then split. */
-static int tree_install(int fd, const Kestrel__V1__Manifest *mf, const char *ref, const char *dest)
-{
-    kestrel__tree_file *f = calloc(mf->n_files + 1, sizeof(*f));
-    char hex[65];
-    int rc = 0;
-    if (f == NULL)
-        return kestrel__error_oom();
-    for (size_t i = 0; i < mf->n_files; i++) {
-        const Kestrel__V1__TreeFile *t = mf->files[i];
-        if (strlen(t->sha256) != 64) {
-            free(f);
-            return kestrel__error_set(KESTREL_EPROTO, "%s: the tree manifest is damaged", ref);
-        }
-        f[i].path = t->path;   /* borrowed */
-        f[i].size = t->size;
-        memcpy(f[i].sha, t->sha256, 65);
-        f[i].mode = t->mode;
-        f[i].chunks = t->chunks;
-    }
-    kestrel__tree_digest(f, mf->n_files, hex);
-    if (strcmp(hex, mf->sha256))
-        rc = kestrel__error_set(KESTREL_EPROTO, "%s: the tree does not match its digest", ref);
-    if (rc == 0)
-        rc = kestrel__tree_install(fd, f, mf->n_files, mf->size, mf->n_chunks, dest);
-    free(f);
-    return rc;
-}
-
 int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest, kestrel__progress *pr)
 {
     char name[256], upath[700], tmp[4096] = "", sha[65];
@@ -558,7 +529,10 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
     if (rc < 0)
         goto done;
     if (mf->n_files) {   /* a directory: its files' concatenation, split and verified file by file */
-        rc = tree_install(fd, mf, ref, dest);
+        kestrel__tree_file *f = kestrel__tree_of_pb(mf);
+        rc = f ? kestrel__tree_install(fd, f, mf->n_files, mf->size, mf->n_chunks, mf->sha256, dest)
+               : kestrel__error_oom();
+        free(f);
         if (rc < 0)
             goto done;
         close(fd);

@@ -126,6 +126,8 @@ int kestrel__tree_check(const kestrel__tree_file *f, size_t n, int64_t size, siz
             return kestrel__error_set(KESTREL_EINVALID, "tree: '%.100s' is both a file and a directory", f[i - 1].path);
         if (f[i].size < 0 || f[i].chunks < 0 || (f[i].size > 0) != (f[i].chunks > 0) || (f[i].mode & ~0777u))
             return kestrel__error_set(KESTREL_EINVALID, "tree: bad entry '%.100s'", f[i].path);
+        if (strspn(f[i].sha, "0123456789abcdef") != 64 || f[i].sha[64])
+            return kestrel__error_set(KESTREL_EINVALID, "tree: the sha256 of '%.100s' is not 64 hex digits", f[i].path);
         total += f[i].size;
         chunks += f[i].chunks;
     }
@@ -221,15 +223,18 @@ static int extract(int blob, int64_t at, const kestrel__tree_file *f, const char
 }
 
 int kestrel__tree_install(int blob, const kestrel__tree_file *f, size_t n, int64_t size, size_t nchunks,
-                          const char *dest)
+                          const char *want, const char *dest)
 {
-    char tmp[4200], old[4200] = "";
+    char tmp[4200], old[4200] = "", hex[65];
     uint8_t *buf = NULL;
     int64_t at = 0;
     struct stat st;
     int rc, dfd;
     if ((rc = kestrel__tree_check(f, n, size, nchunks)) < 0)   /* a server's manifest is input too */
         return rc;
+    kestrel__tree_digest(f, n, hex);
+    if (want == NULL || strcmp(hex, want))
+        return kestrel__error_set(KESTREL_EPROTO, "the tree of %s does not match its digest", dest);
     if (lstat(dest, &st) == 0 && !S_ISDIR(st.st_mode))
         return kestrel__error_set(KESTREL_EEXISTS, "%s exists and is not a directory", dest);
     snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
@@ -356,4 +361,18 @@ int kestrel__tree_from_json(const cJSON *arr, kestrel__tree_file **out, size_t *
     *out = f;
     *n = k;
     return 0;
+}
+
+kestrel__tree_file *kestrel__tree_of_pb(const Kestrel__V1__Manifest *mf)
+{
+    kestrel__tree_file *f = calloc(mf->n_files + 1, sizeof(*f));
+    for (size_t i = 0; f && i < mf->n_files; i++) {
+        const Kestrel__V1__TreeFile *t = mf->files[i];
+        f[i].path = t->path;   /* borrowed */
+        f[i].size = t->size;
+        snprintf(f[i].sha, sizeof(f[i].sha), "%s", t->sha256);
+        f[i].mode = t->mode;
+        f[i].chunks = t->chunks;
+    }
+    return f;
 }

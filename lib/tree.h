@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include "internal.h"
 #include "repo_priv.h"
+#include "wire.h"
 
 /* One regular file of a tree version. */
 typedef struct {
@@ -23,10 +24,13 @@ int kestrel__tree_path_valid(const char *path);
 int kestrel__tree_check(const kestrel__tree_file *f, size_t n, int64_t size, size_t nchunks);
 /* A tree version's digest (its manifest's sha256): SHA-256 over "mode size sha path\0" per file. */
 void kestrel__tree_digest(const kestrel__tree_file *f, size_t n, char hex[65]);
-/* Split the pulled concatenation (blob, verified chunk by chunk) into a fresh directory, verify
- * every file against its digest, and rename it to dest (an existing directory there is replaced). */
+/* Check the listing (kestrel__tree_check, and its digest against want), split the pulled
+ * concatenation (blob, verified chunk by chunk) into a fresh directory, verify every file against
+ * its digest, and rename it to dest (an existing directory there is replaced). */
 int kestrel__tree_install(int blob, const kestrel__tree_file *f, size_t n, int64_t size, size_t nchunks,
-                          const char *dest);
+                          const char *want, const char *dest);
+/* A manifest's files as a listing (paths borrowed from mf; free() the array only). NULL: no memory. */
+kestrel__tree_file *kestrel__tree_of_pb(const Kestrel__V1__Manifest *mf);
 
 /* Called after each file of a tree is chunked (the HTTP push sends its new chunks from there). */
 typedef int (*kestrel__tree_each)(void *ctx, const char *path, kestrel__chunk_ref *refs, size_t n);

@@ -204,34 +204,24 @@ static int is_hex64(const char *s)
  * over the listing is the manifest's sha256. msg says what is wrong. */
 static int tree_valid(const Kestrel__V1__Manifest *in, char *msg, size_t n)
 {
-    kestrel__tree_file *f = calloc(in->n_files + 1, sizeof(*f));
+    kestrel__tree_file *f = kestrel__tree_of_pb(in);
     size_t chunk = 0;
     char hex[65];
     int rc = 0;
     if (f == NULL)
         return kestrel__error_oom();
-    for (size_t i = 0; i < in->n_files && rc == 0; i++) {
-        const Kestrel__V1__TreeFile *t = in->files[i];
-        int64_t sum = 0;
-        f[i].path = t->path;   /* borrowed */
-        f[i].size = t->size;
-        f[i].mode = t->mode;
-        f[i].chunks = t->chunks;
-        snprintf(f[i].sha, sizeof(f[i].sha), "%s", t->sha256);
-        if (!is_hex64(t->sha256)) {
-            snprintf(msg, n, "field 'files': the sha256 of '%.100s' is not 64 hex digits", t->path);
-            rc = -1;
-        }
-        for (int64_t k = 0; rc == 0 && k < t->chunks && chunk < in->n_chunks; k++)
-            sum += in->chunks[chunk++]->size;
-        if (rc == 0 && t->chunks >= 0 && sum != t->size) {
-            snprintf(msg, n, "field 'files': the chunks of '%.100s' do not add up to its size", t->path);
-            rc = -1;
-        }
-    }
-    if (rc == 0 && kestrel__tree_check(f, in->n_files, in->size, in->n_chunks) < 0) {
+    if (kestrel__tree_check(f, in->n_files, in->size, in->n_chunks) < 0) {
         snprintf(msg, n, "field 'files': %s", kestrel_error_last()->message);
         rc = -1;
+    }
+    for (size_t i = 0; i < in->n_files && rc == 0; i++) {
+        int64_t sum = 0;
+        for (int64_t k = 0; k < f[i].chunks && chunk < in->n_chunks; k++)
+            sum += in->chunks[chunk++]->size;
+        if (sum != f[i].size) {
+            snprintf(msg, n, "field 'files': the chunks of '%.100s' do not add up to its size", f[i].path);
+            rc = -1;
+        }
     }
     if (rc == 0) {
         kestrel__tree_digest(f, in->n_files, hex);
@@ -246,18 +236,8 @@ static int tree_valid(const Kestrel__V1__Manifest *in, char *msg, size_t n)
 
 static cJSON *tree_json(const Kestrel__V1__Manifest *in)
 {
-    kestrel__tree_file *f = calloc(in->n_files + 1, sizeof(*f));
-    cJSON *j;
-    if (f == NULL)
-        return NULL;
-    for (size_t i = 0; i < in->n_files; i++) {
-        f[i].path = in->files[i]->path;
-        f[i].size = in->files[i]->size;
-        f[i].mode = in->files[i]->mode;
-        f[i].chunks = in->files[i]->chunks;
-        snprintf(f[i].sha, sizeof(f[i].sha), "%s", in->files[i]->sha256);
-    }
-    j = kestrel__tree_to_json(f, in->n_files);
+    kestrel__tree_file *f = kestrel__tree_of_pb(in);
+    cJSON *j = f ? kestrel__tree_to_json(f, in->n_files) : NULL;
     free(f);
     return j;
 }

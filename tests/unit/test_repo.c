@@ -330,7 +330,12 @@ static void tree_paths_and_listings(void **state)
     f[0] = (kestrel__tree_file){ "a", 10, "", 0644, 1 };
     f[1] = (kestrel__tree_file){ "b/c", 0, "", 0600, 0 };
     f[2] = (kestrel__tree_file){ "b/d", 5, "", 0644, 2 };
+    for (int i = 0; i < 3; i++)
+        memset(f[i].sha, 'a' + i, 64);
     assert_int_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    f[1].sha[10] = 'X';                                               /* not a SHA-256 in hex */
+    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    f[1].sha[10] = 'b';
     assert_int_not_equal(kestrel__tree_check(f, 3, 16, 3), 0);       /* sizes do not add up */
     assert_int_not_equal(kestrel__tree_check(f, 3, 15, 4), 0);       /* chunk counts do not add up */
     f[1].path = "b";                                                  /* "b" is a file and a directory */
