@@ -17,6 +17,17 @@
 
 static kd_slurm *state(kd_engine *e) { return e->ext_state; }
 
+/* scancel one Slurm job: 0, or an error with scancel's words. */
+static int scancel(const char *sid)
+{
+    char *argv[] = { "scancel", (char *)sid, NULL };
+    kestrel_buf out = KESTREL_BUF_INIT;
+    int rc = kd_exec_run(argv, NULL, &out) == 0 ? 0
+             : kestrel__error_set(KESTREL_ERROR, "scancel %s: %s", sid, out.ptr ? out.ptr : "failed");
+    kestrel_buf_dispose(&out);
+    return rc;
+}
+
 static kd_sjob *find(kd_slurm *s, int64_t id)
 {
     for (kd_sjob *j = s->jobs; j; j = j->next)
@@ -78,15 +89,9 @@ static int slurm_cancel(kd_engine *e, int64_t id, const char *by)
     kstate = j->kstate;
     pthread_mutex_unlock(&s->mu);
     if (sid[0]) {
-        char *argv[] = { "scancel", sid, NULL };
-        kestrel_buf out = KESTREL_BUF_INIT;
-        int rc = kd_exec_run(argv, NULL, &out);
-        if (rc != 0) {
-            rc = kestrel__error_set(KESTREL_ERROR, "scancel %s: %s", sid, out.ptr ? out.ptr : "failed");
-            kestrel_buf_dispose(&out);
+        int rc = scancel(sid);
+        if (rc < 0)
             return rc;
-        }
-        kestrel_buf_dispose(&out);
     }
     if (kstate == KESTREL_JOB_STATE_QUEUED) {
         /* nothing runs: the job ends now (a running one ends when Slurm has stopped it) */
@@ -146,8 +151,7 @@ static int slurm_set_priority(kd_engine *e, int64_t id, int priority)
         char *argv[] = { "scontrol", "update", job, qos, NULL };
         kestrel_buf out = KESTREL_BUF_INIT;
         snprintf(job, sizeof(job), "JobId=%s", sid);
-        snprintf(qos, sizeof(qos), "QOS=%s", e->cfg->slurm_qos[priority >= KESTREL__V1__PRIORITY__URGENT ? 2
-                                                              : priority == KESTREL__V1__PRIORITY__HIGH ? 1 : 0]);
+        snprintf(qos, sizeof(qos), "QOS=%s", kd_slurm_qos(e, priority));
         if (kd_exec_run(argv, NULL, &out) != 0)
             rc = kestrel__error_set(KESTREL_EEXISTS, "Slurm refused the new class of job %s: %.200s", sid,
                                     out.ptr ? out.ptr : "no output");
@@ -352,10 +356,7 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
         pump_logs(e, &snap, final);
     if (!snap.dep_failed && !final && strstr(v->reason, "DependencyNeverSatisfied")) {
         /* Slurm would keep it pending forever; Kestrel fails a job whose after_ok dependency failed */
-        char *argv[] = { "scancel", snap.slurm_id, NULL };
-        kestrel_buf out = KESTREL_BUF_INIT;
-        kd_exec_run(argv, NULL, &out);
-        kestrel_buf_dispose(&out);
+        scancel(snap.slurm_id);
         snap.dep_failed = 1;
     }
     pthread_mutex_lock(&s->mu);
@@ -436,10 +437,7 @@ static void submit_pending(kd_slurm *s)
         rc = kd_slurm_submit(s, &copy, why, sizeof(why));
         if (rc == 0 && kd_catalog_job_set_ext(s->e->cat, copy.id, copy.slurm_id) != 0) {
             /* cancelled while sbatch ran */
-            char *argv[] = { "scancel", copy.slurm_id, NULL };
-            kestrel_buf out = KESTREL_BUF_INIT;
-            kd_exec_run(argv, NULL, &out);
-            kestrel_buf_dispose(&out);
+            scancel(copy.slurm_id);
             rc = -3;
         } else if (rc == -1) {
             kd_transition t = { kestrel__now_ms(), why, 0, 0, NULL, 0, NULL };

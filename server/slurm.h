@@ -72,6 +72,8 @@ int kd_slurm_state_final(const char *st);
  * 1 not yet (waits for a dependency or an affinity target; j->reason says why), -1 failed for good
  * (why says why), -2 Slurm unreachable (try again later). */
 int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n);
+/* The QOS of a priority class (--slurm-qos). */
+const char *kd_slurm_qos(const kd_engine *e, int priority);
 /* The partition of a pool. */
 const char *kd_slurm_partition(const kd_engine *e, const char *pool);
 /* Write the job wrapper (DATA/slurm/kestrel-wrap): 0 or -1. */

@@ -46,6 +46,12 @@ int kd_slurm_write_wrapper(kd_slurm *s)
     return kestrel__write_file_atomic(s->wrapper, wrapper_text, strlen(wrapper_text), 0755);
 }
 
+const char *kd_slurm_qos(const kd_engine *e, int priority)
+{
+    return e->cfg->slurm_qos[priority >= KESTREL__V1__PRIORITY__URGENT ? 2
+                             : priority == KESTREL__V1__PRIORITY__HIGH ? 1 : 0];
+}
+
 const char *kd_slurm_partition(const kd_engine *e, const char *pool)
 {
     for (size_t i = 0; i < e->cfg->nslurm_pools; i++)
@@ -321,9 +327,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     snprintf(a_name, sizeof(a_name), "--job-name=kestrel-%lld", (long long)j->id);
     snprintf(a_sig, sizeof(a_sig), "--signal=B:USR1@%d", spec->grace_period_s > 0 ? spec->grace_period_s
                                                                                  : e->cfg->slurm_grace_s);
-    snprintf(a_qos, sizeof(a_qos), "--qos=%s",
-             e->cfg->slurm_qos[j->priority >= KESTREL__V1__PRIORITY__URGENT ? 2
-                               : j->priority == KESTREL__V1__PRIORITY__HIGH  ? 1 : 0]);
+    snprintf(a_qos, sizeof(a_qos), "--qos=%s", kd_slurm_qos(e, j->priority));
     snprintf(a_part, sizeof(a_part), "--partition=%s", kd_slurm_partition(e, spec->pool));
     argv[k++] = "sbatch";
     argv[k++] = "--parsable";
@@ -350,8 +354,8 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     if (rc == 0 && out.ptr) {
         out.ptr[strcspn(out.ptr, ";\n")] = '\0';   /* "123" or "123;cluster" */
         snprintf(j->slurm_id, sizeof(j->slurm_id), "%s", out.ptr);
-        kd_exec_log(e, j->id, "submitted to Slurm as job %s (partition %s, %s)", j->slurm_id,
-                    kd_slurm_partition(e, spec->pool), a_qos + 2);
+        kd_exec_log(e, j->id, "submitted to Slurm as job %s (partition %s, %s%s%s)", j->slurm_id,
+                    kd_slurm_partition(e, spec->pool), a_qos + 2, a_dep ? ", " : "", a_dep ? a_dep + 2 : "");
         rc = 0;
     } else {
         const char *msg = out.ptr ? out.ptr : "no output";
