@@ -160,8 +160,9 @@ def test_dependency_chain(d):
     assert [jobs[j]["state"] for j in (a, b, c)] == ["SUCCEEDED"] * 3
     assert int(jobs[b]["start_time_ms"]) >= int(jobs[a]["end_time_ms"]) - 1000
     assert int(jobs[c]["start_time_ms"]) >= int(jobs[b]["end_time_ms"]) - 1000
-    assert f"afterok:{slurm_id(d, a)}" in slurm_job(slurm_id(d, b))["Dependency"] or \
-        slurm_job(slurm_id(d, b))["Dependency"] == "(null)"   # satisfied dependencies are cleared
+    # the chain reached Slurm as Slurm dependencies (Slurm clears them once satisfied: read the sbatch line)
+    assert f"dependency=afterok:{slurm_id(d, a)})" in d.cli("logs", str(b)).stdout
+    assert f"dependency=afterok:{slurm_id(d, b)})" in d.cli("logs", str(c)).stdout
     assert jobs[after_bad]["state"] == "FAILED" and "dependency" in jobs[after_bad]["reason"], jobs[after_bad]
     assert jobs[anyway]["state"] == "SUCCEEDED"
     # handed over oldest first: Slurm orders a class by submission
