@@ -113,6 +113,18 @@ static int wait_by_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Why a queued job waits, in Slurm's words (s->mu held). */
+static void why_waiting(const kd_sjob *j, char *reason, size_t n)
+{
+    if (!j->slurm_id[0])
+        snprintf(reason, n, "%s", j->reason);
+    else if (!strcmp(j->sstate, "CONFIGURING"))
+        snprintf(reason, n, "Slurm job %s: node %s is powering up", j->slurm_id, j->node);
+    else
+        snprintf(reason, n, "Slurm job %s is %s%s%s", j->slurm_id, j->sstate[0] ? j->sstate : "PENDING",
+                 j->reason[0] ? ": " : "", j->reason);
+}
+
 static int slurm_explain(kd_engine *e, int64_t id, char *reason, size_t n)
 {
     kd_slurm *s = state(e);
@@ -121,13 +133,7 @@ static int slurm_explain(kd_engine *e, int64_t id, char *reason, size_t n)
     pthread_mutex_lock(&s->mu);
     if ((j = find(s, id)) != NULL && j->kstate == KESTREL_JOB_STATE_QUEUED) {
         found = 1;
-        if (!j->slurm_id[0])
-            snprintf(reason, n, "%s", j->reason);
-        else if (!strcmp(j->sstate, "CONFIGURING"))
-            snprintf(reason, n, "Slurm job %s: node %s is powering up", j->slurm_id, j->node);
-        else
-            snprintf(reason, n, "Slurm job %s is %s%s%s", j->slurm_id, j->sstate[0] ? j->sstate : "PENDING",
-                     j->reason[0] ? ": " : "", j->reason);
+        why_waiting(j, reason, n);
     }
     pthread_mutex_unlock(&s->mu);
     return found;
@@ -179,13 +185,11 @@ static kd_wait *slurm_waiting(kd_engine *e, size_t *n)
             if (j->kstate != KESTREL_JOB_STATE_QUEUED)
                 continue;
             w[k].job = j->id;
+            why_waiting(j, w[k].reason, sizeof(w[k].reason));   /* the same words as explain */
             k++;
         }
     }
     pthread_mutex_unlock(&s->mu);
-    for (size_t i = 0; i < k; i++)   /* the same words as explain */
-        if (!slurm_explain(e, w[i].job, w[i].reason, sizeof(w[i].reason)))
-            snprintf(w[i].reason, sizeof(w[i].reason), "handed to Slurm");
     if (k > 1)
         qsort(w, k, sizeof(*w), wait_by_id);
     *n = k;
