@@ -39,5 +39,9 @@ int cmd_alias(cli_ctx *ctx, int argc, char **argv);
 int cmd_rm(cli_ctx *ctx, int argc, char **argv);
 int cmd_devices(cli_ctx *ctx, int argc, char **argv);
 int cmd_nodes(cli_ctx *ctx, int argc, char **argv);
+int cmd_token(cli_ctx *ctx, int argc, char **argv);
+int cmd_user(cli_ctx *ctx, int argc, char **argv);
+int cmd_login(cli_ctx *ctx, int argc, char **argv);
+int cmd_model(cli_ctx *ctx, int argc, char **argv);
 
 #endif

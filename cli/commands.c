@@ -82,6 +82,8 @@ static void submit_usage(FILE *f)
         "  --name NAME            display name\n"
         "  --label KEY=VALUE      label for filtering (repeatable)\n"
         "  --env KEY=VALUE        environment variable for the job (repeatable)\n"
+        "  --secret-env KEY=VALUE like --env, but the API shows the value as *** and the job's log\n"
+        "                         masks it (API keys, passwords; repeatable)\n"
         "  --git URL [--ref REF]  run in a checkout of URL at REF (branch, tag or commit)\n"
         "  --workdir DIR          run in DIR, relative to the work dir or checkout\n"
         "  --no-retry             after a daemon crash, fail instead of requeueing\n"
@@ -115,7 +117,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         { "after-ok", required_argument, NULL, 5 }, { "after-any", required_argument, NULL, 6 },
         { "affinity", required_argument, NULL, 7 }, { "affinity-required", no_argument, NULL, 8 },
         { "group", required_argument, NULL, 9 }, { "not-preemptible", no_argument, NULL, 10 },
-        { "grace", required_argument, NULL, 11 },
+        { "grace", required_argument, NULL, 11 }, { "secret-env", required_argument, NULL, 12 },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     kestrel_job_spec *spec;
@@ -149,12 +151,17 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
             break;
         case 'l':
         case 'e':
-            if (split_kv(optarg, c == 'l' ? "--label" : "--env", &key, &val) < 0)
+        case 12: {
+            const char *flag = c == 'l' ? "--label" : c == 'e' ? "--env" : "--secret-env";
+            if (split_kv(optarg, flag, &key, &val) < 0)
                 rc = 2;
-            else if ((c == 'l' ? kestrel_job_spec_set_label(spec, key, val) : kestrel_job_spec_set_env(spec, key, val)) < 0)
-                rc = cli_fail(c == 'l' ? "--label" : "--env", -1) + 1;
+            else if ((c == 'l' ? kestrel_job_spec_set_label(spec, key, val)
+                      : c == 'e' ? kestrel_job_spec_set_env(spec, key, val)
+                                 : kestrel_job_spec_set_secret_env(spec, key, val)) < 0)
+                rc = cli_fail(flag, -1) + 1;
             free(key);
             break;
+        }
         case 'G': git = optarg; break;
         case 'r': ref = optarg; break;
         case 'w':

@@ -32,11 +32,16 @@ static void usage(FILE *f)
         "  nodes                                   the server's nodes, devices and allocations\n"
         "  devices [--select N --min-memory 40G ...]  this host's GPUs; with criteria, a selection and\n"
         "                                          the reason each other device was not chosen\n"
+        "  model set NAME --visibility all|team|private   who may read a model (its writers decide)\n"
+        "  token create|list|revoke                tokens: scoped, expiring, revocable (see 'kestrel token --help')\n"
+        "  user set NAME --team TEAM               move a user to another team (admins)\n"
+        "  login URL [--token TOKEN]               check and store URL and token in the config file (0600)\n"
         "  version                                 print client and server versions\n"
         "\n"
         "Repositories: a file:///path URL opens one in-process (no daemon needed).\n"
         "Connection (first found wins): --url/--token, then KESTREL_URL/KESTREL_TOKEN,\n"
         "then ~/.config/kestrel/config with lines 'url = http://host:port' and 'token = ...'.\n"
+        "https:// servers are verified against the system CAs, or the PEM bundle in KESTREL_CA_FILE.\n"
         "-o json prints the API's JSON on every read command.\n"
         "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
@@ -209,6 +214,10 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "rm")) rc = cmd_rm(&ctx, argc, argv);
     else if (!strcmp(cmd, "devices")) rc = cmd_devices(&ctx, argc, argv);
     else if (!strcmp(cmd, "nodes")) rc = cmd_nodes(&ctx, argc, argv);
+    else if (!strcmp(cmd, "token")) rc = cmd_token(&ctx, argc, argv);
+    else if (!strcmp(cmd, "user")) rc = cmd_user(&ctx, argc, argv);
+    else if (!strcmp(cmd, "login")) rc = cmd_login(&ctx, argc, argv);
+    else if (!strcmp(cmd, "model")) rc = cmd_model(&ctx, argc, argv);
     else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }
     else {
         fprintf(stderr, "kestrel: unknown command '%s' (see kestrel --help)\n", cmd);

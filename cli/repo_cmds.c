@@ -207,3 +207,22 @@ int cmd_rm(cli_ctx *ctx, int argc, char **argv)
     printf("deleted %s@%lld\n", name, v);
     return 0;
 }
+
+int cmd_model(cli_ctx *ctx, int argc, char **argv)
+{
+    int rc;
+    if (argc != 5 || strcmp(argv[1], "set") || strcmp(argv[3], "--visibility")) {
+        fprintf(argc == 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
+                "Usage: kestrel model set NAME --visibility all|team|private\n"
+                "  all      every authenticated user may read it (the default)\n"
+                "  team     the team of its namespace and its writers\n"
+                "  private  its writers only (the namespace's user or team members; admins)\n");
+        return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_model_set_visibility(ctx->client, argv[2], argv[4])) < 0)
+        return cli_fail("model set", rc);
+    printf("%s: visibility %s\n", argv[2], argv[4]);
+    return 0;
+}

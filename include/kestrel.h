@@ -26,5 +26,6 @@
 #include "kestrel/gpu.h"
 #include "kestrel/node.h"
 #include "kestrel/repo.h"
+#include "kestrel/token.h"
 
 #endif

@@ -59,6 +59,17 @@ int kestrel__http_failure(long status, const char *ctype, const kestrel_buf *bod
     return kestrel__error_set_http(code, (int)status, msg);
 }
 
+void kestrel__http_tls(void *handle)
+{
+    CURL *h = handle;
+    const char *ca = getenv("KESTREL_CA_FILE");
+    /* libcurl verifies peer and host name by default; never turned off here */
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (ca && *ca)
+        curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+}
+
 struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type)
 {
     struct curl_slist *h = NULL;
@@ -122,6 +133,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
         curl_easy_setopt(h, CURLOPT_USERAGENT, "libkestrel/" KESTREL_VERSION_STRING);
+        kestrel__http_tls(h);
 
         cc = curl_easy_perform(h);
         if (cc == CURLE_OK) {

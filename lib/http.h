@@ -25,6 +25,10 @@ int kestrel__http_failure(long status, const char *content_type, const kestrel_b
 struct curl_slist;
 struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type);
 
+/* TLS on an easy handle: peer and host verified against the system CAs, or the bundle in
+ * $KESTREL_CA_FILE (a PEM file) when set. */
+void kestrel__http_tls(void *curl_handle);
+
 /* Map an HTTP status to a kestrel_error_code (the one place that does). */
 int kestrel__http_status_code(long status);
 

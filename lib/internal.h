@@ -17,6 +17,7 @@
 #define KESTREL__MAGIC_GPUS   0x6b477075u
 #define KESTREL__MAGIC_GPUSEL 0x6b47536cu
 #define KESTREL__MAGIC_QUEUE  0x6b517565u
+#define KESTREL__MAGIC_TOKENS 0x6b546f6bu
 #define KESTREL__MAGIC_DEAD   0xdeadbeefu
 
 /* error.c */

@@ -65,6 +65,16 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
         if (!strncmp(k, "KESTREL_", 8) || !strcmp(k, "CUDA_VISIBLE_DEVICES"))
             return kestrel__error_set(KESTREL_EINVALID, "field 'env': %s is set by kestreld", k);
     }
+    for (size_t i = 0; i < s->n_secret_env; i++) {
+        const char *k = s->secret_env[i]->key;
+        if (!k[0] || strchr(k, '=') || !kestrel__text_is_clean(k, KESTREL__NAME_MAX))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'secret_env': bad variable name '%.64s'", k);
+        if (!strncmp(k, "KESTREL_", 8) || !strcmp(k, "CUDA_VISIBLE_DEVICES"))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'secret_env': %s is set by kestreld", k);
+        for (size_t j = 0; j < s->n_env; j++)
+            if (!strcmp(s->env[j]->key, k))
+                return kestrel__error_set(KESTREL_EINVALID, "field 'secret_env': %s is also in 'env'", k);
+    }
     for (size_t i = 0; i < s->n_labels; i++) {
         const char *k = s->labels[i]->key, *v = s->labels[i]->value;
         if (!k[0] || strchr(k, '=') || !kestrel__text_is_clean(k, KESTREL__NAME_MAX) ||
@@ -182,6 +192,16 @@ int kestrel_job_spec_set_env(kestrel_job_spec *s, const char *key, const char *v
     if (value == NULL || !kestrel__utf8_valid(value, strlen(value)))
         return kestrel__error_set(KESTREL_EINVALID, "environment value of %s is not UTF-8", key);
     return set_kv(&s->pb->env, &s->pb->n_env, key, value);
+}
+
+int kestrel_job_spec_set_secret_env(kestrel_job_spec *s, const char *key, const char *value)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (key == NULL || !key[0] || strchr(key, '=') || !kestrel__text_is_clean(key, KESTREL__NAME_MAX))
+        return kestrel__error_set(KESTREL_EINVALID, "bad environment variable name");
+    if (value == NULL || !kestrel__utf8_valid(value, strlen(value)))
+        return kestrel__error_set(KESTREL_EINVALID, "secret value of %s is not UTF-8", key);
+    return set_kv(&s->pb->secret_env, &s->pb->n_secret_env, key, value);
 }
 
 int kestrel_job_spec_set_name(kestrel_job_spec *s, const char *name)

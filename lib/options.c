@@ -8,6 +8,7 @@
 static const size_t client_sizes[] = { 0, END_OF(kestrel_client_options, retry_backoff_ms) };
 static const size_t list_sizes[] = { 0, END_OF(kestrel_job_list_options, page_token) };
 static const size_t logs_sizes[] = { 0, END_OF(kestrel_logs_options, timeout_ms) };
+static const size_t token_sizes[] = { 0, END_OF(kestrel_token_options, name) };
 
 static int load(void *dst, size_t dst_size, const void *src, const size_t *sizes, size_t nsizes,
                 unsigned int current, const char *what)
@@ -68,4 +69,15 @@ int kestrel_job_list_options_init(kestrel_job_list_options *opts, unsigned int v
 int kestrel_logs_options_init(kestrel_logs_options *opts, unsigned int version)
 {
     return init(opts, sizeof(*opts), version, KESTREL__ARRAY_SIZE(logs_sizes), "kestrel_logs_options");
+}
+
+int kestrel__token_opts_load(kestrel_token_options *dst, const kestrel_token_options *src)
+{
+    return load(dst, sizeof(*dst), src, token_sizes, KESTREL__ARRAY_SIZE(token_sizes),
+                KESTREL_TOKEN_OPTIONS_VERSION, "kestrel_token_options");
+}
+
+int kestrel_token_options_init(kestrel_token_options *opts, unsigned int version)
+{
+    return init(opts, sizeof(*opts), version, KESTREL__ARRAY_SIZE(token_sizes), "kestrel_token_options");
 }

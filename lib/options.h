@@ -5,4 +5,5 @@
 int kestrel__client_opts_load(kestrel_client_options *dst, const kestrel_client_options *src);
 int kestrel__list_opts_load(kestrel_job_list_options *dst, const kestrel_job_list_options *src);
 int kestrel__logs_opts_load(kestrel_logs_options *dst, const kestrel_logs_options *src);
+int kestrel__token_opts_load(kestrel_token_options *dst, const kestrel_token_options *src);
 #endif

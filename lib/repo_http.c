@@ -104,6 +104,7 @@ static void stall_guard(CURL *h, const kestrel_client *c)
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->opts.connect_timeout_ms ? c->opts.connect_timeout_ms : 10000L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)STALL_S);
+    kestrel__http_tls(h);
 }
 
 static int start_pack(CURLM *m, kestrel_client *c, pack_upload *u, const char *url)

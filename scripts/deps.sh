@@ -21,7 +21,13 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
 
-PY=python3
+# Debian's interpreter, not one under /root: jobs run under unprivileged Unix accounts (kestreld
+# as root gives each user's jobs their own), and they must be able to run the venv's python.
+PY=/usr/bin/python3
+if [ -f "$VENV/pyvenv.cfg" ] && ! grep -q '^home = /usr/bin$' "$VENV/pyvenv.cfg"; then
+  echo "deps: $VENV was made from another Python than $PY (job accounts could not run it): making it again"
+  rm -rf "$VENV"
+fi
 if ! KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm, nbclient, nbformat, ipykernel' 2>/dev/null; then
   echo "deps: filling the Python venv $VENV (keras, torch==2.13.0, cffi, pytest, tqdm, nbclient, ipykernel)"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"

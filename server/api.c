@@ -1,5 +1,6 @@
 /* server/api.c - libmicrohttpd plumbing: body limits, auth, negotiation, error replies. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@ struct kd_api {
     struct MHD_Daemon *d;
     kd_engine *e;
     const kd_config *cfg;
+    char *cert, *key;           /* PEM, kept while the daemon runs (MHD does not promise a copy) */
 };
 
 const char *kd_query(kd_req *r, const char *key)
@@ -105,8 +107,8 @@ static int authenticate(kd_req *r, enum MHD_Result *reply)
         return -1;
     }
     kd_token_hash(h + 7, hash);
-    if (kd_catalog_token_find(r->e->cat, hash, &r->who) < 0) {
-        *reply = kd_reply_error(r, 401, "unauthenticated", "invalid or revoked token");
+    if (kd_catalog_token_find(r->e->cat, hash, kestrel__now_ms(), &r->who) < 0) {
+        *reply = kd_reply_error(r, 401, "unauthenticated", kestrel_error_last()->message);
         return -1;
     }
     return 0;
@@ -130,10 +132,14 @@ static enum MHD_Result dispatch(kd_req *r)
     }
     if (authenticate(r, &reply) < 0)
         return reply;
+    if (r->who.scope == KD_SCOPE_READ && strcmp(r->method, "GET") && strcmp(r->path, "/api/v1/chunks/missing"))
+        return kd_reply_error(r, 403, "permission_denied", "this token is read-scoped: it can only read (GET)");
     if (!strcmp(r->path, "/api/v1/jobs") || !strncmp(r->path, "/api/v1/jobs/", 13))
         return kd_route_jobs(r, r->path + 12);
-    if (!strcmp(r->path, "/api/v1/tokens"))
-        return kd_route_tokens(r);
+    if (!strcmp(r->path, "/api/v1/tokens") || !strncmp(r->path, "/api/v1/tokens/", 15))
+        return kd_route_tokens(r, r->path + 14);
+    if (!strncmp(r->path, "/api/v1/users/", 14))
+        return kd_route_users(r, r->path + 14);
     if (!strcmp(r->path, "/api/v1/queue"))
         return kd_route_queue(r);
     if (!strcmp(r->path, "/api/v1/nodes"))
@@ -173,6 +179,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->started = 1;
             if (authenticate(r, &reply) < 0)
                 return reply;
+            if (r->who.scope == KD_SCOPE_READ)
+                return kd_reply_error(r, 403, "permission_denied", "this token is read-scoped: it cannot push");
             if (cl && strtoull(cl, NULL, 10) > KD_MAX_PACK)
                 return kd_reply_error(r, 413, "too_large", "a pack is at most 1 GiB: send more packs");
             if ((r->pack = kd_pack_begin(api->e)) == NULL)
@@ -225,11 +233,38 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum M
     }
 }
 
+/* A PEM file into memory (at most 1 MiB), NUL-terminated. */
+static char *read_pem(const char *path, const char *flag)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = NULL;
+    size_t n;
+    if (f == NULL) {
+        kestrel__error_set(KESTREL_EINVALID, "%s %s: %s", flag, path, strerror(errno));
+        return NULL;
+    }
+    if ((buf = malloc((1u << 20) + 1)) != NULL) {
+        n = fread(buf, 1, 1u << 20, f);
+        buf[n] = '\0';
+        if (n == 0 || n == 1u << 20 || !strstr(buf, "-----BEGIN ")) {
+            kestrel__error_set(KESTREL_EINVALID, "%s %s: not a PEM file of at most 1 MiB", flag, path);
+            free(buf);
+            buf = NULL;
+        }
+    } else {
+        kestrel__error_oom();
+    }
+    fclose(f);
+    return buf;
+}
+
 int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_port)
 {
     struct kd_api *api = calloc(1, sizeof(*api));
     struct sockaddr_in sa;
     const union MHD_DaemonInfo *info;
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    char *cert = NULL, *key = NULL;
     if (api == NULL)
         return kestrel__error_oom();
     memset(&sa, 0, sizeof(sa));
@@ -241,16 +276,36 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
     }
     api->e = e;
     api->cfg = cfg;
-    api->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
-                              (uint16_t)cfg->port, NULL, NULL, on_request, api,
-                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_done, api,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
-                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
-                              MHD_OPTION_END);
+    if (cfg->tls_cert) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            free(api);
+            return kestrel__error_set(KESTREL_EUNSUPPORTED, "--tls-cert: this libmicrohttpd has no TLS (GnuTLS)");
+        }
+        if ((cert = read_pem(cfg->tls_cert, "--tls-cert")) == NULL || (key = read_pem(cfg->tls_key, "--tls-key")) == NULL) {
+            free(cert);
+            free(api);
+            return KESTREL_EINVALID;
+        }
+        flags |= MHD_USE_TLS;
+    }
+    /* with TLS the two MEM options come first: MHD reads the options in order */
+    api->d = cert ? MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, api,
+                                     MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
+                                     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                                     MHD_OPTION_NOTIFY_COMPLETED, on_done, api,
+                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
+                                     MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END)
+                  : MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, api,
+                                     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                                     MHD_OPTION_NOTIFY_COMPLETED, on_done, api,
+                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
+                                     MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END);
+    api->cert = cert;
+    api->key = key;
     if (api->d == NULL) {
-        free(api);
-        return kestrel__error_set(KESTREL_EIO, "cannot listen on %s:%d", cfg->listen, cfg->port);
+        kd_api_stop(api);
+        return kestrel__error_set(KESTREL_EIO, "cannot listen on %s:%d%s", cfg->listen, cfg->port,
+                                  cfg->tls_cert ? " (or the TLS certificate and key do not fit)" : "");
     }
     info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_BIND_PORT);
     *bound_port = info ? info->port : cfg->port;
@@ -262,6 +317,11 @@ void kd_api_stop(kd_api *api)
 {
     if (api == NULL)
         return;
-    MHD_stop_daemon(api->d);
+    if (api->d)
+        MHD_stop_daemon(api->d);
+    if (api->key)
+        explicit_bzero(api->key, strlen(api->key));
+    free(api->key);
+    free(api->cert);
     free(api);
 }

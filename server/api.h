@@ -38,6 +38,8 @@ enum MHD_Result kd_reply_failure(kd_req *r, int rc);
 ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enum MHD_Result *reply);
 const char *kd_query(kd_req *r, const char *key);
 
+/* Replace the values of a job's secret env by "***" (before any reply that carries the job). */
+void kd_redact_job(Kestrel__V1__Job *job);
 /* Load a job the caller may see (404 replied otherwise: returns NULL). */
 Kestrel__V1__Job *kd_visible_job(kd_req *r, int64_t id, int with_events, enum MHD_Result *reply);
 
@@ -53,6 +55,7 @@ void kd_pack_feed(kd_pack *p, const char *data, size_t len);
 enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p);
 void kd_pack_free(kd_pack *p);
 enum MHD_Result kd_route_jobs(kd_req *r, const char *rest);
-enum MHD_Result kd_route_tokens(kd_req *r);
+enum MHD_Result kd_route_tokens(kd_req *r, const char *rest);
+enum MHD_Result kd_route_users(kd_req *r, const char *name);
 
 #endif

@@ -1,4 +1,4 @@
-/* server/api_jobs.c - /api/v1/jobs routes and /api/v1/tokens. */
+/* server/api_jobs.c - /api/v1/jobs routes. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +37,21 @@ static int query_int(kd_req *r, const char *key, long long lo, long long hi, lon
     return 0;
 }
 
+void kd_redact_job(Kestrel__V1__Job *job)
+{
+    for (size_t i = 0; job && job->spec && i < job->spec->n_secret_env; i++) {
+        char *old = job->spec->secret_env[i]->value, *v;
+        if (old == protobuf_c_empty_string)
+            continue;
+        if ((v = strdup("***")) == NULL) {   /* never leak it: blank it in place */
+            memset(old, '*', strlen(old));
+            continue;
+        }
+        free(old);
+        job->spec->secret_env[i]->value = v;
+    }
+}
+
 /* Load a job the caller may see; 404 for missing and for other users' jobs alike. */
 Kestrel__V1__Job *kd_visible_job(kd_req *r, int64_t id, int with_events, enum MHD_Result *reply)
 {
@@ -56,6 +71,7 @@ Kestrel__V1__Job *kd_visible_job(kd_req *r, int64_t id, int with_events, enum MH
         *reply = kd_reply_error(r, 404, "not_found", msg);
         return NULL;
     }
+    kd_redact_job(job);
     return job;
 }
 
@@ -95,6 +111,7 @@ static enum MHD_Result submit(kd_req *r)
         reply = kd_reply_failure(r, rc);
         goto out;
     }
+    kd_redact_job(job);
     reply = kd_reply_owned(r, 201, &job->base);
 out:
     protobuf_c_message_free_unpacked(&spec->base, NULL);
@@ -136,6 +153,8 @@ static enum MHD_Result list(kd_req *r)
     }
     if ((rc = kd_catalog_job_list(r->e->cat, &f, &jobs)) < 0)
         return kd_reply_failure(r, rc);
+    for (size_t i = 0; i < jobs->n_jobs; i++)
+        kd_redact_job(jobs->jobs[i]);
     return kd_reply_owned(r, 200, &jobs->base);
 }
 
@@ -284,32 +303,4 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest)
     if (!strcmp(sub, "/checkpoint") && post)
         return kd_route_checkpoint(r, id);
     return kd_reply_error(r, 404, "not_found", "no such endpoint");
-}
-
-enum MHD_Result kd_route_tokens(kd_req *r)
-{
-    enum MHD_Result reply = MHD_NO;
-    Kestrel__V1__TokenRequest *req;
-    Kestrel__V1__TokenResponse resp = KESTREL__V1__TOKEN_RESPONSE__INIT;
-    char token[80];
-    int64_t uid;
-    int rc;
-    if (strcmp(r->method, "POST"))
-        return kd_reply_error(r, 405, "method_not_allowed", "use POST on /api/v1/tokens");
-    if (!r->who.is_admin)
-        return kd_reply_error(r, 403, "permission_denied", "only an admin can create tokens");
-    if ((req = (Kestrel__V1__TokenRequest *)kd_body(r, &kestrel__v1__token_request__descriptor, &reply)) == NULL)
-        return reply;
-    if (!req->user[0] || !kestrel__text_is_clean(req->user, 64) || strchr(req->user, ' ')) {
-        reply = kd_reply_error(r, 400, "invalid_argument", "field 'user': 1..64 printable bytes without spaces");
-    } else if ((rc = kd_catalog_user_ensure(r->e->cat, req->user, 0, req->team, &uid, NULL)) < 0 ||
-               (rc = kd_token_issue(r->e->cat, uid, 0, token, sizeof(token))) < 0) {
-        reply = kd_reply_failure(r, rc);
-    } else {
-        resp.user = req->user;
-        resp.token = token;
-        reply = kd_reply_msg(r, 201, &resp.base);
-    }
-    protobuf_c_message_free_unpacked(&req->base, NULL);
-    return reply;
 }

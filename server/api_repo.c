@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "api.h"
+#include "repo_acl.h"
 #include "chunk.h"
 #include "store.h"
 #include "tree.h"
@@ -263,6 +264,17 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'alias': a lowercase name, not 'latest'");
         goto out;
     }
+    if (in->alias[0] && r->who.job_id) {   /* a job may name a new alias, never move one */
+        char ref[600];
+        cJSON *had = NULL;
+        snprintf(ref, sizeof(ref), "%s@%s", name, in->alias);
+        if (kestrel__store_resolve(r->e->store, ref, &had) == 0) {
+            cJSON_Delete(had);
+            snprintf(ref, sizeof(ref), "a job token cannot move the existing alias %s@%s", name, in->alias);
+            reply = kd_reply_error(r, 403, "permission_denied", ref);
+            goto out;
+        }
+    }
     m = cJSON_CreateObject();
     chunks = cJSON_AddArrayToObject(m, "chunks");
     /* complete before commit: every chunk is stored, and the sizes add up */
@@ -395,6 +407,37 @@ static enum MHD_Result alias(kd_req *r, const char *name, const char *a)
     return reply;
 }
 
+/* GET or POST /api/v1/models/NAME/settings: who may read the model. */
+static enum MHD_Result settings(kd_req *r, const char *name)
+{
+    static const char *const vis_names[] = { "all", "team", "private" };
+    Kestrel__V1__ModelSettings out = KESTREL__V1__MODEL_SETTINGS__INIT;
+    enum MHD_Result reply = MHD_NO;
+    char why[400];
+    int vis = KD_VIS_ALL, rc, st;
+    if (!strcmp(r->method, "POST")) {
+        Kestrel__V1__ModelSettings *in;
+        if ((st = kd_repo_check(r, name, KD_REPO_SETTINGS, why, sizeof(why))) != 0)
+            return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
+        if ((in = (Kestrel__V1__ModelSettings *)kd_body(r, &kestrel__v1__model_settings__descriptor, &reply)) == NULL)
+            return reply;
+        for (vis = 0; vis < 3 && strcmp(in->visibility, vis_names[vis]); vis++)
+            ;
+        protobuf_c_message_free_unpacked(&in->base, NULL);
+        if (vis == 3)
+            return kd_reply_error(r, 400, "invalid_argument", "field 'visibility': all, team or private");
+        if ((rc = kd_catalog_model_set_visibility(r->e->cat, name, vis)) < 0)
+            return kd_reply_failure(r, rc);
+    } else if (strcmp(r->method, "GET")) {
+        return kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
+    } else if ((rc = kd_catalog_model_visibility(r->e->cat, name, &vis)) < 0) {
+        return kd_reply_failure(r, rc);
+    }
+    out.name = (char *)name;
+    out.visibility = (char *)vis_names[vis];
+    return kd_reply_msg(r, 200, &out.base);
+}
+
 static enum MHD_Result chunk_get(kd_req *r, const char *hex)
 {
     char path[4200];
@@ -489,7 +532,8 @@ enum MHD_Result kd_route_repo(kd_req *r)
         list.names = calloc(names.size / 2 + 2, sizeof(char *));
         for (char *save = NULL, *n = names.ptr ? strtok_r(names.ptr, "\n", &save) : NULL; list.names && n;
              n = strtok_r(NULL, "\n", &save))
-            list.names[list.n_names++] = n;
+            if (kd_repo_may_read(r, n))
+                list.names[list.n_names++] = n;
         reply = kd_reply_msg(r, 200, &list.base);
         free(list.names);
         kestrel_buf_dispose(&names);
@@ -497,20 +541,39 @@ enum MHD_Result kd_route_repo(kd_req *r)
     }
     if (!strncmp(p, "/api/v1/models/", 15)) {
         /* /api/v1/models/NAME/versions[/REF] or /api/v1/models/NAME/aliases/ALIAS; NAME may hold '/' */
-        char name[256];
+        char name[256], why[400];
         const char *rest = p + 15, *v = strstr(rest, "/versions"), *a = strstr(rest, "/aliases/");
         const char *cut = v && (!a || v < a) ? v : a;
+        int del = !strcmp(r->method, "DELETE"), st;
+        size_t nlen = strlen(rest);
+        if (cut == NULL && nlen > 9 && !strcmp(rest + nlen - 9, "/settings"))
+            cut = rest + nlen - 9;
         if (cut == NULL || (size_t)(cut - rest) >= sizeof(name))
             return kd_reply_error(r, 404, "not_found", "no such endpoint");
         snprintf(name, sizeof(name), "%.*s", (int)(cut - rest), rest);
         if (!kestrel__repo_name_valid(name))
             return kd_reply_error(r, 400, "invalid_argument", "bad model name: lowercase [a-z0-9._-] segments joined by '/'");
-        if (cut == v && !strcmp(v, "/versions"))
+        if (!kd_repo_may_read(r, name)) {
+            snprintf(why, sizeof(why), "no model '%s'", name);
+            return kd_reply_error(r, 404, "not_found", why);
+        }
+        if (cut != v && cut != a)
+            return settings(r, name);
+        if (cut == v && !strcmp(v, "/versions")) {
+            if (post && (st = kd_repo_check(r, name, KD_REPO_PUSH, why, sizeof(why))) != 0)
+                return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
             return post ? commit(r, name) : get_ ? versions(r, name) : kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
-        if (cut == v && !strncmp(v, "/versions/", 10) && (get_ || !strcmp(r->method, "DELETE")))
+        }
+        if (cut == v && !strncmp(v, "/versions/", 10) && (get_ || del)) {
+            if (del && (st = kd_repo_check(r, name, KD_REPO_DELETE, why, sizeof(why))) != 0)
+                return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
             return one_version(r, name, v + 10);
-        if (cut == a && (!strcmp(r->method, "PUT") || !strcmp(r->method, "DELETE")))
+        }
+        if (cut == a && (!strcmp(r->method, "PUT") || del)) {
+            if ((st = kd_repo_check(r, name, KD_REPO_ALIAS, why, sizeof(why))) != 0)
+                return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
             return alias(r, name, a + 9);
+        }
     }
     return kd_reply_error(r, 404, "not_found", "no such endpoint");
 }

@@ -75,6 +75,7 @@ enum MHD_Result kd_route_queue(kd_req *r)
             protobuf_c_message_free_unpacked(&job->base, NULL);
             continue;
         }
+        kd_redact_job(job);
         kestrel__v1__queue_entry__init(&entries[k]);
         entries[k].job = job;
         entries[k].position = w[i].position;   /* position in the whole queue, others' jobs included */

@@ -1,4 +1,4 @@
-/* server/catalog.c - opening the catalog, schema, statement cache, users and tokens. */
+/* server/catalog.c - opening the catalog, schema and its migrations, statement cache. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -146,6 +146,58 @@ int kd__rows(kd_catalog *cat, const char *sql, size_t elem, int (*fill)(sqlite3_
     return rc;
 }
 
+/* Migrations, keyed by PRAGMA user_version: each step takes a catalog of the version before it to
+ * its own, in one transaction. A catalog of a newer kestreld than this one is refused. */
+static const char *const migrations[] = {
+    /* 1: ext_id, the job's id in an external cluster (Slurm); a catalog of the first wave may have it */
+    NULL,
+    /* 2: tokens that expire, are revoked and have a scope; who may read a model */
+    "ALTER TABLE tokens ADD COLUMN scope INTEGER NOT NULL DEFAULT 2;"
+    "ALTER TABLE tokens ADD COLUMN created_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tokens ADD COLUMN expires_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tokens ADD COLUMN revoked_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tokens ADD COLUMN name TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE tokens ADD COLUMN hint TEXT NOT NULL DEFAULT '';"
+    "UPDATE tokens SET scope = 3 WHERE job_id = 0 AND user_id IN (SELECT id FROM users WHERE is_admin = 1);"
+    "CREATE INDEX IF NOT EXISTS tokens_user ON tokens(user_id, id);"
+    "CREATE TABLE IF NOT EXISTS model_acl(name TEXT PRIMARY KEY, visibility INTEGER NOT NULL) WITHOUT ROWID;",
+};
+
+static int migrate(kd_catalog *cat, const char *path)
+{
+    sqlite3_stmt *st;
+    int version = 0, target = (int)KESTREL__ARRAY_SIZE(migrations);
+    if (sqlite3_prepare_v2(cat->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
+        return kd__sql_fail(cat, "user_version");
+    if (sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (version > target)
+        return kestrel__error_set(KESTREL_EIO, "catalog %s is version %d, newer than this kestreld knows (%d): "
+                                  "run the newer kestreld", path, version, target);
+    for (int v = version + 1; v <= target; v++) {
+        char bump[64];
+        snprintf(bump, sizeof(bump), "PRAGMA user_version = %d;", v);
+        if (kd__exec(cat, "BEGIN IMMEDIATE") < 0)
+            return KESTREL_EIO;
+        if (v == 1) {
+            if (sqlite3_exec(cat->db, "SELECT ext_id FROM jobs LIMIT 0", NULL, NULL, NULL) != SQLITE_OK &&
+                kd__exec(cat, "ALTER TABLE jobs ADD COLUMN ext_id TEXT NOT NULL DEFAULT ''") < 0)
+                goto fail;
+        } else if (kd__exec(cat, migrations[v - 1]) < 0) {
+            goto fail;
+        }
+        if (kd__exec(cat, bump) < 0 || kd__exec(cat, "COMMIT") < 0)
+            goto fail;
+        continue;
+    fail:
+        sqlite3_exec(cat->db, "ROLLBACK", NULL, NULL, NULL);
+        return kestrel__error_set(KESTREL_EIO, "catalog %s: migration to version %d failed: %s", path, v,
+                                  kestrel_error_last()->message);
+    }
+    return 0;
+}
+
 int kd_catalog_open(kd_catalog **out, const char *path)
 {
     kd_catalog *cat = calloc(1, sizeof(*cat));
@@ -165,9 +217,7 @@ int kd_catalog_open(kd_catalog **out, const char *path)
         kd_catalog_close(cat);
         return KESTREL_EIO;
     }
-    /* ext_id (the job's id in an external cluster, e.g. Slurm) came after the first schema */
-    if (sqlite3_exec(cat->db, "SELECT ext_id FROM jobs LIMIT 0", NULL, NULL, NULL) != SQLITE_OK &&
-        kd__exec(cat, "ALTER TABLE jobs ADD COLUMN ext_id TEXT NOT NULL DEFAULT ''") < 0) {
+    if (migrate(cat, path) < 0) {
         kd_catalog_close(cat);
         return KESTREL_EIO;
     }
@@ -184,77 +234,4 @@ void kd_catalog_close(kd_catalog *cat)
     sqlite3_close(cat->db);
     pthread_mutex_destroy(&cat->mu);
     free(cat);
-}
-
-int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, const char *team, int64_t *id_out,
-                           int *created)
-{
-    static const char *const ins = "INSERT OR IGNORE INTO users(name, is_admin, team) VALUES(?, ?, COALESCE(?, ''))";
-    static const char *const upd = "UPDATE users SET team = ? WHERE name = ?";
-    static const char *const sel = "SELECT id FROM users WHERE name = ?";
-    sqlite3_stmt *st;
-    int rc = 0;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, ins)) == NULL) { rc = KESTREL_EIO; goto out; }
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 2, is_admin);
-    if (team)
-        sqlite3_bind_text(st, 3, team, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) != SQLITE_DONE) { rc = kd__sql_fail(cat, "insert user"); goto out; }
-    if (created)
-        *created = sqlite3_changes(cat->db) > 0;
-    if (team && team[0]) {
-        if ((st = kd__stmt(cat, upd)) == NULL) { rc = KESTREL_EIO; goto out; }
-        sqlite3_bind_text(st, 1, team, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) != SQLITE_DONE) { rc = kd__sql_fail(cat, "update user"); goto out; }
-    }
-    if ((st = kd__stmt(cat, sel)) == NULL) { rc = KESTREL_EIO; goto out; }
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) != SQLITE_ROW) { rc = kd__sql_fail(cat, "select user"); goto out; }
-    *id_out = sqlite3_column_int64(st, 0);
-out:
-    kd__unlock(cat);
-    return rc;
-}
-
-int kd_catalog_token_add(kd_catalog *cat, const char *hash, int64_t user_id, int64_t job_id)
-{
-    return kd__run(cat, "INSERT INTO tokens(hash, user_id, job_id) VALUES(?, ?, ?)", "tii", hash, user_id, job_id);
-}
-
-int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *p)
-{
-    static const char *const sql =
-        "SELECT u.id, u.name, u.is_admin, t.job_id, u.team FROM tokens t JOIN users u ON u.id = t.user_id"
-        " WHERE t.hash = ?";
-    sqlite3_stmt *st;
-    int rc;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-    } else {
-        sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            memset(p, 0, sizeof(*p));
-            p->user_id = sqlite3_column_int64(st, 0);
-            snprintf(p->user, sizeof(p->user), "%s", (const char *)sqlite3_column_text(st, 1));
-            p->job_id = sqlite3_column_int64(st, 3);
-            p->is_admin = sqlite3_column_int(st, 2) && p->job_id == 0;
-            snprintf(p->team, sizeof(p->team), "%s", (const char *)sqlite3_column_text(st, 4));
-            rc = 0;
-        } else if (rc == SQLITE_DONE) {
-            rc = kestrel__error_set(KESTREL_ENOTFOUND, "unknown token");
-        } else {
-            rc = kd__sql_fail(cat, "find token");
-        }
-    }
-    kd__unlock(cat);
-    return rc;
-}
-
-int kd_catalog_token_drop_job(kd_catalog *cat, int64_t job_id)
-{
-    return kd__run(cat, "DELETE FROM tokens WHERE job_id = ?", "i", job_id);
 }

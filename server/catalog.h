@@ -8,14 +8,40 @@
 
 typedef struct kd_catalog kd_catalog;
 
+/* Token scopes: read (GET only), write (a user's rights), admin (an admin user's rights). */
+enum { KD_SCOPE_READ = 1, KD_SCOPE_WRITE = 2, KD_SCOPE_ADMIN = 3 };
+/* Who may read a model: every user (default), its namespace's team, its namespace's writers. */
+enum { KD_VIS_ALL = 0, KD_VIS_TEAM = 1, KD_VIS_PRIVATE = 2 };
+
 /* Who is calling: a user token, or a job-scoped token (job_id != 0). */
 typedef struct {
     int64_t user_id;
     char user[128];
-    int is_admin;
+    int is_admin;               /* an admin user with an admin-scoped token */
     int64_t job_id;
     char team[128];
+    int scope;                  /* KD_SCOPE_* */
+    int64_t token_id;
+    int owner_admin;            /* the user (for a job token: the job's owner) is an admin */
 } kd_principal;
+
+typedef struct {
+    int64_t id;
+    char name[128];
+    char team[128];
+    int is_admin;
+} kd_user;
+
+typedef struct {
+    int64_t id;
+    int64_t user_id;
+    char user[128];
+    int64_t job_id;
+    int scope;
+    int64_t created_ms, expires_ms, revoked_ms;   /* expires 0: never; revoked 0: live */
+    char name[128];
+    char hint[8];
+} kd_token;
 
 /* A job as the scheduler and executors need it. */
 typedef struct {
@@ -42,13 +68,25 @@ typedef struct {
 int kd_catalog_open(kd_catalog **out, const char *path);
 void kd_catalog_close(kd_catalog *cat);
 
-/* users and tokens (hashes only: tokens themselves are never stored) */
-/* team NULL or "": keep the user's team. */
+/* users and tokens (hashes only: tokens themselves are never stored); catalog_users.c */
+/* Create the user when missing (with team); an existing user is left as it is. */
 int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, const char *team, int64_t *id_out,
                            int *created);
-int kd_catalog_token_add(kd_catalog *cat, const char *hash, int64_t user_id, int64_t job_id);
-int kd_catalog_token_find(kd_catalog *cat, const char *hash, kd_principal *out);   /* KESTREL_ENOTFOUND */
+int kd_catalog_user_get(kd_catalog *cat, const char *name, kd_user *out);   /* KESTREL_ENOTFOUND */
+int kd_catalog_user_set_team(kd_catalog *cat, const char *name, const char *team);
+/* 1 when some user is in team, 0 when none, < 0 on error. */
+int kd_catalog_team_exists(kd_catalog *cat, const char *team);
+int kd_catalog_token_insert(kd_catalog *cat, const char *hash, const kd_token *t, int64_t *id_out);
+/* The principal of a live token; KESTREL_ENOTFOUND (with why) when unknown, expired or revoked. */
+int kd_catalog_token_find(kd_catalog *cat, const char *hash, int64_t now_ms, kd_principal *out);
 int kd_catalog_token_drop_job(kd_catalog *cat, int64_t job_id);
+/* User tokens (not jobs'), of one user (user_id 0: all), by id. free() the rows. */
+int kd_catalog_token_list(kd_catalog *cat, int64_t user_id, kd_token **out, size_t *n);
+/* Revoke token id (of user_id; 0: anyone's). KESTREL_ENOTFOUND when there is none to revoke. */
+int kd_catalog_token_revoke(kd_catalog *cat, int64_t id, int64_t user_id, int64_t now_ms);
+/* who may read a model (KD_VIS_*; KD_VIS_ALL when never set) */
+int kd_catalog_model_visibility(kd_catalog *cat, const char *name, int *vis_out);
+int kd_catalog_model_set_visibility(kd_catalog *cat, const char *name, int vis);
 
 /* jobs */
 /* Insert a QUEUED job; job_out (may be NULL) receives it as committed. */

@@ -30,6 +30,9 @@ typedef struct {
     int slurm_grace_s;         /* preemption warning: --signal=B:USR1@grace (default 10) */
     const char *slurm_qos[3];  /* QOS of normal, high, urgent jobs (default normal, high, urgent) */
     int slurm_poll_ms;         /* how often Slurm's view of the jobs is read (default 250) */
+    const char *tls_cert;      /* PEM certificate (chain) file: serve HTTPS; NULL: HTTP */
+    const char *tls_key;       /* its PEM private key file */
+    const char *tls_ca;        /* CA bundle jobs verify this server with (their KESTREL_CA_FILE) */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
@@ -177,6 +180,8 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
 
 /* Create a random token and store its hash for user (and job, when job_id != 0). */
 int kd_token_issue(kd_catalog *cat, int64_t user_id, int64_t job_id, char *out, size_t outlen);
+/* A token as t describes it (scope, expiry, name; hint and created_ms filled); *id_out its id. */
+int kd_token_issue_for(kd_catalog *cat, kd_token *t, char *out, size_t outlen, int64_t *id_out);
 /* SHA-256 hex of a token. */
 void kd_token_hash(const char *token, char hex[65]);
 

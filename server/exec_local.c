@@ -59,6 +59,7 @@ int64_t kd_proc_start_time(pid_t pid)
 typedef struct {
     int fd;
     int stream;
+    const Kestrel__V1__JobSpec *spec;   /* its secret values are masked in the lines */
     size_t len;
     char buf[LINE_MAX_BYTES];
 } stream_buf;
@@ -76,9 +77,11 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
     for (size_t i = 0; i < s->len; i++) {
         if (s->buf[i] != '\n')
             continue;
+        size_t l = i - start;
         s->buf[i] = '\0';
-        kd_exec_sanitize(s->buf + start, i - start);
-        lines[n++] = (kd_log_line){ now, s->stream, s->buf + start, i - start };
+        kd_exec_sanitize(s->buf + start, l);
+        kd_exec_mask(s->spec, s->buf + start, &l);
+        lines[n++] = (kd_log_line){ now, s->stream, s->buf + start, l };
         start = i + 1;
         if (n == KESTREL__ARRAY_SIZE(lines)) {
             kd_engine_log(e, id, lines, n);
@@ -93,6 +96,7 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
             memcpy(copy, s->buf + start, len);
             copy[len] = '\0';
             kd_exec_sanitize(copy, len);
+            kd_exec_mask(s->spec, copy, &len);
             if (n)
                 kd_engine_log(e, id, lines, n);
             n = 0;
@@ -155,6 +159,8 @@ static void *runner(void *arg)
     int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, status;
     pid_t pid;
     struct stat st;
+    kd_ident ident;
+    kd_exec_as as = { NULL, NULL };
 
     snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)id);
     snprintf(work, sizeof(work), "%s/work", dir);
@@ -163,12 +169,24 @@ static void *runner(void *arg)
         snprintf(why, sizeof(why), "out of memory");
         goto not_started;
     }
+    if (kd_ident_resolve(lj->job->owner, &ident) < 0) {
+        snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
+        goto not_started;
+    }
+    as.id = &ident;
+    as.home = dir;
     kestrel__rm_tree(work);   /* a rerun starts from a clean work dir */
-    if (kestrel__mkdirs(ckpt, 0755) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0755) < 0)) {
+    if (kestrel__mkdirs(ckpt, 0700) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0700) < 0)) {
         snprintf(why, sizeof(why), "cannot create %s: %s", dir, strerror(errno));
         goto not_started;
     }
-    if (spec->git_url[0] && kd_exec_checkout(e, spec, id, work, why, sizeof(why)) < 0)
+    /* the job's dir is its identity's alone; nobody else can list or read it */
+    if (chmod(dir, 0700) < 0 || kd_ident_chown(&ident, dir, 0) < 0 || kd_ident_chown(&ident, ckpt, 1) < 0 ||
+        (!spec->git_url[0] && kd_ident_chown(&ident, work, 0) < 0)) {
+        snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
+        goto not_started;
+    }
+    if (spec->git_url[0] && kd_exec_checkout(e, spec, id, work, why, sizeof(why), &as) < 0)
         goto not_started;
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
     if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -179,7 +197,7 @@ static void *runner(void *arg)
         kd_engine_finished(e, lj->run, KD_END_NOT_STARTED, 0, "stopped before start");
         goto done;
     }
-    if ((env = kd_exec_job_env(e, lj->job, lj->token, ckpt, lj->devices, 1)) == NULL || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+    if ((env = kd_exec_job_env(e, lj->job, lj->token, ckpt, lj->devices, 1, &as)) == NULL || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
         snprintf(why, sizeof(why), "cannot prepare the process: %s", strerror(errno));
         goto not_started;
     }
@@ -193,7 +211,7 @@ static void *runner(void *arg)
             goto not_started;
         }
         memcpy(argv, spec->argv, spec->n_argv * sizeof(char *));
-        pid = kd_exec_spawn(argv, env, cwd, po, pe);
+        pid = kd_exec_spawn(argv, env, cwd, po, pe, &ident);
         free(argv);
     }
     if (pid < 0) {
@@ -209,6 +227,7 @@ static void *runner(void *arg)
     out->stream = KESTREL_LOG_STDOUT;
     err->fd = pe[0];
     err->stream = KESTREL_LOG_STDERR;
+    out->spec = err->spec = spec;
     status = capture(e, id, pid, out, err);
     if (WIFSIGNALED(status))
         kd_engine_finished(e, lj->run, KD_END_SIGNALED, WTERMSIG(status), NULL);

@@ -22,7 +22,7 @@ static int scancel(const char *sid)
 {
     char *argv[] = { "scancel", (char *)sid, NULL };
     kestrel_buf out = KESTREL_BUF_INIT;
-    int rc = kd_exec_run(argv, NULL, &out) == 0 ? 0
+    int rc = kd_exec_run(argv, NULL, &out, NULL) == 0 ? 0
              : kestrel__error_set(KESTREL_ERROR, "scancel %s: %s", sid, out.ptr ? out.ptr : "failed");
     kestrel_buf_dispose(&out);
     return rc;
@@ -158,7 +158,7 @@ static int slurm_set_priority(kd_engine *e, int64_t id, int priority)
         kestrel_buf out = KESTREL_BUF_INIT;
         snprintf(job, sizeof(job), "JobId=%s", sid);
         snprintf(qos, sizeof(qos), "QOS=%s", kd_slurm_qos(e, priority));
-        if (kd_exec_run(argv, NULL, &out) != 0)
+        if (kd_exec_run(argv, NULL, &out, NULL) != 0)
             rc = kestrel__error_set(KESTREL_EEXISTS, "Slurm refused the new class of job %s: %.200s", sid,
                                     out.ptr ? out.ptr : "no output");
         kestrel_buf_dispose(&out);
@@ -201,6 +201,7 @@ static kd_wait *slurm_waiting(kd_engine *e, size_t *n)
 static void pump_logs(kd_engine *e, kd_sjob *j, int final)
 {
     static const char *const names[2] = { "slurm.out", "slurm.err" };
+    Kestrel__V1__Job *job = NULL;   /* loaded once there is output: its secret values are masked */
     for (int k = 0; k < 2; k++) {
         char path[PATH_MAX], *buf;
         int fd;
@@ -216,11 +217,16 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
             kd_log_line lines[256];
             size_t nl = 0, start = 0, len = (size_t)r;
             int64_t now = kestrel__now_ms();
+            if (job == NULL && kd_catalog_job_load(e->cat, j->id, 0, &job, NULL) < 0)
+                job = NULL;
             for (size_t i = 0; i < len; i++) {
+                size_t l = i - start;
                 if (buf[i] != '\n')
                     continue;
-                kd_exec_sanitize(buf + start, i - start);
-                lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf + start, i - start };
+                kd_exec_sanitize(buf + start, l);
+                if (job)
+                    kd_exec_mask(job->spec, buf + start, &l);
+                lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf + start, l };
                 start = i + 1;
                 if (nl == KESTREL__ARRAY_SIZE(lines)) {
                     kd_engine_log(e, j->id, lines, nl);
@@ -228,8 +234,11 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
                 }
             }
             if (start == 0 && (len == LOG_CHUNK || final)) {   /* an over-long line, or the last one */
+                size_t l = len;
                 kd_exec_sanitize(buf, len);
-                lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf, len };
+                if (job)
+                    kd_exec_mask(job->spec, buf, &l);
+                lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf, l };
                 start = len;
             }
             if (nl)
@@ -241,6 +250,8 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
         free(buf);
         close(fd);
     }
+    if (job)
+        protobuf_c_message_free_unpacked(&job->base, NULL);
 }
 
 /* The job Slurm preempted this one for: one of ours of a higher class, started on the victim's node
@@ -274,7 +285,7 @@ static void previous_run(const char *sid, char *state, size_t n)
             struct timespec ts = { 0, 250000000L };
             nanosleep(&ts, NULL);
         }
-        if (kd_exec_run(argv, NULL, &out) == 0 && out.ptr) {
+        if (kd_exec_run(argv, NULL, &out, NULL) == 0 && out.ptr) {
             for (char *line = out.ptr, *nl; line && *line; line = nl ? nl + 1 : NULL) {
                 kd_sview v;
                 nl = strchr(line, '\n');
@@ -473,7 +484,7 @@ static int from_sacct(const char *sid, kd_sview *v)
 {
     char *argv[] = { "sacct", "-X", "-n", "-P", "-j", (char *)sid, "-o", "JobID,State,ExitCode,NodeList", NULL };
     kestrel_buf out = KESTREL_BUF_INIT;
-    int rc = kd_exec_run(argv, NULL, &out);
+    int rc = kd_exec_run(argv, NULL, &out, NULL);
     rc = rc == 0 && out.ptr && kd_slurm_parse_sacct(out.ptr, v) == 0 ? 0 : -1;
     kestrel_buf_dispose(&out);
     return rc;
@@ -492,7 +503,7 @@ static void poll_slurm(kd_slurm *s)
     if (!any)
         return;
     pthread_mutex_unlock(&s->mu);
-    rc = kd_exec_run(argv, NULL, &out);
+    rc = kd_exec_run(argv, NULL, &out, NULL);
     if (rc == 0 && out.ptr)
         kd_slurm_parse_scontrol(out.ptr, &v, &nv);
     else if (rc == 0)

@@ -2,6 +2,7 @@
  * contract, a git checkout of the job's source, and running helper commands to completion. */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "exec_util.h"
+#include "identity.h"
 
 extern char **environ;
 
@@ -42,13 +44,80 @@ void kd_exec_sanitize(char *s, size_t len)
 }
 
 /* Spawn argv with stdout/stderr to pipes (or one pipe when merge); returns pid or -errno. */
-pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2])
+/* fork + exec as another identity (posix_spawn cannot change uid): in the child only
+ * async-signal-safe calls; an exec failure comes back as errno through a close-on-exec pipe. */
+static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
+                      const kd_ident *id)
+{
+    int ep[2], err = 0;
+    sigset_t none, all, old;
+    pid_t pid;
+    ssize_t r;
+    if (pipe2(ep, O_CLOEXEC) < 0)
+        return -errno;
+    sigfillset(&all);
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY | O_CLOEXEC), e;
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        for (int s = 1; s < NSIG; s++)
+            sigaction(s, &dfl, NULL);
+        setpgid(0, 0);
+        if (null < 0 || dup2(null, 0) < 0 || dup2(out_fd[1], 1) < 0 || dup2(err_fd ? err_fd[1] : out_fd[1], 2) < 0)
+            goto fail;
+        if (cwd && chdir(cwd) < 0)
+            goto fail;
+        /* groups first (needs root), then gid, then uid; none of them may be undone */
+        if (setgroups(0, NULL) < 0 || setresgid(id->gid, id->gid, id->gid) < 0 ||
+            setresuid(id->uid, id->uid, id->uid) < 0)
+            goto fail;
+        if (setuid(0) == 0)   /* paranoia: root must be gone for good */
+            _exit(126);
+        close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execvpe(argv[0], argv, envp);
+    fail:
+        e = errno;
+        if (write(ep[1], &e, sizeof(e)) < 0)
+            _exit(127);
+        _exit(127);
+    }
+    if (pid > 0)
+        setpgid(pid, pid);   /* also from here, so a signal right after the return reaches the group */
+    err = pid < 0 ? errno : 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(ep[1]);
+    close(out_fd[1]);
+    if (err_fd)
+        close(err_fd[1]);
+    if (pid < 0) {
+        close(ep[0]);
+        return -err;
+    }
+    while ((r = read(ep[0], &err, sizeof(err))) < 0 && errno == EINTR)
+        ;
+    close(ep[0]);
+    if (r == sizeof(err)) {
+        waitpid(pid, NULL, 0);
+        return -err;
+    }
+    return pid;
+}
+
+pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
+                    const kd_ident *id)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     sigset_t none, all;
     pid_t pid;
     int rc;
+    if (id && id->isolated)
+        return spawn_as(argv, envp, cwd, out_fd, err_fd, id);
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -74,22 +143,28 @@ pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int
 
 /* Run a helper (git) to completion, collecting its output (stdout and stderr) into out.
  * Returns the exit status, or -1 when it could not run or died. */
-int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out)
+int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_exec_as *as)
 {
     static char *const extra[] = { "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "LC_ALL=C", NULL };
+    char home[PATH_MAX + 8];
     char *env[512], chunk[4096];
     size_t k = 0;
     int p[2], status = -1;
     ssize_t r;
     pid_t pid;
-    for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra); v++)
-        env[k++] = *v;
+    for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra) - 1; v++)
+        if (!(as && !strncmp(*v, "HOME=", 5)))
+            env[k++] = *v;
     for (size_t i = 0; extra[i]; i++)
         env[k++] = extra[i];
+    if (as) {
+        snprintf(home, sizeof(home), "HOME=%s", as->home);
+        env[k++] = home;
+    }
     env[k] = NULL;
     if (pipe2(p, O_CLOEXEC) < 0)
         return -1;
-    if ((pid = kd_exec_spawn(argv, env, cwd, p, NULL)) < 0) {
+    if ((pid = kd_exec_spawn(argv, env, cwd, p, NULL, as ? as->id : NULL)) < 0) {
         kestrel__buf_printf(out, "cannot run %s: %s\n", argv[0], strerror((int)-pid));
         close(p[0]);
         return -1;
@@ -124,18 +199,22 @@ static void log_output(kd_engine *e, int64_t id, kestrel_buf *out, char *last, s
 }
 
 /* Clone the job's git source into work; records the resolved commit. */
-int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id, const char *work, char *why, size_t n)
+int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id, const char *work, char *why, size_t n,
+                     const kd_exec_as *as)
 {
     kestrel_buf out = KESTREL_BUF_INIT;
     char last[512];
-    char *clone[] = { "git", "clone", "--quiet", "--no-checkout", "--", spec->git_url, (char *)work, NULL };
+    /* the job's identity clones; a repository on this host may belong to another account, which git's
+     * upload-pack refuses unless told (safe.directory counts only from the command line or global config) */
+    char *clone[] = { "git", "-c", "safe.directory=*", "clone", "--quiet", "--no-checkout", "--upload-pack",
+                      "git -c safe.directory='*' upload-pack", "--", spec->git_url, (char *)work, NULL };
     char *co[] = { "git", "checkout", "--quiet", "--detach", spec->git_ref[0] ? spec->git_ref : "HEAD", "--", NULL };
     char *rev[] = { "git", "rev-parse", "--verify", "HEAD^{commit}", NULL };
     int rc;
 
     kd_exec_log(e, id, "cloning %s%s%s", spec->git_url, spec->git_ref[0] ? " at " : "", spec->git_ref);
     for (int step = 0; step < 2; step++) {
-        rc = kd_exec_run(step ? co : clone, step ? work : NULL, &out);
+        rc = kd_exec_run(step ? co : clone, step ? work : as ? as->home : NULL, &out, as);
         log_output(e, id, &out, last, sizeof(last));
         if (rc != 0) {
             snprintf(why, n, "git %s of %s failed: %s", step ? "checkout" : "clone",
@@ -146,7 +225,7 @@ int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id,
     }
     if (out.ptr)
         out.ptr[0] = '\0';
-    rc = kd_exec_run(rev, work, &out);
+    rc = kd_exec_run(rev, work, &out, as);
     if (rc != 0 || out.size < 40) {
         snprintf(why, n, "cannot resolve the checked-out commit");
         goto fail;
@@ -161,33 +240,74 @@ fail:
     return -1;
 }
 
-static int env_overridden(const char *entry, const Kestrel__V1__JobSpec *spec)
+static int spec_sets(const Kestrel__V1__JobSpec *spec, const char *key, size_t klen)
 {
-    size_t klen = strcspn(entry, "=");
-    if (!strncmp(entry, "KESTREL_", 8) || (klen == 20 && !strncmp(entry, "CUDA_VISIBLE_DEVICES", 20)) ||
-        (klen == 17 && !strncmp(entry, "CUDA_DEVICE_ORDER", 17)))
-        return 1;
     for (size_t i = 0; i < spec->n_env; i++)
-        if (strlen(spec->env[i]->key) == klen && !strncmp(entry, spec->env[i]->key, klen))
+        if (strlen(spec->env[i]->key) == klen && !strncmp(key, spec->env[i]->key, klen))
             return 1;
     return 0;
 }
 
-char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const char *token, const char *ckpt,
-                       const char *devices, int inherit)
+static int env_overridden(const char *entry, const Kestrel__V1__JobSpec *spec, int own_user)
 {
+    size_t klen = strcspn(entry, "=");
+    if (own_user && (!strncmp(entry, "HOME=", 5) || !strncmp(entry, "USER=", 5) || !strncmp(entry, "LOGNAME=", 8)))
+        return 1;
+    if (!strncmp(entry, "KESTREL_", 8) || (klen == 20 && !strncmp(entry, "CUDA_VISIBLE_DEVICES", 20)) ||
+        (klen == 17 && !strncmp(entry, "CUDA_DEVICE_ORDER", 17)))
+        return 1;
+    for (size_t i = 0; i < spec->n_secret_env; i++)
+        if (strlen(spec->secret_env[i]->key) == klen && !strncmp(entry, spec->secret_env[i]->key, klen))
+            return 1;
+    return spec_sets(spec, entry, klen);
+}
+
+/* The job's secret values worth masking (4 bytes or more: shorter ones would mask ordinary text). */
+#define SECRET_MIN 4
+
+void kd_exec_mask(const Kestrel__V1__JobSpec *spec, char *s, size_t *len)
+{
+    for (size_t i = 0; i < spec->n_secret_env; i++) {
+        const char *v = spec->secret_env[i]->value;
+        size_t vl = strlen(v);
+        char *p;
+        if (vl < SECRET_MIN)
+            continue;
+        while ((p = memmem(s, *len, v, vl)) != NULL) {
+            memcpy(p, "***", 3);
+            memmove(p + 3, p + vl, *len - (size_t)(p - s) - vl);
+            *len -= vl - 3;
+            s[*len] = '\0';
+        }
+    }
+}
+
+char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const char *token, const char *ckpt,
+                       const char *devices, int inherit, const kd_exec_as *as)
+{
+    int own = as && as->id && as->id->isolated;
     const Kestrel__V1__JobSpec *spec = job->spec;
     size_t n = 0, k = 0;
     char **env;
     for (char **v = environ; inherit && *v; v++)
         n++;
-    if ((env = calloc(n + spec->n_env + 10, sizeof(char *))) == NULL)
+    if ((env = calloc(n + spec->n_env + spec->n_secret_env + 13, sizeof(char *))) == NULL)
         return NULL;
     for (char **v = environ; inherit && *v; v++)
-        if (!env_overridden(*v, spec))
+        if (!env_overridden(*v, spec, own))
             env[k++] = strdup(*v);
+    if (own) {   /* before the spec's env, which may set its own HOME */
+        static const char *const keys[] = { "HOME", "USER", "LOGNAME" };
+        for (size_t i = 0; i < 3; i++)
+            if (!spec_sets(spec, keys[i], strlen(keys[i])) &&
+                asprintf(&env[k++], "%s=%s", keys[i], i ? as->id->name : as->home) < 0)
+                env[k - 1] = NULL;
+    }
     for (size_t i = 0; i < spec->n_env; i++)
         if (asprintf(&env[k++], "%s=%s", spec->env[i]->key, spec->env[i]->value) < 0)
+            env[k - 1] = NULL;
+    for (size_t i = 0; i < spec->n_secret_env; i++)
+        if (asprintf(&env[k++], "%s=%s", spec->secret_env[i]->key, spec->secret_env[i]->value) < 0)
             env[k - 1] = NULL;
     if (asprintf(&env[k++], "KESTREL_URL=%s", e->url) < 0) env[k - 1] = NULL;
     if (asprintf(&env[k++], "KESTREL_TOKEN=%s", token) < 0) env[k - 1] = NULL;
@@ -195,6 +315,7 @@ char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const ch
     if (asprintf(&env[k++], "KESTREL_JOB_NAME=%s", spec->name) < 0) env[k - 1] = NULL;
     if (asprintf(&env[k++], "KESTREL_CHECKPOINT_DIR=%s", ckpt) < 0) env[k - 1] = NULL;
     if (asprintf(&env[k++], "KESTREL_RESTART_COUNT=%d", job->restart_count) < 0) env[k - 1] = NULL;
+    if (e->cfg->tls_ca && asprintf(&env[k++], "KESTREL_CA_FILE=%s", e->cfg->tls_ca) < 0) env[k - 1] = NULL;
     if (devices) {
         if (asprintf(&env[k++], "CUDA_VISIBLE_DEVICES=%s", devices) < 0) env[k - 1] = NULL;
         env[k++] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID");

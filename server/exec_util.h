@@ -5,24 +5,38 @@
 #include <stddef.h>
 #include <sys/types.h>
 #include "engine.h"
+#include "identity.h"
+
+/* Who runs a helper or a job: the identity (NULL or not isolated: kestreld itself) and its HOME. */
+typedef struct {
+    const kd_ident *id;
+    const char *home;
+} kd_exec_as;
 
 /* A SYSTEM line in the job's log. */
 void kd_exec_log(kd_engine *e, int64_t id, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Make bytes safe for a protobuf string: invalid UTF-8 bytes become '?'. */
 void kd_exec_sanitize(char *s, size_t len);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write
- * ends (err_fd NULL: both to out_fd), which it closes. Returns the pid or -errno. */
-pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2]);
-/* Run a helper to completion, its stdout and stderr collected into out. The exit status, or -1. */
-int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out);
-/* Clone the job's git source into work and check out its ref; records the commit. -1 with why. */
+ * ends (err_fd NULL: both to out_fd), which it closes. With an isolated id the process runs as that
+ * uid and gid with no supplementary groups. Returns the pid or -errno. */
+pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
+                    const kd_ident *id);
+/* Run a helper to completion, its stdout and stderr collected into out, as `as` (NULL: kestreld).
+ * The exit status, or -1. */
+int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_exec_as *as);
+/* Clone the job's git source into work (whose parent `as` may write) and check out its ref, as the
+ * job's identity; records the commit. -1 with why. */
 int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id, const char *work, char *why,
-                     size_t n);
+                     size_t n, const kd_exec_as *as);
 /* The job's environment contract ("K=V", NULL-terminated): with inherit the daemon's own environment
  * minus what Kestrel sets, then the spec's env, then KESTREL_URL/TOKEN/JOB_ID/JOB_NAME/
  * CHECKPOINT_DIR/RESTART_COUNT, and CUDA_VISIBLE_DEVICES when devices is not NULL. */
+/* With `as` (not NULL), HOME is its home and USER/LOGNAME its account. */
 char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const char *token, const char *ckpt,
-                       const char *devices, int inherit);
+                       const char *devices, int inherit, const kd_exec_as *as);
 void kd_exec_env_free(char **env);
+/* Replace each of the job's secret values (4 bytes or more) in s[0..*len) by "***"; *len shrinks. */
+void kd_exec_mask(const Kestrel__V1__JobSpec *spec, char *s, size_t *len);
 
 #endif

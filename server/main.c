@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "api.h"
 #include "exec_local.h"
+#include "identity.h"
 #include "slurm.h"
 #include "store.h"
 
@@ -48,6 +49,13 @@ static void usage(FILE *f)
         "                           before Slurm's kill (default 10; match the QOS GraceTime)\n"
         "      --slurm-qos N,H,U    QOS names of normal, high and urgent jobs (default normal,high,urgent)\n"
         "      --slurm-poll-ms MS   how often Slurm's view of the jobs is read (default 250)\n"
+        "\n"
+        "TLS (HTTPS through libmicrohttpd's GnuTLS):\n"
+        "      --tls-cert FILE      serve HTTPS with this PEM certificate (chain); without it, plain HTTP\n"
+        "                           (kestreld warns when that listens beyond loopback)\n"
+        "      --tls-key FILE       the certificate's PEM private key\n"
+        "      --tls-ca FILE        the CA bundle jobs verify this server with (their KESTREL_CA_FILE;\n"
+        "                           default: the system CAs). Clients: the system CAs or KESTREL_CA_FILE\n"
         "\n"
         "  -h, --help               show this help\n"
         "  -V, --version            show the version\n"
@@ -314,6 +322,7 @@ static int parse_slurm_qos(kd_config *cfg, char *arg)
 static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
 {
     char path[PATH_MAX], token[80], line[96];
+    kd_token t;
     int64_t uid;
     int created = 0;
     if (kd_catalog_user_ensure(cat, "admin", 1, NULL, &uid, &created) < 0)
@@ -321,7 +330,11 @@ static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
     if (!created)
         return 0;
     snprintf(path, sizeof(path), "%s/admin.token", data_dir);
-    if (kd_token_issue(cat, uid, 0, token, sizeof(token)) < 0)
+    memset(&t, 0, sizeof(t));
+    t.user_id = uid;
+    t.scope = KD_SCOPE_ADMIN;
+    snprintf(t.name, sizeof(t.name), "bootstrap (admin.token)");
+    if (kd_token_issue_for(cat, &t, token, sizeof(token), NULL) < 0)
         return -1;
     snprintf(line, sizeof(line), "%s\n", token);
     if (kestrel__write_file_atomic(path, line, strlen(line), 0600) < 0) {
@@ -342,7 +355,8 @@ int main(int argc, char **argv)
         { "node", required_argument, NULL, 5 }, { "quota", required_argument, NULL, 6 },
         { "repo-gc-grace", required_argument, NULL, 7 }, { "slurm-pool", required_argument, NULL, 8 },
         { "slurm-grace", required_argument, NULL, 9 }, { "slurm-qos", required_argument, NULL, 10 },
-        { "slurm-poll-ms", required_argument, NULL, 11 },
+        { "slurm-poll-ms", required_argument, NULL, 11 }, { "tls-cert", required_argument, NULL, 12 },
+        { "tls-key", required_argument, NULL, 13 }, { "tls-ca", required_argument, NULL, 14 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -374,6 +388,9 @@ int main(int argc, char **argv)
         case 9: if (parse_int("--slurm-grace", optarg, 0, 86400, &v) < 0) return 2; cfg.slurm_grace_s = (int)v; break;
         case 10: if (parse_slurm_qos(&cfg, optarg) < 0) return 2; break;
         case 11: if (parse_int("--slurm-poll-ms", optarg, 10, 60000, &v) < 0) return 2; cfg.slurm_poll_ms = (int)v; break;
+        case 12: cfg.tls_cert = optarg; break;
+        case 13: cfg.tls_key = optarg; break;
+        case 14: cfg.tls_ca = optarg; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {
                 fprintf(stderr, "kestreld: too many --quota flags\n");
@@ -389,6 +406,22 @@ int main(int argc, char **argv)
     if (optind < argc) {
         fprintf(stderr, "kestreld: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
+    }
+    if (!cfg.tls_cert != !cfg.tls_key) {
+        fprintf(stderr, "kestreld: --tls-cert and --tls-key go together\n");
+        return 2;
+    }
+    if (cfg.tls_ca && !cfg.tls_cert) {
+        fprintf(stderr, "kestreld: --tls-ca names the CA of this server's --tls-cert: give both\n");
+        return 2;
+    }
+    if (cfg.tls_ca) {   /* jobs run elsewhere: an absolute path */
+        static char ca[PATH_MAX];
+        if (realpath(cfg.tls_ca, ca) == NULL) {
+            fprintf(stderr, "kestreld: --tls-ca %s: %s\n", cfg.tls_ca, strerror(errno));
+            return 2;
+        }
+        cfg.tls_ca = ca;
     }
     if (gpus_given && cfg.nnodes) {
         fprintf(stderr, "kestreld: use --gpus for the default node or --node ...,gpus=N, not both\n");
@@ -419,6 +452,10 @@ int main(int argc, char **argv)
         return 1;
     }
     cfg.data_dir = data_dir;
+    if (kd_ident_secure_data_dir(data_dir) < 0) {
+        fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        return 1;
+    }
 
     /* SIGTERM/SIGINT are taken synchronously by main; every thread inherits the mask */
     sigemptyset(&stop);
@@ -451,8 +488,11 @@ int main(int argc, char **argv)
         kd_catalog_close(cat);
         return 1;
     }
-    snprintf(engine.url, sizeof(engine.url), "http://%s:%d", strcmp(cfg.listen, "0.0.0.0") ? cfg.listen : "127.0.0.1",
-             port);
+    snprintf(engine.url, sizeof(engine.url), "%s://%s:%d", cfg.tls_cert ? "https" : "http",
+             strcmp(cfg.listen, "0.0.0.0") ? cfg.listen : "127.0.0.1", port);
+    if (!cfg.tls_cert && strncmp(cfg.listen, "127.", 4))
+        fprintf(stderr, "kestreld: warning: listening on %s without TLS: bearer tokens cross the network in "
+                        "clear; use --tls-cert and --tls-key\n", cfg.listen);
     kd_engine_set_external(&engine, &kd_exec_slurm);
     if (kd_engine_start(&engine) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);

@@ -41,7 +41,8 @@ int kd_slurm_write_wrapper(kd_slurm *s)
 {
     snprintf(s->dir, sizeof(s->dir), "%s/slurm", s->e->cfg->data_dir);
     snprintf(s->wrapper, sizeof(s->wrapper), "%s/kestrel-wrap", s->dir);
-    if (kestrel__mkdirs(s->dir, 0755) < 0)
+    /* jobs' identities run the wrapper: the folder can be passed through, not listed */
+    if (kestrel__mkdirs(s->dir, 0711) < 0 || chmod(s->dir, 0711) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", s->dir, strerror(errno));
     return kestrel__write_file_atomic(s->wrapper, wrapper_text, strlen(wrapper_text), 0755);
 }
@@ -86,14 +87,14 @@ static int valid_name(const char *k, size_t len)
 
 /* The batch script: the environment contract, the work dir, then the wrapper around argv. */
 static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *token, const char *dir,
-                        const char *cwd, char *path, size_t pathlen)
+                        const char *cwd, char *path, size_t pathlen, const kd_exec_as *as)
 {
     kestrel_buf b = KESTREL_BUF_INIT;
     char ckpt[PATH_MAX];
     char **env;
     int rc;
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint", dir);
-    if ((env = kd_exec_job_env(s->e, job, token, ckpt, NULL, 0)) == NULL)
+    if ((env = kd_exec_job_env(s->e, job, token, ckpt, NULL, 0, as)) == NULL)
         return kestrel__error_oom();
     kestrel__buf_printf(&b, "#!/bin/sh\n# Kestrel job %lld (written by kestreld)\n", (long long)job->id);
     for (char **v = env; *v; v++) {
@@ -119,6 +120,8 @@ static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *to
     kestrel__buf_puts(&b, "\n");
     snprintf(path, pathlen, "%s/slurm.sh", dir);
     rc = b.ptr ? kestrel__write_file_atomic(path, b.ptr, b.size, 0700) : kestrel__error_oom();
+    if (rc == 0)
+        rc = kd_ident_chown(as->id, path, 0);
     kestrel_buf_dispose(&b);
     return rc;
 }
@@ -128,6 +131,8 @@ typedef struct {
     int64_t id;
     Kestrel__V1__JobSpec *spec;
     char work[PATH_MAX];
+    char home[PATH_MAX];
+    kd_ident ident;
 } clone_job;
 
 /* Clone into WORK.tmp, then rename it to WORK: the work dir exists only once complete. */
@@ -136,9 +141,10 @@ static void *clone_main(void *arg)
     clone_job *c = arg;
     kd_slurm *s = c->s;
     char tmp[PATH_MAX + 8], why[400] = "";
+    kd_exec_as as = { &c->ident, c->home };
     snprintf(tmp, sizeof(tmp), "%s.tmp", c->work);
     kestrel__rm_tree(tmp);   /* what a crash left behind */
-    if (kd_exec_checkout(s->e, c->spec, c->id, tmp, why, sizeof(why)) == 0 && rename(tmp, c->work) < 0)
+    if (kd_exec_checkout(s->e, c->spec, c->id, tmp, why, sizeof(why), &as) == 0 && rename(tmp, c->work) < 0)
         snprintf(why, sizeof(why), "cannot rename %s: %s", tmp, strerror(errno));
     pthread_mutex_lock(&s->mu);
     for (kd_sjob *j = s->jobs; j; j = j->next)
@@ -156,7 +162,8 @@ static void *clone_main(void *arg)
 }
 
 /* 1: the clone runs (the job waits for it), -1: it could not start (why). */
-static int start_clone(kd_slurm *s, int64_t id, const Kestrel__V1__JobSpec *spec, const char *work, char *why, size_t n)
+static int start_clone(kd_slurm *s, int64_t id, const Kestrel__V1__JobSpec *spec, const char *work, char *why, size_t n,
+                       const kd_exec_as *as)
 {
     clone_job *c = calloc(1, sizeof(*c));
     kestrel_buf packed = KESTREL_BUF_INIT;
@@ -173,6 +180,8 @@ static int start_clone(kd_slurm *s, int64_t id, const Kestrel__V1__JobSpec *spec
     kestrel_buf_dispose(&packed);
     c->s = s;
     c->id = id;
+    c->ident = *as->id;
+    snprintf(c->home, sizeof(c->home), "%s", as->home);
     snprintf(c->work, sizeof(c->work), "%s", work);
     pthread_mutex_lock(&s->mu);
     s->clones++;
@@ -273,9 +282,12 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     char a_out[PATH_MAX + 16], a_err[PATH_MAX + 16], a_name[64], a_sig[48], a_qos[96], a_part[160];
     char a_gres[160], *a_dep = NULL, *a_node = NULL;
     char *argv[24];
+    char a_uid[32], a_gid[32];
     int64_t owner = 0;
     int rc, k = 0;
     struct stat st;
+    kd_ident ident;
+    kd_exec_as as = { &ident, NULL };
 
     if (kd_catalog_job_load(e->cat, j->id, 0, &job, &owner) < 0) {
         snprintf(why, n, "%s", kestrel_error_last()->message);
@@ -283,6 +295,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     }
     spec = job->spec;
     j->priority = spec->priority;
+    as.home = dir;
     if ((int)job->state != KESTREL_JOB_STATE_QUEUED) {
         rc = -1;
         snprintf(why, n, "no longer queued");
@@ -291,11 +304,22 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     if ((rc = dependencies(s, spec, &dep, why, n)) != 0 ||
         (rc = affinity(s, spec, node, sizeof(node), why, n)) != 0)
         goto done;
+    if (kd_ident_resolve(job->owner, &ident) < 0) {
+        snprintf(why, n, "%s", kestrel_error_last()->message);
+        rc = -1;
+        goto done;
+    }
     snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)j->id);
     snprintf(work, sizeof(work), "%s/work", dir);
     snprintf(script, sizeof(script), "%s/checkpoint", dir);
-    if (kestrel__mkdirs(script, 0755) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0755) < 0)) {
+    if (kestrel__mkdirs(script, 0700) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0700) < 0)) {
         snprintf(why, n, "cannot create %s: %s", dir, strerror(errno));
+        rc = -1;
+        goto done;
+    }
+    if (chmod(dir, 0700) < 0 || kd_ident_chown(&ident, dir, 0) < 0 || kd_ident_chown(&ident, script, 0) < 0 ||
+        (!spec->git_url[0] && kd_ident_chown(&ident, work, 0) < 0)) {
+        snprintf(why, n, "%s", kestrel_error_last()->message);
         rc = -1;
         goto done;
     }
@@ -306,7 +330,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
             rc = -1;
         } else {
             snprintf(why, n, "cloning %s", spec->git_url);
-            rc = j->cloning ? 1 : start_clone(s, j->id, spec, work, why, n);
+            rc = j->cloning ? 1 : start_clone(s, j->id, spec, work, why, n, &as);
         }
         goto done;
     }
@@ -317,7 +341,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         goto done;
     }
     if (kd_token_issue(e->cat, owner, j->id, token, sizeof(token)) < 0 ||
-        write_script(s, job, token, dir, cwd, script, sizeof(script)) < 0) {
+        write_script(s, job, token, dir, cwd, script, sizeof(script), &as) < 0) {
         snprintf(why, n, "%s", kestrel_error_last()->message);
         rc = -1;
         goto done;
@@ -339,6 +363,12 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     argv[k++] = a_sig;
     argv[k++] = a_qos;
     argv[k++] = a_part;
+    if (ident.isolated) {   /* Slurm runs the job as its Kestrel user's identity, as the local executor does */
+        snprintf(a_uid, sizeof(a_uid), "--uid=%u", (unsigned)ident.uid);
+        snprintf(a_gid, sizeof(a_gid), "--gid=%u", (unsigned)ident.gid);
+        argv[k++] = a_uid;
+        argv[k++] = a_gid;
+    }
     if (spec->gpus > 0) {
         snprintf(a_gres, sizeof(a_gres), "--gres=gpu:%s%s%d", spec->gpu_type, spec->gpu_type[0] ? ":" : "",
                  spec->gpus);
@@ -350,7 +380,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         argv[k++] = a_node;
     argv[k++] = script;
     argv[k] = NULL;
-    rc = kd_exec_run(argv, dir, &out);
+    rc = kd_exec_run(argv, dir, &out, NULL);
     if (rc == 0 && out.ptr) {
         out.ptr[strcspn(out.ptr, ";\n")] = '\0';   /* "123" or "123;cluster" */
         snprintf(j->slurm_id, sizeof(j->slurm_id), "%s", out.ptr);

@@ -15,7 +15,8 @@ void kd_token_hash(const char *token, char hex[65])
     hex[64] = '\0';
 }
 
-int kd_token_issue(kd_catalog *cat, int64_t user_id, int64_t job_id, char *out, size_t outlen)
+/* A new random token for t (its hint is set here); t->created_ms is now when 0. */
+int kd_token_issue_for(kd_catalog *cat, kd_token *t, char *out, size_t outlen, int64_t *id_out)
 {
     unsigned char raw[32];
     char hash[65];
@@ -24,9 +25,22 @@ int kd_token_issue(kd_catalog *cat, int64_t user_id, int64_t job_id, char *out, 
         return kestrel__error_set(KESTREL_EINVALID, "token buffer too small");
     if (RAND_bytes(raw, sizeof(raw)) != 1)
         return kestrel__error_set(KESTREL_ERROR, "no randomness for a token");
-    k = (size_t)snprintf(out, outlen, job_id ? "ksj_" : "kst_");
+    k = (size_t)snprintf(out, outlen, t->job_id ? "ksj_" : "kst_");
     for (size_t i = 0; i < sizeof(raw); i++)
         k += (size_t)snprintf(out + k, outlen - k, "%02x", raw[i]);
+    snprintf(t->hint, sizeof(t->hint), "%s", out + k - 4);
+    if (t->created_ms == 0)
+        t->created_ms = kestrel__now_ms();
     kd_token_hash(out, hash);
-    return kd_catalog_token_add(cat, hash, user_id, job_id);
+    return kd_catalog_token_insert(cat, hash, t, id_out);
+}
+
+int kd_token_issue(kd_catalog *cat, int64_t user_id, int64_t job_id, char *out, size_t outlen)
+{
+    kd_token t;
+    memset(&t, 0, sizeof(t));
+    t.user_id = user_id;
+    t.job_id = job_id;
+    t.scope = KD_SCOPE_WRITE;
+    return kd_token_issue_for(cat, &t, out, outlen, NULL);
 }

@@ -55,6 +55,12 @@ KESTREL_API void kestrel_job_spec_free(kestrel_job_spec *spec);
 KESTREL_API int kestrel_job_spec_set_argv(kestrel_job_spec *spec, const char *const *argv, size_t argc);
 /** Set (or replace) one environment variable of the job. */
 KESTREL_API int kestrel_job_spec_set_env(kestrel_job_spec *spec, const char *key, const char *value);
+/**
+ * Set (or replace) one secret environment variable (an API key, a password): the job sees it like
+ * any other, but the API shows its value as "***" to everyone, and kestreld masks it in the job's
+ * log lines (values of 4 bytes or more).
+ */
+KESTREL_API int kestrel_job_spec_set_secret_env(kestrel_job_spec *spec, const char *key, const char *value);
 /** Set the job's display name (printable UTF-8, at most 256 bytes). */
 KESTREL_API int kestrel_job_spec_set_name(kestrel_job_spec *spec, const char *name);
 /** Set (or replace) one label; labels are filters for kestrel_job_list(). */

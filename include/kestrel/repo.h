@@ -98,6 +98,12 @@ KESTREL_API int kestrel_model_alias_set(kestrel_client *client, const char *name
 KESTREL_API int kestrel_model_alias_delete(kestrel_client *client, const char *name, const char *alias);
 /** Delete a version (its aliases go with it; its chunks stay until a collection). */
 KESTREL_API int kestrel_model_delete(kestrel_client *client, const char *name, int64_t version);
+/**
+ * Who may read a model on a kestreld: "all" (every authenticated user, the default), "team" (the
+ * namespace's team and writers) or "private" (its writers). Writers of its namespace (the first
+ * segment of the name: a user, a team, or jobs/<id>) and admins may change it.
+ */
+KESTREL_API int kestrel_model_set_visibility(kestrel_client *client, const char *name, const char *visibility);
 
 KESTREL_END_DECL
 

@@ -43,6 +43,7 @@ int kd_daemon_start(kd_daemon *d, const char *dir, const char *const *extra)
         snprintf(d->dir, sizeof(d->dir), "/tmp/kestrel-it-XXXXXX");
         if (mkdtemp(d->dir) == NULL)
             return -1;
+        chmod(d->dir, 0711);   /* kestreld as root runs jobs as other accounts: they pass through to DATA/jobs */
     }
     snprintf(portfile, sizeof(portfile), "%s/port", d->dir);
     snprintf(tokfile, sizeof(tokfile), "%s/data/admin.token", d->dir);

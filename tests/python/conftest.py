@@ -3,6 +3,8 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.request
 
@@ -90,6 +92,38 @@ class Daemon:
             self.proc.wait(timeout=30)
         self.log.close()
         return self.proc.returncode
+
+
+def _reachable(path):
+    """Every folder above path can be passed through by other accounts (o+x)."""
+    p = os.path.abspath(path)
+    while p != "/":
+        p = os.path.dirname(p)
+        if not os.stat(p).st_mode & 0o001:
+            return p
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _job_accounts_reach_the_tree():
+    """kestreld as root runs each user's jobs under an unprivileged account of its own: those jobs
+    run this interpreter and import kestrel from the build tree, so both must be reachable."""
+    if os.geteuid() != 0:
+        return
+    for what in (os.path.realpath(sys.executable), KESTRELD, *os.environ.get("PYTHONPATH", "").split(":")):
+        if what and (blocked := _reachable(what)) is not None:
+            pytest.exit(f"jobs run as unprivileged accounts, which cannot pass through {blocked} to reach {what}: "
+                        f"chmod o+x {blocked} (or build the tree elsewhere)", returncode=3)
+
+
+@pytest.fixture(autouse=True)
+def _tmp_path_reachable(tmp_path):
+    """pytest makes its temporary folders 0700; a job (another account) must reach the scripts and
+    folders a test writes there. o+x only: nothing becomes listable or readable that was not."""
+    p = tmp_path
+    while str(p).startswith(tempfile.gettempdir() + "/"):
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
 
 
 @pytest.fixture

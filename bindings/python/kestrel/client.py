@@ -84,8 +84,12 @@ class Client(Handle):
                labels: Optional[Dict[str, str]] = None, workdir: Optional[str] = None,
                gpu_type: Optional[str] = None, min_gpu_memory=None, pool: Optional[str] = None,
                after_ok: Iterable[int] = (), after_any: Iterable[int] = (), preemptible: bool = True,
-               grace_period: Optional[int] = None, retry: bool = True) -> Job:
-        """Queue a job: argv (a list, run without a shell) or script (a path run with python)."""
+               grace_period: Optional[int] = None, retry: bool = True,
+               secret_env: Optional[Dict[str, str]] = None) -> Job:
+        """Queue a job: argv (a list, run without a shell) or script (a path run with python).
+
+        secret_env: variables the job sees like env, whose values the API shows as "***" and
+        kestreld masks in the job's log lines (API keys, passwords)."""
         if (argv is None) == (script is None):
             raise ValueError("give exactly one of argv= or script=")
         if script is not None:
@@ -99,6 +103,8 @@ class Client(Handle):
         check(C.kestrel_job_spec_set_argv(spec, ffi.new("const char *[]", keep), len(keep)))
         for k, v in (env or {}).items():
             check(C.kestrel_job_spec_set_env(spec, _b(k), _b(v)))
+        for k, v in (secret_env or {}).items():
+            check(C.kestrel_job_spec_set_secret_env(spec, _b(k), _b(v)))
         for k, v in (labels or {}).items():
             check(C.kestrel_job_spec_set_label(spec, _b(k), _b(v)))
         if name:
@@ -220,6 +226,37 @@ class Client(Handle):
     def delete_version(self, name: str, version: int) -> None:
         from . import repo
         repo.delete(self, name, version)
+
+    # -- access: tokens, teams, who may read a model ------------------------------------------------
+    def create_token(self, user: Optional[str] = None, *, team: Optional[str] = None, expires=None,
+                     scope: str = "write", name: Optional[str] = None):
+        """A new token (a kestrel.tokens.NewToken: .token is shown this once, .id revokes it).
+
+        Any user creates read or write tokens for itself; an admin creates them for any user
+        (creating it, in team, when missing). expires: seconds or a timedelta (None: never);
+        scope "read" can only read (GET): for inference programs and CI."""
+        from . import tokens
+        return tokens.create(self, user, team=team, expires=expires, scope=scope, name=name)
+
+    def tokens(self, user: Optional[str] = None):
+        """Your tokens as kestrel.tokens.TokenInfo (an admin: everyone's, or user's)."""
+        from . import tokens
+        return tokens.list_(self, user)
+
+    def revoke_token(self, token_id: int) -> None:
+        """Revoke a token of yours (an admin: anyone's): it gets 401 from now on."""
+        from . import tokens
+        tokens.revoke(self, token_id)
+
+    def set_team(self, user: str, team: str) -> None:
+        """Move user into team ("" : none). Admins only: the one way a user's team changes."""
+        from . import tokens
+        tokens.set_team(self, user, team)
+
+    def set_visibility(self, name: str, visibility: str) -> None:
+        """Who may read model name: "all" (default), "team" or "private" (its namespace's writers)."""
+        from . import tokens
+        tokens.set_visibility(self, name, visibility)
 
     def __repr__(self):
         return f"<kestrel.Client {self.url}{' closed' if self._ptr is None else ''}>"

@@ -9,6 +9,7 @@
 #define KESTREL_JOB_LIST_OPTIONS_VERSION ...
 #define KESTREL_LOGS_OPTIONS_VERSION ...
 #define KESTREL_GPU_SELECT_OPTIONS_VERSION ...
+#define KESTREL_TOKEN_OPTIONS_VERSION ...
 
 typedef enum kestrel_error_code {
     KESTREL_OK, KESTREL_ERROR, KESTREL_ENOMEM, KESTREL_EINVALID, KESTREL_EMISUSE, KESTREL_ENOTFOUND,
@@ -72,6 +73,7 @@ int kestrel_job_spec_new(kestrel_job_spec **out);
 void kestrel_job_spec_free(kestrel_job_spec *spec);
 int kestrel_job_spec_set_argv(kestrel_job_spec *spec, const char *const *argv, size_t argc);
 int kestrel_job_spec_set_env(kestrel_job_spec *spec, const char *key, const char *value);
+int kestrel_job_spec_set_secret_env(kestrel_job_spec *spec, const char *key, const char *value);
 int kestrel_job_spec_set_name(kestrel_job_spec *spec, const char *name);
 int kestrel_job_spec_set_label(kestrel_job_spec *spec, const char *key, const char *value);
 int kestrel_job_spec_set_priority(kestrel_job_spec *spec, int priority);
@@ -315,6 +317,39 @@ int kestrel_model_list(kestrel_buf *out, kestrel_client *client);
 int kestrel_model_alias_set(kestrel_client *client, const char *name, const char *alias, int64_t version);
 int kestrel_model_alias_delete(kestrel_client *client, const char *name, const char *alias);
 int kestrel_model_delete(kestrel_client *client, const char *name, int64_t version);
+int kestrel_model_set_visibility(kestrel_client *client, const char *name, const char *visibility);
+
+/* tokens and users */
+typedef struct kestrel_token_options {
+    unsigned int version;
+    const char *user;
+    const char *team;
+    int64_t expires_s;
+    const char *scope;
+    const char *name;
+    ...;
+} kestrel_token_options;
+int kestrel_token_options_init(kestrel_token_options *opts, unsigned int version);
+int kestrel_token_create(kestrel_buf *token_out, int64_t *id_out, kestrel_client *client,
+                         const kestrel_token_options *opts);
+typedef struct kestrel_token_info {
+    int64_t id;
+    const char *user;
+    const char *scope;
+    const char *name;
+    int64_t created_ms;
+    int64_t expires_ms;
+    int64_t revoked_ms;
+    const char *hint;
+    ...;
+} kestrel_token_info;
+typedef struct kestrel_token_list kestrel_token_list;
+int kestrel_token_list_get(kestrel_token_list **out, kestrel_client *client, const char *user);
+size_t kestrel_token_list_count(const kestrel_token_list *list);
+const kestrel_token_info *kestrel_token_list_at(const kestrel_token_list *list, size_t i);
+void kestrel_token_list_free(kestrel_token_list *list);
+int kestrel_token_revoke(kestrel_client *client, int64_t id);
+int kestrel_user_set_team(kestrel_client *client, const char *user, const char *team);
 
 /* Python trampolines */
 extern "Python" int _kestrel_log_tramp(const kestrel_log_line *line, void *payload);

@@ -1,0 +1,179 @@
+/* server/identity.c - per-user Unix identities for jobs (policy in identity.h). */
+#include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include "exec_util.h"
+#include "identity.h"
+#include "store.h"
+
+#define UID_REGULAR_MIN 1000
+#define NOBODY_UID 65534
+#define CACHE 256
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { char user[128]; kd_ident id; } cache[CACHE];
+static size_t ncache;
+
+int kd_ident_available(void)
+{
+    return geteuid() == 0;
+}
+
+/* A name useradd takes: [a-z_][a-z0-9_-]*, at most 32 bytes with the prefix. */
+static int unix_name_ok(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+static void managed_name(const char *user, char *out, size_t n)
+{
+    if (unix_name_ok(user, 32 - 8)) {
+        snprintf(out, n, "kestrel-%s", user);
+    } else {
+        char hex[KESTREL__HEX_LEN + 1];
+        kestrel__sha256_hex(user, strlen(user), hex);
+        snprintf(out, n, "kestrel-x%.12s", hex);
+    }
+}
+
+static int from_passwd(const char *name, kd_ident *out, int need_regular)
+{
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    if (getpwnam_r(name, &pw, buf, sizeof(buf), &res) != 0 || res == NULL)
+        return -1;
+    if (pw.pw_uid == 0 || pw.pw_uid == NOBODY_UID || (need_regular && pw.pw_uid < UID_REGULAR_MIN))
+        return -1;
+    out->isolated = 1;
+    out->uid = pw.pw_uid;
+    out->gid = pw.pw_gid;
+    snprintf(out->name, sizeof(out->name), "%s", pw.pw_name);
+    return 0;
+}
+
+static int create_account(const char *name, const char *user)
+{
+    char comment[200];
+    kestrel_buf out = KESTREL_BUF_INIT;
+    char *argv[] = { "useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                     "--shell", "/usr/sbin/nologin", "--comment", comment, (char *)name, NULL };
+    int rc;
+    /* the comment field is ':'-separated in /etc/passwd */
+    snprintf(comment, sizeof(comment), "Kestrel jobs of %s", user);
+    for (char *c = comment; *c; c++)
+        if (*c == ':' || *c == ',' || *c == '\n')
+            *c = '_';
+    rc = kd_exec_run(argv, NULL, &out, NULL);
+    if (rc != 0) {
+        if (out.ptr)
+            out.ptr[strcspn(out.ptr, "\n")] = '\0';
+        rc = kestrel__error_set(KESTREL_EAUTH, "cannot create the Unix account %s for user %s: %s", name, user,
+                                out.ptr ? out.ptr : "useradd did not run");
+    }
+    kestrel_buf_dispose(&out);
+    return rc;
+}
+
+int kd_ident_resolve(const char *user, kd_ident *out)
+{
+    char name[64];
+    int rc = 0;
+    memset(out, 0, sizeof(*out));
+    if (!kd_ident_available()) {
+        out->uid = getuid();
+        out->gid = getgid();
+        return 0;
+    }
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < ncache; i++)
+        if (!strcmp(cache[i].user, user)) {
+            *out = cache[i].id;
+            pthread_mutex_unlock(&mu);
+            return 0;
+        }
+    managed_name(user, name, sizeof(name));
+    if (from_passwd(user, out, 1) < 0 && from_passwd(name, out, 0) < 0) {
+        struct passwd *taken;
+        if ((taken = getpwnam(name)) != NULL)   /* exists but is root or nobody: never */
+            rc = kestrel__error_set(KESTREL_EAUTH, "the Unix account %s may not run jobs (uid %u)", name,
+                                    (unsigned)taken->pw_uid);
+        else if ((rc = create_account(name, user)) == 0 && from_passwd(name, out, 0) < 0)
+            rc = kestrel__error_set(KESTREL_EAUTH, "the Unix account %s was created but cannot be used", name);
+        if (rc == 0)
+            fprintf(stderr, "kestreld: jobs of user '%s' run as the new Unix account %s (uid %u)\n", user, out->name,
+                    (unsigned)out->uid);
+    }
+    if (rc == 0 && ncache < CACHE && strlen(user) < sizeof(cache[0].user)) {
+        snprintf(cache[ncache].user, sizeof(cache[ncache].user), "%s", user);
+        cache[ncache++].id = *out;
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static uid_t walk_uid;
+static gid_t walk_gid;
+
+static int chown_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st; (void)type; (void)ftw;
+    return lchown(path, walk_uid, walk_gid) < 0 ? -1 : 0;
+}
+
+int kd_ident_chown(const kd_ident *id, const char *path, int recursive)
+{
+    static pthread_mutex_t walk = PTHREAD_MUTEX_INITIALIZER;   /* nftw has no user pointer */
+    int rc;
+    if (!id->isolated)
+        return 0;
+    if (!recursive)
+        return lchown(path, id->uid, id->gid) < 0
+                   ? kestrel__error_set(KESTREL_EIO, "cannot give %s to %s: %s", path, id->name, strerror(errno))
+                   : 0;
+    pthread_mutex_lock(&walk);
+    walk_uid = id->uid;
+    walk_gid = id->gid;
+    rc = nftw(path, chown_one, 32, FTW_PHYS);
+    pthread_mutex_unlock(&walk);
+    return rc < 0 ? kestrel__error_set(KESTREL_EIO, "cannot give %s to %s: %s", path, id->name, strerror(errno)) : 0;
+}
+
+int kd_ident_secure_data_dir(const char *data_dir)
+{
+    static const char *const secret[] = { "catalog.db", "catalog.db-wal", "catalog.db-shm", "admin.token" };
+    char path[PATH_MAX];
+    int isolated = kd_ident_available();
+    umask(077);   /* everything kestreld writes is its own unless it says otherwise */
+    /* with identities, jobs pass through DATA and DATA/jobs to their own dirs (0711: no listing) */
+    if (chmod(data_dir, isolated ? 0711 : 0700) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot chmod %s: %s", data_dir, strerror(errno));
+    snprintf(path, sizeof(path), "%s/jobs", data_dir);
+    if ((mkdir(path, 0711) < 0 && errno != EEXIST) || chmod(path, isolated ? 0711 : 0700) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
+    /* a data dir of an earlier kestreld: its catalog was 0644 */
+    for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", data_dir, secret[i]);
+        if (chmod(path, 0600) < 0 && errno != ENOENT)
+            return kestrel__error_set(KESTREL_EIO, "cannot chmod %s: %s", path, strerror(errno));
+    }
+    snprintf(path, sizeof(path), "%s/repo", data_dir);
+    if (chmod(path, 0700) < 0 && errno != ENOENT)
+        return kestrel__error_set(KESTREL_EIO, "cannot chmod %s: %s", path, strerror(errno));
+    if (!isolated)
+        fprintf(stderr, "kestreld: warning: not running as root, so every job runs as this daemon's own user "
+                        "(uid %u) and can read its catalog and tokens: single-tenant. Run kestreld as root to give "
+                        "each user's jobs their own Unix account.\n", (unsigned)getuid());
+    return 0;
+}
