@@ -75,6 +75,29 @@ Kestrel__V1__Job *kd_visible_job(kd_req *r, int64_t id, int with_events, enum MH
     return job;
 }
 
+/* A dependency or affinity target must be a job the submitter may see: another user's job is
+ * refused exactly like a missing one, so neither its existence nor its state leaks. */
+static int refs_visible(kd_req *r, const Kestrel__V1__JobSpec *spec)
+{
+    size_t total = spec->n_after_ok + spec->n_after_any + (spec->affinity_job ? 1 : 0);
+    for (size_t i = 0; i < total; i++) {
+        int64_t id = i < spec->n_after_ok ? spec->after_ok[i]
+                     : i < spec->n_after_ok + spec->n_after_any ? spec->after_any[i - spec->n_after_ok]
+                                                                : spec->affinity_job;
+        const char *field = i < spec->n_after_ok ? "after_ok"
+                            : i < spec->n_after_ok + spec->n_after_any ? "after_any" : "affinity_job";
+        Kestrel__V1__Job *job = NULL;
+        int64_t owner = 0;
+        int ok = kd_catalog_job_load(r->e->cat, id, 0, &job, &owner) == 0 &&
+                 (r->who.is_admin || owner == r->who.user_id);
+        if (job)
+            protobuf_c_message_free_unpacked(&job->base, NULL);
+        if (!ok)
+            return kestrel__error_set(KESTREL_EINVALID, "field '%s': job %lld does not exist", field, (long long)id);
+    }
+    return 0;
+}
+
 static enum MHD_Result submit(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
@@ -84,7 +107,7 @@ static enum MHD_Result submit(kd_req *r)
     int rc;
     if (spec == NULL)
         return reply;
-    if ((rc = kestrel__job_spec_validate(spec)) < 0) {
+    if ((rc = kestrel__job_spec_validate(spec)) < 0 || (rc = refs_visible(r, spec)) < 0) {
         reply = kd_reply_failure(r, rc);
         goto out;
     }

@@ -1,0 +1,338 @@
+"""Trust, checked from outside against the real kestreld (as root, as CI runs it): jobs under their
+users' own Unix identities, repository namespaces, scoped/expiring/revocable tokens, secrets, TLS."""
+import hashlib
+import json
+import os
+import pathlib
+import pwd
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+KESTREL_CLI = os.environ["KESTREL_CLI"]
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="per-user identities need kestreld as root (CI is root)")
+
+
+def token(d, user, **extra):
+    status, body = d.api("POST", "/api/v1/tokens", {"user": user, **extra})
+    assert status == 201, body
+    return body["token"]
+
+
+def as_user(d, tok):
+    return d.env(KESTREL_TOKEN=tok)
+
+
+def logs(d, jid):
+    return d.cli("logs", str(jid)).stdout
+
+
+def wait_line(d, jid, prefix, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for line in logs(d, jid).splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix):]
+        time.sleep(0.1)
+    raise AssertionError(f"job {jid} never printed {prefix!r}: {logs(d, jid)}")
+
+
+@root_only
+def test_a_job_cannot_read_the_server_or_another_users_job(daemon):
+    d = daemon("--gpus", "0", "--grace-period", "2")
+    a, b = token(d, "alice"), token(d, "bob")
+    ja = d.submit("--", "sh", "-c", "echo s3cret > work.txt; echo ck > $KESTREL_CHECKPOINT_DIR/ck.txt;"
+                  " echo pid=$$; echo uid=$(id -u) groups=$(id -G); exec sleep 60",
+                  env=as_user(d, a))
+    pid = wait_line(d, ja, "pid=")
+    alice_ids = wait_line(d, ja, "uid=")
+    data = d.data
+    targets = [data / "admin.token", data / "catalog.db", data / "catalog.db-wal",
+               data / "jobs" / str(ja) / "work" / "work.txt", data / "jobs" / str(ja) / "checkpoint" / "ck.txt",
+               pathlib.Path(f"/proc/{pid}/environ")]
+    probe = "; ".join(f"cat {t} >/dev/null 2>&1 && echo READ {t} || echo DENIED {t}" for t in targets)
+    probe += f"; ls {data}/jobs >/dev/null 2>&1 && echo LISTED || echo NOLIST; ls {data}/repo >/dev/null 2>&1" \
+             " && echo REPO || echo NOREPO; echo uid=$(id -u) groups=$(id -G)"
+    jb = d.submit("--", "sh", "-c", probe, env=as_user(d, b))
+    assert d.wait(jb)["state"] == "SUCCEEDED"
+    out = logs(d, jb)
+    for t in targets:
+        assert f"DENIED {t}" in out, out
+    assert "NOLIST" in out and "NOREPO" in out, out
+    bob_ids = wait_line(d, jb, "uid=")
+    auid, agroups = int(alice_ids.split()[0]), alice_ids.split("groups=")[1].split()
+    buid, bgroups = int(bob_ids.split()[0]), bob_ids.split("groups=")[1].split()
+    assert auid != buid and 0 not in (auid, buid) and auid != os.geteuid()
+    # supplementary groups dropped: the primary group alone
+    assert agroups == [str(pwd.getpwuid(auid).pw_gid)] and bgroups == [str(pwd.getpwuid(buid).pw_gid)]
+    assert pwd.getpwuid(auid).pw_name == "kestrel-alice" and pwd.getpwuid(buid).pw_name == "kestrel-bob"
+    # the job's dirs are its identity's, 0700; the server's files 0600 in a dir nobody can list
+    for p in (data / "jobs" / str(ja), data / "jobs" / str(ja) / "work", data / "jobs" / str(ja) / "checkpoint"):
+        st = p.stat()
+        assert st.st_uid == auid and stat.S_IMODE(st.st_mode) == 0o700, p
+    for f in ("catalog.db", "catalog.db-wal", "admin.token"):
+        assert stat.S_IMODE((data / f).stat().st_mode) == 0o600, f
+    assert stat.S_IMODE(data.stat().st_mode) == 0o711 and stat.S_IMODE((data / "repo").stat().st_mode) == 0o700
+    d.cli("cancel", str(ja))
+
+
+def test_secret_env_is_never_shown(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    secret = "sk-live-0123456789abcdef"
+    jid = d.submit("--env", "PLAIN=visible", "--secret-env", f"API_KEY={secret}", "--",
+                   "sh", "-c", 'echo "key=$API_KEY plain=$PLAIN"; echo -n "$API_KEY" | sha256sum')
+    assert d.wait(jid)["state"] == "SUCCEEDED"   # the job saw the real value
+    out = logs(d, jid)
+    assert "key=*** plain=visible" in out and secret not in out
+    assert hashlib.sha256(secret.encode()).hexdigest() in out    # the job saw the real value
+    status, job = d.api("GET", f"/api/v1/jobs/{jid}")
+    assert status == 200 and secret not in json.dumps(job)
+    assert {"key": "API_KEY", "value": "***"} in job["spec"]["secret_env"]
+    for path in ("/api/v1/jobs", "/api/v1/queue"):
+        assert secret not in json.dumps(d.api("GET", path)[1])
+    assert secret not in (d.root / "kestreld.log").read_text()
+    # another user cannot see the job (nor its env) at all
+    other = token(d, "mallory")
+    assert d.api("GET", f"/api/v1/jobs/{jid}", token=other)[0] == 404
+
+
+def push(d, tok, name, path, *extra):
+    return d.cli("push", name, str(path), *extra, env=as_user(d, tok), check=False)
+
+
+def versions(d, name, tok=None):
+    status, body = d.api("GET", f"/api/v1/models/{name}/versions", token=tok)
+    return status, [int(v["version"]) for v in body.get("versions", [])]
+
+
+def test_namespaces_decide_who_writes(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    alice, carol = token(d, "alice", team="vision"), token(d, "carol", team="vision")
+    bob = token(d, "bob", team="nlp")
+    f = tmp_path / "w.bin"
+    f.write_bytes(os.urandom(4096))
+    assert push(d, alice, "alice/resnet", f, "--alias", "production").returncode == 0
+    assert push(d, carol, "vision/shared", f).returncode == 0          # a team member writes the team's
+    assert push(d, alice, "vision/shared", f).returncode == 0
+    # bob is neither alice nor in vision: 403 with the reason, and nothing is written
+    before = versions(d, "alice/resnet")
+    r = push(d, bob, "alice/resnet", f)
+    assert r.returncode != 0 and "namespace 'alice' is not yours" in r.stderr, r.stderr
+    assert push(d, bob, "vision/shared", f).returncode != 0
+    assert push(d, bob, "nobody/x", f).returncode != 0
+    status, body = d.api("PUT", "/api/v1/models/alice/resnet/aliases/production", {"version": 1}, token=bob)
+    assert status == 403 and body["code"] == "permission_denied"
+    status, _ = d.api("DELETE", "/api/v1/models/alice/resnet/versions/1", token=bob)
+    assert status == 403
+    status, _ = d.api("POST", "/api/v1/models/alice/resnet/settings", {"visibility": "private"}, token=bob)
+    assert status == 403
+    assert versions(d, "alice/resnet") == before
+    status, m = d.api("GET", "/api/v1/models/alice/resnet/versions/production", token=bob)
+    assert status == 200 and int(m["version"]) == 1                     # reading is open by default
+    # private: bob no longer sees it at all (404, not listed); carol (same team) neither; alice does
+    d.cli("model", "set", "alice/resnet", "--visibility", "private", env=as_user(d, alice))
+    assert versions(d, "alice/resnet", bob)[0] == 404
+    assert "alice/resnet" not in d.api("GET", "/api/v1/models", token=bob)[1]["names"]
+    assert d.cli("pull", "alice/resnet", "-o", str(tmp_path / "p"), env=as_user(d, bob), check=False).returncode != 0
+    assert versions(d, "alice/resnet", carol)[0] == 404
+    assert versions(d, "alice/resnet", alice)[0] == 200
+    d.cli("model", "set", "alice/resnet", "--visibility", "team", env=as_user(d, alice))
+    assert versions(d, "alice/resnet", carol)[0] == 200 and versions(d, "alice/resnet", bob)[0] == 404
+    # an admin writes everywhere
+    assert push(d, d.token, "alice/resnet", f).returncode == 0
+
+
+def test_a_job_token_pushes_but_never_deletes_or_moves(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    alice = token(d, "alice")
+    f = tmp_path / "w.bin"
+    f.write_bytes(os.urandom(2048))
+    assert push(d, alice, "alice/m", f, "--alias", "production").returncode == 0
+    # a real Keras save under autolog (jobs/<id>), then the job token's own attempts
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os, subprocess, numpy as np, keras, kestrel.keras\n"
+        "m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])\n"
+        "m.save('model.keras')   # autolog: pushed as jobs/<id>\n"
+        "cli = os.environ['CLI']\n"
+        "def run(*a):\n"
+        "    p = subprocess.run([cli, *a], capture_output=True, text=True)\n"
+        "    print('RC', a[0], p.returncode, p.stderr.strip())\n"
+        "open('f.bin', 'wb').write(b'x' * 100)\n"
+        "run('push', 'alice/m', 'f.bin')\n"
+        "run('rm', 'alice/m@1')\n"
+        "run('alias', 'alice/m', '1', 'production')\n"
+        "run('push', 'alice/m', 'f.bin', '--alias', 'production')\n"
+        "run('push', 'bob/m', 'f.bin')\n")
+    jid = d.submit("--env", "KERAS_BACKEND=torch", "--env", f"CLI={KESTREL_CLI}", "--",
+                   sys.executable, str(script), env=as_user(d, alice))
+    final = d.wait(jid, timeout=300)
+    out = logs(d, jid)
+    assert final["state"] == "SUCCEEDED", out
+    lines = [line for line in out.splitlines() if line.startswith("RC ")]
+    assert lines[0].startswith("RC push 0"), lines          # a new version into its owner's namespace
+    assert lines[1].startswith("RC rm 1") and "cannot delete versions" in lines[1], lines
+    assert lines[2].startswith("RC alias 1") and "cannot move or delete aliases" in lines[2], lines
+    assert lines[3].startswith("RC push 1") and "cannot move the existing alias" in lines[3], lines
+    assert lines[4].startswith("RC push 1") and "not yours" in lines[4], lines
+    assert versions(d, f"jobs/{jid}")[1] == [1]                          # the autolog push landed
+    status, prod = d.api("GET", "/api/v1/models/alice/m/versions/production")
+    assert int(prod["version"]) == 1 and versions(d, "alice/m")[1] == [1, 2]
+
+
+def test_tokens_expire_revoke_and_scope(daemon):
+    d = daemon("--gpus", "0")
+    status, t = d.api("POST", "/api/v1/tokens", {"user": "alice", "team": "vision", "expires_s": 2})
+    assert status == 201 and t["scope"] == "write" and int(t["expires_ms"]) > 0
+    short = t["token"]
+    assert d.api("GET", "/api/v1/jobs", token=short)[0] == 200
+    # a user makes its own tokens through the CLI: read-scoped for inference and CI
+    read = d.cli("token", "create", "--scope", "read", "--name", "ci", env=as_user(d, short)).stdout.strip()
+    assert read.startswith("kst_")
+    assert d.api("GET", "/api/v1/jobs", token=read)[0] == 200
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"]}, token=read)
+    assert status == 403 and "read-scoped" in body["message"]
+    assert d.api("GET", "/api/v1/jobs", token=read)[1]["jobs"] == []     # and it submitted nothing
+    # no user may mint tokens for others, or admin tokens, or set a team
+    assert d.api("POST", "/api/v1/tokens", {"user": "bob"}, token=short)[0] == 403
+    assert d.api("POST", "/api/v1/tokens", {"scope": "admin"}, token=short)[0] == 403
+    listed = json.loads(d.cli("-o", "json", "token", "list", env=as_user(d, short)).stdout)["tokens"]
+    assert [x["scope"] for x in listed] == ["write", "read"] and listed[1]["hint"] == read[-4:]
+    assert all(read not in json.dumps(x) for x in listed)                # only hashes are stored
+    # revoked: 401 at once
+    d.cli("token", "revoke", str(listed[1]["id"]), env=as_user(d, short))
+    status, body = d.api("GET", "/api/v1/jobs", token=read)
+    assert status == 401 and "revoked" in body["message"]
+    # another user's token cannot be revoked (404: not yours), by the CLI either
+    bob = token(d, "bob")
+    assert d.api("DELETE", f"/api/v1/tokens/{listed[0]['id']}", token=bob)[0] == 404
+    # expired: 401 at once
+    time.sleep(2.2)
+    status, body = d.api("GET", "/api/v1/jobs", token=short)
+    assert status == 401 and "expired" in body["message"]
+    # a team changes only by an explicit admin call
+    status, body = d.api("POST", "/api/v1/tokens", {"user": "alice", "team": "nlp"})
+    assert status == 409 and "kestrel user set" in body["message"]
+    assert d.api("GET", "/api/v1/users/alice")[1]["team"] == "vision"
+    assert d.api("PUT", "/api/v1/users/alice", {"team": "nlp"}, token=bob)[0] == 403
+    d.cli("user", "set", "alice", "--team", "nlp")
+    assert d.api("GET", "/api/v1/users/alice")[1]["team"] == "nlp"
+    # a job token cannot see or mint tokens
+    jid = d.submit("--", "sh", "-c", f"{KESTREL_CLI} token list; echo rc=$?")
+    d.wait(jid)
+    assert "rc=1" in logs(d, jid)
+
+
+def test_python_api_for_tokens(daemon):
+    import kestrel
+    d = daemon("--gpus", "0")
+    admin = kestrel.Client(d.url, d.token)
+    new = admin.create_token("dana", team="ml", expires=3600, name="notebook")
+    assert new.token.startswith("kst_") and new.id > 0
+    dana = kestrel.Client(d.url, new.token)
+    ro = dana.create_token(scope="read")
+    infos = dana.tokens()
+    assert [(t.scope, t.live) for t in infos] == [("write", True), ("read", True)] and infos[0].name == "notebook"
+    dana.revoke_token(ro.id)
+    with pytest.raises(kestrel.AuthError):
+        kestrel.Client(d.url, ro.token).jobs()
+    with pytest.raises(kestrel.KestrelError):
+        dana.set_team("dana", "other")
+    admin.set_team("dana", "other")
+    job = dana.submit(["sh", "-c", "test ${#TOKEN} -eq 14"], secret_env={"TOKEN": "hunter2-secret"})
+    assert job.wait(timeout=60).state == "SUCCEEDED"
+    assert "hunter2" not in json.dumps(d.api("GET", f"/api/v1/jobs/{job.id}")[1])
+
+
+def test_dependencies_on_another_users_job_look_missing(daemon):
+    d = daemon("--gpus", "0")
+    alice, bob = token(d, "alice"), token(d, "bob")
+    theirs = d.submit("--", "sleep", "30", env=as_user(d, alice))
+    for flags in (["--after-ok", str(theirs)], ["--after-any", str(theirs)], ["--affinity", f"job:{theirs}"]):
+        foreign = d.cli("submit", *flags, "--", "true", env=as_user(d, bob), check=False)
+        missing = d.cli("submit", *[f.replace(str(theirs), "999999") for f in flags], "--", "true",
+                        env=as_user(d, bob), check=False)
+        assert foreign.returncode == missing.returncode != 0
+        assert foreign.stderr.replace(str(theirs), "N") == missing.stderr.replace("999999", "N")
+    mine = d.submit("--after-ok", str(theirs), "--", "true")                # an admin may
+    assert d.job(mine)["state"] == "QUEUED"
+    d.cli("cancel", str(theirs))
+
+
+def make_ca(tmp_path):
+    """A private CA and a server certificate for 127.0.0.1/localhost, made with openssl now."""
+    def ossl(*a):
+        subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=tmp_path)
+    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+         "-subj", "/CN=Kestrel test CA")
+    ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=localhost")
+    (tmp_path / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    ossl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem",
+         "-days", "2", "-extfile", "ext")
+    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "other.key", "-out", "other.pem", "-days", "2",
+         "-subj", "/CN=someone else")
+    return tmp_path / "ca.pem", tmp_path / "other.pem"
+
+
+def test_https_with_a_test_ca(daemon, tmp_path):
+    import kestrel
+    ca, other = make_ca(tmp_path)
+    d = daemon("--gpus", "0", "--tls-cert", str(tmp_path / "srv.pem"), "--tls-key", str(tmp_path / "srv.key"),
+               "--tls-ca", str(ca))
+    url = d.url.replace("http://", "https://")
+    # curl: verified with the CA, refused without it
+    ok = subprocess.run(["curl", "-sf", "--cacert", str(ca), "-H", f"Authorization: Bearer {d.token}",
+                         f"{url}/api/v1/jobs"], capture_output=True, text=True)
+    assert ok.returncode == 0 and json.loads(ok.stdout) == {"jobs": [], "next_page_token": ""}
+    assert subprocess.run(["curl", "-sf", f"{url}/healthz"], capture_output=True).returncode == 60
+    assert subprocess.run(["curl", "-sf", "--cacert", str(other), f"{url}/healthz"],
+                          capture_output=True).returncode == 60
+    # plain HTTP to the TLS port gets nothing
+    assert subprocess.run(["curl", "-sf", f"{d.url}/healthz"], capture_output=True).returncode != 0
+    # the CLI: KESTREL_CA_FILE trusted, untrusted refused (never silently unverified)
+    env = d.env(KESTREL_URL=url, KESTREL_CA_FILE=str(ca))
+    jid = json.loads(d.cli("-o", "json", "submit", "--", "sh", "-c", "echo $KESTREL_URL", env=env).stdout)["id"]
+    assert json.loads(d.cli("-o", "json", "wait", jid, env=env).stdout)["state"] == "SUCCEEDED"
+    assert url in d.cli("logs", jid, env=env).stdout                     # jobs talk to it over HTTPS too
+    bad = d.cli("version", env=d.env(KESTREL_URL=url), check=False)
+    assert bad.returncode == 1 and "certificate" in bad.stderr.lower(), bad.stderr
+    bad = d.cli("version", env=d.env(KESTREL_URL=url, KESTREL_CA_FILE=str(other)), check=False)
+    assert bad.returncode == 1
+    # Python, in a child so that KESTREL_CA_FILE is read fresh
+    code = ("import kestrel, sys; c = kestrel.Client(sys.argv[1], sys.argv[2]); print(len(c.jobs()));"
+            "print(c.job(int(sys.argv[3])).state)")
+    p = subprocess.run([sys.executable, "-c", code, url, d.token, jid], capture_output=True, text=True,
+                       env={**os.environ, "KESTREL_CA_FILE": str(ca)})
+    assert p.returncode == 0 and p.stdout.split() == ["1", "SUCCEEDED"], p.stderr
+    p = subprocess.run([sys.executable, "-c", code, url, d.token, jid], capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "KESTREL_CA_FILE"})
+    assert p.returncode != 0 and "certificate" in p.stderr.lower()
+
+
+def test_tls_flags_are_checked(tmp_path):
+    kestreld = os.environ["KESTRELD"]
+    r = subprocess.run([kestreld, "--tls-cert", "/nonexistent.pem", "-d", str(tmp_path / "d")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--tls-key" in r.stderr
+    r = subprocess.run([kestreld, "--port", "0", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key",
+                        "-d", str(tmp_path / "d")], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 1 and "/nonexistent.pem" in r.stderr
+
+
+def test_plain_http_beyond_loopback_warns(tmp_path):
+    kestreld = os.environ["KESTRELD"]
+    p = subprocess.Popen([kestreld, "--listen", "0.0.0.0", "--port", "0", "--port-file", str(tmp_path / "port"),
+                          "-d", str(tmp_path / "d"), "--gpus", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 20
+        while not (tmp_path / "port").exists() and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        p.terminate()
+        err = p.communicate(timeout=30)[1]
+    assert "without TLS" in err
