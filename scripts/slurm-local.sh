@@ -21,6 +21,7 @@ cmd=${1:-}
 D=${SLURM_LOCAL_DIR:?set SLURM_LOCAL_DIR to an absolute directory}
 case "$D" in /*) ;; *) echo "slurm-local: SLURM_LOCAL_DIR must be absolute" >&2; exit 2 ;; esac
 P=${SLURM_LOCAL_PORT_BASE:-16800}
+SLURM_LOCAL_USERS=${SLURM_LOCAL_USERS:-}   # more accounts to give associations (space-separated)
 GRACE=${SLURM_LOCAL_GRACE:-10}
 SUSPEND_S=${SLURM_LOCAL_SUSPEND_S:-20}
 NODES=4
@@ -238,13 +239,19 @@ accounts() {
     export SLURM_CONF=$CONF
     $s add cluster kestrel >/dev/null 2>&1 || true
     $s add account kestrel Cluster=kestrel >/dev/null 2>&1 || true
-    $s add user root Account=kestrel DefaultAccount=kestrel >/dev/null 2>&1 || true
+    # kestreld (as root) submits each job as its Kestrel user's Unix identity (sbatch --uid): those
+    # accounts need associations too; the tests submit as admin, whose jobs run as kestrel-admin
+    for u in root kestrel-admin $SLURM_LOCAL_USERS; do
+        $s add user "$u" Account=kestrel DefaultAccount=kestrel >/dev/null 2>&1 || true
+    done
     $s add qos high >/dev/null 2>&1 || true
     $s add qos urgent >/dev/null 2>&1 || true
     $s modify qos normal set Priority=0 GraceTime="$GRACE" >/dev/null
     $s modify qos high set Priority=500 >/dev/null
     $s modify qos urgent set Priority=1000 Preempt=normal PreemptMode=requeue >/dev/null
-    $s modify user root set QOS=normal,high,urgent DefaultQOS=normal >/dev/null
+    for u in root kestrel-admin $SLURM_LOCAL_USERS; do
+        $s modify user "$u" set QOS=normal,high,urgent DefaultQOS=normal >/dev/null
+    done
 }
 
 node_state() { SLURM_CONF=$CONF sinfo -h -n "$1" -o '%T' 2>/dev/null | head -1; }
