@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "api.h"
+#include "config.h"
 #include "exec_local.h"
 #include "identity.h"
 #include "slurm.h"
@@ -57,8 +58,21 @@ static void usage(FILE *f)
         "      --tls-ca FILE        the CA bundle jobs verify this server with (their KESTREL_CA_FILE;\n"
         "                           default: the system CAs). Clients: the system CAs or KESTREL_CA_FILE\n"
         "\n"
+        "Configuration:\n"
+        "      --config FILE        read settings from FILE: one 'key = value' a line, the keys are these\n"
+        "                           long flags (node, quota and slurm-pool may repeat); '#' comments.\n"
+        "                           Flags on the command line win (a repeated one replaces the file's)\n"
+        "      --check-config       check the flags and the file, print what would run, exit (0: ok)\n"
+        "\n"
         "  -h, --help               show this help\n"
         "  -V, --version            show the version\n"
+        "\n"
+        "Jobs and identities: when kestreld runs as root, every job of Kestrel user U runs as the Unix\n"
+        "account U if it exists and is a regular account (uid >= 1000), else as the account kestrel-U,\n"
+        "which kestreld creates once (useradd --system, own group, no home, no shell); with its primary\n"
+        "group only and HOME at its job dir (DATA/jobs/ID, 0700, its own). Root is never used. DATA\n"
+        "is 0711 (no listing), the catalog and tokens 0600, the repository 0700. When kestreld is not\n"
+        "root, jobs run as its own user, which can read all of that: single-tenant (it warns).\n"
         "\n"
         "On first start kestreld creates the user 'admin' and writes its token to\n"
         "DIR/admin.token (mode 0600); only the token's hash is stored. Every route but\n"
@@ -319,6 +333,34 @@ static int parse_slurm_qos(kd_config *cfg, char *arg)
     return 0;
 }
 
+/* --check-config: what kestreld would run with, after every check that needs no start. */
+static int check_config(const kd_config *cfg)
+{
+    const char *pem[2] = { cfg->tls_cert, cfg->tls_key };
+    int bad = 0;
+    for (int i = 0; i < 2; i++) {
+        char head[64] = "";
+        FILE *f = pem[i] ? fopen(pem[i], "r") : NULL;
+        if (pem[i] && (f == NULL || !fgets(head, sizeof(head), f) || strncmp(head, "-----BEGIN ", 11))) {
+            fprintf(stderr, "kestreld: %s %s: %s\n", i ? "--tls-key" : "--tls-cert", pem[i],
+                    f ? "not a PEM file" : strerror(errno));
+            bad = 1;
+        }
+        if (f)
+            fclose(f);
+    }
+    printf("listen     %s:%d (%s)\n", cfg->listen, cfg->port, cfg->tls_cert ? "HTTPS" : "HTTP");
+    printf("data dir   %s\n", cfg->data_dir);
+    printf("jobs run   %s\n", kd_ident_available() ? "as their users' own Unix accounts (kestreld is root)"
+                                                    : "as this daemon's user: single-tenant");
+    for (size_t i = 0; i < cfg->nnodes; i++)
+        printf("node       %s: pool %s, %d GPUs\n", cfg->nodes[i].name, cfg->nodes[i].pool, cfg->nodes[i].ndev);
+    for (size_t i = 0; i < cfg->nslurm_pools; i++)
+        printf("slurm      pool %s -> partition %s\n", cfg->slurm_pools[i], cfg->slurm_partitions[i]);
+    printf("%s\n", bad ? "config: errors above" : "config: ok");
+    return bad ? 2 : 0;
+}
+
 static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
 {
     char path[PATH_MAX], token[80], line[96];
@@ -357,13 +399,14 @@ int main(int argc, char **argv)
         { "slurm-grace", required_argument, NULL, 9 }, { "slurm-qos", required_argument, NULL, 10 },
         { "slurm-poll-ms", required_argument, NULL, 11 }, { "tls-cert", required_argument, NULL, 12 },
         { "tls-key", required_argument, NULL, 13 }, { "tls-ca", required_argument, NULL, 14 },
+        { "config", required_argument, NULL, 15 }, { "check-config", no_argument, NULL, 16 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
                       NULL, NULL, 0, 10, { "normal", "high", "urgent" }, 250 };
     const char *quota_args[64];
     size_t nquota_args = 0;
-    int gpus_given = 0;
+    int gpus_given = 0, check_only = 0;
     char data_dir[PATH_MAX], db[PATH_MAX + 16], portbuf[32];
     kd_catalog *cat = NULL;
     kd_engine engine;
@@ -372,6 +415,8 @@ int main(int argc, char **argv)
     int c, port, sig;
     long v;
 
+    if (kd_config_merge(argc, argv, opts, &argc, &argv) < 0)
+        return 2;
     while ((c = getopt_long(argc, argv, "l:p:d:g:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'l': cfg.listen = optarg; break;
@@ -391,6 +436,8 @@ int main(int argc, char **argv)
         case 12: cfg.tls_cert = optarg; break;
         case 13: cfg.tls_key = optarg; break;
         case 14: cfg.tls_ca = optarg; break;
+        case 15: break;   /* merged by kd_config_merge */
+        case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {
                 fprintf(stderr, "kestreld: too many --quota flags\n");
@@ -443,6 +490,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "kestreld: node '%s' is declared twice\n", cfg.nodes[i].name);
                 return 2;
             }
+    if (check_only)
+        return check_config(&cfg);
     if (mkdir(cfg.data_dir, 0700) < 0 && errno != EEXIST) {
         fprintf(stderr, "kestreld: cannot create %s: %s\n", cfg.data_dir, strerror(errno));
         return 1;

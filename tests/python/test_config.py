@@ -1,0 +1,74 @@
+"""kestreld --config FILE and --check-config, and the systemd unit under contrib/."""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import Daemon
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+KESTRELD = os.environ["KESTRELD"]
+
+
+def run(*args, timeout=30):
+    return subprocess.run([KESTRELD, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_config_file_sets_what_flags_set_and_flags_win(tmp_path):
+    conf = tmp_path / "kestreld.conf"
+    conf.write_text("# a comment\n"
+                    "grace-period = 3\n"
+                    "node = a:gpus=2,pool=p\n"
+                    "node = b:gpus=1,pool=q\n"
+                    "max-jobs = 7\n")
+    d = Daemon(tmp_path / "one", "--config", str(conf))
+    try:
+        nodes = {n["name"]: len(n["devices"]) for n in d.api("GET", "/api/v1/nodes")[1]["nodes"]}
+        assert nodes == {"a": 2, "b": 1}
+    finally:
+        assert d.stop() == 0
+    # a repeatable flag on the command line replaces the file's entries; a scalar overrides
+    d = Daemon(tmp_path / "two", "--config", str(conf), "--node", "c:gpus=4")
+    try:
+        nodes = {n["name"]: len(n["devices"]) for n in d.api("GET", "/api/v1/nodes")[1]["nodes"]}
+        assert nodes == {"c": 4}
+    finally:
+        assert d.stop() == 0
+    r = run("--config", str(conf), "--check-config", "-d", str(tmp_path / "never"))
+    assert r.returncode == 0 and "config: ok" in r.stdout and "node       a: pool p, 2 GPUs" in r.stdout
+    assert not (tmp_path / "never").exists()   # checking starts nothing and writes nothing
+
+
+@pytest.mark.parametrize("text,why", [
+    ("bogus = 1\n", "kestreld.conf:1: unknown setting 'bogus'"),
+    ("\nport\n", "kestreld.conf:2: 'port' needs '= VALUE'"),
+    ("port = nine\n", "--port: expected an integer"),
+    ("tls-cert = /nonexistent.pem\ntls-key = /nonexistent.key\n", "--tls-cert /nonexistent.pem"),
+])
+def test_a_bad_config_is_refused_with_its_line(tmp_path, text, why):
+    conf = tmp_path / "kestreld.conf"
+    conf.write_text(text)
+    r = run("--config", str(conf), "--check-config", "-d", str(tmp_path / "d"))
+    assert r.returncode == 2 and why in r.stderr + r.stdout, r.stderr + r.stdout
+    assert run("--config", str(tmp_path / "missing.conf")).returncode == 2
+
+
+def test_the_systemd_unit_verifies(tmp_path):
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = (ROOT / "contrib" / "kestreld.service").read_text().replace("/usr/local/bin/kestreld", KESTRELD)
+    path = tmp_path / "kestreld.service"
+    path.write_text(unit)
+    r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
+    assert "--check-config" in unit and "--config /etc/kestrel/kestreld.conf" in unit
+    # the example config it names is one kestreld accepts
+    conf = (ROOT / "contrib" / "kestreld.conf").read_text()
+    for line in conf.splitlines():
+        if line.startswith("tls-"):
+            conf = conf.replace(line + "\n", "")
+    (tmp_path / "k.conf").write_text(conf.replace("/var/lib/kestrel", str(tmp_path / "d")))
+    r = run("--config", str(tmp_path / "k.conf"), "--check-config")
+    assert r.returncode == 0, r.stderr
