@@ -184,24 +184,26 @@ static int set_kv(Kestrel__V1__KeyValue ***arr, size_t *n, const char *key, cons
     return 0;
 }
 
-int kestrel_job_spec_set_env(kestrel_job_spec *s, const char *key, const char *value)
+static int set_env_kv(kestrel_job_spec *s, int secret, const char *key, const char *value)
 {
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if (key == NULL || !key[0] || strchr(key, '=') || !kestrel__text_is_clean(key, KESTREL__NAME_MAX))
         return kestrel__error_set(KESTREL_EINVALID, "bad environment variable name");
     if (value == NULL || !kestrel__utf8_valid(value, strlen(value)))
-        return kestrel__error_set(KESTREL_EINVALID, "environment value of %s is not UTF-8", key);
-    return set_kv(&s->pb->env, &s->pb->n_env, key, value);
+        return kestrel__error_set(KESTREL_EINVALID, "%s value of %s is not UTF-8", secret ? "secret" : "environment",
+                                  key);
+    return secret ? set_kv(&s->pb->secret_env, &s->pb->n_secret_env, key, value)
+                  : set_kv(&s->pb->env, &s->pb->n_env, key, value);
+}
+
+int kestrel_job_spec_set_env(kestrel_job_spec *s, const char *key, const char *value)
+{
+    return set_env_kv(s, 0, key, value);
 }
 
 int kestrel_job_spec_set_secret_env(kestrel_job_spec *s, const char *key, const char *value)
 {
-    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
-    if (key == NULL || !key[0] || strchr(key, '=') || !kestrel__text_is_clean(key, KESTREL__NAME_MAX))
-        return kestrel__error_set(KESTREL_EINVALID, "bad environment variable name");
-    if (value == NULL || !kestrel__utf8_valid(value, strlen(value)))
-        return kestrel__error_set(KESTREL_EINVALID, "secret value of %s is not UTF-8", key);
-    return set_kv(&s->pb->secret_env, &s->pb->n_secret_env, key, value);
+    return set_env_kv(s, 1, key, value);
 }
 
 int kestrel_job_spec_set_name(kestrel_job_spec *s, const char *name)

@@ -101,22 +101,39 @@ static sqlite3_stmt *prepare(kd_catalog *cat, const char *sql, const char *types
     return st;
 }
 
-int kd__run(kd_catalog *cat, const char *sql, const char *types, ...)
+static int vrun(kd_catalog *cat, int *changes, const char *sql, const char *types, va_list ap)
 {
     sqlite3_stmt *st;
-    va_list ap;
     int rc = 0;
     kd__lock(cat);
-    va_start(ap, types);
     st = prepare(cat, sql, types, ap);
-    va_end(ap);
-    if (st == NULL) {
+    if (st == NULL)
         rc = KESTREL_EIO;
-    } else {
-        if (sqlite3_step(st) != SQLITE_DONE)
-            rc = kd__sql_fail(cat, "write");
-    }
+    else if (sqlite3_step(st) != SQLITE_DONE)
+        rc = kd__sql_fail(cat, "write");
+    else if (changes)
+        *changes = sqlite3_changes(cat->db);
     kd__unlock(cat);
+    return rc;
+}
+
+int kd__run(kd_catalog *cat, const char *sql, const char *types, ...)
+{
+    va_list ap;
+    int rc;
+    va_start(ap, types);
+    rc = vrun(cat, NULL, sql, types, ap);
+    va_end(ap);
+    return rc;
+}
+
+int kd__run_changes(kd_catalog *cat, int *changes, const char *sql, const char *types, ...)
+{
+    va_list ap;
+    int rc;
+    va_start(ap, types);
+    rc = vrun(cat, changes, sql, types, ap);
+    va_end(ap);
     return rc;
 }
 

@@ -184,6 +184,8 @@ void kd__lock(kd_catalog *cat);
 void kd__unlock(kd_catalog *cat);
 int kd__exec(kd_catalog *cat, const char *sql);
 int kd__run(kd_catalog *cat, const char *sql, const char *types, ...);
+/* kd__run, with the number of rows it changed in *changes. */
+int kd__run_changes(kd_catalog *cat, int *changes, const char *sql, const char *types, ...);
 /* Run a query (types: 'i' int64, 's' text per argument) into an array of elem-sized rows, each filled
  * by fill (which may fail). *out and *n hold the complete rows so far either way; the caller frees. */
 int kd__rows(kd_catalog *cat, const char *sql, size_t elem, int (*fill)(struct sqlite3_stmt *st, void *row),

@@ -168,44 +168,29 @@ int kd_catalog_token_list(kd_catalog *cat, int64_t user_id, kd_token **out, size
 
 int kd_catalog_token_revoke(kd_catalog *cat, int64_t id, int64_t user_id, int64_t now_ms)
 {
-    static const char *const sql = "UPDATE tokens SET revoked_ms = ? WHERE id = ? AND job_id = 0 AND revoked_ms = 0"
-                                   " AND (? = 0 OR user_id = ?)";
-    sqlite3_stmt *st;
-    int rc = 0;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-    } else {
-        sqlite3_bind_int64(st, 1, now_ms);
-        sqlite3_bind_int64(st, 2, id);
-        sqlite3_bind_int64(st, 3, user_id);
-        sqlite3_bind_int64(st, 4, user_id);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            rc = kd__sql_fail(cat, "revoke token");
-        else if (sqlite3_changes(kd__db(cat)) == 0)
-            rc = kestrel__error_set(KESTREL_ENOTFOUND, "no token %lld of yours that is not revoked already",
-                                    (long long)id);
-    }
-    kd__unlock(cat);
+    int changed = 0;
+    int rc = kd__run_changes(cat, &changed, "UPDATE tokens SET revoked_ms = ? WHERE id = ? AND job_id = 0"
+                             " AND revoked_ms = 0 AND (? = 0 OR user_id = ?)", "iiii", now_ms, id, user_id, user_id);
+    if (rc == 0 && changed == 0)
+        rc = kestrel__error_set(KESTREL_ENOTFOUND, "no token %lld of yours that is not revoked already",
+                                (long long)id);
     return rc;
+}
+
+static int fill_int(sqlite3_stmt *st, void *row)
+{
+    *(int *)row = sqlite3_column_int(st, 0);
+    return 0;
 }
 
 int kd_catalog_model_visibility(kd_catalog *cat, const char *name, int *vis_out)
 {
-    static const char *const sql = "SELECT visibility FROM model_acl WHERE name = ?";
-    sqlite3_stmt *st;
-    int rc = 0;
-    *vis_out = KD_VIS_ALL;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-    } else {
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            *vis_out = sqlite3_column_int(st, 0);
-        sqlite3_reset(st);
-    }
-    kd__unlock(cat);
+    int *rows = NULL;
+    size_t n = 0;
+    int rc = kd__rows(cat, "SELECT visibility FROM model_acl WHERE name = ?", sizeof(int), fill_int, (void **)&rows,
+                      &n, "s", name);
+    *vis_out = rc == 0 && n ? rows[0] : KD_VIS_ALL;
+    free(rows);
     return rc;
 }
 

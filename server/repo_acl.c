@@ -61,7 +61,9 @@ int kd_repo_may_read(kd_req *r, const char *name)
 {
     char team[128];
     int vis = KD_VIS_ALL;
-    if (kd_catalog_model_visibility(r->e->cat, name, &vis) < 0 || vis == KD_VIS_ALL)
+    if (kd_catalog_model_visibility(r->e->cat, name, &vis) < 0)
+        return 0;   /* fail closed */
+    if (vis == KD_VIS_ALL)
         return 1;
     if (writes(r, name, team, sizeof(team)))
         return 1;

@@ -1,6 +1,7 @@
 """Fixtures: the real kestreld on an ephemeral loopback port, and the kestrel CLI."""
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ KESTREL_CLI = os.environ["KESTREL_CLI"]
 class Daemon:
     def __init__(self, root, *flags, env=None):
         root.mkdir(parents=True, exist_ok=True)
+        let_jobs_pass(root)
         self.root = root
         self.flags, self.start_env = flags, env
         self.data = root / "data"
@@ -116,14 +118,18 @@ def _job_accounts_reach_the_tree():
                         f"chmod o+x {blocked} (or build the tree elsewhere)", returncode=3)
 
 
-@pytest.fixture(autouse=True)
-def _tmp_path_reachable(tmp_path):
+def let_jobs_pass(path):
     """pytest makes its temporary folders 0700; a job (another account) must reach the scripts and
     folders a test writes there. o+x only: nothing becomes listable or readable that was not."""
-    p = tmp_path
+    p = pathlib.Path(path)
     while str(p).startswith(tempfile.gettempdir() + "/"):
         os.chmod(p, os.stat(p).st_mode | 0o011)
         p = p.parent
+
+
+@pytest.fixture(autouse=True)
+def _tmp_path_reachable(tmp_path):
+    let_jobs_pass(tmp_path)
 
 
 @pytest.fixture

@@ -108,6 +108,18 @@ def test_git_source_and_work_dir_on_the_shared_data_dir(d, tmp_path):
     assert job["state"] == "FAILED" and "git checkout of nope failed" in job["reason"], job
 
 
+def test_a_slurm_job_runs_as_its_users_identity(d):
+    if os.geteuid() != 0:
+        pytest.skip("identities need kestreld as root")
+    jid = d.submit("--pool", "poola", "--", "sh", "-c",
+                   f"echo who=$(id -un); cat {d.data}/admin.token 2>&1 | head -c 80; echo; echo dir=$(stat -c %U .)")
+    job = d.wait(jid, timeout=60)
+    logs = d.cli("logs", str(jid)).stdout
+    assert job["state"] == "SUCCEEDED", logs
+    assert "who=kestrel-admin" in logs and "Permission denied" in logs and "dir=kestrel-admin" in logs, logs
+    assert slurm_job(slurm_id(d, jid))["UserId"].startswith("kestrel-admin(")
+
+
 def test_pending_on_exhausted_gpus_then_cancel(d):
     # poolb has 2 nodes x 2 t4: two 2-GPU jobs fill it, the third waits for Slurm's resources
     hogs = [d.submit("--pool", "poolb", "--gpus", "2", "--gpu-type", "t4", "--", "sleep", "300") for _ in range(2)]

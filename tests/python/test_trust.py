@@ -336,3 +336,23 @@ def test_plain_http_beyond_loopback_warns(tmp_path):
         p.terminate()
         err = p.communicate(timeout=30)[1]
     assert "without TLS" in err
+
+
+def test_login_checks_and_stores_the_token(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    alice = token(d, "alice")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in d.env().items() if not k.startswith("KESTREL_")}
+    env["HOME"] = str(home)
+    bad = subprocess.run([KESTREL_CLI, "login", d.url, "--token", "kst_" + "0" * 64], capture_output=True,
+                         text=True, env=env)
+    assert bad.returncode == 1 and "invalid or revoked token" in bad.stderr
+    conf = home / ".config" / "kestrel" / "config"
+    assert not conf.exists()
+    ok = subprocess.run([KESTREL_CLI, "login", d.url], input=alice + "\n", capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o600 and f"token = {alice}" in conf.read_text()
+    jid = json.loads(subprocess.run([KESTREL_CLI, "-o", "json", "submit", "--", "true"], capture_output=True,
+                                    text=True, env=env, check=True).stdout)["id"]
+    assert d.job(jid)["owner"] == "alice"
