@@ -126,13 +126,22 @@ int kestrel__store_has_chunk(kestrel__store *s, const char *hex)
 }
 
 /* Write data to a unique temp file next to final; returns its fd (caller renames/links). */
-static int write_temp(const char *final, const void *data, size_t len, char *tmp, size_t tn, int do_fsync)
+/* flags: bit 0 fsync; the bits above it, when not 0, the file's mode (set on the descriptor, so a
+ * name swapped meanwhile in a folder someone else may write is never followed) */
+static int write_temp(const char *final, const void *data, size_t len, char *tmp, size_t tn, int flags)
 {
     const char *p = data;
-    int fd;
+    int fd, do_fsync = flags & 1;
+    mode_t mode = (mode_t)(flags >> 1);
     snprintf(tmp, tn, "%s.tmp.XXXXXX", final);
     if ((fd = mkstemp(tmp)) < 0)
         return io_error("cannot create", tmp);
+    if (mode && fchmod(fd, mode) < 0) {
+        int rc = io_error("cannot chmod", tmp);
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
     while (len > 0) {
         ssize_t w = write(fd, p, len);
         if (w < 0 && errno == EINTR)
@@ -157,10 +166,10 @@ static int write_temp(const char *final, const void *data, size_t len, char *tmp
 int kestrel__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode)
 {
     char tmp[PATH_MAX + 16];
-    int rc = write_temp(path, data, len, tmp, sizeof(tmp), 1);
+    int rc = write_temp(path, data, len, tmp, sizeof(tmp), 1 | (int)(mode << 1));
     if (rc < 0)
         return rc;
-    if (chmod(tmp, mode) < 0 || rename(tmp, path) < 0) {
+    if (rename(tmp, path) < 0) {
         rc = io_error("cannot write", path);
         unlink(tmp);
     }

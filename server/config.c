@@ -18,6 +18,8 @@
 #define MAX_LINE 4096
 #define MAX_ENTRIES 1024
 
+static char **merged;   /* the settings point into it for the process's life */
+
 static char *trim(char *s)
 {
     char *e;
@@ -125,7 +127,7 @@ int kd_config_merge(int argc, char **argv, const struct option *opts, int *argc_
         out[n++] = argv[i];
     out[n] = NULL;
     *argc_out = n;
-    *argv_out = out;
+    *argv_out = merged = out;
     return 0;
 fail:
     fclose(f);

@@ -161,6 +161,7 @@ static void *runner(void *arg)
     struct stat st;
     kd_ident ident;
     kd_exec_as as = { NULL, NULL };
+    const char *inside[2] = { ckpt, work };
 
     snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)id);
     snprintf(work, sizeof(work), "%s/work", dir);
@@ -175,14 +176,16 @@ static void *runner(void *arg)
     }
     as.id = &ident;
     as.home = dir;
-    kestrel__rm_tree(work);   /* a rerun starts from a clean work dir */
+    if (kd_ident_rm_tree(&ident, work) < 0) {   /* a rerun starts from a clean work dir */
+        snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
+        goto not_started;
+    }
     if (kestrel__mkdirs(ckpt, 0700) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0700) < 0)) {
         snprintf(why, sizeof(why), "cannot create %s: %s", dir, strerror(errno));
         goto not_started;
     }
     /* the job's dir is its identity's alone; nobody else can list or read it */
-    if (chmod(dir, 0700) < 0 || kd_ident_chown(&ident, dir, 0) < 0 || kd_ident_chown(&ident, ckpt, 1) < 0 ||
-        (!spec->git_url[0] && kd_ident_chown(&ident, work, 0) < 0)) {
+    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] ? 1 : 2) < 0) {
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;
     }

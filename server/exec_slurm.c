@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "exec_util.h"
 #include "slurm.h"
@@ -207,8 +208,16 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
         int fd;
         ssize_t r;
         snprintf(path, sizeof(path), "%s/jobs/%lld/%s", e->cfg->data_dir, (long long)j->id, names[k]);
-        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        /* the job's identity owns the folder: never follow a link it put there, nor read a non-file */
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0)
             continue;
+        {
+            struct stat st;
+            if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+                close(fd);
+                continue;
+            }
+        }
         if ((buf = malloc(LOG_CHUNK + 1)) == NULL) {
             close(fd);
             continue;

@@ -177,3 +177,37 @@ int kd_ident_secure_data_dir(const char *data_dir)
                         "each user's jobs their own Unix account.\n", (unsigned)getuid());
     return 0;
 }
+
+int kd_ident_rm_tree(const kd_ident *id, const char *path)
+{
+    kestrel_buf out = KESTREL_BUF_INIT;
+    char *argv[] = { "rm", "-rf", "--one-file-system", "--", (char *)path, NULL };
+    kd_exec_as as = { id, "/" };
+    int rc = 0;
+    if (!id->isolated) {
+        kestrel__rm_tree(path);
+        return 0;
+    }
+    /* as the identity, never as root: a process of the job's that outlived it may swap a folder for
+     * a symlink while the tree is walked, and root would then remove what the link points to */
+    if (kd_exec_run(argv, "/", &out, &as) != 0)
+        rc = kestrel__error_set(KESTREL_EIO, "cannot remove %s as %s: %s", path, id->name,
+                                out.ptr ? out.ptr : "rm did not run");
+    kestrel_buf_dispose(&out);
+    return rc;
+}
+
+int kd_ident_adopt(const kd_ident *id, const char *dir, const char *const *inside, size_t n)
+{
+    struct stat st;
+    if (!id->isolated)
+        return 0;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return kestrel__error_set(KESTREL_EIO, "%s is not a directory", dir);
+    /* a dir still root's (made by an earlier kestreld, whose jobs ran as root): nothing in it can
+     * have been changed by the identity, so a walk as root is safe; afterwards never again */
+    for (size_t i = 0; i < n; i++)
+        if (kd_ident_chown(id, inside[i], st.st_uid == 0) < 0)
+            return KESTREL_EIO;
+    return kd_ident_chown(id, dir, 0);
+}

@@ -31,6 +31,11 @@ int kd_ident_resolve(const char *user, kd_ident *out);
 /* Give path (and, with recursive, all below it, links not followed) to the identity. No-op when
  * not isolated. */
 int kd_ident_chown(const kd_ident *id, const char *path, int recursive);
+/* Remove path as the identity (rm -rf): root never walks a tree a job controls. */
+int kd_ident_rm_tree(const kd_ident *id, const char *path);
+/* Give dir and the paths inside it (each made already) to the identity: recursively only while dir
+ * is still root's (a data dir of an earlier kestreld), else just those entries. */
+int kd_ident_adopt(const kd_ident *id, const char *dir, const char *const *inside, size_t n);
 /* umask 077; DATA and DATA/jobs 0711 with identities (0700 without), the catalog, its WAL and the
  * admin token 0600, the repository 0700; warns when kestreld is single-tenant (not root). */
 int kd_ident_secure_data_dir(const char *data_dir);

@@ -490,8 +490,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "kestreld: node '%s' is declared twice\n", cfg.nodes[i].name);
                 return 2;
             }
-    if (check_only)
-        return check_config(&cfg);
+    if (check_only) {
+        int rc = check_config(&cfg);
+        free_config(&cfg);
+        return rc;
+    }
     if (mkdir(cfg.data_dir, 0700) < 0 && errno != EEXIST) {
         fprintf(stderr, "kestreld: cannot create %s: %s\n", cfg.data_dir, strerror(errno));
         return 1;
@@ -533,8 +536,10 @@ int main(int argc, char **argv)
     }
     if (kd_api_start(&api, &engine, &cfg, &port) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        kestrel__store_close(engine.store);
         kd_engine_fini(&engine);
         kd_catalog_close(cat);
+        free_config(&cfg);
         return 1;
     }
     snprintf(engine.url, sizeof(engine.url), "%s://%s:%d", cfg.tls_cert ? "https" : "http",

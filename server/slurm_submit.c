@@ -143,7 +143,7 @@ static void *clone_main(void *arg)
     char tmp[PATH_MAX + 8], why[400] = "";
     kd_exec_as as = { &c->ident, c->home };
     snprintf(tmp, sizeof(tmp), "%s.tmp", c->work);
-    kestrel__rm_tree(tmp);   /* what a crash left behind */
+    kd_ident_rm_tree(&c->ident, tmp);   /* what a crash left behind */
     if (kd_exec_checkout(s->e, c->spec, c->id, tmp, why, sizeof(why), &as) == 0 && rename(tmp, c->work) < 0)
         snprintf(why, sizeof(why), "cannot rename %s: %s", tmp, strerror(errno));
     pthread_mutex_lock(&s->mu);
@@ -288,6 +288,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     struct stat st;
     kd_ident ident;
     kd_exec_as as = { &ident, NULL };
+    const char *inside[2] = { script, work };   /* script holds the checkpoint dir's path here */
 
     if (kd_catalog_job_load(e->cat, j->id, 0, &job, &owner) < 0) {
         snprintf(why, n, "%s", kestrel_error_last()->message);
@@ -317,8 +318,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         rc = -1;
         goto done;
     }
-    if (chmod(dir, 0700) < 0 || kd_ident_chown(&ident, dir, 0) < 0 || kd_ident_chown(&ident, script, 0) < 0 ||
-        (!spec->git_url[0] && kd_ident_chown(&ident, work, 0) < 0)) {
+    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] ? 1 : 2) < 0) {
         snprintf(why, n, "%s", kestrel_error_last()->message);
         rc = -1;
         goto done;
