@@ -171,6 +171,17 @@ int kd_ident_secure_data_dir(const char *data_dir)
     snprintf(path, sizeof(path), "%s/repo", data_dir);
     if (chmod(path, 0700) < 0 && errno != ENOENT)
         return kestrel__error_set(KESTREL_EIO, "cannot chmod %s: %s", path, strerror(errno));
+    for (char *slash = strrchr(strcpy(path, data_dir), '/'); isolated && slash; slash = strrchr(path, '/')) {
+        struct stat st;
+        *slash = '\0';
+        if (stat(path[0] ? path : "/", &st) == 0 && !(st.st_mode & S_IXOTH)) {
+            fprintf(stderr, "kestreld: warning: jobs run as unprivileged accounts and cannot pass through %s "
+                            "(mode %03o) to their dirs in %s/jobs: every job would fail; chmod o+x %s or choose "
+                            "another --data-dir\n", path[0] ? path : "/", (unsigned)(st.st_mode & 0777), data_dir,
+                    path[0] ? path : "/");
+            break;
+        }
+    }
     if (!isolated)
         fprintf(stderr, "kestreld: warning: not running as root, so every job runs as this daemon's own user "
                         "(uid %u) and can read its catalog and tokens: single-tenant. Run kestreld as root to give "

@@ -6,6 +6,7 @@ set -eu
 BUILD=$1
 SRC=$2
 T=$(mktemp -d /tmp/kestrel-install-XXXXXX)
+chmod 711 "$T"   # jobs run as unprivileged accounts when this runs as root: they pass through to the data dir
 trap 'kill $KPID 2>/dev/null || true; rm -rf "$T"' EXIT
 KPID=
 P="$T/prefix"
