@@ -82,8 +82,9 @@ static void submit_usage(FILE *f)
         "  --name NAME            display name\n"
         "  --label KEY=VALUE      label for filtering (repeatable)\n"
         "  --env KEY=VALUE        environment variable for the job (repeatable)\n"
-        "  --secret-env KEY=VALUE like --env, but the API shows the value as *** and the job's log\n"
-        "                         masks it (API keys, passwords; repeatable)\n"
+        "  --secret-env KEY[=VALUE]  like --env, but the API shows the value as *** and the job's\n"
+        "                         log masks it (API keys, passwords; repeatable). Without =VALUE the\n"
+        "                         value is this shell's $KEY, so it never shows in ps\n"
         "  --git URL [--ref REF]  run in a checkout of URL at REF (branch, tag or commit)\n"
         "  --workdir DIR          run in DIR, relative to the work dir or checkout\n"
         "  --no-retry             after a daemon crash, fail instead of requeueing\n"
@@ -153,6 +154,16 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         case 'e':
         case 12: {
             const char *flag = c == 'l' ? "--label" : c == 'e' ? "--env" : "--secret-env";
+            if (c == 12 && !strchr(optarg, '=')) {   /* --secret-env KEY: the value from this environment */
+                val = getenv(optarg);
+                if (val == NULL) {
+                    fprintf(stderr, "kestrel: --secret-env %s: %s is not set in this environment\n", optarg, optarg);
+                    rc = 2;
+                } else if (kestrel_job_spec_set_secret_env(spec, optarg, val) < 0) {
+                    rc = cli_fail(flag, -1) + 1;
+                }
+                break;
+            }
             if (split_kv(optarg, flag, &key, &val) < 0)
                 rc = 2;
             else if ((c == 'l' ? kestrel_job_spec_set_label(spec, key, val)

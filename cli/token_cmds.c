@@ -259,7 +259,8 @@ int cmd_login(cli_ctx *ctx, int argc, char **argv)
     }
     snprintf(tmp, sizeof(tmp), "%s/config.tmp", path);
     strncat(path, "/config", sizeof(path) - strlen(path) - 1);
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 || (f = fdopen(fd, "w")) == NULL) {
+    unlink(tmp);   /* a leftover may have another mode: the new file is made 0600 or not at all */
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0 || (f = fdopen(fd, "w")) == NULL) {
         fprintf(stderr, "kestrel: login: cannot write %s: %s\n", tmp, strerror(errno));
         return 1;
     }

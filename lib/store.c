@@ -134,7 +134,7 @@ static int write_temp(const char *final, const void *data, size_t len, char *tmp
     int fd, do_fsync = flags & 1;
     mode_t mode = (mode_t)(flags >> 1);
     snprintf(tmp, tn, "%s.tmp.XXXXXX", final);
-    if ((fd = mkstemp(tmp)) < 0)
+    if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
         return io_error("cannot create", tmp);
     if (mode && fchmod(fd, mode) < 0) {
         int rc = io_error("cannot chmod", tmp);
@@ -373,6 +373,11 @@ static int alias_read(kestrel__store *s, const char *name, const char *alias, in
         *version = strtoll(b.ptr, NULL, 10);
     kestrel_buf_dispose(&b);
     return rc;
+}
+
+int kestrel__store_alias_get(kestrel__store *s, const char *name, const char *alias, int64_t *version)
+{
+    return alias_read(s, name, alias, version);
 }
 
 int kestrel__store_commit(kestrel__store *s, const char *name, cJSON *manifest, int64_t *version_out)

@@ -48,6 +48,8 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
 int kestrel__store_versions(kestrel__store *s, const char *name, int64_t **out, size_t *n);
 int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t version, kestrel_buf *out);
 int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *alias, int64_t version);
+/* The version alias points at, even when that version is gone (KESTREL_ENOTFOUND: no such alias). */
+int kestrel__store_alias_get(kestrel__store *s, const char *name, const char *alias, int64_t *version);
 int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias);
 int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version);
 int kestrel__store_list(kestrel__store *s, kestrel_buf *out);

@@ -266,10 +266,8 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     }
     if (in->alias[0] && r->who.job_id) {   /* a job may name a new alias, never move one */
         char ref[600];
-        cJSON *had = NULL;
-        snprintf(ref, sizeof(ref), "%s@%s", name, in->alias);
-        if (kestrel__store_resolve(r->e->store, ref, &had) == 0) {
-            cJSON_Delete(had);
+        int64_t had = 0;
+        if (kestrel__store_alias_get(r->e->store, name, in->alias, &had) == 0) {
             snprintf(ref, sizeof(ref), "a job token cannot move the existing alias %s@%s", name, in->alias);
             reply = kd_reply_error(r, 403, "permission_denied", ref);
             goto out;

@@ -38,13 +38,32 @@ static int name_ok(const char *s)
     return s[0] && kestrel__text_is_clean(s, 64) && !strchr(s, ' ') && !strchr(s, '/');
 }
 
+/* A model name's first segment names a user, a team or jobs/: the three must never coincide.
+ * NULL when name may be a new user's (user=1) or a team's (user=0), else why not. */
+static const char *namespace_clash(kd_req *r, const char *name, int user)
+{
+    static __thread char why[200];   /* per request thread */
+    kd_user u;
+    if (!strcmp(name, "jobs"))
+        return "'jobs' is the namespace of jobs' models";
+    if (user && kd_catalog_team_exists(r->e->cat, name) > 0) {
+        snprintf(why, sizeof(why), "'%s' is a team: a user of that name would share its models' namespace", name);
+        return why;
+    }
+    if (!user && kd_catalog_user_get(r->e->cat, name, &u) == 0) {
+        snprintf(why, sizeof(why), "'%s' is a user: a team of that name would share its models' namespace", name);
+        return why;
+    }
+    return NULL;
+}
+
 static enum MHD_Result create(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
     Kestrel__V1__TokenRequest *req;
     Kestrel__V1__TokenResponse resp = KESTREL__V1__TOKEN_RESPONSE__INIT;
     char token[80], msg[400];
-    const char *user;
+    const char *user, *clash;
     kd_user u;
     kd_token t;
     int64_t id = 0;
@@ -68,6 +87,10 @@ static enum MHD_Result create(kd_req *r)
         reply = kd_reply_error(r, 403, "permission_denied", "only an admin can create tokens for other users");
     } else if (!r->who.is_admin && (req->team[0] || t.scope == KD_SCOPE_ADMIN)) {
         reply = kd_reply_error(r, 403, "permission_denied", "only an admin can create admin tokens or set a team");
+    } else if (kd_catalog_user_get(r->e->cat, user, &u) < 0 && (clash = namespace_clash(r, user, 1)) != NULL) {
+        reply = kd_reply_error(r, 409, "conflict", clash);
+    } else if (req->team[0] && (clash = namespace_clash(r, req->team, 0)) != NULL) {
+        reply = kd_reply_error(r, 409, "conflict", clash);
     } else if ((rc = kd_catalog_user_ensure(r->e->cat, user, 0, req->team, &t.user_id, &created)) < 0 ||
                (rc = kd_catalog_user_get(r->e->cat, user, &u)) < 0) {
         reply = kd_reply_failure(r, rc);
@@ -81,6 +104,12 @@ static enum MHD_Result create(kd_req *r)
     } else {
         t.created_ms = kestrel__now_ms();
         t.expires_ms = req->expires_s ? t.created_ms + req->expires_s * 1000 : 0;
+        if (u.id == r->who.user_id) {
+            /* a token made with a token outlives it neither by time nor by revocation */
+            t.parent_id = r->who.token_id;
+            if (r->who.expires_ms && (!t.expires_ms || t.expires_ms > r->who.expires_ms))
+                t.expires_ms = r->who.expires_ms;
+        }
         snprintf(t.name, sizeof(t.name), "%s", req->name);
         if ((rc = kd_token_issue_for(r->e->cat, &t, token, sizeof(token), &id)) < 0) {
             reply = kd_reply_failure(r, rc);
@@ -206,6 +235,11 @@ enum MHD_Result kd_route_users(kd_req *r, const char *name)
         if (in->team[0] && !name_ok(in->team)) {
             protobuf_c_message_free_unpacked(&in->base, NULL);
             return kd_reply_error(r, 400, "invalid_argument", "field 'team': 1..64 printable bytes without spaces or '/'");
+        }
+        if (in->team[0] && namespace_clash(r, in->team, 0)) {
+            enum MHD_Result clash = kd_reply_error(r, 409, "conflict", namespace_clash(r, in->team, 0));
+            protobuf_c_message_free_unpacked(&in->base, NULL);
+            return clash;
         }
         rc = kd_catalog_user_set_team(r->e->cat, name, in->team);
         snprintf(u.team, sizeof(u.team), "%s", in->team);

@@ -175,6 +175,7 @@ static const char *const migrations[] = {
     "ALTER TABLE tokens ADD COLUMN revoked_ms INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE tokens ADD COLUMN name TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE tokens ADD COLUMN hint TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE tokens ADD COLUMN parent_id INTEGER NOT NULL DEFAULT 0;"
     "UPDATE tokens SET scope = 3 WHERE job_id = 0 AND user_id IN (SELECT id FROM users WHERE is_admin = 1);"
     "CREATE INDEX IF NOT EXISTS tokens_user ON tokens(user_id, id);"
     "CREATE TABLE IF NOT EXISTS model_acl(name TEXT PRIMARY KEY, visibility INTEGER NOT NULL) WITHOUT ROWID;",

@@ -23,6 +23,7 @@ typedef struct {
     int scope;                  /* KD_SCOPE_* */
     int64_t token_id;
     int owner_admin;            /* the user (for a job token: the job's owner) is an admin */
+    int64_t expires_ms;         /* the token's expiry (0: never) */
 } kd_principal;
 
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct {
     int64_t created_ms, expires_ms, revoked_ms;   /* expires 0: never; revoked 0: live */
     char name[128];
     char hint[8];
+    int64_t parent_id;          /* the token of the same user that made it (revoked with it); 0 none */
 } kd_token;
 
 /* A job as the scheduler and executors need it. */
@@ -82,7 +84,8 @@ int kd_catalog_token_find(kd_catalog *cat, const char *hash, int64_t now_ms, kd_
 int kd_catalog_token_drop_job(kd_catalog *cat, int64_t job_id);
 /* User tokens (not jobs'), of one user (user_id 0: all), by id. free() the rows. */
 int kd_catalog_token_list(kd_catalog *cat, int64_t user_id, kd_token **out, size_t *n);
-/* Revoke token id (of user_id; 0: anyone's). KESTREL_ENOTFOUND when there is none to revoke. */
+/* Revoke token id (of user_id; 0: anyone's) and every token made with it, transitively.
+ * KESTREL_ENOTFOUND when there is none to revoke. */
 int kd_catalog_token_revoke(kd_catalog *cat, int64_t id, int64_t user_id, int64_t now_ms);
 /* who may read a model (KD_VIS_*; KD_VIS_ALL when never set) */
 int kd_catalog_model_visibility(kd_catalog *cat, const char *name, int *vis_out);
@@ -135,8 +138,8 @@ typedef struct {
     char node[64];
 } kd_catref;
 int kd_catalog_refs(kd_catalog *cat, const int64_t *ids, size_t n, kd_catref *out, size_t *found);
-/* Node of the last started job of a group; KESTREL_ENOTFOUND when none. */
-int kd_catalog_group_node(kd_catalog *cat, const char *group, char *node, size_t len);
+/* Node of the last started job of owner's group; KESTREL_ENOTFOUND when none. */
+int kd_catalog_group_node(kd_catalog *cat, int64_t owner, const char *group, char *node, size_t len);
 /* An event that does not change the state (e.g. "preempting job 7 on node a"). */
 int kd_catalog_job_note(kd_catalog *cat, int64_t id, int64_t now_ms, const char *reason);
 /* Record an acknowledged checkpoint (time + event). */

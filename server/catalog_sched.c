@@ -69,10 +69,10 @@ int kd_catalog_refs(kd_catalog *cat, const int64_t *ids, size_t n, kd_catref *ou
     return rc;
 }
 
-int kd_catalog_group_node(kd_catalog *cat, const char *group, char *node, size_t len)
+int kd_catalog_group_node(kd_catalog *cat, int64_t owner, const char *group, char *node, size_t len)
 {
     static const char *const sql =
-        "SELECT node FROM jobs WHERE grp = ? AND node != '' ORDER BY start_ms DESC, id DESC LIMIT 1";
+        "SELECT node FROM jobs WHERE grp = ? AND owner_id = ? AND node != '' ORDER BY start_ms DESC, id DESC LIMIT 1";
     sqlite3_stmt *st;
     int rc;
     kd__lock(cat);
@@ -80,6 +80,7 @@ int kd_catalog_group_node(kd_catalog *cat, const char *group, char *node, size_t
         rc = KESTREL_EIO;
     } else {
         sqlite3_bind_text(st, 1, group, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, owner);
         if (sqlite3_step(st) == SQLITE_ROW) {
             snprintf(node, len, "%s", (const char *)sqlite3_column_text(st, 0));
             rc = 0;

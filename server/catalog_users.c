@@ -71,8 +71,8 @@ int kd_catalog_team_exists(kd_catalog *cat, const char *team)
 
 int kd_catalog_token_insert(kd_catalog *cat, const char *hash, const kd_token *t, int64_t *id_out)
 {
-    static const char *const sql = "INSERT INTO tokens(hash, user_id, job_id, scope, created_ms, expires_ms, name, hint)"
-                                   " VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
+    static const char *const sql = "INSERT INTO tokens(hash, user_id, job_id, scope, created_ms, expires_ms, name, hint,"
+                                   " parent_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)";
     sqlite3_stmt *st;
     int rc = 0;
     kd__lock(cat);
@@ -87,6 +87,7 @@ int kd_catalog_token_insert(kd_catalog *cat, const char *hash, const kd_token *t
         sqlite3_bind_int64(st, 6, t->expires_ms);
         sqlite3_bind_text(st, 7, t->name, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 8, t->hint, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 9, t->parent_id);
         if (sqlite3_step(st) != SQLITE_DONE)
             rc = kd__sql_fail(cat, "insert token");
         else if (id_out)
@@ -120,6 +121,7 @@ int kd_catalog_token_find(kd_catalog *cat, const char *hash, int64_t now_ms, kd_
             p->is_admin = p->owner_admin && p->job_id == 0 && p->scope == KD_SCOPE_ADMIN;
             snprintf(p->team, sizeof(p->team), "%s", (const char *)sqlite3_column_text(st, 4));
             p->token_id = sqlite3_column_int64(st, 8);
+            p->expires_ms = expires;
             if (revoked)
                 rc = kestrel__error_set(KESTREL_ENOTFOUND, "token %lld was revoked", (long long)p->token_id);
             else if (expires && now_ms >= expires)
@@ -169,8 +171,12 @@ int kd_catalog_token_list(kd_catalog *cat, int64_t user_id, kd_token **out, size
 int kd_catalog_token_revoke(kd_catalog *cat, int64_t id, int64_t user_id, int64_t now_ms)
 {
     int changed = 0;
-    int rc = kd__run_changes(cat, &changed, "UPDATE tokens SET revoked_ms = ? WHERE id = ? AND job_id = 0"
-                             " AND revoked_ms = 0 AND (? = 0 OR user_id = ?)", "iiii", now_ms, id, user_id, user_id);
+    int rc = kd__run_changes(cat, &changed,
+                             "WITH RECURSIVE made(id) AS (SELECT id FROM tokens WHERE id = ? AND job_id = 0"
+                             " AND revoked_ms = 0 AND (? = 0 OR user_id = ?)"
+                             " UNION SELECT t.id FROM tokens t JOIN made ON t.parent_id = made.id)"
+                             " UPDATE tokens SET revoked_ms = ? WHERE id IN made AND revoked_ms = 0",
+                             "iiii", id, user_id, user_id, now_ms);
     if (rc == 0 && changed == 0)
         rc = kestrel__error_set(KESTREL_ENOTFOUND, "no token %lld of yours that is not revoked already",
                                 (long long)id);

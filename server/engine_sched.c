@@ -173,10 +173,11 @@ static kd_group_ref *load_groups(kd_engine *e, const kd_qjob *q, size_t n, size_
         if (!q[i].affinity_group[0])
             continue;
         for (size_t x = 0; x < k && !seen; x++)
-            seen = !strcmp(g[x].group, q[i].affinity_group);
-        if (seen || kd_catalog_group_node(e->cat, q[i].affinity_group, node, sizeof(node)) != 0)
+            seen = g[x].owner == q[i].owner && !strcmp(g[x].group, q[i].affinity_group);
+        if (seen || kd_catalog_group_node(e->cat, q[i].owner, q[i].affinity_group, node, sizeof(node)) != 0)
             continue;
         g[k].group = q[i].affinity_group;
+        g[k].owner = q[i].owner;
         g[k].node = node_index(e, node);
         k++;
     }

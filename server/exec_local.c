@@ -79,8 +79,8 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
             continue;
         size_t l = i - start;
         s->buf[i] = '\0';
+        kd_exec_mask(s->spec, s->buf + start, &l);   /* on the raw bytes: sanitizing could split a secret */
         kd_exec_sanitize(s->buf + start, l);
-        kd_exec_mask(s->spec, s->buf + start, &l);
         lines[n++] = (kd_log_line){ now, s->stream, s->buf + start, l };
         start = i + 1;
         if (n == KESTREL__ARRAY_SIZE(lines)) {
@@ -95,8 +95,8 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
         if (copy) {
             memcpy(copy, s->buf + start, len);
             copy[len] = '\0';
-            kd_exec_sanitize(copy, len);
             kd_exec_mask(s->spec, copy, &len);
+            kd_exec_sanitize(copy, len);
             if (n)
                 kd_engine_log(e, id, lines, n);
             n = 0;
@@ -176,7 +176,7 @@ static void *runner(void *arg)
     }
     as.id = &ident;
     as.home = dir;
-    if (kd_ident_rm_tree(&ident, work) < 0) {   /* a rerun starts from a clean work dir */
+    if (kd_ident_rm_tree(&ident, dir, work) < 0) {   /* a rerun starts from a clean work dir */
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;
     }

@@ -232,9 +232,9 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
                 size_t l = i - start;
                 if (buf[i] != '\n')
                     continue;
-                kd_exec_sanitize(buf + start, l);
                 if (job)
                     kd_exec_mask(job->spec, buf + start, &l);
+                kd_exec_sanitize(buf + start, l);
                 lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf + start, l };
                 start = i + 1;
                 if (nl == KESTREL__ARRAY_SIZE(lines)) {
@@ -244,9 +244,9 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
             }
             if (start == 0 && (len == LOG_CHUNK || final)) {   /* an over-long line, or the last one */
                 size_t l = len;
-                kd_exec_sanitize(buf, len);
                 if (job)
                     kd_exec_mask(job->spec, buf, &l);
+                kd_exec_sanitize(buf, l);
                 lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf, l };
                 start = len;
             }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,10 +67,11 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
         dfl.sa_handler = SIG_DFL;
         for (int s = 1; s < NSIG; s++)
             sigaction(s, &dfl, NULL);
-        setpgid(0, 0);
-        if (null < 0 || dup2(null, 0) < 0 || dup2(out_fd[1], 1) < 0 || dup2(err_fd ? err_fd[1] : out_fd[1], 2) < 0)
+        /* a session of its own: no controlling terminal of kestreld's to push keystrokes into
+         * (TIOCSTI); the pid is still the process group, for killpg */
+        if (setsid() < 0)
             goto fail;
-        if (cwd && chdir(cwd) < 0)
+        if (null < 0 || dup2(null, 0) < 0 || dup2(out_fd[1], 1) < 0 || dup2(err_fd ? err_fd[1] : out_fd[1], 2) < 0)
             goto fail;
         /* groups first (needs root), then gid, then uid; none of them may be undone */
         if (setgroups(0, NULL) < 0 || setresgid(id->gid, id->gid, id->gid) < 0 ||
@@ -77,7 +79,16 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
             goto fail;
         if (setuid(0) == 0)   /* paranoia: root must be gone for good */
             _exit(126);
-        close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+        /* no way back up through setuid programs (sudo, su, pkexec) */
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+            goto fail;
+        if (cwd && chdir(cwd) < 0)   /* as the identity: a link in its dir leads nowhere root could go */
+            goto fail;
+        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {   /* kernels before 5.11 */
+            long max = sysconf(_SC_OPEN_MAX);
+            for (int fd = 3; fd < (max > 0 && max < 1 << 20 ? max : 1 << 16); fd++)
+                fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
         sigprocmask(SIG_SETMASK, &none, NULL);
         execvpe(argv[0], argv, envp);
     fail:
@@ -86,8 +97,6 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
             _exit(127);
         _exit(127);
     }
-    if (pid > 0)
-        setpgid(pid, pid);   /* also from here, so a signal right after the return reaches the group */
     err = pid < 0 ? errno : 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(ep[1]);

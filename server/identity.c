@@ -2,7 +2,10 @@
 #include <errno.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -37,15 +40,46 @@ static int unix_name_ok(const char *s, size_t max)
     return 1;
 }
 
+/* "x" and 12 hex digits: the form of a hashed name, which no user's own name may take */
+static int looks_hashed(const char *s)
+{
+    if (s[0] != 'x' || strlen(s) != 13)
+        return 0;
+    for (int i = 1; i < 13; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
 static void managed_name(const char *user, char *out, size_t n)
 {
-    if (unix_name_ok(user, 32 - 8)) {
+    if (unix_name_ok(user, 32 - 8) && !looks_hashed(user)) {
         snprintf(out, n, "kestrel-%s", user);
     } else {
         char hex[KESTREL__HEX_LEN + 1];
         kestrel__sha256_hex(user, strlen(user), hex);
         snprintf(out, n, "kestrel-x%.12s", hex);
     }
+}
+
+/* An account that may administer the machine (sudo, wheel, admin groups): never a job's. */
+static int is_privileged(const struct passwd *pw)
+{
+    static const char *const groups[] = { "sudo", "wheel", "admin", "root" };
+    gid_t list[256];
+    int n = 256;
+    if (getgrouplist(pw->pw_name, pw->pw_gid, list, &n) < 0)
+        return 1;   /* too many groups to tell: assume the worst */
+    for (int i = 0; i < n; i++) {
+        struct group gr, *res = NULL;
+        char buf[8192];
+        if (getgrgid_r(list[i], &gr, buf, sizeof(buf), &res) != 0 || res == NULL)
+            continue;
+        for (size_t k = 0; k < sizeof(groups) / sizeof(groups[0]); k++)
+            if (!strcmp(gr.gr_name, groups[k]))
+                return 1;
+    }
+    return 0;
 }
 
 static int from_passwd(const char *name, kd_ident *out, int need_regular)
@@ -55,6 +89,8 @@ static int from_passwd(const char *name, kd_ident *out, int need_regular)
     if (getpwnam_r(name, &pw, buf, sizeof(buf), &res) != 0 || res == NULL)
         return -1;
     if (pw.pw_uid == 0 || pw.pw_uid == NOBODY_UID || (need_regular && pw.pw_uid < UID_REGULAR_MIN))
+        return -1;
+    if (need_regular && is_privileged(&pw))
         return -1;
     out->isolated = 1;
     out->uid = pw.pw_uid;
@@ -138,14 +174,21 @@ int kd_ident_chown(const kd_ident *id, const char *path, int recursive)
     int rc;
     if (!id->isolated)
         return 0;
-    if (!recursive)
-        return lchown(path, id->uid, id->gid) < 0
-                   ? kestrel__error_set(KESTREL_EIO, "cannot give %s to %s: %s", path, id->name, strerror(errno))
-                   : 0;
+    if (!recursive) {
+        /* a folder, through a descriptor: a link or a hard-linked file put in its place is refused */
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        rc = fd < 0 || fchown(fd, id->uid, id->gid) < 0 ? -1 : 0;
+        if (rc < 0)
+            rc = kestrel__error_set(KESTREL_EIO, "cannot give the folder %s to %s: %s", path, id->name,
+                                    strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
     pthread_mutex_lock(&walk);
     walk_uid = id->uid;
     walk_gid = id->gid;
-    rc = nftw(path, chown_one, 32, FTW_PHYS);
+    rc = nftw(path, chown_one, 32, FTW_PHYS | FTW_DEPTH);   /* contents before their folder */
     pthread_mutex_unlock(&walk);
     return rc < 0 ? kestrel__error_set(KESTREL_EIO, "cannot give %s to %s: %s", path, id->name, strerror(errno)) : 0;
 }
@@ -162,7 +205,22 @@ int kd_ident_secure_data_dir(const char *data_dir)
     snprintf(path, sizeof(path), "%s/jobs", data_dir);
     if ((mkdir(path, 0711) < 0 && errno != EEXIST) || chmod(path, isolated ? 0711 : 0700) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
-    /* a data dir of an earlier kestreld: its catalog was 0644 */
+    /* a data dir of an earlier kestreld: its job dirs were 0755, its catalog 0644 */
+    {
+        DIR *d = opendir(path);
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            char sub[PATH_MAX + 300];
+            struct stat st;
+            if (de->d_name[0] == '.')
+                continue;
+            snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+            if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 077))
+                chmod(sub, 0700);
+        }
+        if (d)
+            closedir(d);
+    }
     for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", data_dir, secret[i]);
         if (chmod(path, 0600) < 0 && errno != ENOENT)
@@ -189,13 +247,18 @@ int kd_ident_secure_data_dir(const char *data_dir)
     return 0;
 }
 
-int kd_ident_rm_tree(const kd_ident *id, const char *path)
+int kd_ident_rm_tree(const kd_ident *id, const char *dir, const char *path)
 {
     kestrel_buf out = KESTREL_BUF_INIT;
     char *argv[] = { "rm", "-rf", "--one-file-system", "--", (char *)path, NULL };
     kd_exec_as as = { id, "/" };
+    struct stat st;
     int rc = 0;
-    if (!id->isolated) {
+    if (lstat(path, &st) < 0 && errno == ENOENT)
+        return 0;
+    /* kestreld itself, or a dir still root's (an earlier kestreld's, whose jobs ran as root: the
+     * identity cannot have changed anything in it) */
+    if (!id->isolated || (lstat(dir, &st) == 0 && st.st_uid == 0)) {
         kestrel__rm_tree(path);
         return 0;
     }

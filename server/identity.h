@@ -31,8 +31,9 @@ int kd_ident_resolve(const char *user, kd_ident *out);
 /* Give path (and, with recursive, all below it, links not followed) to the identity. No-op when
  * not isolated. */
 int kd_ident_chown(const kd_ident *id, const char *path, int recursive);
-/* Remove path as the identity (rm -rf): root never walks a tree a job controls. */
-int kd_ident_rm_tree(const kd_ident *id, const char *path);
+/* Remove path (inside dir) as the identity (rm -rf): root never walks a tree a job controls; as
+ * root only while dir is still root's (a data dir of an earlier kestreld). Missing: nothing to do. */
+int kd_ident_rm_tree(const kd_ident *id, const char *dir, const char *path);
 /* Give dir and the paths inside it (each made already) to the identity: recursively only while dir
  * is still root's (a data dir of an earlier kestreld), else just those entries. */
 int kd_ident_adopt(const kd_ident *id, const char *dir, const char *const *inside, size_t n);

@@ -317,7 +317,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             target = r ? r->node : -1;
         } else {
             for (size_t g = 0; g < s->ngroups; g++)
-                if (!strcmp(s->groups[g].group, j->affinity_group))
+                if (s->groups[g].owner == j->owner && !strcmp(s->groups[g].group, j->affinity_group))
                     target = s->groups[g].node;
         }
         if (target < 0 && j->affinity_required) {

@@ -58,6 +58,7 @@ typedef struct {
 
 typedef struct {
     const char *group;
+    int64_t owner;          /* groups are each user's own: the same name of two users is two groups */
     int node;               /* node of the group's last placed job */
 } kd_group_ref;
 

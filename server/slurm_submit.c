@@ -42,8 +42,12 @@ int kd_slurm_write_wrapper(kd_slurm *s)
     snprintf(s->dir, sizeof(s->dir), "%s/slurm", s->e->cfg->data_dir);
     snprintf(s->wrapper, sizeof(s->wrapper), "%s/kestrel-wrap", s->dir);
     /* jobs' identities run the wrapper: the folder can be passed through, not listed */
+    char scripts[PATH_MAX + 16];
     if (kestrel__mkdirs(s->dir, 0711) < 0 || chmod(s->dir, 0711) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", s->dir, strerror(errno));
+    snprintf(scripts, sizeof(scripts), "%s/scripts", s->dir);
+    if (kestrel__mkdirs(scripts, 0700) < 0 || chmod(scripts, 0700) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", scripts, strerror(errno));
     return kestrel__write_file_atomic(s->wrapper, wrapper_text, strlen(wrapper_text), 0755);
 }
 
@@ -118,10 +122,10 @@ static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *to
         shq(&b, job->spec->argv[i]);
     }
     kestrel__buf_puts(&b, "\n");
-    snprintf(path, pathlen, "%s/slurm.sh", dir);
+    /* in kestreld's own folder: sbatch reads it as root, so never from one the job's identity owns
+     * (it could swap the file for a link to another job's script); Slurm keeps its own copy */
+    snprintf(path, pathlen, "%s/scripts/%lld.sh", s->dir, (long long)job->id);
     rc = b.ptr ? kestrel__write_file_atomic(path, b.ptr, b.size, 0700) : kestrel__error_oom();
-    if (rc == 0)
-        rc = kd_ident_chown(as->id, path, 0);
     kestrel_buf_dispose(&b);
     return rc;
 }
@@ -143,7 +147,7 @@ static void *clone_main(void *arg)
     char tmp[PATH_MAX + 8], why[400] = "";
     kd_exec_as as = { &c->ident, c->home };
     snprintf(tmp, sizeof(tmp), "%s.tmp", c->work);
-    kd_ident_rm_tree(&c->ident, tmp);   /* what a crash left behind */
+    kd_ident_rm_tree(&c->ident, c->home, tmp);   /* what a crash left behind */
     if (kd_exec_checkout(s->e, c->spec, c->id, tmp, why, sizeof(why), &as) == 0 && rename(tmp, c->work) < 0)
         snprintf(why, sizeof(why), "cannot rename %s: %s", tmp, strerror(errno));
     pthread_mutex_lock(&s->mu);
@@ -246,7 +250,8 @@ static int dependencies(kd_slurm *s, const Kestrel__V1__JobSpec *spec, kestrel_b
 }
 
 /* The node an affinity asks for: 0 with node ("" none), 1 wait (why). */
-static int affinity(kd_slurm *s, const Kestrel__V1__JobSpec *spec, char *node, size_t nlen, char *why, size_t n)
+static int affinity(kd_slurm *s, const Kestrel__V1__JobSpec *spec, int64_t owner, char *node, size_t nlen, char *why,
+                    size_t n)
 {
     node[0] = '\0';
     if (spec->affinity_job) {
@@ -255,7 +260,7 @@ static int affinity(kd_slurm *s, const Kestrel__V1__JobSpec *spec, char *node, s
         if (kd_catalog_refs(s->e->cat, &spec->affinity_job, 1, &ref, &found) == 0 && found && ref.node[0])
             snprintf(node, nlen, "%s", ref.node);
     } else if (spec->affinity_group[0]) {
-        kd_catalog_group_node(s->e->cat, spec->affinity_group, node, nlen);
+        kd_catalog_group_node(s->e->cat, owner, spec->affinity_group, node, nlen);
     } else {
         return 0;
     }
@@ -303,7 +308,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         goto done;
     }
     if ((rc = dependencies(s, spec, &dep, why, n)) != 0 ||
-        (rc = affinity(s, spec, node, sizeof(node), why, n)) != 0)
+        (rc = affinity(s, spec, owner, node, sizeof(node), why, n)) != 0)
         goto done;
     if (kd_ident_resolve(job->owner, &ident) < 0) {
         snprintf(why, n, "%s", kestrel_error_last()->message);
@@ -340,9 +345,14 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         rc = -1;
         goto done;
     }
-    if (kd_token_issue(e->cat, owner, j->id, token, sizeof(token)) < 0 ||
-        write_script(s, job, token, dir, cwd, script, sizeof(script), &as) < 0) {
+    if (kd_token_issue(e->cat, owner, j->id, token, sizeof(token)) < 0) {
         snprintf(why, n, "%s", kestrel_error_last()->message);
+        rc = -1;
+        goto done;
+    }
+    if (write_script(s, job, token, dir, cwd, script, sizeof(script), &as) < 0) {
+        snprintf(why, n, "%s", kestrel_error_last()->message);
+        kd_catalog_token_drop_job(e->cat, j->id);   /* no live token of a job that never reached Slurm */
         rc = -1;
         goto done;
     }

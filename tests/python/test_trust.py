@@ -53,10 +53,14 @@ def test_a_job_cannot_read_the_server_or_another_users_job(daemon):
     d = daemon("--gpus", "0", "--grace-period", "2")
     a, b = token(d, "alice"), token(d, "bob")
     ja = d.submit("--", "sh", "-c", "echo s3cret > work.txt; echo ck > $KESTREL_CHECKPOINT_DIR/ck.txt;"
-                  " echo pid=$$; echo uid=$(id -u) groups=$(id -G); exec sleep 60",
-                  env=as_user(d, a))
+                  " grep NoNewPrivs /proc/self/status; tty || true; echo pid=$$; echo uid=$(id -u) groups=$(id -G);"
+                  " exec sleep 60", env=as_user(d, a))
     pid = wait_line(d, ja, "pid=")
     alice_ids = wait_line(d, ja, "uid=")
+    # no way back to root through setuid programs, and no terminal of kestreld's to type into
+    assert wait_line(d, ja, "NoNewPrivs:").strip() == "1" and "not a tty" in logs(d, ja)
+    sudo = d.submit("--", "sh", "-c", "su -c id root </dev/null; echo rc=$?", env=as_user(d, a))
+    assert d.wait(sudo)["state"] == "SUCCEEDED" and "rc=0" not in logs(d, sudo)
     data = d.data
     targets = [data / "admin.token", data / "catalog.db", data / "catalog.db-wal",
                data / "jobs" / str(ja) / "work" / "work.txt", data / "jobs" / str(ja) / "checkpoint" / "ck.txt",
@@ -90,11 +94,12 @@ def test_a_job_cannot_read_the_server_or_another_users_job(daemon):
 def test_secret_env_is_never_shown(daemon, tmp_path):
     d = daemon("--gpus", "0")
     secret = "sk-live-0123456789abcdef"
-    jid = d.submit("--env", "PLAIN=visible", "--secret-env", f"API_KEY={secret}", "--",
-                   "sh", "-c", 'echo "key=$API_KEY plain=$PLAIN"; echo -n "$API_KEY" | sha256sum')
+    jid = d.submit("--env", "PLAIN=visible", "--secret-env", f"API_KEY={secret}", "--secret-env", "FROM_ENV", "--",
+                   "sh", "-c", 'echo "key=$API_KEY plain=$PLAIN env=$FROM_ENV"; echo -n "$API_KEY" | sha256sum',
+                   env=d.env(FROM_ENV="taken-from-the-shell"))
     assert d.wait(jid)["state"] == "SUCCEEDED"   # the job saw the real value
     out = logs(d, jid)
-    assert "key=*** plain=visible" in out and secret not in out
+    assert "key=*** plain=visible env=***" in out and secret not in out
     assert hashlib.sha256(secret.encode()).hexdigest() in out    # the job saw the real value
     status, job = d.api("GET", f"/api/v1/jobs/{jid}")
     assert status == 200 and secret not in json.dumps(job)
@@ -208,11 +213,21 @@ def test_tokens_expire_revoke_and_scope(daemon):
     # no user may mint tokens for others, or admin tokens, or set a team
     assert d.api("POST", "/api/v1/tokens", {"user": "bob"}, token=short)[0] == 403
     assert d.api("POST", "/api/v1/tokens", {"scope": "admin"}, token=short)[0] == 403
+    read_scoped_listing = d.api("GET", "/api/v1/tokens", token=read)
+    assert read_scoped_listing[0] == 200
     listed = json.loads(d.cli("-o", "json", "token", "list", env=as_user(d, short)).stdout)["tokens"]
     assert [x["scope"] for x in listed] == ["write", "read"] and listed[1]["hint"] == read[-4:]
     assert all(read not in json.dumps(x) for x in listed)                # only hashes are stored
-    # revoked: 401 at once
+    # a token made with a token lives no longer than it, and dies when it is revoked
+    child = d.api("POST", "/api/v1/tokens", {"name": "child"}, token=short)[1]
+    assert int(child["expires_ms"]) == int(t["expires_ms"])
+    child_id, child = child["id"], child["token"]
+    grandchild = d.api("POST", "/api/v1/tokens", {"scope": "read"}, token=child)[1]["token"]
+    # revoked: 401 at once, with what it made
     d.cli("token", "revoke", str(listed[1]["id"]), env=as_user(d, short))
+    d.cli("token", "revoke", str(child_id), env=as_user(d, short))
+    assert d.api("GET", "/api/v1/jobs", token=child)[0] == 401
+    assert d.api("GET", "/api/v1/jobs", token=grandchild)[0] == 401
     status, body = d.api("GET", "/api/v1/jobs", token=read)
     assert status == 401 and "revoked" in body["message"]
     # another user's token cannot be revoked (404: not yours), by the CLI either
@@ -222,6 +237,7 @@ def test_tokens_expire_revoke_and_scope(daemon):
     time.sleep(2.2)
     status, body = d.api("GET", "/api/v1/jobs", token=short)
     assert status == 401 and "expired" in body["message"]
+
     # a team changes only by an explicit admin call
     status, body = d.api("POST", "/api/v1/tokens", {"user": "alice", "team": "nlp"})
     assert status == 409 and "kestrel user set" in body["message"]
@@ -229,6 +245,11 @@ def test_tokens_expire_revoke_and_scope(daemon):
     assert d.api("PUT", "/api/v1/users/alice", {"team": "nlp"}, token=bob)[0] == 403
     d.cli("user", "set", "alice", "--team", "nlp")
     assert d.api("GET", "/api/v1/users/alice")[1]["team"] == "nlp"
+    # user, team and jobs/ namespaces never coincide
+    assert d.api("PUT", "/api/v1/users/alice", {"team": "bob"})[0] == 409
+    assert d.api("POST", "/api/v1/tokens", {"user": "nlp"})[0] == 409
+    assert d.api("POST", "/api/v1/tokens", {"user": "jobs"})[0] == 409
+    assert d.api("POST", "/api/v1/tokens", {"user": "erin", "team": "jobs"})[0] == 409
     # a job token cannot see or mint tokens
     jid = d.submit("--", "sh", "-c", f"{KESTREL_CLI} token list; echo rc=$?")
     d.wait(jid)

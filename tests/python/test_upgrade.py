@@ -49,6 +49,13 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
         assert d.cli("push", "alice/m", str(out), env=d.env(KESTREL_TOKEN=alice)).returncode == 0
         bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
         assert d.cli("push", "alice/m", str(out), env=d.env(KESTREL_TOKEN=bob), check=False).returncode != 0
+        # the old job's dir (0755 then) is closed; alice's new jobs run as her identity when root
+        assert stat.S_IMODE((old_dir / "data" / "jobs" / jid).stat().st_mode) == 0o700
+        new = json.loads(d.cli("-o", "json", "submit", "--", "sh", "-c", "id -un",
+                               env=d.env(KESTREL_TOKEN=alice)).stdout)["id"]
+        assert d.wait(new)["state"] == "SUCCEEDED"
+        if os.geteuid() == 0:
+            assert "kestrel-alice" in d.cli("logs", new).stdout
     finally:
         assert d.stop() == 0
     with sqlite3.connect(db) as c:

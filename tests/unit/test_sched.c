@@ -257,7 +257,8 @@ static void quotas_hold_jobs(void **state)
 static void affinity(void **state)
 {
     kd_ref refs[] = { { 70, 3, 1 } };
-    kd_group_ref groups[] = { { "bert", 0 } };
+    /* groups are per user: bob's "bert" (owner 2, on node 1) must not steer alice's job */
+    kd_group_ref groups[] = { { "bert", 1, 0 }, { "bert", 2, 1 } };
     kd_qjob q[] = { job(1, 1, 1), job(2, 1, 1), job(3, 1, 1) };
     kd_snapshot s = snap(q, 3, 2);
     kd_plan p;
@@ -270,7 +271,7 @@ static void affinity(void **state)
     s.refs = refs;
     s.nrefs = 1;
     s.groups = groups;
-    s.ngroups = 1;
+    s.ngroups = 2;
     assert_int_equal(kd_sched_plan(&s, &p), 0);
     assert_int_equal(act(&p, 1)->node, 1);
     assert_int_equal(act(&p, 2)->node, 0);
