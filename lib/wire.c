@@ -226,7 +226,9 @@ static int json_float(const cJSON *v, const char *path, double *out)
 static int json_enum(const ProtobufCEnumDescriptor *ed, const cJSON *v, const char *path, int *out)
 {
     if (cJSON_IsNumber(v)) {
-        if (v->valuedouble != (double)(int)v->valuedouble ||
+        /* range first: converting a double outside int's range is undefined */
+        if (!(v->valuedouble >= INT32_MIN && v->valuedouble <= INT32_MAX) ||
+            v->valuedouble != (double)(int)v->valuedouble ||
             !protobuf_c_enum_descriptor_get_value(ed, (int)v->valuedouble))
             return bad(path, "unknown enum value");
         *out = (int)v->valuedouble;
@@ -382,6 +384,22 @@ static int json_to_message(ProtobufCMessage *m, const cJSON *obj, const char *pa
     return 0;
 }
 
+/* One rule for both codecs: a string holds no NUL (C strings would silently end there, so "a\0b"
+ * would become "a"). cJSON decodes \u0000 into the string, so the raw text is checked. */
+static int json_has_nul(const char *data, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (data[i] == '\0')
+            return 1;
+        if (data[i] != '\\')
+            continue;
+        if (data[i + 1] == 'u' && i + 5 < len && !memcmp(data + i + 2, "0000", 4))
+            return 1;
+        i++;   /* skip the escaped character, so "\\u0000" is a backslash and text */
+    }
+    return len && data[len - 1] == '\0';
+}
+
 int kestrel__wire_from_json(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                             const char *data, size_t len)
 {
@@ -389,6 +407,9 @@ int kestrel__wire_from_json(ProtobufCMessage **out, const ProtobufCMessageDescri
     ProtobufCMessage *m;
     int rc;
     *out = NULL;
+    if (json_has_nul(data, len))
+        return kestrel__error_set(KESTREL_EINVALID, "JSON body for %s: a string holds a NUL character (\\u0000)",
+                                  desc->name);
     root = cJSON_ParseWithLength(data, len);
     if (root == NULL)
         return kestrel__error_set(KESTREL_EINVALID, "malformed JSON body for %s", desc->name);
@@ -460,13 +481,68 @@ int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg)
     return 0;
 }
 
+static int read_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *at < len; shift += 7) {
+        uint8_t b = p[(*at)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return 0;
+    }
+    return -1;
+}
+
+/* What protobuf-c accepts but the contract refuses, read off the wire: fields this schema does not
+ * know (the JSON codec refuses them too), NUL inside strings, groups; nested messages alike. */
+static int pb_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, int depth)
+{
+    size_t at = 0;
+    if (depth > 32)
+        return kestrel__error_set(KESTREL_EINVALID, "protobuf body for %s nests too deep", d->name);
+    while (at < len) {
+        uint64_t key, n = 0;
+        const ProtobufCFieldDescriptor *f;
+        if (read_varint(p, len, &at, &key) < 0)
+            return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", d->name);
+        if ((key >> 3) == 0 || (key >> 3) > UINT32_MAX ||
+            (f = protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))) == NULL)
+            return kestrel__error_set(KESTREL_EINVALID, "%s has no field number %llu", d->name,
+                                      (unsigned long long)(key >> 3));
+        switch (key & 7) {
+        case 0: if (read_varint(p, len, &at, &n) < 0) goto malformed; break;
+        case 1: if (len - at < 8) goto malformed; at += 8; break;
+        case 5: if (len - at < 4) goto malformed; at += 4; break;
+        case 2:
+            if (read_varint(p, len, &at, &n) < 0 || n > len - at)
+                goto malformed;
+            if (f->type == PROTOBUF_C_TYPE_STRING && memchr(p + at, 0, (size_t)n))
+                return kestrel__error_set(KESTREL_EINVALID, "field '%s': a NUL character in a string", f->name);
+            if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                int rc = pb_scan(f->descriptor, p + at, (size_t)n, depth + 1);
+                if (rc < 0)
+                    return rc;
+            }
+            at += (size_t)n;
+            break;
+        default:
+            goto malformed;
+        }
+    }
+    return 0;
+malformed:
+    return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", d->name);
+}
+
 int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                          const uint8_t *data, size_t len)
 {
-    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, data);
+    ProtobufCMessage *m;
     int rc;
     *out = NULL;
-    if (m == NULL)
+    if ((rc = pb_scan(desc, data, len, 0)) < 0)
+        return rc;
+    if ((m = protobuf_c_message_unpack(desc, NULL, len, data)) == NULL)
         return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", desc->name);
     if ((rc = validate(m, "")) < 0) {
         protobuf_c_message_free_unpacked(m, NULL);

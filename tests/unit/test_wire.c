@@ -123,6 +123,18 @@ static void json_rejects_bad_input(void **state)
     expect_json_error("{\"env\":[{\"key\":\"A\"},{\"key\":\"B\",\"oops\":1}]}", "unknown field 'oops'");
     expect_json_error("{\"name\":\"a\",\"name\":\"b\"}", "duplicate field");
     expect_json_error("{\"name\":\"\xff\xfe\"}", "invalid UTF-8");
+    /* one rule for both codecs: no NUL in a string, no number outside its type */
+    expect_json_error("{\"name\":\"a\\u0000b\"}", "NUL character");
+    expect_json_error("{\"priority\":4444444444444}", "unknown enum value");
+    expect_json_error("{\"priority\":-1e300}", "unknown enum value");
+    expect_json_error("{\"gpus\":1e400}", "out of range");
+    {   /* an escaped backslash before u0000 is text, not a NUL */
+        ProtobufCMessage *m = NULL;
+        const char *ok = "{\"name\":\"a\\\\u0000\"}";
+        assert_int_equal(kestrel__wire_from_json(&m, &kestrel__v1__job_spec__descriptor, ok, strlen(ok)), 0);
+        assert_string_equal(((Kestrel__V1__JobSpec *)m)->name, "a\\u0000");
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
 }
 
 static void protobuf_rejects_bad_input(void **state)
@@ -139,6 +151,24 @@ static void protobuf_rejects_bad_input(void **state)
                      KESTREL_EINVALID);
     assert_non_null(strstr(kestrel_error_last()->message, "malformed protobuf"));
     assert_null(m);
+    {   /* field 99 is not in JobSpec: refused, as the same JSON is */
+        static const uint8_t unknown_field[] = { 0x0a, 0x01, 'a', 0x98, 0x06, 0x01 };
+        static const uint8_t nul_string[] = { 0x1a, 0x03, 'a', 0x00, 'b' };   /* name = "a\0b" */
+        static const uint8_t nested_nul[] = { 0x12, 0x05, 0x0a, 0x03, 'A', 0x00, 'B' };   /* env[0].key */
+        static const uint8_t group[] = { 0x0b, 0x0c };
+        assert_int_equal(kestrel__wire_unpack(&m, &kestrel__v1__job_spec__descriptor, unknown_field,
+                                              sizeof(unknown_field)), KESTREL_EINVALID);
+        assert_non_null(strstr(kestrel_error_last()->message, "no field number 99"));
+        assert_int_equal(kestrel__wire_unpack(&m, &kestrel__v1__job_spec__descriptor, nul_string, sizeof(nul_string)),
+                         KESTREL_EINVALID);
+        assert_non_null(strstr(kestrel_error_last()->message, "NUL character"));
+        assert_int_equal(kestrel__wire_unpack(&m, &kestrel__v1__job_spec__descriptor, nested_nul, sizeof(nested_nul)),
+                         KESTREL_EINVALID);
+        assert_non_null(strstr(kestrel_error_last()->message, "'key'"));
+        assert_int_equal(kestrel__wire_unpack(&m, &kestrel__v1__job_spec__descriptor, group, sizeof(group)),
+                         KESTREL_EINVALID);
+        assert_null(m);
+    }
 }
 
 static void decode_picks_codec_by_content_type(void **state)
