@@ -9,16 +9,23 @@
 
 #define STMT_CACHE 64
 
+/* The WAL is truncated once it holds this many pages (64 MiB of 4 KiB pages): see kd__unlock. */
+#define WAL_TRUNCATE_PAGES 16384
+#define WAL_PASSIVE_PAGES 1000
+
 struct kd_catalog {
     sqlite3 *db;
     pthread_mutex_t mu;
     struct { const char *sql; sqlite3_stmt *st; } cache[STMT_CACHE];
+    uint64_t used;              /* cached statements handed out under the current lock */
+    int wal_pages;              /* frames in the WAL after the last commit */
 };
 
 static const char *const schema =
     "PRAGMA journal_mode=WAL;"
     "PRAGMA synchronous=NORMAL;"
     "PRAGMA foreign_keys=ON;"
+    "PRAGMA journal_size_limit=67108864;"   /* a checkpointed WAL shrinks back to at most 64 MiB */
     "CREATE TABLE IF NOT EXISTS users(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL,"
     "  is_admin INTEGER NOT NULL DEFAULT 0, team TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS tokens(id INTEGER PRIMARY KEY, hash TEXT UNIQUE NOT NULL,"
@@ -48,7 +55,43 @@ static const char *const schema =
 
 sqlite3 *kd__db(kd_catalog *cat) { return cat->db; }
 void kd__lock(kd_catalog *cat) { pthread_mutex_lock(&cat->mu); }
-void kd__unlock(kd_catalog *cat) { pthread_mutex_unlock(&cat->mu); }
+
+/* Every statement handed out is reset before the lock is released: a stepped SELECT left as it
+ * was holds a read transaction, and no checkpoint can then move the WAL past it (the WAL grew to
+ * 2 GB under load that way). A WAL past WAL_TRUNCATE_PAGES is checkpointed and truncated here. */
+void kd__unlock(kd_catalog *cat)
+{
+    for (int i = 0; cat->used && i < STMT_CACHE; i++)
+        if (cat->used & (1ull << i))
+            sqlite3_reset(cat->cache[i].st);
+    cat->used = 0;
+    if (cat->wal_pages >= WAL_TRUNCATE_PAGES) {
+        int log = 0, done = 0;
+        if (sqlite3_wal_checkpoint_v2(cat->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done) == SQLITE_OK)
+            cat->wal_pages = 0;
+    }
+    pthread_mutex_unlock(&cat->mu);
+}
+
+/* After each commit: what the default auto-checkpoint does (a passive checkpoint past 1000 pages),
+ * and the WAL's size for kd__unlock. */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    kd_catalog *cat = arg;
+    cat->wal_pages = pages;
+    if (pages >= WAL_PASSIVE_PAGES)
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return SQLITE_OK;
+}
+
+int kd_catalog_wal_pages(kd_catalog *cat)
+{
+    int n;
+    pthread_mutex_lock(&cat->mu);
+    n = cat->wal_pages;
+    pthread_mutex_unlock(&cat->mu);
+    return n;
+}
 
 int kd__sql_fail(kd_catalog *cat, const char *what)
 {
@@ -63,16 +106,20 @@ sqlite3_stmt *kd__stmt(kd_catalog *cat, const char *sql)
         if (cat->cache[i].sql == sql) {
             sqlite3_reset(cat->cache[i].st);
             sqlite3_clear_bindings(cat->cache[i].st);
+            cat->used |= 1ull << i;
             return cat->cache[i].st;
         }
     }
-    if (i == STMT_CACHE)
+    if (i == STMT_CACHE) {
+        kestrel__error_set(KESTREL_EIO, "catalog: more than %d distinct statements", STMT_CACHE);
         return NULL;
+    }
     if (sqlite3_prepare_v3(cat->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &cat->cache[i].st, NULL) != SQLITE_OK) {
         kd__sql_fail(cat, "prepare");
         return NULL;
     }
     cat->cache[i].sql = sql;
+    cat->used |= 1ull << i;
     return cat->cache[i].st;
 }
 
@@ -231,6 +278,7 @@ int kd_catalog_open(kd_catalog **out, const char *path)
         return rc;
     }
     sqlite3_busy_timeout(cat->db, 5000);
+    sqlite3_wal_hook(cat->db, wal_hook, cat);
     if (kd__exec(cat, schema) < 0) {
         kd_catalog_close(cat);
         return KESTREL_EIO;

@@ -1,0 +1,58 @@
+"""Bounded: the catalog's WAL is checkpointed while kestreld serves (it stays under 64 MiB), and
+the catalog grows linearly with what it stores."""
+import http.client
+import json
+import os
+
+WAL_BOUND = 64 << 20
+
+
+def lifecycles(d, n, conn):
+    """n jobs through QUEUED -> CANCELLED (a pool no node has keeps them queued), on one connection."""
+    hdr = {"Authorization": f"Bearer {d.token}", "Content-Type": "application/json"}
+    for i in range(n):
+        body = json.dumps({"argv": ["true"], "name": f"j{i}", "pool": "nowhere",
+                           "labels": [{"key": "round", "value": str(i % 7)}],
+                           "env": [{"key": "PAD", "value": "x" * 200}]})
+        conn.request("POST", "/api/v1/jobs", body, hdr)
+        r = conn.getresponse()
+        job = json.loads(r.read())
+        assert r.status == 201, job
+        conn.request("POST", f"/api/v1/jobs/{job['id']}/cancel", "", hdr)
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200
+        if i % 50 == 0:   # reads between the writes, as a user's listings would be
+            conn.request("GET", "/api/v1/jobs?page_size=20", headers=hdr)
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 200
+
+
+def sizes(d):
+    db = d.data / "catalog.db"
+    wal = d.data / "catalog.db-wal"
+    return db.stat().st_size, wal.stat().st_size if wal.exists() else 0
+
+
+def test_20000_lifecycles_keep_the_wal_small_and_the_catalog_linear(daemon):
+    d = daemon("--gpus", "0")
+    conn = http.client.HTTPConnection(d.url.split("//")[1], timeout=30)
+    walls, dbs = [], []
+    for step in range(20):
+        lifecycles(d, 1000, conn)
+        db, wal = sizes(d)
+        walls.append(wal)
+        dbs.append(db + wal)
+    conn.close()
+    assert max(walls) < WAL_BOUND, walls
+    # linear: every further 1,000 jobs cost about the same (the WAL's own size swings as it is
+    # checkpointed, so compare 2,000-job spans with their median), a few kB per job at most
+    spans = sorted(dbs[i + 2] - dbs[i] for i in range(1, 18, 2))
+    median = spans[len(spans) // 2]
+    assert all(0.5 * median < x < 2 * median for x in spans), (spans, dbs)
+    assert dbs[19] / 20000 < 8192, dbs
+    print(f"catalog+WAL after 20,000 jobs: {dbs[19] >> 10} KiB ({dbs[19] // 20000} B/job), "
+          f"WAL at most {max(walls) >> 10} KiB (bound {WAL_BOUND >> 20} MiB)")
+    status, body = d.api("GET", "/api/v1/jobs?state=cancelled&page_size=5")
+    assert status == 200 and len(body["jobs"]) == 5
