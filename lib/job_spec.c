@@ -65,6 +65,24 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
         if (!strncmp(k, "KESTREL_", 8) || !strcmp(k, "CUDA_VISIBLE_DEVICES"))
             return kestrel__error_set(KESTREL_EINVALID, "field 'env': %s is set by kestreld", k);
     }
+    {   /* bounds: argv and env each at most 256 KiB (a 15 MB env value took kestreld to 4 GB) */
+        size_t argv_bytes = 0, env_bytes = 0;
+        for (size_t i = 0; i < s->n_argv; i++)
+            argv_bytes += strlen(s->argv[i]) + 1;
+        for (size_t i = 0; i < s->n_env; i++)
+            env_bytes += strlen(s->env[i]->key) + strlen(s->env[i]->value) + 2;
+        for (size_t i = 0; i < s->n_secret_env; i++)
+            env_bytes += strlen(s->secret_env[i]->key) + strlen(s->secret_env[i]->value) + 2;
+        if (argv_bytes > KESTREL__SPEC_LIST_MAX)
+            return kestrel__error_set(KESTREL_ETOOLARGE, "field 'argv': %zu bytes, at most %d", argv_bytes,
+                                      KESTREL__SPEC_LIST_MAX);
+        if (env_bytes > KESTREL__SPEC_LIST_MAX || s->n_env + s->n_secret_env > 4096)
+            return kestrel__error_set(KESTREL_ETOOLARGE, "field 'env': %zu bytes in %zu variables, at most %d bytes "
+                                      "and 4096 variables", env_bytes, s->n_env + s->n_secret_env,
+                                      KESTREL__SPEC_LIST_MAX);
+        if (s->n_labels > 256)
+            return kestrel__error_set(KESTREL_ETOOLARGE, "field 'labels': at most 256");
+    }
     for (size_t i = 0; i < s->n_secret_env; i++) {
         const char *k = s->secret_env[i]->key;
         if (!k[0] || strchr(k, '=') || !kestrel__text_is_clean(k, KESTREL__NAME_MAX))

@@ -124,6 +124,17 @@ static enum MHD_Result submit(kd_req *r)
             goto out;
         }
     }
+    {
+        int64_t queued = kd_catalog_count_queued(r->e->cat, r->who.user_id);
+        if (queued >= r->e->cfg->max_queued) {
+            char msg[200];
+            snprintf(msg, sizeof(msg), "you have %lld jobs queued, the most kestreld takes per user "
+                     "(--max-queued %d): wait for some to start, or cancel some", (long long)queued,
+                     r->e->cfg->max_queued);
+            reply = kd_reply_error(r, 429, "resource_exhausted", msg);
+            goto out;
+        }
+    }
     if (spec->priority == KESTREL__V1__PRIORITY__PRIORITY_UNSPECIFIED)
         spec->priority = KESTREL__V1__PRIORITY__NORMAL;
     /* the reply shows the job as committed (QUEUED), whatever the scheduler does next */

@@ -225,7 +225,11 @@ static const char *const migrations[] = {
     "ALTER TABLE tokens ADD COLUMN parent_id INTEGER NOT NULL DEFAULT 0;"
     "UPDATE tokens SET scope = 3 WHERE job_id = 0 AND user_id IN (SELECT id FROM users WHERE is_admin = 1);"
     "CREATE INDEX IF NOT EXISTS tokens_user ON tokens(user_id, id);"
-    "CREATE TABLE IF NOT EXISTS model_acl(name TEXT PRIMARY KEY, visibility INTEGER NOT NULL) WITHOUT ROWID;",
+    "CREATE INDEX IF NOT EXISTS jobs_owner_state ON jobs(owner_id, state);"   /* --max-queued at submit */
+    "CREATE TABLE IF NOT EXISTS model_acl(name TEXT PRIMARY KEY, visibility INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS log_stats(job_id INTEGER PRIMARY KEY, bytes INTEGER NOT NULL DEFAULT 0,"
+    "  head_seq INTEGER NOT NULL DEFAULT -1, dropped INTEGER NOT NULL DEFAULT 0);"
+    "INSERT OR IGNORE INTO log_stats(job_id, bytes) SELECT job_id, SUM(length(text) + 1) FROM logs GROUP BY job_id;",
 };
 
 static int migrate(kd_catalog *cat, const char *path)

@@ -100,6 +100,8 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
 /* Load a job (and its events). *owner_out may be NULL. KESTREL_ENOTFOUND. */
 int kd_catalog_job_load(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out);
 int kd_catalog_job_state(kd_catalog *cat, int64_t id, int *state_out);
+/* How many jobs of owner are QUEUED. */
+int64_t kd_catalog_count_queued(kd_catalog *cat, int64_t owner_id);
 int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__JobList **out);
 /* Jobs in one state, in queue order (class desc, submit time, id) up to limit. */
 int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_row **out, size_t *n);
@@ -169,7 +171,10 @@ typedef struct {
     const char *text;
     size_t len;
 } kd_log_line;
-int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n);
+/* Past max_bytes (0: no bound) the log keeps its head and tail around a "N bytes dropped" line;
+ * *first_drop is 1 the first time that happens to the job. */
+int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n, int64_t max_bytes,
+                          int *first_drop);
 int kd_catalog_log_read(kd_catalog *cat, int64_t job_id, int64_t offset, int limit, Kestrel__V1__LogChunk *out);
 int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id);
 /* Bytes of one stream's lines, a newline counted after each (where a reader of the file left off). */

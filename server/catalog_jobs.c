@@ -378,3 +378,20 @@ int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha)
 {
     return kd__run(cat, "UPDATE jobs SET git_commit = ? WHERE id = ?", "ti", sha, id);
 }
+
+static int fill_count(sqlite3_stmt *st, void *row)
+{
+    *(int64_t *)row = sqlite3_column_int64(st, 0);
+    return 0;
+}
+
+int64_t kd_catalog_count_queued(kd_catalog *cat, int64_t owner_id)
+{
+    int64_t *rows = NULL, n = 0;
+    size_t nrows = 0;
+    if (kd__rows(cat, "SELECT COUNT(*) FROM jobs WHERE state = ? AND owner_id = ?", sizeof(int64_t), fill_count,
+                 (void **)&rows, &nrows, "ii", (int64_t)KESTREL_JOB_STATE_QUEUED, owner_id) == 0 && nrows)
+        n = rows[0];
+    free(rows);
+    return n;
+}

@@ -1,4 +1,5 @@
 /* server/catalog_logs.c - job log lines and metric points in the catalog. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sqlite3.h>
@@ -19,13 +20,93 @@ int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id)
     return n;
 }
 
-int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n)
+/* Past max_bytes a job's log keeps its head (the first half of the budget) and its tail: the
+ * oldest lines after the head go, and one SYSTEM line where they were says how much is gone.
+ * Offsets (seq) never change, so a reader that follows only sees the gap. */
+static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t bytes, int *first_drop)
+{
+    static const char *const stat = "SELECT head_seq, dropped FROM log_stats WHERE job_id = ?";
+    static const char *const oldest =
+        "SELECT seq, length(text) FROM logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT 512";
+    static const char *const del = "DELETE FROM logs WHERE job_id = ? AND seq > ? AND seq <= ?";
+    static const char *const mark = "INSERT OR REPLACE INTO logs(job_id, seq, time_ms, stream, text) VALUES(?, ?, ?, ?, ?)";
+    static const char *const save =
+        "INSERT OR REPLACE INTO log_stats(job_id, bytes, head_seq, dropped) VALUES(?, ?, ?, ?)";
+    sqlite3_stmt *st;
+    int64_t head = -1, dropped = 0;
+    char text[160];
+    if ((st = kd__stmt(cat, stat)) == NULL)
+        return KESTREL_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        head = sqlite3_column_int64(st, 0);
+        dropped = sqlite3_column_int64(st, 1);
+    }
+    if (head < 0) {   /* the head ends with the last line that fits in half the budget */
+        int64_t sum = 0;
+        static const char *const walk = "SELECT seq, length(text) FROM logs WHERE job_id = ? ORDER BY seq";
+        if ((st = kd__stmt(cat, walk)) == NULL)
+            return KESTREL_EIO;
+        sqlite3_bind_int64(st, 1, job_id);
+        while (sqlite3_step(st) == SQLITE_ROW && (sum += sqlite3_column_int64(st, 1) + 1) <= max_bytes / 2)
+            head = sqlite3_column_int64(st, 0);
+        *first_drop = 1;
+    }
+    while (bytes > max_bytes) {   /* drop from just after the marker (head + 1) until under budget */
+        int64_t upto = -1, freed = 0;
+        if ((st = kd__stmt(cat, oldest)) == NULL)
+            return KESTREL_EIO;
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, head + 1);
+        while (bytes - freed > max_bytes - max_bytes / 16 && sqlite3_step(st) == SQLITE_ROW) {
+            upto = sqlite3_column_int64(st, 0);
+            freed += sqlite3_column_int64(st, 1) + 1;
+        }
+        if (upto < 0)
+            break;   /* only the head and the marker are left */
+        if ((st = kd__stmt(cat, del)) == NULL)
+            return KESTREL_EIO;
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, head + 1);
+        sqlite3_bind_int64(st, 3, upto);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            return kd__sql_fail(cat, "drop log lines");
+        bytes -= freed;
+        dropped += freed;
+    }
+    /* the marker takes the place of the first dropped line (head + 1) */
+    snprintf(text, sizeof(text), "kestrel: %lld bytes of output dropped here (the log keeps its first and last "
+             "bytes within --max-log-bytes %lld)", (long long)dropped, (long long)max_bytes);
+    if ((st = kd__stmt(cat, mark)) == NULL)
+        return KESTREL_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, head + 1);
+    sqlite3_bind_int64(st, 3, kestrel__now_ms());
+    sqlite3_bind_int(st, 4, KESTREL_LOG_SYSTEM);
+    sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        return kd__sql_fail(cat, "mark dropped log lines");
+    if ((st = kd__stmt(cat, save)) == NULL)
+        return KESTREL_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, bytes);
+    sqlite3_bind_int64(st, 3, head);
+    sqlite3_bind_int64(st, 4, dropped);
+    return sqlite3_step(st) == SQLITE_DONE ? 0 : kd__sql_fail(cat, "log stats");
+}
+
+int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n, int64_t max_bytes,
+                          int *first_drop)
 {
     static const char *const next = "SELECT COALESCE(MAX(seq) + 1, 0) FROM logs WHERE job_id = ?";
     static const char *const ins = "INSERT INTO logs(job_id, seq, time_ms, stream, text) VALUES(?, ?, ?, ?, ?)";
+    static const char *const used = "SELECT bytes FROM log_stats WHERE job_id = ?";
+    static const char *const add =
+        "INSERT INTO log_stats(job_id, bytes) VALUES(?, ?) ON CONFLICT(job_id) DO UPDATE SET bytes = bytes + ?";
     sqlite3_stmt *st;
-    int64_t seq;
+    int64_t seq, bytes = 0, added = 0;
     int rc;
+    *first_drop = 0;
     if (n == 0)
         return 0;
     kd__lock(cat);
@@ -47,7 +128,20 @@ int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *li
         sqlite3_bind_text(st, 5, lines[i].text, (int)lines[i].len, SQLITE_STATIC);
         if (sqlite3_step(st) != SQLITE_DONE)
             goto fail;
+        added += (int64_t)lines[i].len + 1;
     }
+    if ((st = kd__stmt(cat, add)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, added);
+    sqlite3_bind_int64(st, 3, added);
+    if (sqlite3_step(st) != SQLITE_DONE || (st = kd__stmt(cat, used)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, job_id);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        bytes = sqlite3_column_int64(st, 0);
+    if (max_bytes > 0 && bytes > max_bytes && cap_log(cat, job_id, max_bytes, bytes, first_drop) < 0)
+        goto fail;
     if ((rc = kd__exec(cat, "COMMIT")) == 0)
         goto out;
 fail:

@@ -140,8 +140,12 @@ int kd_engine_term_requested(kd_engine *e, kd_run *run)
 
 void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n)
 {
-    if (kd_catalog_log_append(e->cat, job_id, lines, n) < 0)
+    int first_drop = 0;
+    if (kd_catalog_log_append(e->cat, job_id, lines, n, e->cfg->max_log_bytes, &first_drop) < 0)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)job_id, kestrel_error_last()->message);
+    else if (first_drop)
+        kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), "log over --max-log-bytes: its first and last bytes "
+                            "are kept, the middle is dropped");
     kd_engine_changed(e);
 }
 

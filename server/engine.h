@@ -33,6 +33,8 @@ typedef struct {
     const char *tls_cert;      /* PEM certificate (chain) file: serve HTTPS; NULL: HTTP */
     const char *tls_key;       /* its PEM private key file */
     const char *tls_ca;        /* CA bundle jobs verify this server with (their KESTREL_CA_FILE) */
+    int64_t max_log_bytes;     /* a job's stored log: head and tail past it (0: default 256 MiB) */
+    int max_queued;            /* QUEUED jobs per user (429 past it) */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };

@@ -37,6 +37,11 @@ static void usage(FILE *f)
         "      --grace-period SECS  SIGTERM -> SIGKILL delay for cancelled and stopped jobs (default 60)\n"
         "      --max-jobs N         jobs running at once (default 64)\n"
         "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
+        "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
+        "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
+        "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
+        "                           A job's argv and its env are at most 256 KiB each (413 above), one\n"
+        "                           log line 64 KiB (longer ones are split), a listing 1000 jobs a page\n"
         "      --port-file FILE     write the bound port to FILE once listening (for tests)\n"
         "      --repo-gc-grace SECS repository chunks no version names are collected once older than\n"
         "                           this (default 3600; pushes refresh the chunks they rely on)\n"
@@ -400,6 +405,7 @@ int main(int argc, char **argv)
         { "slurm-poll-ms", required_argument, NULL, 11 }, { "tls-cert", required_argument, NULL, 12 },
         { "tls-key", required_argument, NULL, 13 }, { "tls-ca", required_argument, NULL, 14 },
         { "config", required_argument, NULL, 15 }, { "check-config", no_argument, NULL, 16 },
+        { "max-log-bytes", required_argument, NULL, 17 }, { "max-queued", required_argument, NULL, 18 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -415,6 +421,8 @@ int main(int argc, char **argv)
     int c, port, sig;
     long v;
 
+    cfg.max_log_bytes = 256LL << 20;
+    cfg.max_queued = 10000;
     if (kd_config_merge(argc, argv, opts, &argc, &argv) < 0)
         return 2;
     while ((c = getopt_long(argc, argv, "l:p:d:g:hV", opts, NULL)) != -1) {
@@ -437,6 +445,20 @@ int main(int argc, char **argv)
         case 13: cfg.tls_key = optarg; break;
         case 14: cfg.tls_ca = optarg; break;
         case 15: break;   /* merged by kd_config_merge */
+        case 17: {
+            char *end;
+            long long x = strtoll(optarg, &end, 10);
+            int64_t mult = *end == 'K' || *end == 'k' ? 1 << 10 : *end == 'M' || *end == 'm' ? 1 << 20
+                           : *end == 'G' || *end == 'g' ? 1 << 30 : 1;
+            if (end == optarg || (mult > 1 && *++end) || (mult == 1 && *end) || x < 1 || x > (1LL << 40) / mult ||
+                x * mult < (1 << 20)) {   /* at least 1M: a line (at most 64 KiB) always fits in the head */
+                fprintf(stderr, "kestreld: --max-log-bytes: a size from 1M to 1T, e.g. 256M, got '%s'\n", optarg);
+                return 2;
+            }
+            cfg.max_log_bytes = x * mult;
+            break;
+        }
+        case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
         case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {

@@ -56,3 +56,35 @@ def test_20000_lifecycles_keep_the_wal_small_and_the_catalog_linear(daemon):
           f"WAL at most {max(walls) >> 10} KiB (bound {WAL_BOUND >> 20} MiB)")
     status, body = d.api("GET", "/api/v1/jobs?state=cancelled&page_size=5")
     assert status == 200 and len(body["jobs"]) == 5
+
+
+def test_a_log_past_its_bound_keeps_head_and_tail(daemon):
+    d = daemon("--gpus", "0", "--max-log-bytes", "1M")
+    jid = d.submit("--", "sh", "-c", "echo first-line; i=0; while [ $i -lt 40000 ]; do"
+                   " echo \"filler line $i of the middle of a long log ......................\"; i=$((i+1)); done;"
+                   " echo last-line")
+    assert d.wait(jid, timeout=120)["state"] == "SUCCEEDED"
+    out = d.cli("logs", jid).stdout
+    assert out.startswith("first-line\n") and out.rstrip().endswith("last-line"), out[-300:]
+    assert "bytes of output dropped here" in out
+    assert len(out.encode()) < (1 << 20) * 1.1, len(out)          # ~3 MB written, ~1 MiB kept
+    events = [e["reason"] for e in d.job(jid)["events"]]
+    assert any("--max-log-bytes" in e for e in events), events
+    status, body = d.api("GET", f"/api/v1/jobs/{jid}/logs?offset=0")
+    assert status == 200 and body["lines"][0]["text"] == "first-line"
+
+
+def test_job_specs_and_queues_have_bounds(daemon):
+    d = daemon("--gpus", "0", "--max-queued", "3")
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "env": [{"key": "BIG", "value": "x" * 300000}]})
+    assert status == 413 and "field 'env'" in body["message"]
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["echo"] + ["y" * 1000] * 300})
+    assert status == 413 and "field 'argv'" in body["message"]
+    assert d.api("GET", "/api/v1/jobs")[1]["jobs"] == []            # and nothing was written
+    for _ in range(3):
+        assert d.api("POST", "/api/v1/jobs", {"argv": ["true"], "pool": "nowhere"})[0] == 201
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "pool": "nowhere"})
+    assert status == 429 and "--max-queued 3" in body["message"]
+    assert len(d.api("GET", "/api/v1/jobs")[1]["jobs"]) == 3
+    r = d.cli("submit", "--", "true", check=False)
+    assert r.returncode == 1 and "jobs queued" in r.stderr, r.stderr
