@@ -102,6 +102,9 @@ int kd_catalog_job_load(kd_catalog *cat, int64_t id, int with_events, Kestrel__V
 int kd_catalog_job_state(kd_catalog *cat, int64_t id, int *state_out);
 /* How many jobs of owner are QUEUED. */
 int64_t kd_catalog_count_queued(kd_catalog *cat, int64_t owner_id);
+/* A page holds at most f->limit jobs and ends early past KD_LIST_MAX_BYTES of specs (its
+ * next_page_token says where the next begins), so no listing builds 100s of MB. */
+#define KD_LIST_MAX_BYTES (8u << 20)
 int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__JobList **out);
 /* Jobs in one state, in queue order (class desc, submit time, id) up to limit. */
 int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_row **out, size_t *n);

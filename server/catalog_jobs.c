@@ -224,6 +224,7 @@ int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__Jo
     Kestrel__V1__JobList *list = malloc(sizeof(*list));
     sqlite3_stmt *st;
     int rc = 0, limit = f->limit;
+    size_t bytes = 0;
     if (list == NULL)
         return kestrel__error_oom();
     kestrel__v1__job_list__init(list);
@@ -247,12 +248,14 @@ int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__Jo
     sqlite3_bind_int64(st, 6, f->before_id);
     sqlite3_bind_int(st, 7, limit + 1);   /* one more tells whether there is a next page */
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (list->n_jobs == (size_t)limit) {
+        /* a page ends at its size or at KD_LIST_MAX_BYTES of specs, whichever comes first */
+        if (list->n_jobs == (size_t)limit || bytes > KD_LIST_MAX_BYTES) {
             char tok[32];
-            snprintf(tok, sizeof(tok), "%lld", (long long)list->jobs[limit - 1]->id);
+            snprintf(tok, sizeof(tok), "%lld", (long long)list->jobs[list->n_jobs - 1]->id);
             list->next_page_token = kestrel__strdup(tok);
             break;
         }
+        bytes += (size_t)sqlite3_column_bytes(st, 2);   /* the packed spec */
         if ((list->jobs[list->n_jobs] = row_to_job(st)) == NULL) {
             rc = kestrel__error_oom();
             goto out;

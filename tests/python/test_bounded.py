@@ -88,3 +88,19 @@ def test_job_specs_and_queues_have_bounds(daemon):
     assert len(d.api("GET", "/api/v1/jobs")[1]["jobs"]) == 3
     r = d.cli("submit", "--", "true", check=False)
     assert r.returncode == 1 and "jobs queued" in r.stderr, r.stderr
+
+
+def test_a_listing_of_big_jobs_is_paged_by_bytes(daemon):
+    d = daemon("--gpus", "0")
+    env = [{"key": f"K{i}", "value": "v" * 250} for i in range(1000)]   # ~250 KiB per job
+    ids = []
+    for _ in range(40):
+        status, job = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "pool": "nowhere", "env": env})
+        assert status == 201
+        ids.append(int(job["id"]))
+    status, page = d.api("GET", "/api/v1/jobs?page_size=1000")
+    assert status == 200 and 20 <= len(page["jobs"]) < 40 and page["next_page_token"], len(page["jobs"])
+    seen = [int(j["id"]) for j in page["jobs"]]
+    status, rest = d.api("GET", f"/api/v1/jobs?page_size=1000&page_token={page['next_page_token']}")
+    seen += [int(j["id"]) for j in rest["jobs"]]
+    assert sorted(seen) == ids and not rest["next_page_token"]
