@@ -230,6 +230,48 @@ int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_l
     return 0;
 }
 
+int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n,
+                                 char out[KESTREL__HEX_LEN + 1])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE], *buf = malloc(1 << 20);
+    unsigned int mdlen = 0;
+    int rc = 0;
+    if (ctx == NULL || buf == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        rc = kestrel__error_oom();
+        goto out;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char path[PATH_MAX];
+        int64_t got = 0;
+        size_t r;
+        FILE *f;
+        chunk_path(s, hexes[i], path, sizeof(path));
+        if ((f = fopen(path, "rb")) == NULL) {
+            rc = kestrel__error_set(KESTREL_EINVALID, "chunk %.12s is not stored: push it first", hexes[i]);
+            break;
+        }
+        while ((r = fread(buf, 1, 1 << 20, f)) > 0) {
+            EVP_DigestUpdate(ctx, buf, r);
+            got += (int64_t)r;
+        }
+        fclose(f);
+        if (got != sizes[i])
+            rc = kestrel__error_set(KESTREL_EINVALID, "chunk %.12s holds %lld bytes, not the %lld the manifest says",
+                                    hexes[i], (long long)got, (long long)sizes[i]);
+    }
+    if (rc == 0) {
+        EVP_DigestFinal_ex(ctx, md, &mdlen);
+        for (unsigned int i = 0; i < mdlen && i < 32; i++)
+            snprintf(out + 2 * i, 3, "%02x", md[i]);
+        out[KESTREL__HEX_LEN] = '\0';
+    }
+out:
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    return rc;
+}
+
 int kestrel__store_sync(kestrel__store *s)
 {
     long taken = __atomic_exchange_n(&s->unsynced, 0, __ATOMIC_ACQ_REL);

@@ -243,6 +243,47 @@ static cJSON *tree_json(const Kestrel__V1__Manifest *in)
     return j;
 }
 
+/* The bytes behind a manifest are what it says: each chunk holds its declared size, and the
+ * SHA-256 of the file (or of each file of a directory) over its chunks is the declared one. The
+ * server computes it from the store (one read of the version), so nothing unpullable commits. */
+static int bytes_match(kd_req *r, const Kestrel__V1__Manifest *in, char *msg, size_t n)
+{
+    char **hex = calloc(in->n_chunks + 1, sizeof(*hex)), got[KESTREL__HEX_LEN + 1];
+    int64_t *size = calloc(in->n_chunks + 1, sizeof(*size));
+    kestrel__tree_file *f = NULL;
+    size_t at = 0;
+    int rc = 0;
+    if (hex == NULL || size == NULL || (in->n_files && (f = kestrel__tree_of_pb(in)) == NULL)) {
+        rc = kestrel__error_oom();
+        snprintf(msg, n, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < in->n_chunks; i++) {
+        hex[i] = in->chunks[i]->digest;
+        size[i] = in->chunks[i]->size;
+    }
+    for (size_t i = 0; rc == 0 && i < (in->n_files ? in->n_files : 1); i++) {
+        size_t k = in->n_files ? (size_t)f[i].chunks : in->n_chunks;
+        const char *want = in->n_files ? f[i].sha : in->sha256;
+        if ((rc = kestrel__store_digest_chunks(r->e->store, hex + at, size + at, k, got)) < 0) {
+            snprintf(msg, n, "%s", kestrel_error_last()->message);
+        } else if (strcmp(got, want)) {
+            if (in->n_files)
+                snprintf(msg, n, "field 'files': the chunks of '%.100s' hash to %.12s, not its sha256 %.12s",
+                         f[i].path, got, want);
+            else
+                snprintf(msg, n, "field 'sha256': the chunks hash to %.12s, not %.12s", got, want);
+            rc = KESTREL_EINVALID;
+        }
+        at += k;
+    }
+out:
+    free(f);
+    free(hex);
+    free(size);
+    return rc;
+}
+
 static enum MHD_Result commit(kd_req *r, const char *name)
 {
     enum MHD_Result reply = MHD_NO;
@@ -299,9 +340,16 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'size': the chunks do not add up to it");
         goto out;
     }
+    if (in->n_files == 0) {
+        char msg[300];
+        if (bytes_match(r, in, msg, sizeof(msg)) < 0) {
+            reply = kd_reply_error(r, 400, "invalid_argument", msg);
+            goto out;
+        }
+    }
     if (in->n_files) {
         char msg[300];
-        if (tree_valid(in, msg, sizeof(msg)) < 0) {
+        if (tree_valid(in, msg, sizeof(msg)) < 0 || bytes_match(r, in, msg, sizeof(msg)) < 0) {
             reply = kd_reply_error(r, 400, "invalid_argument", msg);
             goto out;
         }

@@ -87,6 +87,16 @@ def test_bad_packs_and_manifests_store_nothing(kestreld, tmp_path):
     assert status == 200 and json.loads(body)["stored"] == "1"
     status, body = raw(kestreld, "POST", "/api/v1/models/team/x/versions", json.dumps(dict(manifest, size=999)).encode())
     assert status == 400 and b"do not add up" in body
+    # sizes that add up but are not the stored chunk's, and a whole-file digest that is not the
+    # chunks': both refused, no version (the landed kestreld committed them as latest)
+    lie = {"size": 999, "sha256": digest.hex(), "chunks": [{"digest": digest.hex(), "size": 999}]}
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/x/versions", json.dumps(lie).encode())
+    assert status == 400 and b"holds 1000 bytes, not the 999" in body, body
+    lie = dict(manifest, sha256="ab" * 32)
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/x/versions", json.dumps(lie).encode())
+    assert status == 400 and b"the chunks hash to" in body, body
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/x/versions")
+    assert status == 404 or json.loads(body).get("versions", []) == []
     status, body = raw(kestreld, "POST", "/api/v1/models/team/x/versions", json.dumps(manifest).encode())
     assert status == 201 and json.loads(body)["version"] == "1"
     status, _ = raw(kestreld, "POST", "/api/v1/models/Bad/versions", json.dumps(manifest).encode())
@@ -402,6 +412,15 @@ def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path
         mutate(m)
         status, body = commit(m)
         assert status == 400 and needle in json.loads(body)["message"], (needle, body)
+    # a listing whose digest is right, but one file's sha256 is not the hash of its chunks
+    m = json.loads(json.dumps(good))
+    m["files"][0]["sha256"] = hashlib.sha256(b"something else").hexdigest()
+    listing = hashlib.sha256()
+    for f in m["files"]:
+        listing.update(f"{f.get('mode', 0):o} {f.get('size', '0')} {f['sha256']} ".encode() + f["path"].encode() + b"\0")
+    m["sha256"] = listing.hexdigest()
+    status, body = commit(m)
+    assert status == 400 and "hash to" in json.loads(body)["message"], body
     assert [v.version for v in c.versions("team/tree")] == [1]
     status, _ = commit(good)                                       # the same manifest, untouched: accepted
     assert status == 201
