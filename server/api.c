@@ -13,6 +13,7 @@ struct kd_api {
     kd_engine *e;
     const kd_config *cfg;
     char *cert, *key;           /* PEM, kept while the daemon runs (MHD does not promise a copy) */
+    kd_waiters *waiters;
 };
 
 const char *kd_query(kd_req *r, const char *key)
@@ -172,6 +173,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->path = url;
         r->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         r->want_json = wants_json(conn);
+        r->waiters = api->waiters;
         *state = r;
         if (!strcmp(url, "/api/v1/chunks/pack") && !strcmp(method, "POST")) {
             /* a pack streams through a verifier into the store: authenticate before reading it */
@@ -215,6 +217,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    if (r->started && r->resumed) {   /* a long poll, resumed: run its handler again */
+        r->resumed = 0;
+        return dispatch(r);
+    }
     if (r->started)
         return MHD_YES;
     r->started = 1;
@@ -226,6 +232,7 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum M
     kd_req *r = *state;
     (void)cls; (void)conn; (void)why;
     if (r) {
+        kd_wait_forget(r);
         kd_pack_free(r->pack);
         kestrel_buf_dispose(&r->body);
         free(r);
@@ -263,7 +270,12 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
     struct kd_api *api = calloc(1, sizeof(*api));
     struct sockaddr_in sa;
     const union MHD_DaemonInfo *info;
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    /* event-driven: epoll and a fixed pool of threads; long polls are suspended, not threads */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                         MHD_USE_ERROR_LOG;
+    unsigned int threads = (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 8);
+    unsigned int limit = (unsigned)cfg->max_connections, per_ip = (unsigned)cfg->max_connections_per_ip;
+    unsigned int idle = (unsigned)cfg->idle_timeout_s;
     char *cert = NULL, *key = NULL;
     if (api == NULL)
         return kestrel__error_oom();
@@ -276,30 +288,34 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
     }
     api->e = e;
     api->cfg = cfg;
+    if (kd_waiters_start(&api->waiters, e) < 0) {
+        free(api);
+        return KESTREL_ERROR;
+    }
     if (cfg->tls_cert) {
         if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-            free(api);
+            kd_api_stop(api);
             return kestrel__error_set(KESTREL_EUNSUPPORTED, "--tls-cert: this libmicrohttpd has no TLS (GnuTLS)");
         }
         if ((cert = read_pem(cfg->tls_cert, "--tls-cert")) == NULL || (key = read_pem(cfg->tls_key, "--tls-key")) == NULL) {
             free(cert);
+            kd_waiters_stop(api->waiters);
+            kd_waiters_free(api->waiters);
             free(api);
             return KESTREL_EINVALID;
         }
         flags |= MHD_USE_TLS;
     }
     /* with TLS the two MEM options come first: MHD reads the options in order */
+#define KD_MHD_OPTIONS                                                                                     \
+    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_done, api,               \
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT, limit,                          \
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, idle,                   \
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END
     api->d = cert ? MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, api,
-                                     MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
-                                     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                                     MHD_OPTION_NOTIFY_COMPLETED, on_done, api,
-                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
-                                     MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END)
-                  : MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, api,
-                                     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                                     MHD_OPTION_NOTIFY_COMPLETED, on_done, api,
-                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
-                                     MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END);
+                                     MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_HTTPS_MEM_KEY, key, KD_MHD_OPTIONS)
+                  : MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, api, KD_MHD_OPTIONS);
+#undef KD_MHD_OPTIONS
     api->cert = cert;
     api->key = key;
     if (api->d == NULL) {
@@ -317,8 +333,10 @@ void kd_api_stop(kd_api *api)
 {
     if (api == NULL)
         return;
+    kd_waiters_stop(api->waiters);   /* a suspended connection must be resumed before the stop */
     if (api->d)
         MHD_stop_daemon(api->d);
+    kd_waiters_free(api->waiters);
     if (api->key)
         explicit_bzero(api->key, strlen(api->key));
     free(api->key);

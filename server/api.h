@@ -7,9 +7,10 @@
 
 typedef struct kd_api kd_api;
 typedef struct kd_pack kd_pack;
+typedef struct kd_waiters kd_waiters;
 
 /* One request being served. */
-typedef struct {
+typedef struct kd_req {
     struct MHD_Connection *conn;
     kd_engine *e;
     const char *method;
@@ -22,9 +23,26 @@ typedef struct {
     kd_principal who;
     kd_pack *pack;              /* POST /api/v1/chunks/pack: streamed, never buffered whole */
     int authed;
+    /* long polls (api_wait.c) */
+    kd_waiters *waiters;
+    int64_t deadline;           /* 0 until the request first decides to wait */
+    uint64_t wait_gen;          /* the engine generation it saw */
+    int suspended, resumed;
+    struct kd_req *wait_next;
 } kd_req;
 
 int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_port);
+
+/* Long polls: suspend r until the engine's generation moves past seen or r->deadline passes;
+ * 1 when suspended (return MHD_YES: the handler runs again when resumed), 0 when the caller must
+ * answer now (kestreld is stopping). */
+int kd_waiters_start(kd_waiters **out, kd_engine *e);
+void kd_waiters_stop(kd_waiters *w);
+void kd_waiters_free(kd_waiters *w);
+int kd_wait_suspend(kd_req *r, uint64_t seen);
+void kd_wait_forget(kd_req *r);
+/* The deadline of a long poll of wait_ms, fixed at its first pass. */
+int64_t kd_wait_deadline(kd_req *r, long long wait_ms);
 void kd_api_stop(kd_api *api);
 
 /* Replies (used by the route handlers). */

@@ -200,7 +200,7 @@ static enum MHD_Result get(kd_req *r, int64_t id)
     int64_t deadline;
     if (query_int(r, "wait_ms", 0, MAX_WAIT_MS, 0, &wait, &reply) < 0)
         return reply;
-    deadline = kestrel__now_ms() + wait;
+    deadline = kd_wait_deadline(r, wait);
     for (;;) {
         uint64_t gen = kd_engine_generation(r->e);
         Kestrel__V1__Job *job = kd_visible_job(r, id, 1, &reply);
@@ -210,7 +210,9 @@ static enum MHD_Result get(kd_req *r, int64_t id)
             return kd_reply_owned(r, 200, &job->base);
         }
         protobuf_c_message_free_unpacked(&job->base, NULL);
-        kd_engine_wait(r->e, gen, deadline);
+        if (kd_wait_suspend(r, gen))
+            return MHD_YES;   /* no thread held: this runs again once resumed */
+        deadline = r->deadline;
     }
 }
 
@@ -244,7 +246,7 @@ static enum MHD_Result logs(kd_req *r, int64_t id)
     if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
         return reply;
     protobuf_c_message_free_unpacked(&job->base, NULL);
-    deadline = kestrel__now_ms() + wait;
+    deadline = kd_wait_deadline(r, wait);
     for (;;) {
         Kestrel__V1__LogChunk *chunk = malloc(sizeof(*chunk));
         uint64_t gen = kd_engine_generation(r->e);
@@ -264,7 +266,9 @@ static enum MHD_Result logs(kd_req *r, int64_t id)
             return kd_reply_owned(r, 200, &chunk->base);
         }
         protobuf_c_message_free_unpacked(&chunk->base, NULL);
-        kd_engine_wait(r->e, gen, deadline);
+        if (kd_wait_suspend(r, gen))
+            return MHD_YES;
+        deadline = r->deadline;
     }
 }
 

@@ -35,6 +35,10 @@ typedef struct {
     const char *tls_ca;        /* CA bundle jobs verify this server with (their KESTREL_CA_FILE) */
     int64_t max_log_bytes;     /* a job's stored log: head and tail past it (0: default 256 MiB) */
     int max_queued;            /* QUEUED jobs per user (429 past it) */
+    int http_threads;          /* the HTTP server's thread pool */
+    int max_connections;       /* open connections in all (more are refused) */
+    int max_connections_per_ip;
+    int idle_timeout_s;        /* a connection silent this long (headers, body, keep-alive) is closed */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };

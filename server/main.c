@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "api.h"
@@ -40,6 +41,12 @@ static void usage(FILE *f)
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
+        "      --http-threads N     the HTTP server's threads (epoll, event-driven; default 8); a long\n"
+        "                           poll (wait_ms, logs -f) is a suspended connection, not a thread\n"
+        "      --max-connections N  open connections in all (default 16384; the fd limit is raised)\n"
+        "      --max-connections-per-ip N  from one address (default 1024); more are refused\n"
+        "      --idle-timeout SECS  a connection that sends nothing this long, in its headers, its body\n"
+        "                           or between requests, is closed (default 30)\n"
         "                           A job's argv and its env are at most 256 KiB each (413 above), one\n"
         "                           log line 64 KiB (longer ones are split), a listing 1000 jobs a page\n"
         "      --port-file FILE     write the bound port to FILE once listening (for tests)\n"
@@ -406,6 +413,8 @@ int main(int argc, char **argv)
         { "tls-key", required_argument, NULL, 13 }, { "tls-ca", required_argument, NULL, 14 },
         { "config", required_argument, NULL, 15 }, { "check-config", no_argument, NULL, 16 },
         { "max-log-bytes", required_argument, NULL, 17 }, { "max-queued", required_argument, NULL, 18 },
+        { "http-threads", required_argument, NULL, 19 }, { "max-connections", required_argument, NULL, 20 },
+        { "max-connections-per-ip", required_argument, NULL, 21 }, { "idle-timeout", required_argument, NULL, 22 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -423,6 +432,10 @@ int main(int argc, char **argv)
 
     cfg.max_log_bytes = 256LL << 20;
     cfg.max_queued = 10000;
+    cfg.http_threads = 8;
+    cfg.max_connections = 16384;
+    cfg.max_connections_per_ip = 1024;
+    cfg.idle_timeout_s = 30;
     if (kd_config_merge(argc, argv, opts, &argc, &argv) < 0)
         return 2;
     while ((c = getopt_long(argc, argv, "l:p:d:g:hV", opts, NULL)) != -1) {
@@ -459,6 +472,10 @@ int main(int argc, char **argv)
             break;
         }
         case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
+        case 19: if (parse_int("--http-threads", optarg, 1, 256, &v) < 0) return 2; cfg.http_threads = (int)v; break;
+        case 20: if (parse_int("--max-connections", optarg, 16, 1000000, &v) < 0) return 2; cfg.max_connections = (int)v; break;
+        case 21: if (parse_int("--max-connections-per-ip", optarg, 1, 1000000, &v) < 0) return 2; cfg.max_connections_per_ip = (int)v; break;
+        case 22: if (parse_int("--idle-timeout", optarg, 1, 3600, &v) < 0) return 2; cfg.idle_timeout_s = (int)v; break;
         case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {
@@ -512,6 +529,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "kestreld: node '%s' is declared twice\n", cfg.nodes[i].name);
                 return 2;
             }
+    {   /* every connection is a descriptor: take what the hard limit allows */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
     if (check_only) {
         int rc = check_config(&cfg);
         free_config(&cfg);

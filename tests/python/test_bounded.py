@@ -104,3 +104,91 @@ def test_a_listing_of_big_jobs_is_paged_by_bytes(daemon):
     status, rest = d.api("GET", f"/api/v1/jobs?page_size=1000&page_token={page['next_page_token']}")
     seen += [int(j["id"]) for j in rest["jobs"]]
     assert sorted(seen) == ids and not rest["next_page_token"]
+
+
+def _get_ms(url, path, token=None, source=None):
+    import time
+    host, port = url.split("//")[1].split(":")
+    t0 = time.perf_counter()
+    c = http.client.HTTPConnection(host, int(port), timeout=10, source_address=(source, 0) if source else None)
+    c.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status, (time.perf_counter() - t0) * 1000
+
+
+def test_5000_idle_connections_and_200_long_polls_do_not_lock_anyone_out(daemon):
+    import resource
+    import socket
+    import time
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20000), hard))
+    d = daemon("--gpus", "0", "--max-connections-per-ip", "6000")
+    host, port = d.url.split("//")[1].split(":")
+    idle = []
+    try:
+        for _ in range(5000):   # from 127.0.0.2, no request sent: each would have been a thread
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.connect((host, int(port)))
+            idle.append(s)
+        time.sleep(0.5)
+        jid = d.submit("--", "sleep", "30")
+        polls = []
+        for _ in range(200):    # long polls on a running job: suspended, holding no thread
+            c = http.client.HTTPConnection(host, int(port), timeout=30)
+            c.request("GET", f"/api/v1/jobs/{jid}?wait_ms=20000", headers={"Authorization": f"Bearer {d.token}"})
+            polls.append(c)
+        time.sleep(0.5)
+        worst = 0
+        for _ in range(20):
+            s1, t1 = _get_ms(d.url, "/healthz")
+            s2, t2 = _get_ms(d.url, "/api/v1/jobs?page_size=5", d.token)
+            assert s1 == 200 and s2 == 200
+            worst = max(worst, t1, t2)
+        print(f"with 5000 idle connections and 200 suspended long polls: /healthz and GET /jobs "
+              f"answered in at most {worst:.1f} ms")
+        assert worst < 100, worst
+        d.cli("cancel", jid)   # the long polls end with the job, each with its final state
+        for c in polls:
+            r = c.getresponse()
+            assert r.status == 200 and json.loads(r.read())["state"] == "CANCELLED"
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_slow_and_greedy_clients_are_cut_off(daemon):
+    import socket
+    import time
+    d = daemon("--gpus", "0", "--idle-timeout", "2", "--max-connections-per-ip", "20")
+    host, port = d.url.split("//")[1].split(":")
+    # a client that never finishes its headers is closed after the idle timeout
+    slow = socket.create_connection((host, int(port)))
+    slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    t0 = time.time()
+    slow.settimeout(10)
+    assert slow.recv(100) == b""                                # closed, nothing answered
+    assert 1.5 < time.time() - t0 < 6
+    # one address holding its limit cannot starve the others
+    greedy = []
+    for _ in range(20):
+        s = socket.socket()
+        s.bind(("127.0.0.2", 0))
+        s.connect((host, int(port)))
+        greedy.append(s)
+    time.sleep(0.3)
+    extra = socket.socket()
+    extra.bind(("127.0.0.2", 0))
+    extra.connect((host, int(port)))
+    extra.settimeout(5)
+    extra.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+    try:
+        refused = extra.recv(100) == b""
+    except ConnectionResetError:
+        refused = True
+    assert refused
+    assert _get_ms(d.url, "/healthz")[0] == 200               # 127.0.0.1 still gets in
+    for s in greedy:
+        s.close()
