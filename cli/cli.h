@@ -43,5 +43,6 @@ int cmd_token(cli_ctx *ctx, int argc, char **argv);
 int cmd_user(cli_ctx *ctx, int argc, char **argv);
 int cmd_login(cli_ctx *ctx, int argc, char **argv);
 int cmd_model(cli_ctx *ctx, int argc, char **argv);
+int cmd_admin(cli_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -36,6 +36,7 @@ static void usage(FILE *f)
         "  token create|list|revoke                tokens: scoped, expiring, revocable (see 'kestrel token --help')\n"
         "  user set NAME --team TEAM               move a user to another team (admins)\n"
         "  login URL [--token TOKEN]               check and store URL and token in the config file (0600)\n"
+        "  admin backup DIR                        online copy of the catalog and repository (admins)\n"
         "  version                                 print client and server versions\n"
         "\n"
         "Repositories: a file:///path URL opens one in-process (no daemon needed).\n"
@@ -218,6 +219,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "user")) rc = cmd_user(&ctx, argc, argv);
     else if (!strcmp(cmd, "login")) rc = cmd_login(&ctx, argc, argv);
     else if (!strcmp(cmd, "model")) rc = cmd_model(&ctx, argc, argv);
+    else if (!strcmp(cmd, "admin")) rc = cmd_admin(&ctx, argc, argv);
     else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }
     else {
         fprintf(stderr, "kestrel: unknown command '%s' (see kestrel --help)\n", cmd);

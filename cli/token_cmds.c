@@ -1,4 +1,4 @@
-/* cli/token_cmds.c - `kestrel token create|list|revoke`, `kestrel user set`, `kestrel login`. */
+/* cli/token_cmds.c - `kestrel token create|list|revoke`, `kestrel user set`, `kestrel login`, `kestrel admin`. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -271,5 +271,27 @@ int cmd_login(cli_ctx *ctx, int argc, char **argv)
         return 1;
     }
     printf("logged in to %s (stored in %s)\n", argv[1], path);
+    return 0;
+}
+
+/* kestrel admin backup DIR */
+int cmd_admin(cli_ctx *ctx, int argc, char **argv)
+{
+    int64_t files = 0, bytes = 0;
+    int rc;
+    if (argc != 3 || strcmp(argv[1], "backup")) {
+        fprintf(argc == 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
+                "Usage: kestrel admin backup DIR\n"
+                "A consistent online copy of the server's catalog and repository into DIR, a new absolute\n"
+                "path on the server's host (hard links where possible); kestreld --data-dir DIR starts on it.\n"
+                "Admins only. Job work dirs and checkpoints are not copied.\n");
+        return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_admin_backup(ctx->client, argv[2], &files, &bytes)) < 0)
+        return cli_fail("admin backup", rc);
+    printf("backed up into %s: the catalog and %lld repository files (%lld bytes)\n", argv[2], (long long)files,
+           (long long)bytes);
     return 0;
 }

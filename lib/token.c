@@ -1,4 +1,4 @@
-/* lib/token.c - tokens (create, list, revoke) and users' teams. */
+/* lib/token.c - tokens (create, list, revoke), users' teams, and the admin's backup. */
 #include <curl/curl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -136,4 +136,25 @@ int kestrel_user_set_team(kestrel_client *c, const char *user, const char *team)
         rc = kestrel__http_call(NULL, c, &r);
     kestrel_buf_dispose(&path);
     return rc;
+}
+
+int kestrel_admin_backup(kestrel_client *c, const char *dir, int64_t *files_out, int64_t *bytes_out)
+{
+    Kestrel__V1__BackupRequest req = KESTREL__V1__BACKUP_REQUEST__INIT;
+    kestrel__request r = { "POST", "/api/v1/admin/backup", &req.base, &kestrel__v1__backup_result__descriptor, 0,
+                           3600000 };
+    ProtobufCMessage *m;
+    int rc;
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    if (dir == NULL || dir[0] != '/')
+        return kestrel__error_set(KESTREL_EINVALID, "the backup dir must be an absolute path on the server's host");
+    req.dir = (char *)dir;
+    if ((rc = kestrel__http_call(&m, c, &r)) < 0)
+        return rc;
+    if (files_out)
+        *files_out = ((Kestrel__V1__BackupResult *)m)->files_linked + ((Kestrel__V1__BackupResult *)m)->files_copied;
+    if (bytes_out)
+        *bytes_out = ((Kestrel__V1__BackupResult *)m)->bytes;
+    protobuf_c_message_free_unpacked(m, NULL);
+    return 0;
 }

@@ -141,6 +141,8 @@ static enum MHD_Result dispatch(kd_req *r)
         return kd_route_tokens(r, r->path + 14);
     if (!strncmp(r->path, "/api/v1/users/", 14))
         return kd_route_users(r, r->path + 14);
+    if (!strcmp(r->path, "/api/v1/admin/backup"))
+        return kd_route_backup(r);
     if (!strcmp(r->path, "/api/v1/queue"))
         return kd_route_queue(r);
     if (!strcmp(r->path, "/api/v1/nodes"))

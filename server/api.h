@@ -75,5 +75,6 @@ void kd_pack_free(kd_pack *p);
 enum MHD_Result kd_route_jobs(kd_req *r, const char *rest);
 enum MHD_Result kd_route_tokens(kd_req *r, const char *rest);
 enum MHD_Result kd_route_users(kd_req *r, const char *name);
+enum MHD_Result kd_route_backup(kd_req *r);
 
 #endif

@@ -305,3 +305,30 @@ void kd_catalog_close(kd_catalog *cat)
     pthread_mutex_destroy(&cat->mu);
     free(cat);
 }
+
+int kd_catalog_backup(kd_catalog *cat, const char *path)
+{
+    sqlite3 *dst = NULL;
+    sqlite3_backup *b;
+    int rc = 0;
+    if (sqlite3_open_v2(path, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+        rc = kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, dst ? sqlite3_errmsg(dst) : "no memory");
+        sqlite3_close(dst);
+        return rc;
+    }
+    kd__lock(cat);   /* one step under the lock: a consistent image, writers wait (a catalog is MBs) */
+    if ((b = sqlite3_backup_init(dst, "main", cat->db, "main")) == NULL) {
+        rc = kestrel__error_set(KESTREL_EIO, "catalog backup: %s", sqlite3_errmsg(dst));
+    } else {
+        int step = sqlite3_backup_step(b, -1);
+        sqlite3_backup_finish(b);
+        if (step != SQLITE_DONE)
+            rc = kestrel__error_set(KESTREL_EIO, "catalog backup: %s", sqlite3_errstr(step));
+    }
+    kd__unlock(cat);
+    if (rc == 0 && sqlite3_exec(dst, "PRAGMA journal_mode=WAL; PRAGMA wal_checkpoint(TRUNCATE);", NULL, NULL, NULL)
+                       != SQLITE_OK)
+        rc = kestrel__error_set(KESTREL_EIO, "catalog backup: %s", sqlite3_errmsg(dst));
+    sqlite3_close(dst);
+    return rc;
+}

@@ -68,6 +68,8 @@ typedef struct {
 } kd_job_filter;
 
 int kd_catalog_open(kd_catalog **out, const char *path);
+/* A consistent copy of the catalog at path (SQLite's online backup). */
+int kd_catalog_backup(kd_catalog *cat, const char *path);
 /* Frames in the WAL after the last commit (it is kept under 64 MiB while serving). */
 int kd_catalog_wal_pages(kd_catalog *cat);
 void kd_catalog_close(kd_catalog *cat);

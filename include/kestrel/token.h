@@ -67,6 +67,13 @@ KESTREL_API int kestrel_token_revoke(kestrel_client *client, int64_t id);
 /** Move user into team ("" : none). Admins only; the one way a user's team changes. */
 KESTREL_API int kestrel_user_set_team(kestrel_client *client, const char *user, const char *team);
 
+/**
+ * Admins: a consistent online copy of the server's catalog and repository into dir, a new
+ * absolute path on the server's host (hard links where possible). `kestreld --data-dir dir` starts
+ * on it. files_out and bytes_out (may be NULL): the repository files and bytes it holds.
+ */
+KESTREL_API int kestrel_admin_backup(kestrel_client *client, const char *dir, int64_t *files_out, int64_t *bytes_out);
+
 KESTREL_END_DECL
 
 #endif

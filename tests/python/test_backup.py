@@ -1,0 +1,62 @@
+"""kestrel admin backup DIR: a consistent online copy while jobs run and pushes land; kestreld
+starts on the copy and every version in it pulls back verified."""
+import hashlib
+import json
+import os
+import threading
+
+from conftest import Daemon
+
+
+def test_an_online_backup_serves_every_version(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    src = tmp_path / "src"
+    src.mkdir()
+    pushed, stop, errors = {}, threading.Event(), []
+
+    def pusher():   # pushes land while the backup runs
+        i = 0
+        while not stop.is_set() and i < 200:
+            f = src / f"m{i}.bin"
+            f.write_bytes(os.urandom(20000 + i))
+            r = d.cli("push", "admin/stream", str(f), check=False)
+            if r.returncode:
+                errors.append(r.stderr)
+            else:
+                pushed[int(r.stdout.strip().split("@")[1])] = hashlib.sha256(f.read_bytes()).hexdigest()
+            i += 1
+
+    job = d.submit("--", "sh", "-c", "for i in $(seq 50); do echo line $i; sleep 0.05; done")
+    t = threading.Thread(target=pusher)
+    t.start()
+    while len(pushed) < 5:
+        pass
+    (tmp_path / "c").mkdir()
+    backup = tmp_path / "c" / "data"          # where a Daemon rooted at c keeps its data
+    out = d.cli("admin", "backup", str(backup))
+    assert "backed up into" in out.stdout
+    stop.set()
+    t.join()
+    assert not errors, errors
+    # refused: a second backup into the same place, a relative path, a non-admin
+    assert d.cli("admin", "backup", str(backup), check=False).returncode == 1
+    status, _ = d.api("POST", "/api/v1/admin/backup", {"dir": "relative"})
+    assert status == 400
+    alice = d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
+    status, _ = d.api("POST", "/api/v1/admin/backup", {"dir": str(tmp_path / "x")}, token=alice)
+    assert status == 403 and not (tmp_path / "x").exists()
+    d.wait(job)
+
+    copy = Daemon(tmp_path / "c", "--gpus", "0")
+    try:
+        status, body = copy.api("GET", "/api/v1/models/admin/stream/versions")
+        versions = [int(v["version"]) for v in body["versions"]]
+        assert status == 200 and len(versions) >= 5
+        for v in versions:   # every version in the copy is whole
+            dst = tmp_path / f"pulled{v}"
+            copy.cli("pull", f"admin/stream@{v}", "-o", str(dst))
+            assert hashlib.sha256(dst.read_bytes()).hexdigest() == pushed[v]
+        status, body = copy.api("GET", f"/api/v1/jobs/{job}")   # the catalog came along: a job running then
+        assert status == 200 and body["spec"]["argv"][0] == "sh"    # is requeued on the copy, as after a crash
+    finally:
+        assert copy.stop() == 0
