@@ -279,9 +279,26 @@ int cmd_admin(cli_ctx *ctx, int argc, char **argv)
 {
     int64_t files = 0, bytes = 0;
     int rc;
+    if (argc == 2 && !strcmp(argv[1], "fsck")) {
+        kestrel_buf damaged = KESTREL_BUF_INIT;
+        int64_t checked = 0, bad = 0;
+        if (cli_connect(ctx) < 0)
+            return 1;
+        if ((rc = kestrel_admin_fsck(&damaged, &checked, &bad, ctx->client)) < 0)
+            return cli_fail("admin fsck", rc);
+        printf("checked %lld chunks: %lld damaged (quarantined: the next push of that data heals them)\n",
+               (long long)checked, (long long)bad);
+        rc = damaged.size || bad ? 1 : 0;
+        if (damaged.size)
+            printf("versions missing a chunk:\n%s", damaged.ptr);
+        kestrel_buf_dispose(&damaged);
+        return rc;
+    }
     if (argc != 3 || strcmp(argv[1], "backup")) {
         fprintf(argc == 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
-                "Usage: kestrel admin backup DIR\n"
+                "Usage: kestrel admin backup DIR | kestrel admin fsck\n"
+                "fsck: re-hash every stored chunk, quarantine the damaged, list the versions they break\n"
+                "(exit 1 when any). backup:\n"
                 "A consistent online copy of the server's catalog and repository into DIR, a new absolute\n"
                 "path on the server's host (hard links where possible); kestreld --data-dir DIR starts on it.\n"
                 "Admins only. Job work dirs and checkpoints are not copied.\n");

@@ -107,6 +107,17 @@ static void stall_guard(CURL *h, const kestrel_client *c)
     kestrel__http_tls(h);
 }
 
+/* Tell the server a chunk came damaged: it re-hashes its copy and quarantines it when the stored
+ * bytes are wrong, so the next push heals every version using it (a network fault changes
+ * nothing there). Best effort: the pull fails either way. */
+static void report_damaged(kestrel_client *c, const char *hex)
+{
+    char path[128];
+    kestrel__request req = { "POST", path, NULL, NULL, 0, 0 };
+    snprintf(path, sizeof(path), "/api/v1/chunks/%s/verify", hex);
+    kestrel__http_call(NULL, c, &req);   /* the caller sets its own error after this */
+}
+
 static int start_pack(CURLM *m, kestrel_client *c, pack_upload *u, const char *url)
 {
     int64_t total = 0;
@@ -489,9 +500,11 @@ int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest
                     continue;
                 curl_easy_getinfo(fl[s].h, CURLINFO_PRIVATE, (char **)&h);
                 if ((rc = finish_transfer(multi, fl[s].h, msg->data.result, &fl[s].data, "chunk download")) == 0) {
-                    if (!kestrel__chunk_verified(fl[s].ref->digest, &fl[s].data, fl[s].ref->size))
+                    if (!kestrel__chunk_verified(fl[s].ref->digest, &fl[s].data, fl[s].ref->size)) {
+                        report_damaged(c, fl[s].ref->digest);
                         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged or truncated (%zu of %" PRId64
                                                                 " bytes)", fl[s].ref->digest, fl[s].data.size, fl[s].ref->size);
+                    }
                     else if ((rc = kestrel__layout_place(lay, fl[s].idx, fl[s].data.ptr, fl[s].data.size)) == 0) {
                         downloaded++;
                         pr->p.bytes_done += fl[s].ref->size;

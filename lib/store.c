@@ -272,6 +272,46 @@ out:
     return rc;
 }
 
+int kestrel__store_check_chunk(kestrel__store *s, const char *hex)
+{
+    char path[PATH_MAX], dir[PATH_MAX], to[PATH_MAX + 80], got[KESTREL__HEX_LEN + 1];
+    EVP_MD_CTX *ctx;
+    unsigned char md[EVP_MAX_MD_SIZE], *buf;
+    unsigned int mdlen = 0;
+    size_t r;
+    FILE *f;
+    chunk_path(s, hex, path, sizeof(path));
+    if ((f = fopen(path, "rb")) == NULL)
+        return errno == ENOENT ? 0 : io_error("cannot read", path);
+    ctx = EVP_MD_CTX_new();
+    buf = malloc(1 << 20);
+    if (ctx == NULL || buf == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        fclose(f);
+        EVP_MD_CTX_free(ctx);
+        free(buf);
+        return kestrel__error_oom();
+    }
+    while ((r = fread(buf, 1, 1 << 20, f)) > 0)
+        EVP_DigestUpdate(ctx, buf, r);
+    fclose(f);
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    for (unsigned int i = 0; i < mdlen && i < 32; i++)
+        snprintf(got + 2 * i, 3, "%02x", md[i]);
+    got[KESTREL__HEX_LEN] = '\0';
+    if (!strcmp(got, hex))
+        return 0;
+    /* aside, under its name and when: no longer stored, so the next push sends it again */
+    snprintf(dir, sizeof(dir), "%s/quarantine", s->root);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return io_error("cannot create", dir);
+    snprintf(to, sizeof(to), "%s/%s.%lld", dir, hex, (long long)kestrel__now_ms());
+    if (rename(path, to) < 0)
+        return io_error("cannot quarantine", path);
+    return 1;
+}
+
 int kestrel__store_sync(kestrel__store *s)
 {
     long taken = __atomic_exchange_n(&s->unsynced, 0, __ATOMIC_ACQ_REL);

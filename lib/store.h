@@ -36,6 +36,9 @@ int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *dat
 int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out);
 /* Make every chunk written so far durable (one syncfs, not one fsync per chunk). */
 int kestrel__store_sync(kestrel__store *s);
+/* Re-hash a stored chunk: 0 intact (or absent), 1 damaged and moved to ROOT/quarantine (so it no
+ * longer counts as stored), < 0 on error. */
+int kestrel__store_check_chunk(kestrel__store *s, const char *hex);
 /* SHA-256 over chunks hexes[0..n) as stored, each checked to hold sizes[i] bytes (KESTREL_EINVALID
  * with why when one is missing or of another size). Their own digests were checked as they came. */
 int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n,

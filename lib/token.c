@@ -158,3 +158,23 @@ int kestrel_admin_backup(kestrel_client *c, const char *dir, int64_t *files_out,
     protobuf_c_message_free_unpacked(m, NULL);
     return 0;
 }
+
+int kestrel_admin_fsck(kestrel_buf *damaged_out, int64_t *checked_out, int64_t *bad_out, kestrel_client *c)
+{
+    kestrel__request r = { "POST", "/api/v1/admin/fsck", NULL, &kestrel__v1__fsck_result__descriptor, 0, 3600000 };
+    Kestrel__V1__FsckResult *res;
+    ProtobufCMessage *m;
+    int rc;
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    if ((rc = kestrel__http_call(&m, c, &r)) < 0)
+        return rc;
+    res = (Kestrel__V1__FsckResult *)m;
+    for (size_t i = 0; damaged_out && rc == 0 && i < res->n_damaged_versions; i++)
+        rc = kestrel__buf_printf(damaged_out, "%s\n", res->damaged_versions[i]);
+    if (checked_out)
+        *checked_out = res->chunks_checked;
+    if (bad_out)
+        *bad_out = res->chunks_damaged;
+    protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+}

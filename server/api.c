@@ -133,7 +133,8 @@ static enum MHD_Result dispatch(kd_req *r)
     }
     if (authenticate(r, &reply) < 0)
         return reply;
-    if (r->who.scope == KD_SCOPE_READ && strcmp(r->method, "GET") && strcmp(r->path, "/api/v1/chunks/missing"))
+    if (r->who.scope == KD_SCOPE_READ && strcmp(r->method, "GET") && strcmp(r->path, "/api/v1/chunks/missing") &&
+        !(strlen(r->path) > 7 && !strcmp(r->path + strlen(r->path) - 7, "/verify")))
         return kd_reply_error(r, 403, "permission_denied", "this token is read-scoped: it can only read (GET)");
     if (!strcmp(r->path, "/api/v1/jobs") || !strncmp(r->path, "/api/v1/jobs/", 13))
         return kd_route_jobs(r, r->path + 12);
@@ -143,6 +144,14 @@ static enum MHD_Result dispatch(kd_req *r)
         return kd_route_users(r, r->path + 14);
     if (!strcmp(r->path, "/api/v1/admin/backup"))
         return kd_route_backup(r);
+    if (!strcmp(r->path, "/api/v1/admin/fsck"))
+        return kd_route_fsck(r);
+    if (!strncmp(r->path, "/api/v1/chunks/", 15) && strlen(r->path) == 15 + 64 + 7 &&
+        !strcmp(r->path + 15 + 64, "/verify") && !strcmp(r->method, "POST")) {
+        char hex[65];
+        snprintf(hex, sizeof(hex), "%.64s", r->path + 15);
+        return kd_route_chunk_verify(r, hex);
+    }
     if (!strcmp(r->path, "/api/v1/queue"))
         return kd_route_queue(r);
     if (!strcmp(r->path, "/api/v1/nodes"))

@@ -76,5 +76,7 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest);
 enum MHD_Result kd_route_tokens(kd_req *r, const char *rest);
 enum MHD_Result kd_route_users(kd_req *r, const char *name);
 enum MHD_Result kd_route_backup(kd_req *r);
+enum MHD_Result kd_route_fsck(kd_req *r);
+enum MHD_Result kd_route_chunk_verify(kd_req *r, const char *hex);
 
 #endif

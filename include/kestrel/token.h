@@ -74,6 +74,14 @@ KESTREL_API int kestrel_user_set_team(kestrel_client *client, const char *user, 
  */
 KESTREL_API int kestrel_admin_backup(kestrel_client *client, const char *dir, int64_t *files_out, int64_t *bytes_out);
 
+/**
+ * Admins: re-hash every chunk the server stores; damaged ones are quarantined (the next push of
+ * that data heals the versions using them). damaged_out (may be NULL) is filled with the
+ * name@version of each version that lacks a chunk, one a line; the counts (may be NULL) too.
+ */
+KESTREL_API int kestrel_admin_fsck(kestrel_buf *damaged_out, int64_t *checked_out, int64_t *bad_out,
+                                   kestrel_client *client);
+
 KESTREL_END_DECL
 
 #endif

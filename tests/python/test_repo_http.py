@@ -123,6 +123,31 @@ def test_a_damaged_download_is_an_error_never_a_wrong_file(kestreld, tmp_path, m
     with pytest.raises(kestrel.ProtocolError, match="damaged"):
         c.pull("m", str(out))
     assert not out.exists() and not [p for p in tmp_path.iterdir() if "kestrel-tmp" in p.name]
+    # the pull reported it: the server re-hashed its copy and quarantined it, so a re-push of the
+    # same file sends that chunk again (the landed kestreld said "success" and stayed broken)
+    assert not victim.exists() and list((kestreld.data / "repo" / "quarantine").iterdir())
+    c.push("m", str(src))
+    c.pull("m@1", str(out))
+    assert out.read_bytes() == src.read_bytes()                    # version 1 healed
+
+
+def test_fsck_finds_and_quarantines_damage(kestreld, tmp_path, monkeypatch):
+    monkeypatch.setenv("KESTREL_CACHE_DIR", "")
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    for name in ("a", "b"):
+        f = tmp_path / name
+        f.write_bytes(os.urandom(1 << 20))
+        c.push(f"team/{name}", str(f))
+    r = subprocess.run([KESTREL_CLI, "admin", "fsck"], capture_output=True, text=True, env=kestreld.env())
+    assert r.returncode == 0 and "0 damaged" in r.stdout, r.stdout + r.stderr
+    victim = [p for p in sorted((kestreld.data / "repo" / "chunks").rglob("*")) if p.is_file()][0]
+    victim.write_bytes(b"\0" * victim.stat().st_size)
+    r = subprocess.run([KESTREL_CLI, "admin", "fsck"], capture_output=True, text=True, env=kestreld.env())
+    assert r.returncode == 1 and "1 damaged" in r.stdout, r.stdout + r.stderr
+    damaged = [line for line in r.stdout.splitlines() if line.startswith("team/")]
+    assert len(damaged) == 1 and damaged[0].endswith("@1"), r.stdout
+    alice = kestreld.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
+    assert kestreld.api("POST", "/api/v1/admin/fsck", token=alice)[0] == 403
 
 
 def chunk_files(d):

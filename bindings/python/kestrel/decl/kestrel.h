@@ -351,6 +351,7 @@ void kestrel_token_list_free(kestrel_token_list *list);
 int kestrel_token_revoke(kestrel_client *client, int64_t id);
 int kestrel_user_set_team(kestrel_client *client, const char *user, const char *team);
 int kestrel_admin_backup(kestrel_client *client, const char *dir, int64_t *files_out, int64_t *bytes_out);
+int kestrel_admin_fsck(kestrel_buf *damaged_out, int64_t *checked_out, int64_t *bad_out, kestrel_client *client);
 
 /* Python trampolines */
 extern "Python" int _kestrel_log_tramp(const kestrel_log_line *line, void *payload);
