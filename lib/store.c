@@ -615,6 +615,22 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
     return rc;
 }
 
+/* A model exists once a version of it committed: a kill during its first commit leaves only a
+ * versions folder (and a temp file), which is no model. */
+static int has_version(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name), k = strspn(e->d_name, "0123456789");
+        found = k > 0 && n == k + 5 && !strcmp(e->d_name + k, ".json");
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 static int list_dir(const char *root, const char *prefix, kestrel_buf *out)
 {
     char path[PATH_MAX];
@@ -631,7 +647,9 @@ static int list_dir(const char *root, const char *prefix, kestrel_buf *out)
             continue;
         snprintf(sub, sizeof(sub), "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
         if (!strcmp(e->d_name, "versions")) {
-            rc = kestrel__buf_printf(out, "%s\n", prefix);   /* a model: prefix holds its name */
+            snprintf(path, sizeof(path), "%s/%s", root, sub);
+            if (has_version(path))
+                rc = kestrel__buf_printf(out, "%s\n", prefix);   /* a model: prefix holds its name */
             continue;
         }
         snprintf(path, sizeof(path), "%s/%s", root, sub);

@@ -25,6 +25,7 @@ struct kd_pack {
     uint32_t want;          /* bytes of the current chunk */
     kestrel_buf chunk;      /* at most one chunk in memory, never the pack */
     int64_t stored, bytes;
+    int full;               /* the store's disk is full: 507, not the client's fault */
     char error[256];
 };
 
@@ -54,8 +55,11 @@ static void chunk_done(kd_pack *p)
                  want, got);
         pack_fail(p, msg);
     } else if (!kestrel__store_has_chunk(p->store, want)) {
-        if (kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0)
-            pack_fail(p, kestrel_error_last()->message);
+        if (kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0) {
+            const char *m = kestrel_error_last()->message;
+            p->full = strstr(m, strerror(ENOSPC)) || strstr(m, strerror(EDQUOT)) || strstr(m, strerror(EFBIG));
+            pack_fail(p, m);
+        }
         else
             p->stored++;
     }
@@ -104,7 +108,8 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
     if (!p->error[0] && (p->head_len || p->chunk.size))
         pack_fail(p, "the pack ends in the middle of a chunk");
     if (p->error[0]) {
-        reply = kd_reply_error(r, 400, "invalid_argument", p->error);
+        reply = p->full ? kd_reply_error(r, 507, "insufficient_storage", p->error)
+                        : kd_reply_error(r, 400, "invalid_argument", p->error);
     } else {
         res.stored = p->stored;
         res.bytes = p->bytes;
