@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm
+bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -72,3 +72,7 @@ bench-repo: build
 # kestreld on a private Slurm cluster vs raw sbatch vs kestreld's local executor
 bench-slurm: build
 	$(PY) bench/slurm.py $(BUILD)/server/kestreld
+
+# 200 concurrent clients for 60 s against kestreld on loopback, beside a /healthz floor of the same run
+bench-load: build
+	$(PY) bench/load.py $(BUILD)/server/kestreld $(BUILD)/cli/kestrel
