@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load fuzz abi-baseline clean
 
 all: build
 
@@ -76,3 +76,14 @@ bench-slurm: build
 # 200 concurrent clients for 60 s against kestreld on loopback, beside a /healthz floor of the same run
 bench-load: build
 	$(PY) bench/load.py $(BUILD)/server/kestreld $(BUILD)/cli/kestrel
+
+# libFuzzer (clang) on every parser of outside input, FUZZ_SECONDS each (default 180), ASan+UBSan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 180
+fuzz:
+	@command -v clang >/dev/null && [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; }
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DKESTREL_FUZZ=ON -DKESTREL_SANITIZE=address,undefined -DKESTREL_WERROR=OFF \
+	  -DKESTREL_PYTHON= -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target wire_fuzzer tree_fuzzer slurm_fuzzer pack_fuzzer config_fuzzer
+	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)

@@ -7,9 +7,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 
+/* every message kestreld decodes from a request, and the replies libkestrel decodes */
 static const ProtobufCMessageDescriptor *const types[] = {
     &kestrel__v1__job_spec__descriptor, &kestrel__v1__job__descriptor, &kestrel__v1__metric_batch__descriptor,
     &kestrel__v1__log_chunk__descriptor, &kestrel__v1__token_request__descriptor, &kestrel__v1__node_list__descriptor,
+    &kestrel__v1__job_update__descriptor, &kestrel__v1__manifest__descriptor, &kestrel__v1__alias_update__descriptor,
+    &kestrel__v1__chunk_query__descriptor, &kestrel__v1__user__descriptor, &kestrel__v1__model_settings__descriptor,
+    &kestrel__v1__backup_request__descriptor, &kestrel__v1__token_list__descriptor, &kestrel__v1__queue__descriptor,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
