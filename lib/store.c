@@ -118,6 +118,15 @@ const char *kestrel__store_root(const kestrel__store *s)
 }
 
 /* Refreshes the chunk's mtime: a push that now relies on it keeps it from the collector. */
+int kestrel__is_sha256_hex(const char *s)
+{
+    size_t i = 0;
+    for (; s[i]; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return i == KESTREL__HEX_LEN;
+}
+
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex)
 {
     char path[PATH_MAX];

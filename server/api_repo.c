@@ -197,15 +197,6 @@ static int manifest_to_pb(const cJSON *m, Kestrel__V1__Manifest **out, int with_
     return 0;
 }
 
-static int is_hex64(const char *s)
-{
-    size_t i = 0;
-    for (; s[i]; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return i == KESTREL__HEX_LEN;
-}
-
 /* A directory manifest: valid, sorted paths; each file's chunks add up to its size; the digest
  * over the listing is the manifest's sha256. msg says what is wrong. */
 static int tree_valid(const Kestrel__V1__Manifest *in, char *msg, size_t n)
@@ -298,7 +289,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     int rc;
     if (in == NULL)
         return reply;
-    if (!is_hex64(in->sha256)) {
+    if (!kestrel__is_sha256_hex(in->sha256)) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'sha256': 64 lowercase hex digits");
         goto out;
     }
@@ -324,7 +315,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     /* complete before commit: every chunk is stored, and the sizes add up */
     for (size_t i = 0; i < in->n_chunks; i++) {
         cJSON *e = cJSON_CreateArray();
-        if (!is_hex64(in->chunks[i]->digest) || in->chunks[i]->size < 0) {
+        if (!kestrel__is_sha256_hex(in->chunks[i]->digest) || in->chunks[i]->size < 0) {
             cJSON_Delete(e);
             reply = kd_reply_error(r, 400, "invalid_argument", "field 'chunks': digests are 64 hex digits");
             goto out;
@@ -496,7 +487,7 @@ static enum MHD_Result chunk_get(kd_req *r, const char *hex)
     struct MHD_Response *resp;
     enum MHD_Result ok;
     int fd;
-    if (!is_hex64(hex))
+    if (!kestrel__is_sha256_hex(hex))
         return kd_reply_error(r, 400, "invalid_argument", "a chunk is named by 64 lowercase hex digits");
     snprintf(path, sizeof(path), "%s/chunks/%.2s/%s", kd_store_root(r->e), hex, hex + 2);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
@@ -527,7 +518,7 @@ static enum MHD_Result missing(kd_req *r)
     }
     res.missing = calloc(q->n_digests + 1, sizeof(char *));
     for (size_t i = 0; res.missing && i < q->n_digests; i++) {
-        if (!is_hex64(q->digests[i])) {
+        if (!kestrel__is_sha256_hex(q->digests[i])) {
             free(res.missing);
             protobuf_c_message_free_unpacked(&q->base, NULL);
             return kd_reply_error(r, 400, "invalid_argument", "field 'digests': 64 lowercase hex digits each");

@@ -9,15 +9,6 @@
 #include "api.h"
 #include "store.h"
 
-static int is_hex64(const char *s)
-{
-    size_t i = 0;
-    for (; s[i]; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return i == KESTREL__HEX_LEN;
-}
-
 static int add_str(char ***arr, size_t *n, size_t *cap, const char *s)
 {
     if (kestrel__array_grow((char **)arr, cap, *n + 1, sizeof(char *)) < 0 || ((*arr)[*n] = strdup(s)) == NULL)
@@ -103,7 +94,7 @@ enum MHD_Result kd_route_fsck(kd_req *r)
             char hex[KESTREL__HEX_LEN + 8];
             int bad;
             snprintf(hex, sizeof(hex), "%s%s", a->d_name, b->d_name);
-            if (!is_hex64(hex))
+            if (!kestrel__is_sha256_hex(hex))
                 continue;   /* ".", "..", temp files of writers */
             res.chunks_checked++;
             if ((bad = kestrel__store_check_chunk(r->e->store, hex)) < 0)
@@ -131,7 +122,7 @@ enum MHD_Result kd_route_chunk_verify(kd_req *r, const char *hex)
     Kestrel__V1__FsckResult res = KESTREL__V1__FSCK_RESULT__INIT;
     char *q[1];
     int bad;
-    if (!is_hex64(hex))
+    if (!kestrel__is_sha256_hex(hex))
         return kd_reply_error(r, 400, "invalid_argument", "a chunk is named by 64 lowercase hex digits");
     if ((bad = kestrel__store_check_chunk(r->e->store, hex)) < 0)
         return kd_reply_failure(r, bad);
