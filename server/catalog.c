@@ -1,9 +1,11 @@
 /* server/catalog.c - opening the catalog, schema and its migrations, statement cache. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sqlite3.h>
 #include "catalog.h"
 
@@ -19,7 +21,39 @@ struct kd_catalog {
     struct { const char *sql; sqlite3_stmt *st; } cache[STMT_CACHE];
     uint64_t used;              /* cached statements handed out under the current lock */
     int wal_pages;              /* frames in the WAL after the last commit */
+    int full;                   /* the last write failed for lack of space */
+    char reserve[4200];         /* DB-reserve: space set aside for job states on a full disk */
 };
+
+#define RESERVE_BYTES (8 << 20)
+
+/* Keep RESERVE_BYTES of the catalog's disk aside (made when missing and there is room). */
+static void reserve_make(kd_catalog *cat, const char *path)
+{
+    int fd;
+    snprintf(cat->reserve, sizeof(cat->reserve), "%s-reserve", path);
+    if ((fd = open(cat->reserve, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+        return;   /* there already, or no room: nothing to do */
+    if (posix_fallocate(fd, 0, RESERVE_BYTES) != 0) {
+        close(fd);
+        unlink(cat->reserve);
+        return;
+    }
+    close(fd);
+}
+
+int kd_catalog_release_reserve(kd_catalog *cat)
+{
+    int released;
+    kd__lock(cat);
+    released = cat->full && cat->reserve[0] && unlink(cat->reserve) == 0;
+    cat->full = 0;
+    kd__unlock(cat);
+    if (released)
+        fprintf(stderr, "kestreld: the catalog's disk is full: released its %d MiB reserve so that job states are "
+                        "still recorded; free space and restart kestreld to set it aside again\n", RESERVE_BYTES >> 20);
+    return released;
+}
 
 static const char *const schema =
     "PRAGMA journal_mode=WAL;"
@@ -95,6 +129,9 @@ int kd_catalog_wal_pages(kd_catalog *cat)
 
 int kd__sql_fail(kd_catalog *cat, const char *what)
 {
+    int code = sqlite3_errcode(cat->db);
+    if (code == SQLITE_FULL || code == SQLITE_IOERR)
+        cat->full = 1;
     return kestrel__error_set(KESTREL_EIO, "catalog: %s: %s", what, sqlite3_errmsg(cat->db));
 }
 
@@ -282,6 +319,7 @@ int kd_catalog_open(kd_catalog **out, const char *path)
         return rc;
     }
     sqlite3_busy_timeout(cat->db, 5000);
+    reserve_make(cat, path);
     sqlite3_wal_hook(cat->db, wal_hook, cat);
     if (kd__exec(cat, schema) < 0) {
         kd_catalog_close(cat);

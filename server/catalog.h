@@ -68,6 +68,9 @@ typedef struct {
 } kd_job_filter;
 
 int kd_catalog_open(kd_catalog **out, const char *path);
+/* After a write failed for lack of space: give back the reserve (8 MiB set aside next to the
+ * catalog at open) so that what must be recorded can be. 1 when it was given back. */
+int kd_catalog_release_reserve(kd_catalog *cat);
 /* A consistent copy of the catalog at path (SQLite's online backup). */
 int kd_catalog_backup(kd_catalog *cat, const char *path);
 /* Frames in the WAL after the last commit (it is kept under 64 MiB while serving). */

@@ -305,7 +305,7 @@ int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_ro
     return rc;
 }
 
-int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t)
+static int transition_once(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t)
 {
     static const char *const sel = "SELECT state FROM jobs WHERE id = ?";
     static const char *const upd =
@@ -369,6 +369,16 @@ rollback:
     sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
 out:
     kd__unlock(cat);
+    return rc;
+}
+
+/* A job's state must be recorded even on a full disk (its log lines may be lost, never its end):
+ * then the catalog's reserve is given back and the transition tried again. */
+int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t)
+{
+    int rc = transition_once(cat, id, from, to, t);
+    if (rc < 0 && kd_catalog_release_reserve(cat))
+        rc = transition_once(cat, id, from, to, t);
     return rc;
 }
 
