@@ -333,10 +333,25 @@ int kestrel__store_sync(kestrel__store *s)
     return 0;
 }
 
+static int alias_write(kestrel__store *s, const char *name, const char *alias, int64_t version);
+static int alias_read(kestrel__store *s, const char *name, const char *alias, int64_t *version);
+
 int kestrel__store_claim(kestrel__store *s)
 {
+    kestrel_buf names = KESTREL_BUF_INIT;
     s->sole_writer = 1;
     s->unsynced = 1;   /* whatever an earlier process left unsynced is made durable once */
+    /* a writer killed between a commit and the move of "latest": point it at the newest version */
+    if (kestrel__store_list(s, &names) == 0 && names.ptr)
+        for (char *save = NULL, *n = strtok_r(names.ptr, "\n", &save); n; n = strtok_r(NULL, "\n", &save)) {
+            int64_t *vs = NULL, cur = 0;
+            size_t k = 0;
+            if (kestrel__store_versions(s, n, &vs, &k) == 0 && k &&
+                (alias_read(s, n, "latest", &cur) < 0 || cur != vs[k - 1]))
+                alias_write(s, n, "latest", vs[k - 1]);
+            free(vs);
+        }
+    kestrel_buf_dispose(&names);
     return kestrel__store_sync(s);
 }
 
@@ -540,8 +555,20 @@ int kestrel__store_resolve(kestrel__store *s, const char *ref, cJSON **out)
         const char *alias = at ? at + 1 : "latest";
         if (!kestrel__alias_valid(alias))
             return kestrel__error_set(KESTREL_EINVALID, "bad alias in '%.64s'", ref);
-        if ((rc = alias_read(s, name, alias, &version)) < 0)
+        if (!strcmp(alias, "latest")) {
+            /* the newest committed version, whatever the alias file says: a kill between a
+             * version's commit and the move of "latest" must not hide it (or the model) */
+            int64_t *vs = NULL;
+            size_t n = 0;
+            if ((rc = kestrel__store_versions(s, name, &vs, &n)) < 0)
+                return rc;
+            version = n ? vs[n - 1] : 0;
+            free(vs);
+            if (version == 0)
+                return kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name);
+        } else if ((rc = alias_read(s, name, alias, &version)) < 0) {
             return rc;
+        }
     }
     return kestrel__store_manifest(s, name, version, out);
 }
