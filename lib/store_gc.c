@@ -96,7 +96,7 @@ static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cut
             if (strlen(e->d_name) != KESTREL__HEX_LEN - 2)
                 continue;   /* not ours */
             snprintf(hex, sizeof(hex), "%s%s", prefix, e->d_name);
-            if (bsearch(hex, m->hex, m->n, sizeof(*m->hex), hex_cmp))
+            if (m->n && bsearch(hex, m->hex, m->n, sizeof(*m->hex), hex_cmp))   /* none marked: NULL array */
                 continue;
         }
         if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
