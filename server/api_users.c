@@ -15,6 +15,7 @@
 #include "api.h"
 
 #define MAX_EXPIRES_S (10LL * 365 * 86400)
+#define MAX_LIVE_TOKENS 1000   /* per user: a listing stays small, a loop cannot fill the catalog */
 
 static const char *const scope_names[] = { "", "read", "write", "admin" };
 
@@ -101,6 +102,10 @@ static enum MHD_Result create(kd_req *r)
     } else if (t.scope == KD_SCOPE_ADMIN && !u.is_admin) {
         snprintf(msg, sizeof(msg), "user %s is not an admin: its tokens are read or write", u.name);
         reply = kd_reply_error(r, 400, "invalid_argument", msg);
+    } else if (kd_catalog_count_live_tokens(r->e->cat, u.id, kestrel__now_ms()) >= MAX_LIVE_TOKENS) {
+        snprintf(msg, sizeof(msg), "user %s has %d live tokens, the most kestreld keeps: revoke some first "
+                 "(kestrel token list, kestrel token revoke ID)", u.name, MAX_LIVE_TOKENS);
+        reply = kd_reply_error(r, 429, "resource_exhausted", msg);
     } else {
         t.created_ms = kestrel__now_ms();
         t.expires_ms = req->expires_s ? t.created_ms + req->expires_s * 1000 : 0;

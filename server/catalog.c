@@ -118,15 +118,6 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
-int kd_catalog_wal_pages(kd_catalog *cat)
-{
-    int n;
-    pthread_mutex_lock(&cat->mu);
-    n = cat->wal_pages;
-    pthread_mutex_unlock(&cat->mu);
-    return n;
-}
-
 int kd__sql_fail(kd_catalog *cat, const char *what)
 {
     int code = sqlite3_errcode(cat->db);

@@ -73,8 +73,6 @@ int kd_catalog_open(kd_catalog **out, const char *path);
 int kd_catalog_release_reserve(kd_catalog *cat);
 /* A consistent copy of the catalog at path (SQLite's online backup). */
 int kd_catalog_backup(kd_catalog *cat, const char *path);
-/* Frames in the WAL after the last commit (it is kept under 64 MiB while serving). */
-int kd_catalog_wal_pages(kd_catalog *cat);
 void kd_catalog_close(kd_catalog *cat);
 
 /* users and tokens (hashes only: tokens themselves are never stored); catalog_users.c */
@@ -89,6 +87,8 @@ int kd_catalog_token_insert(kd_catalog *cat, const char *hash, const kd_token *t
 /* The principal of a live token; KESTREL_ENOTFOUND (with why) when unknown, expired or revoked. */
 int kd_catalog_token_find(kd_catalog *cat, const char *hash, int64_t now_ms, kd_principal *out);
 int kd_catalog_token_drop_job(kd_catalog *cat, int64_t job_id);
+/* Live (not revoked, not expired) user tokens of one user. */
+int64_t kd_catalog_count_live_tokens(kd_catalog *cat, int64_t user_id, int64_t now_ms);
 /* User tokens (not jobs'), of one user (user_id 0: all), by id. free() the rows. */
 int kd_catalog_token_list(kd_catalog *cat, int64_t user_id, kd_token **out, size_t *n);
 /* Revoke token id (of user_id; 0: anyone's) and every token made with it, transitively.

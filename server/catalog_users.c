@@ -159,6 +159,24 @@ static int fill_token(sqlite3_stmt *st, void *row)
     return 0;
 }
 
+static int fill_count(sqlite3_stmt *st, void *row)
+{
+    *(int64_t *)row = sqlite3_column_int64(st, 0);
+    return 0;
+}
+
+int64_t kd_catalog_count_live_tokens(kd_catalog *cat, int64_t user_id, int64_t now_ms)
+{
+    int64_t *rows = NULL, n = 0;
+    size_t nrows = 0;
+    if (kd__rows(cat, "SELECT COUNT(*) FROM tokens WHERE user_id = ? AND job_id = 0 AND revoked_ms = 0"
+                      " AND (expires_ms = 0 OR expires_ms > ?)", sizeof(int64_t), fill_count, (void **)&rows, &nrows,
+                 "ii", user_id, now_ms) == 0 && nrows)
+        n = rows[0];
+    free(rows);
+    return n;
+}
+
 int kd_catalog_token_list(kd_catalog *cat, int64_t user_id, kd_token **out, size_t *n)
 {
     return kd__rows(cat,

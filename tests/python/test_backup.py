@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 
 from conftest import Daemon
 
@@ -29,8 +30,10 @@ def test_an_online_backup_serves_every_version(daemon, tmp_path):
     job = d.submit("--", "sh", "-c", "for i in $(seq 50); do echo line $i; sleep 0.05; done")
     t = threading.Thread(target=pusher)
     t.start()
-    while len(pushed) < 5:
-        pass
+    deadline = time.time() + 60
+    while len(pushed) < 5 and not errors:
+        assert time.time() < deadline, "the pushes never landed"
+        time.sleep(0.02)
     (tmp_path / "c").mkdir()
     backup = tmp_path / "c" / "data"          # where a Daemon rooted at c keeps its data
     out = d.cli("admin", "backup", str(backup))

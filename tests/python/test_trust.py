@@ -250,6 +250,14 @@ def test_tokens_expire_revoke_and_scope(daemon):
     assert d.api("POST", "/api/v1/tokens", {"user": "nlp"})[0] == 409
     assert d.api("POST", "/api/v1/tokens", {"user": "jobs"})[0] == 409
     assert d.api("POST", "/api/v1/tokens", {"user": "erin", "team": "jobs"})[0] == 409
+    # live tokens per user are bounded: the 1001st is 429 with what to do, and nothing is stored
+    for _ in range(999):
+        assert d.api("POST", "/api/v1/tokens", {"user": "frank"})[0] == 201
+    status, body = d.api("POST", "/api/v1/tokens", {"user": "frank"})
+    assert status == 201
+    status, body = d.api("POST", "/api/v1/tokens", {"user": "frank"})
+    assert status == 429 and "kestrel token revoke" in body["message"]
+    assert len(d.api("GET", "/api/v1/tokens?user=frank")[1]["tokens"]) == 1000
     # a job token cannot see or mint tokens
     jid = d.submit("--", "sh", "-c", f"{KESTREL_CLI} token list; echo rc=$?")
     d.wait(jid)
