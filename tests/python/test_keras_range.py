@@ -4,6 +4,7 @@ the newest is the one the other tests use, and a release below the range is refu
 instead of being patched. Each old release is installed from PyPI into build/keras-range/ once."""
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -12,17 +13,21 @@ import pytest
 pytest.importorskip("kestrel")
 HERE = pathlib.Path(__file__).resolve().parent
 CACHE = pathlib.Path(os.environ.get("KESTREL_KERAS_RANGE_DIR", HERE.parents[1] / "build" / "keras-range"))
-# Keras 3.2-3.4 use np.Inf, gone in NumPy 2: they are tested with the NumPy of their time.
-OLDEST = ("3.2.1", ["keras==3.2.1", "dm-tree", "numpy==1.26.4"])
-BELOW = ("3.1.1", ["keras==3.1.1", "dm-tree", "numpy==1.26.4"])
+# Keras 3.2-3.4 use np.Inf, gone in NumPy 2: they are tested with the NumPy of their time, and with
+# an ml_dtypes that still loads on NumPy 1 (0.7 does not: "SystemError ... bcomplex32").
+OLD_NUMPY = ["dm-tree", "numpy==1.26.4", "ml_dtypes==0.4.1"]
+OLDEST = ("3.2.1", ["keras==3.2.1", *OLD_NUMPY])
+BELOW = ("3.1.1", ["keras==3.1.1", *OLD_NUMPY])
 
 
 def keras_path(version, reqs):
     target = CACHE / version
-    if not (target / ".complete").exists():
+    stamp = " ".join(reqs) + "\n"
+    if not (target / ".complete").exists() or (target / ".complete").read_text() != stamp:
+        shutil.rmtree(target, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), *reqs],
                        check=True, timeout=600)
-        (target / ".complete").write_text("ok\n")
+        (target / ".complete").write_text(stamp)
     return str(target)
 
 
