@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "api.h"
+#include "route.h"
 
 #define KD_MAX_PACK (1ull << 30)
 
@@ -118,13 +119,15 @@ static int authenticate(kd_req *r, enum MHD_Result *reply)
 static enum MHD_Result dispatch(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
-    if (!strcmp(r->path, "/healthz")) {
+    kd_route rt;
+    kd_route_parse(r->method, r->path, &rt);
+    if (rt.area == KD_AREA_HEALTH) {
         Kestrel__V1__Health h = KESTREL__V1__HEALTH__INIT;
         h.status = "ok";
         h.version = KESTREL_VERSION_STRING;
         return kd_reply_msg(r, 200, &h.base);
     }
-    if (strncmp(r->path, "/api/v1/", 8))
+    if (rt.area == KD_AREA_NONE)
         return kd_reply_error(r, 404, "not_found", "no such endpoint");
     if (r->too_large) {
         char msg[96];
@@ -133,33 +136,21 @@ static enum MHD_Result dispatch(kd_req *r)
     }
     if (authenticate(r, &reply) < 0)
         return reply;
-    if (r->who.scope == KD_SCOPE_READ && strcmp(r->method, "GET") && strcmp(r->path, "/api/v1/chunks/missing") &&
-        !(strlen(r->path) > 7 && !strcmp(r->path + strlen(r->path) - 7, "/verify")))
+    if (r->who.scope == KD_SCOPE_READ && !rt.read_ok)
         return kd_reply_error(r, 403, "permission_denied", "this token is read-scoped: it can only read (GET)");
-    if (!strcmp(r->path, "/api/v1/jobs") || !strncmp(r->path, "/api/v1/jobs/", 13))
-        return kd_route_jobs(r, r->path + 12);
-    if (!strcmp(r->path, "/api/v1/tokens") || !strncmp(r->path, "/api/v1/tokens/", 15))
-        return kd_route_tokens(r, r->path + 14);
-    if (!strncmp(r->path, "/api/v1/users/", 14))
-        return kd_route_users(r, r->path + 14);
-    if (!strcmp(r->path, "/api/v1/admin/backup"))
-        return kd_route_backup(r);
-    if (!strcmp(r->path, "/api/v1/admin/fsck"))
-        return kd_route_fsck(r);
-    if (!strncmp(r->path, "/api/v1/chunks/", 15) && strlen(r->path) == 15 + 64 + 7 &&
-        !strcmp(r->path + 15 + 64, "/verify") && !strcmp(r->method, "POST")) {
-        char hex[65];
-        snprintf(hex, sizeof(hex), "%.64s", r->path + 15);
-        return kd_route_chunk_verify(r, hex);
+    switch (rt.area) {
+    case KD_AREA_JOBS: return kd_route_jobs(r, rt.rest);
+    case KD_AREA_TOKENS: return kd_route_tokens(r, rt.rest);
+    case KD_AREA_USERS: return kd_route_users(r, rt.rest);
+    case KD_AREA_BACKUP: return kd_route_backup(r);
+    case KD_AREA_FSCK: return kd_route_fsck(r);
+    case KD_AREA_CHUNK_VERIFY: return kd_route_chunk_verify(r, rt.chunk);
+    case KD_AREA_QUEUE: return kd_route_queue(r);
+    case KD_AREA_NODES: return kd_route_nodes(r);
+    case KD_AREA_REPO: return kd_route_repo(r);
+    case KD_AREA_PACK: return kd_reply_error(r, 405, "method_not_allowed", "POST a pack to /api/v1/chunks/pack");
+    default: return kd_reply_error(r, 404, "not_found", "no such endpoint");
     }
-    if (!strcmp(r->path, "/api/v1/queue"))
-        return kd_route_queue(r);
-    if (!strcmp(r->path, "/api/v1/nodes"))
-        return kd_route_nodes(r);
-    if (!strncmp(r->path, "/api/v1/chunks/", 15) || !strncmp(r->path, "/api/v1/models", 14) ||
-        !strcmp(r->path, "/api/v1/repo/gc"))
-        return kd_route_repo(r);
-    return kd_reply_error(r, 404, "not_found", "no such endpoint");
 }
 
 static int wants_json(struct MHD_Connection *c)

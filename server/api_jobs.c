@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "api.h"
+#include "route.h"
 #include "job_priv.h"
 
 #define MAX_WAIT_MS 60000
@@ -20,20 +21,16 @@ static int query_int(kd_req *r, const char *key, long long lo, long long hi, lon
                      enum MHD_Result *reply)
 {
     const char *v = kd_query(r, key);
-    char *end, msg[160];
-    long long x;
+    char msg[160];
     if (v == NULL || !*v) {
         *out = def;
         return 0;
     }
-    errno = 0;
-    x = strtoll(v, &end, 10);
-    if (errno || *end || x < lo || x > hi) {
+    if (kd_parse_int(v, lo, hi, out) < 0) {
         snprintf(msg, sizeof(msg), "query parameter '%s' must be an integer in %lld..%lld", key, lo, hi);
         *reply = kd_reply_error(r, 400, "invalid_argument", msg);
         return -1;
     }
-    *out = x;
     return 0;
 }
 
@@ -170,20 +167,13 @@ static enum MHD_Result list(kd_req *r)
     f.owner_id = r->who.is_admin ? 0 : r->who.user_id;
     f.name = kd_query(r, "name");
     if (state && *state) {
-        for (int s = 1; s <= KESTREL_JOB_STATE_PREEMPTED && !f.state; s++)
-            if (!strcasecmp(state, kestrel_job_state_name(s)))
-                f.state = s;
-        if (!f.state)
+        if ((f.state = kd_parse_state(state)) == 0)
             return kd_reply_error(r, 400, "invalid_argument", "query parameter 'state': unknown job state");
     }
     if (label && *label) {
-        const char *eq = strchr(label, '=');
-        if (eq == NULL || eq == label || (size_t)(eq - label) >= sizeof(key))
+        if (kd_parse_label(label, key, sizeof(key), &f.label_value) < 0)
             return kd_reply_error(r, 400, "invalid_argument", "query parameter 'label' must be key=value");
-        memcpy(key, label, (size_t)(eq - label));
-        key[eq - label] = '\0';
         f.label_key = key;
-        f.label_value = eq + 1;
     }
     if ((rc = kd_catalog_job_list(r->e->cat, &f, &jobs)) < 0)
         return kd_reply_failure(r, rc);
@@ -309,7 +299,6 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest)
 {
     int get_ = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
     const char *sub;
-    char *end;
     long long id;
 
     if (*rest == '\0') {
@@ -321,11 +310,8 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest)
             return list(r);
         return kd_reply_error(r, 405, "method_not_allowed", "use GET or POST on /api/v1/jobs");
     }
-    errno = 0;
-    id = strtoll(rest + 1, &end, 10);
-    if (errno || end == rest + 1 || id <= 0 || (*end && *end != '/'))
+    if (kd_route_id(rest, &id, &sub) < 0)
         return kd_reply_error(r, 404, "not_found", "no such job");
-    sub = end;
     if (*sub == '\0' && get_)
         return get(r, id);
     if (!strcmp(sub, "/cancel") && post)

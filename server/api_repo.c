@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "api.h"
+#include "route.h"
 #include "repo_acl.h"
 #include "chunk.h"
 #include "store.h"
@@ -414,9 +415,8 @@ static enum MHD_Result one_version(kd_req *r, const char *name, const char *ref)
     int rc;
     snprintf(full, sizeof(full), "%s@%s", name, ref);
     if (!strcmp(r->method, "DELETE")) {
-        char *end;
-        long long v = strtoll(ref, &end, 10);
-        if (*end || v <= 0)
+        long long v;
+        if (kd_parse_int(ref, 1, INT64_MAX, &v) < 0)
             return kd_reply_error(r, 400, "invalid_argument", "delete takes a version number");
         if ((rc = kestrel__store_delete(r->e->store, name, v)) < 0)
             return kd_reply_failure(r, rc);
@@ -538,12 +538,11 @@ static enum MHD_Result gc(kd_req *r)
     Kestrel__V1__RepoGcResult out = KESTREL__V1__REPO_GC_RESULT__INIT;
     kestrel__store_gc_stats st;
     const char *g = kd_query(r, "grace_s");
-    char *end = NULL;
-    long long grace = g ? strtoll(g, &end, 10) : r->e->cfg->repo_gc_grace_s;
+    long long grace = r->e->cfg->repo_gc_grace_s;
     int rc;
     if (!r->who.is_admin)
         return kd_reply_error(r, 403, "permission_denied", "only an admin can collect the repository");
-    if (g && (end == g || *end || grace < 0))
+    if (g && kd_parse_int(g, 0, INT64_MAX, &grace) < 0)
         return kd_reply_error(r, 400, "invalid_argument", "grace_s must be a number of seconds >= 0");
     if ((rc = kestrel__store_gc(r->e->store, grace, &st)) < 0)
         return kd_reply_failure(r, rc);
@@ -582,39 +581,35 @@ enum MHD_Result kd_route_repo(kd_req *r)
         return reply;
     }
     if (!strncmp(p, "/api/v1/models/", 15)) {
-        /* /api/v1/models/NAME/versions[/REF] or /api/v1/models/NAME/aliases/ALIAS; NAME may hold '/' */
+        /* NAME/versions[/REF], NAME/aliases/ALIAS or NAME/settings (route.h); NAME may hold '/' */
         char name[256], why[400];
-        const char *rest = p + 15, *v = strstr(rest, "/versions"), *a = strstr(rest, "/aliases/");
-        const char *cut = v && (!a || v < a) ? v : a;
-        int del = !strcmp(r->method, "DELETE"), st;
-        size_t nlen = strlen(rest);
-        if (cut == NULL && nlen > 9 && !strcmp(rest + nlen - 9, "/settings"))
-            cut = rest + nlen - 9;
-        if (cut == NULL || (size_t)(cut - rest) >= sizeof(name))
+        const char *arg;
+        kd_model_part part;
+        int del = !strcmp(r->method, "DELETE"), st = kd_route_model(p + 15, name, sizeof(name), &part, &arg);
+        if (st == -1)
             return kd_reply_error(r, 404, "not_found", "no such endpoint");
-        snprintf(name, sizeof(name), "%.*s", (int)(cut - rest), rest);
-        if (!kestrel__repo_name_valid(name))
+        if (st == -2)
             return kd_reply_error(r, 400, "invalid_argument", "bad model name: lowercase [a-z0-9._-] segments joined by '/'");
         if (!kd_repo_may_read(r, name)) {
             snprintf(why, sizeof(why), "no model '%s'", name);
             return kd_reply_error(r, 404, "not_found", why);
         }
-        if (cut != v && cut != a)
+        if (part == KD_MODEL_SETTINGS)
             return settings(r, name);
-        if (cut == v && !strcmp(v, "/versions")) {
+        if (part == KD_MODEL_VERSIONS) {
             if (post && (st = kd_repo_check(r, name, KD_REPO_PUSH, why, sizeof(why))) != 0)
                 return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
             return post ? commit(r, name) : get_ ? versions(r, name) : kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
         }
-        if (cut == v && !strncmp(v, "/versions/", 10) && (get_ || del)) {
+        if (part == KD_MODEL_VERSION && (get_ || del)) {
             if (del && (st = kd_repo_check(r, name, KD_REPO_DELETE, why, sizeof(why))) != 0)
                 return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
-            return one_version(r, name, v + 10);
+            return one_version(r, name, arg);
         }
-        if (cut == a && (!strcmp(r->method, "PUT") || del)) {
+        if (part == KD_MODEL_ALIAS && (!strcmp(r->method, "PUT") || del)) {
             if ((st = kd_repo_check(r, name, KD_REPO_ALIAS, why, sizeof(why))) != 0)
                 return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
-            return alias(r, name, a + 9);
+            return alias(r, name, arg);
         }
     }
     return kd_reply_error(r, 404, "not_found", "no such endpoint");

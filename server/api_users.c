@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "api.h"
+#include "route.h"
 
 #define MAX_EXPIRES_S (10LL * 365 * 86400)
 #define MAX_LIVE_TOKENS 1000   /* per user: a listing stays small, a loop cannot fill the catalog */
@@ -201,12 +202,10 @@ enum MHD_Result kd_route_tokens(kd_req *r, const char *rest)
         return kd_reply_error(r, 405, "method_not_allowed", "use GET or POST on /api/v1/tokens");
     }
     if (!strcmp(r->method, "DELETE")) {
-        char *end;
+        const char *sub;
         long long id;
         int rc;
-        errno = 0;
-        id = strtoll(rest + 1, &end, 10);
-        if (errno || end == rest + 1 || *end || id <= 0)
+        if (kd_route_id(rest, &id, &sub) < 0 || *sub)
             return kd_reply_error(r, 404, "not_found", "no such token");
         if ((rc = kd_catalog_token_revoke(r->e->cat, id, mine, kestrel__now_ms())) < 0)
             return kd_reply_failure(r, rc);

@@ -141,6 +141,17 @@ static void json_submit_and_read_back(void **state)
     assert_int_equal(kd_http(&D, "GET", path, D.token, NULL, NULL, 0, &resp), 200);
     assert_non_null(strstr(resp, "\"state\":\"SUCCEEDED\""));
     free(resp);
+    /* IDs and numbers are strict (server/route.c): job 1 exists, yet none of these names it */
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/jobs/1", D.token, NULL, NULL, 0, NULL), 200);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/jobs/+1", D.token, NULL, NULL, 0, NULL), 404);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/jobs/01", D.token, NULL, NULL, 0, NULL), 404);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/jobs/%201", D.token, NULL, NULL, 0, NULL), 404);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/jobs/1x", D.token, NULL, NULL, 0, NULL), 404);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/jobs?page_size=%2B5", D.token, NULL, NULL, 0, NULL), 400);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/jobs?page_size=%205", D.token, NULL, NULL, 0, NULL), 400);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/jobs?page_size=5", D.token, NULL, NULL, 0, NULL), 200);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/models/a/versionsX", D.token, NULL, NULL, 0, NULL), 404);
+    assert_int_equal(kd_http(&D, "GET", "/api/v1/chunks/pack", D.token, NULL, NULL, 0, NULL), 405);
     assert_int_equal(kd_count_jobs(&D), 1);
 }
 

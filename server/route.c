@@ -1,0 +1,176 @@
+/* server/route.c - the URL grammar of the HTTP API (see route.h). */
+#include <string.h>
+#include <strings.h>
+#include "kestrel.h"
+#include "route.h"
+#include "store.h"
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Strict decimal digits at s, up to the first non-digit; *end after them. -1 on none, a leading
+ * zero (other than "0" itself) or overflow past INT64_MAX. */
+static int digits(const char *s, unsigned long long *v, const char **end)
+{
+    unsigned long long x = 0;
+    const char *p = s;
+    if (!is_digit(*p) || (p[0] == '0' && is_digit(p[1])))
+        return -1;
+    for (; is_digit(*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (x > (9223372036854775807ull - d) / 10)
+            return -1;
+        x = x * 10 + d;
+    }
+    *v = x;
+    *end = p;
+    return 0;
+}
+
+int kd_parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    unsigned long long v;
+    const char *end;
+    int neg = 0;
+    long long x;
+    if (s == NULL)
+        return -1;
+    if (*s == '-' && lo < 0) {
+        neg = 1;
+        s++;
+    }
+    if (digits(s, &v, &end) < 0 || *end || (neg && v == 0))
+        return -1;
+    x = neg ? -(long long)v : (long long)v;
+    if (x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+int kd_route_id(const char *rest, long long *id, const char **sub)
+{
+    unsigned long long v;
+    const char *end;
+    if (rest[0] != '/' || digits(rest + 1, &v, &end) < 0 || v == 0 || (*end && *end != '/'))
+        return -1;
+    *id = (long long)v;
+    *sub = end;
+    return 0;
+}
+
+static int prefix(const char *s, const char *p, const char **rest)
+{
+    size_t n = strlen(p);
+    if (strncmp(s, p, n))
+        return 0;
+    *rest = s + n;
+    return 1;
+}
+
+/* path is exactly base, or base followed by "/..." */
+static int under(const char *path, const char *base, const char **rest)
+{
+    const char *r;
+    if (!prefix(path, base, &r) || (*r && *r != '/'))
+        return 0;
+    *rest = r;
+    return 1;
+}
+
+void kd_route_parse(const char *method, const char *path, kd_route *out)
+{
+    const char *rest = "", *api;
+    int get_ = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    memset(out, 0, sizeof(*out));
+    out->rest = "";
+    if (!strcmp(path, "/healthz")) {
+        out->area = KD_AREA_HEALTH;
+        out->read_ok = 1;
+        return;
+    }
+    if (!prefix(path, "/api/v1/", &api))
+        return;
+    out->area = KD_AREA_API_OTHER;
+    out->read_ok = get_;
+    if (under(path, "/api/v1/jobs", &rest))
+        out->area = KD_AREA_JOBS;
+    else if (under(path, "/api/v1/tokens", &rest))
+        out->area = KD_AREA_TOKENS;
+    else if (prefix(path, "/api/v1/users/", &rest))
+        out->area = KD_AREA_USERS;
+    else if (!strcmp(path, "/api/v1/admin/backup"))
+        out->area = KD_AREA_BACKUP;
+    else if (!strcmp(path, "/api/v1/admin/fsck"))
+        out->area = KD_AREA_FSCK;
+    else if (!strcmp(path, "/api/v1/queue"))
+        out->area = KD_AREA_QUEUE;
+    else if (!strcmp(path, "/api/v1/nodes"))
+        out->area = KD_AREA_NODES;
+    else if (!strcmp(path, "/api/v1/chunks/pack"))
+        out->area = KD_AREA_PACK;
+    else if (prefix(path, "/api/v1/chunks/", &rest) && strlen(rest) == 64 + 7 && !strcmp(rest + 64, "/verify") &&
+             post) {
+        memcpy(out->chunk, rest, 64);
+        out->chunk[64] = '\0';
+        out->area = kestrel__is_sha256_hex(out->chunk) ? KD_AREA_CHUNK_VERIFY : KD_AREA_API_OTHER;
+        out->read_ok = 1;
+        rest = "";
+    } else if (prefix(path, "/api/v1/chunks/", &rest) || under(path, "/api/v1/models", &rest) ||
+               !strcmp(path, "/api/v1/repo/gc")) {
+        out->area = KD_AREA_REPO;
+        rest = path;
+        if (post && !strcmp(path, "/api/v1/chunks/missing"))
+            out->read_ok = 1;
+    }
+    out->rest = rest;
+}
+
+int kd_route_model(const char *rest, char *name, size_t namesz, kd_model_part *part, const char **arg)
+{
+    const char *v = strstr(rest, "/versions"), *a = strstr(rest, "/aliases/"), *cut;
+    size_t n = strlen(rest);
+    /* "/versions" must end a segment: NAME/versionsX is no endpoint */
+    if (v && v[9] != '\0' && v[9] != '/')
+        v = NULL;
+    cut = v && (!a || v < a) ? v : a;
+    if (cut == NULL && n > 9 && !strcmp(rest + n - 9, "/settings"))
+        cut = rest + n - 9;
+    if (cut == NULL || cut == rest || (size_t)(cut - rest) >= namesz)
+        return -1;
+    memcpy(name, rest, (size_t)(cut - rest));
+    name[cut - rest] = '\0';
+    if (cut == v) {
+        *part = v[9] ? KD_MODEL_VERSION : KD_MODEL_VERSIONS;
+        *arg = v[9] ? v + 10 : v + 9;
+        if (*part == KD_MODEL_VERSION && **arg == '\0')
+            return -1;
+    } else if (cut == a) {
+        *part = KD_MODEL_ALIAS;
+        *arg = a + 9;
+        if (**arg == '\0')
+            return -1;
+    } else {
+        *part = KD_MODEL_SETTINGS;
+        *arg = rest + n;
+    }
+    return kestrel__repo_name_valid(name) ? 0 : -2;
+}
+
+int kd_parse_label(const char *s, char *key, size_t keysz, const char **value)
+{
+    const char *eq = strchr(s, '=');
+    if (eq == NULL || eq == s || (size_t)(eq - s) >= keysz)
+        return -1;
+    memcpy(key, s, (size_t)(eq - s));
+    key[eq - s] = '\0';
+    *value = eq + 1;
+    return 0;
+}
+
+int kd_parse_state(const char *s)
+{
+    for (int st = 1; st <= KESTREL_JOB_STATE_PREEMPTED; st++)
+        if (!strcasecmp(s, kestrel_job_state_name(st)))
+            return st;
+    return 0;
+}
