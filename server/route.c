@@ -112,8 +112,10 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
              post) {
         memcpy(out->chunk, rest, 64);
         out->chunk[64] = '\0';
-        out->area = kestrel__is_sha256_hex(out->chunk) ? KD_AREA_CHUNK_VERIFY : KD_AREA_API_OTHER;
-        out->read_ok = 1;
+        if (kestrel__is_sha256_hex(out->chunk)) {
+            out->area = KD_AREA_CHUNK_VERIFY;
+            out->read_ok = 1;
+        }
         rest = "";
     } else if (prefix(path, "/api/v1/chunks/", &rest) || under(path, "/api/v1/models", &rest) ||
                !strcmp(path, "/api/v1/repo/gc")) {

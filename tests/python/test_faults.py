@@ -1,6 +1,6 @@
 """Faults with the real daemon: a full disk during a push and during a job's log writes gives a
 clear error, leaves nothing half-written, and kestreld keeps serving; a kill -9 during a commit
-leaves no model name without versions."""
+leaves no model name without versions, and a kill loop amid pushes and jobs loses nothing."""
 import os
 import subprocess
 import time
@@ -53,20 +53,40 @@ def test_a_full_disk_fails_cleanly_and_kestreld_keeps_serving(small_fs, tmp_path
         d.stop()
 
 
-def test_kill_9_during_commits_leaves_no_empty_model(daemon, tmp_path):
-    d = daemon("--gpus", "0")
+def test_kill_9_during_pushes_and_jobs_loses_nothing(daemon, tmp_path):
+    """20 rounds of kill -9 while a push commits and jobs start, run and end: every push that said
+    it succeeded is still there and pulls, no model name is left without a version, no partial
+    version is listed, and every job submitted reaches an end (none is left RUNNING)."""
+    d = daemon("--gpus", "0", "--max-jobs", "4")
     f = tmp_path / "f.bin"
+    committed, jobs = {}, []
     for round_ in range(20):
-        f.write_bytes(os.urandom(256 << 10))
+        data = os.urandom(256 << 10)
+        f.write_bytes(data)
+        jobs += [d.submit("--", "sh", "-c", f"sleep 0.{round_ % 4}; echo round {round_}") for _ in range(2)]
         p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", f"admin/m{round_}", str(f)],
                              env=d.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.002 * (round_ % 10))
+        time.sleep(0.008 * round_)   # 0 to 150 ms: before, during and after the commit
         d.proc.kill()
         d.proc.wait()
-        p.wait()
+        if p.wait() == 0:
+            committed[f"admin/m{round_}"] = data
         d.restart()
         names = d.api("GET", "/api/v1/models")[1]["names"]
         for n in names:   # every name listed has a version that pulls
             status, body = d.api("GET", f"/api/v1/models/{n}/versions")
             assert status == 200 and body["versions"], (n, body)
             assert d.cli("pull", n, "-o", str(tmp_path / "out")).returncode == 0
+        for n, want in committed.items():   # and every push that reported success is one of them
+            assert n in names, (n, names)
+            d.cli("pull", n, "-o", str(tmp_path / "got"))
+            assert (tmp_path / "got").read_bytes() == want, n
+    for jid in jobs:   # a job killed with its daemon is requeued and runs again, or ends: never stuck
+        j = d.wait(jid, timeout=120)
+        assert j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"), j
+    listed = {j["id"] for j in d.api("GET", "/api/v1/jobs?page_size=1000")[1]["jobs"]}
+    assert set(jobs) <= listed
+    assert not [j for j in d.api("GET", "/api/v1/jobs?state=RUNNING")[1].get("jobs", [])]
+    assert committed and len(committed) < 20, "the kills should land both before and after some commits"
+    restarts = [d.api("GET", f"/api/v1/jobs/{x}")[1]["restart_count"] for x in jobs]
+    assert max(restarts) > 0, "some kill should land while a job runs"
