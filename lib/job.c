@@ -202,6 +202,19 @@ int64_t kestrel_job_start_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb-
 int64_t kestrel_job_end_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb->end_time_ms : 0; }
 size_t kestrel_job_event_count(const kestrel_job *j) { return JOB_OK(j) ? j->pb->n_events : 0; }
 const char *kestrel_job_node(const kestrel_job *j) { return JOB_OK(j) ? j->pb->node : ""; }
+size_t kestrel_job_param_count(const kestrel_job *j) { return JOB_OK(j) && j->pb->spec ? j->pb->spec->n_params : 0; }
+
+int kestrel_job_param_at(const kestrel_job *j, size_t i, const char **key, const char **value)
+{
+    KESTREL__CHECK(j, KESTREL__MAGIC_JOB, "job");
+    if (key == NULL || value == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "key or value is NULL");
+    if (j->pb->spec == NULL || i >= j->pb->spec->n_params)
+        return kestrel__error_set(KESTREL_EINVALID, "parameter %zu of %zu", i, kestrel_job_param_count(j));
+    *key = j->pb->spec->params[i]->key;
+    *value = j->pb->spec->params[i]->value;
+    return 0;
+}
 int64_t kestrel_job_checkpoint_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb->checkpoint_time_ms : 0; }
 
 const char *kestrel_job_name(const kestrel_job *j)

@@ -49,6 +49,8 @@ int kestrel_job_list(kestrel_job_page **out, kestrel_client *c, const kestrel_jo
         rc = kestrel__query_add(&path, "name", o.name);
     if (rc == 0 && o.label)
         rc = kestrel__query_add(&path, "label", o.label);
+    if (rc == 0 && o.param)
+        rc = kestrel__query_add(&path, "param", o.param);
     if (rc == 0 && o.page_token && *o.page_token)
         rc = kestrel__query_add(&path, "page_token", o.page_token);
     if (rc == 0 && o.page_size) {

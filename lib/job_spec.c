@@ -19,6 +19,38 @@ static int cc_ok(const char *s)
     return !s[0] || (sscanf(s, "%2d.%1d%n", &maj, &min, &n) == 2 && s[n] == '\0' && maj >= 0 && min >= 0);
 }
 
+/* A parameter key: 1..64 bytes of [A-Za-z0-9_.-]. */
+static int param_key_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((k[i] >= 'a' && k[i] <= 'z') || (k[i] >= 'A' && k[i] <= 'Z') || (k[i] >= '0' && k[i] <= '9') ||
+              k[i] == '_' || k[i] == '.' || k[i] == '-'))
+            return 0;
+    return 1;
+}
+
+static int validate_params(const Kestrel__V1__JobSpec *s)
+{
+    if (s->n_params > KESTREL__PARAMS_MAX)
+        return kestrel__error_set(KESTREL_ETOOLARGE, "field 'params': %zu parameters, at most %d", s->n_params,
+                                  KESTREL__PARAMS_MAX);
+    for (size_t i = 0; i < s->n_params; i++) {
+        const char *k = s->params[i]->key, *v = s->params[i]->value;
+        if (!param_key_ok(k))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'params': bad key '%.64s' (1..64 of A-Z a-z 0-9 _ . -)", k);
+        if (!kestrel__text_is_clean(v, KESTREL__PARAM_VALUE_MAX))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'params': the value of %s must be printable UTF-8, "
+                                      "at most %d bytes", k, KESTREL__PARAM_VALUE_MAX);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(s->params[j]->key, k))
+                return kestrel__error_set(KESTREL_EINVALID, "field 'params': %s given twice", k);
+    }
+    return 0;
+}
+
 static int short_name_ok(const char *s)
 {
     return !s[0] || (kestrel__text_is_clean(s, 64) && !strchr(s, ' '));
@@ -111,7 +143,10 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
         return kestrel__error_set(KESTREL_EINVALID, "field 'git_ref': given without git_url");
     if (s->workdir[0] && !workdir_ok(s->workdir))
         return kestrel__error_set(KESTREL_EINVALID, "field 'workdir': must be a relative path inside the job");
-    return validate_placement(s);
+    {
+        int rc = validate_params(s);
+        return rc < 0 ? rc : validate_placement(s);
+    }
 }
 
 int kestrel_job_spec_new(kestrel_job_spec **out)
@@ -279,6 +314,24 @@ int kestrel_job_spec_set_workdir(kestrel_job_spec *s, const char *subdir)
     if (subdir == NULL || !workdir_ok(subdir))
         return kestrel__error_set(KESTREL_EINVALID, "workdir must be a relative path inside the job");
     return kestrel__spec_set_string(&s->pb->workdir, subdir);
+}
+
+int kestrel_job_spec_set_param(kestrel_job_spec *s, const char *key, const char *value)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (key == NULL || !param_key_ok(key))
+        return kestrel__error_set(KESTREL_EINVALID, "bad parameter name '%.64s': 1..64 of A-Z a-z 0-9 _ . -",
+                                  key ? key : "(null)");
+    if (value == NULL || !kestrel__text_is_clean(value, KESTREL__PARAM_VALUE_MAX))
+        return kestrel__error_set(KESTREL_EINVALID, "the value of parameter %s must be printable UTF-8, at most %d "
+                                  "bytes", key, KESTREL__PARAM_VALUE_MAX);
+    if (s->pb->n_params >= KESTREL__PARAMS_MAX) {
+        for (size_t i = 0; i < s->pb->n_params; i++)
+            if (!strcmp(s->pb->params[i]->key, key))
+                return set_kv(&s->pb->params, &s->pb->n_params, key, value);
+        return kestrel__error_set(KESTREL_ETOOLARGE, "at most %d parameters", KESTREL__PARAMS_MAX);
+    }
+    return set_kv(&s->pb->params, &s->pb->n_params, key, value);
 }
 
 int kestrel_job_spec_set_retry(kestrel_job_spec *s, int retry)

@@ -6,7 +6,8 @@
 
 /* index = struct version; a v2 appends its size here */
 static const size_t client_sizes[] = { 0, END_OF(kestrel_client_options, retry_backoff_ms) };
-static const size_t list_sizes[] = { 0, END_OF(kestrel_job_list_options, page_token) };
+static const size_t list_sizes[] = { 0, END_OF(kestrel_job_list_options, page_token),
+                                     END_OF(kestrel_job_list_options, param) };
 static const size_t logs_sizes[] = { 0, END_OF(kestrel_logs_options, timeout_ms) };
 static const size_t token_sizes[] = { 0, END_OF(kestrel_token_options, name) };
 

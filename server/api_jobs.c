@@ -154,8 +154,8 @@ static enum MHD_Result list(kd_req *r)
     enum MHD_Result reply = MHD_NO;
     kd_job_filter f = { 0 };
     Kestrel__V1__JobList *jobs;
-    const char *state = kd_query(r, "state"), *label = kd_query(r, "label");
-    char key[300];
+    const char *state = kd_query(r, "state"), *label = kd_query(r, "label"), *param = kd_query(r, "param");
+    char key[300], pkey[80];
     long long size, before;
     int rc;
 
@@ -174,6 +174,11 @@ static enum MHD_Result list(kd_req *r)
         if (kd_parse_label(label, key, sizeof(key), &f.label_value) < 0)
             return kd_reply_error(r, 400, "invalid_argument", "query parameter 'label' must be key=value");
         f.label_key = key;
+    }
+    if (param && *param) {
+        if (kd_parse_label(param, pkey, sizeof(pkey), &f.param_value) < 0)
+            return kd_reply_error(r, 400, "invalid_argument", "query parameter 'param' must be key=value");
+        f.param_key = pkey;
     }
     if ((rc = kd_catalog_job_list(r->e->cat, &f, &jobs)) < 0)
         return kd_reply_failure(r, rc);

@@ -258,6 +258,10 @@ static const char *const migrations[] = {
     "CREATE TABLE IF NOT EXISTS log_stats(job_id INTEGER PRIMARY KEY, bytes INTEGER NOT NULL DEFAULT 0,"
     "  head_seq INTEGER NOT NULL DEFAULT -1, dropped INTEGER NOT NULL DEFAULT 0);"
     "INSERT OR IGNORE INTO log_stats(job_id, bytes) SELECT job_id, SUM(length(text) + 1) FROM logs GROUP BY job_id;",
+    /* 3: a job's parameters (--param), for listings filtered by them */
+    "CREATE TABLE IF NOT EXISTS job_params(job_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+    "  PRIMARY KEY(job_id, key)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS job_params_kv ON job_params(key, value);",
 };
 
 static int migrate(kd_catalog *cat, const char *path)

@@ -63,6 +63,7 @@ typedef struct {
     int state;              /* 0: any */
     const char *name;       /* NULL: any */
     const char *label_key, *label_value;
+    const char *param_key, *param_value;   /* NULL: any */
     int64_t before_id;      /* pagination: ids < before_id; 0: from the newest */
     int limit;
 } kd_job_filter;

@@ -16,6 +16,7 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
         "INSERT INTO jobs(owner_id, name, spec, priority, gpus, no_retry, state, submit_ms, reason, grp, team)"
         " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, 'submitted', ?8, (SELECT team FROM users WHERE id = ?1))";
     static const char *const lab = "INSERT OR REPLACE INTO job_labels(job_id, key, value) VALUES(?, ?, ?)";
+    static const char *const par = "INSERT OR REPLACE INTO job_params(job_id, key, value) VALUES(?, ?, ?)";
     static const char *const ev =
         "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?, ?, 0, 1, 'submitted')";
     kestrel_buf blob = KESTREL_BUF_INIT;
@@ -41,12 +42,13 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
     if (sqlite3_step(st) != SQLITE_DONE)
         goto fail;
     id = sqlite3_last_insert_rowid(kd__db(cat));
-    for (size_t i = 0; i < spec->n_labels; i++) {
-        if ((st = kd__stmt(cat, lab)) == NULL)
+    for (size_t i = 0; i < spec->n_labels + spec->n_params; i++) {
+        const Kestrel__V1__KeyValue *kv = i < spec->n_labels ? spec->labels[i] : spec->params[i - spec->n_labels];
+        if ((st = kd__stmt(cat, i < spec->n_labels ? lab : par)) == NULL)
             goto fail;
         sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_text(st, 2, spec->labels[i]->key, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, spec->labels[i]->value, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, kv->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, kv->value, -1, SQLITE_STATIC);
         if (sqlite3_step(st) != SQLITE_DONE)
             goto fail;
     }
@@ -220,6 +222,7 @@ int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__Jo
         "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.owner_id = ?1) AND (?2 = 0 OR j.state = ?2)"
         " AND (?3 IS NULL OR j.name = ?3) AND (?6 = 0 OR j.id < ?6)"
         " AND (?4 IS NULL OR EXISTS(SELECT 1 FROM job_labels l WHERE l.job_id = j.id AND l.key = ?4 AND l.value = ?5))"
+        " AND (?8 IS NULL OR EXISTS(SELECT 1 FROM job_params p WHERE p.job_id = j.id AND p.key = ?8 AND p.value = ?9))"
         " ORDER BY j.id DESC LIMIT ?7";
     Kestrel__V1__JobList *list = malloc(sizeof(*list));
     sqlite3_stmt *st;
@@ -244,6 +247,10 @@ int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__Jo
     if (f->label_key) {
         sqlite3_bind_text(st, 4, f->label_key, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 5, f->label_value, -1, SQLITE_STATIC);
+    }
+    if (f->param_key) {
+        sqlite3_bind_text(st, 8, f->param_key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 9, f->param_value, -1, SQLITE_STATIC);
     }
     sqlite3_bind_int64(st, 6, f->before_id);
     sqlite3_bind_int(st, 7, limit + 1);   /* one more tells whether there is a next page */

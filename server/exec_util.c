@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 #include "exec_util.h"
 #include "identity.h"
 
@@ -291,6 +292,24 @@ void kd_exec_mask(const Kestrel__V1__JobSpec *spec, char *s, size_t *len)
     }
 }
 
+/* KESTREL_PARAMS={"lr":"0.001",...}: the job's parameters as one JSON object of strings. */
+static char *params_env(const Kestrel__V1__JobSpec *spec)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *json, *out = NULL;
+    for (size_t i = 0; o && i < spec->n_params; i++)
+        if (cJSON_AddStringToObject(o, spec->params[i]->key, spec->params[i]->value) == NULL) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+    json = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (json && asprintf(&out, "KESTREL_PARAMS=%s", json) < 0)
+        out = NULL;
+    cJSON_free(json);
+    return out;
+}
+
 char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const char *token, const char *ckpt,
                        const char *devices, int inherit, const kd_exec_as *as)
 {
@@ -300,7 +319,7 @@ char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const ch
     char **env;
     for (char **v = environ; inherit && *v; v++)
         n++;
-    if ((env = calloc(n + spec->n_env + spec->n_secret_env + 13, sizeof(char *))) == NULL)
+    if ((env = calloc(n + spec->n_env + spec->n_secret_env + 14, sizeof(char *))) == NULL)
         return NULL;
     for (char **v = environ; inherit && *v; v++)
         if (!env_overridden(*v, spec, own))
@@ -325,6 +344,7 @@ char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const ch
     if (asprintf(&env[k++], "KESTREL_CHECKPOINT_DIR=%s", ckpt) < 0) env[k - 1] = NULL;
     if (asprintf(&env[k++], "KESTREL_RESTART_COUNT=%d", job->restart_count) < 0) env[k - 1] = NULL;
     if (e->cfg->tls_ca && asprintf(&env[k++], "KESTREL_CA_FILE=%s", e->cfg->tls_ca) < 0) env[k - 1] = NULL;
+    env[k++] = params_env(spec);
     if (devices) {
         if (asprintf(&env[k++], "CUDA_VISIBLE_DEVICES=%s", devices) < 0) env[k - 1] = NULL;
         env[k++] = strdup("CUDA_DEVICE_ORDER=PCI_BUS_ID");

@@ -75,6 +75,13 @@ KESTREL_API int kestrel_job_spec_set_git(kestrel_job_spec *spec, const char *url
 KESTREL_API int kestrel_job_spec_set_workdir(kestrel_job_spec *spec, const char *subdir);
 /** retry != 0 (default): requeue after a daemon crash; 0: fail with "daemon restarted". */
 KESTREL_API int kestrel_job_spec_set_retry(kestrel_job_spec *spec, int retry);
+/**
+ * Set (or replace) one parameter (a hyperparameter such as lr=0.001). The job finds them all in
+ * KESTREL_PARAMS, a JSON object of strings (Python: kestrel.params()); they are listed with the job
+ * and filter listings (kestrel_job_list_options.param). Keys: 1..64 bytes of [A-Za-z0-9_.-];
+ * values: printable UTF-8, at most 4096 bytes; at most 256 parameters.
+ */
+KESTREL_API int kestrel_job_spec_set_param(kestrel_job_spec *spec, const char *key, const char *value);
 
 /* Placement. The scheduler filters nodes by these; kestrel_job_explain() says what is missing. */
 
@@ -164,6 +171,10 @@ KESTREL_API const kestrel_job_event *kestrel_job_event_at(const kestrel_job *job
 KESTREL_API const char *kestrel_job_node(const kestrel_job *job);
 /** Unix ms of the last acknowledged checkpoint, 0 when none. */
 KESTREL_API int64_t kestrel_job_checkpoint_time(const kestrel_job *job);
+/** Number of parameters of the job (kestrel_job_spec_set_param). */
+KESTREL_API size_t kestrel_job_param_count(const kestrel_job *job);
+/** Parameter i: *key and *value borrowed from job. KESTREL_EINVALID when i is out of range. */
+KESTREL_API int kestrel_job_param_at(const kestrel_job *job, size_t i, const char **key, const char **value);
 /** Fill out with the job as JSON (the API's own JSON mapping). */
 KESTREL_API int kestrel_job_to_json(kestrel_buf *out, const kestrel_job *job);
 
@@ -180,9 +191,11 @@ typedef struct kestrel_job_list_options {
     const char *label;         /**< "key=value"; NULL: any */
     int page_size;             /**< 0: 100; at most 1000 */
     const char *page_token;    /**< from kestrel_job_page_next_token(); NULL: first page */
+    /* version 2 */
+    const char *param;         /**< "key=value": jobs with this parameter; NULL: any */
 } kestrel_job_list_options;
 
-#define KESTREL_JOB_LIST_OPTIONS_VERSION 1
+#define KESTREL_JOB_LIST_OPTIONS_VERSION 2
 #define KESTREL_JOB_LIST_OPTIONS_INIT { KESTREL_JOB_LIST_OPTIONS_VERSION }
 
 KESTREL_API int kestrel_job_list_options_init(kestrel_job_list_options *opts, unsigned int version);

@@ -29,9 +29,18 @@ from .gpu import GPU, Selection, devices, select_devices, use_devices  # noqa: E
 from .job import Event, Job, LogLine, Metric  # noqa: E402
 from .repo import Progress, Version  # noqa: E402
 
+
+def params() -> dict:
+    """The parameters this job was submitted with (--param / submit(params=)), as strings; {} outside
+    a job."""
+    import json
+    import os
+    return json.loads(os.environ.get("KESTREL_PARAMS") or "{}")
+
+
 __all__ = [
     "Client", "Job", "LogLine", "Metric", "Event", "Progress", "Version", "GPU", "Selection", "devices", "select_devices", "use_devices",
     "KestrelError", "InvalidArgumentError", "MisuseError", "NotFoundError", "AlreadyExistsError", "AuthError",
     "NetworkError", "HTTPError", "ProtocolError", "KestrelTimeoutError", "CancelledError", "UnsupportedError",
-    "KestrelIOError", "TooLargeError", "__version__",
+    "KestrelIOError", "TooLargeError", "params", "__version__",
 ]

@@ -85,8 +85,12 @@ class Client(Handle):
                gpu_type: Optional[str] = None, min_gpu_memory=None, pool: Optional[str] = None,
                after_ok: Iterable[int] = (), after_any: Iterable[int] = (), preemptible: bool = True,
                grace_period: Optional[int] = None, retry: bool = True,
-               secret_env: Optional[Dict[str, str]] = None) -> Job:
+               secret_env: Optional[Dict[str, str]] = None, params: Optional[Dict[str, object]] = None) -> Job:
         """Queue a job: argv (a list, run without a shell) or script (a path run with python).
+
+        params: the run's parameters (hyperparameters), recorded with the job and filterable
+        (jobs(param="lr=0.001")); the job reads them with kestrel.params(). Values are kept as
+        strings (str(value)).
 
         secret_env: variables the job sees like env, whose values the API shows as "***" and
         kestreld masks in the job's log lines (API keys, passwords)."""
@@ -107,6 +111,8 @@ class Client(Handle):
             check(C.kestrel_job_spec_set_secret_env(spec, _b(k), _b(v)))
         for k, v in (labels or {}).items():
             check(C.kestrel_job_spec_set_label(spec, _b(k), _b(v)))
+        for k, v in (params or {}).items():
+            check(C.kestrel_job_spec_set_param(spec, _b(k), _b(str(v))))
         if name:
             check(C.kestrel_job_spec_set_name(spec, _b(name)))
         check(C.kestrel_job_spec_set_priority(spec, PRIORITIES[priority]))
@@ -143,8 +149,8 @@ class Client(Handle):
         return _job_from_ptr(self, out[0])
 
     def jobs(self, state: Optional[str] = None, name: Optional[str] = None, label: Optional[str] = None,
-             limit: int = 100) -> List[Job]:
-        """Your jobs, newest first (all pages up to limit)."""
+             limit: int = 100, param: Optional[str] = None) -> List[Job]:
+        """Your jobs, newest first (all pages up to limit); label and param filter by "key=value"."""
         result: List[Job] = []
         token = b""
         while len(result) < limit:
@@ -153,7 +159,7 @@ class Client(Handle):
             keep = []
             if state:
                 opts.state = STATES[state.upper()]
-            for field, value in (("name", name), ("label", label), ("page_token", token)):
+            for field, value in (("name", name), ("label", label), ("param", param), ("page_token", token)):
                 if value:
                     keep.append(ffi.new("char[]", _b(value)))
                     setattr(opts, field, keep[-1])

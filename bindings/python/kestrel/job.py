@@ -76,6 +76,11 @@ class Job:
         self.submit_time_ms = C.kestrel_job_submit_time(p)
         self.start_time_ms = C.kestrel_job_start_time(p) or None
         self.end_time_ms = C.kestrel_job_end_time(p) or None
+        self.params: Dict[str, str] = {}
+        for i in range(C.kestrel_job_param_count(p)):
+            k, v = ffi.new("const char **"), ffi.new("const char **")
+            check(C.kestrel_job_param_at(p, i, k, v))
+            self.params[_s(k[0])] = _s(v[0])
         self.events = [Event(e.time_ms, _s(C.kestrel_job_state_name(e.from_state)),
                              _s(C.kestrel_job_state_name(e.to_state)), _s(e.reason))
                        for e in (C.kestrel_job_event_at(p, i) for i in range(C.kestrel_job_event_count(p)))]

@@ -74,6 +74,7 @@ void kestrel_job_spec_free(kestrel_job_spec *spec);
 int kestrel_job_spec_set_argv(kestrel_job_spec *spec, const char *const *argv, size_t argc);
 int kestrel_job_spec_set_env(kestrel_job_spec *spec, const char *key, const char *value);
 int kestrel_job_spec_set_secret_env(kestrel_job_spec *spec, const char *key, const char *value);
+int kestrel_job_spec_set_param(kestrel_job_spec *spec, const char *key, const char *value);
 int kestrel_job_spec_set_name(kestrel_job_spec *spec, const char *name);
 int kestrel_job_spec_set_label(kestrel_job_spec *spec, const char *key, const char *value);
 int kestrel_job_spec_set_priority(kestrel_job_spec *spec, int priority);
@@ -121,6 +122,8 @@ int64_t kestrel_job_end_time(const kestrel_job *job);
 size_t kestrel_job_event_count(const kestrel_job *job);
 const kestrel_job_event *kestrel_job_event_at(const kestrel_job *job, size_t i);
 const char *kestrel_job_node(const kestrel_job *job);
+size_t kestrel_job_param_count(const kestrel_job *job);
+int kestrel_job_param_at(const kestrel_job *job, size_t i, const char **key, const char **value);
 int64_t kestrel_job_checkpoint_time(const kestrel_job *job);
 int kestrel_job_to_json(kestrel_buf *out, const kestrel_job *job);
 
@@ -132,6 +135,7 @@ typedef struct kestrel_job_list_options {
     const char *label;
     int page_size;
     const char *page_token;
+    const char *param;
     ...;
 } kestrel_job_list_options;
 int kestrel_job_list_options_init(kestrel_job_list_options *opts, unsigned int version);

@@ -1,0 +1,243 @@
+/* cli/submit_cmd.c - kestrel submit: a job spec from the command line. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+
+static int split_kv(const char *arg, const char *flag, char **key, const char **value)
+{
+    const char *eq = strchr(arg, '=');
+    if (eq == NULL || eq == arg) {
+        fprintf(stderr, "kestrel: %s takes KEY=VALUE, got '%s'\n", flag, arg);
+        return -1;
+    }
+    *key = strndup(arg, (size_t)(eq - arg));
+    *value = eq + 1;
+    return *key ? 0 : -1;
+}
+
+static void submit_usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: kestrel submit [OPTIONS] -- PROGRAM [ARGS...]\n"
+        "\n"
+        "Queue a job. PROGRAM is looked up in PATH and run without a shell.\n"
+        "  --gpus N               GPUs needed on one node (default 0)\n"
+        "  --priority CLASS       normal, high or urgent (default normal)\n"
+        "  --name NAME            display name\n"
+        "  --label KEY=VALUE      label for filtering (repeatable)\n"
+        "  --param KEY=VALUE      a parameter (hyperparameter) of the run, recorded with the job and\n"
+        "                         given to it as KESTREL_PARAMS, a JSON object; `kestrel jobs\n"
+        "                         --param KEY=VALUE` finds it (repeatable)\n"
+        "  --env KEY=VALUE        environment variable for the job (repeatable)\n"
+        "  --secret-env KEY[=VALUE]  like --env, but the API shows the value as *** and the job's\n"
+        "                         log masks it (API keys, passwords; repeatable). Without =VALUE the\n"
+        "                         value is this shell's $KEY, so it never shows in ps\n"
+        "  --git URL [--ref REF]  run in a checkout of URL at REF (branch, tag or commit)\n"
+        "  --workdir DIR          run in DIR, relative to the work dir or checkout\n"
+        "  --no-retry             after a daemon crash, fail instead of requeueing\n"
+        "  --follow               print the job's logs until it ends, exit like 'wait'\n"
+        "Placement:\n"
+        "  --gpu-type TYPE        only devices of this type (e.g. a100)\n"
+        "  --min-gpu-memory SIZE  only devices with this much memory (40G, 8192M)\n"
+        "  --min-cc X.Y           only devices of this compute capability or newer\n"
+        "  --pool POOL            only nodes of this pool\n"
+        "  --after-ok ID          start after job ID succeeded (repeatable; fails if it fails)\n"
+        "  --after-any ID         start after job ID ended, however (repeatable)\n"
+        "  --affinity job:ID|group:G [--affinity-required]\n"
+        "                         run on the node of job ID, or of group G's last job (preferred unless required)\n"
+        "  --group G              make this job part of group G\n"
+        "  --not-preemptible      never preempt this job for a higher class\n"
+        "  --grace SECS           SIGTERM -> SIGKILL delay when stopped or preempted\n");
+}
+
+int cmd_submit(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "gpus", required_argument, NULL, 'g' }, { "priority", required_argument, NULL, 'p' },
+        { "name", required_argument, NULL, 'n' }, { "label", required_argument, NULL, 'l' },
+        { "env", required_argument, NULL, 'e' }, { "git", required_argument, NULL, 'G' },
+        { "ref", required_argument, NULL, 'r' }, { "workdir", required_argument, NULL, 'w' },
+        { "no-retry", no_argument, NULL, 'N' }, { "follow", no_argument, NULL, 'f' },
+        { "gpu-type", required_argument, NULL, 1 }, { "min-gpu-memory", required_argument, NULL, 2 },
+        { "min-cc", required_argument, NULL, 3 }, { "pool", required_argument, NULL, 4 },
+        { "after-ok", required_argument, NULL, 5 }, { "after-any", required_argument, NULL, 6 },
+        { "affinity", required_argument, NULL, 7 }, { "affinity-required", no_argument, NULL, 8 },
+        { "group", required_argument, NULL, 9 }, { "not-preemptible", no_argument, NULL, 10 },
+        { "grace", required_argument, NULL, 11 }, { "secret-env", required_argument, NULL, 12 },
+        { "param", required_argument, NULL, 13 },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+    };
+    kestrel_job_spec *spec;
+    kestrel_job *job = NULL;
+    const char *git = NULL, *ref = NULL, *affinity = NULL;
+    int c, rc = 0, follow = 0, affinity_required = 0;
+
+    if ((rc = kestrel_job_spec_new(&spec)) < 0)
+        return cli_fail("submit", rc);
+    while (rc == 0 && (c = getopt_long(argc, argv, "+g:p:n:l:e:G:r:w:Nfh", opts, NULL)) != -1) {
+        char *key = NULL, *end;
+        const char *val;
+        int n;
+        switch (c) {
+        case 'g':
+            n = (int)strtol(optarg, &end, 10);
+            if (*end || !*optarg) {
+                fprintf(stderr, "kestrel: --gpus takes a number\n");
+                rc = 2;
+            } else if (kestrel_job_spec_set_gpus(spec, n) < 0) {
+                rc = cli_fail("--gpus", -1) + 1;
+            }
+            break;
+        case 'p':
+            if (kestrel_priority_parse(&n, optarg) < 0 || kestrel_job_spec_set_priority(spec, n) < 0)
+                rc = cli_fail("--priority", -1) + 1;
+            break;
+        case 'n':
+            if (kestrel_job_spec_set_name(spec, optarg) < 0)
+                rc = cli_fail("--name", -1) + 1;
+            break;
+        case 'l':
+        case 'e':
+        case 12:
+        case 13: {
+            const char *flag = c == 'l' ? "--label" : c == 'e' ? "--env" : c == 13 ? "--param" : "--secret-env";
+            if (c == 12 && !strchr(optarg, '=')) {   /* --secret-env KEY: the value from this environment */
+                val = getenv(optarg);
+                if (val == NULL) {
+                    fprintf(stderr, "kestrel: --secret-env %s: %s is not set in this environment\n", optarg, optarg);
+                    rc = 2;
+                } else if (kestrel_job_spec_set_secret_env(spec, optarg, val) < 0) {
+                    rc = cli_fail(flag, -1) + 1;
+                }
+                break;
+            }
+            if (split_kv(optarg, flag, &key, &val) < 0)
+                rc = 2;
+            else if ((c == 'l' ? kestrel_job_spec_set_label(spec, key, val)
+                      : c == 'e' ? kestrel_job_spec_set_env(spec, key, val)
+                      : c == 13  ? kestrel_job_spec_set_param(spec, key, val)
+                                 : kestrel_job_spec_set_secret_env(spec, key, val)) < 0)
+                rc = cli_fail(flag, -1) + 1;
+            free(key);
+            break;
+        }
+        case 'G': git = optarg; break;
+        case 'r': ref = optarg; break;
+        case 'w':
+            if (kestrel_job_spec_set_workdir(spec, optarg) < 0)
+                rc = cli_fail("--workdir", -1) + 1;
+            break;
+        case 'N': kestrel_job_spec_set_retry(spec, 0); break;
+        case 'f': follow = 1; break;
+        case 1:
+            if (kestrel_job_spec_set_gpu_type(spec, optarg) < 0)
+                rc = cli_fail("--gpu-type", -1) + 1;
+            break;
+        case 2: {
+            double x = strtod(optarg, &end);
+            double mult = (*end == 'G' || *end == 'g') ? 1024 : (*end == 'T' || *end == 't') ? 1048576 : 1;
+            if (end == optarg || x < 0 || (*end && end[1]) || (*end && mult == 1 && *end != 'M' && *end != 'm')) {
+                fprintf(stderr, "kestrel: --min-gpu-memory takes a size such as 40G or 8192M\n");
+                rc = 2;
+            } else if (kestrel_job_spec_set_min_gpu_memory(spec, (int64_t)(x * mult)) < 0) {
+                rc = cli_fail("--min-gpu-memory", -1) + 1;
+            }
+            break;
+        }
+        case 3: {
+            int maj, min, used = 0;
+            if (sscanf(optarg, "%d.%d%n", &maj, &min, &used) != 2 || optarg[used] ||
+                kestrel_job_spec_set_min_compute_capability(spec, maj, min) < 0) {
+                fprintf(stderr, "kestrel: --min-cc takes MAJOR.MINOR such as 8.0\n");
+                rc = 2;
+            }
+            break;
+        }
+        case 4:
+            if (kestrel_job_spec_set_pool(spec, optarg) < 0)
+                rc = cli_fail("--pool", -1) + 1;
+            break;
+        case 5:
+        case 6: {
+            int64_t dep;
+            if (cli_job_id(optarg, &dep) < 0)
+                rc = 2;
+            else if (kestrel_job_spec_add_dependency(spec, dep, c == 5 ? KESTREL_AFTER_OK : KESTREL_AFTER_ANY) < 0)
+                rc = cli_fail(c == 5 ? "--after-ok" : "--after-any", -1) + 1;
+            break;
+        }
+        case 7: affinity = optarg; break;
+        case 8: affinity_required = 1; break;
+        case 9:
+            if (kestrel_job_spec_set_group(spec, optarg) < 0)
+                rc = cli_fail("--group", -1) + 1;
+            break;
+        case 10: kestrel_job_spec_set_preemptible(spec, 0); break;
+        case 11:
+            n = (int)strtol(optarg, &end, 10);
+            if (*end || !*optarg || kestrel_job_spec_set_grace_period(spec, n) < 0) {
+                fprintf(stderr, "kestrel: --grace takes seconds (0..86400)\n");
+                rc = 2;
+            }
+            break;
+        case 'h': submit_usage(stdout); kestrel_job_spec_free(spec); return 0;
+        default: rc = 2;
+        }
+    }
+    if (rc == 0 && affinity) {
+        int64_t aid = 0;
+        if (!strncmp(affinity, "job:", 4) && cli_job_id(affinity + 4, &aid) == 0)
+            rc = kestrel_job_spec_set_affinity(spec, aid, NULL, affinity_required) < 0 ? cli_fail("--affinity", -1) + 1 : 0;
+        else if (!strncmp(affinity, "group:", 6))
+            rc = kestrel_job_spec_set_affinity(spec, 0, affinity + 6, affinity_required) < 0 ? cli_fail("--affinity", -1) + 1 : 0;
+        else {
+            fprintf(stderr, "kestrel: --affinity takes job:ID or group:NAME\n");
+            rc = 2;
+        }
+    } else if (rc == 0 && affinity_required) {
+        fprintf(stderr, "kestrel: --affinity-required needs --affinity\n");
+        rc = 2;
+    }
+    if (rc == 0 && ref && !git) {
+        fprintf(stderr, "kestrel: --ref needs --git\n");
+        rc = 2;
+    }
+    if (rc == 0 && git && kestrel_job_spec_set_git(spec, git, ref) < 0)
+        rc = cli_fail("--git", -1) + 1;
+    if (rc == 0 && optind >= argc) {
+        fprintf(stderr, "kestrel: submit needs a program: kestrel submit [OPTIONS] -- PROGRAM [ARGS...]\n");
+        rc = 2;
+    }
+    if (rc == 0 && kestrel_job_spec_set_argv(spec, (const char *const *)argv + optind, (size_t)(argc - optind)) < 0)
+        rc = cli_fail("argv", -1);
+    if (rc == 2)
+        submit_usage(stderr);
+    if (rc == 0 && cli_connect(ctx) < 0)
+        rc = 1;
+    if (rc == 0 && (rc = kestrel_job_submit(&job, ctx->client, spec)) < 0)
+        rc = cli_fail("submit", rc);
+    kestrel_job_spec_free(spec);
+    if (rc != 0)
+        return rc;
+    if (ctx->json)
+        cli_print_job_json(job);
+    else
+        fprintf(follow ? stderr : stdout, "submitted job %" PRId64 " (%s)\n", kestrel_job_id(job),
+                kestrel_job_state_name(kestrel_job_state(job)));
+    if (follow) {
+        int64_t id = kestrel_job_id(job);
+        char *args[] = { "logs", "-f", NULL, NULL };
+        char idbuf[32];
+        snprintf(idbuf, sizeof(idbuf), "%" PRId64, id);
+        args[2] = idbuf;
+        kestrel_job_free(job);
+        optind = 0;
+        if ((rc = cmd_logs(ctx, 3, args)) != 0)
+            return rc;
+        return cli_wait_exit(ctx, id, -1);
+    }
+    kestrel_job_free(job);
+    return 0;
+}
