@@ -67,6 +67,8 @@ static void print_job(const kestrel_job *job)
         printf("  exit code: %d\n", kestrel_job_exit_code(job));
     if (kestrel_job_git_commit(job)[0])
         printf("  commit:    %s\n", kestrel_job_git_commit(job));
+    if (kestrel_job_code(job)[0])
+        printf("  code:      %s\n", kestrel_job_code(job));
     for (size_t i = 0; i < kestrel_job_param_count(job); i++) {
         const char *k, *v;
         if (kestrel_job_param_at(job, i, &k, &v) == 0)

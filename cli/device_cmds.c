@@ -5,28 +5,6 @@
 #include <string.h>
 #include "cli.h"
 
-static int parse_size(const char *v, int64_t *out)
-{
-    char *end;
-    double x = strtod(v, &end);
-    int64_t mult = 1;
-    if (end == v || x < 0)
-        return -1;
-    switch (*end) {
-    case 'T': case 't': mult = 1LL << 40; end++; break;
-    case 'G': case 'g': mult = 1LL << 30; end++; break;
-    case 'M': case 'm': mult = 1LL << 20; end++; break;
-    case '\0': mult = 1LL << 20; break;   /* plain numbers are MiB */
-    default: return -1;
-    }
-    if (*end == 'i' || *end == 'B')
-        end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
-    if (*end)
-        return -1;
-    *out = (int64_t)(x * (double)mult);
-    return 0;
-}
-
 static void print_gpu(const kestrel_gpu *g, const char *mark, const char *reason)
 {
     char util[16] = "-", cc[24] = "-";
@@ -63,8 +41,8 @@ int cmd_devices(cli_ctx *ctx, int argc, char **argv)
         switch (c) {
         case 'a': flags |= KESTREL_GPU_QUERY_ALL; break;
         case 's': select = 1; o.count = atoi(optarg); if (o.count < 1) { fprintf(stderr, "kestrel: --select takes a count\n"); return 2; } break;
-        case 'm': select = 1; if (parse_size(optarg, &o.min_total_memory) < 0) { fprintf(stderr, "kestrel: --min-memory takes a size such as 40G\n"); return 2; } break;
-        case 'f': select = 1; if (parse_size(optarg, &o.min_free_memory) < 0) { fprintf(stderr, "kestrel: --min-free takes a size such as 8G\n"); return 2; } break;
+        case 'm': select = 1; if (cli_parse_size(optarg, &o.min_total_memory) < 0) { fprintf(stderr, "kestrel: --min-memory takes a size such as 40G\n"); return 2; } break;
+        case 'f': select = 1; if (cli_parse_size(optarg, &o.min_free_memory) < 0) { fprintf(stderr, "kestrel: --min-free takes a size such as 8G\n"); return 2; } break;
         case 'c':
             select = 1;
             if (sscanf(optarg, "%d.%d%n", &maj, &min, &used) != 2 || optarg[used]) {

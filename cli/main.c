@@ -48,6 +48,30 @@ static void usage(FILE *f)
         "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
+/* "40G", "512M", "64K", "1T" (a plain number is MiB) into bytes; -1 on junk. */
+int cli_parse_size(const char *v, int64_t *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    int64_t mult = 1;
+    if (end == v || x < 0)
+        return -1;
+    switch (*end) {
+    case 'T': case 't': mult = 1LL << 40; end++; break;
+    case 'G': case 'g': mult = 1LL << 30; end++; break;
+    case 'M': case 'm': mult = 1LL << 20; end++; break;
+    case 'K': case 'k': mult = 1LL << 10; end++; break;
+    case '\0': mult = 1LL << 20; break;   /* plain numbers are MiB */
+    default: return -1;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+    if (*end)
+        return -1;
+    *out = (int64_t)(x * (double)mult);
+    return 0;
+}
+
 int cli_fail(const char *what, int rc)
 {
     const kestrel_error *e = kestrel_error_last();

@@ -34,6 +34,10 @@ static void submit_usage(FILE *f)
         "  --secret-env KEY[=VALUE]  like --env, but the API shows the value as *** and the job's\n"
         "                         log masks it (API keys, passwords; repeatable). Without =VALUE the\n"
         "                         value is this shell's $KEY, so it never shows in ps\n"
+        "  --code DIR             upload DIR (the files git would keep: .gitignore and .kestrelignore\n"
+        "                         are honoured) as the next version of USER/code/DIRNAME and run the\n"
+        "                         job in a fresh copy of it; only changed chunks travel again\n"
+        "  --max-code-size SIZE   refuse a --code upload bigger than this (default 1G)\n"
         "  --git URL [--ref REF]  run in a checkout of URL at REF (branch, tag or commit)\n"
         "  --workdir DIR          run in DIR, relative to the work dir or checkout\n"
         "  --no-retry             after a daemon crash, fail instead of requeueing\n"
@@ -52,6 +56,31 @@ static void submit_usage(FILE *f)
         "  --grace SECS           SIGTERM -> SIGKILL delay when stopped or preempted\n");
 }
 
+static int code_progress(const kestrel_progress *p, void *payload)
+{
+    *(kestrel_progress *)payload = *p;
+    return 0;
+}
+
+/* --code DIR: snapshot it, say what went, and point the spec at the version. */
+static int push_code(cli_ctx *ctx, kestrel_job_spec *spec, const char *dir, kestrel_code_options *o)
+{
+    kestrel_buf ref = KESTREL_BUF_INIT;
+    kestrel_progress last = { 0 };
+    int rc;
+    o->progress = code_progress;
+    o->progress_payload = &last;
+    if ((rc = kestrel_code_push(&ref, ctx->client, dir, o)) < 0)
+        return cli_fail("--code", rc);
+    if (kestrel_job_spec_set_code(spec, ref.ptr) < 0)
+        rc = cli_fail("--code", -1);
+    else
+        fprintf(stderr, "code: %s is %s (%" PRId64 " bytes, %" PRId64 " of them new)\n", dir, ref.ptr,
+                last.bytes_total > 0 ? last.bytes_total : last.bytes_done, last.bytes_new);
+    kestrel_buf_dispose(&ref);
+    return rc < 0 ? 1 : 0;
+}
+
 int cmd_submit(cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -66,12 +95,14 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         { "affinity", required_argument, NULL, 7 }, { "affinity-required", no_argument, NULL, 8 },
         { "group", required_argument, NULL, 9 }, { "not-preemptible", no_argument, NULL, 10 },
         { "grace", required_argument, NULL, 11 }, { "secret-env", required_argument, NULL, 12 },
-        { "param", required_argument, NULL, 13 },
+        { "param", required_argument, NULL, 13 }, { "code", required_argument, NULL, 14 },
+        { "max-code-size", required_argument, NULL, 15 },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     kestrel_job_spec *spec;
     kestrel_job *job = NULL;
-    const char *git = NULL, *ref = NULL, *affinity = NULL;
+    const char *git = NULL, *ref = NULL, *affinity = NULL, *code = NULL;
+    kestrel_code_options copts = KESTREL_CODE_OPTIONS_INIT;
     int c, rc = 0, follow = 0, affinity_required = 0;
 
     if ((rc = kestrel_job_spec_new(&spec)) < 0)
@@ -124,6 +155,13 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
             break;
         }
         case 'G': git = optarg; break;
+        case 14: code = optarg; break;
+        case 15:
+            if (cli_parse_size(optarg, &copts.max_bytes) < 0 || copts.max_bytes == 0) {
+                fprintf(stderr, "kestrel: --max-code-size takes a size such as 1G or 200M\n");
+                rc = 2;
+            }
+            break;
         case 'r': ref = optarg; break;
         case 'w':
             if (kestrel_job_spec_set_workdir(spec, optarg) < 0)
@@ -214,8 +252,14 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         rc = cli_fail("argv", -1);
     if (rc == 2)
         submit_usage(stderr);
+    if (rc == 0 && code && git) {
+        fprintf(stderr, "kestrel: --code and --git both give the job's code: choose one\n");
+        rc = 2;
+    }
     if (rc == 0 && cli_connect(ctx) < 0)
         rc = 1;
+    if (rc == 0 && code)
+        rc = push_code(ctx, spec, code, &copts);
     if (rc == 0 && (rc = kestrel_job_submit(&job, ctx->client, spec)) < 0)
         rc = cli_fail("submit", rc);
     kestrel_job_spec_free(spec);

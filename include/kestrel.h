@@ -27,5 +27,6 @@
 #include "kestrel/node.h"
 #include "kestrel/repo.h"
 #include "kestrel/token.h"
+#include "kestrel/code.h"
 
 #endif

@@ -202,6 +202,7 @@ int64_t kestrel_job_start_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb-
 int64_t kestrel_job_end_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb->end_time_ms : 0; }
 size_t kestrel_job_event_count(const kestrel_job *j) { return JOB_OK(j) ? j->pb->n_events : 0; }
 const char *kestrel_job_node(const kestrel_job *j) { return JOB_OK(j) ? j->pb->node : ""; }
+const char *kestrel_job_code(const kestrel_job *j) { return JOB_OK(j) && j->pb->spec ? j->pb->spec->code : ""; }
 size_t kestrel_job_param_count(const kestrel_job *j) { return JOB_OK(j) && j->pb->spec ? j->pb->spec->n_params : 0; }
 
 int kestrel_job_param_at(const kestrel_job *j, size_t i, const char **key, const char **value)

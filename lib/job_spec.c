@@ -143,6 +143,10 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
         return kestrel__error_set(KESTREL_EINVALID, "field 'git_ref': given without git_url");
     if (s->workdir[0] && !workdir_ok(s->workdir))
         return kestrel__error_set(KESTREL_EINVALID, "field 'workdir': must be a relative path inside the job");
+    if (s->code[0] && (!kestrel__text_is_clean(s->code, 400) || s->code[0] == '-'))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'code': not a repository reference (NAME@VERSION)");
+    if (s->code[0] && s->git_url[0])
+        return kestrel__error_set(KESTREL_EINVALID, "fields 'code', 'git_url': a job's code comes from one of them");
     {
         int rc = validate_params(s);
         return rc < 0 ? rc : validate_placement(s);
@@ -332,6 +336,14 @@ int kestrel_job_spec_set_param(kestrel_job_spec *s, const char *key, const char 
         return kestrel__error_set(KESTREL_ETOOLARGE, "at most %d parameters", KESTREL__PARAMS_MAX);
     }
     return set_kv(&s->pb->params, &s->pb->n_params, key, value);
+}
+
+int kestrel_job_spec_set_code(kestrel_job_spec *s, const char *ref)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (ref == NULL || !ref[0] || ref[0] == '-' || !kestrel__text_is_clean(ref, 400))
+        return kestrel__error_set(KESTREL_EINVALID, "bad code reference '%.64s' (NAME@VERSION)", ref ? ref : "");
+    return kestrel__spec_set_string(&s->pb->code, ref);
 }
 
 int kestrel_job_spec_set_retry(kestrel_job_spec *s, int retry)

@@ -10,6 +10,7 @@ static const size_t list_sizes[] = { 0, END_OF(kestrel_job_list_options, page_to
                                      END_OF(kestrel_job_list_options, param) };
 static const size_t logs_sizes[] = { 0, END_OF(kestrel_logs_options, timeout_ms) };
 static const size_t token_sizes[] = { 0, END_OF(kestrel_token_options, name) };
+static const size_t code_sizes[] = { 0, END_OF(kestrel_code_options, progress_payload) };
 
 static int load(void *dst, size_t dst_size, const void *src, const size_t *sizes, size_t nsizes,
                 unsigned int current, const char *what)
@@ -81,4 +82,15 @@ int kestrel__token_opts_load(kestrel_token_options *dst, const kestrel_token_opt
 int kestrel_token_options_init(kestrel_token_options *opts, unsigned int version)
 {
     return init(opts, sizeof(*opts), version, KESTREL__ARRAY_SIZE(token_sizes), "kestrel_token_options");
+}
+
+int kestrel__code_opts_load(kestrel_code_options *dst, const kestrel_code_options *src)
+{
+    return load(dst, sizeof(*dst), src, code_sizes, KESTREL__ARRAY_SIZE(code_sizes), KESTREL_CODE_OPTIONS_VERSION,
+                "kestrel_code_options");
+}
+
+int kestrel_code_options_init(kestrel_code_options *opts, unsigned int version)
+{
+    return init(opts, sizeof(*opts), version, KESTREL__ARRAY_SIZE(code_sizes), "kestrel_code_options");
 }

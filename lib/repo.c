@@ -227,6 +227,12 @@ static int store_missing(void *ctx, const uint8_t *buf, int64_t buf_at, kestrel_
 int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                        const kestrel_transfer_options *in)
 {
+    return kestrel__model_push(version_out, c, name, path, in, NULL, 0);
+}
+
+int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
+                        const kestrel_transfer_options *in, char *const *select, size_t nselect)
+{
     kestrel_transfer_options o;
     kestrel__store *s = NULL;
     kestrel__progress pr;
@@ -254,6 +260,8 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
     pr.p.phase = KESTREL_PHASE_PUSH;
     pr.cb = o.progress;
     pr.payload = o.progress_payload;
+    pr.select = select;
+    pr.nselect = nselect;
     if (o.metadata_json && ((meta = cJSON_Parse(o.metadata_json)) == NULL || !cJSON_IsObject(meta))) {
         cJSON_Delete(meta);
         return kestrel__error_set(KESTREL_EINVALID, "metadata must be a JSON object");
@@ -272,7 +280,7 @@ int kestrel_model_push(int64_t *version_out, kestrel_client *c, const char *name
     sink.s = s;
     sink.pr = &pr;
     if (S_ISDIR(st.st_mode)) {
-        if ((rc = kestrel__tree_list(path, &files, &nfiles)) < 0 ||
+        if ((rc = kestrel__tree_select(path, pr.select, pr.nselect, &files, &nfiles)) < 0 ||
             (rc = kestrel__chunk_tree(path, files, nfiles, &refs, &n, &pr, store_missing, &sink, NULL, NULL)) < 0)
             goto done;
         size = pr.tree_total;

@@ -313,7 +313,7 @@ int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char 
     tree = S_ISDIR(st.st_mode);
     /* hashing is not on the transfer: each file is chunked, then its new chunks are sent */
     if (tree) {
-        if ((rc = kestrel__tree_list(path, &files, &nfiles)) < 0 ||
+        if ((rc = kestrel__tree_select(path, pr->select, pr->nselect, &files, &nfiles)) < 0 ||
             (rc = kestrel__chunk_tree(path, files, nfiles, &chunks, &n, pr, NULL, NULL, upload, &u)) < 0)
             goto done;
         size = pr->tree_total;

@@ -12,6 +12,9 @@ typedef struct {
     int64_t last_ms;
     /* a directory push: the files before this one, and the whole tree's size (0: a single file) */
     int64_t base_bytes, base_chunks, tree_total;
+    /* a directory push of these files only (relative paths; kestrel_code_push), NULL: all of them */
+    char *const *select;
+    size_t nselect;
 } kestrel__progress;
 
 /* Call the progress callback (at most every 100 ms unless final); KESTREL_ECANCELLED / EUSER when it says stop. */
@@ -48,6 +51,9 @@ int kestrel__chunk_file(const char *path, kestrel__chunk_ref **out, size_t *n, i
                         kestrel__progress *pr, kestrel__chunk_sink sink, void *sink_ctx);
 
 /* The HTTP push of a file (files NULL) or of a directory's files (path is the directory). */
+/* kestrel_model_push of a directory's selected files only (select NULL: all of them). */
+int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
+                        const kestrel_transfer_options *in, char *const *select, size_t nselect);
 int kestrel__repo_http_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                             const kestrel_transfer_options *o, kestrel__progress *pr);
 int kestrel__repo_http_pull(kestrel_client *c, const char *ref, const char *dest, kestrel__progress *pr);

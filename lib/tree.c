@@ -114,6 +114,53 @@ int kestrel__tree_list(const char *root, kestrel__tree_file **out, size_t *n)
     return 0;
 }
 
+int kestrel__tree_select(const char *root, char *const *select, size_t n, kestrel__tree_file **out, size_t *nout)
+{
+    kestrel__tree_file *f;
+    if (select == NULL)
+        return kestrel__tree_list(root, out, nout);
+    if (n == 0)
+        return kestrel__error_set(KESTREL_EINVALID, "%s: no files to push", root);
+    if (n > MAX_FILES)
+        return kestrel__error_set(KESTREL_EINVALID, "%s: more than %d files", root, MAX_FILES);
+    if ((f = calloc(n, sizeof(*f))) == NULL)
+        return kestrel__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        char path[8192];
+        struct stat st;
+        if (!kestrel__tree_path_valid(select[i])) {
+            kestrel__tree_free(f, i);
+            return kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%.100s'", root, select[i]);
+        }
+        snprintf(path, sizeof(path), "%s/%s", root, select[i]);
+        if (lstat(path, &st) < 0) {
+            int e = errno;
+            kestrel__tree_free(f, i);
+            return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(e));
+        }
+        if (!S_ISREG(st.st_mode)) {
+            kestrel__tree_free(f, i);
+            return kestrel__error_set(KESTREL_EINVALID, "%s: '%s' is not a regular file (symlinks and special "
+                                      "files are not stored: list it in .kestrelignore)", root, select[i]);
+        }
+        if ((f[i].path = kestrel__strdup(select[i])) == NULL) {
+            kestrel__tree_free(f, i);
+            return kestrel__error_oom();
+        }
+        f[i].size = (int64_t)st.st_size;
+        f[i].mode = (uint32_t)(st.st_mode & 0777);
+    }
+    qsort(f, n, sizeof(*f), by_path);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(f[i - 1].path, f[i].path)) {
+            kestrel__tree_free(f, n);
+            return kestrel__error_set(KESTREL_EINVALID, "%s: '%s' listed twice", root, f[i].path);
+        }
+    *out = f;
+    *nout = n;
+    return 0;
+}
+
 int kestrel__tree_check(const kestrel__tree_file *f, size_t n, int64_t size, size_t nchunks)
 {
     int64_t total = 0, chunks = 0;

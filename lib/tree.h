@@ -18,6 +18,9 @@ typedef struct {
 
 /* The regular files under root, sorted by path; symlinks and special files are an error. */
 int kestrel__tree_list(const char *root, kestrel__tree_file **out, size_t *n);
+/* select NULL: kestrel__tree_list; else those files of root (relative paths; each must be a
+ * regular file), sorted. */
+int kestrel__tree_select(const char *root, char *const *select, size_t n, kestrel__tree_file **out, size_t *nout);
 void kestrel__tree_free(kestrel__tree_file *f, size_t n);
 int kestrel__tree_path_valid(const char *path);
 /* Paths valid, unique, sorted; sizes and chunk counts add up to the version's. */

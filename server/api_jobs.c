@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "api.h"
+#include "api_inputs.h"
 #include "route.h"
 #include "job_priv.h"
 
@@ -104,7 +105,8 @@ static enum MHD_Result submit(kd_req *r)
     int rc;
     if (spec == NULL)
         return reply;
-    if ((rc = kestrel__job_spec_validate(spec)) < 0 || (rc = refs_visible(r, spec)) < 0) {
+    if ((rc = kestrel__job_spec_validate(spec)) < 0 || (rc = refs_visible(r, spec)) < 0 ||
+        (rc = kd_inputs_pin(r, spec)) < 0) {
         reply = kd_reply_failure(r, rc);
         goto out;
     }

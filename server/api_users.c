@@ -214,6 +214,17 @@ enum MHD_Result kd_route_tokens(kd_req *r, const char *rest)
     return kd_reply_error(r, 405, "method_not_allowed", "use DELETE on /api/v1/tokens/ID");
 }
 
+enum MHD_Result kd_route_whoami(kd_req *r)
+{
+    Kestrel__V1__User out = KESTREL__V1__USER__INIT;
+    if (strcmp(r->method, "GET"))
+        return kd_reply_error(r, 405, "method_not_allowed", "use GET on /api/v1/whoami");
+    out.name = r->who.user;
+    out.team = r->who.team;
+    out.is_admin = r->who.is_admin;
+    return kd_reply_msg(r, 200, &out.base);
+}
+
 enum MHD_Result kd_route_users(kd_req *r, const char *name)
 {
     Kestrel__V1__User out = KESTREL__V1__USER__INIT;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "exec_local.h"
 #include "exec_util.h"
+#include "stage.h"
 #include "store.h"
 
 extern char **environ;
@@ -180,17 +181,22 @@ static void *runner(void *arg)
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;
     }
-    if (kestrel__mkdirs(ckpt, 0700) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0700) < 0)) {
+    if (kestrel__mkdirs(ckpt, 0700) < 0 || (!spec->git_url[0] && !spec->code[0] && kestrel__mkdirs(work, 0700) < 0)) {
         snprintf(why, sizeof(why), "cannot create %s: %s", dir, strerror(errno));
         goto not_started;
     }
     /* the job's dir is its identity's alone; nobody else can list or read it */
-    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] ? 1 : 2) < 0) {
+    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] || spec->code[0] ? 1 : 2) < 0) {
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;
     }
     if (spec->git_url[0] && kd_exec_checkout(e, spec, id, work, why, sizeof(why), &as) < 0)
         goto not_started;
+    if (spec->code[0]) {
+        kd_exec_log(e, id, "copying the job's code %s", spec->code);
+        if (kd_stage_code(e, &ident, spec->code, work, why, sizeof(why)) < 0)
+            goto not_started;
+    }
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
     if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
         snprintf(why, sizeof(why), "working directory '%s' does not exist in the job", spec->workdir);

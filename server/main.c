@@ -436,6 +436,10 @@ int main(int argc, char **argv)
     cfg.max_connections = 16384;
     cfg.max_connections_per_ip = 1024;
     cfg.idle_timeout_s = 30;
+    if (kestrel_init() < 0) {   /* the library's own client: a job's code is copied through it */
+        fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        return 1;
+    }
     if (kd_config_merge(argc, argv, opts, &argc, &argv) < 0)
         return 2;
     while ((c = getopt_long(argc, argv, "l:p:d:g:hV", opts, NULL)) != -1) {

@@ -71,6 +71,13 @@ KESTREL_API int kestrel_job_spec_set_priority(kestrel_job_spec *spec, int priori
 KESTREL_API int kestrel_job_spec_set_gpus(kestrel_job_spec *spec, int gpus);
 /** Run from a git checkout: url cloned at ref (branch, tag or commit; NULL: default branch). */
 KESTREL_API int kestrel_job_spec_set_git(kestrel_job_spec *spec, const char *url, const char *ref);
+/**
+ * Run in a fresh copy of a directory version of the repository ("alice/code/proj@3"; an alias or
+ * none means the version it points to at submit, and the job records that exact version). The copy
+ * is the job's work dir, the job's own to change. kestrel_code_push() makes such a version from a
+ * local directory. Not together with kestrel_job_spec_set_git().
+ */
+KESTREL_API int kestrel_job_spec_set_code(kestrel_job_spec *spec, const char *ref);
 /** Working subdirectory, relative to the job's work dir (or checkout). No "..". */
 KESTREL_API int kestrel_job_spec_set_workdir(kestrel_job_spec *spec, const char *subdir);
 /** retry != 0 (default): requeue after a daemon crash; 0: fail with "daemon restarted". */
@@ -171,6 +178,8 @@ KESTREL_API const kestrel_job_event *kestrel_job_event_at(const kestrel_job *job
 KESTREL_API const char *kestrel_job_node(const kestrel_job *job);
 /** Unix ms of the last acknowledged checkpoint, 0 when none. */
 KESTREL_API int64_t kestrel_job_checkpoint_time(const kestrel_job *job);
+/** The exact code version the job runs ("alice/code/proj@3"), "" when none. */
+KESTREL_API const char *kestrel_job_code(const kestrel_job *job);
 /** Number of parameters of the job (kestrel_job_spec_set_param). */
 KESTREL_API size_t kestrel_job_param_count(const kestrel_job *job);
 /** Parameter i: *key and *value borrowed from job. KESTREL_EINVALID when i is out of range. */

@@ -85,9 +85,13 @@ class Client(Handle):
                gpu_type: Optional[str] = None, min_gpu_memory=None, pool: Optional[str] = None,
                after_ok: Iterable[int] = (), after_any: Iterable[int] = (), preemptible: bool = True,
                grace_period: Optional[int] = None, retry: bool = True,
-               secret_env: Optional[Dict[str, str]] = None, params: Optional[Dict[str, object]] = None) -> Job:
+               secret_env: Optional[Dict[str, str]] = None, params: Optional[Dict[str, object]] = None,
+               code: Optional[str] = None, max_code_size: Optional[int] = None) -> Job:
         """Queue a job: argv (a list, run without a shell) or script (a path run with python).
 
+        code: a local directory to run in: uploaded (what git would keep there; only changed chunks
+        travel again) as the next version of USER/code/DIRNAME, and the job runs in a fresh copy of
+        it (job.code names the version). max_code_size: refuse bigger uploads (default 1 GiB).
         params: the run's parameters (hyperparameters), recorded with the job and filterable
         (jobs(param="lr=0.001")); the job reads them with kestrel.params(). Values are kept as
         strings (str(value)).
@@ -117,6 +121,11 @@ class Client(Handle):
             check(C.kestrel_job_spec_set_name(spec, _b(name)))
         check(C.kestrel_job_spec_set_priority(spec, PRIORITIES[priority]))
         check(C.kestrel_job_spec_set_gpus(spec, gpus))
+        if git and code:
+            raise ValueError("give code= or git=, not both")
+        if code:
+            from .repo import push_code
+            check(C.kestrel_job_spec_set_code(spec, _b(push_code(self, code, max_bytes=max_code_size))))
         if git:
             check(C.kestrel_job_spec_set_git(spec, _b(git), _b(ref) if ref else ffi.NULL))
         elif ref:

@@ -69,6 +69,7 @@ class Job:
         self.owner = _s(C.kestrel_job_owner(p))
         self.reason = _s(C.kestrel_job_reason(p))
         self.git_commit = _s(C.kestrel_job_git_commit(p)) or None
+        self.code = _s(C.kestrel_job_code(p)) or None
         self.priority = _s(C.kestrel_priority_name(C.kestrel_job_priority(p)))
         self.gpus = C.kestrel_job_gpus(p)
         self.node = _s(C.kestrel_job_node(p)) or None

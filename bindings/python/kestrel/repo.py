@@ -101,6 +101,26 @@ def push(client, name: str, path: str, *, alias: Optional[str] = None, metadata:
     return out[0]
 
 
+def push_code(client, directory: str, *, max_bytes: Optional[int] = None, name: Optional[str] = None) -> str:
+    """Snapshot directory (what git would keep: .gitignore and .kestrelignore honoured) as the next
+    version of USER/code/DIRNAME (or name); the exact reference, e.g. "alice/code/proj@4"."""
+    opts = ffi.new("kestrel_code_options *")
+    check(C.kestrel_code_options_init(opts, C.KESTREL_CODE_OPTIONS_VERSION))
+    keep = []
+    if max_bytes:
+        opts.max_bytes = int(max_bytes)
+    if name:
+        keep.append(ffi.new("char[]", name.encode()))
+        opts.name = keep[-1]
+    buf = ffi.new("kestrel_buf *")
+    try:
+        with client._lock:
+            check(C.kestrel_code_push(buf, client._p(), str(directory).encode(), opts))
+        return ffi.string(buf.ptr).decode()
+    finally:
+        C.kestrel_buf_dispose(buf)
+
+
 def pull(client, ref: str, dest: str, *, progress: Optional[Callable[[Progress], None]] = None) -> str:
     keep: list = []
     opts, payload, bar = _options(progress, keep, desc=f"pull {ref}")

@@ -356,6 +356,19 @@ int kestrel_token_revoke(kestrel_client *client, int64_t id);
 int kestrel_user_set_team(kestrel_client *client, const char *user, const char *team);
 int kestrel_admin_backup(kestrel_client *client, const char *dir, int64_t *files_out, int64_t *bytes_out);
 int kestrel_admin_fsck(kestrel_buf *damaged_out, int64_t *checked_out, int64_t *bad_out, kestrel_client *client);
+int kestrel_job_spec_set_code(kestrel_job_spec *spec, const char *ref);
+const char *kestrel_job_code(const kestrel_job *job);
+typedef struct kestrel_code_options {
+    unsigned int version;
+    int64_t max_bytes;
+    const char *name;
+    kestrel_progress_cb progress;
+    void *progress_payload;
+    ...;
+} kestrel_code_options;
+#define KESTREL_CODE_OPTIONS_VERSION ...
+int kestrel_code_options_init(kestrel_code_options *opts, unsigned int version);
+int kestrel_code_push(kestrel_buf *ref_out, kestrel_client *client, const char *dir, const kestrel_code_options *opts);
 
 /* Python trampolines */
 extern "Python" int _kestrel_log_tramp(const kestrel_log_line *line, void *payload);
