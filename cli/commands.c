@@ -69,6 +69,11 @@ static void print_job(const kestrel_job *job)
         printf("  commit:    %s\n", kestrel_job_git_commit(job));
     if (kestrel_job_code(job)[0])
         printf("  code:      %s\n", kestrel_job_code(job));
+    for (size_t i = 0; i < kestrel_job_data_count(job); i++) {
+        const char *ref, *path;
+        if (kestrel_job_data_at(job, i, &ref, &path) == 0)
+            printf("  %s %s at %s\n", i ? "          " : "data:     ", ref, path);
+    }
     for (size_t i = 0; i < kestrel_job_param_count(job); i++) {
         const char *k, *v;
         if (kestrel_job_param_at(job, i, &k, &v) == 0)

@@ -17,6 +17,8 @@ static void usage(FILE *f)
         "  jobs [--state S] [--name N] [--label K=V] [--param K=V] [--limit N]\n"
         "                                          list your jobs, newest first\n"
         "  status ID                               show a job and its state history\n"
+        "  rerun ID                                queue a job again with what it ran with\n"
+        "  reproduce NAME[@REF]                    rerun the job that pushed this model version\n"
         "  logs [-f] [--offset N] ID               print a job's output; -f follows until it ends\n"
         "  wait [--timeout SECS] ID                wait for a job to end; exit 0 only if it SUCCEEDED\n"
         "  cancel ID                               cancel a queued or running job\n"
@@ -227,6 +229,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "logs")) rc = cmd_logs(&ctx, argc, argv);
     else if (!strcmp(cmd, "wait")) rc = cmd_wait(&ctx, argc, argv);
     else if (!strcmp(cmd, "cancel")) rc = cmd_cancel(&ctx, argc, argv);
+    else if (!strcmp(cmd, "rerun") || !strcmp(cmd, "reproduce")) rc = cmd_rerun(&ctx, argc, argv);
     else if (!strcmp(cmd, "version")) rc = cmd_version(&ctx);
     else if (!strcmp(cmd, "explain")) rc = cmd_explain(&ctx, argc, argv);
     else if (!strcmp(cmd, "queue")) rc = cmd_queue(&ctx, argc, argv);

@@ -38,6 +38,9 @@ static void submit_usage(FILE *f)
         "                         are honoured) as the next version of USER/code/DIRNAME and run the\n"
         "                         job in a fresh copy of it; only changed chunks travel again\n"
         "  --max-code-size SIZE   refuse a --code upload bigger than this (default 1G)\n"
+        "  --data NAME[@REF][:PATH]  a repository version (a dataset) made available read-only at\n"
+        "                         PATH in the work dir (default data/LAST-NAME-SEGMENT), linked from\n"
+        "                         one copy per host; the exact version is recorded (repeatable)\n"
         "  --git URL [--ref REF]  run in a checkout of URL at REF (branch, tag or commit)\n"
         "  --workdir DIR          run in DIR, relative to the work dir or checkout\n"
         "  --no-retry             after a daemon crash, fail instead of requeueing\n"
@@ -54,6 +57,23 @@ static void submit_usage(FILE *f)
         "  --group G              make this job part of group G\n"
         "  --not-preemptible      never preempt this job for a higher class\n"
         "  --grace SECS           SIGTERM -> SIGKILL delay when stopped or preempted\n");
+}
+
+/* --data NAME[@REF][:PATH]: PATH defaults to data/ and the name's last segment */
+static int add_data(kestrel_job_spec *spec, const char *arg)
+{
+    char ref[512], path[512];
+    const char *colon = strchr(arg, ':'), *last;
+    int rc;
+    snprintf(ref, sizeof(ref), "%.*s", (int)(colon ? colon - arg : (long)strlen(arg)), arg);
+    if (colon && colon[1]) {
+        snprintf(path, sizeof(path), "%s", colon + 1);
+    } else {
+        last = strrchr(ref, '/');
+        snprintf(path, sizeof(path), "data/%.*s", (int)strcspn(last ? last + 1 : ref, "@"), last ? last + 1 : ref);
+    }
+    rc = kestrel_job_spec_add_data(spec, ref, path);
+    return rc;
 }
 
 static int code_progress(const kestrel_progress *p, void *payload)
@@ -96,7 +116,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         { "group", required_argument, NULL, 9 }, { "not-preemptible", no_argument, NULL, 10 },
         { "grace", required_argument, NULL, 11 }, { "secret-env", required_argument, NULL, 12 },
         { "param", required_argument, NULL, 13 }, { "code", required_argument, NULL, 14 },
-        { "max-code-size", required_argument, NULL, 15 },
+        { "max-code-size", required_argument, NULL, 15 }, { "data", required_argument, NULL, 16 },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     kestrel_job_spec *spec;
@@ -156,6 +176,10 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         }
         case 'G': git = optarg; break;
         case 14: code = optarg; break;
+        case 16:
+            if (add_data(spec, optarg) < 0)
+                rc = cli_fail("--data", -1) + 1;
+            break;
         case 15:
             if (cli_parse_size(optarg, &copts.max_bytes) < 0 || copts.max_bytes == 0) {
                 fprintf(stderr, "kestrel: --max-code-size takes a size such as 1G or 200M\n");
@@ -281,6 +305,43 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         if ((rc = cmd_logs(ctx, 3, args)) != 0)
             return rc;
         return cli_wait_exit(ctx, id, -1);
+    }
+    kestrel_job_free(job);
+    return 0;
+}
+
+/* kestrel rerun ID / kestrel reproduce NAME@REF: the job again, with what it ran with. */
+int cmd_rerun(cli_ctx *ctx, int argc, char **argv)
+{
+    int reproduce = !strcmp(argv[0], "reproduce");
+    kestrel_job *job = NULL;
+    int64_t id = 0;
+    int rc;
+    if (argc != 2 || (!reproduce && cli_job_id(argv[1], &id) < 0) || !strcmp(argv[1], "--help")) {
+        fprintf(stderr, reproduce ? "Usage: kestrel reproduce NAME[@VERSION|@ALIAS]\n"
+                                    "Run the job that pushed this model version again: same code version, datasets,\n"
+                                    "parameters, argv and environment (a git source at the commit it ran).\n"
+                                  : "Usage: kestrel rerun ID\n"
+                                    "Queue job ID again: same code version, datasets, parameters, argv and environment.\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    rc = reproduce ? kestrel_job_reproduce(&job, ctx->client, argv[1]) : kestrel_job_rerun(&job, ctx->client, id);
+    if (rc < 0)
+        return cli_fail(argv[0], rc);
+    if (ctx->json) {
+        cli_print_job_json(job);
+    } else {
+        printf("submitted job %" PRId64 " (%s)", kestrel_job_id(job), kestrel_job_state_name(kestrel_job_state(job)));
+        if (kestrel_job_code(job)[0])
+            printf(" code %s", kestrel_job_code(job));
+        for (size_t i = 0; i < kestrel_job_data_count(job); i++) {
+            const char *ref, *path;
+            if (kestrel_job_data_at(job, i, &ref, &path) == 0)
+                printf("%s %s", i ? "," : " data", ref);
+        }
+        printf("\n");
     }
     kestrel_job_free(job);
     return 0;

@@ -180,6 +180,20 @@ int kestrel_job_cancel(kestrel_job **out, kestrel_client *c, int64_t id)
     return job_call(out, c, &req);
 }
 
+int kestrel_job_rerun(kestrel_job **out, kestrel_client *c, int64_t id)
+{
+    char path[96];
+    kestrel__request req = { "POST", path, NULL, &kestrel__v1__job__descriptor, 0, 0 };
+    int rc;
+    if (out == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
+    *out = NULL;
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    if ((rc = job_path(path, sizeof(path), id, "/rerun")) < 0)
+        return rc;
+    return job_call(out, c, &req);
+}
+
 void kestrel_job_free(kestrel_job *j)
 {
     if (j == NULL || j->magic != KESTREL__MAGIC_JOB || !j->owns_pb)
@@ -203,6 +217,20 @@ int64_t kestrel_job_end_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb->e
 size_t kestrel_job_event_count(const kestrel_job *j) { return JOB_OK(j) ? j->pb->n_events : 0; }
 const char *kestrel_job_node(const kestrel_job *j) { return JOB_OK(j) ? j->pb->node : ""; }
 const char *kestrel_job_code(const kestrel_job *j) { return JOB_OK(j) && j->pb->spec ? j->pb->spec->code : ""; }
+size_t kestrel_job_data_count(const kestrel_job *j) { return JOB_OK(j) && j->pb->spec ? j->pb->spec->n_data : 0; }
+
+int kestrel_job_data_at(const kestrel_job *j, size_t i, const char **ref, const char **path)
+{
+    KESTREL__CHECK(j, KESTREL__MAGIC_JOB, "job");
+    if (ref == NULL || path == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "ref or path is NULL");
+    if (j->pb->spec == NULL || i >= j->pb->spec->n_data)
+        return kestrel__error_set(KESTREL_EINVALID, "dataset %zu of %zu", i, kestrel_job_data_count(j));
+    *ref = j->pb->spec->data[i]->ref;
+    *path = j->pb->spec->data[i]->path;
+    return 0;
+}
+
 size_t kestrel_job_param_count(const kestrel_job *j) { return JOB_OK(j) && j->pb->spec ? j->pb->spec->n_params : 0; }
 
 int kestrel_job_param_at(const kestrel_job *j, size_t i, const char **key, const char **value)

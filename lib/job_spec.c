@@ -145,6 +145,25 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
         return kestrel__error_set(KESTREL_EINVALID, "field 'workdir': must be a relative path inside the job");
     if (s->code[0] && (!kestrel__text_is_clean(s->code, 400) || s->code[0] == '-'))
         return kestrel__error_set(KESTREL_EINVALID, "field 'code': not a repository reference (NAME@VERSION)");
+    if (s->n_data > KESTREL__DATA_MAX)
+        return kestrel__error_set(KESTREL_ETOOLARGE, "field 'data': at most %d datasets", KESTREL__DATA_MAX);
+    for (size_t i = 0; i < s->n_data; i++) {
+        const Kestrel__V1__DataMount *d = s->data[i];
+        if (!d->ref[0] || d->ref[0] == '-' || !kestrel__text_is_clean(d->ref, 400))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'data': not a repository reference '%.64s'", d->ref);
+        if (!d->path[0] || !workdir_ok(d->path))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'data': the path of %.64s must be relative, inside "
+                                      "the work dir", d->ref);
+        for (size_t j = 0; j < i; j++) {
+            size_t a = strlen(s->data[j]->path), b = strlen(d->path), m = a < b ? a : b;
+            if (!strncmp(s->data[j]->path, d->path, m) && (a == b || (a < b ? d->path : s->data[j]->path)[m] == '/'))
+                return kestrel__error_set(KESTREL_EINVALID, "field 'data': paths %s and %s overlap",
+                                          s->data[j]->path, d->path);
+        }
+    }
+    if (s->n_data && s->git_url[0])
+        return kestrel__error_set(KESTREL_EINVALID, "field 'data': not with 'git_url' (a checkout is the job's "
+                                  "own tree): upload the code with 'code' instead");
     if (s->code[0] && s->git_url[0])
         return kestrel__error_set(KESTREL_EINVALID, "fields 'code', 'git_url': a job's code comes from one of them");
     {
@@ -344,6 +363,29 @@ int kestrel_job_spec_set_code(kestrel_job_spec *s, const char *ref)
     if (ref == NULL || !ref[0] || ref[0] == '-' || !kestrel__text_is_clean(ref, 400))
         return kestrel__error_set(KESTREL_EINVALID, "bad code reference '%.64s' (NAME@VERSION)", ref ? ref : "");
     return kestrel__spec_set_string(&s->pb->code, ref);
+}
+
+int kestrel_job_spec_add_data(kestrel_job_spec *s, const char *ref, const char *path)
+{
+    Kestrel__V1__DataMount *d, **grown;
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (ref == NULL || !ref[0] || ref[0] == '-' || !kestrel__text_is_clean(ref, 400))
+        return kestrel__error_set(KESTREL_EINVALID, "bad dataset reference '%.64s' (NAME@VERSION)", ref ? ref : "");
+    if (path == NULL || !path[0] || !workdir_ok(path))
+        return kestrel__error_set(KESTREL_EINVALID, "the path of dataset %s must be relative, inside the work dir", ref);
+    if (s->pb->n_data >= KESTREL__DATA_MAX)
+        return kestrel__error_set(KESTREL_ETOOLARGE, "at most %d datasets", KESTREL__DATA_MAX);
+    if ((d = malloc(sizeof(*d))) == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__data_mount__init(d);
+    if (kestrel__spec_set_string(&d->ref, ref) < 0 || kestrel__spec_set_string(&d->path, path) < 0 ||
+        (grown = realloc(s->pb->data, (s->pb->n_data + 1) * sizeof(*grown))) == NULL) {
+        protobuf_c_message_free_unpacked(&d->base, NULL);
+        return kestrel__error_oom();
+    }
+    grown[s->pb->n_data++] = d;
+    s->pb->data = grown;
+    return 0;
 }
 
 int kestrel_job_spec_set_retry(kestrel_job_spec *s, int retry)

@@ -9,8 +9,9 @@
 #include "repo_acl.h"
 #include "store.h"
 
-/* Resolve *ref (a "NAME[@REF]") to "NAME@N", replacing the string. 0, or -1 with an error set. */
-static int pin(kd_req *r, const char *field, char **ref)
+/* Resolve *ref (a "NAME[@REF]") to "NAME@N", replacing the string; want_tree: a directory version
+ * only. 0, or -1 with an error set. */
+static int pin(kd_req *r, const char *field, char **ref, int want_tree)
 {
     char name[256], *exact;
     const char *at = strrchr(*ref, '@');
@@ -26,7 +27,7 @@ static int pin(kd_req *r, const char *field, char **ref)
     if ((rc = kestrel__store_resolve(r->e->store, *ref, &m)) < 0)
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': %s", field, kestrel_error_last()->message);
     v = cJSON_GetObjectItemCaseSensitive(m, "version");
-    if (!cJSON_IsNumber(v) || !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "files"))) {
+    if (!cJSON_IsNumber(v) || (want_tree && !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "files")))) {
         cJSON_Delete(m);
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': %s is a file, not a directory version", field, *ref);
     }
@@ -42,7 +43,81 @@ static int pin(kd_req *r, const char *field, char **ref)
 
 int kd_inputs_pin(kd_req *r, Kestrel__V1__JobSpec *spec)
 {
-    if (spec->code[0] && pin(r, "code", &spec->code) < 0)
+    if (spec->code[0] && pin(r, "code", &spec->code, 1) < 0)
         return KESTREL_EINVALID;
+    for (size_t i = 0; i < spec->n_data; i++)
+        if (pin(r, "data", &spec->data[i]->ref, 0) < 0)
+            return KESTREL_EINVALID;
     return 0;
+}
+
+/* Whether ref still resolves (for rerun's report); the reason into why when not. */
+static int still_there(kd_req *r, const char *ref, char *why, size_t n)
+{
+    cJSON *m = NULL;
+    char name[256];
+    const char *at = strrchr(ref, '@');
+    snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
+    if (kestrel__repo_name_valid(name) && kd_repo_may_read(r, name) && kestrel__store_resolve(r->e->store, ref, &m) == 0) {
+        cJSON_Delete(m);
+        return 1;
+    }
+    snprintf(why, n, "%s", ref);
+    return 0;
+}
+
+int kd_inputs_missing(kd_req *r, const Kestrel__V1__JobSpec *spec, char *msg, size_t n)
+{
+    size_t used = 0, missing = 0;
+    char why[420];
+    msg[0] = '\0';
+    for (size_t i = 0; i <= spec->n_data; i++) {
+        const char *ref = i == 0 ? spec->code : spec->data[i - 1]->ref;
+        if (!ref[0] || still_there(r, ref, why, sizeof(why)))
+            continue;
+        used += (size_t)snprintf(msg + used, used < n ? n - used : 0, "%s%s %s", missing++ ? "; " : "cannot reproduce: ",
+                                 i == 0 ? "code" : "dataset", why);
+    }
+    if (missing && used < n)
+        snprintf(msg + used, n - used, " can no longer be found (deleted, or not yours to read)");
+    return missing ? -1 : 0;
+}
+
+cJSON *kd_inputs_lineage(kd_req *r)
+{
+    Kestrel__V1__Job *job = NULL;
+    int64_t owner = 0;
+    cJSON *l, *a;
+    const Kestrel__V1__JobSpec *s;
+    if (kd_catalog_job_load(r->e->cat, r->who.job_id, 0, &job, &owner) < 0 || job->spec == NULL) {
+        if (job)
+            protobuf_c_message_free_unpacked(&job->base, NULL);
+        return NULL;
+    }
+    s = job->spec;
+    if ((l = cJSON_CreateObject()) == NULL)
+        goto out;
+    cJSON_AddNumberToObject(l, "job_id", (double)job->id);
+    if (s->code[0])
+        cJSON_AddStringToObject(l, "code", s->code);
+    if (s->git_url[0]) {
+        cJSON_AddStringToObject(l, "git_url", s->git_url);
+        cJSON_AddStringToObject(l, "git_commit", job->git_commit);
+    }
+    if (s->n_data && (a = cJSON_AddArrayToObject(l, "data")) != NULL)
+        for (size_t i = 0; i < s->n_data; i++) {
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddStringToObject(d, "ref", s->data[i]->ref);
+            cJSON_AddStringToObject(d, "path", s->data[i]->path);
+            cJSON_AddItemToArray(a, d);
+        }
+    if ((a = cJSON_AddObjectToObject(l, "params")) != NULL)
+        for (size_t i = 0; i < s->n_params; i++)
+            cJSON_AddStringToObject(a, s->params[i]->key, s->params[i]->value);
+    if ((a = cJSON_AddArrayToObject(l, "argv")) != NULL)
+        for (size_t i = 0; i < s->n_argv; i++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(s->argv[i]));
+out:
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return l;
 }

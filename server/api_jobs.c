@@ -96,15 +96,13 @@ static int refs_visible(kd_req *r, const Kestrel__V1__JobSpec *spec)
     return 0;
 }
 
-static enum MHD_Result submit(kd_req *r)
+/* Queue spec (owned: freed here) for the caller: the checks every submission passes, then the insert. */
+static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
 {
     enum MHD_Result reply = MHD_NO;
-    Kestrel__V1__JobSpec *spec = (Kestrel__V1__JobSpec *)kd_body(r, &kestrel__v1__job_spec__descriptor, &reply);
     Kestrel__V1__Job *job;
     int64_t id;
     int rc;
-    if (spec == NULL)
-        return reply;
     if ((rc = kestrel__job_spec_validate(spec)) < 0 || (rc = refs_visible(r, spec)) < 0 ||
         (rc = kd_inputs_pin(r, spec)) < 0) {
         reply = kd_reply_failure(r, rc);
@@ -149,6 +147,59 @@ static enum MHD_Result submit(kd_req *r)
 out:
     protobuf_c_message_free_unpacked(&spec->base, NULL);
     return reply;
+}
+
+static enum MHD_Result submit(kd_req *r)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__JobSpec *spec = (Kestrel__V1__JobSpec *)kd_body(r, &kestrel__v1__job_spec__descriptor, &reply);
+    return spec ? submit_spec(r, spec) : reply;
+}
+
+/* POST /jobs/{id}/rerun: the job again, for its owner, with the same code, data, params, argv and
+ * env (its git source at the commit it ran); not its dependencies, which were of that run. Every
+ * input that can no longer be found is named (404), and nothing is queued then. */
+static enum MHD_Result rerun(kd_req *r, int64_t id)
+{
+    Kestrel__V1__Job *old = NULL;
+    Kestrel__V1__JobSpec *spec = NULL;
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int64_t owner = 0;
+    char msg[2048];
+    int rc;
+    if (r->who.job_id)
+        return kd_reply_error(r, 403, "permission_denied", "a job token cannot rerun jobs");
+    if ((rc = kd_catalog_job_load(r->e->cat, id, 0, &old, &owner)) < 0)
+        return kd_reply_failure(r, rc);
+    if (owner != r->who.user_id || old->spec == NULL) {   /* its secrets are its owner's alone */
+        protobuf_c_message_free_unpacked(&old->base, NULL);
+        snprintf(msg, sizeof(msg), "job %lld not found", (long long)id);
+        return kd_reply_error(r, 404, "not_found", msg);
+    }
+    if (kestrel__wire_pack(&b, &old->spec->base) < 0 ||
+        (spec = (Kestrel__V1__JobSpec *)protobuf_c_message_unpack(&kestrel__v1__job_spec__descriptor, NULL, b.size,
+                                                                 (const uint8_t *)b.ptr)) == NULL) {
+        kestrel_buf_dispose(&b);
+        protobuf_c_message_free_unpacked(&old->base, NULL);
+        return kd_reply_error(r, 500, "internal", "cannot copy the job's spec");
+    }
+    kestrel_buf_dispose(&b);
+    if (old->git_commit[0] && spec->git_url[0] && kestrel__spec_set_string(&spec->git_ref, old->git_commit) < 0) {
+        protobuf_c_message_free_unpacked(&old->base, NULL);
+        protobuf_c_message_free_unpacked(&spec->base, NULL);
+        return kd_reply_error(r, 500, "internal", "out of memory");
+    }
+    protobuf_c_message_free_unpacked(&old->base, NULL);
+    free(spec->after_ok);
+    free(spec->after_any);
+    spec->after_ok = spec->after_any = NULL;
+    spec->n_after_ok = spec->n_after_any = 0;
+    spec->affinity_job = 0;
+    if (kd_inputs_missing(r, spec, msg, sizeof(msg)) < 0) {
+        protobuf_c_message_free_unpacked(&spec->base, NULL);
+        return kd_reply_error(r, 404, "not_found", msg);
+    }
+    return submit_spec(r, spec);
 }
 
 static enum MHD_Result list(kd_req *r)
@@ -331,6 +382,8 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest)
         return kd_route_explain(r, id);
     if (!strcmp(sub, "/priority") && post)
         return kd_route_priority(r, id);
+    if (!strcmp(sub, "/rerun") && post)
+        return rerun(r, id);
     if (!strcmp(sub, "/checkpoint") && post)
         return kd_route_checkpoint(r, id);
     return kd_reply_error(r, 404, "not_found", "no such endpoint");

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "api.h"
+#include "api_inputs.h"
 #include "route.h"
 #include "repo_acl.h"
 #include "chunk.h"
@@ -356,6 +357,16 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     cJSON_AddNumberToObject(m, "size", (double)in->size);
     cJSON_AddStringToObject(m, "sha256", in->sha256);
     cJSON_AddNumberToObject(m, "created_ms", (double)kestrel__now_ms());
+    /* lineage is the server's word: set from the job for a job's push, never taken from a client */
+    if (meta)
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, "lineage");
+    if (r->who.job_id) {
+        cJSON *lineage = kd_inputs_lineage(r);
+        if (lineage && (meta || (meta = cJSON_CreateObject()) != NULL))
+            cJSON_AddItemToObject(meta, "lineage", lineage);
+        else
+            cJSON_Delete(lineage);
+    }
     if (meta) {
         cJSON_AddItemToObject(m, "metadata", meta);
         meta = NULL;

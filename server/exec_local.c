@@ -148,6 +148,12 @@ static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_
     return status;
 }
 
+/* The work dir comes from the repository (code and/or datasets), staged by kestreld. */
+static int staged(const Kestrel__V1__JobSpec *spec)
+{
+    return spec->code[0] || spec->n_data;
+}
+
 static void *runner(void *arg)
 {
     local_job *lj = arg;
@@ -181,20 +187,21 @@ static void *runner(void *arg)
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;
     }
-    if (kestrel__mkdirs(ckpt, 0700) < 0 || (!spec->git_url[0] && !spec->code[0] && kestrel__mkdirs(work, 0700) < 0)) {
+    if (kestrel__mkdirs(ckpt, 0700) < 0 || (!spec->git_url[0] && !staged(spec) && kestrel__mkdirs(work, 0700) < 0)) {
         snprintf(why, sizeof(why), "cannot create %s: %s", dir, strerror(errno));
         goto not_started;
     }
     /* the job's dir is its identity's alone; nobody else can list or read it */
-    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] || spec->code[0] ? 1 : 2) < 0) {
+    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] || staged(spec) ? 1 : 2) < 0) {
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;
     }
     if (spec->git_url[0] && kd_exec_checkout(e, spec, id, work, why, sizeof(why), &as) < 0)
         goto not_started;
-    if (spec->code[0]) {
-        kd_exec_log(e, id, "copying the job's code %s", spec->code);
-        if (kd_stage_code(e, &ident, spec->code, work, why, sizeof(why)) < 0)
+    if (staged(spec)) {
+        kd_exec_log(e, id, "staging %s%s%zu dataset(s)", spec->code[0] ? spec->code : "", spec->code[0] ? " and " : "",
+                    spec->n_data);
+        if (kd_stage_work(e, &ident, spec, work, why, sizeof(why)) < 0)
             goto not_started;
     }
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);

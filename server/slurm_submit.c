@@ -12,6 +12,7 @@
 #include "exec_util.h"
 #include "slurm.h"
 #include "store.h"
+#include "stage.h"
 
 /* The wrapper is the batch shell: Slurm's preemption warning (USR1 at the start of the grace period,
  * --signal=B:USR1@grace with preempt_send_user_signal) becomes the SIGTERM the local executor sends,
@@ -318,13 +319,20 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)j->id);
     snprintf(work, sizeof(work), "%s/work", dir);
     snprintf(script, sizeof(script), "%s/checkpoint", dir);
-    if (kestrel__mkdirs(script, 0700) < 0 || (!spec->git_url[0] && kestrel__mkdirs(work, 0700) < 0)) {
+    if (kestrel__mkdirs(script, 0700) < 0 ||
+        (!spec->git_url[0] && !spec->code[0] && !spec->n_data && kestrel__mkdirs(work, 0700) < 0)) {
         snprintf(why, n, "cannot create %s: %s", dir, strerror(errno));
         rc = -1;
         goto done;
     }
-    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] ? 1 : 2) < 0) {
+    if (chmod(dir, 0700) < 0 ||
+        kd_ident_adopt(&ident, dir, inside, spec->git_url[0] || spec->code[0] || spec->n_data ? 1 : 2) < 0) {
         snprintf(why, n, "%s", kestrel_error_last()->message);
+        rc = -1;
+        goto done;
+    }
+    /* code and datasets: staged by kestreld on the shared data dir before sbatch */
+    if ((spec->code[0] || spec->n_data) && stat(work, &st) < 0 && kd_stage_work(e, &ident, spec, work, why, n) < 0) {
         rc = -1;
         goto done;
     }

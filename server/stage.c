@@ -1,46 +1,186 @@
-/* server/stage.c - a job's repository inputs put in place before it starts: its code (a fresh copy of
- * a directory version) becomes its work dir. Root builds the copy where no job can reach (DATA/staging,
- * 0700) and hands the finished tree over by rename, so it never writes inside a tree a job controls. */
+/* server/stage.c - a job's repository inputs put in place before it starts. Its code (a fresh copy of
+ * a directory version) becomes its work dir; each dataset is linked in at its path from a copy
+ * kept once per host (DATA/cache/data, root's, files 0444), so a second job links the same bytes
+ * instead of copying them and no job can change them. Root builds the work dir where no job can
+ * reach (DATA/staging, 0700) and hands it over whole by rename: it never writes inside a tree a
+ * job controls, and never changes the owner of a cached file. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "kestrel.h"
 #include "stage.h"
 #include "store.h"
 
-int kd_stage_code(kd_engine *e, const kd_ident *id, const char *ref, const char *work, char *why, size_t n)
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;   /* one pull per dataset at a time */
+
+static int pull(kd_engine *e, const char *ref, const char *dest)
 {
-    char staging[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX + 8], url[PATH_MAX + 8];
+    char url[PATH_MAX + 8];
     kestrel_client *c = NULL;
     int rc;
+    snprintf(url, sizeof(url), "file://%s", kd_store_root(e));
+    if ((rc = kestrel_client_new(&c, url, NULL)) == 0)
+        rc = kestrel_model_pull(c, ref, dest, NULL);
+    kestrel_client_free(c);
+    return rc;
+}
+
+/* Every file under path (ours, unreachable by jobs) read-only for all. */
+static int seal(const char *path, int depth)
+{
+    struct stat st;
+    DIR *d;
+    struct dirent *de;
+    int rc = 0;
+    if (lstat(path, &st) < 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode))
+        return chmod(path, 0444);
+    if (depth > 64 || chmod(path, 0755) < 0 || (d = opendir(path)) == NULL)
+        return -1;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        char sub[PATH_MAX];
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+        rc = seal(sub, depth + 1);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* DATA/cache/data/<sha256 of ref>: the host's one copy of a dataset version, made when missing. */
+static int cached(kd_engine *e, const char *ref, char *entry, size_t n, char *why, size_t wn)
+{
+    char cache[PATH_MAX], hex[65], tmp[PATH_MAX], tree[PATH_MAX + 8];
+    struct stat st;
+    int rc = 0;
+    snprintf(cache, sizeof(cache), "%s/cache/data", e->cfg->data_dir);
+    kestrel__sha256_hex(ref, strlen(ref), hex);
+    snprintf(entry, n, "%s/%s", cache, hex);
+    pthread_mutex_lock(&cache_mu);
+    if (lstat(entry, &st) == 0)
+        goto out;
+    snprintf(tmp, sizeof(tmp), "%s/staging/data-XXXXXX", e->cfg->data_dir);
+    if (kestrel__mkdirs(cache, 0700) < 0 || mkdtemp(tmp) == NULL) {
+        snprintf(why, wn, "cannot stage dataset %s: %s", ref, strerror(errno));
+        rc = -1;
+        goto out;
+    }
+    snprintf(tree, sizeof(tree), "%s/tree", tmp);
+    if (pull(e, ref, tree) < 0) {
+        snprintf(why, wn, "cannot copy dataset %s: %s", ref, kestrel_error_last()->message);
+        rc = -1;
+    } else if (seal(tree, 0) < 0 || rename(tree, entry) < 0) {
+        snprintf(why, wn, "cannot keep dataset %s in %s: %s", ref, cache, strerror(errno));
+        rc = -1;
+    }
+    kestrel__rm_tree(tmp);
+out:
+    pthread_mutex_unlock(&cache_mu);
+    return rc;
+}
+
+/* Mirror src (a cached dataset) at dst: directories made and given to the identity, files hard-linked. */
+static int link_tree(const kd_ident *id, const char *src, const char *dst, int depth, char *why, size_t n)
+{
+    struct stat st;
+    DIR *d;
+    struct dirent *de;
+    int rc = 0;
+    if (lstat(src, &st) < 0 || depth > 64) {
+        snprintf(why, n, "cannot read the cached dataset at %s", src);
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        if (link(src, dst) == 0)
+            return 0;
+        snprintf(why, n, "cannot link %s: %s", dst, strerror(errno));
+        return -1;
+    }
+    if (mkdir(dst, 0755) < 0 || kd_ident_chown(id, dst, 0) < 0 || (d = opendir(src)) == NULL) {
+        snprintf(why, n, "cannot make %s: %s", dst, strerror(errno));
+        return -1;
+    }
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        char s[PATH_MAX], t[PATH_MAX];
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        snprintf(s, sizeof(s), "%s/%s", src, de->d_name);
+        snprintf(t, sizeof(t), "%s/%s", dst, de->d_name);
+        rc = link_tree(id, s, t, depth + 1, why, n);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* The directories leading to root/rel (rel's own last segment excluded), made for the identity. */
+static int parents(const kd_ident *id, const char *root, const char *rel, char *why, size_t n)
+{
+    char path[PATH_MAX];
+    size_t base = (size_t)snprintf(path, sizeof(path), "%s/", root);
+    for (const char *p = strchr(rel, '/'); p; p = strchr(p + 1, '/')) {
+        struct stat st;
+        snprintf(path + base, sizeof(path) - base, "%.*s", (int)(p - rel), rel);
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            continue;
+        if (mkdir(path, 0755) < 0 || kd_ident_chown(id, path, 0) < 0) {
+            snprintf(why, n, "cannot make %s for a dataset: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *spec, const char *work, char *why,
+                  size_t n)
+{
+    char staging[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX + 8];
     snprintf(staging, sizeof(staging), "%s/staging", e->cfg->data_dir);
-    snprintf(tmp, sizeof(tmp), "%s/code-XXXXXX", staging);
+    snprintf(tmp, sizeof(tmp), "%s/work-XXXXXX", staging);
     if (kestrel__mkdirs(staging, 0700) < 0 || mkdtemp(tmp) == NULL) {
-        snprintf(why, n, "cannot stage the job's code in %s: %s", staging, strerror(errno));
+        snprintf(why, n, "cannot stage the job's inputs in %s: %s", staging, strerror(errno));
         return -1;
     }
     snprintf(tree, sizeof(tree), "%s/tree", tmp);
-    snprintf(url, sizeof(url), "file://%s", kd_store_root(e));
-    if ((rc = kestrel_client_new(&c, url, NULL)) < 0 || (rc = kestrel_model_pull(c, ref, tree, NULL)) < 0) {
-        snprintf(why, n, "cannot copy the job's code %s: %s", ref, kestrel_error_last()->message);
+    if (spec->code[0] && pull(e, spec->code, tree) < 0) {
+        snprintf(why, n, "cannot copy the job's code %s: %s", spec->code, kestrel_error_last()->message);
         goto fail;
     }
-    if (kd_ident_chown(id, tree, 1) < 0) {
+    if (!spec->code[0] && mkdir(tree, 0700) < 0) {
+        snprintf(why, n, "cannot make the work dir: %s", strerror(errno));
+        goto fail;
+    }
+    if (kd_ident_chown(id, tree, 1) < 0) {   /* the code only: datasets' files stay root's */
         snprintf(why, n, "cannot give the job's code to %s: %s", id->name, kestrel_error_last()->message);
         goto fail;
     }
+    for (size_t i = 0; i < spec->n_data; i++) {
+        char entry[PATH_MAX], dst[PATH_MAX * 2];
+        struct stat st;
+        snprintf(dst, sizeof(dst), "%s/%s", tree, spec->data[i]->path);
+        if (lstat(dst, &st) == 0) {
+            snprintf(why, n, "dataset %s: its path %s is already in the job's code", spec->data[i]->ref,
+                     spec->data[i]->path);
+            goto fail;
+        }
+        if (cached(e, spec->data[i]->ref, entry, sizeof(entry), why, n) < 0 ||
+            parents(id, tree, spec->data[i]->path, why, n) < 0 || link_tree(id, entry, dst, 0, why, n) < 0)
+            goto fail;
+    }
     if (rename(tree, work) < 0) {
-        snprintf(why, n, "cannot move the job's code into %s: %s", work, strerror(errno));
+        snprintf(why, n, "cannot move the job's inputs into %s: %s", work, strerror(errno));
         goto fail;
     }
-    kestrel_client_free(c);
     rmdir(tmp);
     return 0;
 fail:
-    kestrel_client_free(c);
-    kestrel__rm_tree(tmp);   /* root's own, never reachable by a job */
+    kestrel__rm_tree(tmp);   /* in root's staging, never reachable by a job; links go, cached files stay */
     return -1;
 }

@@ -6,9 +6,11 @@
 #include "engine.h"
 #include "identity.h"
 
-/* Make work (which must not exist) a fresh copy of the directory version ref ("NAME@N") for the
- * job's identity: pulled from kestreld's store (every file verified) into DATA/staging, a folder
- * only root can reach, given to the identity there, then renamed into place. 0, or -1 with why. */
-int kd_stage_code(kd_engine *e, const kd_ident *id, const char *ref, const char *work, char *why, size_t n);
+/* Make work (which must not exist) the job's work dir for its identity: a fresh copy of its code
+ * version (or an empty dir), with each dataset linked in at its path, read-only, from the host's
+ * one copy (DATA/cache/data). Everything is verified as it is pulled from kestreld's store, built
+ * in DATA/staging (root's alone) and renamed into place. 0, or -1 with why. */
+int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *spec, const char *work, char *why,
+                  size_t n);
 
 #endif

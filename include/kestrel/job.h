@@ -78,6 +78,13 @@ KESTREL_API int kestrel_job_spec_set_git(kestrel_job_spec *spec, const char *url
  * local directory. Not together with kestrel_job_spec_set_git().
  */
 KESTREL_API int kestrel_job_spec_set_code(kestrel_job_spec *spec, const char *ref);
+/**
+ * Make a repository version ("team/mnist@3"; an alias is pinned at submit) available at path,
+ * relative to the work dir, before the job starts: a directory version as a directory, a file
+ * version as a file. Read-only, and shared: a second job on the same host links the same bytes
+ * instead of copying them. Repeatable (at most 64; paths must not overlap).
+ */
+KESTREL_API int kestrel_job_spec_add_data(kestrel_job_spec *spec, const char *ref, const char *path);
 /** Working subdirectory, relative to the job's work dir (or checkout). No "..". */
 KESTREL_API int kestrel_job_spec_set_workdir(kestrel_job_spec *spec, const char *subdir);
 /** retry != 0 (default): requeue after a daemon crash; 0: fail with "daemon restarted". */
@@ -149,6 +156,17 @@ KESTREL_API int kestrel_job_wait(kestrel_job **out, kestrel_client *client, int6
  * *out (owned, may be NULL to skip) receives the job after the request.
  */
 KESTREL_API int kestrel_job_cancel(kestrel_job **out, kestrel_client *client, int64_t id);
+/**
+ * Queue job id again, as a new job of yours: the same code version, datasets, parameters, argv
+ * and environment (a git source at the commit it ran), not its dependencies. KESTREL_ENOTFOUND,
+ * naming each one, when an input can no longer be found; nothing is queued then.
+ */
+KESTREL_API int kestrel_job_rerun(kestrel_job **out, kestrel_client *client, int64_t id);
+/**
+ * Rerun the job that pushed a model version ("team/m@3", "team/m@production"; its lineage names
+ * the job): see kestrel_job_rerun(). KESTREL_ENOTFOUND when the version carries no lineage.
+ */
+KESTREL_API int kestrel_job_reproduce(kestrel_job **out, kestrel_client *client, const char *ref);
 /** Free a job snapshot. Accepts NULL. */
 KESTREL_API void kestrel_job_free(kestrel_job *job);
 
@@ -180,6 +198,10 @@ KESTREL_API const char *kestrel_job_node(const kestrel_job *job);
 KESTREL_API int64_t kestrel_job_checkpoint_time(const kestrel_job *job);
 /** The exact code version the job runs ("alice/code/proj@3"), "" when none. */
 KESTREL_API const char *kestrel_job_code(const kestrel_job *job);
+/** Number of datasets of the job (kestrel_job_spec_add_data). */
+KESTREL_API size_t kestrel_job_data_count(const kestrel_job *job);
+/** Dataset i: its exact version (*ref, "team/mnist@3") and *path, borrowed from job. */
+KESTREL_API int kestrel_job_data_at(const kestrel_job *job, size_t i, const char **ref, const char **path);
 /** Number of parameters of the job (kestrel_job_spec_set_param). */
 KESTREL_API size_t kestrel_job_param_count(const kestrel_job *job);
 /** Parameter i: *key and *value borrowed from job. KESTREL_EINVALID when i is out of range. */

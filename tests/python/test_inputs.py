@@ -155,3 +155,125 @@ def test_python_submit_with_code(daemon, tmp_path):
     assert job.state == "SUCCEEDED" and "'pkg'" in [l.text for l in job.logs()][-1]
     with pytest.raises(kestrel.TooLargeError):
         c.submit(["true"], code=str(proj), max_code_size=1000)
+
+
+def test_datasets_are_linked_read_only_once_per_host_and_recorded(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    ds = tmp_path / "mnist"
+    (ds / "train").mkdir(parents=True)
+    (ds / "train" / "x.npy").write_bytes(os.urandom(1 << 20))
+    (ds / "labels.txt").write_text("0 1 2\n")
+    d.cli("push", "admin/mnist", str(ds))
+    d.cli("alias", "admin/mnist", "1", "production")
+    one = tmp_path / "vocab.txt"
+    one.write_text("a b c\n")
+    d.cli("push", "admin/vocab", str(one))
+    proj = code_dir(tmp_path)
+    script = ("import os, hashlib\n"
+              "p = 'data/mnist/train/x.npy'\n"
+              "print('sha', hashlib.sha256(open(p, 'rb').read()).hexdigest())\n"
+              "print('labels', open('data/mnist/labels.txt').read().strip(), 'vocab', open('vocab.txt').read().strip())\n"
+              "print('ino', os.stat(p).st_ino, 'mode', oct(os.stat(p).st_mode & 0o777))\n"
+              "try:\n    open(p, 'ab').write(b'x'); print('wrote')\nexcept OSError as e:\n    print('refused', e.errno)\n")
+    (proj / "read.py").write_text(script)
+    jobs = []
+    for _ in range(2):
+        r = d.cli("-o", "json", "submit", "--code", str(proj), "--data", "admin/mnist@production",
+                  "--data", "admin/vocab:vocab.txt", "--", sys.executable, "read.py")
+        jobs.append(json.loads(r.stdout)["id"])
+    outs = []
+    for jid in jobs:
+        j = d.wait(jid)
+        log = d.cli("logs", jid).stdout
+        assert j["state"] == "SUCCEEDED", log
+        assert [(m["ref"], m["path"]) for m in j["spec"]["data"]] == [("admin/mnist@1", "data/mnist"),
+                                                                     ("admin/vocab@1", "vocab.txt")]
+        assert "admin/mnist@1 at data/mnist" in d.cli("status", jid).stdout
+        outs.append(dict(line.split(" ", 1) for line in log.splitlines() if line.split(" ", 1)[0] in
+                         ("sha", "labels", "ino")))
+        import hashlib
+        assert outs[-1]["sha"] == hashlib.sha256((ds / "train" / "x.npy").read_bytes()).hexdigest()
+        assert outs[-1]["labels"] == "0 1 2 vocab a b c"
+        if os.geteuid() == 0:   # the job's identity is not the files' owner: it cannot write them
+            assert "refused 13" in log and "wrote" not in log, log
+    # the second job linked the same bytes: one inode, not a second copy
+    assert outs[0]["ino"] == outs[1]["ino"]
+
+
+def test_bad_datasets_are_refused_and_write_nothing(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    f = tmp_path / "v.txt"
+    f.write_text("x")
+    d.cli("push", "admin/v", str(f))
+    for data, why in (([{"ref": "admin/nope@1", "path": "x"}], "'data'"),
+                      ([{"ref": "admin/v@1", "path": "../x"}], "inside the work dir"),
+                      ([{"ref": "admin/v@1", "path": "/etc/x"}], "inside the work dir"),
+                      ([{"ref": "admin/v@1", "path": "a"}, {"ref": "admin/v@1", "path": "a/b"}], "overlap"),
+                      ([{"ref": "admin/v@1", "path": f"p{i}"} for i in range(65)], "at most 64")):
+        status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "data": data})
+        assert status in (400, 413) and why in body["message"], (data[:2], body)
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "git_url": "https://example.invalid/x.git",
+                                                  "data": [{"ref": "admin/v@1", "path": "v"}]})
+    assert status == 400 and "git_url" in body["message"]
+    assert d.api("GET", "/api/v1/jobs")[1].get("jobs", []) == []
+    # a dataset path the code already holds: the job fails before it starts, saying which
+    proj = code_dir(tmp_path)
+    r = d.cli("-o", "json", "submit", "--code", str(proj), "--data", "admin/v:train.py", "--", "true")
+    j = d.wait(json.loads(r.stdout)["id"])
+    assert j["state"] == "FAILED" and "already in the job's code" in j["reason"], j
+
+
+@needs_binding
+def test_python_submit_with_data(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    c = kestrel.Client(d.url, d.token)
+    f = tmp_path / "v.txt"
+    f.write_text("hello data\n")
+    c.push("admin/v", str(f))
+    job = c.submit(["cat", "in/v.txt"], data={"in/v.txt": "admin/v"})
+    assert job.data == {"in/v.txt": "admin/v@1"}
+    job.wait()
+    assert job.state == "SUCCEEDED" and [l.text for l in job.logs()][-1] == "hello data"
+
+
+def test_a_model_pushed_by_a_job_carries_its_lineage_and_reproduces(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    f = tmp_path / "v.txt"
+    f.write_text("7\n")
+    d.cli("push", "admin/ds", str(f))
+    proj = code_dir(tmp_path)
+    (proj / "fit.sh").write_text('echo "$KESTREL_PARAMS $(cat d.txt)" > model.txt && '
+                                 '"$CLI_BIN" push admin/m model.txt && echo pushed\n')
+    r = d.cli("-o", "json", "submit", "--code", str(proj), "--data", "admin/ds:d.txt", "--param", "lr=0.1",
+              "--env", f"CLI_BIN={os.environ['KESTREL_CLI']}", "--", "sh", "fit.sh")
+    jid = json.loads(r.stdout)["id"]
+    assert d.wait(jid)["state"] == "SUCCEEDED", d.cli("logs", jid).stdout
+    meta = json.loads(d.api("GET", "/api/v1/models/admin/m/versions")[1]["versions"][0]["metadata_json"])
+    assert meta["lineage"] == {"job_id": int(jid), "code": "admin/code/proj@1",
+                               "data": [{"ref": "admin/ds@1", "path": "d.txt"}], "params": {"lr": "0.1"},
+                               "argv": ["sh", "fit.sh"]}, meta
+    assert '"lineage"' in d.cli("models", "admin/m").stdout
+    # a client cannot write lineage itself: only a job's push gets it
+    g = tmp_path / "g.txt"
+    g.write_text("x")
+    d.cli("push", "admin/forged", str(g), "--meta", f"lineage={jid}", "--meta", "note=kept")
+    forged = json.loads(d.api("GET", "/api/v1/models/admin/forged/versions")[1]["versions"][0]["metadata_json"])
+    assert forged == {"note": "kept"}, forged
+    assert d.cli("reproduce", "admin/forged@1", check=False).returncode == 1
+    # reproduce: a new job with the same inputs, which pushes version 2
+    r = d.cli("reproduce", "admin/m@1")
+    new = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    assert "code admin/code/proj@1" in r.stdout and "data admin/ds@1" in r.stdout, r.stdout
+    j = d.wait(new)
+    assert j["state"] == "SUCCEEDED" and j["spec"]["params"] == [{"key": "lr", "value": "0.1"}], j
+    assert len(d.api("GET", "/api/v1/models/admin/m/versions")[1]["versions"]) == 2
+    # what can no longer be found is named, and nothing is queued
+    d.cli("rm", "admin/ds@1")
+    before = len(d.api("GET", "/api/v1/jobs")[1]["jobs"])
+    r = d.cli("reproduce", "admin/m@1", check=False)
+    assert r.returncode == 1 and "dataset admin/ds@1" in r.stderr and "can no longer be found" in r.stderr, r.stderr
+    assert len(d.api("GET", "/api/v1/jobs")[1]["jobs"]) == before
+    # another user cannot rerun it (its secrets and inputs are its owner's)
+    bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
+    assert d.api("POST", f"/api/v1/jobs/{jid}/rerun", token=bob)[0] == 404
+    assert d.cli("reproduce", "admin/nothing@1", check=False).returncode == 1

@@ -108,6 +108,23 @@ def test_git_source_and_work_dir_on_the_shared_data_dir(d, tmp_path):
     assert job["state"] == "FAILED" and "git checkout of nope failed" in job["reason"], job
 
 
+def test_uploaded_code_and_a_dataset_are_staged_before_sbatch(d, tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "run.sh").write_text("echo code-$(cat VERSION) data-$(cat data/ds/x.txt) in $(basename $PWD)\n")
+    (proj / "VERSION").write_text("v7\n")
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "x.txt").write_text("42\n")
+    d.cli("push", "admin/ds", str(ds))
+    jid = d.submit("--pool", "poolb", "--code", str(proj), "--data", "admin/ds", "--", "sh", "run.sh")
+    job = d.wait(jid, timeout=60)
+    logs = d.cli("logs", str(jid)).stdout
+    assert job["state"] == "SUCCEEDED", logs
+    assert "code-v7 data-42 in work" in logs and job["spec"]["code"] == "admin/code/proj@1", logs
+    slurm_id(d, jid)   # it ran through Slurm, not locally
+
+
 def test_a_slurm_job_runs_as_its_users_identity(d):
     if os.geteuid() != 0:
         pytest.skip("identities need kestreld as root")

@@ -86,12 +86,15 @@ class Client(Handle):
                after_ok: Iterable[int] = (), after_any: Iterable[int] = (), preemptible: bool = True,
                grace_period: Optional[int] = None, retry: bool = True,
                secret_env: Optional[Dict[str, str]] = None, params: Optional[Dict[str, object]] = None,
-               code: Optional[str] = None, max_code_size: Optional[int] = None) -> Job:
+               code: Optional[str] = None, max_code_size: Optional[int] = None,
+               data: Optional[Dict[str, str]] = None) -> Job:
         """Queue a job: argv (a list, run without a shell) or script (a path run with python).
 
         code: a local directory to run in: uploaded (what git would keep there; only changed chunks
         travel again) as the next version of USER/code/DIRNAME, and the job runs in a fresh copy of
         it (job.code names the version). max_code_size: refuse bigger uploads (default 1 GiB).
+        data: {path in the work dir: repository ref}, e.g. {"data/mnist": "team/mnist@3"}: each
+        version is there, read-only, before the job starts (job.data: the exact versions).
         params: the run's parameters (hyperparameters), recorded with the job and filterable
         (jobs(param="lr=0.001")); the job reads them with kestrel.params(). Values are kept as
         strings (str(value)).
@@ -121,6 +124,8 @@ class Client(Handle):
             check(C.kestrel_job_spec_set_name(spec, _b(name)))
         check(C.kestrel_job_spec_set_priority(spec, PRIORITIES[priority]))
         check(C.kestrel_job_spec_set_gpus(spec, gpus))
+        for path, ref_ in (data or {}).items():
+            check(C.kestrel_job_spec_add_data(spec, _b(ref_), _b(path)))
         if git and code:
             raise ValueError("give code= or git=, not both")
         if code:
@@ -150,6 +155,20 @@ class Client(Handle):
         with self._lock:
             check(C.kestrel_job_submit(jout, self._p(), spec))
         return _job_from_ptr(self, jout[0])
+
+    def rerun(self, job_id: int) -> Job:
+        """Queue job_id again: the same code version, datasets, params, argv and env."""
+        out = ffi.new("kestrel_job **")
+        with self._lock:
+            check(C.kestrel_job_rerun(out, self._p(), int(job_id)))
+        return _job_from_ptr(self, out[0])
+
+    def reproduce(self, ref: str) -> Job:
+        """Rerun the job that pushed the model version ref ("team/m@3"): see rerun()."""
+        out = ffi.new("kestrel_job **")
+        with self._lock:
+            check(C.kestrel_job_reproduce(out, self._p(), _b(ref)))
+        return _job_from_ptr(self, out[0])
 
     def job(self, job_id: int) -> Job:
         out = ffi.new("kestrel_job **")

@@ -77,6 +77,11 @@ class Job:
         self.submit_time_ms = C.kestrel_job_submit_time(p)
         self.start_time_ms = C.kestrel_job_start_time(p) or None
         self.end_time_ms = C.kestrel_job_end_time(p) or None
+        self.data: Dict[str, str] = {}
+        for i in range(C.kestrel_job_data_count(p)):
+            r, q = ffi.new("const char **"), ffi.new("const char **")
+            check(C.kestrel_job_data_at(p, i, r, q))
+            self.data[_s(q[0])] = _s(r[0])
         self.params: Dict[str, str] = {}
         for i in range(C.kestrel_job_param_count(p)):
             k, v = ffi.new("const char **"), ffi.new("const char **")
