@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load fuzz abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs fuzz abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load
+bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -76,6 +76,9 @@ bench-slurm: build
 # 200 concurrent clients for 60 s against kestreld on loopback, beside a /healthz floor of the same run
 bench-load: build
 	$(PY) bench/load.py $(BUILD)/server/kestreld $(BUILD)/cli/kestrel
+
+bench-inputs: build
+	$(PY) bench/inputs.py $(BUILD)/server/kestreld $(BUILD)/cli/kestrel
 
 # libFuzzer (clang) on every parser of outside input, FUZZ_SECONDS each (default 180), ASan+UBSan
 FUZZ_BUILD ?= build-fuzz
