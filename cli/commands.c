@@ -116,7 +116,13 @@ int cmd_jobs(cli_ctx *ctx, int argc, char **argv)
             break;
         case 'n': o.name = optarg; break;
         case 'l': o.label = optarg; break;
-        case 'P': o.param = optarg; break;
+        case 'P':
+            if (o.param) {
+                fprintf(stderr, "kestrel: jobs takes one --param filter\n");
+                return 2;
+            }
+            o.param = optarg;
+            break;
         case 'L':
             limit = strtol(optarg, NULL, 10);
             if (limit < 1 || limit > 1000) {

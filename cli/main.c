@@ -56,7 +56,7 @@ int cli_parse_size(const char *v, int64_t *out)
     char *end;
     double x = strtod(v, &end);
     int64_t mult = 1;
-    if (end == v || x < 0)
+    if (end == v || !(x >= 0 && x <= 1e15))   /* also NaN and inf */
         return -1;
     switch (*end) {
     case 'T': case 't': mult = 1LL << 40; end++; break;
@@ -68,7 +68,7 @@ int cli_parse_size(const char *v, int64_t *out)
     }
     if (*end == 'i' || *end == 'B')
         end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
-    if (*end)
+    if (*end || x * (double)mult > 9e18)
         return -1;
     *out = (int64_t)(x * (double)mult);
     return 0;

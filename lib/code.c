@@ -125,7 +125,7 @@ static void human(char *out, size_t n, int64_t b)
     else if (b >= (1 << 20))
         snprintf(out, n, "%.1f MiB", (double)b / (1 << 20));
     else
-        snprintf(out, n, "%lld KiB", (long long)(b >> 10));
+        snprintf(out, n, "%lld bytes", (long long)b);
 }
 
 /* Refuse a snapshot over max bytes, naming its three biggest files. */

@@ -122,18 +122,25 @@ static int job_path(char *path, size_t n, int64_t id, const char *suffix)
     return 0;
 }
 
-int kestrel_job_get(kestrel_job **out, kestrel_client *c, int64_t id)
+/* method on /api/v1/jobs/{id}{suffix}, the job it answers with into *out (required). */
+static int job_request(kestrel_job **out, kestrel_client *c, int64_t id, const char *method, const char *suffix,
+                       int idempotent)
 {
     char path[96];
-    kestrel__request req = { "GET", path, NULL, &kestrel__v1__job__descriptor, 1, 0 };
+    kestrel__request req = { method, path, NULL, &kestrel__v1__job__descriptor, idempotent, 0 };
     int rc;
     if (out == NULL)
         return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
     *out = NULL;
     KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
-    if ((rc = job_path(path, sizeof(path), id, "")) < 0)
+    if ((rc = job_path(path, sizeof(path), id, suffix)) < 0)
         return rc;
     return job_call(out, c, &req);
+}
+
+int kestrel_job_get(kestrel_job **out, kestrel_client *c, int64_t id)
+{
+    return job_request(out, c, id, "GET", "", 1);
 }
 
 int kestrel_job_wait(kestrel_job **out, kestrel_client *c, int64_t id, long timeout_ms)
@@ -182,16 +189,7 @@ int kestrel_job_cancel(kestrel_job **out, kestrel_client *c, int64_t id)
 
 int kestrel_job_rerun(kestrel_job **out, kestrel_client *c, int64_t id)
 {
-    char path[96];
-    kestrel__request req = { "POST", path, NULL, &kestrel__v1__job__descriptor, 0, 0 };
-    int rc;
-    if (out == NULL)
-        return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
-    *out = NULL;
-    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
-    if ((rc = job_path(path, sizeof(path), id, "/rerun")) < 0)
-        return rc;
-    return job_call(out, c, &req);
+    return job_request(out, c, id, "POST", "/rerun", 0);   /* never retried: it queues a job */
 }
 
 void kestrel_job_free(kestrel_job *j)

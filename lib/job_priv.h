@@ -21,6 +21,7 @@ struct kestrel_job_spec {
 #define KESTREL__PARAMS_MAX 256               /* parameters of a job */
 #define KESTREL__DATA_MAX 64                  /* datasets of a job */
 #define KESTREL__PARAM_VALUE_MAX 4096         /* bytes of one parameter's value */
+#define KESTREL__PARAMS_BYTES (64 * 1024)     /* all of them as KESTREL_PARAMS (one env string: 128 KiB max) */
 #define KESTREL__MAX_GPUS 1024
 
 /* Check a spec as the server will: KESTREL_EINVALID with a message naming the field. */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "job_priv.h"
+#include "tree.h"
 
 /* A relative path that cannot climb out of the job's directory. */
 static int workdir_ok(const char *w)
@@ -34,9 +35,19 @@ static int param_key_ok(const char *k)
 
 static int validate_params(const Kestrel__V1__JobSpec *s)
 {
+    size_t bytes = 2;
     if (s->n_params > KESTREL__PARAMS_MAX)
         return kestrel__error_set(KESTREL_ETOOLARGE, "field 'params': %zu parameters, at most %d", s->n_params,
                                   KESTREL__PARAMS_MAX);
+    for (size_t i = 0; i < s->n_params; i++) {   /* KESTREL_PARAMS is one environment string: Linux takes 128 KiB */
+        const char *v = s->params[i]->value;
+        bytes += strlen(s->params[i]->key) + strlen(v) + 6;   /* "k":"v", (control characters are refused) */
+        for (; *v; v++)
+            bytes += *v == '"' || *v == '\\';
+    }
+    if (bytes > KESTREL__PARAMS_BYTES)
+        return kestrel__error_set(KESTREL_ETOOLARGE, "field 'params': %zu bytes as KESTREL_PARAMS, at most %d: pass "
+                                  "big values in a file (--data)", bytes, KESTREL__PARAMS_BYTES);
     for (size_t i = 0; i < s->n_params; i++) {
         const char *k = s->params[i]->key, *v = s->params[i]->value;
         if (!param_key_ok(k))
@@ -151,9 +162,9 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
         const Kestrel__V1__DataMount *d = s->data[i];
         if (!d->ref[0] || d->ref[0] == '-' || !kestrel__text_is_clean(d->ref, 400))
             return kestrel__error_set(KESTREL_EINVALID, "field 'data': not a repository reference '%.64s'", d->ref);
-        if (!d->path[0] || !workdir_ok(d->path))
+        if (!d->path[0] || !workdir_ok(d->path) || !kestrel__tree_path_valid(d->path))
             return kestrel__error_set(KESTREL_EINVALID, "field 'data': the path of %.64s must be relative, inside "
-                                      "the work dir", d->ref);
+                                      "the work dir, without '.', '..' or empty segments", d->ref);
         for (size_t j = 0; j < i; j++) {
             size_t a = strlen(s->data[j]->path), b = strlen(d->path), m = a < b ? a : b;
             if (!strncmp(s->data[j]->path, d->path, m) && (a == b || (a < b ? d->path : s->data[j]->path)[m] == '/'))
@@ -371,8 +382,9 @@ int kestrel_job_spec_add_data(kestrel_job_spec *s, const char *ref, const char *
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if (ref == NULL || !ref[0] || ref[0] == '-' || !kestrel__text_is_clean(ref, 400))
         return kestrel__error_set(KESTREL_EINVALID, "bad dataset reference '%.64s' (NAME@VERSION)", ref ? ref : "");
-    if (path == NULL || !path[0] || !workdir_ok(path))
-        return kestrel__error_set(KESTREL_EINVALID, "the path of dataset %s must be relative, inside the work dir", ref);
+    if (path == NULL || !path[0] || !workdir_ok(path) || !kestrel__tree_path_valid(path))
+        return kestrel__error_set(KESTREL_EINVALID, "the path of dataset %s must be relative, inside the work dir, "
+                                  "without '.', '..' or empty segments", ref);
     if (s->pb->n_data >= KESTREL__DATA_MAX)
         return kestrel__error_set(KESTREL_ETOOLARGE, "at most %d datasets", KESTREL__DATA_MAX);
     if ((d = malloc(sizeof(*d))) == NULL)

@@ -24,8 +24,11 @@ static int pin(kd_req *r, const char *field, char **ref, int want_tree)
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': bad model name '%.64s'", field, name);
     if (!kd_repo_may_read(r, name))
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': no model '%s'", field, name);
-    if ((rc = kestrel__store_resolve(r->e->store, *ref, &m)) < 0)
+    if ((rc = kestrel__store_resolve(r->e->store, *ref, &m)) < 0) {
+        if (!strncmp(kestrel_error_last()->message, "no model", 8))   /* word for word as for one unreadable */
+            return kestrel__error_set(KESTREL_EINVALID, "field '%s': no model '%s'", field, name);
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': %s", field, kestrel_error_last()->message);
+    }
     v = cJSON_GetObjectItemCaseSensitive(m, "version");
     if (!cJSON_IsNumber(v) || (want_tree && !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "files")))) {
         cJSON_Delete(m);

@@ -10,6 +10,7 @@
 #include <openssl/evp.h>
 #include "api.h"
 #include "api_inputs.h"
+#include "stage.h"
 #include "route.h"
 #include "repo_acl.h"
 #include "chunk.h"
@@ -358,7 +359,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     cJSON_AddStringToObject(m, "sha256", in->sha256);
     cJSON_AddNumberToObject(m, "created_ms", (double)kestrel__now_ms());
     /* lineage is the server's word: set from the job for a job's push, never taken from a client */
-    if (meta)
+    while (meta && cJSON_GetObjectItemCaseSensitive(meta, "lineage"))   /* JSON may repeat a key */
         cJSON_DeleteItemFromObjectCaseSensitive(meta, "lineage");
     if (r->who.job_id) {
         cJSON *lineage = kd_inputs_lineage(r);
@@ -557,6 +558,7 @@ static enum MHD_Result gc(kd_req *r)
         return kd_reply_error(r, 400, "invalid_argument", "grace_s must be a number of seconds >= 0");
     if ((rc = kestrel__store_gc(r->e->store, grace, &st)) < 0)
         return kd_reply_failure(r, rc);
+    kd_stage_sweep(r->e);   /* and the host's copies of deleted dataset versions */
     out.chunks_live = st.chunks_live;
     out.chunks_removed = st.chunks_removed;
     out.temps_removed = st.temps_removed;

@@ -17,6 +17,7 @@
 #include "identity.h"
 #include "slurm.h"
 #include "store.h"
+#include "stage.h"
 
 static void usage(FILE *f)
 {
@@ -584,6 +585,7 @@ int main(int argc, char **argv)
         kd_catalog_close(cat);
         return 1;
     }
+    kd_stage_reset(&engine);   /* no job runs yet: nothing is being staged */
     if (kd_api_start(&api, &engine, &cfg, &port) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kestrel__store_close(engine.store);

@@ -6,6 +6,7 @@
  * job controls, and never changes the owner of a cached file. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,7 +18,12 @@
 #include "stage.h"
 #include "store.h"
 
-static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;   /* one pull per dataset at a time */
+/* Pulls into the cache run without a lock; cache_mu guards only the set of entries being made, so a
+ * second job wanting the same one waits for it (cache_cv) and jobs wanting others do not. */
+#define MAX_BUILDING 64
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cache_cv = PTHREAD_COND_INITIALIZER;
+static char building[MAX_BUILDING][65];
 
 static int pull(kd_engine *e, const char *ref, const char *dest)
 {
@@ -55,18 +61,54 @@ static int seal(const char *path, int depth)
     return rc;
 }
 
-/* DATA/cache/data/<sha256 of ref>: the host's one copy of a dataset version, made when missing. */
+static int is_building(const char *hex)
+{
+    for (size_t i = 0; i < MAX_BUILDING; i++)
+        if (!strcmp(building[i], hex))
+            return 1;
+    return 0;
+}
+
+static int claim(const char *hex)
+{
+    for (size_t i = 0; i < MAX_BUILDING; i++)
+        if (!building[i][0]) {
+            snprintf(building[i], sizeof(building[i]), "%s", hex);
+            return 0;
+        }
+    return -1;
+}
+
+static void unclaim(const char *hex)
+{
+    for (size_t i = 0; i < MAX_BUILDING; i++)
+        if (!strcmp(building[i], hex))
+            building[i][0] = '\0';
+    pthread_cond_broadcast(&cache_cv);
+}
+
+/* DATA/cache/data/<sha256 of ref> (and <that>.ref, the ref it holds, for the sweep): the host's one
+ * copy of a dataset version, made when missing. */
 static int cached(kd_engine *e, const char *ref, char *entry, size_t n, char *why, size_t wn)
 {
-    char cache[PATH_MAX], hex[65], tmp[PATH_MAX], tree[PATH_MAX + 8];
+    char cache[PATH_MAX], hex[65], tmp[PATH_MAX], tree[PATH_MAX + 8], refpath[PATH_MAX + 8];
     struct stat st;
     int rc = 0;
     snprintf(cache, sizeof(cache), "%s/cache/data", e->cfg->data_dir);
     kestrel__sha256_hex(ref, strlen(ref), hex);
     snprintf(entry, n, "%s/%s", cache, hex);
+    snprintf(refpath, sizeof(refpath), "%s.ref", entry);
     pthread_mutex_lock(&cache_mu);
-    if (lstat(entry, &st) == 0)
-        goto out;
+    while (is_building(hex))
+        pthread_cond_wait(&cache_cv, &cache_mu);
+    if (lstat(entry, &st) == 0 || claim(hex) < 0) {
+        pthread_mutex_unlock(&cache_mu);
+        if (lstat(entry, &st) == 0)
+            return 0;
+        snprintf(why, wn, "dataset %s: too many datasets being copied at once; the job will be retried", ref);
+        return -1;
+    }
+    pthread_mutex_unlock(&cache_mu);
     snprintf(tmp, sizeof(tmp), "%s/staging/data-XXXXXX", e->cfg->data_dir);
     if (kestrel__mkdirs(cache, 0700) < 0 || mkdtemp(tmp) == NULL) {
         snprintf(why, wn, "cannot stage dataset %s: %s", ref, strerror(errno));
@@ -77,51 +119,111 @@ static int cached(kd_engine *e, const char *ref, char *entry, size_t n, char *wh
     if (pull(e, ref, tree) < 0) {
         snprintf(why, wn, "cannot copy dataset %s: %s", ref, kestrel_error_last()->message);
         rc = -1;
-    } else if (seal(tree, 0) < 0 || rename(tree, entry) < 0) {
+    } else if (seal(tree, 0) < 0 || kestrel__write_file_atomic(refpath, ref, strlen(ref), 0600) < 0 ||
+               rename(tree, entry) < 0) {
         snprintf(why, wn, "cannot keep dataset %s in %s: %s", ref, cache, strerror(errno));
         rc = -1;
     }
     kestrel__rm_tree(tmp);
 out:
+    pthread_mutex_lock(&cache_mu);
+    unclaim(hex);
     pthread_mutex_unlock(&cache_mu);
     return rc;
 }
 
-/* Mirror src (a cached dataset) at dst: directories made and given to the identity, files hard-linked. */
-static int link_tree(const kd_ident *id, const char *src, const char *dst, int depth, char *why, size_t n)
+/* A copy of a cached file, root's and read-only like it (when it has as many links as it can take). */
+static int copy_file(const char *src, const char *dst)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+    struct stat st;
+    if (in >= 0 && fstat(in, &st) == 0 && (out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444)) >= 0) {
+        off_t left = st.st_size;
+        ssize_t k = 1;
+        while (left > 0 && (k = copy_file_range(in, NULL, out, NULL, (size_t)left, 0)) > 0)
+            left -= k;
+        rc = left == 0 && fchmod(out, 0444) == 0 ? 0 : -1;
+    }
+    if (in >= 0)
+        close(in);
+    if (out >= 0 && close(out) < 0)
+        rc = -1;
+    return rc;
+}
+
+void kd_stage_sweep(kd_engine *e)
+{
+    char cache[PATH_MAX];
+    DIR *d;
+    struct dirent *de;
+    snprintf(cache, sizeof(cache), "%s/cache/data", e->cfg->data_dir);
+    if ((d = opendir(cache)) == NULL)
+        return;
+    pthread_mutex_lock(&cache_mu);
+    while ((de = readdir(d)) != NULL) {
+        char refpath[PATH_MAX + 8], entry[PATH_MAX + 8], ref[512];
+        size_t len = strlen(de->d_name);
+        cJSON *m = NULL;
+        FILE *f;
+        if (len != 64 + 4 || strcmp(de->d_name + 64, ".ref"))
+            continue;
+        snprintf(refpath, sizeof(refpath), "%s/%s", cache, de->d_name);
+        snprintf(entry, sizeof(entry), "%s/%.64s", cache, de->d_name);
+        if ((f = fopen(refpath, "r")) == NULL)
+            continue;
+        len = fread(ref, 1, sizeof(ref) - 1, f);
+        fclose(f);
+        ref[len] = '\0';
+        if (kestrel__store_resolve(e->store, ref, &m) == 0) {
+            cJSON_Delete(m);
+            continue;
+        }
+        kestrel__rm_tree(entry);   /* jobs keep their links; new ones cannot name a deleted version */
+        unlink(refpath);
+    }
+    pthread_mutex_unlock(&cache_mu);
+    closedir(d);
+}
+
+void kd_stage_reset(kd_engine *e)
+{
+    char staging[PATH_MAX];
+    snprintf(staging, sizeof(staging), "%s/staging", e->cfg->data_dir);
+    kestrel__rm_tree(staging);   /* what a killed kestreld left half-made: root's, never a job's */
+}
+
+/* Mirror src (a cached dataset) at dst: directories made and given to the identity, files
+ * hard-linked (copied when a file has all the links it can take). -1 with errno. */
+static int link_tree(const kd_ident *id, const char *src, const char *dst, int depth)
 {
     struct stat st;
     DIR *d;
     struct dirent *de;
     int rc = 0;
-    if (lstat(src, &st) < 0 || depth > 64) {
-        snprintf(why, n, "cannot read the cached dataset at %s", src);
+    if (lstat(src, &st) < 0)
+        return -1;
+    if (depth > 64) {
+        errno = ELOOP;
         return -1;
     }
-    if (!S_ISDIR(st.st_mode)) {
-        if (link(src, dst) == 0)
-            return 0;
-        snprintf(why, n, "cannot link %s: %s", dst, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return link(src, dst) == 0 || (errno == EMLINK && copy_file(src, dst) == 0) ? 0 : -1;
+    if (mkdir(dst, 0755) < 0 || kd_ident_chown(id, dst, 0) < 0 || (d = opendir(src)) == NULL)
         return -1;
-    }
-    if (mkdir(dst, 0755) < 0 || kd_ident_chown(id, dst, 0) < 0 || (d = opendir(src)) == NULL) {
-        snprintf(why, n, "cannot make %s: %s", dst, strerror(errno));
-        return -1;
-    }
     while (rc == 0 && (de = readdir(d)) != NULL) {
         char s[PATH_MAX], t[PATH_MAX];
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
         snprintf(s, sizeof(s), "%s/%s", src, de->d_name);
         snprintf(t, sizeof(t), "%s/%s", dst, de->d_name);
-        rc = link_tree(id, s, t, depth + 1, why, n);
+        rc = link_tree(id, s, t, depth + 1);
     }
     closedir(d);
     return rc;
 }
 
-/* The directories leading to root/rel (rel's own last segment excluded), made for the identity. */
-static int parents(const kd_ident *id, const char *root, const char *rel, char *why, size_t n)
+/* The directories leading to root/rel (rel's own last segment excluded), made for the identity. -1 with errno. */
+static int parents(const kd_ident *id, const char *root, const char *rel)
 {
     char path[PATH_MAX];
     size_t base = (size_t)snprintf(path, sizeof(path), "%s/", root);
@@ -130,10 +232,8 @@ static int parents(const kd_ident *id, const char *root, const char *rel, char *
         snprintf(path + base, sizeof(path) - base, "%.*s", (int)(p - rel), rel);
         if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
             continue;
-        if (mkdir(path, 0755) < 0 || kd_ident_chown(id, path, 0) < 0) {
-            snprintf(why, n, "cannot make %s for a dataset: %s", path, strerror(errno));
+        if (mkdir(path, 0755) < 0 || kd_ident_chown(id, path, 0) < 0)
             return -1;
-        }
     }
     return 0;
 }
@@ -164,15 +264,24 @@ int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *
     for (size_t i = 0; i < spec->n_data; i++) {
         char entry[PATH_MAX], dst[PATH_MAX * 2];
         struct stat st;
+        cJSON *m = NULL;
         snprintf(dst, sizeof(dst), "%s/%s", tree, spec->data[i]->path);
         if (lstat(dst, &st) == 0) {
-            snprintf(why, n, "dataset %s: its path %s is already in the job's code", spec->data[i]->ref,
+            snprintf(why, n, "dataset %s: its path %s is already taken (by the job's code)", spec->data[i]->ref,
                      spec->data[i]->path);
             goto fail;
         }
-        if (cached(e, spec->data[i]->ref, entry, sizeof(entry), why, n) < 0 ||
-            parents(id, tree, spec->data[i]->path, why, n) < 0 || link_tree(id, entry, dst, 0, why, n) < 0)
+        if (kestrel__store_resolve(e->store, spec->data[i]->ref, &m) < 0) {   /* deleted since the submit */
+            snprintf(why, n, "dataset %s: %s", spec->data[i]->ref, kestrel_error_last()->message);
             goto fail;
+        }
+        cJSON_Delete(m);
+        if (cached(e, spec->data[i]->ref, entry, sizeof(entry), why, n) < 0)
+            goto fail;
+        if (parents(id, tree, spec->data[i]->path) < 0 || link_tree(id, entry, dst, 0) < 0) {
+            snprintf(why, n, "dataset %s at %s: %s", spec->data[i]->ref, spec->data[i]->path, strerror(errno));
+            goto fail;
+        }
     }
     if (rename(tree, work) < 0) {
         snprintf(why, n, "cannot move the job's inputs into %s: %s", work, strerror(errno));

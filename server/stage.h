@@ -13,4 +13,9 @@
 int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *spec, const char *work, char *why,
                   size_t n);
 
+/* Drop cached datasets whose version no longer exists (after a delete and a collection). */
+void kd_stage_sweep(kd_engine *e);
+/* Empty DATA/staging: what a killed kestreld left half-made (at start, before any job runs). */
+void kd_stage_reset(kd_engine *e);
+
 #endif

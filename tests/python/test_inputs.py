@@ -41,11 +41,13 @@ def test_bad_params_are_refused_and_write_nothing(daemon):
     for params, why in (([{"key": "bad key", "value": "1"}], "bad key"),
                         ([{"key": "k", "value": "x" * 5000}], "at most 4096"),
                         ([{"key": "k", "value": "1"}, {"key": "k", "value": "2"}], "twice"),
-                        ([{"key": f"k{i}", "value": "1"} for i in range(300)], "at most 256")):
+                        ([{"key": f"k{i}", "value": "1"} for i in range(300)], "at most 256"),
+                        ([{"key": f"k{i}", "value": "v" * 4000} for i in range(40)], "KESTREL_PARAMS")):
         status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "params": params})
         assert status in (400, 413) and why in body["message"], (status, body)
     r = d.cli("submit", "--param", "novalue", "--", "true", check=False)
     assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+    assert d.cli("jobs", "--param", "a=1", "--param", "b=2", check=False).returncode == 2
     assert d.api("GET", "/api/v1/jobs")[1].get("jobs", []) == before
 
 
@@ -208,6 +210,9 @@ def test_bad_datasets_are_refused_and_write_nothing(daemon, tmp_path):
     for data, why in (([{"ref": "admin/nope@1", "path": "x"}], "'data'"),
                       ([{"ref": "admin/v@1", "path": "../x"}], "inside the work dir"),
                       ([{"ref": "admin/v@1", "path": "/etc/x"}], "inside the work dir"),
+                      ([{"ref": "admin/v@1", "path": "a/."}], "empty segments"),
+                      ([{"ref": "admin/v@1", "path": "x/"}], "empty segments"),
+                      ([{"ref": "admin/v@1", "path": "./d"}], "empty segments"),
                       ([{"ref": "admin/v@1", "path": "a"}, {"ref": "admin/v@1", "path": "a/b"}], "overlap"),
                       ([{"ref": "admin/v@1", "path": f"p{i}"} for i in range(65)], "at most 64")):
         status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "data": data})
@@ -220,7 +225,7 @@ def test_bad_datasets_are_refused_and_write_nothing(daemon, tmp_path):
     proj = code_dir(tmp_path)
     r = d.cli("-o", "json", "submit", "--code", str(proj), "--data", "admin/v:train.py", "--", "true")
     j = d.wait(json.loads(r.stdout)["id"])
-    assert j["state"] == "FAILED" and "already in the job's code" in j["reason"], j
+    assert j["state"] == "FAILED" and "already taken (by the job's code)" in j["reason"], j
 
 
 @needs_binding
@@ -256,7 +261,7 @@ def test_a_model_pushed_by_a_job_carries_its_lineage_and_reproduces(daemon, tmp_
     # a client cannot write lineage itself: only a job's push gets it
     g = tmp_path / "g.txt"
     g.write_text("x")
-    d.cli("push", "admin/forged", str(g), "--meta", f"lineage={jid}", "--meta", "note=kept")
+    d.cli("push", "admin/forged", str(g), "--meta", f"lineage={jid}", "--meta", "lineage=again", "--meta", "note=kept")
     forged = json.loads(d.api("GET", "/api/v1/models/admin/forged/versions")[1]["versions"][0]["metadata_json"])
     assert forged == {"note": "kept"}, forged
     assert d.cli("reproduce", "admin/forged@1", check=False).returncode == 1
@@ -277,3 +282,35 @@ def test_a_model_pushed_by_a_job_carries_its_lineage_and_reproduces(daemon, tmp_
     bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
     assert d.api("POST", f"/api/v1/jobs/{jid}/rerun", token=bob)[0] == 404
     assert d.cli("reproduce", "admin/nothing@1", check=False).returncode == 1
+
+
+def test_a_deleted_dataset_is_not_served_and_its_cached_copy_goes(daemon, tmp_path):
+    d = daemon("--gpus", "0", "--repo-gc-grace", "0")
+    f = tmp_path / "v.txt"
+    f.write_text("old bytes\n")
+    d.cli("push", "admin/ds", str(f))
+    first = d.submit("--data", "admin/ds:v.txt", "--", "cat", "v.txt")
+    assert d.wait(first)["state"] == "SUCCEEDED"
+    cache = d.data / "cache" / "data"
+    assert len([p for p in cache.iterdir() if p.suffix == ".ref"]) == 1
+    gate = d.submit("--", "sleep", "3")
+    later = d.submit("--after-ok", gate, "--data", "admin/ds:v.txt", "--", "cat", "v.txt")
+    d.cli("rm", "admin/ds@1")
+    j = d.wait(later)
+    assert j["state"] == "FAILED" and "dataset admin/ds@1" in j["reason"], j
+    assert "old bytes" not in d.cli("logs", later).stdout
+    assert d.api("POST", "/api/v1/repo/gc?grace_s=0")[0] == 200
+    assert list(cache.iterdir()) == []
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "data": [{"ref": "admin/ds@1", "path": "v"}]})
+    assert status == 400 and "'data'" in body["message"]
+
+
+def test_staging_left_by_a_killed_kestreld_is_emptied_at_start(daemon):
+    d = daemon("--gpus", "0")
+    left = d.data / "staging" / "work-XXXXXX"
+    left.mkdir(parents=True)
+    (left / "half.bin").write_bytes(b"x" * 1000)
+    d.proc.kill()
+    d.proc.wait()
+    d.restart()
+    assert not (d.data / "staging").exists() or list((d.data / "staging").iterdir()) == []
