@@ -27,6 +27,7 @@ void cli_json_string(FILE *f, const char *s);
 
 int cmd_submit(cli_ctx *ctx, int argc, char **argv);
 int cmd_rerun(cli_ctx *ctx, int argc, char **argv);
+int cmd_envs(cli_ctx *ctx, int argc, char **argv);
 int cmd_jobs(cli_ctx *ctx, int argc, char **argv);
 int cmd_status(cli_ctx *ctx, int argc, char **argv);
 int cmd_logs(cli_ctx *ctx, int argc, char **argv);

@@ -69,6 +69,12 @@ static void print_job(const kestrel_job *job)
         printf("  commit:    %s\n", kestrel_job_git_commit(job));
     if (kestrel_job_code(job)[0])
         printf("  code:      %s\n", kestrel_job_code(job));
+    if (kestrel_job_environment(job)[0]) {
+        size_t pk = 0;
+        for (const char *p = kestrel_job_packages(job); *p; p++)
+            pk += *p == '\n';
+        printf("  env:       %s (%zu packages; -o json lists them)\n", kestrel_job_environment(job), pk);
+    }
     for (size_t i = 0; i < kestrel_job_data_count(job); i++) {
         const char *ref, *path;
         if (kestrel_job_data_at(job, i, &ref, &path) == 0)
@@ -294,5 +300,23 @@ int cmd_cancel(cli_ctx *ctx, int argc, char **argv)
     else
         printf("job %" PRId64 " %s\n", id, kestrel_job_state(job) == KESTREL_JOB_STATE_CANCELLED ? "cancelled" : "cancelling");
     kestrel_job_free(job);
+    return 0;
+}
+
+int cmd_envs(cli_ctx *ctx, int argc, char **argv)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int rc;
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "Usage: kestrel envs\nThe server's standard environments: name, state, digest and packages.\n");
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_environments_get(&b, ctx->client)) < 0)
+        return cli_fail("envs", rc);
+    printf("%s\n", b.ptr);
+    kestrel_buf_dispose(&b);
     return 0;
 }

@@ -18,6 +18,7 @@ static void usage(FILE *f)
         "                                          list your jobs, newest first\n"
         "  status ID                               show a job and its state history\n"
         "  rerun ID                                queue a job again with what it ran with\n"
+        "  envs                                    the server's standard environments and their packages\n"
         "  reproduce NAME[@REF]                    rerun the job that pushed this model version\n"
         "  logs [-f] [--offset N] ID               print a job's output; -f follows until it ends\n"
         "  wait [--timeout SECS] ID                wait for a job to end; exit 0 only if it SUCCEEDED\n"
@@ -230,6 +231,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "wait")) rc = cmd_wait(&ctx, argc, argv);
     else if (!strcmp(cmd, "cancel")) rc = cmd_cancel(&ctx, argc, argv);
     else if (!strcmp(cmd, "rerun") || !strcmp(cmd, "reproduce")) rc = cmd_rerun(&ctx, argc, argv);
+    else if (!strcmp(cmd, "envs")) rc = cmd_envs(&ctx, argc, argv);
     else if (!strcmp(cmd, "version")) rc = cmd_version(&ctx);
     else if (!strcmp(cmd, "explain")) rc = cmd_explain(&ctx, argc, argv);
     else if (!strcmp(cmd, "queue")) rc = cmd_queue(&ctx, argc, argv);

@@ -42,6 +42,10 @@ static void submit_usage(FILE *f)
         "  --data NAME[@REF][:PATH]  a repository version (a dataset) made available read-only at\n"
         "                         PATH in the work dir (default data/LAST-NAME-SEGMENT), linked from\n"
         "                         one copy per host; the exact version is recorded (repeatable)\n"
+        "  --environment NAME     run in a standard environment of the server (kestrel envs): `python`\n"
+        "                         in the argv is its venv's, and `import kestrel` works there\n"
+        "  --requirements FILE    or bring one: the server builds a venv of FILE (pip install -r) once,\n"
+        "                         while the job is QUEUED, and every job with the same FILE reuses it\n"
         "  --git URL [--ref REF]  run in a checkout of URL at REF (branch, tag or commit)\n"
         "  --workdir DIR          run in DIR, relative to the work dir or checkout\n"
         "  --no-retry             after a daemon crash, fail instead of requeueing\n"
@@ -75,6 +79,26 @@ static int add_data(kestrel_job_spec *spec, const char *arg)
     }
     rc = kestrel_job_spec_add_data(spec, ref, path);
     return rc;
+}
+
+/* --requirements FILE: its text goes with the job */
+static int set_requirements(kestrel_job_spec *spec, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char buf[64 * 1024 + 2];
+    size_t n;
+    if (f == NULL) {
+        fprintf(stderr, "kestrel: --requirements: cannot read %s\n", path);
+        return 2;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (n > 64 * 1024 || strlen(buf) != n) {
+        fprintf(stderr, "kestrel: --requirements: %s is not a requirements file of text up to 64 KiB\n", path);
+        return 2;
+    }
+    return kestrel_job_spec_set_requirements(spec, buf) < 0 ? cli_fail("--requirements", -1) + 1 : 0;
 }
 
 static int code_progress(const kestrel_progress *p, void *payload)
@@ -118,6 +142,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         { "grace", required_argument, NULL, 11 }, { "secret-env", required_argument, NULL, 12 },
         { "param", required_argument, NULL, 13 }, { "code", required_argument, NULL, 14 },
         { "max-code-size", required_argument, NULL, 15 }, { "data", required_argument, NULL, 16 },
+        { "environment", required_argument, NULL, 17 }, { "requirements", required_argument, NULL, 18 },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     kestrel_job_spec *spec;
@@ -180,6 +205,13 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         case 16:
             if (add_data(spec, optarg) < 0)
                 rc = cli_fail("--data", -1) + 1;
+            break;
+        case 17:
+            if (kestrel_job_spec_set_environment(spec, optarg) < 0)
+                rc = cli_fail("--environment", -1) + 1;
+            break;
+        case 18:
+            rc = set_requirements(spec, optarg);
             break;
         case 15:
             if (cli_parse_size(optarg, &copts.max_bytes) < 0 || copts.max_bytes == 0) {

@@ -215,6 +215,8 @@ int64_t kestrel_job_end_time(const kestrel_job *j) { return JOB_OK(j) ? j->pb->e
 size_t kestrel_job_event_count(const kestrel_job *j) { return JOB_OK(j) ? j->pb->n_events : 0; }
 const char *kestrel_job_node(const kestrel_job *j) { return JOB_OK(j) ? j->pb->node : ""; }
 const char *kestrel_job_code(const kestrel_job *j) { return JOB_OK(j) && j->pb->spec ? j->pb->spec->code : ""; }
+const char *kestrel_job_environment(const kestrel_job *j) { return JOB_OK(j) ? j->pb->environment : ""; }
+const char *kestrel_job_packages(const kestrel_job *j) { return JOB_OK(j) ? j->pb->packages : ""; }
 size_t kestrel_job_data_count(const kestrel_job *j) { return JOB_OK(j) && j->pb->spec ? j->pb->spec->n_data : 0; }
 
 int kestrel_job_data_at(const kestrel_job *j, size_t i, const char **ref, const char **path)
@@ -271,4 +273,19 @@ int kestrel_job_to_json(kestrel_buf *out, const kestrel_job *j)
         return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
     KESTREL__CHECK(j, KESTREL__MAGIC_JOB, "job");
     return kestrel__wire_to_json(out, &j->pb->base, 1);
+}
+
+int kestrel_environments_get(kestrel_buf *out, kestrel_client *c)
+{
+    kestrel__request req = { "GET", "/api/v1/environments", NULL, &kestrel__v1__environment_list__descriptor, 1, 0 };
+    ProtobufCMessage *m = NULL;
+    int rc;
+    if (out == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    if ((rc = kestrel__http_call(&m, c, &req)) < 0)
+        return rc;
+    rc = kestrel__wire_to_json(out, m, 1);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
 }

@@ -20,6 +20,7 @@ struct kestrel_job_spec {
 #define KESTREL__SPEC_LIST_MAX (256 * 1024)   /* bytes of a job's argv, and of its env */
 #define KESTREL__PARAMS_MAX 256               /* parameters of a job */
 #define KESTREL__DATA_MAX 64                  /* datasets of a job */
+#define KESTREL__REQUIREMENTS_MAX (64 * 1024) /* bytes of a job's requirements file */
 #define KESTREL__PARAM_VALUE_MAX 4096         /* bytes of one parameter's value */
 #define KESTREL__PARAMS_BYTES (64 * 1024)     /* all of them as KESTREL_PARAMS (one env string: 128 KiB max) */
 #define KESTREL__MAX_GPUS 1024

@@ -172,6 +172,15 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
                                           s->data[j]->path, d->path);
         }
     }
+    if (s->environment[0] && s->requirements[0])
+        return kestrel__error_set(KESTREL_EINVALID, "fields 'environment', 'requirements': one or the other");
+    if (s->environment[0] && !short_name_ok(s->environment))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'environment': a name of up to 64 printable bytes");
+    if (strlen(s->requirements) > KESTREL__REQUIREMENTS_MAX)
+        return kestrel__error_set(KESTREL_ETOOLARGE, "field 'requirements': %zu bytes, at most %d",
+                                  strlen(s->requirements), KESTREL__REQUIREMENTS_MAX);
+    if (s->requirements[0] && !kestrel__utf8_valid(s->requirements, strlen(s->requirements)))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'requirements': not UTF-8 text");
     if (s->n_data && s->git_url[0])
         return kestrel__error_set(KESTREL_EINVALID, "field 'data': not with 'git_url' (a checkout is the job's "
                                   "own tree): upload the code with 'code' instead");
@@ -398,6 +407,25 @@ int kestrel_job_spec_add_data(kestrel_job_spec *s, const char *ref, const char *
     grown[s->pb->n_data++] = d;
     s->pb->data = grown;
     return 0;
+}
+
+int kestrel_job_spec_set_environment(kestrel_job_spec *s, const char *name)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (name == NULL || !name[0] || !kestrel__text_is_clean(name, 64) || strchr(name, ' '))
+        return kestrel__error_set(KESTREL_EINVALID, "bad environment name '%.64s'", name ? name : "");
+    return kestrel__spec_set_string(&s->pb->environment, name);
+}
+
+int kestrel_job_spec_set_requirements(kestrel_job_spec *s, const char *text)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (text == NULL || !text[0] || !kestrel__utf8_valid(text, strlen(text)))
+        return kestrel__error_set(KESTREL_EINVALID, "requirements must be UTF-8 text");
+    if (strlen(text) > KESTREL__REQUIREMENTS_MAX)
+        return kestrel__error_set(KESTREL_ETOOLARGE, "requirements of %zu bytes, at most %d", strlen(text),
+                                  KESTREL__REQUIREMENTS_MAX);
+    return kestrel__spec_set_string(&s->pb->requirements, text);
 }
 
 int kestrel_job_spec_set_retry(kestrel_job_spec *s, int retry)

@@ -149,6 +149,7 @@ static enum MHD_Result dispatch(kd_req *r)
     case KD_AREA_NODES: return kd_route_nodes(r);
     case KD_AREA_REPO: return kd_route_repo(r);
     case KD_AREA_WHOAMI: return kd_route_whoami(r);
+    case KD_AREA_ENVIRONMENTS: return kd_route_environments(r);
     case KD_AREA_PACK: return kd_reply_error(r, 405, "method_not_allowed", "POST a pack to /api/v1/chunks/pack");
     default: return kd_reply_error(r, 404, "not_found", "no such endpoint");
     }

@@ -76,6 +76,8 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest);
 enum MHD_Result kd_route_tokens(kd_req *r, const char *rest);
 /* GET /api/v1/whoami: the caller's user name, team and whether an admin (any token). */
 enum MHD_Result kd_route_whoami(kd_req *r);
+/* GET /api/v1/environments: the declared environments, their state and packages (any token). */
+enum MHD_Result kd_route_environments(kd_req *r);
 enum MHD_Result kd_route_users(kd_req *r, const char *name);
 enum MHD_Result kd_route_backup(kd_req *r);
 enum MHD_Result kd_route_fsck(kd_req *r);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "api.h"
 #include "api_inputs.h"
+#include "envs.h"
 #include "repo_acl.h"
 #include "store.h"
 
@@ -103,6 +104,11 @@ cJSON *kd_inputs_lineage(kd_req *r)
     cJSON_AddNumberToObject(l, "job_id", (double)job->id);
     if (s->code[0])
         cJSON_AddStringToObject(l, "code", s->code);
+    if (job->environment[0]) {
+        cJSON_AddStringToObject(l, "environment", job->environment);
+        if (s->environment[0])
+            cJSON_AddStringToObject(l, "environment_name", s->environment);
+    }
     if (s->git_url[0]) {
         cJSON_AddStringToObject(l, "git_url", s->git_url);
         cJSON_AddStringToObject(l, "git_commit", job->git_commit);
@@ -123,4 +129,14 @@ cJSON *kd_inputs_lineage(kd_req *r)
 out:
     protobuf_c_message_free_unpacked(&job->base, NULL);
     return l;
+}
+
+enum MHD_Result kd_route_environments(kd_req *r)
+{
+    Kestrel__V1__EnvironmentList *l;
+    if (strcmp(r->method, "GET"))
+        return kd_reply_error(r, 405, "method_not_allowed", "use GET on /api/v1/environments");
+    if ((l = kd_envs_list(r->e->envs)) == NULL)
+        return kd_reply_error(r, 500, "internal", "out of memory");
+    return kd_reply_owned(r, 200, &l->base);
 }

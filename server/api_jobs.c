@@ -5,6 +5,7 @@
 #include <string.h>
 #include "api.h"
 #include "api_inputs.h"
+#include "envs.h"
 #include "route.h"
 #include "job_priv.h"
 
@@ -106,6 +107,13 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
     if ((rc = kestrel__job_spec_validate(spec)) < 0 || (rc = refs_visible(r, spec)) < 0 ||
         (rc = kd_inputs_pin(r, spec)) < 0) {
         reply = kd_reply_failure(r, rc);
+        goto out;
+    }
+    if (r->e->envs && kd_envs_unknown(r->e->envs, spec)) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "field 'environment': no environment '%s' (kestrel envs lists them)",
+                 spec->environment);
+        reply = kd_reply_error(r, 400, "invalid_argument", msg);
         goto out;
     }
     if (!kd_engine_pool_external(r->e, spec->pool)) {   /* Slurm says itself whether a job can ever fit */

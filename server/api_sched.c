@@ -2,19 +2,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include "api.h"
+#include "envs.h"
 
 static void describe(kd_req *r, const Kestrel__V1__Job *job, int *position, char *reason, size_t n)
 {
     *position = 0;
     switch ((int)job->state) {
-    case KESTREL_JOB_STATE_QUEUED:
+    case KESTREL_JOB_STATE_QUEUED: {
+        char dir[PATH_MAX], digest[80];
+        if (r->e->envs && job->spec &&
+            kd_envs_check(r->e->envs, job->id, job->spec, reason, n, dir, digest) == KD_ENV_WAIT)
+            break;   /* "preparing environment NAME (pip: ...)": not in the plan until it is built */
         if (!kd_engine_explain(r->e, job->id, position, reason, n)) {
             kd_engine_fresh_pass(r->e, 2000);   /* submitted after the last pass: take the next one */
             if (!kd_engine_explain(r->e, job->id, position, reason, n))
                 snprintf(reason, n, "not yet considered by the scheduler");
         }
         break;
+    }
     case KESTREL_JOB_STATE_RUNNING:
         snprintf(reason, n, "running on node %s (%zu device%s)", job->node, job->n_devices, job->n_devices == 1 ? "" : "s");
         break;

@@ -262,6 +262,9 @@ static const char *const migrations[] = {
     "CREATE TABLE IF NOT EXISTS job_params(job_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
     "  PRIMARY KEY(job_id, key)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS job_params_kv ON job_params(key, value);",
+    /* 4: the environment a job ran in and its packages */
+    "ALTER TABLE jobs ADD COLUMN env_digest TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN env_packages TEXT NOT NULL DEFAULT '';",
 };
 
 static int migrate(kd_catalog *cat, const char *path)

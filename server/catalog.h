@@ -129,6 +129,10 @@ typedef struct {
 int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t);
 int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t pid_start);
 int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha);
+/* The environment a job runs in ("sha256:...") and its `pip freeze`. */
+int kd_catalog_job_set_env(kd_catalog *cat, int64_t id, const char *digest, const char *packages);
+/* 1 when a RUNNING job uses the environment (it must not be evicted). */
+int kd_catalog_env_in_use(kd_catalog *cat, const char *digest);
 
 /* A queued job with what the scheduler needs (spec owned: free with kd_queued_free). */
 typedef struct {

@@ -76,7 +76,8 @@ out:
 
 #define JOB_COLUMNS \
     "j.id, u.name, j.spec, j.state, j.exit_code, j.reason, j.submit_ms, j.start_ms, j.end_ms," \
-    " j.git_commit, j.devices, j.restart_count, j.owner_id, j.node, j.checkpoint_ms, j.team"            \
+    " j.git_commit, j.devices, j.restart_count, j.owner_id, j.node, j.checkpoint_ms, j.team,"           \
+    " j.env_digest, j.env_packages"                                                                    \
     " FROM jobs j JOIN users u ON u.id = j.owner_id"
 
 static char *col_dup(sqlite3_stmt *st, int i)
@@ -107,6 +108,8 @@ static Kestrel__V1__Job *row_to_job(sqlite3_stmt *st)
     j->node = col_dup(st, 13);
     j->checkpoint_time_ms = sqlite3_column_int64(st, 14);
     j->team = col_dup(st, 15);
+    j->environment = col_dup(st, 16);
+    j->packages = col_dup(st, 17);
     dev = (const char *)sqlite3_column_text(st, 10);
     if (dev && *dev) {
         size_t n = 1;
@@ -126,7 +129,8 @@ static Kestrel__V1__Job *row_to_job(sqlite3_stmt *st)
             }
         }
     }
-    if (!j->owner || !j->reason || !j->git_commit || !j->spec || !j->node || !j->team || (dev && *dev && !j->n_devices)) {
+    if (!j->owner || !j->reason || !j->git_commit || !j->spec || !j->node || !j->team || !j->environment ||
+        !j->packages || (dev && *dev && !j->n_devices)) {
         protobuf_c_message_free_unpacked(&j->base, NULL);
         return NULL;
     }
@@ -394,6 +398,12 @@ int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t
     return kd__run(cat, "UPDATE jobs SET pid = ?, pid_start = ? WHERE id = ?", "iii", pid, pid_start, id);
 }
 
+int kd_catalog_job_set_env(kd_catalog *cat, int64_t id, const char *digest, const char *packages)
+{
+    return kd__run(cat, "UPDATE jobs SET env_digest = ?, env_packages = ? WHERE id = ?", "tti", digest, packages, id);
+}
+
+
 int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha)
 {
     return kd__run(cat, "UPDATE jobs SET git_commit = ? WHERE id = ?", "ti", sha, id);
@@ -403,6 +413,17 @@ static int fill_count(sqlite3_stmt *st, void *row)
 {
     *(int64_t *)row = sqlite3_column_int64(st, 0);
     return 0;
+}
+
+int kd_catalog_env_in_use(kd_catalog *cat, const char *digest)
+{
+    int64_t *rows = NULL, n = 0;
+    size_t nrows = 0;
+    if (kd__rows(cat, "SELECT COUNT(*) FROM jobs WHERE state = ? AND env_digest = ?", sizeof(int64_t), fill_count,
+                 (void **)&rows, &nrows, "is", (int64_t)KESTREL_JOB_STATE_RUNNING, digest) == 0 && nrows)
+        n = rows[0];
+    free(rows);
+    return n > 0;
 }
 
 int64_t kd_catalog_count_queued(kd_catalog *cat, int64_t owner_id)

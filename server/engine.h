@@ -9,6 +9,12 @@
 #include "catalog.h"
 #include "sched_plan.h"
 
+/* A declared environment (--environment NAME=FILE): its name and the file's text. */
+typedef struct {
+    char *name;
+    char *requirements;
+} kd_env_decl;
+
 typedef struct {
     const char *listen;        /* address to bind, "127.0.0.1" */
     int port;                  /* 0: ephemeral */
@@ -39,6 +45,11 @@ typedef struct {
     int max_connections;       /* open connections in all (more are refused) */
     int max_connections_per_ip;
     int idle_timeout_s;        /* a connection silent this long (headers, body, keep-alive) is closed */
+    kd_env_decl *envs;         /* --environment declarations */
+    size_t nenvs;
+    const char *env_python;    /* the interpreter venvs are made with (default /usr/bin/python3) */
+    const char *env_python_path;   /* a directory every venv gets on its path (the kestrel bindings) */
+    int env_cache_max;         /* built environments kept (least recently used removed past it) */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
@@ -126,6 +137,7 @@ struct kd_engine {
     pthread_t sched_thread;
     pthread_t gc_thread;       /* the repository collector, off the scheduler thread */
     int gc_running;
+    struct kd_envs *envs;      /* the Python environments jobs ask for */
 };
 
 int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec);

@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include "engine.h"
+#include "envs.h"
 
 #define QUEUE_WINDOW 1000   /* queued jobs considered per pass */
 
@@ -205,6 +207,26 @@ void kd_engine_schedule(kd_engine *e)
 
     if (kd_catalog_queue(e->cat, QUEUE_WINDOW, &queued, &n) < 0)
         return;
+    if (e->envs) {
+        /* a job whose environment is not built yet waits out of the plan, holding nothing; one whose
+         * build failed fails with pip's own words */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            char why[1400], dir[PATH_MAX], digest[80];
+            int st = kd_envs_check(e->envs, queued[i].id, queued[i].spec, why, sizeof(why), dir, digest);
+            if (st == KD_ENV_NONE || st == KD_ENV_READY) {
+                queued[k++] = queued[i];
+                continue;
+            }
+            if (st == KD_ENV_FAILED) {
+                kd_transition t = { kestrel__now_ms(), why, 0, 0, NULL, 0, NULL };
+                kd_catalog_job_transition(e->cat, queued[i].id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_FAILED, &t);
+                kd_engine_changed(e);
+            }
+            protobuf_c_message_free_unpacked(&queued[i].spec->base, NULL);
+        }
+        n = k;
+    }
     if (e->ext) {
         /* jobs of pools an external cluster places never enter our plan: hand them over */
         size_t k = 0;

@@ -160,7 +160,7 @@ static void *runner(void *arg)
     kd_engine *e = lj->e;
     const Kestrel__V1__JobSpec *spec = lj->job->spec;
     int64_t id = lj->job->id;
-    char dir[PATH_MAX], work[PATH_MAX], ckpt[PATH_MAX], cwd[PATH_MAX], why[1024] = "";
+    char dir[PATH_MAX], work[PATH_MAX], ckpt[PATH_MAX], cwd[PATH_MAX], why[1024] = "", prog[PATH_MAX + 8];
     stream_buf *out = calloc(1, sizeof(*out)), *err = calloc(1, sizeof(*err));
     char **env = NULL;
     int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, status;
@@ -227,6 +227,7 @@ static void *runner(void *arg)
             goto not_started;
         }
         memcpy(argv, spec->argv, spec->n_argv * sizeof(char *));
+        kd_exec_use_env(e, lj->job, &argv[0], prog, sizeof(prog));
         pid = kd_exec_spawn(argv, env, cwd, po, pe, &ident);
         free(argv);
     }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "exec_util.h"
+#include "envs.h"
 #include "identity.h"
 
 extern char **environ;
@@ -316,14 +317,21 @@ char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const ch
     int own = as && as->id && as->id->isolated;
     const Kestrel__V1__JobSpec *spec = job->spec;
     size_t n = 0, k = 0;
-    char **env;
+    char **env, venv[PATH_MAX] = "", digest[80], why[256];
+    if (e->envs && kd_envs_check(e->envs, job->id, spec, why, sizeof(why), venv, digest) != KD_ENV_READY)
+        venv[0] = '\0';
     for (char **v = environ; inherit && *v; v++)
         n++;
-    if ((env = calloc(n + spec->n_env + spec->n_secret_env + 14, sizeof(char *))) == NULL)
+    if ((env = calloc(n + spec->n_env + spec->n_secret_env + 17, sizeof(char *))) == NULL)
         return NULL;
     for (char **v = environ; inherit && *v; v++)
-        if (!env_overridden(*v, spec, own))
+        if (!env_overridden(*v, spec, own) && !(venv[0] && (!strncmp(*v, "PATH=", 5) || !strncmp(*v, "PYTHONHOME=", 11))))
             env[k++] = strdup(*v);
+    if (venv[0]) {   /* `python` and every tool of the environment come first */
+        const char *path = getenv("PATH");
+        if (asprintf(&env[k++], "PATH=%s/bin:%s", venv, path ? path : "/usr/bin:/bin") < 0) env[k - 1] = NULL;
+        if (asprintf(&env[k++], "VIRTUAL_ENV=%s", venv) < 0) env[k - 1] = NULL;
+    }
     if (own) {   /* before the spec's env, which may set its own HOME */
         static const char *const keys[] = { "HOME", "USER", "LOGNAME" };
         for (size_t i = 0; i < 3; i++)
@@ -365,4 +373,22 @@ void kd_exec_env_free(char **env)
     for (size_t i = 0; env && env[i]; i++)
         free(env[i]);
     free(env);
+}
+
+void kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, char *prog, size_t n)
+{
+    char venv[PATH_MAX], digest[80], why[256];
+    char *packages;
+    if (e->envs == NULL || kd_envs_check(e->envs, job->id, job->spec, why, sizeof(why), venv, digest) != KD_ENV_READY)
+        return;
+    packages = kd_envs_packages(venv);
+    kd_catalog_job_set_env(e->cat, job->id, digest, packages);
+    free(packages);
+    kd_exec_log(e, job->id, "environment %s (%s)", job->spec->environment[0] ? job->spec->environment : "from the "
+                "job's requirements", digest);
+    if (!strchr(*argv0, '/')) {   /* the venv's own program of that name: its python, its tools */
+        snprintf(prog, n, "%s/bin/%s", venv, *argv0);
+        if (access(prog, X_OK) == 0)
+            *argv0 = prog;
+    }
 }

@@ -17,6 +17,7 @@
 #include "identity.h"
 #include "slurm.h"
 #include "store.h"
+#include "envs.h"
 #include "stage.h"
 
 static void usage(FILE *f)
@@ -51,6 +52,15 @@ static void usage(FILE *f)
         "                           A job's argv and its env are at most 256 KiB each (413 above), one\n"
         "                           log line 64 KiB (longer ones are split), a listing 1000 jobs a page\n"
         "      --port-file FILE     write the bound port to FILE once listening (for tests)\n"
+        "\n"
+        "Environments (a job's --environment NAME or --requirements FILE: a venv built once per distinct\n"
+        "spec while the job is QUEUED, by the account kestrel-env-builder when kestreld is root):\n"
+        "      --environment NAME=FILE  declare a standard environment from a requirements file (repeatable)\n"
+        "      --env-python PATH    the interpreter venvs are made with (default /usr/bin/python3)\n"
+        "      --env-python-path DIR  put DIR on every venv's path (the kestrel Python bindings)\n"
+        "      --env-cache-max N    built environments kept; past it the least recently used one no\n"
+        "                           running job uses is removed (default 16)\n"
+        "\n"
         "      --repo-gc-grace SECS repository chunks no version names are collected once older than\n"
         "                           this (default 3600; pushes refresh the chunks they rely on)\n"
         "\n"
@@ -289,6 +299,11 @@ static void free_config(kd_config *cfg)
         free((kd_dev *)cfg->nodes[i].devs);
     }
     free(cfg->nodes);
+    for (size_t i = 0; i < cfg->nenvs; i++) {
+        free(cfg->envs[i].name);
+        free(cfg->envs[i].requirements);
+    }
+    free(cfg->envs);
     for (size_t i = 0; i < cfg->nslurm_pools; i++) {
         free(cfg->slurm_pools[i]);
         free(cfg->slurm_partitions[i]);
@@ -416,6 +431,8 @@ int main(int argc, char **argv)
         { "max-log-bytes", required_argument, NULL, 17 }, { "max-queued", required_argument, NULL, 18 },
         { "http-threads", required_argument, NULL, 19 }, { "max-connections", required_argument, NULL, 20 },
         { "max-connections-per-ip", required_argument, NULL, 21 }, { "idle-timeout", required_argument, NULL, 22 },
+        { "environment", required_argument, NULL, 23 }, { "env-python", required_argument, NULL, 24 },
+        { "env-python-path", required_argument, NULL, 25 }, { "env-cache-max", required_argument, NULL, 26 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -437,6 +454,8 @@ int main(int argc, char **argv)
     cfg.max_connections = 16384;
     cfg.max_connections_per_ip = 1024;
     cfg.idle_timeout_s = 30;
+    cfg.env_python = "/usr/bin/python3";
+    cfg.env_cache_max = 16;
     if (kestrel_init() < 0) {   /* the library's own client: a job's code is copied through it */
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         return 1;
@@ -481,6 +500,10 @@ int main(int argc, char **argv)
         case 20: if (parse_int("--max-connections", optarg, 16, 1000000, &v) < 0) return 2; cfg.max_connections = (int)v; break;
         case 21: if (parse_int("--max-connections-per-ip", optarg, 1, 1000000, &v) < 0) return 2; cfg.max_connections_per_ip = (int)v; break;
         case 22: if (parse_int("--idle-timeout", optarg, 1, 3600, &v) < 0) return 2; cfg.idle_timeout_s = (int)v; break;
+        case 23: if (kd_envs_declare(&cfg, optarg) < 0) return 2; break;
+        case 24: cfg.env_python = optarg; break;
+        case 25: cfg.env_python_path = optarg; break;
+        case 26: if (parse_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;
         case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {
@@ -586,6 +609,12 @@ int main(int argc, char **argv)
         return 1;
     }
     kd_stage_reset(&engine);   /* no job runs yet: nothing is being staged */
+    if (kd_envs_new(&engine.envs, &engine) < 0) {
+        fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        kestrel__store_close(engine.store);
+        kd_catalog_close(cat);
+        return 1;
+    }
     if (kd_api_start(&api, &engine, &cfg, &port) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kestrel__store_close(engine.store);
@@ -626,6 +655,7 @@ int main(int argc, char **argv)
     kd_engine_quiesce(&engine);
     kd_api_stop(api);
     kd_engine_stop(&engine);
+    kd_envs_free(engine.envs);
     kestrel__store_close(engine.store);
     kd_engine_fini(&engine);
     kd_catalog_close(cat);

@@ -108,6 +108,8 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
         out->area = KD_AREA_NODES;
     else if (!strcmp(path, "/api/v1/whoami"))
         out->area = KD_AREA_WHOAMI;
+    else if (!strcmp(path, "/api/v1/environments"))
+        out->area = KD_AREA_ENVIRONMENTS;
     else if (!strcmp(path, "/api/v1/chunks/pack"))
         out->area = KD_AREA_PACK;
     else if (prefix(path, "/api/v1/chunks/", &rest) && strlen(rest) == 64 + 7 && !strcmp(rest + 64, "/verify") &&

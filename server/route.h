@@ -22,6 +22,7 @@ typedef enum kd_area {
     KD_AREA_NODES,          /* /api/v1/nodes */
     KD_AREA_PACK,           /* /api/v1/chunks/pack (streamed: on_request handles POST itself) */
     KD_AREA_WHOAMI,         /* /api/v1/whoami: the caller's user */
+    KD_AREA_ENVIRONMENTS,   /* /api/v1/environments */
     KD_AREA_REPO,           /* /api/v1/chunks/..., /api/v1/models..., /api/v1/repo/gc */
     KD_AREA_API_OTHER       /* under /api/v1/ but no such endpoint (404 after authentication) */
 } kd_area;

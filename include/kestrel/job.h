@@ -85,6 +85,17 @@ KESTREL_API int kestrel_job_spec_set_code(kestrel_job_spec *spec, const char *re
  * instead of copying them. Repeatable (at most 64; paths must not overlap).
  */
 KESTREL_API int kestrel_job_spec_add_data(kestrel_job_spec *spec, const char *ref, const char *path);
+/**
+ * Run in a standard environment the server declares (kestreld --environment NAME=FILE; see
+ * kestrel_environments_get()): `python` in argv is that venv's, with `import kestrel` available.
+ */
+KESTREL_API int kestrel_job_spec_set_environment(kestrel_job_spec *spec, const char *name);
+/**
+ * Or bring one: the text of a requirements file (at most 64 KiB). kestreld builds a venv of it
+ * once per distinct text, while the job is QUEUED (its build log is in the job's log), and every
+ * job with the same text reuses it. Not together with kestrel_job_spec_set_environment().
+ */
+KESTREL_API int kestrel_job_spec_set_requirements(kestrel_job_spec *spec, const char *text);
 /** Working subdirectory, relative to the job's work dir (or checkout). No "..". */
 KESTREL_API int kestrel_job_spec_set_workdir(kestrel_job_spec *spec, const char *subdir);
 /** retry != 0 (default): requeue after a daemon crash; 0: fail with "daemon restarted". */
@@ -198,6 +209,10 @@ KESTREL_API const char *kestrel_job_node(const kestrel_job *job);
 KESTREL_API int64_t kestrel_job_checkpoint_time(const kestrel_job *job);
 /** The exact code version the job runs ("alice/code/proj@3"), "" when none. */
 KESTREL_API const char *kestrel_job_code(const kestrel_job *job);
+/** The environment the job ran in ("sha256:..." of its spec), "" when none or not started. */
+KESTREL_API const char *kestrel_job_environment(const kestrel_job *job);
+/** That environment's packages (`pip freeze`, one a line), "" when none. */
+KESTREL_API const char *kestrel_job_packages(const kestrel_job *job);
 /** Number of datasets of the job (kestrel_job_spec_add_data). */
 KESTREL_API size_t kestrel_job_data_count(const kestrel_job *job);
 /** Dataset i: its exact version (*ref, "team/mnist@3") and *path, borrowed from job. */
@@ -208,6 +223,13 @@ KESTREL_API size_t kestrel_job_param_count(const kestrel_job *job);
 KESTREL_API int kestrel_job_param_at(const kestrel_job *job, size_t i, const char **key, const char **value);
 /** Fill out with the job as JSON (the API's own JSON mapping). */
 KESTREL_API int kestrel_job_to_json(kestrel_buf *out, const kestrel_job *job);
+
+/**
+ * The environments of the server, as the API's JSON ({"environments": [{"name", "digest",
+ * "state", "packages", "requirements", "error"}, ...]}): the declared ones, then those jobs'
+ * requirements made.
+ */
+KESTREL_API int kestrel_environments_get(kestrel_buf *json_out, kestrel_client *client);
 
 /* ---- listing ----------------------------------------------------------------- */
 

@@ -59,7 +59,7 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
     finally:
         assert d.stop() == 0
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 4
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE((old_dir / "data" / "repo").stat().st_mode) == 0o700
 

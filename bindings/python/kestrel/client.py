@@ -87,12 +87,17 @@ class Client(Handle):
                grace_period: Optional[int] = None, retry: bool = True,
                secret_env: Optional[Dict[str, str]] = None, params: Optional[Dict[str, object]] = None,
                code: Optional[str] = None, max_code_size: Optional[int] = None,
-               data: Optional[Dict[str, str]] = None) -> Job:
+               data: Optional[Dict[str, str]] = None, environment: Optional[str] = None,
+               requirements: Optional[str] = None) -> Job:
         """Queue a job: argv (a list, run without a shell) or script (a path run with python).
 
         code: a local directory to run in: uploaded (what git would keep there; only changed chunks
         travel again) as the next version of USER/code/DIRNAME, and the job runs in a fresh copy of
         it (job.code names the version). max_code_size: refuse bigger uploads (default 1 GiB).
+        environment: a standard environment of the server (environments()); requirements: or a
+        requirements file (its path) the server builds a venv of, once per distinct file, while
+        the job is QUEUED. Either way `python` in argv (and script=) is that venv's, with
+        `import kestrel` there; job.environment and job.packages say what it ran with.
         data: {path in the work dir: repository ref}, e.g. {"data/mnist": "team/mnist@3"}: each
         version is there, read-only, before the job starts (job.data: the exact versions).
         params: the run's parameters (hyperparameters), recorded with the job and filterable
@@ -124,6 +129,11 @@ class Client(Handle):
             check(C.kestrel_job_spec_set_name(spec, _b(name)))
         check(C.kestrel_job_spec_set_priority(spec, PRIORITIES[priority]))
         check(C.kestrel_job_spec_set_gpus(spec, gpus))
+        if environment:
+            check(C.kestrel_job_spec_set_environment(spec, _b(environment)))
+        if requirements:
+            with open(requirements, "r", encoding="utf-8") as f:
+                check(C.kestrel_job_spec_set_requirements(spec, _b(f.read())))
         for path, ref_ in (data or {}).items():
             check(C.kestrel_job_spec_add_data(spec, _b(ref_), _b(path)))
         if git and code:
@@ -155,6 +165,17 @@ class Client(Handle):
         with self._lock:
             check(C.kestrel_job_submit(jout, self._p(), spec))
         return _job_from_ptr(self, jout[0])
+
+    def environments(self) -> list:
+        """The server's standard environments: dicts of name, digest, state, packages."""
+        import json
+        buf = ffi.new("kestrel_buf *")
+        try:
+            with self._lock:
+                check(C.kestrel_environments_get(buf, self._p()))
+            return json.loads(ffi.string(buf.ptr).decode()).get("environments", [])
+        finally:
+            C.kestrel_buf_dispose(buf)
 
     def rerun(self, job_id: int) -> Job:
         """Queue job_id again: the same code version, datasets, params, argv and env."""

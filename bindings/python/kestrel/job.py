@@ -70,6 +70,8 @@ class Job:
         self.reason = _s(C.kestrel_job_reason(p))
         self.git_commit = _s(C.kestrel_job_git_commit(p)) or None
         self.code = _s(C.kestrel_job_code(p)) or None
+        self.environment = _s(C.kestrel_job_environment(p)) or None
+        self.packages = [x for x in _s(C.kestrel_job_packages(p)).splitlines() if x]
         self.priority = _s(C.kestrel_priority_name(C.kestrel_job_priority(p)))
         self.gpus = C.kestrel_job_gpus(p)
         self.node = _s(C.kestrel_job_node(p)) or None

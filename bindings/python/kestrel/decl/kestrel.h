@@ -357,6 +357,11 @@ int kestrel_user_set_team(kestrel_client *client, const char *user, const char *
 int kestrel_admin_backup(kestrel_client *client, const char *dir, int64_t *files_out, int64_t *bytes_out);
 int kestrel_admin_fsck(kestrel_buf *damaged_out, int64_t *checked_out, int64_t *bad_out, kestrel_client *client);
 int kestrel_job_spec_set_code(kestrel_job_spec *spec, const char *ref);
+int kestrel_job_spec_set_environment(kestrel_job_spec *spec, const char *name);
+int kestrel_job_spec_set_requirements(kestrel_job_spec *spec, const char *text);
+const char *kestrel_job_environment(const kestrel_job *job);
+const char *kestrel_job_packages(const kestrel_job *job);
+int kestrel_environments_get(kestrel_buf *json_out, kestrel_client *client);
 int kestrel_job_rerun(kestrel_job **out, kestrel_client *client, int64_t id);
 int kestrel_job_reproduce(kestrel_job **out, kestrel_client *client, const char *ref);
 int kestrel_job_spec_add_data(kestrel_job_spec *spec, const char *ref, const char *path);

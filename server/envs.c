@@ -1,0 +1,571 @@
+/* server/envs.c - the Python environments jobs run in: one venv per distinct spec, built once by a
+ * builder thread while the jobs wait QUEUED (see envs.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "envs.h"
+#include "exec_util.h"
+#include "identity.h"
+#include "store.h"
+
+#define MAX_ENVS 256        /* built or building, in memory */
+#define MAX_WAITERS 64      /* jobs whose logs get a build's lines */
+
+typedef struct {
+    char key[65];           /* sha256 hex of the resolved spec */
+    char name[80];          /* declared name, "" for a job's requirements */
+    char *requirements;
+    int state;              /* KD_ENV_WAIT (building or queued to be), KD_ENV_FAILED */
+    int started;
+    char last[240];         /* pip's last line */
+    char error[1024];
+    int64_t since_ms;
+    int64_t waiters[MAX_WAITERS];
+    size_t nwaiters;
+} env_entry;
+
+struct kd_envs {
+    kd_engine *e;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int stop;
+    env_entry *v[MAX_ENVS];
+    size_t n;
+};
+
+static const char *label(const env_entry *x) { return x->name[0] ? x->name : "from the job's requirements"; }
+
+/* The requirements text and name of what spec asks for; NULL when nothing (or an unknown name). */
+static const char *wanted(const kd_envs *s, const Kestrel__V1__JobSpec *spec, const char **name)
+{
+    *name = "";
+    if (spec->requirements[0])
+        return spec->requirements;
+    for (size_t i = 0; spec->environment[0] && i < s->e->cfg->nenvs; i++)
+        if (!strcmp(s->e->cfg->envs[i].name, spec->environment)) {
+            *name = s->e->cfg->envs[i].name;
+            return s->e->cfg->envs[i].requirements;
+        }
+    return NULL;
+}
+
+int kd_envs_unknown(const kd_envs *s, const Kestrel__V1__JobSpec *spec)
+{
+    const char *name;
+    return spec->environment[0] && wanted(s, spec, &name) == NULL;
+}
+
+/* The spec a venv is keyed by: what pip gets, and the interpreter that makes it. */
+static void key_of(const kd_envs *s, const char *reqs, char key[65])
+{
+    char *text = NULL;
+    if (asprintf(&text, "kestrel-env-1\npython=%s\n%s\n+cffi\n", s->e->cfg->env_python, reqs) < 0) {
+        key[0] = '\0';
+        return;
+    }
+    kestrel__sha256_hex(text, strlen(text), key);
+    free(text);
+}
+
+static void envs_path(const kd_envs *s, char *out, size_t n, const char *what)
+{
+    snprintf(out, n, "%s/envs%s%s", s->e->cfg->data_dir, what[0] ? "/" : "", what);
+}
+
+static int ready(const kd_envs *s, const char *key, char dir[PATH_MAX])
+{
+    char freeze[PATH_MAX + 32];
+    struct stat st;
+    envs_path(s, dir, PATH_MAX, key);
+    snprintf(freeze, sizeof(freeze), "%s/kestrel-freeze.txt", dir);
+    return stat(freeze, &st) == 0;
+}
+
+static env_entry *find(kd_envs *s, const char *key)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->v[i]->key, key))
+            return s->v[i];
+    return NULL;
+}
+
+int kd_envs_check(kd_envs *s, int64_t job_id, const Kestrel__V1__JobSpec *spec, char *why, size_t n,
+                  char dir[PATH_MAX], char digest[80])
+{
+    const char *name, *reqs = wanted(s, spec, &name);
+    char key[65];
+    env_entry *x;
+    int rc;
+    if (!spec->requirements[0] && !spec->environment[0])
+        return KD_ENV_NONE;
+    if (reqs == NULL) {
+        snprintf(why, n, "no environment '%s' (kestrel envs lists them)", spec->environment);
+        return KD_ENV_FAILED;
+    }
+    key_of(s, reqs, key);
+    snprintf(digest, 80, "sha256:%s", key);
+    if (ready(s, key, dir)) {
+        char used[PATH_MAX + 8];
+        envs_path(s, used, sizeof(used), key);
+        strcat(used, ".used");
+        close(open(used, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));   /* its last use, for eviction */
+        return KD_ENV_READY;
+    }
+    pthread_mutex_lock(&s->mu);
+    if ((x = find(s, key)) != NULL && x->state == KD_ENV_FAILED && kestrel__now_ms() - x->since_ms > 60000) {
+        x->state = KD_ENV_WAIT;   /* a failure a minute old may have been passing (the network): again */
+        x->started = 0;
+        x->nwaiters = 0;
+        x->since_ms = kestrel__now_ms();
+        snprintf(x->last, sizeof(x->last), "queued for the builder again");
+        pthread_cond_signal(&s->cv);
+    }
+    if (x == NULL) {
+        if (s->n == MAX_ENVS || (x = calloc(1, sizeof(*x))) == NULL || (x->requirements = strdup(reqs)) == NULL) {
+            free(x);
+            pthread_mutex_unlock(&s->mu);
+            snprintf(why, n, "waiting: too many environments being built");
+            return KD_ENV_WAIT;
+        }
+        snprintf(x->key, sizeof(x->key), "%s", key);
+        snprintf(x->name, sizeof(x->name), "%s", name);
+        x->state = KD_ENV_WAIT;
+        x->since_ms = kestrel__now_ms();
+        snprintf(x->last, sizeof(x->last), "queued for the builder");
+        s->v[s->n++] = x;
+        pthread_cond_signal(&s->cv);
+    }
+    if (x->state == KD_ENV_WAIT) {
+        size_t k = 0;
+        while (k < x->nwaiters && x->waiters[k] != job_id)
+            k++;
+        if (k == x->nwaiters && x->nwaiters < MAX_WAITERS)
+            x->waiters[x->nwaiters++] = job_id;
+        snprintf(why, n, "preparing environment %s (pip: %s; %lld s)", label(x), x->last,
+                 (long long)((kestrel__now_ms() - x->since_ms) / 1000));
+        rc = KD_ENV_WAIT;
+    } else {
+        snprintf(why, n, "environment %s failed to build: %s", label(x), x->error);
+        rc = KD_ENV_FAILED;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* One line of a build's output: into every waiting job's log, and kept as the last line. */
+static void line(kd_envs *s, env_entry *x, const char *text)
+{
+    int64_t ids[MAX_WAITERS];
+    size_t n;
+    pthread_mutex_lock(&s->mu);
+    snprintf(x->last, sizeof(x->last), "%s", text);
+    n = x->nwaiters;
+    memcpy(ids, x->waiters, n * sizeof(ids[0]));
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < n; i++)
+        kd_exec_log(s->e, ids[i], "env: %s", text);
+}
+
+/* Run argv (absolute path) as id in cwd, its output line by line into the build's lines; the exit
+ * status, or -1. The last lines stay in tail. */
+static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, const kd_ident *id, char *tail,
+               size_t tn)
+{
+    extern char **environ;
+    char *env[512], buf[8192];
+    size_t k = 0, have = 0;
+    int p[2], status = -1;
+    ssize_t r;
+    pid_t pid;
+    for (char **v = environ; *v && k < 500; v++)
+        if (strncmp(*v, "HOME=", 5) && strncmp(*v, "PIP_", 4) && strncmp(*v, "PYTHON", 6) && strncmp(*v, "VIRTUAL_ENV", 11))
+            env[k++] = *v;
+    env[k] = NULL;
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    if ((pid = kd_exec_spawn(argv, env, cwd, p, NULL, id)) < 0) {
+        close(p[0]);
+        snprintf(tail, tn, "cannot run %s: %s", argv[0], strerror((int)-pid));
+        return -1;
+    }
+    tail[0] = '\0';
+    while ((r = read(p[0], buf + have, sizeof(buf) - 1 - have)) > 0 || (r < 0 && errno == EINTR)) {
+        char *start = buf, *nl;
+        if (r < 0)
+            continue;
+        have += (size_t)r;
+        buf[have] = '\0';
+        while ((nl = memchr(start, '\n', have - (size_t)(start - buf))) != NULL) {
+            *nl = '\0';
+            kd_exec_sanitize(start, strlen(start));
+            if (*start) {
+                line(s, x, start);
+                snprintf(tail, tn, "%s", start);
+            }
+            start = nl + 1;
+        }
+        have -= (size_t)(start - buf);
+        memmove(buf, start, have);
+        if (have == sizeof(buf) - 1)
+            have = 0;   /* a line longer than the buffer: dropped */
+    }
+    close(p[0]);
+    if (waitpid(pid, &status, 0) < 0)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int to_root(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    if (geteuid() == 0 && lchown(path, 0, 0) < 0)   /* not root: the venv stays kestreld's own */
+        return -1;
+    if (flag == FTW_SL || S_ISLNK(st->st_mode))
+        return 0;
+    /* readable (and runnable where the builder could run it) by every job, writable by none of them */
+    return chmod(path, (st->st_mode & 0700) | ((st->st_mode & 0100) || S_ISDIR(st->st_mode) ? 0055 : 0044));
+}
+
+/* Past --env-cache-max built environments: remove the least recently used one no running job uses. */
+static void evict(kd_envs *s)
+{
+    char dir[PATH_MAX];
+    DIR *d;
+    struct dirent *de;
+    for (;;) {
+        size_t count = 0;
+        time_t oldest = 0;
+        char victim[65] = "";
+        envs_path(s, dir, sizeof(dir), "");
+        if ((d = opendir(dir)) == NULL)
+            return;
+        while ((de = readdir(d)) != NULL) {
+            char used[PATH_MAX + 80], digest[80];
+            struct stat st;
+            if (strlen(de->d_name) != 64 || strspn(de->d_name, "0123456789abcdef") != 64)
+                continue;
+            count++;
+            snprintf(used, sizeof(used), "%s/%s.used", dir, de->d_name);
+            snprintf(digest, sizeof(digest), "sha256:%s", de->d_name);
+            if (stat(used, &st) < 0)
+                st.st_mtime = 0;
+            if (!kd_catalog_env_in_use(s->e->cat, digest) && (!victim[0] || st.st_mtime < oldest)) {
+                oldest = st.st_mtime;
+                snprintf(victim, sizeof(victim), "%s", de->d_name);
+            }
+        }
+        closedir(d);
+        if (count <= (size_t)s->e->cfg->env_cache_max || !victim[0])
+            return;
+        {
+            char link_path[PATH_MAX + 80], real[PATH_MAX], used[PATH_MAX + 80];
+            snprintf(link_path, sizeof(link_path), "%s/%s", dir, victim);
+            snprintf(used, sizeof(used), "%s.used", link_path);
+            if (realpath(link_path, real) == NULL)
+                real[0] = '\0';
+            unlink(link_path);
+            unlink(used);
+            if (real[0])
+                kestrel__rm_tree(real);   /* root's since its build ended */
+        }
+    }
+}
+
+/* Build x: venv, pip install -r (and cffi), freeze, the bindings on its path; then root's, linked in. */
+static void build(kd_envs *s, env_entry *x)
+{
+    const kd_config *cfg = s->e->cfg;
+    char base[PATH_MAX], real[PATH_MAX], reqs[PATH_MAX + 32], py[PATH_MAX + 32], cache[PATH_MAX], tail[512];
+    char link_tmp[PATH_MAX + 16], final[PATH_MAX], rel[PATH_MAX], cache_env[PATH_MAX + 16], home[PATH_MAX + 8];
+    kd_ident builder = { 0 };
+    kestrel_buf freeze = KESTREL_BUF_INIT;
+    int rc = -1;
+    envs_path(s, base, sizeof(base), ".b");
+    envs_path(s, cache, sizeof(cache), ".pip-cache");
+    snprintf(real, sizeof(real), "%s/%.16s-XXXXXX", base, x->key);
+    if ((kd_ident_available() && kd_ident_resolve("env-builder", &builder) < 0) ||
+        kestrel__mkdirs(base, 0711) < 0 || chmod(base, 0711) < 0 || kestrel__mkdirs(cache, 0700) < 0 ||
+        mkdtemp(real) == NULL ||
+        chmod(real, 0755) < 0) {
+        snprintf(x->error, sizeof(x->error), "cannot make a build dir: %s", kestrel_error_last()->message[0]
+                 ? kestrel_error_last()->message : strerror(errno));
+        goto out;
+    }
+    snprintf(reqs, sizeof(reqs), "%s/kestrel-requirements.txt", real);
+    if (kestrel__write_file_atomic(reqs, x->requirements, strlen(x->requirements), 0644) < 0 ||
+        kd_ident_chown(&builder, real, 1) < 0 || kd_ident_chown(&builder, cache, 0) < 0) {
+        snprintf(x->error, sizeof(x->error), "cannot prepare %s: %s", real, kestrel_error_last()->message);
+        goto out;
+    }
+    snprintf(py, sizeof(py), "%s/bin/python", real);
+    snprintf(cache_env, sizeof(cache_env), "PIP_CACHE_DIR=%s", cache);
+    snprintf(home, sizeof(home), "HOME=%s", real);
+    {
+        char *venv[] = { (char *)cfg->env_python, "-m", "venv", "--without-pip", real, NULL };
+        char *ensurepip[] = { "/usr/bin/env", home, "PIP_NO_INPUT=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", py, "-m",
+                              "ensurepip", "--default-pip", NULL };
+        char *pip[] = { "/usr/bin/env", home, cache_env, "PIP_NO_INPUT=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", py,
+                        "-m", "pip", "install", "--progress-bar", "off", "-r", reqs, "cffi", NULL };
+        line(s, x, "making the venv");
+        if ((rc = run(s, x, venv, real, &builder, tail, sizeof(tail))) != 0) {
+            snprintf(x->error, sizeof(x->error), "%s -m venv failed: %s", cfg->env_python, tail);
+            goto out;
+        }
+        line(s, x, "installing pip into it");
+        for (int attempt = 0; attempt < 2 && (rc = run(s, x, ensurepip, real, &builder, tail, sizeof(tail))) != 0;
+             attempt++)
+            line(s, x, "ensurepip failed: once more");
+        if (rc != 0) {
+            snprintf(x->error, sizeof(x->error), "ensurepip failed: %s", tail);
+            goto out;
+        }
+        if ((rc = run(s, x, pip, real, &builder, tail, sizeof(tail))) != 0) {
+            snprintf(x->error, sizeof(x->error), "pip install failed: %s", tail);
+            rc = -1;
+            goto out;
+        }
+    }
+    {
+        char *argv[] = { py, "-m", "pip", "freeze", "--all", NULL };
+        rc = kd_exec_run(argv, real, &freeze, builder.isolated ? &(kd_exec_as){ &builder, real } : NULL);
+    }
+    if (rc != 0 || nftw(real, to_root, 32, FTW_PHYS) != 0) {
+        snprintf(x->error, sizeof(x->error), "cannot seal the venv: %s", rc ? "pip freeze failed" : strerror(errno));
+        rc = -1;
+        goto out;
+    }
+    {   /* import kestrel: the bindings matching this kestreld, on the venv's path */
+        char pattern[PATH_MAX + 64], pth[PATH_MAX + 64], freeze_path[PATH_MAX + 32];
+        glob_t g;
+        snprintf(pattern, sizeof(pattern), "%s/lib/python3*/site-packages", real);
+        if (cfg->env_python_path && glob(pattern, 0, NULL, &g) == 0) {
+            if (g.gl_pathc) {
+                snprintf(pth, sizeof(pth), "%s/kestrel-bindings.pth", g.gl_pathv[0]);
+                kestrel__write_file_atomic(pth, cfg->env_python_path, strlen(cfg->env_python_path), 0644);
+                chmod(pth, 0644);
+            }
+            globfree(&g);
+        }
+        snprintf(freeze_path, sizeof(freeze_path), "%s/kestrel-freeze.txt", real);
+        if (kestrel__write_file_atomic(freeze_path, freeze.ptr ? freeze.ptr : "", freeze.size, 0644) < 0 ||
+            chmod(freeze_path, 0644) < 0) {
+            snprintf(x->error, sizeof(x->error), "cannot write %s", freeze_path);
+            rc = -1;
+            goto out;
+        }
+    }
+    envs_path(s, final, sizeof(final), x->key);
+    snprintf(link_tmp, sizeof(link_tmp), "%s.tmp", final);
+    snprintf(rel, sizeof(rel), ".b/%s", strrchr(real, '/') + 1);
+    unlink(link_tmp);
+    if (symlink(rel, link_tmp) < 0 || rename(link_tmp, final) < 0) {
+        snprintf(x->error, sizeof(x->error), "cannot put the venv in place: %s", strerror(errno));
+        rc = -1;
+        goto out;
+    }
+    line(s, x, "environment ready");
+    rc = 0;
+out:
+    kestrel_buf_dispose(&freeze);
+    if (rc != 0 && real[strlen(real) - 1] != 'X')
+        kestrel__rm_tree(real);
+    pthread_mutex_lock(&s->mu);
+    if (rc == 0) {   /* built: the entry goes, DATA/envs/KEY says it from now on */
+        for (size_t i = 0; i < s->n; i++)
+            if (s->v[i] == x) {
+                s->v[i] = s->v[--s->n];
+                break;
+            }
+        free(x->requirements);
+        free(x);
+    } else {
+        x->state = KD_ENV_FAILED;
+        x->since_ms = kestrel__now_ms();
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc == 0)
+        evict(s);
+    kd_engine_kick(s->e);   /* its jobs may start, or fail */
+}
+
+static void *builder_main(void *arg)
+{
+    kd_envs *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        env_entry *next = NULL;
+        for (size_t i = 0; i < s->n && !next; i++)
+            if (s->v[i]->state == KD_ENV_WAIT && !s->v[i]->started)
+                next = s->v[i];
+        if (next == NULL) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        next->started = 1;
+        next->since_ms = kestrel__now_ms();
+        pthread_mutex_unlock(&s->mu);
+        build(s, next);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int kd_envs_new(kd_envs **out, kd_engine *e)
+{
+    kd_envs *s = calloc(1, sizeof(*s));
+    char dir[PATH_MAX];
+    if (s == NULL)
+        return kestrel__error_oom();
+    s->e = e;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    envs_path(s, dir, sizeof(dir), "");
+    if (kestrel__mkdirs(dir, 0711) < 0 || chmod(dir, 0711) < 0) {
+        free(s);
+        return kestrel__error_set(KESTREL_EIO, "cannot make %s: %s", dir, strerror(errno));
+    }
+    if (pthread_create(&s->thread, NULL, builder_main, s) != 0) {
+        free(s);
+        return kestrel__error_set(KESTREL_EIO, "cannot start the environment builder");
+    }
+    *out = s;
+    return 0;
+}
+
+void kd_envs_free(kd_envs *s)
+{
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);   /* a build in progress finishes first */
+    for (size_t i = 0; i < s->n; i++) {
+        free(s->v[i]->requirements);
+        free(s->v[i]);
+    }
+    free(s);
+}
+
+char *kd_envs_packages(const char *dir)
+{
+    char path[PATH_MAX + 32];
+    FILE *f;
+    char *text = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof(path), "%s/kestrel-freeze.txt", dir);
+    if ((f = fopen(path, "r")) != NULL) {
+        if ((text = malloc(256 * 1024 + 1)) != NULL) {
+            n = fread(text, 1, 256 * 1024, f);
+            text[n] = '\0';
+        }
+        fclose(f);
+    }
+    return text ? text : strdup("");
+}
+
+static Kestrel__V1__Environment *entry_of(kd_envs *s, const char *name, const char *reqs)
+{
+    Kestrel__V1__Environment *v = calloc(1, sizeof(*v));
+    char key[65], dir[PATH_MAX], digest[80];
+    env_entry *x;
+    if (v == NULL)
+        return NULL;
+    kestrel__v1__environment__init(v);
+    key_of(s, reqs, key);
+    snprintf(digest, sizeof(digest), "sha256:%s", key);
+    v->name = strdup(name);
+    v->digest = strdup(digest);
+    v->requirements = strdup(reqs);
+    if (ready(s, key, dir)) {
+        v->state = strdup("ready");
+        v->packages = kd_envs_packages(dir);
+        v->error = strdup("");
+    } else {
+        pthread_mutex_lock(&s->mu);
+        x = find(s, key);
+        v->state = strdup(x == NULL ? "not built" : x->state == KD_ENV_WAIT ? "building" : "failed");
+        v->error = strdup(x && x->state == KD_ENV_FAILED ? x->error : "");
+        pthread_mutex_unlock(&s->mu);
+        v->packages = strdup("");
+    }
+    return v;
+}
+
+Kestrel__V1__EnvironmentList *kd_envs_list(kd_envs *s)
+{
+    Kestrel__V1__EnvironmentList *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    kestrel__v1__environment_list__init(l);
+    if ((l->environments = calloc(s->e->cfg->nenvs + 1, sizeof(*l->environments))) == NULL) {
+        free(l);
+        return NULL;
+    }
+    for (size_t i = 0; i < s->e->cfg->nenvs; i++) {
+        Kestrel__V1__Environment *v = entry_of(s, s->e->cfg->envs[i].name, s->e->cfg->envs[i].requirements);
+        if (v)
+            l->environments[l->n_environments++] = v;
+    }
+    return l;
+}
+
+int kd_envs_declare(kd_config *cfg, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    char name[80];
+    kestrel_buf text = KESTREL_BUF_INIT;
+    kd_env_decl *grown;
+    FILE *f;
+    size_t n;
+    char buf[8192];
+    if (eq == NULL || eq == arg || (size_t)(eq - arg) >= 65) {
+        fprintf(stderr, "kestreld: --environment takes NAME=FILE (NAME up to 64 bytes), got '%s'\n", arg);
+        return -1;
+    }
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - arg), arg);
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.')) {
+            fprintf(stderr, "kestreld: --environment %s: names are lowercase [a-z0-9._-]\n", name);
+            return -1;
+        }
+    for (size_t i = 0; i < cfg->nenvs; i++)
+        if (!strcmp(cfg->envs[i].name, name)) {
+            fprintf(stderr, "kestreld: --environment %s is declared twice\n", name);
+            return -1;
+        }
+    if ((f = fopen(eq + 1, "r")) == NULL) {
+        fprintf(stderr, "kestreld: --environment %s: cannot read %s: %s\n", name, eq + 1, strerror(errno));
+        return -1;
+    }
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0 && text.size <= 64 * 1024)
+        kestrel__buf_put(&text, buf, n);
+    fclose(f);
+    if (text.size == 0 || text.size > 64 * 1024 || !kestrel__utf8_valid(text.ptr, text.size) || memchr(text.ptr, 0, text.size)) {
+        fprintf(stderr, "kestreld: --environment %s: %s must be a requirements file of text, 1 byte to 64 KiB\n", name,
+                eq + 1);
+        kestrel_buf_dispose(&text);
+        return -1;
+    }
+    if ((grown = realloc(cfg->envs, (cfg->nenvs + 1) * sizeof(*grown))) == NULL) {
+        kestrel_buf_dispose(&text);
+        return -1;
+    }
+    cfg->envs = grown;
+    cfg->envs[cfg->nenvs].name = strdup(name);
+    cfg->envs[cfg->nenvs].requirements = text.ptr;   /* NUL-terminated by kestrel_buf */
+    cfg->nenvs++;
+    return 0;
+}

@@ -1,0 +1,39 @@
+/* server/envs.h - the Python environments jobs run in (envs.c).
+ *
+ * A job names a standard environment (kestreld --environment NAME=FILE, FILE a requirements
+ * lock) or brings a requirements file's text. Each distinct spec (the interpreter, the text, and
+ * cffi so that the kestrel bindings load) is built once, as a venv, by one builder thread, while
+ * the job is QUEUED and holds nothing; every job with the same spec reuses it. Builds run as an
+ * unprivileged account (kestrel-env-builder when kestreld is root), into DATA/envs/.b/KEY-RAND,
+ * with pip's cache shared (DATA/envs/.pip-cache); the finished venv is made root's and read-only
+ * for jobs, and DATA/envs/KEY (a link) names it. Past --env-cache-max environments, the least
+ * recently used one no RUNNING job uses is removed. */
+#ifndef KD_ENVS_H
+#define KD_ENVS_H
+
+#include <limits.h>
+#include <stddef.h>
+#include "engine.h"
+
+typedef struct kd_envs kd_envs;
+
+/* --environment NAME=FILE: the file read into cfg->envs. -1 with a message on stderr. */
+int kd_envs_declare(kd_config *cfg, const char *arg);
+int kd_envs_new(kd_envs **out, kd_engine *e);
+void kd_envs_free(kd_envs *envs);
+
+enum { KD_ENV_NONE = 0, KD_ENV_READY = 1, KD_ENV_WAIT = 2, KD_ENV_FAILED = 3 };
+
+/* Where the spec's environment stands; a missing one is queued for building, and job_id's log gets
+ * its build's lines. WAIT and FAILED say why ("preparing environment NAME (pip: ...)"). READY
+ * fills dir (the venv) and digest ("sha256:..."). */
+int kd_envs_check(kd_envs *envs, int64_t job_id, const Kestrel__V1__JobSpec *spec, char *why, size_t n,
+                  char dir[PATH_MAX], char digest[80]);
+/* Whether spec names an environment that is not declared (a 400 at submit). */
+int kd_envs_unknown(const kd_envs *envs, const Kestrel__V1__JobSpec *spec);
+/* The environment's `pip freeze` (malloc'd, "" when unknown). */
+char *kd_envs_packages(const char *dir);
+/* GET /api/v1/environments. */
+Kestrel__V1__EnvironmentList *kd_envs_list(kd_envs *envs);
+
+#endif

@@ -1,0 +1,93 @@
+"""Environments, checked against the real kestreld and real pip: a job's requirements become a venv
+built once while the job is QUEUED (holding no GPU), reused by every job with the same file, with
+`python` the venv's and `import kestrel` working there; declared environments; failed builds fail
+the job with pip's words; the venv is not the job's to change."""
+import json
+import os
+import pathlib
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BINDINGS = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] or str(ROOT / "build" / "python")
+PROBE = ("import sys, six; print('prefix', sys.prefix); print('six', six.__version__)\n"
+         "try:\n    import kestrel; print('kestrel', kestrel.__version__)\nexcept ImportError as e:\n"
+         "    print('kestrel missing', e)\n")
+
+
+def built(d):
+    envs = d.data / "envs"
+    return sorted(p.name for p in envs.iterdir() if len(p.name) == 64) if envs.exists() else []
+
+
+def test_requirements_build_once_and_every_job_reuses_them(daemon, tmp_path):
+    d = daemon("--gpus", "1", "--env-python-path", BINDINGS)
+    req = tmp_path / "requirements.txt"
+    req.write_text("six\n")
+    slow = d.submit("--gpus", "1", "--requirements", str(req), "--", "python", "-c", PROBE)
+    other = d.submit("--gpus", "1", "--", "sh", "-c", "echo no env")   # the GPU is free while slow's env builds
+    seen = d.explain(slow)["reason"]
+    first = d.wait(slow, timeout=300)
+    log = d.cli("logs", slow).stdout
+    assert first["state"] == "SUCCEEDED", log
+    assert "env: making the venv" in log and "Successfully installed" in log, log
+    assert "preparing environment" in seen or first["start_time_ms"], seen
+    assert f"prefix {d.data}/envs/" in log and "six " in log, log
+    if os.environ.get("KESTREL_BINDING_BUILT", "1") == "1" and (pathlib.Path(BINDINGS) / "kestrel").exists():
+        assert "kestrel 1." in log, log
+    assert first["environment"].startswith("sha256:") and "six==" in first["packages"], first
+    o = d.wait(other)
+    assert o["state"] == "SUCCEEDED" and o["start_time_ms"] <= first["start_time_ms"], (o, first)
+    # the same file again: the same venv, not built again
+    again = d.submit("--requirements", str(req), "--", "python", "-c", PROBE)
+    j = d.wait(again, timeout=120)
+    log2 = d.cli("logs", again).stdout
+    assert j["state"] == "SUCCEEDED" and "making the venv" not in log2, log2
+    assert j["environment"] == first["environment"] and built(d) == [first["environment"][7:]]
+    assert "env:       sha256:" in d.cli("status", again).stdout
+
+
+def test_a_failed_build_fails_the_job_with_pips_words(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    req = tmp_path / "requirements.txt"
+    req.write_text("kestrel-no-such-package-at-all==9.9.9\n")
+    jid = d.submit("--requirements", str(req), "--", "python", "-c", "print(1)")
+    j = d.wait(jid, timeout=300)
+    assert j["state"] == "FAILED" and "pip install failed" in j["reason"], j
+    assert "kestrel-no-such-package-at-all" in j["reason"] or "No matching distribution" in j["reason"], j
+    assert j["start_time_ms"] == "0", j          # it never ran, and held nothing
+    assert built(d) == []
+
+
+def test_declared_environments_are_listed_and_unknown_ones_refused(daemon, tmp_path):
+    f = tmp_path / "small.txt"
+    f.write_text("six\n")
+    d = daemon("--gpus", "0", "--environment", f"small={f}")
+    envs = json.loads(d.cli("envs").stdout)["environments"]
+    assert [(e["name"], e["state"]) for e in envs] == [("small", "not built")] and envs[0]["requirements"] == "six\n"
+    jid = d.submit("--environment", "small", "--", "python", "-c", "import six; print(six.__version__)")
+    assert d.wait(jid, timeout=300)["state"] == "SUCCEEDED", d.cli("logs", jid).stdout
+    envs = json.loads(d.cli("envs").stdout)["environments"]
+    assert envs[0]["state"] == "ready" and "six==" in envs[0]["packages"], envs
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "environment": "nope"})
+    assert status == 400 and "no environment 'nope'" in body["message"], body
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "environment": "small", "requirements": "six"})
+    assert status == 400
+    status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "requirements": "x" * (65 * 1024)})
+    assert status == 413
+    r = d.cli("submit", "--requirements", str(tmp_path / "missing.txt"), "--", "true", check=False)
+    assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a job's own identity needs kestreld as root")
+def test_a_job_cannot_change_the_shared_environment(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    req = tmp_path / "requirements.txt"
+    req.write_text("six\n")
+    jid = d.submit("--requirements", str(req), "--", "sh", "-c",
+                   'touch "$VIRTUAL_ENV/bin/x" 2>&1; echo "rc=$?"; stat -c %U "$VIRTUAL_ENV/bin/python3" "$VIRTUAL_ENV"')
+    assert d.wait(jid, timeout=300)["state"] == "SUCCEEDED"
+    log = d.cli("logs", jid).stdout
+    assert "Permission denied" in log and "rc=1" in log and "kestrel-" not in log.split("rc=1")[1], log
