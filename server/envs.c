@@ -188,7 +188,8 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
     ssize_t r;
     pid_t pid;
     for (char **v = environ; *v && k < 500; v++)
-        if (strncmp(*v, "HOME=", 5) && strncmp(*v, "PIP_", 4) && strncmp(*v, "PYTHON", 6) && strncmp(*v, "VIRTUAL_ENV", 11))
+        /* kestreld's PIP_* (index, find-links, proxy, cert) configure the builds; HOME is the build's */
+        if (strncmp(*v, "HOME=", 5) && strncmp(*v, "PYTHON", 6) && strncmp(*v, "VIRTUAL_ENV", 11))
             env[k++] = *v;
     env[k] = NULL;
     if (pipe2(p, O_CLOEXEC) < 0)

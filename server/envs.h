@@ -5,7 +5,8 @@
  * cffi so that the kestrel bindings load) is built once, as a venv, by one builder thread, while
  * the job is QUEUED and holds nothing; every job with the same spec reuses it. Builds run as an
  * unprivileged account (kestrel-env-builder when kestreld is root), into DATA/envs/.b/KEY-RAND,
- * with pip's cache shared (DATA/envs/.pip-cache); the finished venv is made root's and read-only
+ * with pip's cache shared (DATA/envs/.pip-cache) and kestreld's own PIP_* environment (index,
+ * find-links, proxy) and /etc/pip.conf as pip's configuration; the finished venv is made root's and read-only
  * for jobs, and DATA/envs/KEY (a link) names it. Past --env-cache-max environments, the least
  * recently used one no RUNNING job uses is removed. */
 #ifndef KD_ENVS_H
