@@ -2,6 +2,10 @@
 
     python bench/inputs.py KESTRELD KESTREL_CLI        (make bench-inputs; KESTREL_BENCH_FILES=5000)
 
+Environments: a job with a new --requirements file (REQUIREMENTS, default "six tqdm packaging"),
+then a second job with the same file: submit -> RUNNING of each, beside `python -m venv` + `pip
+install -r` of the same file run directly with an empty pip cache, in the same run.
+
 Code upload: a project of FILES source files (~30 MB) submitted with `kestrel submit --code`, then
 again after one file changed. Figures: time, the chunk bytes the server lacked, and the bytes that
 crossed loopback both ways (/sys/class/net/lo counters: requests, manifests and replies included),
@@ -17,6 +21,7 @@ import tempfile
 import time
 
 FILES = int(os.environ.get("KESTREL_BENCH_FILES", "5000"))
+REQUIREMENTS = os.environ.get("KESTREL_BENCH_REQUIREMENTS", "six tqdm packaging").split()
 
 
 def lo_bytes():
@@ -58,6 +63,26 @@ def submit(cli, env, proj):
     return dt, int(m.group(2)), lo_bytes() - before, int(m.group(1))
 
 
+def to_running(cli, env, args):
+    """Seconds from submit to RUNNING (the job's own start time against the submit time)."""
+    import json
+    r = subprocess.run([cli, "-o", "json", "submit", *args], env=env, capture_output=True, text=True, check=True)
+    jid = json.loads(r.stdout)["id"]
+    w = subprocess.run([cli, "-o", "json", "wait", "--timeout", "900", jid], env=env, capture_output=True, text=True)
+    job = json.loads(w.stdout)
+    if job["state"] != "SUCCEEDED":
+        raise SystemExit(f"job {jid} {job['state']}: {job['reason']}")
+    return (int(job["start_time_ms"]) - int(job["submit_time_ms"])) / 1000
+
+
+def direct_venv(root, req):
+    t0 = time.perf_counter()
+    subprocess.run(["/usr/bin/python3", "-m", "venv", str(root / "direct")], check=True)
+    subprocess.run([str(root / "direct" / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-r",
+                    str(req), "cffi"], check=True, env=dict(os.environ, PIP_CACHE_DIR=str(root / "direct-cache")))
+    return time.perf_counter() - t0
+
+
 def main():
     binary, cli = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="kestrel-inputs-") as tmp:
@@ -66,6 +91,11 @@ def main():
         proc, port, token = start(binary, root)
         env = dict(os.environ, KESTREL_URL=f"http://127.0.0.1:{port}", KESTREL_TOKEN=token)
         try:
+            req = root / "requirements.txt"
+            req.write_text("\n".join(REQUIREMENTS) + "\n")
+            cold = to_running(cli, env, ["--requirements", str(req), "--", "python", "-c", "import six"])
+            warm = to_running(cli, env, ["--requirements", str(req), "--", "python", "-c", "import six"])
+            direct = direct_venv(root, req)
             proj = project(root)
             t0 = time.perf_counter()
             tgz = subprocess.run(f"tar -C '{proj}' -c . | gzip -1 | wc -c", shell=True, capture_output=True,
@@ -79,7 +109,13 @@ def main():
             proc.terminate()
             proc.wait(timeout=60)
     mb = lambda b: b / 1e6
-    print(f"bench-inputs: code upload of {FILES} files ({mb(first[3]):.1f} MB), kestreld on loopback")
+    print(f"bench-inputs: environment of {' '.join(REQUIREMENTS)} (+ cffi), submit -> RUNNING")
+    print(f"  first job (kestreld builds the venv)   {cold:8.2f} s")
+    print(f"  second job, same requirements (reuse)  {warm * 1000:8.0f} ms")
+    print(f"  peer: python -m venv + pip install -r  {direct:8.2f} s (empty pip cache, run directly)")
+    print(f"  the second job waits {warm * 1000:.0f} ms instead of {direct:.1f} s; the first build costs "
+          f"{cold / max(direct, 1e-3):.2f}x the direct one (the job's log has pip's output)")
+    print(f"code upload of {FILES} files ({mb(first[3]):.1f} MB), kestreld on loopback")
     print(f"  {'':34} {'seconds':>8} {'new chunk MB':>13} {'on the wire MB':>15}")
     print(f"  {'first submit --code':34} {first[0]:>8.2f} {mb(first[1]):>13.3f} {mb(first[2]):>15.3f}")
     print(f"  {'after editing one file':34} {second[0]:>8.2f} {mb(second[1]):>13.3f} {mb(second[2]):>15.3f}")
