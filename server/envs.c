@@ -41,6 +41,8 @@ struct kd_envs {
     int stop;
     env_entry *v[MAX_ENVS];
     size_t n;
+    char bindings[PATH_MAX];   /* put on every venv's path ("" none): --env-python-path, or found */
+    int bindings_known;        /* looked for (at the first build: a daemon that builds none never asks) */
 };
 
 static const char *label(const env_entry *x) { return x->name[0] ? x->name : "from the job's requirements"; }
@@ -282,6 +284,30 @@ static void evict(kd_envs *s)
     }
 }
 
+/* --env-python-path, else where the environments' interpreter itself finds `import kestrel` (the
+ * bindings installed for it, or on kestreld's PYTHONPATH): what every venv gets on its path. */
+static void find_bindings(kd_envs *s)
+{
+    const kd_config *cfg = s->e->cfg;
+    char *argv[] = { (char *)cfg->env_python, "-c",
+                     "import kestrel, os; print(os.path.dirname(os.path.dirname(os.path.abspath(kestrel.__file__))))",
+                     NULL };
+    kestrel_buf out = KESTREL_BUF_INIT;
+    if (cfg->env_python_path) {
+        snprintf(s->bindings, sizeof(s->bindings), "%s", cfg->env_python_path);
+        return;
+    }
+    if (kd_exec_run(argv, NULL, &out, NULL) == 0 && out.ptr && out.ptr[0] == '/') {
+        out.ptr[strcspn(out.ptr, "\n")] = '\0';
+        snprintf(s->bindings, sizeof(s->bindings), "%s", out.ptr);
+        fprintf(stderr, "kestreld: environments get the kestrel bindings from %s\n", s->bindings);
+    } else if (cfg->nenvs) {
+        fprintf(stderr, "kestreld: warning: %s cannot import kestrel: jobs in environments cannot either "
+                "(install the bindings for it, or --env-python-path DIR)\n", cfg->env_python);
+    }
+    kestrel_buf_dispose(&out);
+}
+
 /* Build x: venv, pip install -r (and cffi), freeze, the bindings on its path; then root's, linked in. */
 static void build(kd_envs *s, env_entry *x)
 {
@@ -291,6 +317,10 @@ static void build(kd_envs *s, env_entry *x)
     kd_ident builder = { 0 };
     kestrel_buf freeze = KESTREL_BUF_INIT;
     int rc = -1;
+    if (!s->bindings_known) {
+        find_bindings(s);
+        s->bindings_known = 1;
+    }
     envs_path(s, base, sizeof(base), ".b");
     envs_path(s, cache, sizeof(cache), ".pip-cache");
     snprintf(real, sizeof(real), "%s/%.16s-XXXXXX", base, x->key);
@@ -349,10 +379,10 @@ static void build(kd_envs *s, env_entry *x)
         char pattern[PATH_MAX + 64], pth[PATH_MAX + 64], freeze_path[PATH_MAX + 32];
         glob_t g;
         snprintf(pattern, sizeof(pattern), "%s/lib/python3*/site-packages", real);
-        if (cfg->env_python_path && glob(pattern, 0, NULL, &g) == 0) {
+        if (s->bindings[0] && glob(pattern, 0, NULL, &g) == 0) {
             if (g.gl_pathc) {
                 snprintf(pth, sizeof(pth), "%s/kestrel-bindings.pth", g.gl_pathv[0]);
-                kestrel__write_file_atomic(pth, cfg->env_python_path, strlen(cfg->env_python_path), 0644);
+                kestrel__write_file_atomic(pth, s->bindings, strlen(s->bindings), 0644);
                 chmod(pth, 0644);
             }
             globfree(&g);

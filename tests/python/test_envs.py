@@ -67,7 +67,10 @@ def test_declared_environments_are_listed_and_unknown_ones_refused(daemon, tmp_p
     d = daemon("--gpus", "0", "--environment", f"small={f}")
     envs = json.loads(d.cli("envs").stdout)["environments"]
     assert [(e["name"], e["state"]) for e in envs] == [("small", "not built")] and envs[0]["requirements"] == "six\n"
-    jid = d.submit("--environment", "small", "--", "python", "-c", "import six; print(six.__version__)")
+    # no --env-python-path: the bindings come from where /usr/bin/python3 itself imports kestrel
+    probe = "import six; print(six.__version__)" + (
+        "; import kestrel; print('kestrel', kestrel.__version__)" if (pathlib.Path(BINDINGS) / "kestrel").exists() else "")
+    jid = d.submit("--environment", "small", "--", "python", "-c", probe)
     assert d.wait(jid, timeout=300)["state"] == "SUCCEEDED", d.cli("logs", jid).stdout
     envs = json.loads(d.cli("envs").stdout)["environments"]
     assert envs[0]["state"] == "ready" and "six==" in envs[0]["packages"], envs
