@@ -239,8 +239,9 @@ static int to_root(const char *path, const struct stat *st, int flag, struct FTW
     return chmod(path, (st->st_mode & 0700) | ((st->st_mode & 0100) || S_ISDIR(st->st_mode) ? 0055 : 0044));
 }
 
-/* Past --env-cache-max built environments: remove the least recently used one no running job uses. */
-static void evict(kd_envs *s)
+/* Past --env-cache-max built environments: remove the least recently used one no running job uses
+ * (never keep, just built for the jobs waiting on it). */
+static void evict(kd_envs *s, const char *keep)
 {
     char dir[PATH_MAX];
     DIR *d;
@@ -258,6 +259,8 @@ static void evict(kd_envs *s)
             if (strlen(de->d_name) != 64 || strspn(de->d_name, "0123456789abcdef") != 64)
                 continue;
             count++;
+            if (!strcmp(de->d_name, keep))
+                continue;
             snprintf(used, sizeof(used), "%s/%s.used", dir, de->d_name);
             snprintf(digest, sizeof(digest), "sha256:%s", de->d_name);
             if (stat(used, &st) < 0)
@@ -314,6 +317,7 @@ static void build(kd_envs *s, env_entry *x)
     const kd_config *cfg = s->e->cfg;
     char base[PATH_MAX], real[PATH_MAX], reqs[PATH_MAX + 32], py[PATH_MAX + 32], cache[PATH_MAX], tail[512];
     char link_tmp[PATH_MAX + 16], final[PATH_MAX], rel[PATH_MAX], cache_env[PATH_MAX + 16], home[PATH_MAX + 8];
+    char key[65];
     kd_ident builder = { 0 };
     kestrel_buf freeze = KESTREL_BUF_INIT;
     int rc = -1;
@@ -410,6 +414,7 @@ out:
     kestrel_buf_dispose(&freeze);
     if (rc != 0 && real[strlen(real) - 1] != 'X')
         kestrel__rm_tree(real);
+    snprintf(key, sizeof(key), "%s", x->key);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {   /* built: the entry goes, DATA/envs/KEY says it from now on */
         for (size_t i = 0; i < s->n; i++)
@@ -425,7 +430,7 @@ out:
     }
     pthread_mutex_unlock(&s->mu);
     if (rc == 0)
-        evict(s);
+        evict(s, key);
     kd_engine_kick(s->e);   /* its jobs may start, or fail */
 }
 

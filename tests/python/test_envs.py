@@ -94,3 +94,18 @@ def test_a_job_cannot_change_the_shared_environment(daemon, tmp_path):
     assert d.wait(jid, timeout=300)["state"] == "SUCCEEDED"
     log = d.cli("logs", jid).stdout
     assert "Permission denied" in log and "rc=1" in log and "kestrel-" not in log.split("rc=1")[1], log
+
+
+def test_past_the_cache_bound_the_least_recently_used_environment_goes(daemon, tmp_path):
+    d = daemon("--gpus", "0", "--env-cache-max", "1")
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("six\n")
+    b.write_text("packaging\n")
+    ja = d.wait(d.submit("--requirements", str(a), "--", "python", "-c", "import six"), timeout=300)
+    assert ja["state"] == "SUCCEEDED" and built(d) == [ja["environment"][7:]]
+    jb = d.wait(d.submit("--requirements", str(b), "--", "python", "-c", "import packaging"), timeout=300)
+    assert jb["state"] == "SUCCEEDED" and built(d) == [jb["environment"][7:]], built(d)
+    assert len(list((d.data / "envs" / ".b").iterdir())) == 1   # a's venv itself is gone, not only its link
+    # a comes back when asked for again (built anew)
+    again = d.wait(d.submit("--requirements", str(a), "--", "python", "-c", "import six"), timeout=300)
+    assert again["state"] == "SUCCEEDED" and again["environment"] == ja["environment"]
