@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <glob.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ struct kd_envs {
     size_t n;
     char bindings[PATH_MAX];   /* put on every venv's path ("" none): --env-python-path, or found */
     int bindings_known;        /* looked for (at the first build: a daemon that builds none never asks) */
+    pid_t build_pid;           /* the build step running now (0: none): stopped when kestreld stops */
 };
 
 static const char *label(const env_entry *x) { return x->name[0] ? x->name : "from the job's requirements"; }
@@ -201,6 +203,11 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
         snprintf(tail, tn, "cannot run %s: %s", argv[0], strerror((int)-pid));
         return -1;
     }
+    pthread_mutex_lock(&s->mu);
+    s->build_pid = pid;
+    if (s->stop)
+        kill(pid, SIGKILL);
+    pthread_mutex_unlock(&s->mu);
     tail[0] = '\0';
     while ((r = read(p[0], buf + have, sizeof(buf) - 1 - have)) > 0 || (r < 0 && errno == EINTR)) {
         char *start = buf, *nl;
@@ -224,8 +231,68 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
     }
     close(p[0]);
     if (waitpid(pid, &status, 0) < 0)
-        return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        status = -1;
+    pthread_mutex_lock(&s->mu);
+    s->build_pid = 0;
+    pthread_mutex_unlock(&s->mu);
+    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Remove a build dir: as the builder while it is the builder's (root never walks a tree another
+ * account may still change), then its now empty top as root. */
+static void drop(const kd_ident *builder, const char *dir)
+{
+    struct stat st;
+    if (lstat(dir, &st) == 0 && st.st_uid != 0 && builder->isolated)
+        kd_ident_rm_tree(builder, dir, dir);
+    else
+        kestrel__rm_tree(dir);
+    rmdir(dir);
+}
+
+/* At start: build dirs no DATA/envs/KEY link names (a build a killed kestreld left, an eviction cut
+ * short) are removed. */
+static void sweep_builds(kd_envs *s)
+{
+    char envs[PATH_MAX], base[PATH_MAX + 4];
+    DIR *d;
+    struct dirent *de;
+    kd_ident builder = { 0 };
+    int have_builder = 0;
+    envs_path(s, envs, sizeof(envs), "");
+    snprintf(base, sizeof(base), "%s/.b", envs);
+    if ((d = opendir(base)) == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        char linkp[PATH_MAX + 80], target[PATH_MAX], dir[PATH_MAX + 300];
+        ssize_t n;
+        if (de->d_name[0] == '.' || strlen(de->d_name) < 17)
+            continue;
+        snprintf(linkp, sizeof(linkp), "%s/%.16s", envs, de->d_name);
+        {   /* the link's name is the full key: find one that starts with these 16 digits and points here */
+            DIR *e = opendir(envs);
+            struct dirent *le;
+            int linked = 0;
+            while (e && (le = readdir(e)) != NULL) {
+                if (strlen(le->d_name) != 64 || strncmp(le->d_name, de->d_name, 16))
+                    continue;
+                snprintf(linkp, sizeof(linkp), "%s/%s", envs, le->d_name);
+                if ((n = readlink(linkp, target, sizeof(target) - 1)) > 0) {
+                    target[n] = '\0';
+                    linked |= !strcmp(target + (strncmp(target, ".b/", 3) ? 0 : 3), de->d_name);
+                }
+            }
+            if (e)
+                closedir(e);
+            if (linked)
+                continue;
+        }
+        if (!have_builder && kd_ident_available() && kd_ident_resolve("env-builder", &builder) == 0)
+            have_builder = 1;
+        snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
+        drop(&builder, dir);
+    }
+    closedir(d);
 }
 
 static int to_root(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -413,7 +480,7 @@ static void build(kd_envs *s, env_entry *x)
 out:
     kestrel_buf_dispose(&freeze);
     if (rc != 0 && real[strlen(real) - 1] != 'X')
-        kestrel__rm_tree(real);
+        drop(&builder, real);
     snprintf(key, sizeof(key), "%s", x->key);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {   /* built: the entry goes, DATA/envs/KEY says it from now on */
@@ -471,6 +538,7 @@ int kd_envs_new(kd_envs **out, kd_engine *e)
         free(s);
         return kestrel__error_set(KESTREL_EIO, "cannot make %s: %s", dir, strerror(errno));
     }
+    sweep_builds(s);
     if (pthread_create(&s->thread, NULL, builder_main, s) != 0) {
         free(s);
         return kestrel__error_set(KESTREL_EIO, "cannot start the environment builder");
@@ -485,9 +553,13 @@ void kd_envs_free(kd_envs *s)
         return;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
+    if (s->build_pid > 0) {   /* a build in progress is abandoned (its dir goes at the next build of it) */
+        kill(-s->build_pid, SIGKILL);
+        kill(s->build_pid, SIGKILL);
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);   /* a build in progress finishes first */
+    pthread_join(s->thread, NULL);
     for (size_t i = 0; i < s->n; i++) {
         free(s->v[i]->requirements);
         free(s->v[i]);

@@ -109,3 +109,21 @@ def test_past_the_cache_bound_the_least_recently_used_environment_goes(daemon, t
     # a comes back when asked for again (built anew)
     again = d.wait(d.submit("--requirements", str(a), "--", "python", "-c", "import six"), timeout=300)
     assert again["state"] == "SUCCEEDED" and again["environment"] == ja["environment"]
+
+
+def test_a_build_a_killed_kestreld_left_is_removed_at_start(daemon, tmp_path):
+    d = daemon("--gpus", "0")
+    req = tmp_path / "requirements.txt"
+    req.write_text("six\n")
+    jid = d.submit("--requirements", str(req), "--", "python", "-c", "import six")
+    deadline = time.time() + 60
+    while "making the venv" not in d.cli("logs", jid).stdout and time.time() < deadline:
+        time.sleep(0.05)
+    d.proc.kill()   # mid-build
+    d.proc.wait()
+    left = list((d.data / "envs" / ".b").iterdir())
+    assert left, "the build had begun"
+    d.restart()
+    j = d.wait(jid, timeout=300)   # requeued after the kill: built again, and runs
+    assert j["state"] == "SUCCEEDED", j
+    assert len(list((d.data / "envs" / ".b").iterdir())) == 1 and not any(p.exists() for p in left)
