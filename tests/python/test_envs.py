@@ -127,3 +127,46 @@ def test_a_build_a_killed_kestreld_left_is_removed_at_start(daemon, tmp_path):
     j = d.wait(jid, timeout=300)   # requeued after the kill: built again, and runs
     assert j["state"] == "SUCCEEDED", j
     assert len(list((d.data / "envs" / ".b").iterdir())) == 1 and not any(p.exists() for p in left)
+
+
+TRAIN_AND_PUSH = """
+import json, os, kestrel, six
+p = kestrel.params()
+with open("model.txt", "w") as f:
+    f.write(json.dumps({"lr": p["lr"], "data": open("data/ds/x.txt").read().strip(), "code": open("VERSION").read()}))
+kestrel.Client().push("admin/nb-model", "model.txt")
+print("pushed", p)
+"""
+
+
+def test_the_whole_flow_from_python_as_a_notebook_would(daemon, tmp_path):
+    """Code from a fresh directory, its own requirements, a dataset and params; the model it pushes
+    shows its lineage, and reproduce runs it again: all through the Python API."""
+    kestrel = pytest.importorskip("kestrel")
+    if not (pathlib.Path(BINDINGS) / "kestrel").exists():
+        pytest.skip("needs the bindings for the job's environment")
+    d = daemon("--gpus", "0", "--env-python-path", BINDINGS)
+    c = kestrel.Client(d.url, d.token)
+    proj = tmp_path / "mine"
+    proj.mkdir()
+    (proj / "train.py").write_text(TRAIN_AND_PUSH)
+    (proj / "VERSION").write_text("v1")
+    (proj / "requirements.txt").write_text("six\n")
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "x.txt").write_text("42\n")
+    c.push("admin/ds", str(ds))
+    job = c.submit(["python", "train.py"], code=str(proj), requirements=str(proj / "requirements.txt"),
+                   data={"data/ds": "admin/ds"}, params={"lr": 0.01})
+    job.wait(timeout=300)
+    assert job.state == "SUCCEEDED", [l.text for l in job.logs()][-20:]
+    assert job.code == "admin/code/mine@1" and job.data == {"data/ds": "admin/ds@1"} and job.params == {"lr": "0.01"}
+    assert job.environment and any(p.startswith("six==") for p in job.packages)
+    v = c.versions("admin/nb-model")[-1]
+    lineage = v.metadata["lineage"]
+    assert lineage["job_id"] == job.id and lineage["code"] == "admin/code/mine@1"
+    assert lineage["environment"] == job.environment and lineage["params"] == {"lr": "0.01"}
+    again = c.reproduce("admin/nb-model@1")
+    again.wait(timeout=300)
+    assert again.state == "SUCCEEDED" and again.id != job.id and again.environment == job.environment
+    assert len(c.versions("admin/nb-model")) == 2
