@@ -6,6 +6,7 @@
 #include <limits.h>
 #include "engine.h"
 #include "envs.h"
+#include "stage.h"
 
 #define QUEUE_WINDOW 1000   /* queued jobs considered per pass */
 
@@ -214,7 +215,11 @@ void kd_engine_schedule(kd_engine *e)
         for (size_t i = 0; i < n; i++) {
             char why[1400], dir[PATH_MAX], digest[80];
             int st = kd_envs_check(e->envs, queued[i].id, queued[i].spec, why, sizeof(why), dir, digest);
-            if (st == KD_ENV_NONE || st == KD_ENV_READY) {
+            if (st == KD_ENV_NONE || st == KD_ENV_READY) {   /* and its datasets copied, also while QUEUED */
+                int data = queued[i].spec->n_data ? kd_stage_ready(e, queued[i].spec, why, sizeof(why)) : 1;
+                st = data == 1 ? KD_ENV_READY : data == 0 ? KD_ENV_WAIT : KD_ENV_FAILED;
+            }
+            if (st == KD_ENV_READY) {
                 queued[k++] = queued[i];
                 continue;
             }

@@ -24,6 +24,7 @@
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cache_cv = PTHREAD_COND_INITIALIZER;
 static char building[MAX_BUILDING][65];
+static char failed_ref[420], failed_why[1024];   /* the last prefetch that failed, for its job */
 
 static int pull(kd_engine *e, const char *ref, const char *dest)
 {
@@ -109,6 +110,9 @@ static int cached(kd_engine *e, const char *ref, char *entry, size_t n, char *wh
         return -1;
     }
     pthread_mutex_unlock(&cache_mu);
+    snprintf(tmp, sizeof(tmp), "%s/staging", e->cfg->data_dir);
+    if (kestrel__mkdirs(tmp, 0700) < 0)
+        tmp[0] = '\0';
     snprintf(tmp, sizeof(tmp), "%s/staging/data-XXXXXX", e->cfg->data_dir);
     if (kestrel__mkdirs(cache, 0700) < 0 || mkdtemp(tmp) == NULL) {
         snprintf(why, wn, "cannot stage dataset %s: %s", ref, strerror(errno));
@@ -292,4 +296,66 @@ int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *
 fail:
     kestrel__rm_tree(tmp);   /* in root's staging, never reachable by a job; links go, cached files stay */
     return -1;
+}
+
+typedef struct {
+    kd_engine *e;
+    char ref[420];
+} prefetch;
+
+static void *prefetch_main(void *arg)
+{
+    prefetch *p = arg;
+    char entry[PATH_MAX], why[1024];
+    if (cached(p->e, p->ref, entry, sizeof(entry), why, sizeof(why)) < 0) {
+        pthread_mutex_lock(&cache_mu);
+        snprintf(failed_ref, sizeof(failed_ref), "%s", p->ref);
+        snprintf(failed_why, sizeof(failed_why), "%s", why);
+        pthread_mutex_unlock(&cache_mu);
+    }
+    kd_engine_kick(p->e);   /* the jobs waiting on it may start (or fail) */
+    free(p);
+    return NULL;
+}
+
+int kd_stage_ready(kd_engine *e, const Kestrel__V1__JobSpec *spec, char *why, size_t n)
+{
+    int rc = 1;
+    for (size_t i = 0; i < spec->n_data && rc == 1; i++) {
+        const char *ref = spec->data[i]->ref;
+        char cache[PATH_MAX], hex[65], entry[PATH_MAX + 80];
+        struct stat st;
+        int busy;
+        snprintf(cache, sizeof(cache), "%s/cache/data", e->cfg->data_dir);
+        kestrel__sha256_hex(ref, strlen(ref), hex);
+        snprintf(entry, sizeof(entry), "%s/%s", cache, hex);
+        if (lstat(entry, &st) == 0)
+            continue;
+        pthread_mutex_lock(&cache_mu);
+        busy = is_building(hex);
+        if (!busy && !strcmp(failed_ref, ref)) {
+            snprintf(why, n, "%s", failed_why);
+            failed_ref[0] = '\0';   /* reported once; a later job tries again */
+            pthread_mutex_unlock(&cache_mu);
+            return -1;
+        }
+        pthread_mutex_unlock(&cache_mu);
+        if (!busy) {
+            prefetch *p = calloc(1, sizeof(*p));
+            pthread_t t;
+            pthread_attr_t at;
+            if (p == NULL)
+                return 0;
+            p->e = e;
+            snprintf(p->ref, sizeof(p->ref), "%s", ref);
+            pthread_attr_init(&at);
+            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+            if (pthread_create(&t, &at, prefetch_main, p) != 0)
+                free(p);
+            pthread_attr_destroy(&at);
+        }
+        snprintf(why, n, "copying dataset %s into this host's cache", ref);
+        rc = 0;
+    }
+    return rc;
 }

@@ -13,6 +13,10 @@
 int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *spec, const char *work, char *why,
                   size_t n);
 
+/* Whether the spec's datasets are in this host's cache: 1 yes; 0 not yet (a copy is started, or
+ * runs: why says so, and the engine is kicked when it ends); -1 the copy failed (why). Run for
+ * QUEUED jobs, so that a big dataset is copied before the job holds any GPU. */
+int kd_stage_ready(kd_engine *e, const Kestrel__V1__JobSpec *spec, char *why, size_t n);
 /* Drop cached datasets whose version no longer exists (after a delete and a collection). */
 void kd_stage_sweep(kd_engine *e);
 /* Empty DATA/staging: what a killed kestreld left half-made (at start, before any job runs). */
