@@ -136,7 +136,7 @@ enum MHD_Result kd_route_environments(kd_req *r)
     Kestrel__V1__EnvironmentList *l;
     if (strcmp(r->method, "GET"))
         return kd_reply_error(r, 405, "method_not_allowed", "use GET on /api/v1/environments");
-    if ((l = kd_envs_list(r->e->envs)) == NULL)
+    if ((l = kd_envs_list(r->e->envs, r->who.is_admin)) == NULL)
         return kd_reply_error(r, 500, "internal", "out of memory");
     return kd_reply_owned(r, 200, &l->base);
 }

@@ -37,7 +37,8 @@ static const char *scope_name(int s)
 
 static int name_ok(const char *s)
 {
-    return s[0] && kestrel__text_is_clean(s, 64) && !strchr(s, ' ') && !strchr(s, '/');
+    /* env-builder-*: the accounts environments are built by (kestrel-env-builder-...) */
+    return s[0] && kestrel__text_is_clean(s, 64) && !strchr(s, ' ') && !strchr(s, '/') && strncmp(s, "env-builder", 11);
 }
 
 /* A model name's first segment names a user, a team or jobs/: the three must never coincide.

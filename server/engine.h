@@ -50,6 +50,7 @@ typedef struct {
     const char *env_python;    /* the interpreter venvs are made with (default /usr/bin/python3) */
     const char *env_python_path;   /* a directory every venv gets on its path (the kestrel bindings) */
     int env_cache_max;         /* built environments kept (least recently used removed past it) */
+    int env_build_timeout_s;   /* a build step running longer is stopped (the job fails) */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };

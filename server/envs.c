@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <glob.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ struct kd_envs {
     char bindings[PATH_MAX];   /* put on every venv's path ("" none): --env-python-path, or found */
     int bindings_known;        /* looked for (at the first build: a daemon that builds none never asks) */
     pid_t build_pid;           /* the build step running now (0: none): stopped when kestreld stops */
+    char builder_name[48];     /* "env-builder-" + 8 hex of the data dir: this kestreld's builder alone */
 };
 
 static const char *label(const env_entry *x) { return x->name[0] ? x->name : "from the job's requirements"; }
@@ -134,6 +136,13 @@ int kd_envs_check(kd_envs *s, int64_t job_id, const Kestrel__V1__JobSpec *spec, 
         snprintf(x->last, sizeof(x->last), "queued for the builder again");
         pthread_cond_signal(&s->cv);
     }
+    if (x == NULL && s->n == MAX_ENVS)   /* full: failed entries (their jobs told) make room */
+        for (size_t i = 0; i < s->n; i++)
+            if (s->v[i]->state == KD_ENV_FAILED && kestrel__now_ms() - s->v[i]->since_ms > 60000) {
+                free(s->v[i]->requirements);
+                free(s->v[i]);
+                s->v[i--] = s->v[--s->n];
+            }
     if (x == NULL) {
         if (s->n == MAX_ENVS || (x = calloc(1, sizeof(*x))) == NULL || (x->requirements = strdup(reqs)) == NULL) {
             free(x);
@@ -180,6 +189,22 @@ static void line(kd_envs *s, env_entry *x, const char *text)
         kd_exec_log(s->e, ids[i], "env: %s", text);
 }
 
+/* Every process of the builder account, killed (twice: one forking meanwhile is caught the second
+ * time): a build's code must not live on to write into the venv after it is sealed, or into the
+ * next build. kill -KILL -1 run as that account reaches exactly its processes. */
+static void kill_builder(const kd_ident *id)
+{
+    char *argv[] = { "/bin/kill", "-KILL", "-1", NULL };
+    kestrel_buf out = KESTREL_BUF_INIT;
+    kd_exec_as as = { id, "/" };
+    if (id == NULL || !id->isolated)
+        return;
+    for (int i = 0; i < 2; i++) {
+        kd_exec_run(argv, "/", &out, &as);
+        kestrel_buf_dispose(&out);
+    }
+}
+
 /* Run argv (absolute path) as id in cwd, its output line by line into the build's lines; the exit
  * status, or -1. The last lines stay in tail. */
 static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, const kd_ident *id, char *tail,
@@ -188,13 +213,20 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
     extern char **environ;
     char *env[512], buf[8192];
     size_t k = 0, have = 0;
-    int p[2], status = -1;
+    int p[2], status = -1, timed_out = 0;
+    int64_t deadline_ms = kestrel__now_ms() + (int64_t)s->e->cfg->env_build_timeout_s * 1000;
     ssize_t r;
     pid_t pid;
+    static const char *const keep[] = { "PATH=", "LANG=", "LC_", "TZ=", "PIP_", "http_proxy=", "https_proxy=",
+                                         "no_proxy=", "HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "SSL_CERT_",
+                                         "REQUESTS_CA_BUNDLE=", "CURL_CA_BUNDLE=", NULL };
+    /* only what configures pip (index, find-links, proxy, certificates): nothing else of kestreld's */
     for (char **v = environ; *v && k < 500; v++)
-        /* kestreld's PIP_* (index, find-links, proxy, cert) configure the builds; HOME is the build's */
-        if (strncmp(*v, "HOME=", 5) && strncmp(*v, "PYTHON", 6) && strncmp(*v, "VIRTUAL_ENV", 11))
-            env[k++] = *v;
+        for (size_t i = 0; keep[i]; i++)
+            if (!strncmp(*v, keep[i], strlen(keep[i]))) {
+                env[k++] = *v;
+                break;
+            }
     env[k] = NULL;
     if (pipe2(p, O_CLOEXEC) < 0)
         return -1;
@@ -209,10 +241,31 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
         kill(pid, SIGKILL);
     pthread_mutex_unlock(&s->mu);
     tail[0] = '\0';
-    while ((r = read(p[0], buf + have, sizeof(buf) - 1 - have)) > 0 || (r < 0 && errno == EINTR)) {
+    for (;;) {
+        struct pollfd pf = { p[0], POLLIN, 0 };
         char *start = buf, *nl;
-        if (r < 0)
+        int64_t left = deadline_ms - kestrel__now_ms();
+        if (left <= 0 || poll(&pf, 1, (int)(left > 1000 ? 1000 : left)) < 0) {
+            if (left > 0 && errno == EINTR)
+                continue;
+            if (left <= 0) {   /* a build that hangs (a setup.py that never ends) is cut off */
+                kill(-pid, SIGKILL);
+                kill(pid, SIGKILL);
+                snprintf(tail, tn, "the build step ran past --env-build-timeout (%d s) and was stopped",
+                         s->e->cfg->env_build_timeout_s);
+                timed_out = 1;
+            }
+            break;
+        }
+        if (pf.revents == 0)
             continue;
+        if ((r = read(p[0], buf + have, sizeof(buf) - 1 - have)) == 0)
+            break;
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
         have += (size_t)r;
         buf[have] = '\0';
         while ((nl = memchr(start, '\n', have - (size_t)(start - buf))) != NULL) {
@@ -235,7 +288,8 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
     pthread_mutex_lock(&s->mu);
     s->build_pid = 0;
     pthread_mutex_unlock(&s->mu);
-    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    kill_builder(id);   /* nothing a build started may outlive its step */
+    return !timed_out && status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 /* Remove a build dir: as the builder while it is the builder's (root never walks a tree another
@@ -287,12 +341,41 @@ static void sweep_builds(kd_envs *s)
             if (linked)
                 continue;
         }
-        if (!have_builder && kd_ident_available() && kd_ident_resolve("env-builder", &builder) == 0)
+        if (!have_builder && kd_ident_available() && kd_ident_resolve(s->builder_name, &builder) == 0) {
             have_builder = 1;
+            kill_builder(&builder);   /* what a killed kestreld's build left running */
+        }
         snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
         drop(&builder, dir);
     }
     closedir(d);
+}
+
+/* real/lib/python3.X/site-packages, each step a real directory (lstat: a link the build left
+ * would lead root's writes elsewhere). 0, or -1. */
+static int site_packages(const char *real, char *out, size_t n)
+{
+    char lib[PATH_MAX + 8];
+    struct stat st;
+    DIR *d;
+    struct dirent *de;
+    int rc = -1;
+    snprintf(lib, sizeof(lib), "%s/lib", real);
+    if (lstat(lib, &st) < 0 || !S_ISDIR(st.st_mode) || (d = opendir(lib)) == NULL)
+        return -1;
+    while (rc < 0 && (de = readdir(d)) != NULL) {
+        char py[PATH_MAX * 2];
+        if (strncmp(de->d_name, "python3", 7))
+            continue;
+        snprintf(py, sizeof(py), "%s/%s", lib, de->d_name);
+        if (lstat(py, &st) < 0 || !S_ISDIR(st.st_mode))
+            continue;
+        snprintf(out, n, "%s/site-packages", py);
+        if (lstat(out, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = 0;
+    }
+    closedir(d);
+    return rc;
 }
 
 static int to_root(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -395,7 +478,7 @@ static void build(kd_envs *s, env_entry *x)
     envs_path(s, base, sizeof(base), ".b");
     envs_path(s, cache, sizeof(cache), ".pip-cache");
     snprintf(real, sizeof(real), "%s/%.16s-XXXXXX", base, x->key);
-    if ((kd_ident_available() && kd_ident_resolve("env-builder", &builder) < 0) ||
+    if ((kd_ident_available() && kd_ident_resolve(s->builder_name, &builder) < 0) ||
         kestrel__mkdirs(base, 0711) < 0 || chmod(base, 0711) < 0 || kestrel__mkdirs(cache, 0700) < 0 ||
         mkdtemp(real) == NULL ||
         chmod(real, 0755) < 0) {
@@ -436,6 +519,7 @@ static void build(kd_envs *s, env_entry *x)
             rc = -1;
             goto out;
         }
+        unlink(reqs);   /* the text may hold an index's credentials: not left for other builds or jobs */
     }
     {
         char *argv[] = { py, "-m", "pip", "freeze", "--all", NULL };
@@ -447,16 +531,11 @@ static void build(kd_envs *s, env_entry *x)
         goto out;
     }
     {   /* import kestrel: the bindings matching this kestreld, on the venv's path */
-        char pattern[PATH_MAX + 64], pth[PATH_MAX + 64], freeze_path[PATH_MAX + 32];
-        glob_t g;
-        snprintf(pattern, sizeof(pattern), "%s/lib/python3*/site-packages", real);
-        if (s->bindings[0] && glob(pattern, 0, NULL, &g) == 0) {
-            if (g.gl_pathc) {
-                snprintf(pth, sizeof(pth), "%s/kestrel-bindings.pth", g.gl_pathv[0]);
-                kestrel__write_file_atomic(pth, s->bindings, strlen(s->bindings), 0644);
+        char pth[PATH_MAX + 64], freeze_path[PATH_MAX + 32], site[PATH_MAX];
+        if (s->bindings[0] && site_packages(real, site, sizeof(site)) == 0) {
+            snprintf(pth, sizeof(pth), "%s/kestrel-bindings.pth", site);
+            if (kestrel__write_file_atomic(pth, s->bindings, strlen(s->bindings), 0644) == 0)
                 chmod(pth, 0644);
-            }
-            globfree(&g);
         }
         snprintf(freeze_path, sizeof(freeze_path), "%s/kestrel-freeze.txt", real);
         if (kestrel__write_file_atomic(freeze_path, freeze.ptr ? freeze.ptr : "", freeze.size, 0644) < 0 ||
@@ -501,6 +580,35 @@ out:
     kd_engine_kick(s->e);   /* its jobs may start, or fail */
 }
 
+static int anyone_waits(kd_envs *s, env_entry *x)
+{
+    int64_t ids[MAX_WAITERS];
+    size_t n;
+    pthread_mutex_lock(&s->mu);
+    n = x->nwaiters;
+    memcpy(ids, x->waiters, n * sizeof(ids[0]));
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < n; i++) {
+        int state = 0;
+        if (kd_catalog_job_state(s->e->cat, ids[i], &state) == 0 && state == KESTREL_JOB_STATE_QUEUED)
+            return 1;
+    }
+    return n == 0;
+}
+
+static void forget(kd_envs *s, env_entry *x)
+{
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i] == x) {
+            s->v[i] = s->v[--s->n];
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    free(x->requirements);
+    free(x);
+}
+
 static void *builder_main(void *arg)
 {
     kd_envs *s = arg;
@@ -517,7 +625,10 @@ static void *builder_main(void *arg)
         next->started = 1;
         next->since_ms = kestrel__now_ms();
         pthread_mutex_unlock(&s->mu);
-        build(s, next);
+        if (anyone_waits(s, next))
+            build(s, next);
+        else
+            forget(s, next);   /* every job that asked was cancelled meanwhile: not built for nobody */
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -531,6 +642,11 @@ int kd_envs_new(kd_envs **out, kd_engine *e)
     if (s == NULL)
         return kestrel__error_oom();
     s->e = e;
+    {
+        char hex[65];
+        kestrel__sha256_hex(e->cfg->data_dir, strlen(e->cfg->data_dir), hex);
+        snprintf(s->builder_name, sizeof(s->builder_name), "env-builder-%.8s", hex);
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     envs_path(s, dir, sizeof(dir), "");
@@ -612,7 +728,7 @@ static Kestrel__V1__Environment *entry_of(kd_envs *s, const char *name, const ch
     return v;
 }
 
-Kestrel__V1__EnvironmentList *kd_envs_list(kd_envs *s)
+Kestrel__V1__EnvironmentList *kd_envs_list(kd_envs *s, int show_requirements)
 {
     Kestrel__V1__EnvironmentList *l = calloc(1, sizeof(*l));
     if (l == NULL)
@@ -624,6 +740,10 @@ Kestrel__V1__EnvironmentList *kd_envs_list(kd_envs *s)
     }
     for (size_t i = 0; i < s->e->cfg->nenvs; i++) {
         Kestrel__V1__Environment *v = entry_of(s, s->e->cfg->envs[i].name, s->e->cfg->envs[i].requirements);
+        if (v && !show_requirements) {   /* an admin's file may name a private index with its password */
+            free(v->requirements);
+            v->requirements = strdup("");
+        }
         if (v)
             l->environments[l->n_environments++] = v;
     }
@@ -644,6 +764,10 @@ int kd_envs_declare(kd_config *cfg, const char *arg)
         return -1;
     }
     snprintf(name, sizeof(name), "%.*s", (int)(eq - arg), arg);
+    if (!((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= '0' && name[0] <= '9'))) {
+        fprintf(stderr, "kestreld: --environment %s: a name starts with a lowercase letter or digit\n", name);
+        return -1;
+    }
     for (const char *p = name; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.')) {
             fprintf(stderr, "kestreld: --environment %s: names are lowercase [a-z0-9._-]\n", name);

@@ -35,6 +35,7 @@ int kd_envs_unknown(const kd_envs *envs, const Kestrel__V1__JobSpec *spec);
 /* The environment's `pip freeze` (malloc'd, "" when unknown). */
 char *kd_envs_packages(const char *dir);
 /* GET /api/v1/environments. */
-Kestrel__V1__EnvironmentList *kd_envs_list(kd_envs *envs);
+/* show_requirements: the files' text too (admins only: it may hold an index's credentials). */
+Kestrel__V1__EnvironmentList *kd_envs_list(kd_envs *envs, int show_requirements);
 
 #endif

@@ -227,7 +227,13 @@ static void *runner(void *arg)
             goto not_started;
         }
         memcpy(argv, spec->argv, spec->n_argv * sizeof(char *));
-        kd_exec_use_env(e, lj->job, &argv[0], prog, sizeof(prog));
+        if (kd_exec_use_env(e, lj->job, &argv[0], prog, sizeof(prog)) < 0) {
+            snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
+            free(argv);
+            close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
+            po[0] = pe[0] = -1;
+            goto not_started;
+        }
         pid = kd_exec_spawn(argv, env, cwd, po, pe, &ident);
         free(argv);
     }

@@ -375,12 +375,16 @@ void kd_exec_env_free(char **env)
     free(env);
 }
 
-void kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, char *prog, size_t n)
+int kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, char *prog, size_t n)
 {
     char venv[PATH_MAX], digest[80], why[256];
     char *packages;
-    if (e->envs == NULL || kd_envs_check(e->envs, job->id, job->spec, why, sizeof(why), venv, digest) != KD_ENV_READY)
-        return;
+    int st;
+    if (e->envs == NULL || (st = kd_envs_check(e->envs, job->id, job->spec, why, sizeof(why), venv, digest)) == KD_ENV_NONE)
+        return 0;
+    if (st != KD_ENV_READY)   /* removed (evicted) since it was placed: never run it without it */
+        return kestrel__error_set(KESTREL_EIO, "its environment is gone since the job was placed (%s): submit it again",
+                                  why);
     packages = kd_envs_packages(venv);
     kd_catalog_job_set_env(e->cat, job->id, digest, packages);
     free(packages);
@@ -391,4 +395,5 @@ void kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, ch
         if (access(prog, X_OK) == 0)
             *argv0 = prog;
     }
+    return 0;
 }

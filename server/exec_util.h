@@ -14,8 +14,9 @@ typedef struct {
 } kd_exec_as;
 
 /* A job with an environment (ready: the scheduler started it): record it and its packages on the job,
- * and point *argv0 at the venv's program of that name when it has one (prog holds the path). */
-void kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, char *prog, size_t n);
+ * and point *argv0 at the venv's program of that name when it has one (prog holds the path). -1
+ * with the error set when the environment is gone (the job must not run without it). */
+int kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, char *prog, size_t n);
 /* A SYSTEM line in the job's log. */
 void kd_exec_log(kd_engine *e, int64_t id, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Make bytes safe for a protobuf string: invalid UTF-8 bytes become '?'. */

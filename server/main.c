@@ -54,13 +54,15 @@ static void usage(FILE *f)
         "      --port-file FILE     write the bound port to FILE once listening (for tests)\n"
         "\n"
         "Environments (a job's --environment NAME or --requirements FILE: a venv built once per distinct\n"
-        "spec while the job is QUEUED, by the account kestrel-env-builder when kestreld is root):\n"
+        "spec while the job is QUEUED, by kestrel-env-builder-XXXXXXXX (this data dir's own) when root):\n"
         "      --environment NAME=FILE  declare a standard environment from a requirements file (repeatable)\n"
         "      --env-python PATH    the interpreter venvs are made with (default /usr/bin/python3)\n"
         "      --env-python-path DIR  put DIR on every venv's path (default: where --env-python finds\n"
         "                           `import kestrel`, the bindings installed for it)\n"
         "      --env-cache-max N    built environments kept; past it the least recently used one no\n"
         "                           running job uses is removed (default 16)\n"
+        "      --env-build-timeout SECS  a build step (venv, pip) running longer is stopped and its jobs\n"
+        "                           fail (default 1800)\n"
         "\n"
         "      --repo-gc-grace SECS repository chunks no version names are collected once older than\n"
         "                           this (default 3600; pushes refresh the chunks they rely on)\n"
@@ -434,6 +436,7 @@ int main(int argc, char **argv)
         { "max-connections-per-ip", required_argument, NULL, 21 }, { "idle-timeout", required_argument, NULL, 22 },
         { "environment", required_argument, NULL, 23 }, { "env-python", required_argument, NULL, 24 },
         { "env-python-path", required_argument, NULL, 25 }, { "env-cache-max", required_argument, NULL, 26 },
+        { "env-build-timeout", required_argument, NULL, 27 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -457,6 +460,7 @@ int main(int argc, char **argv)
     cfg.idle_timeout_s = 30;
     cfg.env_python = "/usr/bin/python3";
     cfg.env_cache_max = 16;
+    cfg.env_build_timeout_s = 1800;
     if (kestrel_init() < 0) {   /* the library's own client: a job's code is copied through it */
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         return 1;
@@ -505,6 +509,7 @@ int main(int argc, char **argv)
         case 24: cfg.env_python = optarg; break;
         case 25: cfg.env_python_path = optarg; break;
         case 26: if (parse_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;
+        case 27: if (parse_int("--env-build-timeout", optarg, 10, 86400, &v) < 0) return 2; cfg.env_build_timeout_s = (int)v; break;
         case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {

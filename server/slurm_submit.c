@@ -101,7 +101,8 @@ static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *to
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint", dir);
     {   /* its environment recorded; PATH (below) finds the venv's programs */
         char prog[PATH_MAX + 8], *argv0 = job->spec->n_argv ? job->spec->argv[0] : "";
-        kd_exec_use_env(s->e, job, &argv0, prog, sizeof(prog));
+        if (kd_exec_use_env(s->e, job, &argv0, prog, sizeof(prog)) < 0)
+            return KESTREL_EIO;
     }
     if ((env = kd_exec_job_env(s->e, job, token, ckpt, NULL, 0, as)) == NULL)
         return kestrel__error_oom();

@@ -170,3 +170,36 @@ def test_the_whole_flow_from_python_as_a_notebook_would(daemon, tmp_path):
     again.wait(timeout=300)
     assert again.state == "SUCCEEDED" and again.id != job.id and again.environment == job.environment
     assert len(c.versions("admin/nb-model")) == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the builder account needs kestreld as root")
+def test_a_build_leaves_no_builder_process_and_leaks_nothing(daemon, tmp_path):
+    import hashlib
+    import subprocess
+    d = daemon("--gpus", "0", env={**os.environ, "KESTREL_TEST_SECRET": "hunter2-not-for-jobs"})
+    account = "kestrel-env-builder-" + hashlib.sha256(str(d.data).encode()).hexdigest()[:8]
+    req = tmp_path / "requirements.txt"
+    req.write_text("six\n")
+    j = d.wait(d.submit("--requirements", str(req), "--", "python", "-c", "print('ran')"), timeout=300)
+    assert j["state"] == "SUCCEEDED", d.cli("logs", j["id"]).stdout[-3000:]
+    left = subprocess.run(["pgrep", "-u", account], capture_output=True, text=True).stdout.split()
+    assert left == [], f"{account} still runs {left}"
+    # kestreld's own environment does not reach a build (nor its log)
+    bad = tmp_path / "leak.txt"
+    bad.write_text("-r /proc/self/environ\n")
+    j = d.wait(d.submit("--requirements", str(bad), "--", "true"), timeout=300)
+    assert j["state"] == "FAILED"
+    assert "hunter2" not in d.cli("logs", j["id"]).stdout + j["reason"]
+    # the builder's accounts are no user's; a user does not see an admin's requirements files
+    assert d.api("POST", "/api/v1/tokens", {"user": "env-builder-x"})[0] == 400
+
+
+def test_declared_requirements_are_shown_to_admins_only(daemon, tmp_path):
+    f = tmp_path / "private.txt"
+    f.write_text("--extra-index-url https://ci:PRIVATE-TOKEN@example.invalid/simple\nsix\n")
+    d = daemon("--gpus", "0", "--environment", f"priv={f}")
+    alice = d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
+    status, body = d.api("GET", "/api/v1/environments", token=alice)
+    assert status == 200 and body["environments"][0]["name"] == "priv"
+    assert "PRIVATE-TOKEN" not in json.dumps(body)
+    assert "PRIVATE-TOKEN" in json.dumps(d.api("GET", "/api/v1/environments")[1])
