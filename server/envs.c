@@ -120,13 +120,8 @@ int kd_envs_check(kd_envs *s, int64_t job_id, const Kestrel__V1__JobSpec *spec, 
     }
     key_of(s, reqs, key);
     snprintf(digest, 80, "sha256:%s", key);
-    if (ready(s, key, dir)) {
-        char used[PATH_MAX + 8];
-        envs_path(s, used, sizeof(used), key);
-        strcat(used, ".used");
-        close(open(used, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));   /* its last use, for eviction */
+    if (ready(s, key, dir))
         return KD_ENV_READY;
-    }
     pthread_mutex_lock(&s->mu);
     if ((x = find(s, key)) != NULL && x->state == KD_ENV_FAILED && kestrel__now_ms() - x->since_ms > 60000) {
         x->state = KD_ENV_WAIT;   /* a failure a minute old may have been passing (the network): again */
@@ -681,6 +676,13 @@ void kd_envs_free(kd_envs *s)
         free(s->v[i]);
     }
     free(s);
+}
+
+void kd_envs_used(const char *dir)
+{
+    char used[PATH_MAX + 8];
+    snprintf(used, sizeof(used), "%s.used", dir);
+    close(open(used, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
 }
 
 char *kd_envs_packages(const char *dir)

@@ -32,6 +32,9 @@ int kd_envs_check(kd_envs *envs, int64_t job_id, const Kestrel__V1__JobSpec *spe
                   char dir[PATH_MAX], char digest[80]);
 /* Whether spec names an environment that is not declared (a 400 at submit). */
 int kd_envs_unknown(const kd_envs *envs, const Kestrel__V1__JobSpec *spec);
+/* A job starts in the environment at dir: its last use, for the eviction (only at a start: the
+ * scheduler's passes over queued jobs write nothing). */
+void kd_envs_used(const char *dir);
 /* The environment's `pip freeze` (malloc'd, "" when unknown). */
 char *kd_envs_packages(const char *dir);
 /* GET /api/v1/environments. */

@@ -385,6 +385,7 @@ int kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, cha
     if (st != KD_ENV_READY)   /* removed (evicted) since it was placed: never run it without it */
         return kestrel__error_set(KESTREL_EIO, "its environment is gone since the job was placed (%s): submit it again",
                                   why);
+    kd_envs_used(venv);
     packages = kd_envs_packages(venv);
     kd_catalog_job_set_env(e->cat, job->id, digest, packages);
     free(packages);

@@ -280,7 +280,9 @@ def test_a_model_pushed_by_a_job_carries_its_lineage_and_reproduces(daemon, tmp_
     assert len(d.api("GET", "/api/v1/jobs")[1]["jobs"]) == before
     # another user cannot rerun it (its secrets and inputs are its owner's)
     bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
+    count = len(d.api("GET", "/api/v1/jobs")[1]["jobs"])
     assert d.api("POST", f"/api/v1/jobs/{jid}/rerun", token=bob)[0] == 404
+    assert len(d.api("GET", "/api/v1/jobs")[1]["jobs"]) == count   # nothing was queued
     assert d.cli("reproduce", "admin/nothing@1", check=False).returncode == 1
 
 
