@@ -15,6 +15,8 @@ typedef struct {
 /* Print the library's last error for a failed call; returns 1 (the exit code). */
 int cli_fail(const char *what, int rc);
 int cli_parse_size(const char *v, int64_t *out);
+/* "30d", "12h", "90m", "3600" -> seconds; -1 on junk. */
+int64_t cli_parse_duration(const char *v);
 /* Print a job as the API's JSON; wait for a job's end and exit like `kestrel wait`. */
 int cli_print_job_json(const kestrel_job *job);
 int cli_wait_exit(cli_ctx *ctx, int64_t id, long timeout_ms);

@@ -196,53 +196,6 @@ int cmd_status(cli_ctx *ctx, int argc, char **argv)
     return 0;
 }
 
-static int on_line(const kestrel_log_line *l, void *payload)
-{
-    const cli_ctx *ctx = payload;
-    if (ctx->json) {
-        static const char *const names[] = { "", "stdout", "stderr", "system" };
-        printf("{\"offset\":%" PRId64 ",\"time_ms\":%" PRId64 ",\"stream\":\"%s\",\"text\":", l->offset, l->time_ms,
-               l->stream >= 1 && l->stream <= 3 ? names[l->stream] : "");
-        cli_json_string(stdout, l->text);
-        printf("}\n");
-    } else if (l->stream == KESTREL_LOG_STDERR) {
-        fprintf(stderr, "%s\n", l->text);
-    } else if (l->stream == KESTREL_LOG_SYSTEM) {
-        printf("[kestrel] %s\n", l->text);
-    } else {
-        printf("%s\n", l->text);
-    }
-    fflush(stdout);
-    return 0;
-}
-
-int cmd_logs(cli_ctx *ctx, int argc, char **argv)
-{
-    static const struct option opts[] = {
-        { "follow", no_argument, NULL, 'f' }, { "offset", required_argument, NULL, 'O' }, { NULL, 0, NULL, 0 }
-    };
-    kestrel_logs_options o = KESTREL_LOGS_OPTIONS_INIT;
-    int64_t id;
-    int c, rc;
-    while ((c = getopt_long(argc, argv, "fO:", opts, NULL)) != -1) {
-        if (c == 'f')
-            o.follow = 1;
-        else if (c == 'O')
-            o.offset = strtoll(optarg, NULL, 10);
-        else
-            return 2;
-    }
-    if (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0) {
-        fprintf(stderr, "Usage: kestrel logs [-f] [--offset N] ID\n");
-        return 2;
-    }
-    if (cli_connect(ctx) < 0)
-        return 1;
-    if ((rc = kestrel_job_logs(NULL, ctx->client, id, &o, on_line, ctx)) < 0)
-        return cli_fail("logs", rc);
-    return 0;
-}
-
 int cli_wait_exit(cli_ctx *ctx, int64_t id, long timeout_ms)
 {
     kestrel_job *job;

@@ -21,6 +21,8 @@ static void usage(FILE *f)
         "  envs                                    the server's standard environments and their packages\n"
         "  reproduce NAME[@REF]                    rerun the job that pushed this model version\n"
         "  logs [-f] [--offset N] ID               print a job's output; -f follows until it ends\n"
+        "  logs --grep TEXT [--regex] [-i] [--job ID] [--state S] [--since 2h] [-C N] [--limit N]\n"
+        "                                          find lines in every job you may see, newest first\n"
         "  wait [--timeout SECS] ID                wait for a job to end; exit 0 only if it SUCCEEDED\n"
         "  cancel ID                               cancel a queued or running job\n"
         "  explain ID                              queue position and why a job waits\n"
@@ -80,6 +82,26 @@ int cli_fail(const char *what, int rc)
     const kestrel_error *e = kestrel_error_last();
     fprintf(stderr, "kestrel: %s: %s\n", what, e->message[0] ? e->message : kestrel_strerror(rc));
     return 1;
+}
+
+/* "30d", "12h", "90m", "3600" -> seconds; -1 on junk. */
+int64_t cli_parse_duration(const char *v)
+{
+    char *end;
+    long long x;
+    errno = 0;
+    x = strtoll(v, &end, 10);
+    if (errno || end == v || x < 0)
+        return -1;
+    switch (*end) {
+    case '\0': case 's': break;
+    case 'm': x *= 60; break;
+    case 'h': x *= 3600; break;
+    case 'd': x *= 86400; break;
+    case 'w': x *= 7 * 86400; break;
+    default: return -1;
+    }
+    return end[0] && end[1] ? -1 : x;
 }
 
 int cli_job_id(const char *s, int64_t *out)

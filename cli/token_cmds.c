@@ -11,7 +11,7 @@
 #include "cli.h"
 
 static const char token_help[] =
-    "Usage: kestrel token create [--user U] [--team T] [--expires 30d] [--scope read|write|admin] [--name N]\n"
+    "Usage: kestrel token create [--user U] [--team T] [--expires 30d] [--scope read|write|admin|metrics] [--name N]\n"
     "       kestrel token list [--user U]\n"
     "       kestrel token revoke ID\n"
     "\n"
@@ -20,28 +20,10 @@ static const char token_help[] =
     "           created, in --team, when it does not exist) and admin tokens for admins.\n"
     "           --expires takes seconds or a number with s, m, h, d or w (default: never).\n"
     "           read-scoped tokens can only read (GET): give them to inference programs and CI.\n"
+    "           metrics-scoped tokens (made by an admin) can only GET /metrics: give one to Prometheus.\n"
     "  list     your tokens (an admin: everyone's, or --user's): id, scope, expiry, last 4 characters\n"
     "  revoke   the token gets 401 from now on\n";
 
-/* "30d", "12h", "90m", "3600" -> seconds; -1 on junk. */
-static int64_t parse_duration(const char *v)
-{
-    char *end;
-    long long x;
-    errno = 0;
-    x = strtoll(v, &end, 10);
-    if (errno || end == v || x < 0)
-        return -1;
-    switch (*end) {
-    case '\0': case 's': break;
-    case 'm': x *= 60; break;
-    case 'h': x *= 3600; break;
-    case 'd': x *= 86400; break;
-    case 'w': x *= 7 * 86400; break;
-    default: return -1;
-    }
-    return end[0] && end[1] ? -1 : x;
-}
 
 static void print_time(int64_t ms, const char *none)
 {
@@ -73,14 +55,14 @@ static int token_create(cli_ctx *ctx, int argc, char **argv)
         case 't': o.team = optarg; break;
         case 'n': o.name = optarg; break;
         case 's':
-            if (strcmp(optarg, "read") && strcmp(optarg, "write") && strcmp(optarg, "admin")) {
-                fprintf(stderr, "kestrel: --scope takes read, write or admin, not '%s'\n", optarg);
+            if (strcmp(optarg, "read") && strcmp(optarg, "write") && strcmp(optarg, "admin") && strcmp(optarg, "metrics")) {
+                fprintf(stderr, "kestrel: --scope takes read, write, admin or metrics, not '%s'\n", optarg);
                 return 2;
             }
             o.scope = optarg;
             break;
         case 'e':
-            if ((o.expires_s = parse_duration(optarg)) <= 0) {
+            if ((o.expires_s = cli_parse_duration(optarg)) <= 0) {
                 fprintf(stderr, "kestrel: --expires takes a duration such as 3600, 90m, 12h, 30d or 2w, not '%s'\n",
                         optarg);
                 return 2;

@@ -9,6 +9,7 @@ static const size_t client_sizes[] = { 0, END_OF(kestrel_client_options, retry_b
 static const size_t list_sizes[] = { 0, END_OF(kestrel_job_list_options, page_token),
                                      END_OF(kestrel_job_list_options, param) };
 static const size_t logs_sizes[] = { 0, END_OF(kestrel_logs_options, timeout_ms) };
+static const size_t search_sizes[] = { 0, END_OF(kestrel_log_search_options, limit) };
 static const size_t token_sizes[] = { 0, END_OF(kestrel_token_options, name) };
 static const size_t code_sizes[] = { 0, END_OF(kestrel_code_options, progress_payload) };
 
@@ -56,6 +57,17 @@ int kestrel__logs_opts_load(kestrel_logs_options *dst, const kestrel_logs_option
 {
     return load(dst, sizeof(*dst), src, logs_sizes, KESTREL__ARRAY_SIZE(logs_sizes),
                 KESTREL_LOGS_OPTIONS_VERSION, "kestrel_logs_options");
+}
+
+int kestrel__search_opts_load(kestrel_log_search_options *dst, const kestrel_log_search_options *src)
+{
+    return load(dst, sizeof(*dst), src, search_sizes, KESTREL__ARRAY_SIZE(search_sizes),
+                KESTREL_LOG_SEARCH_OPTIONS_VERSION, "kestrel_log_search_options");
+}
+
+int kestrel_log_search_options_init(kestrel_log_search_options *opts, unsigned int version)
+{
+    return init(opts, sizeof(*opts), version, KESTREL__ARRAY_SIZE(search_sizes), "kestrel_log_search_options");
 }
 
 int kestrel_client_options_init(kestrel_client_options *opts, unsigned int version)

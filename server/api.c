@@ -4,13 +4,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "api.h"
+#include "metrics.h"
 #include "route.h"
 
 #define KD_MAX_PACK (1ull << 30)
 
 struct kd_api {
     struct MHD_Daemon *d;
+    struct MHD_Daemon *md;      /* --metrics-listen: GET /metrics only, no token */
     kd_engine *e;
     const kd_config *cfg;
     char *cert, *key;           /* PEM, kept while the daemon runs (MHD does not promise a copy) */
@@ -32,8 +35,15 @@ static enum MHD_Result send_bytes(kd_req *r, unsigned int status, const kestrel_
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     ok = MHD_queue_response(r->conn, status, resp);
+    if (ok == MHD_YES)
+        r->status = status;
     MHD_destroy_response(resp);
     return ok;
+}
+
+enum MHD_Result kd_reply_bytes(kd_req *r, unsigned int status, const kestrel_buf *b, const char *content_type)
+{
+    return send_bytes(r, status, b, content_type);
 }
 
 enum MHD_Result kd_reply_owned(kd_req *r, unsigned int status, ProtobufCMessage *msg)
@@ -138,7 +148,15 @@ static enum MHD_Result dispatch(kd_req *r)
         return reply;
     if (r->who.scope == KD_SCOPE_READ && !rt.read_ok)
         return kd_reply_error(r, 403, "permission_denied", "this token is read-scoped: it can only read (GET)");
+    if (r->who.scope == KD_SCOPE_METRICS && rt.area != KD_AREA_METRICS)
+        return kd_reply_error(r, 403, "permission_denied", "this token is metrics-scoped: it can only GET /metrics");
     switch (rt.area) {
+    case KD_AREA_METRICS:
+        if (!r->who.is_admin && r->who.scope != KD_SCOPE_METRICS)
+            return kd_reply_error(r, 403, "permission_denied", "/metrics needs an admin token or a metrics-scoped one "
+                                  "(an admin makes it: kestrel token create --scope metrics)");
+        return kd_route_metrics(r);
+    case KD_AREA_LOG_SEARCH: return kd_route_log_search(r);
     case KD_AREA_JOBS: return kd_route_jobs(r, rt.rest);
     case KD_AREA_TOKENS: return kd_route_tokens(r, rt.rest);
     case KD_AREA_USERS: return kd_route_users(r, rt.rest);
@@ -153,6 +171,13 @@ static enum MHD_Result dispatch(kd_req *r)
     case KD_AREA_PACK: return kd_reply_error(r, 405, "method_not_allowed", "POST a pack to /api/v1/chunks/pack");
     default: return kd_reply_error(r, 404, "not_found", "no such endpoint");
     }
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static int wants_json(struct MHD_Connection *c)
@@ -178,6 +203,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         r->want_json = wants_json(conn);
         r->waiters = api->waiters;
+        r->route = kd_route_template(url);
+        r->t0_ns = mono_ns();
         *state = r;
         if (!strcmp(url, "/api/v1/chunks/pack") && !strcmp(method, "POST")) {
             /* a pack streams through a verifier into the store: authenticate before reading it */
@@ -231,11 +258,74 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return dispatch(r);
 }
 
+static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum MHD_RequestTerminationCode why);
+
+/* The --metrics-listen listener: GET /metrics, no token; every other path is 404, bodies are
+ * dropped unread. */
+static enum MHD_Result on_metrics_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                          const char *version, const char *upload, size_t *upload_size, void **state)
+{
+    struct kd_api *api = cls;
+    kd_req *r = *state;
+    (void)version; (void)upload;
+    if (r == NULL) {
+        if ((r = calloc(1, sizeof(*r))) == NULL)
+            return MHD_NO;
+        r->conn = conn;
+        r->e = api->e;
+        r->method = method;
+        r->path = url;
+        r->want_json = 1;
+        r->route = kd_route_template(url);
+        r->t0_ns = mono_ns();
+        *state = r;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->started)
+        return MHD_YES;
+    r->started = 1;
+    if (strcmp(url, "/metrics"))
+        return kd_reply_error(r, 404, "not_found", "this listener (--metrics-listen) serves only GET /metrics");
+    return kd_route_metrics(r);
+}
+
+static int start_metrics_listener(struct kd_api *api, const char *spec)
+{
+    struct sockaddr_in sa;
+    char addr[64];
+    const char *colon = strrchr(spec, ':');
+    long long port;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    if (colon == NULL || (size_t)(colon - spec) >= sizeof(addr) || kd_parse_int(colon + 1, 1, 65535, &port) < 0)
+        return kestrel__error_set(KESTREL_EINVALID, "--metrics-listen: ADDR:PORT (e.g. 127.0.0.1:9464), not '%s'", spec);
+    memcpy(addr, spec, (size_t)(colon - spec));
+    addr[colon - spec] = '\0';
+    if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+        return kestrel__error_set(KESTREL_EINVALID, "--metrics-listen: '%s' is not an IPv4 address", addr);
+    sa.sin_port = htons((uint16_t)port);
+    api->md = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, (uint16_t)port,
+                               NULL, NULL, on_metrics_request, api, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                               MHD_OPTION_NOTIFY_COMPLETED, on_done, api, MHD_OPTION_CONNECTION_LIMIT, 64u,
+                               MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    if (api->md == NULL)
+        return kestrel__error_set(KESTREL_EIO, "--metrics-listen: cannot listen on %s", spec);
+    return 0;
+}
+
 static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum MHD_RequestTerminationCode why)
 {
     kd_req *r = *state;
-    (void)cls; (void)conn; (void)why;
+    struct kd_api *api = cls;
+    (void)conn; (void)why;
     if (r) {
+        if (r->status)
+            kd_metrics_http(api->e->metrics, r->route, r->method, (int)r->status,
+                            (double)(mono_ns() - r->t0_ns) / 1e9);
         kd_wait_forget(r);
         kd_pack_free(r->pack);
         kestrel_buf_dispose(&r->body);
@@ -327,6 +417,10 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
         return kestrel__error_set(KESTREL_EIO, "cannot listen on %s:%d%s", cfg->listen, cfg->port,
                                   cfg->tls_cert ? " (or the TLS certificate and key do not fit)" : "");
     }
+    if (cfg->metrics_listen && start_metrics_listener(api, cfg->metrics_listen) < 0) {
+        kd_api_stop(api);
+        return KESTREL_EINVALID;
+    }
     info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_BIND_PORT);
     *bound_port = info ? info->port : cfg->port;
     *out = api;
@@ -338,6 +432,8 @@ void kd_api_stop(kd_api *api)
     if (api == NULL)
         return;
     kd_waiters_stop(api->waiters);   /* a suspended connection must be resumed before the stop */
+    if (api->md)
+        MHD_stop_daemon(api->md);
     if (api->d)
         MHD_stop_daemon(api->d);
     kd_waiters_free(api->waiters);

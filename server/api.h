@@ -29,6 +29,10 @@ typedef struct kd_req {
     uint64_t wait_gen;          /* the engine generation it saw */
     int suspended, resumed;
     struct kd_req *wait_next;
+    /* the HTTP metrics */
+    const char *route;          /* kd_route_template(path) */
+    int64_t t0_ns;              /* CLOCK_MONOTONIC at the headers */
+    unsigned int status;        /* of the reply sent (0: none) */
 } kd_req;
 
 int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_port);
@@ -49,12 +53,19 @@ void kd_api_stop(kd_api *api);
 enum MHD_Result kd_reply_msg(kd_req *r, unsigned int status, const ProtobufCMessage *msg);
 /* kd_reply_msg, then free msg (a protobuf-c message from the default allocator). */
 enum MHD_Result kd_reply_owned(kd_req *r, unsigned int status, ProtobufCMessage *msg);
+/* b as it is, with that Content-Type. */
+enum MHD_Result kd_reply_bytes(kd_req *r, unsigned int status, const kestrel_buf *b, const char *content_type);
 enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code, const char *message);
 /* Reply with the status that matches a KESTREL_E* code and the thread's last error message. */
 enum MHD_Result kd_reply_failure(kd_req *r, int rc);
 /* Decode the request body as a message of type desc (400 on failure, replied already: returns NULL). */
 ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enum MHD_Result *reply);
 const char *kd_query(kd_req *r, const char *key);
+
+/* GET /metrics (metrics_api.c, with the open listener of --metrics-listen). */
+enum MHD_Result kd_route_metrics(kd_req *r);
+/* GET /api/v1/logs/search (api_logs.c). */
+enum MHD_Result kd_route_log_search(kd_req *r);
 
 /* Replace the values of a job's secret env by "***" (before any reply that carries the job). */
 void kd_redact_job(Kestrel__V1__Job *job);

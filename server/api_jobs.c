@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "api.h"
+#include "metrics.h"
 #include "api_inputs.h"
 #include "envs.h"
 #include "route.h"
@@ -150,6 +151,7 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
         reply = kd_reply_failure(r, rc);
         goto out;
     }
+    kd_metrics_submitted(r->e->metrics, spec->priority ? (int)spec->priority : KESTREL_PRIORITY_NORMAL);
     kd_redact_job(job);
     reply = kd_reply_owned(r, 201, &job->base);
 out:

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "api.h"
+#include "metrics.h"
 #include "api_inputs.h"
 #include "stage.h"
 #include "route.h"
@@ -116,6 +117,7 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
     } else {
         res.stored = p->stored;
         res.bytes = p->bytes;
+        kd_metrics_repo_bytes(r->e->metrics, 1, (uint64_t)p->bytes);
         reply = kd_reply_msg(r, 200, &res.base);
     }
     return reply;
@@ -514,6 +516,10 @@ static enum MHD_Result chunk_get(kd_req *r, const char *hex)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
     ok = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
+    if (ok == MHD_YES) {
+        r->status = 200;
+        kd_metrics_repo_bytes(r->e->metrics, 0, (uint64_t)st.st_size);
+    }
     return ok;
 }
 

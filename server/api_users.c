@@ -18,13 +18,13 @@
 #define MAX_EXPIRES_S (10LL * 365 * 86400)
 #define MAX_LIVE_TOKENS 1000   /* per user: a listing stays small, a loop cannot fill the catalog */
 
-static const char *const scope_names[] = { "", "read", "write", "admin" };
+static const char *const scope_names[] = { "", "read", "write", "admin", "metrics" };
 
 static int scope_parse(const char *s)
 {
     if (!s || !*s)
         return KD_SCOPE_WRITE;
-    for (int i = KD_SCOPE_READ; i <= KD_SCOPE_ADMIN; i++)
+    for (int i = KD_SCOPE_READ; i <= KD_SCOPE_METRICS; i++)
         if (!strcmp(s, scope_names[i]))
             return i;
     return 0;
@@ -32,7 +32,7 @@ static int scope_parse(const char *s)
 
 static const char *scope_name(int s)
 {
-    return s >= KD_SCOPE_READ && s <= KD_SCOPE_ADMIN ? scope_names[s] : "";
+    return s >= KD_SCOPE_READ && s <= KD_SCOPE_METRICS ? scope_names[s] : "";
 }
 
 static int name_ok(const char *s)
@@ -81,15 +81,15 @@ static enum MHD_Result create(kd_req *r)
     } else if (req->team[0] && !name_ok(req->team)) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'team': 1..64 printable bytes without spaces or '/'");
     } else if (!t.scope) {
-        reply = kd_reply_error(r, 400, "invalid_argument", "field 'scope': read, write or admin");
+        reply = kd_reply_error(r, 400, "invalid_argument", "field 'scope': read, write, admin or metrics");
     } else if (req->expires_s < 0 || req->expires_s > MAX_EXPIRES_S) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'expires_s': 0 (never) up to ten years");
     } else if (!kestrel__text_is_clean(req->name, 100)) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'name': at most 100 printable bytes");
     } else if (!r->who.is_admin && strcmp(user, r->who.user)) {
         reply = kd_reply_error(r, 403, "permission_denied", "only an admin can create tokens for other users");
-    } else if (!r->who.is_admin && (req->team[0] || t.scope == KD_SCOPE_ADMIN)) {
-        reply = kd_reply_error(r, 403, "permission_denied", "only an admin can create admin tokens or set a team");
+    } else if (!r->who.is_admin && (req->team[0] || t.scope == KD_SCOPE_ADMIN || t.scope == KD_SCOPE_METRICS)) {
+        reply = kd_reply_error(r, 403, "permission_denied", "only an admin can create admin or metrics tokens or set a team");
     } else if (kd_catalog_user_get(r->e->cat, user, &u) < 0 && (clash = namespace_clash(r, user, 1)) != NULL) {
         reply = kd_reply_error(r, 409, "conflict", clash);
     } else if (req->team[0] && (clash = namespace_clash(r, req->team, 0)) != NULL) {

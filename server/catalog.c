@@ -23,7 +23,24 @@ struct kd_catalog {
     int wal_pages;              /* frames in the WAL after the last commit */
     int full;                   /* the last write failed for lack of space */
     char reserve[4200];         /* DB-reserve: space set aside for job states on a full disk */
+    void (*on_transition)(void *ctx, const kd_transition_seen *t);
+    void *on_transition_ctx;
+    char path[4200];            /* for the read-only connections of searches */
 };
+
+const char *kd__path(const kd_catalog *cat) { return cat->path; }
+
+void kd_catalog_on_transition(kd_catalog *cat, void (*fn)(void *ctx, const kd_transition_seen *t), void *ctx)
+{
+    cat->on_transition = fn;
+    cat->on_transition_ctx = ctx;
+}
+
+void kd__transition_seen(kd_catalog *cat, const kd_transition_seen *t)
+{
+    if (cat->on_transition)
+        cat->on_transition(cat->on_transition_ctx, t);
+}
 
 #define RESERVE_BYTES (8 << 20)
 
@@ -265,6 +282,19 @@ static const char *const migrations[] = {
     /* 4: the environment a job ran in and its packages */
     "ALTER TABLE jobs ADD COLUMN env_digest TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE jobs ADD COLUMN env_packages TEXT NOT NULL DEFAULT '';",
+    /* 5: the pool as a column (jobs by pool on /metrics); every log line in a trigram full-text
+     * index for substring search (contentless: the text stays in logs only). A line's rowid there
+     * is job_id << 36 | seq, kept in step with logs by the two triggers. */
+    "ALTER TABLE jobs ADD COLUMN pool TEXT NOT NULL DEFAULT '';"
+    "UPDATE jobs SET pool = kd_spec_pool(spec);"
+    "CREATE INDEX IF NOT EXISTS jobs_state_pool ON jobs(state, pool, priority);"
+    "CREATE VIRTUAL TABLE IF NOT EXISTS log_fts USING fts5(text, content='', tokenize='trigram');"
+    "INSERT INTO log_fts(rowid, text) SELECT job_id * 68719476736 + seq, text FROM logs;"
+    "CREATE TRIGGER IF NOT EXISTS logs_fts_add AFTER INSERT ON logs BEGIN"
+    "  INSERT INTO log_fts(rowid, text) VALUES(new.job_id * 68719476736 + new.seq, new.text); END;"
+    "CREATE TRIGGER IF NOT EXISTS logs_fts_del AFTER DELETE ON logs BEGIN"
+    "  INSERT INTO log_fts(log_fts, rowid, text) VALUES('delete', old.job_id * 68719476736 + old.seq, old.text);"
+    " END;",
 };
 
 static int migrate(kd_catalog *cat, const char *path)
@@ -308,6 +338,7 @@ int kd_catalog_open(kd_catalog **out, const char *path)
     if (cat == NULL)
         return kestrel__error_oom();
     pthread_mutex_init(&cat->mu, NULL);
+    snprintf(cat->path, sizeof(cat->path), "%s", path);
     if (sqlite3_open_v2(path, &cat->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL)
         != SQLITE_OK) {
         int rc = kestrel__error_set(KESTREL_EIO, "cannot open catalog %s: %s", path,
@@ -317,6 +348,12 @@ int kd_catalog_open(kd_catalog **out, const char *path)
         return rc;
     }
     sqlite3_busy_timeout(cat->db, 5000);
+    if (kd__register_functions(cat->db) < 0) {
+        int rc = kestrel__error_set(KESTREL_EIO, "catalog %s: %s", path, sqlite3_errmsg(cat->db));
+        sqlite3_close(cat->db);
+        free(cat);
+        return rc;
+    }
     reserve_make(cat, path);
     sqlite3_wal_hook(cat->db, wal_hook, cat);
     if (kd__exec(cat, schema) < 0) {

@@ -9,7 +9,8 @@
 typedef struct kd_catalog kd_catalog;
 
 /* Token scopes: read (GET only), write (a user's rights), admin (an admin user's rights). */
-enum { KD_SCOPE_READ = 1, KD_SCOPE_WRITE = 2, KD_SCOPE_ADMIN = 3 };
+/* METRICS: GET /metrics only (made by an admin for a Prometheus server) */
+enum { KD_SCOPE_READ = 1, KD_SCOPE_WRITE = 2, KD_SCOPE_ADMIN = 3, KD_SCOPE_METRICS = 4 };
 /* Who may read a model: every user (default), its namespace's team, its namespace's writers. */
 enum { KD_VIS_ALL = 0, KD_VIS_TEAM = 1, KD_VIS_PRIVATE = 2 };
 
@@ -126,6 +127,18 @@ typedef struct {
     int bump_restart;           /* requeue: restart_count + 1 */
     const char *node;           /* written on RUNNING */
 } kd_transition;
+/* What a committed transition changed, for observers (the metrics). */
+typedef struct {
+    int64_t id;
+    int from, to;              /* KESTREL_JOB_STATE_* */
+    int priority;
+    int restart_count;         /* before this transition */
+    int64_t now_ms, submit_ms;
+    int64_t queued_ms;         /* when it last became QUEUED */
+    const char *reason;
+} kd_transition_seen;
+/* fn is called after every committed transition, outside the catalog's lock (one observer). */
+void kd_catalog_on_transition(kd_catalog *cat, void (*fn)(void *ctx, const kd_transition_seen *t), void *ctx);
 int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t);
 int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t pid_start);
 int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha);
@@ -193,6 +206,43 @@ int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id);
 /* Bytes of one stream's lines, a newline counted after each (where a reader of the file left off). */
 int64_t kd_catalog_log_bytes(kd_catalog *cat, int64_t job_id, int stream);
 
+/* Log search (catalog_search.c): on a read-only connection of its own, so a long search never
+ * holds the catalog's lock (appends, transitions go on beside it). */
+typedef struct {
+    const char *pattern;       /* a substring (>= 3 bytes), or with regex a POSIX extended regex */
+    int regex;
+    int icase;
+    int64_t job_id;            /* 0: every job */
+    int64_t owner_id;          /* 0: every owner (admins) */
+    int state;                 /* 0: any */
+    int64_t since_ms;          /* lines written at or after it */
+    int64_t before;            /* cursor: hits older than this one (0: the newest) */
+    int limit;                 /* hits, 1..1000 */
+    int context;               /* lines of context each side, 0..20 */
+    int timeout_ms;            /* the search stops past it with an error */
+} kd_log_query;
+/* The longest run of literal text every match of the POSIX extended regex re must contain
+ * (0 and out set; out "" when there is none, e.g. with a top-level '|'). Pure (fuzzed). */
+int kd_regex_literal(const char *re, char *out, size_t outsz);
+int kd_catalog_log_search(kd_catalog *cat, const kd_log_query *q, Kestrel__V1__LogSearchResult **out);
+
+/* What /metrics reads (catalog_obs.c). */
+typedef struct {
+    int state, priority;
+    char pool[64];
+    int64_t n;
+} kd_job_count;
+/* Jobs by state, pool and priority (free(*out)). */
+int kd_catalog_job_counts(kd_catalog *cat, kd_job_count **out, size_t *n);
+typedef struct {
+    int64_t job_id;
+    char name[257];            /* KESTREL__NAME_MAX + 1 */
+    double value;
+    int64_t step;
+} kd_latest_metric;
+/* Running jobs' metrics at their latest step: at most per_job names a job, limit in all. */
+int kd_catalog_running_metrics(kd_catalog *cat, int per_job, size_t limit, kd_latest_metric **out, size_t *n);
+
 /* metrics */
 int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b);
 int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out);
@@ -205,6 +255,10 @@ struct sqlite3_stmt *kd__stmt(kd_catalog *cat, const char *sql);
 int kd__sql_fail(kd_catalog *cat, const char *what);
 void kd__lock(kd_catalog *cat);
 void kd__unlock(kd_catalog *cat);
+void kd__transition_seen(kd_catalog *cat, const kd_transition_seen *t);
+const char *kd__path(const kd_catalog *cat);
+/* The SQL functions the catalog's statements use: kd_spec_pool(spec), kd_regexp(re, text). */
+int kd__register_functions(struct sqlite3 *db);
 int kd__exec(kd_catalog *cat, const char *sql);
 int kd__run(kd_catalog *cat, const char *sql, const char *types, ...);
 /* kd__run, with the number of rows it changed in *changes. */

@@ -13,8 +13,8 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
                           int64_t *id_out, Kestrel__V1__Job **job_out)
 {
     static const char *const ins =
-        "INSERT INTO jobs(owner_id, name, spec, priority, gpus, no_retry, state, submit_ms, reason, grp, team)"
-        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, 'submitted', ?8, (SELECT team FROM users WHERE id = ?1))";
+        "INSERT INTO jobs(owner_id, name, spec, priority, gpus, no_retry, state, submit_ms, reason, grp, team, pool)"
+        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, 'submitted', ?8, (SELECT team FROM users WHERE id = ?1), ?9)";
     static const char *const lab = "INSERT OR REPLACE INTO job_labels(job_id, key, value) VALUES(?, ?, ?)";
     static const char *const par = "INSERT OR REPLACE INTO job_params(job_id, key, value) VALUES(?, ?, ?)";
     static const char *const ev =
@@ -39,6 +39,7 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
     sqlite3_bind_int(st, 6, spec->no_retry);
     sqlite3_bind_int64(st, 7, now);
     sqlite3_bind_text(st, 8, spec->group, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 9, spec->pool, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE)
         goto fail;
     id = sqlite3_last_insert_rowid(kd__db(cat));
@@ -318,7 +319,9 @@ int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_ro
 
 static int transition_once(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t)
 {
-    static const char *const sel = "SELECT state FROM jobs WHERE id = ?";
+    static const char *const sel =
+        "SELECT state, priority, restart_count, submit_ms,"
+        " (SELECT MAX(time_ms) FROM job_events WHERE job_id = ?1 AND to_state = 1) FROM jobs WHERE id = ?1";
     static const char *const upd =
         "UPDATE jobs SET state = ?2, reason = ?3,"
         " start_ms = CASE WHEN ?2 = 2 THEN ?4 ELSE start_ms END,"
@@ -333,6 +336,7 @@ static int transition_once(kd_catalog *cat, int64_t id, int from, int to, const 
         "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?, ?, ?, ?, ?)";
     sqlite3_stmt *st;
     int rc = 0, cur;
+    kd_transition_seen seen = { id, 0, to, 0, 0, t->now_ms, 0, 0, t->reason };
 
     kd__lock(cat);
     if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
@@ -344,7 +348,11 @@ static int transition_once(kd_catalog *cat, int64_t id, int from, int to, const 
         rc = kestrel__error_set(KESTREL_ENOTFOUND, "job %lld not found", (long long)id);
         goto rollback;
     }
-    cur = sqlite3_column_int(st, 0);
+    cur = seen.from = sqlite3_column_int(st, 0);
+    seen.priority = sqlite3_column_int(st, 1);
+    seen.restart_count = sqlite3_column_int(st, 2);
+    seen.submit_ms = sqlite3_column_int64(st, 3);
+    seen.queued_ms = sqlite3_column_type(st, 4) == SQLITE_NULL ? seen.submit_ms : sqlite3_column_int64(st, 4);
     if (from >= 0 ? cur != from : (cur == 3 || cur == 4 || cur == 5)) {
         rc = 1;
         goto rollback;
@@ -380,6 +388,8 @@ rollback:
     sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
 out:
     kd__unlock(cat);
+    if (rc == 0)
+        kd__transition_seen(cat, &seen);
     return rc;
 }
 

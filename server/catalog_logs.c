@@ -29,6 +29,7 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
     static const char *const oldest =
         "SELECT seq, length(text) FROM logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT 512";
     static const char *const del = "DELETE FROM logs WHERE job_id = ? AND seq > ? AND seq <= ?";
+    static const char *const del_one = "DELETE FROM logs WHERE job_id = ? AND seq = ?";
     static const char *const mark = "INSERT OR REPLACE INTO logs(job_id, seq, time_ms, stream, text) VALUES(?, ?, ?, ?, ?)";
     static const char *const save =
         "INSERT OR REPLACE INTO log_stats(job_id, bytes, head_seq, dropped) VALUES(?, ?, ?, ?)";
@@ -74,7 +75,14 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
         bytes -= freed;
         dropped += freed;
     }
-    /* the marker takes the place of the first dropped line (head + 1) */
+    /* the marker takes the place of the first dropped line (head + 1): deleted first, so that the
+     * trigger takes that line out of the search index too (REPLACE would not fire it) */
+    if ((st = kd__stmt(cat, del_one)) == NULL)
+        return KESTREL_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, head + 1);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        return kd__sql_fail(cat, "drop log line");
     snprintf(text, sizeof(text), "kestrel: %lld bytes of output dropped here (the log keeps its first and last "
              "bytes within --max-log-bytes %lld)", (long long)dropped, (long long)max_bytes);
     if ((st = kd__stmt(cat, mark)) == NULL)

@@ -7,6 +7,7 @@
 #include <time.h>
 #include "engine.h"
 #include "exec_local.h"
+#include "metrics.h"
 #include "store.h"
 
 static void deadline_ts(struct timespec *ts, int64_t deadline_ms)
@@ -143,7 +144,9 @@ void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_
     int first_drop = 0;
     if (kd_catalog_log_append(e->cat, job_id, lines, n, e->cfg->max_log_bytes, &first_drop) < 0)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)job_id, kestrel_error_last()->message);
-    else if (first_drop)
+    else
+        kd_metrics_log_lines(e->metrics, n);
+    if (first_drop)
         kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), "log over --max-log-bytes: its first and last bytes "
                             "are kept, the middle is dropped");
     kd_engine_changed(e);
@@ -420,12 +423,31 @@ static void *sched_main(void *arg)
     return NULL;
 }
 
+/* Every committed state change, whoever made it (scheduler, executors, API), counted once. */
+static void on_transition(void *ctx, const kd_transition_seen *t)
+{
+    kd_engine *e = ctx;
+    if (t->to == KESTREL_JOB_STATE_RUNNING) {
+        kd_metrics_started(e->metrics, t->priority, (double)(t->now_ms - t->queued_ms) / 1000.0,
+                           t->restart_count ? -1.0 : (double)(t->now_ms - t->submit_ms) / 1000.0);
+    } else if (t->to == KESTREL_JOB_STATE_PREEMPTED) {
+        const char *why = t->reason ? t->reason : "";
+        kd_metrics_preempted(e->metrics, t->priority, strstr(why, "Slurm") ? KD_PREEMPT_CLUSTER
+                             : strstr(why, "reservation") ? KD_PREEMPT_RESERVATION : KD_PREEMPT_PRIORITY);
+    } else {
+        kd_metrics_ended(e->metrics, t->priority, t->to);
+    }
+}
+
 int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec)
 {
     memset(e, 0, sizeof(*e));
     e->cfg = cfg;
     e->cat = cat;
     e->exec = exec;
+    if (kd_metrics_new(&e->metrics) < 0)
+        return KESTREL_ENOMEM;
+    kd_catalog_on_transition(cat, on_transition, e);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->changed, NULL);
     {
@@ -532,6 +554,7 @@ void kd_engine_stop(kd_engine *e)
 void kd_engine_fini(kd_engine *e)
 {
     free(e->waits);
+    kd_metrics_free(e->metrics);
     kestrel_gpu_list_free(e->gpus);
     pthread_cond_destroy(&e->changed);
     pthread_cond_destroy(&e->sched_cv);

@@ -51,6 +51,7 @@ typedef struct {
     const char *env_python_path;   /* a directory every venv gets on its path (the kestrel bindings) */
     int env_cache_max;         /* built environments kept (least recently used removed past it) */
     int env_build_timeout_s;   /* a build step running longer is stopped (the job fails) */
+    const char *metrics_listen;   /* ADDR:PORT of an open listener serving only GET /metrics (NULL: none) */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
@@ -69,6 +70,7 @@ typedef struct kd_run {
     int preemptible;
     int grace_s;
     int64_t start_ms;
+    int64_t submit_ms;         /* for the queue-wait metrics */
     int64_t checkpoint_ms;
     int restart_count;
     int64_t backfill_for;      /* borrowed the reservation of this job (it may preempt this one) */
@@ -139,6 +141,7 @@ struct kd_engine {
     pthread_t gc_thread;       /* the repository collector, off the scheduler thread */
     int gc_running;
     struct kd_envs *envs;      /* the Python environments jobs ask for */
+    struct kd_metrics *metrics;   /* counters and histograms for /metrics (metrics.h) */
 };
 
 int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec);
@@ -177,6 +180,8 @@ void kd_engine_fresh_pass(kd_engine *e, long timeout_ms);
 kd_wait *kd_engine_queue(kd_engine *e, size_t *n);
 /* The nodes, their devices (live values of real GPUs) and which job holds each (engine_nodes.c). */
 int kd_engine_nodes(kd_engine *e, Kestrel__V1__NodeList **out);
+/* The per-device gauges and the job-GPU join gauge of /metrics (engine_nodes.c). */
+int kd_engine_gpu_metrics(kd_engine *e, kestrel_buf *out);
 /* Re-read real GPUs' memory and utilisation when the last reading is older than max_age_ms. */
 void kd_engine_refresh_gpus(kd_engine *e, int64_t max_age_ms);
 /* Pick the exact real devices of a start through the device selector (engine_nodes.c). */

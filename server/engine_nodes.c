@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine.h"
+#include "metrics.h"
 
 #define REFRESH_MS 10000
 
@@ -155,4 +156,99 @@ void kd_engine_refine_devices(kd_engine *e, kd_run *r, const Kestrel__V1__JobSpe
     }
     kestrel_gpu_selection_free(sel);
     free(exclude);
+}
+
+/* One gauge family over every device (engine lock held); value() < 0 leaves a device out. */
+typedef double (*dev_value)(const kd_dev *dev, const kestrel_gpu *g, int64_t job);
+
+static double v_alloc(const kd_dev *d, const kestrel_gpu *g, int64_t job) { (void)d; (void)g; return job ? 1 : 0; }
+static double v_util(const kd_dev *d, const kestrel_gpu *g, int64_t job)
+{
+    (void)d; (void)job;
+    return g && g->utilization_gpu >= 0 ? g->utilization_gpu / 100.0 : -1;
+}
+static double v_mem_used(const kd_dev *d, const kestrel_gpu *g, int64_t job)
+{
+    (void)d; (void)job;
+    return g && g->memory_used >= 0 ? (double)g->memory_used : -1;
+}
+static double v_mem_total(const kd_dev *d, const kestrel_gpu *g, int64_t job)
+{
+    (void)job;
+    return g && g->memory_total >= 0 ? (double)g->memory_total : d->mem_mb > 0 ? (double)d->mem_mb * 1048576.0 : -1;
+}
+static double v_temp(const kd_dev *d, const kestrel_gpu *g, int64_t job)
+{
+    (void)d; (void)job;
+    return g && g->temperature >= 0 ? g->temperature : -1;
+}
+static double v_power(const kd_dev *d, const kestrel_gpu *g, int64_t job)
+{
+    (void)d; (void)job;
+    return g && g->power_mw >= 0 ? g->power_mw / 1000.0 : -1;
+}
+
+static void dev_uuid(const kd_dev *dev, size_t n, int d, char *out, size_t len)
+{
+    if (dev->uuid)
+        snprintf(out, len, "%s", dev->uuid);
+    else
+        snprintf(out, len, "GPU-00000000-0000-4000-8000-%06d%06d", (int)n, d);
+}
+
+static int gpu_family(kd_engine *e, kestrel_buf *out, const char *name, const char *help, dev_value value)
+{
+    int rc = kd_expo_family(out, name, "gauge", help);
+    for (size_t n = 0; n < e->cfg->nnodes && rc == 0; n++) {
+        const kd_node *node = &e->cfg->nodes[n];
+        for (int d = 0; d < node->ndev && rc == 0; d++) {
+            const kd_dev *dev = &node->devs[d];
+            const kestrel_gpu *g = live(e, dev->uuid);
+            char index[16], uuid[96];
+            const char *labels[] = { "node", node->name, "pool", node->pool, "index", index, "uuid", uuid,
+                                     "model", g ? g->name : dev->type, NULL };
+            double v = value(dev, g, holder(e, (int)n, d));
+            snprintf(index, sizeof(index), "%d", d);
+            dev_uuid(dev, n, d, uuid, sizeof(uuid));
+            if (v >= 0)
+                rc = kd_expo_sample(out, name, labels, v);
+        }
+    }
+    return rc;
+}
+
+int kd_engine_gpu_metrics(kd_engine *e, kestrel_buf *out)
+{
+    int rc;
+    kd_engine_refresh_gpus(e, REFRESH_MS);
+    pthread_mutex_lock(&e->mu);
+    rc = gpu_family(e, out, "kestrel_gpu_allocated", "1 while a job holds the device.", v_alloc);
+    if (rc == 0)
+        rc = gpu_family(e, out, "kestrel_gpu_utilization_ratio",
+                        "Fraction of the last sample period a kernel ran (NVML), real GPUs only.", v_util);
+    if (rc == 0)
+        rc = gpu_family(e, out, "kestrel_gpu_memory_used_bytes", "Device memory in use (NVML).", v_mem_used);
+    if (rc == 0)
+        rc = gpu_family(e, out, "kestrel_gpu_memory_total_bytes", "Device memory (NVML, or as declared).",
+                        v_mem_total);
+    if (rc == 0)
+        rc = gpu_family(e, out, "kestrel_gpu_temperature_celsius", "GPU temperature (NVML).", v_temp);
+    if (rc == 0)
+        rc = gpu_family(e, out, "kestrel_gpu_power_watts", "Power draw (NVML).", v_power);
+    if (rc == 0)
+        rc = kd_expo_family(out, "kestrel_job_gpu_info", "gauge",
+                            "1 for each device a running job holds: join on gpu_uuid with DCGM's metrics.");
+    for (const kd_run *r = e->runs; r && rc == 0; r = r->next) {
+        for (int k = 0; k < r->ndev && rc == 0; k++) {
+            const kd_node *node = &e->cfg->nodes[r->node];
+            char job[32], index[16], uuid[96];
+            const char *labels[] = { "job_id", job, "node", node->name, "index", index, "gpu_uuid", uuid, NULL };
+            snprintf(job, sizeof(job), "%lld", (long long)r->id);
+            snprintf(index, sizeof(index), "%d", r->devices[k]);
+            dev_uuid(&node->devs[r->devices[k]], (size_t)r->node, r->devices[k], uuid, sizeof(uuid));
+            rc = kd_expo_sample(out, "kestrel_job_gpu_info", labels, 1);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
 }

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <time.h>
 #include "engine.h"
+#include "metrics.h"
 #include "envs.h"
 #include "stage.h"
 
@@ -194,7 +196,18 @@ static int wait_by_job(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static void schedule_pass(kd_engine *e);
+
 void kd_engine_schedule(kd_engine *e)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    schedule_pass(e);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    kd_metrics_sched_pass(e->metrics, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9);
+}
+
+static void schedule_pass(kd_engine *e)
 {
     kd_queued *queued = NULL;
     kd_qjob *q = NULL;

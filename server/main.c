@@ -53,6 +53,11 @@ static void usage(FILE *f)
         "                           log line 64 KiB (longer ones are split), a listing 1000 jobs a page\n"
         "      --port-file FILE     write the bound port to FILE once listening (for tests)\n"
         "\n"
+        "Monitoring:\n"
+        "      --metrics-listen ADDR:PORT  also serve GET /metrics (Prometheus text) there without a\n"
+        "                           token, and nothing else; on the API port /metrics needs an admin\n"
+        "                           token or a metrics-scoped one (kestrel token create --scope metrics)\n"
+        "\n"
         "Environments (a job's --environment NAME or --requirements FILE: a venv built once per distinct\n"
         "spec while the job is QUEUED, by kestrel-env-builder-XXXXXXXX (this data dir's own) when root):\n"
         "      --environment NAME=FILE  declare a standard environment from a requirements file (repeatable)\n"
@@ -436,7 +441,7 @@ int main(int argc, char **argv)
         { "max-connections-per-ip", required_argument, NULL, 21 }, { "idle-timeout", required_argument, NULL, 22 },
         { "environment", required_argument, NULL, 23 }, { "env-python", required_argument, NULL, 24 },
         { "env-python-path", required_argument, NULL, 25 }, { "env-cache-max", required_argument, NULL, 26 },
-        { "env-build-timeout", required_argument, NULL, 27 },
+        { "env-build-timeout", required_argument, NULL, 27 }, { "metrics-listen", required_argument, NULL, 28 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -510,6 +515,7 @@ int main(int argc, char **argv)
         case 25: cfg.env_python_path = optarg; break;
         case 26: if (parse_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;
         case 27: if (parse_int("--env-build-timeout", optarg, 10, 86400, &v) < 0) return 2; cfg.env_build_timeout_s = (int)v; break;
+        case 28: cfg.metrics_listen = optarg; break;
         case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {

@@ -88,6 +88,11 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
         out->read_ok = 1;
         return;
     }
+    if (!strcmp(path, "/metrics")) {
+        out->area = KD_AREA_METRICS;
+        out->read_ok = get_;
+        return;
+    }
     if (!prefix(path, "/api/v1/", &api))
         return;
     out->area = KD_AREA_API_OTHER;
@@ -110,6 +115,8 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
         out->area = KD_AREA_WHOAMI;
     else if (!strcmp(path, "/api/v1/environments"))
         out->area = KD_AREA_ENVIRONMENTS;
+    else if (!strcmp(path, "/api/v1/logs/search"))
+        out->area = KD_AREA_LOG_SEARCH;
     else if (!strcmp(path, "/api/v1/chunks/pack"))
         out->area = KD_AREA_PACK;
     else if (prefix(path, "/api/v1/chunks/", &rest) && strlen(rest) == 64 + 7 && !strcmp(rest + 64, "/verify") &&
@@ -179,4 +186,50 @@ int kd_parse_state(const char *s)
         if (!strcasecmp(s, kestrel_job_state_name(st)))
             return st;
     return 0;
+}
+
+const char *kd_route_template(const char *path)
+{
+    static const char *const fixed[] = { "/healthz", "/metrics", "/api/v1/jobs", "/api/v1/tokens", "/api/v1/queue",
+                                         "/api/v1/nodes", "/api/v1/whoami", "/api/v1/environments",
+                                         "/api/v1/logs/search", "/api/v1/admin/backup", "/api/v1/admin/fsck",
+                                         "/api/v1/chunks/pack", "/api/v1/chunks/missing", "/api/v1/models",
+                                         "/api/v1/repo/gc", NULL };
+    static const char *const job_subs[] = { "/cancel", "/logs", "/metrics", "/explain", "/priority", "/rerun",
+                                            "/checkpoint", NULL };
+    static const char *const job_tpl[] = { "/api/v1/jobs/{id}/cancel", "/api/v1/jobs/{id}/logs",
+                                           "/api/v1/jobs/{id}/metrics", "/api/v1/jobs/{id}/explain",
+                                           "/api/v1/jobs/{id}/priority", "/api/v1/jobs/{id}/rerun",
+                                           "/api/v1/jobs/{id}/checkpoint" };
+    static const char *const model_tpl[] = { "", "/api/v1/models/{name}/versions", "/api/v1/models/{name}/versions/{ref}",
+                                             "/api/v1/models/{name}/aliases/{alias}", "/api/v1/models/{name}/settings" };
+    const char *rest, *sub, *arg;
+    long long id;
+    char name[512];
+    kd_model_part part;
+    for (size_t i = 0; fixed[i]; i++)
+        if (!strcmp(path, fixed[i]))
+            return fixed[i];
+    if (prefix(path, "/api/v1/jobs", &rest) && kd_route_id(rest, &id, &sub) == 0) {
+        if (!*sub)
+            return "/api/v1/jobs/{id}";
+        for (size_t i = 0; job_subs[i]; i++)
+            if (!strcmp(sub, job_subs[i]))
+                return job_tpl[i];
+        return "other";
+    }
+    if (prefix(path, "/api/v1/tokens", &rest) && kd_route_id(rest, &id, &sub) == 0 && !*sub)
+        return "/api/v1/tokens/{id}";
+    if (prefix(path, "/api/v1/users/", &rest) && *rest && !strchr(rest, '/'))
+        return "/api/v1/users/{name}";
+    if (prefix(path, "/api/v1/chunks/", &rest) && strlen(rest) >= 64) {
+        memcpy(name, rest, 64);
+        name[64] = '\0';
+        if (kestrel__is_sha256_hex(name))
+            return !rest[64] ? "/api/v1/chunks/{sha}" : !strcmp(rest + 64, "/verify") ? "/api/v1/chunks/{sha}/verify"
+                                                                                        : "other";
+    }
+    if (prefix(path, "/api/v1/models/", &rest) && kd_route_model(rest, name, sizeof(name), &part, &arg) == 0)
+        return model_tpl[part];
+    return "other";
 }

@@ -24,6 +24,8 @@ typedef enum kd_area {
     KD_AREA_WHOAMI,         /* /api/v1/whoami: the caller's user */
     KD_AREA_ENVIRONMENTS,   /* /api/v1/environments */
     KD_AREA_REPO,           /* /api/v1/chunks/..., /api/v1/models..., /api/v1/repo/gc */
+    KD_AREA_METRICS,        /* GET /metrics: Prometheus exposition (admin or metrics-scoped token) */
+    KD_AREA_LOG_SEARCH,     /* GET /api/v1/logs/search */
     KD_AREA_API_OTHER       /* under /api/v1/ but no such endpoint (404 after authentication) */
 } kd_area;
 
@@ -37,6 +39,10 @@ typedef struct kd_route {
 
 /* Which part of the API a request names. Never fails: unknown paths get KD_AREA_NONE/_API_OTHER. */
 void kd_route_parse(const char *method, const char *path, kd_route *out);
+
+/* The route template of a path for the HTTP metrics' route label: one of a fixed set of strings
+ * ("/api/v1/jobs/{id}/logs"), "other" for anything else. Never NULL; static storage. */
+const char *kd_route_template(const char *path);
 
 /* A strict decimal integer in [lo, hi] (lo >= 0 takes no sign; lo < 0 takes a leading '-').
  * 0 and *out set, or -1. */

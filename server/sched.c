@@ -434,7 +434,8 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
                     return -1;
                 a->node = bestn;
                 a->cause = j->id;
-                snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (%s)", (long long)j->id, cls(j->priority));
+                snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (%s)%s", (long long)j->id, cls(j->priority),
+                         bestv[v]->backfill_for == j->id ? ", whose reservation it borrowed" : "");
                 ps->claimed[bestv[v] - s->allocs] = 1;
                 len = strlen(buf);
                 snprintf(buf + len, sizeof(buf) - len, "%s %lld", v ? "," : "", (long long)bestv[v]->id);

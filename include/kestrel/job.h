@@ -296,6 +296,51 @@ KESTREL_API int kestrel_logs_options_init(kestrel_logs_options *opts, unsigned i
 KESTREL_API int kestrel_job_logs(int64_t *next_offset_out, kestrel_client *client, int64_t id,
                                  const kestrel_logs_options *opts, kestrel_log_line_cb cb, void *payload);
 
+/* ---- log search ---------------------------------------------------------------- */
+
+/**
+ * What kestrel_logs_search() looks for and where. A substring (at least 3 characters: kestreld
+ * keeps a trigram index of every line) or, with regex, a POSIX extended regular expression
+ * (looked up by its longest literal when it has one of 3 characters, else scanned).
+ */
+typedef struct kestrel_log_search_options {
+    unsigned int version;    /**< KESTREL_LOG_SEARCH_OPTIONS_VERSION */
+    int regex;               /**< non-zero: pattern is a POSIX extended regex */
+    int ignore_case;         /**< non-zero: case-insensitive */
+    int64_t job_id;          /**< 0: every job the caller may see (an admin: all; a user: its own) */
+    int state;               /**< kestrel_job_state_t of the jobs searched; 0: any */
+    int64_t since_ms;        /**< lines written at or after this Unix time (ms); 0: all */
+    int context;             /**< lines of context before and after each hit, 0..20 */
+    int limit;               /**< hits at most (newest first); 0: 100 */
+} kestrel_log_search_options;
+
+#define KESTREL_LOG_SEARCH_OPTIONS_VERSION 1
+#define KESTREL_LOG_SEARCH_OPTIONS_INIT { KESTREL_LOG_SEARCH_OPTIONS_VERSION }
+
+/** One matching line with its job and context. Library-filled; valid only during the callback. */
+typedef struct kestrel_log_hit {
+    unsigned int version;
+    int64_t job_id;
+    const char *job_name;
+    const kestrel_log_line *line;      /**< the matching line */
+    const kestrel_log_line *before;    /**< up to context lines before it, oldest first */
+    size_t n_before;
+    const kestrel_log_line *after;     /**< up to context lines after it */
+    size_t n_after;
+} kestrel_log_hit;
+
+/** Called once per hit, newest first. Non-zero stops the search (KESTREL_ECANCELLED, or KESTREL_EUSER as is). */
+typedef int KESTREL_CALLBACK(kestrel_log_hit_cb)(const kestrel_log_hit *hit, void *payload);
+
+KESTREL_API int kestrel_log_search_options_init(kestrel_log_search_options *opts, unsigned int version);
+/**
+ * Search the stored log lines of every job the caller may see (GET /api/v1/logs/search), calling
+ * cb for each hit, newest first, up to opts->limit. KESTREL_EINVALID for a pattern under 3
+ * characters without regex, or a regex that does not compile (the message says why).
+ */
+KESTREL_API int kestrel_logs_search(kestrel_client *client, const char *pattern, const kestrel_log_search_options *opts,
+                                    kestrel_log_hit_cb cb, void *payload);
+
 /* ---- metrics ----------------------------------------------------------------- */
 
 /** One metric point. Library-filled; fields may be appended. */

@@ -39,6 +39,13 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
         assert status == 200 and [j["spec"]["name"] for j in jobs["jobs"]] == ["old"]
         jid = jobs["jobs"][0]["id"]
         assert "hello-from-wave1" in d.cli("logs", jid).stdout
+        # its old lines are in the search index (migration 5 indexed them), its pool on /metrics
+        hits = d.cli("-o", "json", "logs", "--grep", "hello-from-wave1", env=d.env(KESTREL_TOKEN=alice)).stdout
+        assert [json.loads(l)["job_id"] for l in hits.splitlines()] == [int(jid)]
+        import urllib.request
+        req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
+        expo = urllib.request.urlopen(req, timeout=30).read().decode()
+        assert 'kestrel_jobs{state="succeeded",pool="",class="normal"} 1' in expo
         tokens = d.api("GET", "/api/v1/tokens")[1]["tokens"]
         assert {t["user"]: t["scope"] for t in tokens} == {"admin": "admin", "alice": "write"}
         # her model, pulled and verified; she still writes her namespace, and nobody else does
@@ -59,7 +66,7 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
     finally:
         assert d.stop() == 0
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 5
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE((old_dir / "data" / "repo").stat().st_mode) == 0o700
 

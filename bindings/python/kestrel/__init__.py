@@ -27,6 +27,7 @@ if C.kestrel_version_number() < C.KESTREL_VERSION_NUMBER:
 from .client import Client  # noqa: E402
 from .gpu import GPU, Selection, devices, select_devices, use_devices  # noqa: E402
 from .job import Event, Job, LogLine, Metric  # noqa: E402
+from .logsearch import LogHit  # noqa: E402
 from .repo import Progress, Version  # noqa: E402
 
 

@@ -224,6 +224,11 @@ class Client(Handle):
                 break
         return result
 
+    def search_logs(self, pattern: str, **kwargs):
+        """Lines matching pattern across every job you may see (see kestrel.logsearch.search_logs)."""
+        from .logsearch import search_logs
+        return search_logs(self, pattern, **kwargs)
+
     def queue(self) -> List[Tuple[Job, int, str]]:
         """Your queued jobs in scheduling order: (job, position, reason)."""
         out = ffi.new("kestrel_queue **")

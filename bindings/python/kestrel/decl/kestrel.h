@@ -166,6 +166,34 @@ int kestrel_logs_options_init(kestrel_logs_options *opts, unsigned int version);
 int kestrel_job_logs(int64_t *next_offset_out, kestrel_client *client, int64_t id, const kestrel_logs_options *opts,
                      kestrel_log_line_cb cb, void *payload);
 
+typedef struct kestrel_log_search_options {
+    unsigned int version;
+    int regex;
+    int ignore_case;
+    int64_t job_id;
+    int state;
+    int64_t since_ms;
+    int context;
+    int limit;
+    ...;
+} kestrel_log_search_options;
+#define KESTREL_LOG_SEARCH_OPTIONS_VERSION ...
+typedef struct kestrel_log_hit {
+    unsigned int version;
+    int64_t job_id;
+    const char *job_name;
+    const kestrel_log_line *line;
+    const kestrel_log_line *before;
+    size_t n_before;
+    const kestrel_log_line *after;
+    size_t n_after;
+    ...;
+} kestrel_log_hit;
+typedef int (*kestrel_log_hit_cb)(const kestrel_log_hit *hit, void *payload);
+int kestrel_log_search_options_init(kestrel_log_search_options *opts, unsigned int version);
+int kestrel_logs_search(kestrel_client *client, const char *pattern, const kestrel_log_search_options *opts,
+                        kestrel_log_hit_cb cb, void *payload);
+
 typedef struct kestrel_metric {
     unsigned int version;
     const char *name;
@@ -382,4 +410,5 @@ int kestrel_code_push(kestrel_buf *ref_out, kestrel_client *client, const char *
 
 /* Python trampolines */
 extern "Python" int _kestrel_log_tramp(const kestrel_log_line *line, void *payload);
+extern "Python" int _kestrel_hit_tramp(const kestrel_log_hit *hit, void *payload);
 extern "Python" int _kestrel_progress_tramp(const kestrel_progress *progress, void *payload);

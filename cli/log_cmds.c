@@ -1,0 +1,200 @@
+/* cli/log_cmds.c - kestrel logs: one job's output, or a search of every job's (--grep). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include "cli.h"
+
+static const char logs_help[] =
+    "Usage: kestrel logs [-f] [--offset N] ID\n"
+    "       kestrel logs --grep TEXT [--regex] [-i] [--job ID] [--state S] [--since DUR] [-C N] [--limit N]\n"
+    "\n"
+    "Print a job's output (-f: follow it until the job ends), or find lines across every job you\n"
+    "may see (an admin: all jobs; a user: its own), newest first:\n"
+    "  --grep TEXT    the text to find (at least 3 characters; kestreld indexes every line's trigrams)\n"
+    "  --regex        TEXT is a POSIX extended regex (lines holding its longest literal are tested;\n"
+    "                 one with no literal of 3 characters scans the lines, slower)\n"
+    "  -i, --ignore-case\n"
+    "  --job ID       only that job's lines (or give ID as the argument)\n"
+    "  --state S      only jobs now in state S (failed, running, ...)\n"
+    "  --since DUR    only lines of the last DUR (3600, 90m, 12h, 7d)\n"
+    "  -C, --context N  N lines before and after each hit (at most 20)\n"
+    "  --limit N      at most N hits (default 100)\n"
+    "Exit status: 0 when something matched, 1 when nothing did (as grep), 2 on bad usage or an error.\n";
+
+static const char *const stream_names[] = { "", "stdout", "stderr", "system" };
+
+static const char *stream_name(int s) { return s >= 1 && s <= 3 ? stream_names[s] : ""; }
+
+static void json_line(const kestrel_log_line *l)
+{
+    printf("{\"offset\":%" PRId64 ",\"time_ms\":%" PRId64 ",\"stream\":\"%s\",\"text\":", l->offset, l->time_ms,
+           stream_name(l->stream));
+    cli_json_string(stdout, l->text);
+    printf("}");
+}
+
+static int on_line(const kestrel_log_line *l, void *payload)
+{
+    const cli_ctx *ctx = payload;
+    if (ctx->json) {
+        json_line(l);
+        printf("\n");
+    } else if (l->stream == KESTREL_LOG_STDERR) {
+        fprintf(stderr, "%s\n", l->text);
+    } else if (l->stream == KESTREL_LOG_SYSTEM) {
+        printf("[kestrel] %s\n", l->text);
+    } else {
+        printf("%s\n", l->text);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+typedef struct {
+    const cli_ctx *ctx;
+    int context;
+    long hits;
+} search_state;
+
+/* grep's form: "job 3 train:42:2026-12-01 10:00:01 stderr: text", context lines with '-' for ':' */
+static void print_hit_line(const kestrel_log_hit *h, const kestrel_log_line *l, char sep)
+{
+    char when[32];
+    time_t t = (time_t)(l->time_ms / 1000);
+    struct tm tm;
+    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+    printf("job %" PRId64 " %s%c%" PRId64 "%c%s %s%c %s\n", h->job_id, h->job_name, sep, l->offset, sep, when,
+           stream_name(l->stream), sep, l->text);
+}
+
+static int on_hit(const kestrel_log_hit *h, void *payload)
+{
+    search_state *s = payload;
+    if (s->ctx->json) {
+        printf("{\"job_id\":%" PRId64 ",\"job_name\":", h->job_id);
+        cli_json_string(stdout, h->job_name);
+        printf(",\"line\":");
+        json_line(h->line);
+        printf(",\"before\":[");
+        for (size_t i = 0; i < h->n_before; i++) {
+            printf(i ? "," : "");
+            json_line(&h->before[i]);
+        }
+        printf("],\"after\":[");
+        for (size_t i = 0; i < h->n_after; i++) {
+            printf(i ? "," : "");
+            json_line(&h->after[i]);
+        }
+        printf("]}\n");
+    } else {
+        if (s->context && s->hits)
+            printf("--\n");
+        for (size_t i = 0; i < h->n_before; i++)
+            print_hit_line(h, &h->before[i], '-');
+        print_hit_line(h, h->line, ':');
+        for (size_t i = 0; i < h->n_after; i++)
+            print_hit_line(h, &h->after[i], '-');
+    }
+    s->hits++;
+    return 0;
+}
+
+static int state_by_name(const char *s)
+{
+    for (int st = KESTREL_JOB_STATE_QUEUED; st <= KESTREL_JOB_STATE_PREEMPTED; st++)
+        if (!strcasecmp(s, kestrel_job_state_name(st)))
+            return st;
+    return 0;
+}
+
+int cmd_logs(cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "follow", no_argument, NULL, 'f' }, { "offset", required_argument, NULL, 'O' },
+        { "grep", required_argument, NULL, 'g' }, { "regex", no_argument, NULL, 'E' },
+        { "ignore-case", no_argument, NULL, 'i' }, { "job", required_argument, NULL, 'j' },
+        { "state", required_argument, NULL, 's' }, { "since", required_argument, NULL, 'S' },
+        { "context", required_argument, NULL, 'C' }, { "limit", required_argument, NULL, 'n' },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+    };
+    kestrel_logs_options o = KESTREL_LOGS_OPTIONS_INIT;
+    kestrel_log_search_options so = KESTREL_LOG_SEARCH_OPTIONS_INIT;
+    search_state st = { ctx, 0, 0 };
+    const char *grep = NULL;
+    int64_t id = 0, secs;
+    int c, rc;
+    char *end;
+    while ((c = getopt_long(argc, argv, "fO:iC:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f': o.follow = 1; break;
+        case 'O': o.offset = strtoll(optarg, NULL, 10); break;
+        case 'g': grep = optarg; break;
+        case 'E': so.regex = 1; break;
+        case 'i': so.ignore_case = 1; break;
+        case 'j': if (cli_job_id(optarg, &so.job_id) < 0) return 2; break;
+        case 's':
+            if (!(so.state = state_by_name(optarg))) {
+                fprintf(stderr, "kestrel: --state takes queued, running, succeeded, failed, cancelled or preempted\n");
+                return 2;
+            }
+            break;
+        case 'S':
+            if ((secs = cli_parse_duration(optarg)) <= 0) {
+                fprintf(stderr, "kestrel: --since takes a duration such as 3600, 90m, 12h or 7d, not '%s'\n", optarg);
+                return 2;
+            }
+            so.since_ms = (int64_t)time(NULL) * 1000 - secs * 1000;
+            break;
+        case 'C':
+            so.context = (int)strtol(optarg, &end, 10);
+            if (*end || so.context < 0 || so.context > 20) {
+                fprintf(stderr, "kestrel: -C takes 0..20 lines\n");
+                return 2;
+            }
+            st.context = so.context;
+            break;
+        case 'n':
+            so.limit = (int)strtol(optarg, &end, 10);
+            if (*end || so.limit < 1 || so.limit > 1000000) {
+                fprintf(stderr, "kestrel: --limit takes 1..1000000 hits\n");
+                return 2;
+            }
+            break;
+        case 'h': fputs(logs_help, stdout); return 0;
+        default: fputs(logs_help, stderr); return 2;
+        }
+    }
+    if (grep == NULL && (so.regex || so.ignore_case || so.job_id || so.state || so.since_ms || so.context || so.limit)) {
+        fprintf(stderr, "kestrel: --regex, -i, --job, --state, --since, -C and --limit go with --grep TEXT\n");
+        return 2;
+    }
+    if (optind < argc && (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0))
+        return 2;
+    if (grep) {
+        if (id && so.job_id && id != so.job_id) {
+            fprintf(stderr, "kestrel: two different jobs (%" PRId64 " and --job %" PRId64 ")\n", id, so.job_id);
+            return 2;
+        }
+        if (id)
+            so.job_id = id;
+        if (cli_connect(ctx) < 0)
+            return 1;
+        if ((rc = kestrel_logs_search(ctx->client, grep, &so, on_hit, &st)) < 0) {
+            cli_fail("logs --grep", rc);
+            return 2;
+        }
+        return st.hits ? 0 : 1;
+    }
+    if (id == 0) {
+        fputs(logs_help, stderr);
+        return 2;
+    }
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_job_logs(NULL, ctx->client, id, &o, on_line, ctx)) < 0)
+        return cli_fail("logs", rc);
+    return 0;
+}

@@ -1,0 +1,90 @@
+/* server/api_logs.c - GET /api/v1/logs/search: lines matching a substring or a regex across the
+ * jobs the caller may see.
+ *
+ * Who may use it: any token. An admin's searches every job; a user's only the user's own jobs; a
+ * job's token only that job. Query: q (1..1024 bytes, required), regex=1, icase=1, job=ID,
+ * state=NAME, since=UNIX_MS, before=CURSOR (next_before of a previous page), limit=1..1000 (100),
+ * context=0..20 (0). */
+#include <regex.h>
+#include <stdio.h>
+#include <string.h>
+#include "api.h"
+#include "route.h"
+
+#define MAX_PATTERN 1024
+#define SEARCH_TIMEOUT_MS 20000
+
+static int flag(kd_req *r, const char *key, int *out)
+{
+    const char *v = kd_query(r, key);
+    *out = v && (!strcmp(v, "1") || !strcmp(v, "true"));
+    return v && !*out && strcmp(v, "0") && strcmp(v, "false") ? -1 : 0;
+}
+
+static int number(kd_req *r, const char *key, long long lo, long long hi, long long dflt, long long *out)
+{
+    const char *v = kd_query(r, key);
+    *out = dflt;
+    return v && kd_parse_int(v, lo, hi, out) < 0 ? -1 : 0;
+}
+
+enum MHD_Result kd_route_log_search(kd_req *r)
+{
+    kd_log_query q;
+    Kestrel__V1__LogSearchResult *res = NULL;
+    const char *state = kd_query(r, "state");
+    long long job, since, before, limit, context;
+    char msg[300];
+    int rc;
+    memset(&q, 0, sizeof(q));
+    if (strcmp(r->method, "GET"))
+        return kd_reply_error(r, 405, "method_not_allowed", "GET /api/v1/logs/search?q=TEXT");
+    q.pattern = kd_query(r, "q");
+    if (q.pattern == NULL || !q.pattern[0] || strlen(q.pattern) > MAX_PATTERN)
+        return kd_reply_error(r, 400, "invalid_argument", "query 'q': the text to find, 1..1024 bytes");
+    for (const char *p = q.pattern; *p; p++)
+        if ((unsigned char)*p < 0x20 && *p != '\t')
+            return kd_reply_error(r, 400, "invalid_argument", "query 'q': no control characters (one line is searched)");
+    if (flag(r, "regex", &q.regex) < 0 || flag(r, "icase", &q.icase) < 0)
+        return kd_reply_error(r, 400, "invalid_argument", "queries 'regex' and 'icase': 1 or 0");
+    if (number(r, "job", 1, INT64_MAX >> 36, 0, &job) < 0)
+        return kd_reply_error(r, 400, "invalid_argument", "query 'job': a job id");
+    if (number(r, "since", 0, INT64_MAX, 0, &since) < 0)
+        return kd_reply_error(r, 400, "invalid_argument", "query 'since': Unix time in milliseconds");
+    if (number(r, "before", 1, INT64_MAX, 0, &before) < 0)
+        return kd_reply_error(r, 400, "invalid_argument", "query 'before': the next_before of a previous page");
+    if (number(r, "limit", 1, 1000, 100, &limit) < 0)
+        return kd_reply_error(r, 400, "invalid_argument", "query 'limit': 1..1000 hits");
+    if (number(r, "context", 0, 20, 0, &context) < 0)
+        return kd_reply_error(r, 400, "invalid_argument", "query 'context': 0..20 lines each side");
+    if (state && !(q.state = kd_parse_state(state)))
+        return kd_reply_error(r, 400, "invalid_argument", "query 'state': queued, running, succeeded, failed, cancelled "
+                              "or preempted");
+    if (q.regex) {
+        regex_t re;
+        int err = regcomp(&re, q.pattern, REG_EXTENDED | REG_NOSUB | (q.icase ? REG_ICASE : 0));
+        if (err) {
+            char why[200];
+            regerror(err, &re, why, sizeof(why));
+            snprintf(msg, sizeof(msg), "query 'q': not a POSIX extended regular expression: %s", why);
+            return kd_reply_error(r, 400, "invalid_argument", msg);
+        }
+        regfree(&re);
+    }
+    q.job_id = job;
+    q.since_ms = since;
+    q.before = before;
+    q.limit = (int)limit;
+    q.context = (int)context;
+    q.timeout_ms = SEARCH_TIMEOUT_MS;
+    if (r->who.job_id) {   /* a job's token: its own job's lines, nothing else */
+        if (q.job_id && q.job_id != r->who.job_id)
+            return kd_reply_error(r, 404, "not_found", "no such job");
+        q.job_id = r->who.job_id;
+    } else if (!r->who.is_admin) {
+        q.owner_id = r->who.user_id;
+    }
+    if ((rc = kd_catalog_log_search(r->e->cat, &q, &res)) < 0)
+        return kd_reply_failure(r, rc);
+    return kd_reply_owned(r, 200, &res->base);
+}

@@ -1,0 +1,101 @@
+/* server/catalog_obs.c - what /metrics reads from the catalog, and the catalog's SQL functions. */
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sqlite3.h>
+#include "catalog.h"
+
+/* kd_spec_pool(spec): the pool of a stored JobSpec ("" when it names none or does not decode). */
+static void spec_pool(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    Kestrel__V1__JobSpec *spec;
+    (void)argc;
+    spec = kestrel__v1__job_spec__unpack(NULL, (size_t)sqlite3_value_bytes(argv[0]), sqlite3_value_blob(argv[0]));
+    sqlite3_result_text(ctx, spec && spec->pool ? spec->pool : "", -1, SQLITE_TRANSIENT);
+    if (spec)
+        kestrel__v1__job_spec__free_unpacked(spec, NULL);
+}
+
+static void regex_free(void *p)
+{
+    regfree(p);
+    free(p);
+}
+
+/* kd_regexp(re, text, icase): 1 when the POSIX extended regex re matches somewhere in text. The
+ * compiled regex is kept for the statement (re is a bound parameter, the same for every row). */
+static void regexp_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    regex_t *re = sqlite3_get_auxdata(ctx, 0);
+    const char *text = (const char *)sqlite3_value_text(argv[1]);
+    (void)argc;
+    if (re == NULL) {
+        const char *pat = (const char *)sqlite3_value_text(argv[0]);
+        int flags = REG_EXTENDED | REG_NOSUB | (sqlite3_value_int(argv[2]) ? REG_ICASE : 0);
+        if (pat == NULL || (re = malloc(sizeof(*re))) == NULL) {
+            sqlite3_result_error_nomem(ctx);
+            return;
+        }
+        if (regcomp(re, pat, flags) != 0) {
+            free(re);
+            sqlite3_result_error(ctx, "invalid regular expression", -1);
+            return;
+        }
+        sqlite3_set_auxdata(ctx, 0, re, regex_free);
+        if ((re = sqlite3_get_auxdata(ctx, 0)) == NULL) {   /* SQLite may free it at once */
+            sqlite3_result_error_nomem(ctx);
+            return;
+        }
+    }
+    sqlite3_result_int(ctx, text && regexec(re, text, 0, NULL, 0) == 0);
+}
+
+int kd__register_functions(sqlite3 *db)
+{
+    if (sqlite3_create_function(db, "kd_spec_pool", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, spec_pool, NULL,
+                                NULL) != SQLITE_OK ||
+        sqlite3_create_function(db, "kd_regexp", 3, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, regexp_fn, NULL,
+                                NULL) != SQLITE_OK)
+        return -1;
+    return 0;
+}
+
+static int fill_job_count(sqlite3_stmt *st, void *row)
+{
+    kd_job_count *c = row;
+    const unsigned char *pool = sqlite3_column_text(st, 1);
+    c->state = sqlite3_column_int(st, 0);
+    snprintf(c->pool, sizeof(c->pool), "%s", pool ? (const char *)pool : "");
+    c->priority = sqlite3_column_int(st, 2);
+    c->n = sqlite3_column_int64(st, 3);
+    return 0;
+}
+
+int kd_catalog_job_counts(kd_catalog *cat, kd_job_count **out, size_t *n)
+{
+    return kd__rows(cat, "SELECT state, pool, priority, COUNT(*) FROM jobs GROUP BY state, pool, priority LIMIT 10000",
+                    sizeof(kd_job_count), fill_job_count, (void **)out, n, "");
+}
+
+static int fill_latest(sqlite3_stmt *st, void *row)
+{
+    kd_latest_metric *m = row;
+    const unsigned char *name = sqlite3_column_text(st, 1);
+    m->job_id = sqlite3_column_int64(st, 0);
+    snprintf(m->name, sizeof(m->name), "%s", name ? (const char *)name : "");
+    m->value = sqlite3_column_double(st, 2);
+    m->step = sqlite3_column_int64(st, 3);
+    return 0;
+}
+
+int kd_catalog_running_metrics(kd_catalog *cat, int per_job, size_t limit, kd_latest_metric **out, size_t *n)
+{
+    /* the value at each name's highest step (SQLite takes the bare column from the MAX row) */
+    return kd__rows(cat,
+                    "SELECT job_id, name, value, step FROM (SELECT m.job_id, m.name, m.value, MAX(m.step) AS step,"
+                    "  ROW_NUMBER() OVER (PARTITION BY m.job_id ORDER BY m.name) AS k"
+                    "  FROM metrics m WHERE m.job_id IN (SELECT id FROM jobs WHERE state = 2) GROUP BY m.job_id, m.name)"
+                    " WHERE k <= ? ORDER BY job_id, name LIMIT ?",
+                    sizeof(kd_latest_metric), fill_latest, (void **)out, n, "ii", (int64_t)per_job, (int64_t)limit);
+}

@@ -1,0 +1,290 @@
+"""Observability against the real things: /metrics scraped by a real Prometheus (Debian's
+package), promtool on the exposition and the shipped rules, every PromQL expression of the shipped
+Grafana dashboard run against that Prometheus, and log search across two users' jobs."""
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from conftest import KESTREL_CLI, KESTRELD
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CONTRIB = ROOT / "contrib"
+STUB = str(pathlib.Path(KESTRELD).parents[1] / "stubs" / "new" / "libnvidia-ml.so.1")
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(not (PROMETHEUS and PROMTOOL), reason="prometheus and promtool (scripts/deps.sh)")
+
+GPU = ('gpu uuid=GPU-0bs0000{i}-0000-0000-0000-000000000000 name="NVIDIA H200" bus=0000:1{i}:00.0 cc=9.0 '
+       'total=150323855360 free={free} util={util}/10 temp={temp} power=400000\n')
+
+
+def write_gpus(path, util):
+    path.write_text("".join(GPU.format(i=i, util=u, free=150323855360 - (i + 1) * (1 << 30), temp=40 + u // 4)
+                            for i, u in enumerate(util)))
+
+
+def get(url, token=None):
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def user_token(d, user, scope="write"):
+    status, body = d.api("POST", "/api/v1/tokens", {"user": user, "scope": scope})
+    assert status == 201 or status == 200, body
+    return body["token"]
+
+
+class Prometheus:
+    def __init__(self, root, target, token_file):
+        self.port = free_port()
+        root.mkdir(parents=True, exist_ok=True)
+        cfg = root / "prometheus.yml"
+        cfg.write_text(f"""
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files:
+  - {CONTRIB / 'prometheus' / 'kestrel-rules.yml'}
+scrape_configs:
+  - job_name: kestrel
+    authorization:
+      type: Bearer
+      credentials_file: {token_file}
+    static_configs:
+      - targets: ['{target}']
+""")
+        self.log = open(root / "prometheus.log", "w")
+        self.proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={root / 'tsdb'}",
+                                      f"--web.listen-address=127.0.0.1:{self.port}"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if get(f"http://127.0.0.1:{self.port}/-/ready")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("prometheus did not start: " + (root / "prometheus.log").read_text())
+
+    def query(self, expr):
+        status, body = get(f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        body = json.loads(body)
+        assert status == 200 and body["status"] == "success", (expr, body)
+        return body["data"]["result"]
+
+    def wait_value(self, expr, pred, timeout=30):
+        deadline = time.time() + timeout
+        res = None
+        while time.time() < deadline:
+            res = self.query(expr)
+            if res and pred(float(res[0]["value"][1])):
+                return res
+            time.sleep(0.5)
+        raise AssertionError(f"{expr}: {res}")
+
+    def targets_up(self):
+        status, body = get(f"http://127.0.0.1:{self.port}/api/v1/targets")
+        return json.loads(body)["data"]["activeTargets"]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def test_metrics_exposition_passes_promtool_and_only_admins_and_metrics_tokens_read_it(daemon, tmp_path):
+    port = free_port()
+    d = daemon("--gpus", "2", "--metrics-listen", f"127.0.0.1:{port}")
+    jid = d.submit("--", "sh", "-c", "echo hi")
+    assert d.wait(jid)["state"] == "SUCCEEDED"
+    status, expo = get(d.url + "/metrics", d.token)
+    assert status == 200
+    check = subprocess.run([PROMTOOL, "check", "metrics"], input=expo, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    for name in ("kestrel_build_info", "kestrel_jobs", "kestrel_job_submissions_total", "kestrel_job_starts_total",
+                 "kestrel_job_preemptions_total", "kestrel_job_failures_total", "kestrel_job_queue_wait_seconds_bucket",
+                 "kestrel_job_submit_to_running_seconds_bucket", "kestrel_scheduler_pass_duration_seconds_bucket",
+                 "kestrel_gpu_allocated", "kestrel_node_cpu_seconds_total", "kestrel_node_memory_total_bytes",
+                 "kestrel_repo_stored_bytes", "kestrel_repo_push_bytes_total", "kestrel_http_requests_total",
+                 "kestrel_http_request_duration_seconds_bucket"):
+        assert f"\n{name}" in expo, name
+    assert 'kestrel_jobs{state="succeeded",pool="",class="normal"} 1' in expo
+    assert 'kestrel_http_requests_total{route="/api/v1/jobs",method="POST",code="201"} 1' in expo
+    # no job ids except on running jobs' gauges and the join gauge: none here (nothing runs)
+    assert 'job_id="' not in expo
+
+    alice = user_token(d, "alice")
+    reader = user_token(d, "alice", "read")
+    assert get(d.url + "/metrics", alice)[0] == 403
+    assert get(d.url + "/metrics", reader)[0] == 403
+    assert get(d.url + "/metrics")[0] == 401
+    # only an admin makes metrics tokens; they read /metrics and nothing else
+    status, body = d.api("POST", "/api/v1/tokens", {"scope": "metrics"}, token=alice)
+    assert status == 403, body
+    prom = user_token(d, "prometheus", "metrics")
+    assert get(d.url + "/metrics", prom)[0] == 200
+    for path in ("/api/v1/jobs", "/api/v1/whoami", "/api/v1/logs/search?q=hello"):
+        assert get(d.url + path, prom)[0] == 403, path
+    assert d.cli("token", "create", "--scope", "metrics", "--user", "p2").returncode == 0
+    # the open listener: /metrics without a token, nothing else
+    assert get(f"http://127.0.0.1:{port}/metrics")[0] == 200
+    status, body = get(f"http://127.0.0.1:{port}/api/v1/jobs", d.token)
+    assert status == 404 and "only GET /metrics" in body
+
+
+def test_a_real_prometheus_scrapes_the_workload_and_the_dashboard_queries_return_data(daemon, tmp_path):
+    gpus = tmp_path / "gpus.txt"
+    write_gpus(gpus, [20, 60])
+    env = dict(os.environ, KESTREL_NVML_LIBRARY=STUB, KESTREL_FAKE_GPU_FILE=str(gpus))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    d = daemon("--grace-period", "2", env=env)
+    token_file = tmp_path / "prom.token"
+    token_file.write_text(user_token(d, "prometheus", "metrics"))
+    prom = Prometheus(tmp_path / "prom", d.url.split("//")[1], token_file)
+    try:
+        # the workload: 3 short jobs, a preemption (an urgent job needs both GPUs), a push
+        quick = [d.submit("--", "sh", "-c", "echo ok") for _ in range(3)]
+        for j in quick:
+            assert d.wait(j)["state"] == "SUCCEEDED"
+        low = d.submit("--gpus", "2", "--", "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done")
+        d.wait_state(low, "RUNNING")
+        urgent = d.submit("--gpus", "2", "--priority", "urgent", "--", "sh", "-c", "sleep 60")
+        d.wait_state(urgent, "RUNNING")
+        blob = tmp_path / "model.bin"
+        blob.write_bytes(os.urandom(300_000))
+        d.cli("push", "admin/m", str(blob))
+        # a running job's training metrics, and its GPUs' utilisation changing under it
+        status, _ = d.api("POST", f"/api/v1/jobs/{urgent}/metrics",
+                          {"metrics": [{"name": "loss", "step": 7, "value": 0.25}]})
+        assert status in (200, 201, 204)
+        write_gpus(gpus, [97, 99])
+
+        prom.wait_value('sum(kestrel_job_submissions_total)', lambda v: v == 5)
+        prom.wait_value('sum(kestrel_job_preemptions_total{reason="priority"})', lambda v: v == 1)
+        prom.wait_value('sum(kestrel_job_starts_total{class="urgent"})', lambda v: v == 1)
+        prom.wait_value('kestrel_repo_push_bytes_total', lambda v: v >= 300_000)
+        prom.wait_value('kestrel_repo_stored_bytes', lambda v: v >= 300_000, timeout=90)
+        prom.wait_value(f'kestrel_job_training_metric{{job_id="{urgent}",name="loss"}}', lambda v: v == 0.25)
+        res = prom.wait_value('kestrel_gpu_utilization_ratio{uuid="GPU-0bs00001-0000-0000-0000-000000000000"}',
+                              lambda v: v == 0.99, timeout=40)
+        assert res[0]["metric"]["model"] == "NVIDIA H200" and res[0]["metric"]["node"] == "local"
+        held = prom.query(f'kestrel_job_gpu_info{{job_id="{urgent}"}}')
+        assert sorted(r["metric"]["gpu_uuid"] for r in held) == [f"GPU-0bs0000{i}-0000-0000-0000-000000000000"
+                                                               for i in range(2)]
+        prom.wait_value('sum(kestrel_jobs{state="running",class="urgent"})', lambda v: v == 1)
+        prom.wait_value('sum(kestrel_http_requests_total{route="/api/v1/jobs/{id}",code="200"})', lambda v: v > 0)
+        # the alert on saturated GPUs is pending (its "for" is 5 minutes), so the rules were loaded
+        prom.wait_value('count(ALERTS{alertname="KestrelGPUSaturated",alertstate="pending"})', lambda v: v == 2)
+
+        # every expression of the shipped dashboard parses and returns data
+        dash = json.loads((CONTRIB / "grafana" / "kestrel.json").read_text())
+        exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+        assert len(exprs) >= 15
+        time.sleep(3)   # rate() windows need two scrapes of the counters that moved
+        empty = [e for e in exprs if not prom.query(e)]
+        assert not empty, empty
+        assert all(t["health"] == "up" for t in prom.targets_up())
+        d.cli("cancel", str(urgent))
+    finally:
+        prom.stop()
+
+
+def test_shipped_rules_pass_promtool_check_and_their_unit_tests():
+    rules = CONTRIB / "prometheus"
+    p = subprocess.run([PROMTOOL, "check", "rules", "kestrel-rules.yml"], cwd=rules, capture_output=True, text=True)
+    assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([PROMTOOL, "test", "rules", "kestrel-rules.test.yml"], cwd=rules, capture_output=True, text=True)
+    assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
+
+
+def grep(d, *args, token=None, check=True):
+    p = d.cli("-o", "json", "logs", "--grep", *args, check=False, env=d.env(KESTREL_TOKEN=token or d.token))
+    if check:
+        assert p.returncode in (0, 1), p.stderr
+    return p, [json.loads(l) for l in p.stdout.splitlines()]
+
+
+def test_log_search_across_jobs_sees_only_what_the_caller_may(kestreld, tmp_path):
+    d = kestreld
+    alice, bob = user_token(d, "alice"), user_token(d, "bob")
+    script = ("echo step 1; sleep 0.3; echo 'RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; "
+              "sleep 0.3; echo step 2")
+    a = [int(d.submit("--name", f"a{i}", "--", "sh", "-c", script, env=d.env(KESTREL_TOKEN=alice))) for i in range(2)]
+    b = int(d.submit("--name", "b0", "--", "sh", "-c", script + "; echo loss=nan at step 3",
+                 env=d.env(KESTREL_TOKEN=bob)))
+    for j in a + [b]:
+        d.wait(j)
+    _, hits = grep(d, "out of memory", token=alice)
+    assert sorted(h["job_id"] for h in hits) == sorted(a)
+    assert all(h["line"]["stream"] == "stderr" and "CUDA out of memory" in h["line"]["text"] for h in hits)
+    _, hits = grep(d, "out of memory", token=bob)
+    assert [h["job_id"] for h in hits] == [b]
+    _, hits = grep(d, "out of memory")
+    assert sorted(h["job_id"] for h in hits) == sorted(a + [b])
+    # bob cannot name alice's job, and his search of it is empty (no 403 that would tell it exists)
+    p, hits = grep(d, "out of memory", "--job", str(a[0]), token=bob)
+    assert p.returncode == 1 and hits == []
+    # case, regex, context, state
+    assert grep(d, "OUT OF MEMORY", token=alice)[0].returncode == 1
+    assert len(grep(d, "OUT OF MEMORY", "-i", token=alice)[1]) == 2
+    _, hits = grep(d, r"allocate [0-9]+\.[0-9]+ GiB", "--regex", "-C", "1", "--job", str(a[1]), token=alice)
+    assert len(hits) == 1 and [l["text"] for l in hits[0]["before"]] != [] and hits[0]["after"] != []
+    _, hits = grep(d, "loss=(nan|inf)", "--regex")
+    assert [h["job_id"] for h in hits] == [b]
+    _, hits = grep(d, "st.p [0-9]", "--regex", "--state", "succeeded", token=bob)
+    assert len(hits) == 3
+    # the same from Python
+    kestrel = pytest.importorskip("kestrel")   # not in the sanitizer build (no binding there)
+    with kestrel.Client(d.url, alice) as c:
+        found = c.search_logs("out of memory", context=1)
+        assert sorted(h.job_id for h in found) == sorted(a)
+        assert found[0].line.stream == "stderr" and found[0].before[0].text == "step 1"
+        with pytest.raises(kestrel.InvalidArgumentError, match="at least 3 characters"):
+            c.search_logs("ab")
+    # plain text from the CLI, like grep
+    p = d.cli("logs", "--grep", "out of memory", env=d.env(KESTREL_TOKEN=bob))
+    assert p.stdout.startswith(f"job {b} b0:") and "CUDA out of memory" in p.stdout
+    # bounds and clear errors
+    p, _ = grep(d, "ab", check=False)
+    assert p.returncode == 2 and "at least 3 characters" in p.stderr
+    p, _ = grep(d, "(unclosed", "--regex", check=False)
+    assert p.returncode == 2 and "regular expression" in p.stderr
+    status, body = d.api("GET", "/api/v1/logs/search?q=" + "x" * 1025)
+    assert status == 400
+    status, body = d.api("GET", "/api/v1/logs/search?q=abc&limit=1001")
+    assert status == 400 and "limit" in body["message"]
+    status, body = d.api("GET", "/api/v1/logs/search?q=abc&job=%2B1")
+    assert status == 400
+
+
+def test_log_search_pages_past_a_thousand_hits_and_a_job_token_sees_its_own_job(kestreld, tmp_path):
+    d = kestreld
+    many = d.submit("--", "sh", "-c", "i=0; while [ $i -lt 1500 ]; do echo needle $i; i=$((i+1)); done")
+    d.wait(many)
+    _, hits = grep(d, "needle", "--limit", "1200")
+    assert len(hits) == 1200
+    assert [h["line"]["offset"] for h in hits] == list(range(1499, 299, -1))   # newest first, no gap at the page
+    # from inside a job, its token finds its own lines and never another job's
+    job = int(d.submit("--", "sh", "-c", f"echo needle inside; sleep 1; '{KESTREL_CLI}' -o json logs --grep needle"))
+    d.wait(job)
+    found = [json.loads(l) for l in d.cli("logs", str(job)).stdout.splitlines() if l.startswith("{")]
+    assert [h["job_id"] for h in found] == [job] and found[0]["line"]["text"] == "needle inside"
