@@ -52,5 +52,8 @@ int cmd_user(cli_ctx *ctx, int argc, char **argv);
 int cmd_login(cli_ctx *ctx, int argc, char **argv);
 int cmd_model(cli_ctx *ctx, int argc, char **argv);
 int cmd_admin(cli_ctx *ctx, int argc, char **argv);
+int cmd_alerts(cli_ctx *ctx, int argc, char **argv);
+/* kestrel metrics --gpu ID */
+int cli_print_gpu_telemetry(cli_ctx *ctx, int64_t id);
 
 #endif

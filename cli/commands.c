@@ -85,6 +85,13 @@ static void print_job(const kestrel_job *job)
         if (kestrel_job_param_at(job, i, &k, &v) == 0)
             printf("  %s %s=%s\n", i ? "          " : "params:   ", k, v);
     }
+    for (size_t i = 0; i < kestrel_job_gpu_usage_count(job); i++) {
+        kestrel_gpu_usage u;
+        if (kestrel_job_gpu_usage_at(job, i, &u) == 0)
+            printf("  %s %s: mean %.0f%%, max %d%%, peak memory %.1f GiB (%lld samples)\n",
+                   i ? "          " : "gpu use: ", u.uuid, u.mean_utilization, u.max_utilization,
+                   (double)u.peak_memory / (1 << 30), (long long)u.samples);
+    }
     printf("  submitted: %s   started: %s   ended: %s\n", a, b, c);
     if (kestrel_job_event_count(job)) {
         printf("  events:\n");

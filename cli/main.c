@@ -30,6 +30,8 @@ static void usage(FILE *f)
         "  job update ID --priority CLASS          move a queued job to another class\n"
         "  ack ID                                  acknowledge a checkpoint (from inside the job)\n"
         "  metrics [--name NAME] ID                the metrics a job reported\n"
+        "  metrics --gpu ID                        its GPUs' utilisation and memory over the run\n"
+        "  alerts [--job ID]                       kestreld's alerts: log policies, NaN loss, idle GPUs\n"
         "  push NAME PATH [--alias A] [--meta K=V] push a file or directory as the next version\n"
         "  pull REF [-o PATH]                      pull name, name@N or name@alias (file or directory), verified\n"
         "  models [NAME]                           model names, or a model's versions\n"
@@ -272,6 +274,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "login")) rc = cmd_login(&ctx, argc, argv);
     else if (!strcmp(cmd, "model")) rc = cmd_model(&ctx, argc, argv);
     else if (!strcmp(cmd, "admin")) rc = cmd_admin(&ctx, argc, argv);
+    else if (!strcmp(cmd, "alerts")) rc = cmd_alerts(&ctx, argc, argv);
     else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }
     else {
         fprintf(stderr, "kestrel: unknown command '%s' (see kestrel --help)\n", cmd);

@@ -1,5 +1,6 @@
 /* cli/queue_cmds.c - explain, queue, job update, ack. */
 #include <getopt.h>
+#include <math.h>
 #include <inttypes.h>
 #include <string.h>
 #include "cli.h"
@@ -123,23 +124,30 @@ int cmd_ack(cli_ctx *ctx, int argc, char **argv)
 
 int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = { { "name", required_argument, NULL, 'n' }, { NULL, 0, NULL, 0 } };
+    static const struct option opts[] = { { "name", required_argument, NULL, 'n' }, { "gpu", no_argument, NULL, 'G' },
+                                          { NULL, 0, NULL, 0 } };
     kestrel_metric_list *m;
     const char *name = NULL;
     int64_t id;
-    int c, rc;
+    int c, rc, gpu = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
-        if (c != 'n')
+        if (c == 'G')
+            gpu = 1;
+        else if (c == 'n')
+            name = optarg;
+        else
             return 2;
-        name = optarg;
     }
-    if (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0) {
-        fprintf(stderr, "Usage: kestrel metrics [--name NAME] ID\n");
+    if (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0 || (gpu && name)) {
+        fprintf(stderr, "Usage: kestrel metrics [--name NAME] ID\n"
+                        "       kestrel metrics --gpu ID    the job's GPU utilisation and memory as kestreld sampled them\n");
         return 2;
     }
     if (cli_connect(ctx) < 0)
         return 1;
+    if (gpu)
+        return cli_print_gpu_telemetry(ctx, id);
     if ((rc = kestrel_job_metrics(&m, ctx->client, id, name)) < 0)
         return cli_fail("metrics", rc);
     if (ctx->json) {
@@ -148,7 +156,12 @@ int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
             const kestrel_metric *p = kestrel_metric_list_at(m, i);
             printf("%s\n{\"name\":", i ? "," : "");
             cli_json_string(stdout, p->name);
-            printf(",\"step\":%" PRId64 ",\"value\":%.17g,\"wall_time_ms\":%" PRId64 "}", p->step, p->value, p->wall_time_ms);
+            printf(",\"step\":%" PRId64 ",\"value\":", p->step);
+            if (isnan(p->value) || isinf(p->value))   /* JSON has no NaN: proto3 JSON's string form */
+                printf("\"%s\"", isnan(p->value) ? "NaN" : p->value > 0 ? "Infinity" : "-Infinity");
+            else
+                printf("%.17g", p->value);
+            printf(",\"wall_time_ms\":%" PRId64 "}", p->wall_time_ms);
         }
         printf("\n]\n");
     } else {

@@ -49,6 +49,13 @@ static void submit_usage(FILE *f)
         "  --git URL [--ref REF]  run in a checkout of URL at REF (branch, tag or commit)\n"
         "  --workdir DIR          run in DIR, relative to the work dir or checkout\n"
         "  --no-retry             after a daemon crash, fail instead of requeueing\n"
+        "When it fails:\n"
+        "  --retries N            queue a failed run (exit code, signal) again, up to N times (0..100)\n"
+        "  --log-policy NAME:ACTION[,ACTION...]=REGEX  when an output line matches REGEX (POSIX\n"
+        "                         extended), once a run: label, alert, no-retry, exclude-node (the\n"
+        "                         retry avoids the node), retry-larger (out of memory: retry on a device\n"
+        "                         with more memory); besides the server's (cuda-oom, ecc, nan-loss)\n"
+        "  --exclude-node NODE    never run on NODE (repeatable)\n"
         "  --follow               print the job's logs until it ends, exit like 'wait'\n"
         "Placement:\n"
         "  --gpu-type TYPE        only devices of this type (e.g. a100)\n"
@@ -143,6 +150,8 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         { "param", required_argument, NULL, 13 }, { "code", required_argument, NULL, 14 },
         { "max-code-size", required_argument, NULL, 15 }, { "data", required_argument, NULL, 16 },
         { "environment", required_argument, NULL, 17 }, { "requirements", required_argument, NULL, 18 },
+        { "log-policy", required_argument, NULL, 19 }, { "retries", required_argument, NULL, 20 },
+        { "exclude-node", required_argument, NULL, 21 },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     kestrel_job_spec *spec;
@@ -212,6 +221,32 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
             break;
         case 18:
             rc = set_requirements(spec, optarg);
+            break;
+        case 19: {   /* NAME:ACTIONS=REGEX */
+            char name[80], acts[200];
+            const char *colon = strchr(optarg, ':'), *eq = colon ? strchr(colon, '=') : NULL;
+            if (!colon || !eq || colon == optarg || (size_t)(colon - optarg) >= sizeof(name) ||
+                (size_t)(eq - colon - 1) >= sizeof(acts)) {
+                fprintf(stderr, "kestrel: --log-policy NAME:ACTION[,ACTION...]=REGEX, not '%s'\n", optarg);
+                rc = 2;
+                break;
+            }
+            snprintf(name, sizeof(name), "%.*s", (int)(colon - optarg), optarg);
+            snprintf(acts, sizeof(acts), "%.*s", (int)(eq - colon - 1), colon + 1);
+            if (kestrel_job_spec_add_log_policy(spec, name, eq + 1, acts) < 0)
+                rc = cli_fail("--log-policy", -1) + 1;
+            break;
+        }
+        case 20: {
+            char *rend;
+            long retries = strtol(optarg, &rend, 10);
+            if (*rend || rend == optarg || retries != (int)retries || kestrel_job_spec_set_max_retries(spec, (int)retries) < 0)
+                rc = cli_fail("--retries", -1) + 1;
+            break;
+        }
+        case 21:
+            if (kestrel_job_spec_exclude_node(spec, optarg) < 0)
+                rc = cli_fail("--exclude-node", -1) + 1;
             break;
         case 15:
             if (cli_parse_size(optarg, &copts.max_bytes) < 0 || copts.max_bytes == 0) {

@@ -28,5 +28,6 @@
 #include "kestrel/repo.h"
 #include "kestrel/token.h"
 #include "kestrel/code.h"
+#include "kestrel/alerts.h"
 
 #endif

@@ -20,6 +20,8 @@ struct kestrel_job_spec {
 #define KESTREL__SPEC_LIST_MAX (256 * 1024)   /* bytes of a job's argv, and of its env */
 #define KESTREL__PARAMS_MAX 256               /* parameters of a job */
 #define KESTREL__DATA_MAX 64                  /* datasets of a job */
+#define KESTREL__POLICIES_MAX 16              /* log policies of a job */
+#define KESTREL__POLICY_PATTERN_MAX 1024
 #define KESTREL__REQUIREMENTS_MAX (64 * 1024) /* bytes of a job's requirements file */
 #define KESTREL__PARAM_VALUE_MAX 4096         /* bytes of one parameter's value */
 #define KESTREL__PARAMS_BYTES (64 * 1024)     /* all of them as KESTREL_PARAMS (one env string: 128 KiB max) */
@@ -32,5 +34,10 @@ int kestrel__job_init(struct kestrel_job *dst, Kestrel__V1__Job *pb, int owns_pb
 void kestrel__job_fini(struct kestrel_job *job);
 /* Replace a spec string field with a copy of v. */
 int kestrel__spec_set_string(char **field, const char *v);
+
+/* Log policies, retries, excluded nodes (job_policy.c). */
+int kestrel__log_policy_action_valid(const char *action);
+int kestrel__log_policy_validate(const char *name, const char *pattern, char *const *actions, size_t nactions);
+int kestrel__job_spec_validate_failure(const Kestrel__V1__JobSpec *s);
 
 #endif

@@ -93,6 +93,9 @@ static int validate_placement(const Kestrel__V1__JobSpec *s)
 
 int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
 {
+    int failure_rc = kestrel__job_spec_validate_failure(s);
+    if (failure_rc < 0)
+        return failure_rc;
     if (s->n_argv == 0 || s->argv[0][0] == '\0')
         return kestrel__error_set(KESTREL_EINVALID, "field 'argv': at least a program name is required");
     if (s->n_argv > 4096)

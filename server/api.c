@@ -157,6 +157,7 @@ static enum MHD_Result dispatch(kd_req *r)
                                   "(an admin makes it: kestrel token create --scope metrics)");
         return kd_route_metrics(r);
     case KD_AREA_LOG_SEARCH: return kd_route_log_search(r);
+    case KD_AREA_ALERTS: return kd_route_alerts(r);
     case KD_AREA_JOBS: return kd_route_jobs(r, rt.rest);
     case KD_AREA_TOKENS: return kd_route_tokens(r, rt.rest);
     case KD_AREA_USERS: return kd_route_users(r, rt.rest);

@@ -64,6 +64,8 @@ const char *kd_query(kd_req *r, const char *key);
 
 /* GET /metrics (metrics_api.c, with the open listener of --metrics-listen). */
 enum MHD_Result kd_route_metrics(kd_req *r);
+/* GET /api/v1/alerts (api_alerts.c). */
+enum MHD_Result kd_route_alerts(kd_req *r);
 /* GET /api/v1/logs/search (api_logs.c). */
 enum MHD_Result kd_route_log_search(kd_req *r);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "api.h"
 #include "metrics.h"
+#include "policy.h"
 #include "api_inputs.h"
 #include "envs.h"
 #include "route.h"
@@ -169,6 +170,21 @@ static enum MHD_Result submit(kd_req *r)
 /* POST /jobs/{id}/rerun: the job again, for its owner, with the same code, data, params, argv and
  * env (its git source at the commit it ran); not its dependencies, which were of that run. Every
  * input that can no longer be found is named (404), and nothing is queued then. */
+/* GET /jobs/ID/gpu: whoever may see the job. */
+static enum MHD_Result gpu_telemetry(kd_req *r, int64_t id)
+{
+    Kestrel__V1__GpuTelemetry *t = NULL;
+    Kestrel__V1__Job *job;
+    enum MHD_Result reply = MHD_NO;
+    int rc;
+    if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
+        return reply;
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    if ((rc = kd_catalog_gpu_telemetry(r->e->cat, id, 100000, &t)) < 0)
+        return kd_reply_failure(r, rc);
+    return kd_reply_owned(r, 200, &t->base);
+}
+
 static enum MHD_Result rerun(kd_req *r, int64_t id)
 {
     Kestrel__V1__Job *old = NULL;
@@ -353,6 +369,8 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
                                     KESTREL__NAME_MAX);
     if (rc == 0)
         rc = kd_catalog_metrics_add(r->e->cat, id, b);
+    for (size_t i = 0; rc == 0 && i < b->n_metrics; i++)
+        kd_policies_metric(r->e, id, b->metrics[i]->name, b->metrics[i]->value);
     if (rc == 0) {
         Kestrel__V1__MetricBatch empty = KESTREL__V1__METRIC_BATCH__INIT;
         reply = kd_reply_msg(r, 200, &empty.base);
@@ -396,5 +414,7 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest)
         return rerun(r, id);
     if (!strcmp(sub, "/checkpoint") && post)
         return kd_route_checkpoint(r, id);
+    if (!strcmp(sub, "/gpu") && get_)
+        return gpu_telemetry(r, id);
     return kd_reply_error(r, 404, "not_found", "no such endpoint");
 }

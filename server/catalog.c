@@ -286,6 +286,7 @@ static const char *const migrations[] = {
      * index for substring search (contentless: the text stays in logs only). A line's rowid there
      * is job_id << 36 | seq, kept in step with logs by the two triggers. */
     "ALTER TABLE jobs ADD COLUMN pool TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;"
     "UPDATE jobs SET pool = kd_spec_pool(spec);"
     "CREATE INDEX IF NOT EXISTS jobs_state_pool ON jobs(state, pool, priority);"
     "CREATE VIRTUAL TABLE IF NOT EXISTS log_fts USING fts5(text, content='', tokenize='trigram');"
@@ -294,7 +295,20 @@ static const char *const migrations[] = {
     "  INSERT INTO log_fts(rowid, text) VALUES(new.job_id * 68719476736 + new.seq, new.text); END;"
     "CREATE TRIGGER IF NOT EXISTS logs_fts_del AFTER DELETE ON logs BEGIN"
     "  INSERT INTO log_fts(log_fts, rowid, text) VALUES('delete', old.job_id * 68719476736 + old.seq, old.text);"
-    " END;",
+    " END;"
+    /* ... and each job's use of real GPUs: a downsampled series and exact totals */
+    "CREATE TABLE IF NOT EXISTS gpu_samples(job_id INTEGER NOT NULL, time_ms INTEGER NOT NULL, uuid TEXT NOT NULL,"
+    "  util INTEGER NOT NULL, mem_used INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS gpu_samples_job ON gpu_samples(job_id, time_ms);"
+    "CREATE TABLE IF NOT EXISTS gpu_usage(job_id INTEGER NOT NULL, uuid TEXT NOT NULL, samples INTEGER NOT NULL,"
+    "  util_sum INTEGER NOT NULL, util_max INTEGER NOT NULL, mem_peak INTEGER NOT NULL,"
+    "  PRIMARY KEY(job_id, uuid)) WITHOUT ROWID;"
+    /* ... and kestreld's own alerts (log policies, NaN loss, idle GPUs), with their webhook delivery */
+    "CREATE TABLE IF NOT EXISTS alerts(id INTEGER PRIMARY KEY, time_ms INTEGER NOT NULL, job_id INTEGER NOT NULL,"
+    "  owner_id INTEGER NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL,"
+    "  delivered INTEGER NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0, next_ms INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX IF NOT EXISTS alerts_owner ON alerts(owner_id, id);"
+    "CREATE INDEX IF NOT EXISTS alerts_pending ON alerts(delivered, next_ms);",
 };
 
 static int migrate(kd_catalog *cat, const char *path)

@@ -142,6 +142,12 @@ void kd_catalog_on_transition(kd_catalog *cat, void (*fn)(void *ctx, const kd_tr
 int kd_catalog_job_transition(kd_catalog *cat, int64_t id, int from, int to, const kd_transition *t);
 int kd_catalog_job_set_process(kd_catalog *cat, int64_t id, int64_t pid, int64_t pid_start);
 int kd_catalog_job_set_commit(kd_catalog *cat, int64_t id, const char *sha);
+/* Store a changed spec (its labels and pool columns with it). */
+int kd_catalog_job_spec_replace(kd_catalog *cat, int64_t id, const Kestrel__V1__JobSpec *spec);
+/* Give a job a label (in its spec, as shown, and for --label filters). */
+int kd_catalog_job_label_set(kd_catalog *cat, int64_t id, const char *key, const char *value);
+/* The failed runs a job was retried after (bump: one more first). */
+int kd_catalog_job_retries(kd_catalog *cat, int64_t id, int bump);
 /* The environment a job runs in ("sha256:...") and its `pip freeze`. */
 int kd_catalog_job_set_env(kd_catalog *cat, int64_t id, const char *digest, const char *packages);
 /* 1 when a RUNNING job uses the environment (it must not be evicted). */
@@ -225,6 +231,33 @@ typedef struct {
  * (0 and out set; out "" when there is none, e.g. with a top-level '|'). Pure (fuzzed). */
 int kd_regex_literal(const char *re, char *out, size_t outsz);
 int kd_catalog_log_search(kd_catalog *cat, const kd_log_query *q, Kestrel__V1__LogSearchResult **out);
+
+/* GPU telemetry (catalog_gpu.c). One reading of a device a running job holds. */
+typedef struct {
+    int64_t job_id;
+    int64_t time_ms;
+    const char *uuid;
+    int util;                  /* percent */
+    int64_t mem_used;          /* bytes */
+    int keep;                  /* 1: also a point of the series (else only the totals count it) */
+} kd_gpu_reading;
+int kd_catalog_gpu_record(kd_catalog *cat, const kd_gpu_reading *r, size_t n);
+/* A job's series (oldest first, at most max_samples) and totals. */
+int kd_catalog_gpu_telemetry(kd_catalog *cat, int64_t job_id, size_t max_samples, Kestrel__V1__GpuTelemetry **out);
+/* Its totals, for a job's own view (catalog lock held). */
+int kd__load_gpu_usage(kd_catalog *cat, int64_t job_id, Kestrel__V1__GpuUsage ***out, size_t *n);
+
+/* kestreld's own alerts (catalog_alerts.c). delivery: 0 pending, 1 delivered, 2 given up, 3 no webhook. */
+int kd_catalog_alert_add(kd_catalog *cat, int64_t job_id, int64_t now, const char *kind, const char *severity,
+                         const char *message, int delivery);
+/* Newest first; owner_id / job_id 0: any. */
+int kd_catalog_alerts(kd_catalog *cat, int64_t owner_id, int64_t job_id, int limit, Kestrel__V1__AlertList **out);
+/* Pending alerts whose next try is due, oldest first. */
+int kd_catalog_alerts_due(kd_catalog *cat, int64_t now, int limit, Kestrel__V1__AlertList **out);
+/* One delivery try: delivered (0 to retry at next_ms, 1 done, 2 given up). */
+int kd_catalog_alert_delivery(kd_catalog *cat, int64_t id, int delivered, int64_t next_ms);
+/* How many tries an alert's delivery has had. */
+int kd__alert_tries(kd_catalog *cat, int64_t id, int *tries);
 
 /* What /metrics reads (catalog_obs.c). */
 typedef struct {

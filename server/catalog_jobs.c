@@ -186,7 +186,8 @@ static int load_locked(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1
         *owner_out = sqlite3_column_int64(st, 12);
     if ((*out = row_to_job(st)) == NULL)
         return kestrel__error_oom();
-    if (with_events && (rc = load_events(cat, *out)) < 0) {
+    if (with_events && ((rc = load_events(cat, *out)) < 0 ||
+                        (rc = kd__load_gpu_usage(cat, id, &(*out)->gpu_usage, &(*out)->n_gpu_usage)) < 0)) {
         protobuf_c_message_free_unpacked(&(*out)->base, NULL);
         *out = NULL;
     }
@@ -445,4 +446,90 @@ int64_t kd_catalog_count_queued(kd_catalog *cat, int64_t owner_id)
         n = rows[0];
     free(rows);
     return n;
+}
+
+int kd_catalog_job_spec_replace(kd_catalog *cat, int64_t id, const Kestrel__V1__JobSpec *spec)
+{
+    static const char *const upd = "UPDATE jobs SET spec = ?, pool = ? WHERE id = ?";
+    static const char *const clear = "DELETE FROM job_labels WHERE job_id = ?";
+    static const char *const lab = "INSERT OR REPLACE INTO job_labels(job_id, key, value) VALUES(?, ?, ?)";
+    kestrel_buf blob = KESTREL_BUF_INIT;
+    sqlite3_stmt *st;
+    int rc;
+    if ((rc = kestrel__wire_pack(&blob, &spec->base)) < 0)
+        return rc;
+    kd__lock(cat);
+    if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
+        goto out;
+    if ((st = kd__stmt(cat, upd)) == NULL)
+        goto fail;
+    sqlite3_bind_blob(st, 1, blob.ptr ? blob.ptr : "", (int)blob.size, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, spec->pool, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, id);
+    if (sqlite3_step(st) != SQLITE_DONE || (st = kd__stmt(cat, clear)) == NULL)
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    for (size_t i = 0; i < spec->n_labels; i++) {
+        if ((st = kd__stmt(cat, lab)) == NULL)
+            goto fail;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, spec->labels[i]->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, spec->labels[i]->value, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+    }
+    if ((rc = kd__exec(cat, "COMMIT")) == 0)
+        goto out;
+fail:
+    rc = kd__sql_fail(cat, "replace job spec");
+    sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
+out:
+    kd__unlock(cat);
+    kestrel_buf_dispose(&blob);
+    return rc;
+}
+
+int kd_catalog_job_label_set(kd_catalog *cat, int64_t id, const char *key, const char *value)
+{
+    Kestrel__V1__Job *job = NULL;
+    Kestrel__V1__KeyValue *kv, **grown;
+    int rc = kd_catalog_job_load(cat, id, 0, &job, NULL);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < job->spec->n_labels; i++)
+        if (!strcmp(job->spec->labels[i]->key, key) && !strcmp(job->spec->labels[i]->value, value))
+            goto done;   /* already so */
+    if ((kv = malloc(sizeof(*kv))) == NULL ||
+        (grown = realloc(job->spec->labels, (job->spec->n_labels + 1) * sizeof(*grown))) == NULL) {
+        free(kv);
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    kestrel__v1__key_value__init(kv);
+    job->spec->labels = grown;
+    grown[job->spec->n_labels++] = kv;
+    if ((kv->key = kestrel__strdup(key)) == NULL || (kv->value = kestrel__strdup(value)) == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    rc = kd_catalog_job_spec_replace(cat, id, job->spec);
+done:
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return rc;
+}
+
+int kd_catalog_job_retries(kd_catalog *cat, int64_t id, int bump)
+{
+    int64_t *rows = NULL;
+    size_t n = 0;
+    int retries = 0;
+    if (bump)
+        kd__run(cat, "UPDATE jobs SET retries = retries + 1 WHERE id = ?", "i", id);
+    if (kd__rows(cat, "SELECT retries FROM jobs WHERE id = ?", sizeof(int64_t), fill_count, (void **)&rows, &n, "i",
+                 id) == 0 && n)
+        retries = (int)rows[0];
+    free(rows);
+    return retries;
 }

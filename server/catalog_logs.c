@@ -1,4 +1,5 @@
 /* server/catalog_logs.c - job log lines and metric points in the catalog. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,7 +216,10 @@ int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__M
         sqlite3_bind_int64(st, 1, job_id);
         sqlite3_bind_text(st, 2, b->metrics[i]->name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, b->metrics[i]->step);
-        sqlite3_bind_double(st, 4, b->metrics[i]->value);
+        if (isnan(b->metrics[i]->value))   /* SQLite stores a NaN double as NULL: keep it as text */
+            sqlite3_bind_text(st, 4, "NaN", 3, SQLITE_STATIC);
+        else
+            sqlite3_bind_double(st, 4, b->metrics[i]->value);
         sqlite3_bind_int64(st, 5, b->metrics[i]->wall_time_ms);
         if (sqlite3_step(st) != SQLITE_DONE)
             goto fail;
@@ -263,7 +267,7 @@ int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, K
         kestrel__v1__metric__init(m);
         b->metrics[b->n_metrics++] = m;
         m->step = sqlite3_column_int64(st, 1);
-        m->value = sqlite3_column_double(st, 2);
+        m->value = sqlite3_column_type(st, 2) == SQLITE_TEXT ? NAN : sqlite3_column_double(st, 2);
         m->wall_time_ms = sqlite3_column_int64(st, 3);
         if ((m->name = kestrel__strdup((const char *)sqlite3_column_text(st, 0))) == NULL) {
             m->name = (char *)protobuf_c_empty_string;

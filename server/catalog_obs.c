@@ -1,4 +1,5 @@
 /* server/catalog_obs.c - what /metrics reads from the catalog, and the catalog's SQL functions. */
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +85,7 @@ static int fill_latest(sqlite3_stmt *st, void *row)
     const unsigned char *name = sqlite3_column_text(st, 1);
     m->job_id = sqlite3_column_int64(st, 0);
     snprintf(m->name, sizeof(m->name), "%s", name ? (const char *)name : "");
-    m->value = sqlite3_column_double(st, 2);
+    m->value = sqlite3_column_type(st, 2) == SQLITE_TEXT ? NAN : sqlite3_column_double(st, 2);   /* NaN kept as text */
     m->step = sqlite3_column_int64(st, 3);
     return 0;
 }

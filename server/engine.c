@@ -8,6 +8,9 @@
 #include "engine.h"
 #include "exec_local.h"
 #include "metrics.h"
+#include "alerts.h"
+#include "telemetry.h"
+#include "policy.h"
 #include "store.h"
 
 static void deadline_ts(struct timespec *ts, int64_t deadline_ms)
@@ -146,6 +149,7 @@ void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)job_id, kestrel_error_last()->message);
     else
         kd_metrics_log_lines(e->metrics, n);
+    kd_policies_scan(e, job_id, lines, n);
     if (first_drop)
         kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), "log over --max-log-bytes: its first and last bytes "
                             "are kept, the middle is dropped");
@@ -203,16 +207,23 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
     } else if (kind == KD_END_EXITED && code == 0) {
         to = KESTREL_JOB_STATE_SUCCEEDED;
         snprintf(reason, sizeof(reason), "exit code 0");
-    } else if (kind == KD_END_EXITED) {
-        to = KESTREL_JOB_STATE_FAILED;
-        snprintf(reason, sizeof(reason), "exit code %d", code);
     } else {
+        char failure[128];
+        if (kind == KD_END_EXITED)
+            snprintf(failure, sizeof(failure), "exit code %d", code);
+        else
+            snprintf(failure, sizeof(failure), "killed by signal %d (%s)", code, strsignal(code));
         to = KESTREL_JOB_STATE_FAILED;
-        snprintf(reason, sizeof(reason), "killed by signal %d (%s)", code, strsignal(code));
+        snprintf(reason, sizeof(reason), "%s", failure);
+        if (!run->no_retry && kd_engine_retry(e, run, 1, failure, reason, sizeof(reason))) {
+            to = KESTREL_JOB_STATE_QUEUED;
+            t.bump_restart = 1;
+        }
     }
     if (kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_RUNNING, to, &t) < 0)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
 release:
+    kd_policies_run_end(e, run->id, NULL, 0);   /* each run starts with no policy matched */
     kd_catalog_token_drop_job(e->cat, run->id);
     pthread_mutex_lock(&e->mu);
     kd_engine_release_locked(e, run);
@@ -508,8 +519,12 @@ int kd_engine_recover(kd_engine *e)
 int kd_engine_start(kd_engine *e)
 {
     kd_engine_refresh_gpus(e, 0);
+    if (kd_policies_init(e) < 0 || kd_alerts_start(e) < 0)
+        return KESTREL_ERROR;
     if (e->ext && e->ext->open(e) < 0)
         return KESTREL_ERROR;
+    if (kd_telemetry_start(e) < 0)
+        fprintf(stderr, "kestreld: %s: no per-job GPU telemetry\n", kestrel_error_last()->message);
     e->sched_pending = 1;
     if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0)
         return kestrel__error_set(KESTREL_ERROR, "cannot start the scheduler thread");
@@ -534,6 +549,7 @@ void kd_engine_stop(kd_engine *e)
 {
     struct timespec ts;
     kd_engine_quiesce(e);
+    kd_telemetry_stop(e);
     pthread_join(e->sched_thread, NULL);
     if (e->gc_running)
         pthread_join(e->gc_thread, NULL);
@@ -549,11 +565,13 @@ void kd_engine_stop(kd_engine *e)
         pthread_cond_timedwait(&e->changed, &e->mu, &ts);
     }
     pthread_mutex_unlock(&e->mu);
+    kd_alerts_stop(e);   /* what is not delivered yet goes out after the next start */
 }
 
 void kd_engine_fini(kd_engine *e)
 {
     free(e->waits);
+    kd_policies_free(e);
     kd_metrics_free(e->metrics);
     kestrel_gpu_list_free(e->gpus);
     pthread_cond_destroy(&e->changed);

@@ -52,6 +52,12 @@ typedef struct {
     int env_cache_max;         /* built environments kept (least recently used removed past it) */
     int env_build_timeout_s;   /* a build step running longer is stopped (the job fails) */
     const char *metrics_listen;   /* ADDR:PORT of an open listener serving only GET /metrics (NULL: none) */
+    int gpu_sample_s;          /* real GPUs are read this often for per-job telemetry (default 5) */
+    int idle_gpu_s;            /* a job whose GPUs stay under 5% this long from its start gets an event (600) */
+    const char *webhook_url;   /* kestreld's alerts are POSTed here (NULL: none) */
+    const char *webhook_secret_file;   /* their HMAC key (default DATA/webhook.secret, made when missing) */
+    char **log_policies;       /* --log-policy NAME:ACTIONS=REGEX (besides the built-ins) */
+    size_t nlog_policies;
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
@@ -142,6 +148,9 @@ struct kd_engine {
     int gc_running;
     struct kd_envs *envs;      /* the Python environments jobs ask for */
     struct kd_metrics *metrics;   /* counters and histograms for /metrics (metrics.h) */
+    struct kd_telemetry *telemetry;   /* the GPU sampler (telemetry.c); NULL without real GPUs */
+    struct kd_alerts *alerts;  /* webhook delivery (alerts.c); NULL without --webhook */
+    struct kd_policies *policies;   /* log policies (policy.c) */
 };
 
 int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec);
@@ -180,6 +189,17 @@ void kd_engine_fresh_pass(kd_engine *e, long timeout_ms);
 kd_wait *kd_engine_queue(kd_engine *e, size_t *n);
 /* The nodes, their devices (live values of real GPUs) and which job holds each (engine_nodes.c). */
 int kd_engine_nodes(kd_engine *e, Kestrel__V1__NodeList **out);
+/* A real device a running job holds, as last read. */
+typedef struct {
+    int64_t job_id, start_ms;
+    char uuid[96];
+    int util;                  /* percent */
+    int64_t mem_used;          /* bytes, -1 unknown */
+} kd_held_gpu;
+/* Whether any node declares a real (NVML) device. */
+int kd_engine_has_real_gpus(const kd_engine *e);
+/* Read the real GPUs now and list those running jobs hold (free(*out)). */
+int kd_engine_held_gpus(kd_engine *e, kd_held_gpu **out, size_t *n);
 /* The per-device gauges and the job-GPU join gauge of /metrics (engine_nodes.c). */
 int kd_engine_gpu_metrics(kd_engine *e, kestrel_buf *out);
 /* Re-read real GPUs' memory and utilisation when the last reading is older than max_age_ms. */
@@ -195,6 +215,13 @@ void kd_engine_schedule(kd_engine *e);
 void kd_engine_release_locked(kd_engine *e, kd_run *run);
 void kd_engine_launch(kd_engine *e, kd_run *run);
 void kd_engine_terminate_locked(kd_engine *e, kd_run *r, int why, const char *by);
+
+/* A run ended (failed: exit code or signal): 1 when it goes back to QUEUED (reason set: its retries,
+ * retry-larger), 0 when it ends as it is (reason set when a log policy made a failure final).
+ * Forgets the run's log-policy state either way (engine_retry.c). */
+int kd_engine_retry(kd_engine *e, kd_run *run, int failed, const char *failure, char *reason, size_t n);
+/* Record one of kestreld's own alerts on a job (and send it to the webhook) (alerts.c). */
+void kd_engine_alert(kd_engine *e, int64_t job_id, const char *kind, const char *severity, const char *message);
 
 /* Executors report: */
 void kd_engine_set_pgid(kd_engine *e, kd_run *run, pid_t pgid);

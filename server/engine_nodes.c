@@ -8,7 +8,7 @@
 
 #define REFRESH_MS 10000
 
-static int has_real_gpus(const kd_engine *e)
+int kd_engine_has_real_gpus(const kd_engine *e)
 {
     for (size_t n = 0; n < e->cfg->nnodes; n++)
         for (int d = 0; d < e->cfg->nodes[n].ndev; d++)
@@ -22,7 +22,7 @@ void kd_engine_refresh_gpus(kd_engine *e, int64_t max_age_ms)
     kestrel_gpu_list *fresh = NULL, *old;
     int64_t now = kestrel__now_ms();
     pthread_mutex_lock(&e->mu);
-    if (!has_real_gpus(e) || (e->gpus && now - e->gpus_ms < max_age_ms)) {
+    if (!kd_engine_has_real_gpus(e) || (e->gpus && now - e->gpus_ms < max_age_ms)) {
         pthread_mutex_unlock(&e->mu);
         return;
     }
@@ -247,6 +247,33 @@ int kd_engine_gpu_metrics(kd_engine *e, kestrel_buf *out)
             snprintf(index, sizeof(index), "%d", r->devices[k]);
             dev_uuid(&node->devs[r->devices[k]], (size_t)r->node, r->devices[k], uuid, sizeof(uuid));
             rc = kd_expo_sample(out, "kestrel_job_gpu_info", labels, 1);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int kd_engine_held_gpus(kd_engine *e, kd_held_gpu **out, size_t *n)
+{
+    size_t cap = 0;
+    int rc = 0;
+    *out = NULL;
+    *n = 0;
+    kd_engine_refresh_gpus(e, 0);
+    pthread_mutex_lock(&e->mu);
+    for (const kd_run *r = e->runs; r && rc == 0; r = r->next) {
+        for (int k = 0; k < r->ndev && rc == 0; k++) {
+            const kd_dev *dev = &e->cfg->nodes[r->node].devs[r->devices[k]];
+            const kestrel_gpu *g = live(e, dev->uuid);
+            kd_held_gpu *h;
+            if (g == NULL || g->utilization_gpu < 0 || (rc = kestrel__array_grow(out, &cap, *n + 1, sizeof(**out))) < 0)
+                continue;
+            h = &(*out)[(*n)++];
+            h->job_id = r->id;
+            h->start_ms = r->start_ms;
+            snprintf(h->uuid, sizeof(h->uuid), "%s", dev->uuid);
+            h->util = g->utilization_gpu;
+            h->mem_used = g->memory_used;
         }
     }
     pthread_mutex_unlock(&e->mu);

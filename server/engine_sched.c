@@ -99,6 +99,8 @@ static int to_qjobs(const kd_queued *q, size_t n, kd_qjob *out)
         if (j->min_cc < 0)
             j->min_cc = 0;   /* validated at submit */
         j->pool = s->pool;
+        j->exclude = s->exclude_nodes;
+        j->nexclude = s->n_exclude_nodes;
         j->owner = q[i].owner_id;
         j->owner_name = q[i].owner;
         j->team = q[i].team;

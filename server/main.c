@@ -18,6 +18,7 @@
 #include "slurm.h"
 #include "store.h"
 #include "envs.h"
+#include "policy.h"
 #include "stage.h"
 
 static void usage(FILE *f)
@@ -56,7 +57,20 @@ static void usage(FILE *f)
         "Monitoring:\n"
         "      --metrics-listen ADDR:PORT  also serve GET /metrics (Prometheus text) there without a\n"
         "                           token, and nothing else; on the API port /metrics needs an admin\n"
-        "                           token or a metrics-scoped one (kestrel token create --scope metrics)\n"
+        "                           token or a metrics-scoped one (kestrel token create --scope metrics)\n"        "      --gpu-sample-interval SECS  read real GPUs this often for per-job telemetry (default 5)\n"
+        "      --idle-gpu-after SECS  a job whose GPUs all stay under 5%% this long from its start gets an\n"
+        "                           \"idle GPU\" event and alert (default 600; 0: never)\n"
+        "      --webhook URL        POST kestreld's alerts (log policies, NaN loss, idle GPUs) there as\n"
+        "                           JSON, signed: X-Kestrel-Signature: t=UNIX,v1=HMAC-SHA256(\"UNIX.\"+body);\n"
+        "                           retried with backoff (12 tries over about 20 minutes)\n"
+        "      --webhook-secret-file FILE  the HMAC key, 16..255 bytes (default DATA/webhook.secret,\n"
+        "                           made with a random key when missing)\n"        "      --log-policy NAME:ACTION[,ACTION...]=REGEX  when a job's output line matches REGEX (POSIX\n"
+        "                           extended), once a run: label (log-policy/NAME on the job), alert,\n"
+        "                           no-retry, exclude-node (its retry avoids the node), retry-larger (an\n"
+        "                           out-of-memory failure is retried on a device with more memory).\n"
+        "                           Repeatable; built in: cuda-oom (label,alert,retry-larger), ecc\n"
+        "                           (label,alert,exclude-node), nan-loss (label,alert,no-retry); the same\n"
+        "                           NAME replaces a built-in\n"
         "\n"
         "Environments (a job's --environment NAME or --requirements FILE: a venv built once per distinct\n"
         "spec while the job is QUEUED, by kestrel-env-builder-XXXXXXXX (this data dir's own) when root):\n"
@@ -307,6 +321,7 @@ static void free_config(kd_config *cfg)
         free((kd_dev *)cfg->nodes[i].devs);
     }
     free(cfg->nodes);
+    free(cfg->log_policies);   /* the strings are argv's or the config file's */
     for (size_t i = 0; i < cfg->nenvs; i++) {
         free(cfg->envs[i].name);
         free(cfg->envs[i].requirements);
@@ -442,6 +457,9 @@ int main(int argc, char **argv)
         { "environment", required_argument, NULL, 23 }, { "env-python", required_argument, NULL, 24 },
         { "env-python-path", required_argument, NULL, 25 }, { "env-cache-max", required_argument, NULL, 26 },
         { "env-build-timeout", required_argument, NULL, 27 }, { "metrics-listen", required_argument, NULL, 28 },
+        { "gpu-sample-interval", required_argument, NULL, 29 }, { "idle-gpu-after", required_argument, NULL, 30 },
+        { "webhook", required_argument, NULL, 31 }, { "webhook-secret-file", required_argument, NULL, 32 },
+        { "log-policy", required_argument, NULL, 33 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -466,6 +484,8 @@ int main(int argc, char **argv)
     cfg.env_python = "/usr/bin/python3";
     cfg.env_cache_max = 16;
     cfg.env_build_timeout_s = 1800;
+    cfg.gpu_sample_s = 5;
+    cfg.idle_gpu_s = 600;
     if (kestrel_init() < 0) {   /* the library's own client: a job's code is copied through it */
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         return 1;
@@ -516,6 +536,22 @@ int main(int argc, char **argv)
         case 26: if (parse_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;
         case 27: if (parse_int("--env-build-timeout", optarg, 10, 86400, &v) < 0) return 2; cfg.env_build_timeout_s = (int)v; break;
         case 28: cfg.metrics_listen = optarg; break;
+        case 29: if (parse_int("--gpu-sample-interval", optarg, 1, 3600, &v) < 0) return 2; cfg.gpu_sample_s = (int)v; break;
+        case 30: if (parse_int("--idle-gpu-after", optarg, 0, 7 * 86400, &v) < 0) return 2; cfg.idle_gpu_s = (int)v; break;
+        case 31: cfg.webhook_url = optarg; break;
+        case 32: cfg.webhook_secret_file = optarg; break;
+        case 33: {
+            char **grown;
+            if (kd_policy_parse_check(optarg) < 0) {
+                fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+                return 2;
+            }
+            if ((grown = realloc(cfg.log_policies, (cfg.nlog_policies + 1) * sizeof(*grown))) == NULL)
+                return 1;
+            cfg.log_policies = grown;
+            cfg.log_policies[cfg.nlog_policies++] = optarg;
+            break;
+        }
         case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {

@@ -117,6 +117,8 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
         out->area = KD_AREA_ENVIRONMENTS;
     else if (!strcmp(path, "/api/v1/logs/search"))
         out->area = KD_AREA_LOG_SEARCH;
+    else if (!strcmp(path, "/api/v1/alerts"))
+        out->area = KD_AREA_ALERTS;
     else if (!strcmp(path, "/api/v1/chunks/pack"))
         out->area = KD_AREA_PACK;
     else if (prefix(path, "/api/v1/chunks/", &rest) && strlen(rest) == 64 + 7 && !strcmp(rest + 64, "/verify") &&
@@ -192,15 +194,15 @@ const char *kd_route_template(const char *path)
 {
     static const char *const fixed[] = { "/healthz", "/metrics", "/api/v1/jobs", "/api/v1/tokens", "/api/v1/queue",
                                          "/api/v1/nodes", "/api/v1/whoami", "/api/v1/environments",
-                                         "/api/v1/logs/search", "/api/v1/admin/backup", "/api/v1/admin/fsck",
+                                         "/api/v1/logs/search", "/api/v1/alerts", "/api/v1/admin/backup", "/api/v1/admin/fsck",
                                          "/api/v1/chunks/pack", "/api/v1/chunks/missing", "/api/v1/models",
                                          "/api/v1/repo/gc", NULL };
     static const char *const job_subs[] = { "/cancel", "/logs", "/metrics", "/explain", "/priority", "/rerun",
-                                            "/checkpoint", NULL };
+                                            "/checkpoint", "/gpu", NULL };
     static const char *const job_tpl[] = { "/api/v1/jobs/{id}/cancel", "/api/v1/jobs/{id}/logs",
                                            "/api/v1/jobs/{id}/metrics", "/api/v1/jobs/{id}/explain",
                                            "/api/v1/jobs/{id}/priority", "/api/v1/jobs/{id}/rerun",
-                                           "/api/v1/jobs/{id}/checkpoint" };
+                                           "/api/v1/jobs/{id}/checkpoint", "/api/v1/jobs/{id}/gpu" };
     static const char *const model_tpl[] = { "", "/api/v1/models/{name}/versions", "/api/v1/models/{name}/versions/{ref}",
                                              "/api/v1/models/{name}/aliases/{alias}", "/api/v1/models/{name}/settings" };
     const char *rest, *sub, *arg;

@@ -16,6 +16,17 @@ static const char *cls(int p)
     return class_names[p >= 0 && p <= 3 ? p : 0];
 }
 
+/* The node is of the job's pool and not one it excludes. */
+static int node_ok(const kd_snapshot *s, const kd_qjob *j, size_t n)
+{
+    if (j->pool[0] && strcmp(s->nodes[n].pool, j->pool))
+        return 0;
+    for (size_t x = 0; x < j->nexclude; x++)
+        if (!strcmp(j->exclude[x], s->nodes[n].name))
+            return 0;
+    return 1;
+}
+
 int kd_sched_order(const kd_qjob *a, const kd_qjob *b)
 {
     if (a->priority != b->priority)
@@ -301,6 +312,8 @@ static void describe_need(char *buf, size_t n, const kd_qjob *j)
         snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), " cc >= %d.%d", j->min_cc / 10, j->min_cc % 10);
     snprintf(buf, n, "needs %d x %s%s%s%s", j->gpus, j->gpu_type[0] ? j->gpu_type : "GPU", extra,
              j->pool[0] ? " in pool " : "", j->pool);
+    for (size_t x = 0; x < j->nexclude && strlen(buf) + strlen(j->exclude[x]) + 24 < n; x++)
+        snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", x ? ", " : " not on node ", j->exclude[x]);
 }
 
 /* Returns 1 when j was started, 0 when it waits (reason filled), -1 on OOM. */
@@ -331,7 +344,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
     }
     for (size_t n = 0; n < s->nnodes; n++) {
         int free_m, left, pref;
-        if (j->pool[0] && strcmp(s->nodes[n].pool, j->pool))
+        if (!node_ok(s, j, n))
             continue;
         if (j->affinity_required && (int)n != target)
             continue;
@@ -391,7 +404,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
 
     /* devices already being freed by stopping jobs: wait for them instead of preempting more */
     for (size_t n = 0; n < s->nnodes; n++) {
-        if ((j->pool[0] && strcmp(s->nodes[n].pool, j->pool)) || (j->affinity_required && (int)n != target) ||
+        if (!node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
             (ps->held_by[n] && ps->held_prio[n] >= j->priority))
             continue;
         int f = count(ps, (int)n, j, DEV_FREE), soon = count(ps, (int)n, j, DEV_SOON);
@@ -413,7 +426,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             int64_t lost;
             size_t k;
             int f;
-            if ((j->pool[0] && strcmp(s->nodes[n].pool, j->pool)) || (j->affinity_required && (int)n != target) ||
+            if (!node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
                 ps->held_by[n] || count_static(ps, (int)n, j) < j->gpus)
                 continue;
             f = count(ps, (int)n, j, DEV_FREE) + count(ps, (int)n, j, DEV_SOON);
@@ -454,7 +467,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         int hold = -1, hold_free = -1;
         for (size_t n = 0; n < s->nnodes; n++) {
             int f;
-            if ((j->pool[0] && strcmp(s->nodes[n].pool, j->pool)) || (j->affinity_required && (int)n != target) ||
+            if (!node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
                 ps->held_by[n] || count_static(ps, (int)n, j) < j->gpus)
                 continue;
             f = count(ps, (int)n, j, DEV_FREE) + count(ps, (int)n, j, DEV_SOON);

@@ -78,6 +78,8 @@ typedef struct {
     int64_t min_mem_mb;
     int min_cc;
     const char *pool;       /* "" any */
+    char *const *exclude;   /* nodes it must not run on (by name) */
+    size_t nexclude;
     int64_t owner;
     const char *owner_name;
     const char *team;       /* "" none */

@@ -261,6 +261,23 @@ KESTREL_API const kestrel_job *kestrel_job_page_at(const kestrel_job_page *page,
 KESTREL_API const char *kestrel_job_page_next_token(const kestrel_job_page *page);
 KESTREL_API void kestrel_job_page_free(kestrel_job_page *page);
 
+/* ---- failure: log policies, retries, excluded nodes -------------------------------- */
+
+/**
+ * When a line of the job's output matches pattern (a POSIX extended regex), take actions (comma
+ * separated), once a run: "label" (the job gets label log-policy/NAME), "alert" (an alert, also
+ * to kestreld's --webhook), "no-retry" (the run's failure is final), "exclude-node" (a retry avoids
+ * the node it ran on), "retry-larger" (an out-of-memory failure is queued again for a device with
+ * more memory, when the pool has one). At most 16 policies; kestreld adds its own and built-ins
+ * (cuda-oom, ecc, nan-loss). KESTREL_EINVALID with the reason for a bad name, regex or action.
+ */
+KESTREL_API int kestrel_job_spec_add_log_policy(kestrel_job_spec *spec, const char *name, const char *pattern,
+                                                const char *actions);
+/** A failed run (non-zero exit, a signal) is queued again up to n times (0..100; default 0). */
+KESTREL_API int kestrel_job_spec_set_max_retries(kestrel_job_spec *spec, int n);
+/** Never place the job on node (repeatable, at most 64). */
+KESTREL_API int kestrel_job_spec_exclude_node(kestrel_job_spec *spec, const char *node);
+
 /* ---- logs -------------------------------------------------------------------- */
 
 /** One captured log line. Library-filled; valid only during the callback. */
@@ -340,6 +357,41 @@ KESTREL_API int kestrel_log_search_options_init(kestrel_log_search_options *opts
  */
 KESTREL_API int kestrel_logs_search(kestrel_client *client, const char *pattern, const kestrel_log_search_options *opts,
                                     kestrel_log_hit_cb cb, void *payload);
+
+/* ---- GPU telemetry -------------------------------------------------------------- */
+
+/** One reading of a real device a job held (kestreld reads them every --gpu-sample-interval). */
+typedef struct kestrel_gpu_sample {
+    unsigned int version;
+    int64_t time_ms;
+    const char *uuid;
+    int utilization;           /**< percent */
+    int64_t memory_used;       /**< bytes */
+} kestrel_gpu_sample;
+
+/** A job's use of one real device over its run (every reading counted). */
+typedef struct kestrel_gpu_usage {
+    unsigned int version;
+    const char *uuid;
+    int64_t samples;
+    double mean_utilization;   /**< percent */
+    int max_utilization;       /**< percent */
+    int64_t peak_memory;       /**< bytes */
+} kestrel_gpu_usage;
+
+typedef struct kestrel_gpu_telemetry kestrel_gpu_telemetry;
+
+/** A job's downsampled series and totals (GET /api/v1/jobs/{id}/gpu). *out: kestrel_gpu_telemetry_free(). */
+KESTREL_API int kestrel_job_gpu_telemetry(kestrel_gpu_telemetry **out, kestrel_client *client, int64_t id);
+KESTREL_API size_t kestrel_gpu_telemetry_sample_count(const kestrel_gpu_telemetry *t);
+/** Sample i, oldest first (borrowed from t), or NULL. */
+KESTREL_API const kestrel_gpu_sample *kestrel_gpu_telemetry_sample_at(const kestrel_gpu_telemetry *t, size_t i);
+KESTREL_API size_t kestrel_gpu_telemetry_usage_count(const kestrel_gpu_telemetry *t);
+KESTREL_API const kestrel_gpu_usage *kestrel_gpu_telemetry_usage_at(const kestrel_gpu_telemetry *t, size_t i);
+KESTREL_API void kestrel_gpu_telemetry_free(kestrel_gpu_telemetry *t);
+/** The totals on a job from kestrel_job_get() (none in listings). out's strings are borrowed from job. */
+KESTREL_API size_t kestrel_job_gpu_usage_count(const kestrel_job *job);
+KESTREL_API int kestrel_job_gpu_usage_at(const kestrel_job *job, size_t i, kestrel_gpu_usage *out);
 
 /* ---- metrics ----------------------------------------------------------------- */
 

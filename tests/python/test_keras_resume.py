@@ -37,7 +37,8 @@ def test_uninterrupted_run_reports_metrics(daemon):
     assert job["state"] == "SUCCEEDED", d.cli("logs", jid).stdout
     assert f"done: optimizer steps {EXPECTED}" in d.cli("logs", jid).stdout
     names = {m["name"] for m in d.api("GET", f"/api/v1/jobs/{jid}/metrics")[1]["metrics"]}
-    assert {"loss", "accuracy", "learning_rate", "steps_per_second", "samples_per_second", "batch/loss"} <= names
+    assert {"loss", "accuracy", "learning_rate", "steps_per_second", "samples_per_second", "batch/loss",
+            "batch/learning_rate", "batch/steps_per_second"} <= names
     out = d.cli("metrics", jid, "--name", "loss").stdout
     assert "loss" in out and len(out.strip().splitlines()) == 1 + EPOCHS
 

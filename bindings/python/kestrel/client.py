@@ -88,7 +88,9 @@ class Client(Handle):
                secret_env: Optional[Dict[str, str]] = None, params: Optional[Dict[str, object]] = None,
                code: Optional[str] = None, max_code_size: Optional[int] = None,
                data: Optional[Dict[str, str]] = None, environment: Optional[str] = None,
-               requirements: Optional[str] = None) -> Job:
+               requirements: Optional[str] = None, retries: int = 0,
+               log_policies: Optional[Dict[str, Tuple[str, str]]] = None,
+               exclude_nodes: Iterable[str] = ()) -> Job:
         """Queue a job: argv (a list, run without a shell) or script (a path run with python).
 
         code: a local directory to run in: uploaded (what git would keep there; only changed chunks
@@ -105,7 +107,11 @@ class Client(Handle):
         strings (str(value)).
 
         secret_env: variables the job sees like env, whose values the API shows as "***" and
-        kestreld masks in the job's log lines (API keys, passwords)."""
+        kestreld masks in the job's log lines (API keys, passwords).
+
+        retries: a failed run is queued again up to this many times. log_policies: {name: (regex,
+        "action,action")}, actions label, alert, no-retry, exclude-node, retry-larger (besides the
+        server's and the built-in cuda-oom, ecc, nan-loss). exclude_nodes: nodes never to run on."""
         if (argv is None) == (script is None):
             raise ValueError("give exactly one of argv= or script=")
         if script is not None:
@@ -161,6 +167,11 @@ class Client(Handle):
         if grace_period is not None:
             check(C.kestrel_job_spec_set_grace_period(spec, int(grace_period)))
         check(C.kestrel_job_spec_set_retry(spec, 1 if retry else 0))
+        check(C.kestrel_job_spec_set_max_retries(spec, int(retries)))
+        for pname, (pattern, actions) in (log_policies or {}).items():
+            check(C.kestrel_job_spec_add_log_policy(spec, _b(pname), _b(pattern), _b(actions)))
+        for node in exclude_nodes:
+            check(C.kestrel_job_spec_exclude_node(spec, _b(node)))
         jout = ffi.new("kestrel_job **")
         with self._lock:
             check(C.kestrel_job_submit(jout, self._p(), spec))
@@ -223,6 +234,11 @@ class Client(Handle):
             if not token:
                 break
         return result
+
+    def alerts(self, job: Optional[int] = None, limit: int = 100) -> List[dict]:
+        """kestreld's alerts (log policies, NaN loss, idle GPUs) you may see, newest first."""
+        from .logsearch import alerts
+        return alerts(self, job, limit)
 
     def search_logs(self, pattern: str, **kwargs):
         """Lines matching pattern across every job you may see (see kestrel.logsearch.search_logs)."""

@@ -175,6 +175,11 @@ class Job:
             if c is not self._client:
                 c.close()
 
+    def gpu_telemetry(self) -> dict:
+        """This job's GPU use as kestreld sampled it: {"usage": [...per device...], "samples": [...]}."""
+        from .logsearch import gpu_telemetry
+        return gpu_telemetry(self._client, self.id)
+
     def metrics(self, name: Optional[str] = None) -> List[Metric]:
         out = ffi.new("kestrel_metric_list **")
         with self._client._lock:

@@ -97,7 +97,19 @@ class MetricsCallback(keras.callbacks.Callback):
         self._epoch_steps = getattr(self, "_epoch_steps", 0) + 1
         if self._step % self.every == 0 and logs:
             now = int(time.time() * 1000)
-            self._emit([(f"batch/{k}", self._step, float(v), now) for k, v in logs.items() if _is_number(v)])
+            t = time.perf_counter()
+            points = [(f"batch/{k}", self._step, float(v), now) for k, v in logs.items() if _is_number(v)]
+            last = getattr(self, "_batch_t", None)
+            if last is not None and t > last:   # batch speed since the last report
+                points.append(("batch/steps_per_second", self._step, self.every / (t - last), now))
+                if self.batch_size:
+                    points.append(("batch/samples_per_second", self._step, self.every * self.batch_size / (t - last),
+                                   now))
+            self._batch_t = t
+            lr = _learning_rate(self.model)
+            if lr is not None:
+                points.append(("batch/learning_rate", self._step, lr, now))
+            self._emit(points)
 
     def on_epoch_end(self, epoch, logs=None):
         now = int(time.time() * 1000)

@@ -1,4 +1,5 @@
-"""Client.search_logs: lines matching a substring or a regex across every job the caller may see."""
+"""Client.search_logs (lines matching a substring or a regex across every job the caller may see),
+Client.alerts (kestreld's own alerts) and Job.gpu_telemetry (a job's GPU use as kestreld sampled it)."""
 import time
 from collections import namedtuple
 from typing import List, Optional
@@ -61,3 +62,33 @@ def search_logs(client, pattern: str, *, regex: bool = False, ignore_case: bool 
         rc = C.kestrel_logs_search(client._p(), pattern.encode(), opts, C._kestrel_hit_tramp, handle)
     check(rc, sink)
     return sink.hits
+
+
+_DELIVERY = {0: "pending", 1: "delivered", 2: "given-up", 3: "none"}
+
+
+def alerts(client, job: Optional[int] = None, limit: int = 100) -> List[dict]:
+    out = ffi.new("kestrel_alert_list **")
+    with client._lock:
+        check(C.kestrel_alerts_get(out, client._p(), int(job or 0), int(limit)))
+    lst = ffi.gc(out[0], C.kestrel_alert_list_free)
+    s = lambda p: ffi.string(p).decode("utf-8", "replace")
+    return [{"id": a.id, "time_ms": a.time_ms, "job_id": a.job_id, "job_name": s(a.job_name), "owner": s(a.owner),
+             "kind": s(a.kind), "severity": s(a.severity), "message": s(a.message),
+             "delivery": _DELIVERY.get(a.delivery, "?")}
+            for a in (C.kestrel_alert_list_at(lst, i) for i in range(C.kestrel_alert_list_count(lst)))]
+
+
+def gpu_telemetry(client, job_id: int) -> dict:
+    """{"usage": [{uuid, samples, mean_utilization, max_utilization, peak_memory}], "samples": [...]}"""
+    out = ffi.new("kestrel_gpu_telemetry **")
+    with client._lock:
+        check(C.kestrel_job_gpu_telemetry(out, client._p(), int(job_id)))
+    t = ffi.gc(out[0], C.kestrel_gpu_telemetry_free)
+    s = lambda p: ffi.string(p).decode()
+    usage = [C.kestrel_gpu_telemetry_usage_at(t, i) for i in range(C.kestrel_gpu_telemetry_usage_count(t))]
+    samples = [C.kestrel_gpu_telemetry_sample_at(t, i) for i in range(C.kestrel_gpu_telemetry_sample_count(t))]
+    return {"usage": [{"uuid": s(u.uuid), "samples": u.samples, "mean_utilization": u.mean_utilization,
+                       "max_utilization": u.max_utilization, "peak_memory": u.peak_memory} for u in usage],
+            "samples": [{"time_ms": x.time_ms, "uuid": s(x.uuid), "utilization": x.utilization,
+                         "memory_used": x.memory_used} for x in samples]}

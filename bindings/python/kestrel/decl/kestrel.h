@@ -408,6 +408,54 @@ typedef struct kestrel_code_options {
 int kestrel_code_options_init(kestrel_code_options *opts, unsigned int version);
 int kestrel_code_push(kestrel_buf *ref_out, kestrel_client *client, const char *dir, const kestrel_code_options *opts);
 
+int kestrel_job_spec_add_log_policy(kestrel_job_spec *spec, const char *name, const char *pattern, const char *actions);
+int kestrel_job_spec_set_max_retries(kestrel_job_spec *spec, int n);
+int kestrel_job_spec_exclude_node(kestrel_job_spec *spec, const char *node);
+
+typedef struct kestrel_alert {
+    unsigned int version;
+    int64_t id;
+    int64_t time_ms;
+    int64_t job_id;
+    const char *job_name;
+    const char *owner;
+    const char *kind;
+    const char *severity;
+    const char *message;
+    int delivery;
+    ...;
+} kestrel_alert;
+typedef struct kestrel_alert_list kestrel_alert_list;
+int kestrel_alerts_get(kestrel_alert_list **out, kestrel_client *client, int64_t job_id, int limit);
+size_t kestrel_alert_list_count(const kestrel_alert_list *list);
+const kestrel_alert *kestrel_alert_list_at(const kestrel_alert_list *list, size_t i);
+void kestrel_alert_list_free(kestrel_alert_list *list);
+
+typedef struct kestrel_gpu_sample {
+    unsigned int version;
+    int64_t time_ms;
+    const char *uuid;
+    int utilization;
+    int64_t memory_used;
+    ...;
+} kestrel_gpu_sample;
+typedef struct kestrel_gpu_usage {
+    unsigned int version;
+    const char *uuid;
+    int64_t samples;
+    double mean_utilization;
+    int max_utilization;
+    int64_t peak_memory;
+    ...;
+} kestrel_gpu_usage;
+typedef struct kestrel_gpu_telemetry kestrel_gpu_telemetry;
+int kestrel_job_gpu_telemetry(kestrel_gpu_telemetry **out, kestrel_client *client, int64_t id);
+size_t kestrel_gpu_telemetry_sample_count(const kestrel_gpu_telemetry *t);
+const kestrel_gpu_sample *kestrel_gpu_telemetry_sample_at(const kestrel_gpu_telemetry *t, size_t i);
+size_t kestrel_gpu_telemetry_usage_count(const kestrel_gpu_telemetry *t);
+const kestrel_gpu_usage *kestrel_gpu_telemetry_usage_at(const kestrel_gpu_telemetry *t, size_t i);
+void kestrel_gpu_telemetry_free(kestrel_gpu_telemetry *t);
+
 /* Python trampolines */
 extern "Python" int _kestrel_log_tramp(const kestrel_log_line *line, void *payload);
 extern "Python" int _kestrel_hit_tramp(const kestrel_log_hit *hit, void *payload);

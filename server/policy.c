@@ -1,0 +1,310 @@
+/* server/policy.c - log policies (Determined's form: a name, a regex, actions). kestreld's own
+ * (--log-policy NAME:ACTIONS=REGEX, repeatable) and the built-ins apply to every job, a job's own
+ * (JobSpec.log_policies) to it. Lines are matched as they are stored; each policy acts once a run:
+ * label and alert at once, the failure actions (no-retry, exclude-node, retry-larger) when the run
+ * ends (engine.c decides the retry). Regexes are POSIX extended (glibc), compiled once. */
+#include <math.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "policy.h"
+
+#define MAX_OWN 16
+#define MAX_GLOBAL 64
+
+typedef struct {
+    char name[65];
+    char severity[16];
+    unsigned actions;
+    regex_t re;
+} policy;
+
+typedef struct {
+    int64_t job_id;
+    policy own[MAX_OWN];
+    size_t nown;
+    uint64_t fired_global;     /* bit i: global policy i matched this run */
+    unsigned fired_own;
+    unsigned effects;
+    char why[400];
+    int nan_alerted;
+} run_state;
+
+struct kd_policies {
+    pthread_mutex_t mu;
+    policy global[MAX_GLOBAL];
+    size_t nglobal;
+    run_state *runs;
+    size_t nruns, cap;
+};
+
+/* The defaults of a mature tool: CUDA/cuDNN/XLA out-of-memory messages, ECC and Xid errors of a
+ * failing GPU, and a loss printed as NaN (Keras, PyTorch Lightning, plain prints). */
+static const struct { const char *name, *actions, *severity, *pattern; } builtins[] = {
+    { "cuda-oom", "label,alert,retry-larger", "warning",
+      "CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
+      "OutOfMemoryError|RESOURCE_EXHAUSTED: Out of memory|OOM when allocating tensor|out of memory trying to allocate" },
+    { "ecc", "label,alert,exclude-node", "critical",
+      "uncorrectable ECC error|ECC error encountered|CUDA_ERROR_ECC_UNCORRECTABLE|Xid.{0,40}\\b(48|63|64|94|95)\\b" },
+    { "nan-loss", "label,alert,no-retry", "warning",
+      "[Ll]oss[\"' ]*[=:]? *[\"']?-?(nan|NaN)\\b|NaN loss|[Ll]oss is NaN|loss became NaN" },
+};
+
+static unsigned parse_actions(const char *s, char *bad, size_t badlen)
+{
+    static const char *const names[] = { "label", "alert", "no-retry", "exclude-node", "retry-larger" };
+    unsigned mask = 0;
+    char buf[200], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *a = strtok_r(buf, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+        unsigned bit = 0;
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(a, names[i]))
+                bit = 1u << i;
+        if (!bit) {
+            snprintf(bad, badlen, "%s", a);
+            return 0;
+        }
+        mask |= bit;
+    }
+    return mask;
+}
+
+static int compile(policy *p, const char *name, const char *actions, const char *pattern, const char *severity)
+{
+    char bad[64] = "";
+    int err;
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    snprintf(p->severity, sizeof(p->severity), "%s", severity);
+    if ((p->actions = parse_actions(actions, bad, sizeof(bad))) == 0)
+        return kestrel__error_set(KESTREL_EINVALID, "log policy %s: unknown action '%s' (label, alert, no-retry, "
+                                  "exclude-node, retry-larger)", name, bad);
+    if ((err = regcomp(&p->re, pattern, REG_EXTENDED | REG_NOSUB)) != 0) {
+        char why[160];
+        regerror(err, &p->re, why, sizeof(why));
+        return kestrel__error_set(KESTREL_EINVALID, "log policy %s: not a POSIX extended regex: %s", name, why);
+    }
+    return 0;
+}
+
+/* "NAME:ACTIONS=REGEX" into its three parts (in buf). */
+static int split(const char *arg, char *buf, size_t n, char **name, char **actions, char **pattern)
+{
+    char *colon, *eq;
+    if (strlen(arg) >= n)
+        return kestrel__error_set(KESTREL_EINVALID, "--log-policy: at most %zu bytes", n - 1);
+    snprintf(buf, n, "%s", arg);
+    if ((colon = strchr(buf, ':')) == NULL || (eq = strchr(colon, '=')) == NULL || colon == buf || eq == colon + 1 ||
+        !eq[1])
+        return kestrel__error_set(KESTREL_EINVALID, "--log-policy NAME:ACTION[,ACTION...]=REGEX, e.g. "
+                                  "oom:label,no-retry=Killed process, not '%.80s'", arg);
+    *colon = *eq = '\0';
+    *name = buf;
+    *actions = colon + 1;
+    *pattern = eq + 1;
+    return 0;
+}
+
+int kd_policy_parse_check(const char *arg)
+{
+    char buf[1200], *name, *actions, *pattern;
+    policy p;
+    if (split(arg, buf, sizeof(buf), &name, &actions, &pattern) < 0 || compile(&p, name, actions, pattern, "") < 0)
+        return KESTREL_EINVALID;
+    regfree(&p.re);
+    return 0;
+}
+
+int kd_policies_init(kd_engine *e)
+{
+    struct kd_policies *ps = calloc(1, sizeof(*ps));
+    if (ps == NULL)
+        return kestrel__error_oom();
+    pthread_mutex_init(&ps->mu, NULL);
+    e->policies = ps;
+    for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
+        if (compile(&ps->global[ps->nglobal++], builtins[i].name, builtins[i].actions, builtins[i].pattern,
+                    builtins[i].severity) < 0)
+            return KESTREL_ERROR;
+    for (size_t i = 0; i < e->cfg->nlog_policies; i++) {
+        char buf[1200], *name, *actions, *pattern;
+        if (ps->nglobal == MAX_GLOBAL)
+            return kestrel__error_set(KESTREL_EINVALID, "--log-policy: at most %d", MAX_GLOBAL - 3);
+        if (split(e->cfg->log_policies[i], buf, sizeof(buf), &name, &actions, &pattern) < 0)
+            return KESTREL_EINVALID;
+        for (size_t k = 0; k < ps->nglobal; k++)   /* the same name replaces a built-in */
+            if (!strcmp(ps->global[k].name, name)) {
+                regfree(&ps->global[k].re);
+                ps->global[k] = ps->global[--ps->nglobal];
+                break;
+            }
+        if (compile(&ps->global[ps->nglobal], name, actions, pattern, "warning") < 0)
+            return KESTREL_EINVALID;
+        ps->nglobal++;
+    }
+    return 0;
+}
+
+void kd_policies_free(kd_engine *e)
+{
+    struct kd_policies *ps = e->policies;
+    if (ps == NULL)
+        return;
+    for (size_t i = 0; i < ps->nglobal; i++)
+        regfree(&ps->global[i].re);
+    for (size_t r = 0; r < ps->nruns; r++)
+        for (size_t i = 0; i < ps->runs[r].nown; i++)
+            regfree(&ps->runs[r].own[i].re);
+    free(ps->runs);
+    pthread_mutex_destroy(&ps->mu);
+    free(ps);
+    e->policies = NULL;
+}
+
+/* The run state of a job (policies lock held), made on its first line: the job's own policies
+ * come from its spec in the catalog. */
+static run_state *state_of(kd_engine *e, int64_t job_id)
+{
+    struct kd_policies *ps = e->policies;
+    Kestrel__V1__Job *job = NULL;
+    run_state *rs;
+    for (size_t i = 0; i < ps->nruns; i++)
+        if (ps->runs[i].job_id == job_id)
+            return &ps->runs[i];
+    if (kestrel__array_grow(&ps->runs, &ps->cap, ps->nruns + 1, sizeof(*ps->runs)) < 0)
+        return NULL;
+    rs = &ps->runs[ps->nruns++];
+    memset(rs, 0, sizeof(*rs));
+    rs->job_id = job_id;
+    if (kd_catalog_job_load(e->cat, job_id, 0, &job, NULL) == 0 && job->spec) {
+        for (size_t i = 0; i < job->spec->n_log_policies && rs->nown < MAX_OWN; i++) {
+            const Kestrel__V1__LogPolicy *p = job->spec->log_policies[i];
+            char acts[200] = "";
+            for (size_t k = 0; k < p->n_actions && strlen(acts) + strlen(p->actions[k]) + 2 < sizeof(acts); k++)
+                snprintf(acts + strlen(acts), sizeof(acts) - strlen(acts), "%s%s", k ? "," : "", p->actions[k]);
+            if (compile(&rs->own[rs->nown], p->name, acts, p->pattern, "warning") == 0)
+                rs->nown++;
+        }
+    }
+    if (job)
+        protobuf_c_message_free_unpacked(&job->base, NULL);
+    return rs;
+}
+
+typedef struct {
+    char name[65], severity[16];
+    unsigned actions;
+    int64_t offset;
+    char line[300];
+} fired;
+
+static void act(kd_engine *e, int64_t job_id, const fired *f)
+{
+    char msg[512], key[100];
+    if (f->actions & KD_POLICY_LABEL) {
+        snprintf(key, sizeof(key), "log-policy/%s", f->name);
+        kd_catalog_job_label_set(e->cat, job_id, key, "matched");
+    }
+    snprintf(msg, sizeof(msg), "log policy %s matched: %s", f->name, f->line);
+    kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), msg);
+    if (f->actions & KD_POLICY_ALERT)
+        kd_engine_alert(e, job_id, "log-policy", f->severity, msg);
+}
+
+static void note_effect(run_state *rs, const policy *p)
+{
+    unsigned fx = p->actions & (KD_POLICY_NO_RETRY | KD_POLICY_EXCLUDE_NODE | KD_POLICY_RETRY_LARGER);
+    if (fx && strlen(rs->why) + strlen(p->name) + 3 < sizeof(rs->why))
+        snprintf(rs->why + strlen(rs->why), sizeof(rs->why) - strlen(rs->why), "%s%s", rs->why[0] ? ", " : "", p->name);
+    rs->effects |= fx;
+}
+
+void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n)
+{
+    struct kd_policies *ps = e->policies;
+    fired f[8];
+    size_t nf = 0;
+    run_state *rs;
+    if (ps == NULL || n == 0)
+        return;
+    pthread_mutex_lock(&ps->mu);
+    if ((rs = state_of(e, job_id)) != NULL) {
+        for (size_t l = 0; l < n; l++) {
+            char text[65537];
+            size_t len = lines[l].len < sizeof(text) - 1 ? lines[l].len : sizeof(text) - 1;
+            memcpy(text, lines[l].text, len);
+            text[len] = '\0';
+            for (size_t i = 0; i < ps->nglobal + rs->nown; i++) {
+                int own = i >= ps->nglobal;
+                const policy *p = own ? &rs->own[i - ps->nglobal] : &ps->global[i];
+                int done = own ? (rs->fired_own >> (i - ps->nglobal)) & 1 : (int)((rs->fired_global >> i) & 1);
+                if (done || regexec(&p->re, text, 0, NULL, 0) != 0)
+                    continue;
+                if (own)
+                    rs->fired_own |= 1u << (i - ps->nglobal);
+                else
+                    rs->fired_global |= 1ull << i;
+                note_effect(rs, p);
+                if (nf < 8) {
+                    snprintf(f[nf].name, sizeof(f[nf].name), "%s", p->name);
+                    snprintf(f[nf].severity, sizeof(f[nf].severity), "%s", p->severity);
+                    f[nf].actions = p->actions;
+                    snprintf(f[nf].line, sizeof(f[nf].line), "%.299s", text);
+                    nf++;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&ps->mu);
+    for (size_t i = 0; i < nf; i++)   /* catalog writes and the webhook off the policies lock */
+        act(e, job_id, &f[i]);
+}
+
+void kd_policies_metric(kd_engine *e, int64_t job_id, const char *name, double value)
+{
+    struct kd_policies *ps = e->policies;
+    size_t n = strlen(name);
+    run_state *rs;
+    int alert = 0;
+    if (ps == NULL || !isnan(value) || n < 4 || strcmp(name + n - 4, "loss"))
+        return;
+    pthread_mutex_lock(&ps->mu);
+    if ((rs = state_of(e, job_id)) != NULL && !rs->nan_alerted) {
+        rs->nan_alerted = alert = 1;
+        rs->effects |= KD_POLICY_NO_RETRY;   /* a retry would diverge the same way */
+        snprintf(rs->why + strlen(rs->why), sizeof(rs->why) - strlen(rs->why), "%snan-loss", rs->why[0] ? ", " : "");
+    }
+    pthread_mutex_unlock(&ps->mu);
+    if (alert) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "metric %.300s is NaN: the training diverged", name);
+        kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), msg);
+        kd_engine_alert(e, job_id, "nan-loss", "warning", msg);
+    }
+}
+
+unsigned kd_policies_run_end(kd_engine *e, int64_t job_id, char *why, size_t whylen)
+{
+    struct kd_policies *ps = e->policies;
+    unsigned fx = 0;
+    if (whylen)
+        why[0] = '\0';
+    if (ps == NULL)
+        return 0;
+    pthread_mutex_lock(&ps->mu);
+    for (size_t i = 0; i < ps->nruns; i++) {
+        run_state *rs = &ps->runs[i];
+        if (rs->job_id != job_id)
+            continue;
+        fx = rs->effects;
+        snprintf(why, whylen, "%s", rs->why);
+        for (size_t k = 0; k < rs->nown; k++)
+            regfree(&rs->own[k].re);
+        ps->runs[i] = ps->runs[--ps->nruns];
+        break;
+    }
+    pthread_mutex_unlock(&ps->mu);
+    return fx;
+}
