@@ -83,6 +83,19 @@ def test_gpu_telemetry_per_job_and_the_idle_gpu_alert(daemon, tmp_path):
     series = [s["utilization"] for s in t["samples"]]
     assert series[0] == 30 and series[-1] == 80 and series == sorted(series) and len(series) >= 4
     assert "mean" in d.cli("status", str(busy)).stdout
+    try:
+        import kestrel
+    except ImportError:   # the sanitizer build has no binding
+        kestrel = None
+    if kestrel:
+        with kestrel.Client(d.url, d.token) as c:
+            assert c.job(int(busy)).gpu_usage[0]["max_utilization"] == 80
+            assert c.job(int(busy)).gpu_telemetry()["samples"][-1]["utilization"] == 80
+        with kestrel.Client(d.url, alice) as c:
+            assert [a["kind"] for a in c.alerts()] == ["idle-gpu"]
+            j = c.submit(["sh", "-c", "echo 'loss: nan'; exit 1"], retries=3,
+                         log_policies={"mine": ("exit now", "alert")})
+            assert j.wait(timeout=60).state == "FAILED" and "nan-loss" in j.reason
     # only who may see the job sees its telemetry
     status, _ = d.api("GET", f"/api/v1/jobs/{busy}/gpu", token=alice)
     assert status == 404

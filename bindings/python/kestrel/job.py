@@ -72,6 +72,12 @@ class Job:
         self.code = _s(C.kestrel_job_code(p)) or None
         self.environment = _s(C.kestrel_job_environment(p)) or None
         self.packages = [x for x in _s(C.kestrel_job_packages(p)).splitlines() if x]
+        self.gpu_usage = []   # per real device it held: uuid, samples, mean/max utilisation, peak memory
+        u = ffi.new("kestrel_gpu_usage *")
+        for i in range(C.kestrel_job_gpu_usage_count(p)):
+            check(C.kestrel_job_gpu_usage_at(p, i, u))
+            self.gpu_usage.append({"uuid": _s(u.uuid), "samples": u.samples, "mean_utilization": u.mean_utilization,
+                                   "max_utilization": u.max_utilization, "peak_memory": u.peak_memory})
         self.priority = _s(C.kestrel_priority_name(C.kestrel_job_priority(p)))
         self.gpus = C.kestrel_job_gpus(p)
         self.node = _s(C.kestrel_job_node(p)) or None

@@ -455,6 +455,8 @@ const kestrel_gpu_sample *kestrel_gpu_telemetry_sample_at(const kestrel_gpu_tele
 size_t kestrel_gpu_telemetry_usage_count(const kestrel_gpu_telemetry *t);
 const kestrel_gpu_usage *kestrel_gpu_telemetry_usage_at(const kestrel_gpu_telemetry *t, size_t i);
 void kestrel_gpu_telemetry_free(kestrel_gpu_telemetry *t);
+size_t kestrel_job_gpu_usage_count(const kestrel_job *job);
+int kestrel_job_gpu_usage_at(const kestrel_job *job, size_t i, kestrel_gpu_usage *out);
 
 /* Python trampolines */
 extern "Python" int _kestrel_log_tramp(const kestrel_log_line *line, void *payload);
