@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs fuzz abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs fuzz abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs
+bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -79,6 +79,9 @@ bench-load: build
 
 bench-inputs: build
 	$(PY) bench/inputs.py $(BUILD)/server/kestreld $(BUILD)/cli/kestrel
+
+bench-logs: build
+	$(PY) bench/logs.py $(BUILD)/server/kestreld
 
 # libFuzzer (clang) on every parser of outside input, FUZZ_SECONDS each (default 180), ASan+UBSan
 FUZZ_BUILD ?= build-fuzz

@@ -231,6 +231,8 @@ typedef struct {
  * (0 and out set; out "" when there is none, e.g. with a top-level '|'). Pure (fuzzed). */
 int kd_regex_literal(const char *re, char *out, size_t outsz);
 int kd_catalog_log_search(kd_catalog *cat, const kd_log_query *q, Kestrel__V1__LogSearchResult **out);
+/* Move up to batch queued lines into the search index, in one transaction: how many, or < 0. */
+int kd_catalog_log_index(kd_catalog *cat, int batch);
 
 /* GPU telemetry (catalog_gpu.c). One reading of a device a running job holds. */
 typedef struct {

@@ -52,8 +52,19 @@ static void regexp_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_int(ctx, text && regexec(re, text, 0, NULL, 0) == 0);
 }
 
+/* kd_icontains(text, sub): 1 when sub is in text, ASCII letters in any case. */
+static void icontains_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    const char *text = (const char *)sqlite3_value_text(argv[0]), *sub = (const char *)sqlite3_value_text(argv[1]);
+    (void)argc;
+    sqlite3_result_int(ctx, text && sub && strcasestr(text, sub) != NULL);
+}
+
 int kd__register_functions(sqlite3 *db)
 {
+    if (sqlite3_create_function(db, "kd_icontains", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, icontains_fn, NULL,
+                                NULL) != SQLITE_OK)
+        return -1;
     if (sqlite3_create_function(db, "kd_spec_pool", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, spec_pool, NULL,
                                 NULL) != SQLITE_OK ||
         sqlite3_create_function(db, "kd_regexp", 3, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, regexp_fn, NULL,

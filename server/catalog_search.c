@@ -120,6 +120,35 @@ int kd_regex_literal(const char *re, char *out, size_t outsz)
     return 0;
 }
 
+/* The index is of trigrams without positions (detail=none: smaller, faster to fill): a line
+ * holding lit holds each of its trigrams, so the query is their AND (at most MAX_TRIGRAMS, spread
+ * over lit: enough to be selective), and every candidate is then checked against the line itself. */
+#define MAX_TRIGRAMS 24
+
+static void trigram_query(const char *lit, char *out)
+{
+    size_t starts[1100], n = 0, len = strlen(lit), ntri, step;
+    char *o = out;
+    for (size_t i = 0; lit[i] && n < 1100; i++)
+        if (((unsigned char)lit[i] & 0xC0) != 0x80)
+            starts[n++] = i;
+    ntri = n - 2;   /* n >= 3 here */
+    step = ntri > MAX_TRIGRAMS ? (ntri + MAX_TRIGRAMS - 1) / MAX_TRIGRAMS : 1;
+    for (size_t t = 0; t < ntri; t += step) {
+        size_t a = starts[t], b = t + 3 < n ? starts[t + 3] : len;
+        if (o != out)
+            o += sprintf(o, " AND ");
+        *o++ = '"';
+        for (size_t i = a; i < b; i++) {
+            if (lit[i] == '"')
+                *o++ = '"';
+            *o++ = lit[i];
+        }
+        *o++ = '"';
+    }
+    *o = '\0';
+}
+
 static int past_deadline(void *p)
 {
     struct timespec ts;
@@ -181,36 +210,112 @@ static int context_of(sqlite3 *db, Kestrel__V1__LogHit *h, int context)
     return 0;
 }
 
-/* The filters both forms share: ?3..?4 key range, ?5 owner, ?6 state, ?7 since, ?8 regex, ?9 exact
- * substring, ?10 icase; ?11 limit. */
+/* The filters every form shares: ?3..?4 key range, ?5 owner, ?6 state, ?7 since, ?8 regex, ?9 exact
+ * substring, ?10 icase (of the regex), ?12 substring in any case; ?11 limit. */
 #define FILTERS \
     " AND (?5 = 0 OR j.owner_id = ?5) AND (?6 = 0 OR j.state = ?6) AND l.time_ms >= ?7" \
-    " AND (?8 IS NULL OR kd_regexp(?8, l.text, ?10)) AND (?9 IS NULL OR instr(l.text, ?9) > 0)"
+    " AND (?8 IS NULL OR kd_regexp(?8, l.text, ?10)) AND (?9 IS NULL OR instr(l.text, ?9) > 0)" \
+    " AND (?12 IS NULL OR kd_icontains(l.text, ?12))"
+#define HIT_COLUMNS " l.seq, l.time_ms, l.stream, l.text, j.id, j.name"
 
+/* the index's candidates, newest first */
 static const char *const indexed =
-    "SELECT f.rowid, l.seq, l.time_ms, l.stream, l.text, j.id, j.name FROM log_fts f"
+    "SELECT f.rowid," HIT_COLUMNS " FROM log_fts f"
     " JOIN logs l ON l.job_id = (f.rowid >> 36) AND l.seq = (f.rowid & 68719476735)"
     " JOIN jobs j ON j.id = l.job_id"
     " WHERE log_fts MATCH ?1 AND f.rowid < ?2 AND f.rowid >= ?3 AND f.rowid < ?4" FILTERS
     " ORDER BY f.rowid DESC LIMIT ?11";
+/* the lines the indexer has not reached yet (a second or so of output) */
+static const char *const pending =
+    "SELECT p.k," HIT_COLUMNS " FROM log_pending p"
+    " JOIN logs l ON l.job_id = (p.k >> 36) AND l.seq = (p.k & 68719476735)"
+    " JOIN jobs j ON j.id = l.job_id"
+    " WHERE p.k < ?2 AND p.k >= ?3 AND p.k < ?4" FILTERS
+    " ORDER BY p.k DESC LIMIT ?11";
+/* a regex without a literal: every line */
 static const char *const scanned =
-    "SELECT l.job_id * 68719476736 + l.seq AS k, l.seq, l.time_ms, l.stream, l.text, j.id, j.name FROM logs l"
+    "SELECT l.job_id * 68719476736 + l.seq AS k," HIT_COLUMNS " FROM logs l"
     " JOIN jobs j ON j.id = l.job_id"
     " WHERE (l.job_id < (?2 >> 36) OR (l.job_id = (?2 >> 36) AND l.seq < (?2 & 68719476735)))"
     " AND l.job_id >= (?3 >> 36) AND l.job_id < (?4 >> 36)" FILTERS
     " ORDER BY l.job_id DESC, l.seq DESC LIMIT ?11";
 
+typedef struct {
+    Kestrel__V1__LogHit **hits;
+    int64_t *keys;
+    size_t n;
+} found;
+
+/* Up to limit + 1 hits of one form, newest first. */
+static int collect(sqlite3 *db, const char *sql, const kd_log_query *q, const char *match, found *f)
+{
+    sqlite3_stmt *st;
+    int step, rc = 0;
+    if ((f->hits = calloc((size_t)q->limit + 1, sizeof(*f->hits))) == NULL ||
+        (f->keys = calloc((size_t)q->limit + 1, sizeof(*f->keys))) == NULL)
+        return kestrel__error_oom();
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return kestrel__error_set(KESTREL_EIO, "log search: %s", sqlite3_errmsg(db));
+    if (match)
+        sqlite3_bind_text(st, 1, match, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, q->before > 0 ? q->before : INT64_MAX);
+    sqlite3_bind_int64(st, 3, q->job_id ? q->job_id << KEY_SHIFT : 0);
+    sqlite3_bind_int64(st, 4, q->job_id ? (q->job_id + 1) << KEY_SHIFT : INT64_MAX);
+    sqlite3_bind_int64(st, 5, q->owner_id);
+    sqlite3_bind_int(st, 6, q->state);
+    sqlite3_bind_int64(st, 7, q->since_ms);
+    if (q->regex)
+        sqlite3_bind_text(st, 8, q->pattern, -1, SQLITE_STATIC);
+    if (!q->regex && !q->icase)
+        sqlite3_bind_text(st, 9, q->pattern, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 10, q->icase);
+    sqlite3_bind_int(st, 11, q->limit + 1);
+    if (!q->regex && q->icase)
+        sqlite3_bind_text(st, 12, q->pattern, -1, SQLITE_STATIC);
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        Kestrel__V1__LogHit *h = malloc(sizeof(*h));
+        const unsigned char *name = sqlite3_column_text(st, 6);
+        Kestrel__V1__LogLine *l = h ? line_of(st, 1) : NULL;
+        if (l == NULL) {
+            free(h);
+            rc = kestrel__error_oom();
+            break;
+        }
+        kestrel__v1__log_hit__init(h);
+        f->keys[f->n] = sqlite3_column_int64(st, 0);
+        f->hits[f->n++] = h;
+        h->job_id = sqlite3_column_int64(st, 5);
+        h->offset = l->offset;
+        h->time_ms = l->time_ms;
+        h->stream = l->stream;
+        h->text = l->text;
+        free(l);
+        if ((h->job_name = kestrel__strdup(name ? (const char *)name : "")) == NULL) {
+            h->job_name = (char *)protobuf_c_empty_string;
+            rc = kestrel__error_oom();
+            break;
+        }
+    }
+    if (rc == 0 && step != SQLITE_ROW && step != SQLITE_DONE)
+        rc = step == SQLITE_INTERRUPT
+                 ? kestrel__error_set(KESTREL_ETOOLARGE, "the search ran past %d s: narrow it (--job, --since, --state, "
+                                      "a longer literal)", q->timeout_ms / 1000)
+                 : kestrel__error_set(KESTREL_EIO, "log search: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int kd_catalog_log_search(kd_catalog *cat, const kd_log_query *q, Kestrel__V1__LogSearchResult **out)
 {
     Kestrel__V1__LogSearchResult *res = calloc(1, sizeof(*res));
     sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
     char *lit = NULL, *match = NULL;
+    found a = { 0 }, b = { 0 };
     struct timespec ts;
     int64_t deadline, last = 0;
-    int rc = 0, step, use_index;
-    size_t plen = strlen(q->pattern);
-    if (res == NULL || (lit = malloc(plen + 1)) == NULL || (match = malloc(2 * plen + 3)) == NULL) {
+    int rc = 0, use_index;
+    size_t plen = strlen(q->pattern), ia = 0, ib = 0;
+    if (res == NULL || (lit = malloc(plen + 1)) == NULL || (match = malloc(12 * plen + 16)) == NULL) {
         rc = kestrel__error_oom();
         goto out;
     }
@@ -227,17 +332,8 @@ int kd_catalog_log_search(kd_catalog *cat, const kd_log_query *q, Kestrel__V1__L
                                 "trigrams); use --regex to scan for shorter text");
         goto out;
     }
-    {   /* the literal as an FTS5 string: one phrase of trigrams, i.e. a substring (any case) */
-        char *m = match;
-        *m++ = '"';
-        for (const char *p = lit; *p; p++) {
-            if (*p == '"')
-                *m++ = '"';
-            *m++ = *p;
-        }
-        *m++ = '"';
-        *m = '\0';
-    }
+    if (use_index)
+        trigram_query(lit, match);
     if (sqlite3_open_v2(kd__path(cat), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
         kd__register_functions(db) < 0) {
         rc = kestrel__error_set(KESTREL_EIO, "log search: cannot open the catalog: %s", db ? sqlite3_errmsg(db) : "");
@@ -247,75 +343,45 @@ int kd_catalog_log_search(kd_catalog *cat, const kd_log_query *q, Kestrel__V1__L
     clock_gettime(CLOCK_MONOTONIC, &ts);
     deadline = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + q->timeout_ms;
     sqlite3_progress_handler(db, 4096, past_deadline, &deadline);
-    if (sqlite3_prepare_v2(db, use_index ? indexed : scanned, -1, &st, NULL) != SQLITE_OK) {
-        rc = kestrel__error_set(KESTREL_EIO, "log search: %s", sqlite3_errmsg(db));
-        goto out;
-    }
     res->scanned = !use_index;
-    sqlite3_bind_text(st, 1, match, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, q->before > 0 ? q->before : INT64_MAX);
-    sqlite3_bind_int64(st, 3, q->job_id ? q->job_id << KEY_SHIFT : 0);
-    sqlite3_bind_int64(st, 4, q->job_id ? (q->job_id + 1) << KEY_SHIFT : INT64_MAX);
-    sqlite3_bind_int64(st, 5, q->owner_id);
-    sqlite3_bind_int(st, 6, q->state);
-    sqlite3_bind_int64(st, 7, q->since_ms);
-    if (q->regex)
-        sqlite3_bind_text(st, 8, q->pattern, -1, SQLITE_STATIC);
-    if (!q->regex && !q->icase)
-        sqlite3_bind_text(st, 9, q->pattern, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 10, q->icase);
-    sqlite3_bind_int(st, 11, q->limit + 1);
+    /* one read transaction: the indexer moving lines from the queue into the index between the
+     * two reads could otherwise hide them from both */
+    sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    if ((rc = collect(db, use_index ? indexed : scanned, q, use_index ? match : NULL, &a)) < 0 ||
+        (use_index && (rc = collect(db, pending, q, NULL, &b)) < 0))
+        goto out;
     if ((res->hits = calloc((size_t)q->limit + 1, sizeof(*res->hits))) == NULL) {
         rc = kestrel__error_oom();
         goto out;
     }
-    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        Kestrel__V1__LogHit *h;
-        const unsigned char *name = sqlite3_column_text(st, 6);
-        Kestrel__V1__LogLine *l;
-        if (res->n_hits == (size_t)q->limit) {
-            res->more = 1;
-            break;
-        }
-        if ((h = malloc(sizeof(*h))) == NULL || (l = line_of(st, 1)) == NULL) {
-            free(h);
-            rc = kestrel__error_oom();
-            goto out;
-        }
-        kestrel__v1__log_hit__init(h);
-        res->hits[res->n_hits++] = h;
-        last = sqlite3_column_int64(st, 0);
-        h->job_id = sqlite3_column_int64(st, 5);
-        h->offset = l->offset;
-        h->time_ms = l->time_ms;
-        h->stream = l->stream;
-        h->text = l->text;
-        free(l);
-        if ((h->job_name = kestrel__strdup(name ? (const char *)name : "")) == NULL) {
-            h->job_name = (char *)protobuf_c_empty_string;
-            rc = kestrel__error_oom();
-            goto out;
-        }
+    while ((ia < a.n || ib < b.n) && res->n_hits < (size_t)q->limit) {   /* merge, newest first */
+        int from_a = ib == b.n || (ia < a.n && a.keys[ia] > b.keys[ib]);
+        found *f = from_a ? &a : &b;
+        size_t *i = from_a ? &ia : &ib;
+        last = f->keys[*i];
+        res->hits[res->n_hits++] = f->hits[*i];
+        f->hits[(*i)++] = NULL;
     }
-    if (step != SQLITE_ROW && step != SQLITE_DONE) {
-        rc = step == SQLITE_INTERRUPT
-                 ? kestrel__error_set(KESTREL_ETOOLARGE, "the search ran past %d s: narrow it (--job, --since, --state, "
-                                      "a longer literal)", q->timeout_ms / 1000)
-                 : kestrel__error_set(KESTREL_EIO, "log search: %s", sqlite3_errmsg(db));
-        goto out;
-    }
-    sqlite3_finalize(st);
-    st = NULL;
+    res->more = ia < a.n || ib < b.n;
     for (size_t i = 0; i < res->n_hits && q->context > 0 && rc == 0; i++)
         rc = context_of(db, res->hits[i], q->context);
-    if (res->more) {
+    if (rc == 0 && res->more) {
         char cur[32];
         snprintf(cur, sizeof(cur), "%lld", (long long)last);
         if ((res->next_before = kestrel__strdup(cur)) == NULL)
             rc = kestrel__error_oom();
     }
 out:
-    sqlite3_finalize(st);
+    for (size_t i = 0; i < a.n; i++)   /* what the merge did not take */
+        if (a.hits && a.hits[i])
+            protobuf_c_message_free_unpacked(&a.hits[i]->base, NULL);
+    for (size_t i = 0; i < b.n; i++)
+        if (b.hits && b.hits[i])
+            protobuf_c_message_free_unpacked(&b.hits[i]->base, NULL);
+    free(a.hits);
+    free(a.keys);
+    free(b.hits);
+    free(b.keys);
     sqlite3_close(db);
     free(lit);
     free(match);
@@ -327,4 +393,34 @@ out:
         *out = res;
     }
     return rc;
+}
+
+int kd_catalog_log_index(kd_catalog *cat, int batch)
+{
+    static const char *const move =
+        "INSERT INTO log_fts(rowid, text) SELECT p.k, l.text FROM (SELECT k FROM log_pending ORDER BY k LIMIT ?) p"
+        " JOIN logs l ON l.job_id = (p.k >> 36) AND l.seq = (p.k & 68719476735)";
+    static const char *const drop = "DELETE FROM log_pending WHERE k IN (SELECT k FROM log_pending ORDER BY k LIMIT ?)";
+    sqlite3_stmt *st;
+    int rc, n = 0;
+    kd__lock(cat);
+    if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
+        goto out;
+    if ((st = kd__stmt(cat, move)) == NULL)
+        goto fail;
+    sqlite3_bind_int(st, 1, batch);
+    if (sqlite3_step(st) != SQLITE_DONE || (st = kd__stmt(cat, drop)) == NULL)
+        goto fail;
+    sqlite3_bind_int(st, 1, batch);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    n = sqlite3_changes(kd__db(cat));
+    if ((rc = kd__exec(cat, "COMMIT")) == 0)
+        goto out;
+fail:
+    rc = kd__sql_fail(cat, "index log lines");
+    sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
+out:
+    kd__unlock(cat);
+    return rc < 0 ? rc : n;
 }

@@ -11,6 +11,7 @@
 #include "alerts.h"
 #include "telemetry.h"
 #include "policy.h"
+#include "log_index.h"
 #include "store.h"
 
 static void deadline_ts(struct timespec *ts, int64_t deadline_ms)
@@ -519,7 +520,7 @@ int kd_engine_recover(kd_engine *e)
 int kd_engine_start(kd_engine *e)
 {
     kd_engine_refresh_gpus(e, 0);
-    if (kd_policies_init(e) < 0 || kd_alerts_start(e) < 0)
+    if (kd_policies_init(e) < 0 || kd_alerts_start(e) < 0 || kd_indexer_start(e) < 0)
         return KESTREL_ERROR;
     if (e->ext && e->ext->open(e) < 0)
         return KESTREL_ERROR;
@@ -566,6 +567,7 @@ void kd_engine_stop(kd_engine *e)
     }
     pthread_mutex_unlock(&e->mu);
     kd_alerts_stop(e);   /* what is not delivered yet goes out after the next start */
+    kd_indexer_stop(e);
 }
 
 void kd_engine_fini(kd_engine *e)

@@ -151,6 +151,7 @@ struct kd_engine {
     struct kd_telemetry *telemetry;   /* the GPU sampler (telemetry.c); NULL without real GPUs */
     struct kd_alerts *alerts;  /* webhook delivery (alerts.c); NULL without --webhook */
     struct kd_policies *policies;   /* log policies (policy.c) */
+    struct kd_indexer *indexer;     /* fills the log search index (log_index.c) */
 };
 
 int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec);

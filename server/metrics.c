@@ -33,7 +33,7 @@ struct kd_metrics {
     pthread_mutex_t mu;
     uint64_t submitted[NCLASS], started[NCLASS], ended[NCLASS][3];
     uint64_t preempted[NCLASS][KD_PREEMPT_REASONS];
-    histo wait[NCLASS], to_running[NCLASS], pass;
+    histo wait[NCLASS], to_running[NCLASS], pass, gpu_sample;
     struct { const char *route; char method[8]; int code; uint64_t n; } http[MAX_HTTP];
     size_t nhttp;
     struct { const char *route; histo h; } routes[MAX_ROUTES];
@@ -126,6 +126,15 @@ void kd_metrics_sched_pass(kd_metrics *m, double seconds)
         return;
     pthread_mutex_lock(&m->mu);
     observe(&m->pass, pass_bounds, NB_PASS, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kd_metrics_gpu_sample(kd_metrics *m, double seconds)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    observe(&m->gpu_sample, pass_bounds, NB_PASS, seconds);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -316,6 +325,11 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
                             "Duration of a scheduling pass (snapshot, plan, apply).");
     if (rc == 0)
         rc = put_histo(out, "kestrel_scheduler_pass_duration_seconds", NULL, NULL, &m->pass, pass_bounds, NB_PASS);
+    if (rc == 0)
+        rc = kd_expo_family(out, "kestrel_gpu_sample_duration_seconds", "histogram",
+                            "Duration of one GPU telemetry tick (read every device, record the running jobs').");
+    if (rc == 0)
+        rc = put_histo(out, "kestrel_gpu_sample_duration_seconds", NULL, NULL, &m->gpu_sample, pass_bounds, NB_PASS);
     if (rc == 0)
         rc = kd_expo_family(out, "kestrel_http_requests_total", "counter",
                             "HTTP requests answered, by route template, method and status code.");

@@ -32,6 +32,7 @@ void kd_metrics_preempted(kd_metrics *m, int cls, int reason);
 /* An end in a final state (KESTREL_JOB_STATE_*; other states are not counted). */
 void kd_metrics_ended(kd_metrics *m, int cls, int state);
 void kd_metrics_sched_pass(kd_metrics *m, double seconds);
+void kd_metrics_gpu_sample(kd_metrics *m, double seconds);
 /* route: a template from kd_route_template(); method and code as sent. */
 void kd_metrics_http(kd_metrics *m, const char *route, const char *method, int code, double seconds);
 void kd_metrics_repo_bytes(kd_metrics *m, int pushed, uint64_t bytes);

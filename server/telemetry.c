@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include "engine.h"
+#include "metrics.h"
 #include "telemetry.h"
 
 #define IDLE_PERCENT 5
@@ -136,7 +137,13 @@ static void *run(void *arg)
         if (tm->stop)
             break;
         pthread_mutex_unlock(&tm->mu);
-        sample(tm);
+        {
+            struct timespec a, b;
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            sample(tm);
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            kd_metrics_gpu_sample(tm->e->metrics, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9);
+        }
         pthread_mutex_lock(&tm->mu);
     }
     pthread_mutex_unlock(&tm->mu);

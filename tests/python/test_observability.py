@@ -288,3 +288,28 @@ def test_log_search_pages_past_a_thousand_hits_and_a_job_token_sees_its_own_job(
     d.wait(job)
     found = [json.loads(l) for l in d.cli("logs", str(job)).stdout.splitlines() if l.startswith("{")]
     assert [h["job_id"] for h in found] == [job] and found[0]["line"]["text"] == "needle inside"
+
+
+def test_lines_dropped_past_max_log_bytes_leave_the_index_and_it_stays_sound(daemon, tmp_path):
+    import sqlite3
+    d = daemon("--gpus", "0", "--max-log-bytes", "1M")
+    big = int(d.submit("--", "sh", "-c", "echo head-marker; i=0; while [ $i -lt 40000 ]; do "
+                       "echo middle-line $i padding-padding-padding-padding-padding; i=$((i+1)); done; echo tail-marker"))
+    d.wait(big)
+    _, hits = grep(d, "head-marker")
+    assert [h["line"]["offset"] for h in hits] == [0]
+    _, hits = grep(d, "tail-marker")
+    assert len(hits) == 1
+    offsets = {int(l["offset"]) for l in d.api("GET", f"/api/v1/jobs/{big}/logs?offset=0")[1]["lines"]}
+    _, hits = grep(d, "middle-line 1", "--limit", "100000")
+    stored = json.loads(d.cli("-o", "json", "status", str(big)).stdout)
+    assert hits and len(hits) < 11111   # those of the middle that were dropped are gone from the index too
+    for h in hits:   # every hit is a line that is still stored
+        status, chunk = d.api("GET", f"/api/v1/jobs/{big}/logs?offset={h['line']['offset']}&limit=1")
+        assert status == 200 and chunk["lines"][0]["text"] == h["line"]["text"]
+    assert offsets and stored["state"] == "SUCCEEDED"
+    d.stop()
+    with sqlite3.connect(d.data / "catalog.db") as c:
+        c.execute("INSERT INTO log_fts(log_fts) VALUES('integrity-check')")
+        assert c.execute("SELECT COUNT(*) FROM log_pending").fetchone()[0] == 0
+    d.restart()
