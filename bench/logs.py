@@ -1,7 +1,8 @@
 """bench/logs.py - log search and ingest of kestreld beside grep and a plain file, in the same run,
 and the cost of /metrics on a big catalog.
 
-    python bench/logs.py KESTRELD   (make bench-logs; KESTREL_BENCH_LINES=10000000, _JOBS=4)
+    python bench/logs.py KESTRELD   (make bench-logs; KESTREL_BENCH_LINES=10000000, _JOBS=4,
+                                     KESTREL_BENCH_PARTS=metrics,telemetry,logs)
 
 1. Ingest: JOBS jobs each print LINES/JOBS training-log lines (the same generator, seeded); the
    time from submit until kestreld stored every line of all of them (SUCCEEDED and the last line
@@ -112,9 +113,18 @@ def ingest_and_search(kestreld, root):
         for jid in ids:   # every line stored and readable
             chunk = call(f"{url}/api/v1/jobs/{jid}/logs?offset={per - 1}", token)
             assert chunk["lines"] and int(chunk["lines"][-1]["offset"]) == per - 1, chunk
+        stored_s = time.perf_counter() - t
+
+        def queue():
+            expo = call(url + "/metrics", token, raw=True).decode()
+            return int(float([l for l in expo.splitlines() if l.startswith("kestrel_log_index_queue_lines ")][0].split()[1]))
+        backlog = queue()
+        while queue():   # and every line in the search index
+            time.sleep(0.5)
         ingest_s = time.perf_counter() - t
         stored = sum(1 for _ in open(text))
-        print(f"ingest: {stored:,} lines in {ingest_s:.1f} s = {stored / ingest_s:,.0f} lines/s stored and indexed; "
+        print(f"ingest: {stored:,} lines stored in {stored_s:.1f} s ({stored / stored_s:,.0f} lines/s; the indexer was "
+              f"{backlog:,} lines behind then), indexed in {ingest_s:.1f} s = {stored / ingest_s:,.0f} lines/s; "
               f"peer (the same generator appending to a file): {file_s:.1f} s = {stored / file_s:,.0f} lines/s; "
               f"ratio {file_s / ingest_s:.2f}")
         db = root / "k" / "data" / "catalog.db"
@@ -177,22 +187,22 @@ def metrics_cost(kestreld, root):
         stop(proc)
 
 
-def telemetry_cost(kestreld, stub, root):
-    """The sampler's tick beside a scheduling pass, on 8 stand-in GPUs all held by running jobs."""
+def pass_times(kestreld, stub, root, interval):
+    """Scheduling passes beside 8 stand-in GPUs all held by running jobs, sampled every interval s."""
     desc = root / "gpus.txt"
     desc.write_text("".join(f'gpu uuid=GPU-be000000-0000-0000-0000-00000000000{i} name="NVIDIA H100" '
                             f'bus=0000:{16 + i:02x}:00.0 cc=9.0 total=85899345920 free=42949672960 util={40 + i}/10\n'
                             for i in range(8)))
     env = dict(os.environ, KESTREL_NVML_LIBRARY=stub, KESTREL_FAKE_GPU_FILE=str(desc))
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    data = root / "t" / "data"
-    (root / "t").mkdir()
-    log = open(root / "t" / "kestreld.log", "w")
-    proc = subprocess.Popen([kestreld, "--port", "0", "--data-dir", str(data), "--port-file", str(root / "t" / "port"),
-                             "--gpu-sample-interval", "1"], stderr=log, env=env)
-    while not ((root / "t" / "port").exists() and (data / "admin.token").exists()):
+    d = root / f"t{interval}"
+    d.mkdir()
+    log = open(d / "kestreld.log", "w")
+    proc = subprocess.Popen([kestreld, "--port", "0", "--data-dir", str(d / "data"), "--port-file", str(d / "port"),
+                             "--gpu-sample-interval", str(interval)], stderr=log, env=env)
+    while not ((d / "port").exists() and (d / "data" / "admin.token").exists()):
         time.sleep(0.02)
-    url, token = f"http://127.0.0.1:{(root / 't' / 'port').read_text().strip()}", (data / "admin.token").read_text().strip()
+    url, token = f"http://127.0.0.1:{(d / 'port').read_text().strip()}", (d / "data" / "admin.token").read_text().strip()
     try:
         for _ in range(8):
             call(url + "/api/v1/jobs", token, "POST", {"argv": ["sleep", "60"], "gpus": 1})
@@ -201,16 +211,22 @@ def telemetry_cost(kestreld, stub, root):
         time.sleep(12)
         expo = call(url + "/metrics", token, raw=True).decode()
         val = lambda name: float([l for l in expo.splitlines() if l.startswith(name + " ")][0].split()[1])
-        ticks, tick_s = val("kestrel_gpu_sample_duration_seconds_count"), val("kestrel_gpu_sample_duration_seconds_sum")
-        passes, pass_s = (val("kestrel_scheduler_pass_duration_seconds_count"),
-                          val("kestrel_scheduler_pass_duration_seconds_sum"))
-        print(f"GPU telemetry: {ticks:.0f} ticks of 8 devices held by 8 jobs, {tick_s / ticks * 1000:.2f} ms each "
-              f"(every 5 s by default: {tick_s / ticks / 5 * 100:.3f}% of one core); a scheduling pass "
-              f"{pass_s / passes * 1000:.2f} ms on average over {passes:.0f} passes (the sampler runs on its own "
-              f"thread and takes the engine lock only to copy the held devices)")
+        return (val("kestrel_gpu_sample_duration_seconds_count"), val("kestrel_gpu_sample_duration_seconds_sum"),
+                val("kestrel_scheduler_pass_duration_seconds_count"), val("kestrel_scheduler_pass_duration_seconds_sum"))
     finally:
         proc.terminate()
         proc.wait(timeout=120)
+
+
+def telemetry_cost(kestreld, stub, root):
+    """The sampler's tick, and the scheduling pass with it every second beside it off."""
+    ticks, tick_s, passes, pass_s = pass_times(kestreld, stub, root, 1)
+    _, _, passes0, pass0_s = pass_times(kestreld, stub, root, 3600)
+    print(f"GPU telemetry: {ticks:.0f} ticks of 8 devices held by 8 jobs, {tick_s / ticks * 1000:.2f} ms each "
+          f"(every 5 s by default: {tick_s / ticks / 5 * 100:.3f}% of one core); scheduling pass "
+          f"{pass_s / passes * 1000:.2f} ms on average over {passes:.0f} passes with a tick every second, beside "
+          f"{pass0_s / passes0 * 1000:.2f} ms over {passes0:.0f} with the sampler idle (ratio "
+          f"{(pass_s / passes) / (pass0_s / passes0):.2f})")
 
 
 def main():
@@ -219,9 +235,13 @@ def main():
     root = pathlib.Path(tempfile.mkdtemp(prefix="kestrel-bench-logs-"))
     os.chmod(root, 0o755)   # jobs (other accounts when kestreld is root) run the generator from here
     try:
-        metrics_cost(kestreld, root)
-        telemetry_cost(kestreld, stub, root)
-        ingest_and_search(kestreld, root)
+        parts = os.environ.get("KESTREL_BENCH_PARTS", "metrics,telemetry,logs").split(",")
+        if "metrics" in parts:
+            metrics_cost(kestreld, root)
+        if "telemetry" in parts:
+            telemetry_cost(kestreld, stub, root)
+        if "logs" in parts:
+            ingest_and_search(kestreld, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -181,7 +181,7 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
         if (id)
             so.job_id = id;
         if (cli_connect(ctx) < 0)
-            return 1;
+            return 2;   /* 1 means "nothing matched" here */
         if ((rc = kestrel_logs_search(ctx->client, grep, &so, on_hit, &st)) < 0) {
             cli_fail("logs --grep", rc);
             return 2;

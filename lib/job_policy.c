@@ -26,6 +26,31 @@ static int name_ok(const char *s)
     return 1;
 }
 
+int kestrel__regex_bounded(const char *re)
+{
+    double product = 1;
+    for (const char *p = re; *p; p++) {
+        if (*p == '\\' && p[1]) {
+            if (p[1] >= '1' && p[1] <= '9')
+                return kestrel__error_set(KESTREL_EINVALID, "back-references (\\%c) are not allowed: their matching "
+                                          "cost has no bound", p[1]);
+            p++;
+        } else if (*p == '{') {
+            char *end;
+            long lo = strtol(p + 1, &end, 10), hi = lo;
+            if (*end == ',')
+                hi = end[1] == '}' ? lo : strtol(end + 1, &end, 10);
+            if (lo > KESTREL__REGEX_REPEAT_MAX || hi > KESTREL__REGEX_REPEAT_MAX)
+                return kestrel__error_set(KESTREL_EINVALID, "a repetition bound is at most %d",
+                                          KESTREL__REGEX_REPEAT_MAX);
+            if ((product *= (double)(hi > 1 ? hi : 1)) > KESTREL__REGEX_REPEAT_MAX)
+                return kestrel__error_set(KESTREL_EINVALID, "repetition bounds multiply past %d (nested {m,n} grow "
+                                          "the compiled regex by their product)", KESTREL__REGEX_REPEAT_MAX);
+        }
+    }
+    return 0;
+}
+
 int kestrel__log_policy_validate(const char *name, const char *pattern, char *const *acts, size_t nacts)
 {
     regex_t re;
@@ -35,6 +60,8 @@ int kestrel__log_policy_validate(const char *name, const char *pattern, char *co
     if (!pattern[0] || strlen(pattern) > KESTREL__POLICY_PATTERN_MAX || !kestrel__text_is_clean(pattern, KESTREL__POLICY_PATTERN_MAX))
         return kestrel__error_set(KESTREL_EINVALID, "log policy %s: the pattern must be 1..%d printable bytes", name,
                                   KESTREL__POLICY_PATTERN_MAX);
+    if (kestrel__regex_bounded(pattern) < 0)
+        return kestrel__error_set(KESTREL_EINVALID, "log policy %s: %s", name, kestrel_error_last()->message);
     if ((err = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB)) != 0) {
         char why[160];
         regerror(err, &re, why, sizeof(why));

@@ -22,6 +22,7 @@ struct kestrel_job_spec {
 #define KESTREL__DATA_MAX 64                  /* datasets of a job */
 #define KESTREL__POLICIES_MAX 16              /* log policies of a job */
 #define KESTREL__POLICY_PATTERN_MAX 1024
+#define KESTREL__REGEX_REPEAT_MAX 1000        /* the product of a regex's {m,n} bounds */
 #define KESTREL__REQUIREMENTS_MAX (64 * 1024) /* bytes of a job's requirements file */
 #define KESTREL__PARAM_VALUE_MAX 4096         /* bytes of one parameter's value */
 #define KESTREL__PARAMS_BYTES (64 * 1024)     /* all of them as KESTREL_PARAMS (one env string: 128 KiB max) */
@@ -37,6 +38,9 @@ int kestrel__spec_set_string(char **field, const char *v);
 
 /* Log policies, retries, excluded nodes (job_policy.c). */
 int kestrel__log_policy_action_valid(const char *action);
+/* A regex whose compile and match costs are bounded: no back-references, {m,n} bounds whose
+ * product is at most KESTREL__REGEX_REPEAT_MAX. 0, or KESTREL_EINVALID with why. */
+int kestrel__regex_bounded(const char *re);
 int kestrel__log_policy_validate(const char *name, const char *pattern, char *const *actions, size_t nactions);
 int kestrel__job_spec_validate_failure(const Kestrel__V1__JobSpec *s);
 

@@ -10,7 +10,7 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +19,7 @@
 #include "alerts.h"
 #include "store.h"
 #include "wire.h"
+#include "worker.h"
 
 #define MAX_TRIES 12
 #define BACKOFF_MAX_MS 300000
@@ -26,10 +27,8 @@
 
 struct kd_alerts {
     kd_engine *e;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop, kicked;
+    kd_worker w;
+    atomic_int quit;           /* stopping: no new POST (a tick in progress ends after the current one) */
     char url[2048];
     unsigned char secret[SECRET_MAX];
     size_t secret_len;
@@ -43,12 +42,8 @@ void kd_engine_alert(kd_engine *e, int64_t job_id, const char *kind, const char 
         return;
     }
     fprintf(stderr, "kestreld: job %lld: alert %s (%s): %s\n", (long long)job_id, kind, severity, message);
-    if (a) {
-        pthread_mutex_lock(&a->mu);
-        a->kicked = 1;
-        pthread_cond_signal(&a->cv);
-        pthread_mutex_unlock(&a->mu);
-    }
+    if (a)
+        kd_worker_kick(&a->w);
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *u)
@@ -88,7 +83,7 @@ static int post(struct kd_alerts *a, const Kestrel__V1__Alert *al)
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.ptr ? body.ptr : "");
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body.size);
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-        curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, 5L);   /* a stop waits for at most one */
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
@@ -101,13 +96,14 @@ static int post(struct kd_alerts *a, const Kestrel__V1__Alert *al)
     return ok;
 }
 
-static void deliver_due(struct kd_alerts *a)
+static void deliver_due(void *ctx)
 {
+    struct kd_alerts *a = ctx;
     Kestrel__V1__AlertList *l = NULL;
     int64_t now = kestrel__now_ms();
     if (kd_catalog_alerts_due(a->e->cat, now, 32, &l) < 0)
         return;
-    for (size_t i = 0; i < l->n_alerts; i++) {
+    for (size_t i = 0; i < l->n_alerts && !atomic_load(&a->quit); i++) {
         const Kestrel__V1__Alert *al = l->alerts[i];
         int tries = 0;
         if (post(a, al)) {
@@ -125,28 +121,6 @@ static void deliver_due(struct kd_alerts *a)
         }
     }
     protobuf_c_message_free_unpacked(&l->base, NULL);
-}
-
-static void *run(void *arg)
-{
-    struct kd_alerts *a = arg;
-    struct timespec ts;
-    pthread_mutex_lock(&a->mu);
-    while (!a->stop) {
-        int64_t at = kestrel__now_ms() + 1000;
-        ts.tv_sec = at / 1000;
-        ts.tv_nsec = (at % 1000) * 1000000;
-        while (!a->stop && !a->kicked && pthread_cond_timedwait(&a->cv, &a->mu, &ts) == 0)
-            ;
-        a->kicked = 0;
-        if (a->stop)
-            break;
-        pthread_mutex_unlock(&a->mu);
-        deliver_due(a);
-        pthread_mutex_lock(&a->mu);
-    }
-    pthread_mutex_unlock(&a->mu);
-    return NULL;
 }
 
 /* The secret: the file's bytes (trailing newline dropped), or a new random one written to
@@ -200,13 +174,9 @@ int kd_alerts_start(kd_engine *e)
         free(a);
         return KESTREL_EINVALID;
     }
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
-    if (pthread_create(&a->thread, NULL, run, a) != 0) {
-        pthread_cond_destroy(&a->cv);
-        pthread_mutex_destroy(&a->mu);
+    if (kd_worker_start(&a->w, 1000, deliver_due, a, "webhook") < 0) {
         free(a);
-        return kestrel__error_set(KESTREL_ERROR, "cannot start the webhook thread");
+        return KESTREL_ERROR;
     }
     e->alerts = a;
     return 0;
@@ -217,13 +187,8 @@ void kd_alerts_stop(kd_engine *e)
     struct kd_alerts *a = e->alerts;
     if (a == NULL)
         return;
-    pthread_mutex_lock(&a->mu);
-    a->stop = 1;
-    pthread_cond_signal(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    pthread_join(a->thread, NULL);
-    pthread_cond_destroy(&a->cv);
-    pthread_mutex_destroy(&a->mu);
+    atomic_store(&a->quit, 1);
+    kd_worker_stop(&a->w);
     OPENSSL_cleanse(a->secret, sizeof(a->secret));
     free(a);
     e->alerts = NULL;

@@ -187,6 +187,23 @@ static int wants_json(struct MHD_Connection *c)
     return !(a && strstr(a, "protobuf"));
 }
 
+/* A request's state at its headers (freed by on_done). */
+static kd_req *new_req(struct kd_api *api, struct MHD_Connection *conn, const char *url, const char *method,
+                       void **state)
+{
+    kd_req *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    r->conn = conn;
+    r->e = api->e;
+    r->method = method;
+    r->path = url;
+    r->route = kd_route_template(url);
+    r->t0_ns = mono_ns();
+    *state = r;
+    return r;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **state)
 {
@@ -195,26 +212,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     if (r == NULL) {
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if ((r = calloc(1, sizeof(*r))) == NULL)
+        if ((r = new_req(api, conn, url, method, state)) == NULL)
             return MHD_NO;
-        r->conn = conn;
-        r->e = api->e;
-        r->method = method;
-        r->path = url;
         r->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         r->want_json = wants_json(conn);
         r->waiters = api->waiters;
-        r->route = kd_route_template(url);
-        r->t0_ns = mono_ns();
-        *state = r;
         if (!strcmp(url, "/api/v1/chunks/pack") && !strcmp(method, "POST")) {
             /* a pack streams through a verifier into the store: authenticate before reading it */
             enum MHD_Result reply = MHD_NO;
             r->started = 1;
             if (authenticate(r, &reply) < 0)
                 return reply;
-            if (r->who.scope == KD_SCOPE_READ)
-                return kd_reply_error(r, 403, "permission_denied", "this token is read-scoped: it cannot push");
+            if (r->who.scope != KD_SCOPE_WRITE && r->who.scope != KD_SCOPE_ADMIN)
+                return kd_reply_error(r, 403, "permission_denied", r->who.scope == KD_SCOPE_METRICS
+                                      ? "this token is metrics-scoped: it can only GET /metrics"
+                                      : "this token is read-scoped: it cannot push");
             if (cl && strtoull(cl, NULL, 10) > KD_MAX_PACK)
                 return kd_reply_error(r, 413, "too_large", "a pack is at most 1 GiB: send more packs");
             if ((r->pack = kd_pack_begin(api->e)) == NULL)
@@ -270,16 +282,9 @@ static enum MHD_Result on_metrics_request(void *cls, struct MHD_Connection *conn
     kd_req *r = *state;
     (void)version; (void)upload;
     if (r == NULL) {
-        if ((r = calloc(1, sizeof(*r))) == NULL)
+        if ((r = new_req(api, conn, url, method, state)) == NULL)
             return MHD_NO;
-        r->conn = conn;
-        r->e = api->e;
-        r->method = method;
-        r->path = url;
         r->want_json = 1;
-        r->route = kd_route_template(url);
-        r->t0_ns = mono_ns();
-        *state = r;
         return MHD_YES;
     }
     if (*upload_size) {

@@ -348,12 +348,14 @@ static enum MHD_Result logs(kd_req *r, int64_t id)
 
 static enum MHD_Result metrics(kd_req *r, int64_t id)
 {
+    int running;
     enum MHD_Result reply = MHD_NO;
     Kestrel__V1__Job *job;
     Kestrel__V1__MetricBatch *b;
     int rc;
     if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
         return reply;
+    running = job->state == KESTREL__V1__JOB_STATE__RUNNING;
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if (!strcmp(r->method, "GET")) {
         if ((rc = kd_catalog_metrics_read(r->e->cat, id, kd_query(r, "name"), &b)) < 0)
@@ -369,7 +371,7 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
                                     KESTREL__NAME_MAX);
     if (rc == 0)
         rc = kd_catalog_metrics_add(r->e->cat, id, b);
-    for (size_t i = 0; rc == 0 && i < b->n_metrics; i++)
+    for (size_t i = 0; rc == 0 && running && i < b->n_metrics; i++)   /* a run's NaN loss, not a late report's */
         kd_policies_metric(r->e, id, b->metrics[i]->name, b->metrics[i]->value);
     if (rc == 0) {
         Kestrel__V1__MetricBatch empty = KESTREL__V1__METRIC_BATCH__INIT;

@@ -6,13 +6,18 @@
  * state=NAME, since=UNIX_MS, before=CURSOR (next_before of a previous page), limit=1..1000 (100),
  * context=0..20 (0). */
 #include <regex.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include "api.h"
 #include "route.h"
+#include "job_priv.h"
 
 #define MAX_PATTERN 1024
 #define SEARCH_TIMEOUT_MS 20000
+#define MAX_RUNNING 4          /* searches at once (each may read for SEARCH_TIMEOUT_MS); more get 429 */
+
+static atomic_int running;
 
 static int flag(kd_req *r, const char *key, int *out)
 {
@@ -60,6 +65,10 @@ enum MHD_Result kd_route_log_search(kd_req *r)
     if (state && !(q.state = kd_parse_state(state)))
         return kd_reply_error(r, 400, "invalid_argument", "query 'state': queued, running, succeeded, failed, cancelled "
                               "or preempted");
+    if (q.regex && kestrel__regex_bounded(q.pattern) < 0) {
+        snprintf(msg, sizeof(msg), "query 'q': %s", kestrel_error_last()->message);
+        return kd_reply_error(r, 400, "invalid_argument", msg);
+    }
     if (q.regex) {
         regex_t re;
         int err = regcomp(&re, q.pattern, REG_EXTENDED | REG_NOSUB | (q.icase ? REG_ICASE : 0));
@@ -84,7 +93,15 @@ enum MHD_Result kd_route_log_search(kd_req *r)
     } else if (!r->who.is_admin) {
         q.owner_id = r->who.user_id;
     }
-    if ((rc = kd_catalog_log_search(r->e->cat, &q, &res)) < 0)
+    if (atomic_fetch_add(&running, 1) >= MAX_RUNNING) {
+        atomic_fetch_sub(&running, 1);
+        return kd_reply_error(r, 429, "resource_exhausted", "too many log searches running: try again in a moment");
+    }
+    rc = kd_catalog_log_search(r->e->cat, &q, &res);
+    atomic_fetch_sub(&running, 1);
+    if (rc == KESTREL_ETIMEOUT)
+        return kd_reply_error(r, 503, "deadline_exceeded", kestrel_error_last()->message);
+    if (rc < 0)
         return kd_reply_failure(r, rc);
     return kd_reply_owned(r, 200, &res->base);
 }

@@ -9,7 +9,8 @@
 #include <sqlite3.h>
 #include "catalog.h"
 
-#define STMT_CACHE 64
+#define STMT_CACHE 256   /* distinct cached statements (about 75 today): room to grow, never evicted */
+#define USED_WORDS (STMT_CACHE / 64)
 
 /* The WAL is truncated once it holds this many pages (64 MiB of 4 KiB pages): see kd__unlock. */
 #define WAL_TRUNCATE_PAGES 16384
@@ -19,7 +20,8 @@ struct kd_catalog {
     sqlite3 *db;
     pthread_mutex_t mu;
     struct { const char *sql; sqlite3_stmt *st; } cache[STMT_CACHE];
-    uint64_t used;              /* cached statements handed out under the current lock */
+    uint64_t used[USED_WORDS];  /* cached statements handed out under the current lock (bit i: cache[i]) */
+    int any_used;
     int wal_pages;              /* frames in the WAL after the last commit */
     int full;                   /* the last write failed for lack of space */
     char reserve[4200];         /* DB-reserve: space set aside for job states on a full disk */
@@ -112,10 +114,10 @@ void kd__lock(kd_catalog *cat) { pthread_mutex_lock(&cat->mu); }
  * 2 GB under load that way). A WAL past WAL_TRUNCATE_PAGES is checkpointed and truncated here. */
 void kd__unlock(kd_catalog *cat)
 {
-    for (int i = 0; cat->used && i < STMT_CACHE; i++)
-        if (cat->used & (1ull << i))
-            sqlite3_reset(cat->cache[i].st);
-    cat->used = 0;
+    for (int w = 0; cat->any_used && w < USED_WORDS; w++)
+        for (; cat->used[w]; cat->used[w] &= cat->used[w] - 1)
+            sqlite3_reset(cat->cache[w * 64 + __builtin_ctzll(cat->used[w])].st);
+    cat->any_used = 0;
     if (cat->wal_pages >= WAL_TRUNCATE_PAGES) {
         int log = 0, done = 0;
         if (sqlite3_wal_checkpoint_v2(cat->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done) == SQLITE_OK)
@@ -151,7 +153,8 @@ sqlite3_stmt *kd__stmt(kd_catalog *cat, const char *sql)
         if (cat->cache[i].sql == sql) {
             sqlite3_reset(cat->cache[i].st);
             sqlite3_clear_bindings(cat->cache[i].st);
-            cat->used |= 1ull << i;
+            cat->used[i / 64] |= 1ull << (i % 64);
+            cat->any_used = 1;
             return cat->cache[i].st;
         }
     }
@@ -164,7 +167,8 @@ sqlite3_stmt *kd__stmt(kd_catalog *cat, const char *sql)
         return NULL;
     }
     cat->cache[i].sql = sql;
-    cat->used |= 1ull << i;
+    cat->used[i / 64] |= 1ull << (i % 64);
+    cat->any_used = 1;
     return cat->cache[i].st;
 }
 

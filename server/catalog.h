@@ -275,6 +275,8 @@ typedef struct {
     double value;
     int64_t step;
 } kd_latest_metric;
+/* Lines stored and not yet in the search index. */
+int64_t kd_catalog_log_index_queue(kd_catalog *cat);
 /* Running jobs' metrics at their latest step: at most per_job names a job, limit in all. */
 int kd_catalog_running_metrics(kd_catalog *cat, int per_job, size_t limit, kd_latest_metric **out, size_t *n);
 

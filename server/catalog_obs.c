@@ -73,6 +73,12 @@ int kd__register_functions(sqlite3 *db)
     return 0;
 }
 
+static int fill_n(sqlite3_stmt *st, void *row)
+{
+    *(int64_t *)row = sqlite3_column_int64(st, 0);
+    return 0;
+}
+
 static int fill_job_count(sqlite3_stmt *st, void *row)
 {
     kd_job_count *c = row;
@@ -110,4 +116,15 @@ int kd_catalog_running_metrics(kd_catalog *cat, int per_job, size_t limit, kd_la
                     "  FROM metrics m WHERE m.job_id IN (SELECT id FROM jobs WHERE state = 2) GROUP BY m.job_id, m.name)"
                     " WHERE k <= ? ORDER BY job_id, name LIMIT ?",
                     sizeof(kd_latest_metric), fill_latest, (void **)out, n, "ii", (int64_t)per_job, (int64_t)limit);
+}
+
+int64_t kd_catalog_log_index_queue(kd_catalog *cat)
+{
+    int64_t *rows = NULL, n = 0;
+    size_t nrows = 0;
+    if (kd__rows(cat, "SELECT COUNT(*) FROM log_pending", sizeof(int64_t), fill_n, (void **)&rows, &nrows, "") == 0 &&
+        nrows)
+        n = rows[0];
+    free(rows);
+    return n;
 }

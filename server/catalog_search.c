@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include "catalog.h"
 
+#define REPLY_MAX (8u << 20)          /* a reply's lines, about: past it the rest is the next page */
 #define KEY_SHIFT 36                   /* a line's key: job_id << 36 | seq (the index's rowid) */
 #define SEQ_MASK ((1LL << KEY_SHIFT) - 1)
 
@@ -298,7 +299,7 @@ static int collect(sqlite3 *db, const char *sql, const kd_log_query *q, const ch
     }
     if (rc == 0 && step != SQLITE_ROW && step != SQLITE_DONE)
         rc = step == SQLITE_INTERRUPT
-                 ? kestrel__error_set(KESTREL_ETOOLARGE, "the search ran past %d s: narrow it (--job, --since, --state, "
+                 ? kestrel__error_set(KESTREL_ETIMEOUT, "the search ran past %d s: narrow it (--job, --since, --state, "
                                       "a longer literal)", q->timeout_ms / 1000)
                  : kestrel__error_set(KESTREL_EIO, "log search: %s", sqlite3_errmsg(db));
     sqlite3_finalize(st);
@@ -313,13 +314,16 @@ int kd_catalog_log_search(kd_catalog *cat, const kd_log_query *q, Kestrel__V1__L
     found a = { 0 }, b = { 0 };
     struct timespec ts;
     int64_t deadline, last = 0;
+    size_t bytes = 0;
     int rc = 0, use_index;
     size_t plen = strlen(q->pattern), ia = 0, ib = 0;
-    if (res == NULL || (lit = malloc(plen + 1)) == NULL || (match = malloc(12 * plen + 16)) == NULL) {
+    if (res == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__log_search_result__init(res);
+    if ((lit = malloc(plen + 1)) == NULL || (match = malloc(12 * plen + 16)) == NULL) {
         rc = kestrel__error_oom();
         goto out;
     }
-    kestrel__v1__log_search_result__init(res);
     if (q->regex) {
         if ((rc = kd_regex_literal(q->pattern, lit, plen + 1)) < 0)
             goto out;
@@ -354,17 +358,26 @@ int kd_catalog_log_search(kd_catalog *cat, const kd_log_query *q, Kestrel__V1__L
         rc = kestrel__error_oom();
         goto out;
     }
-    while ((ia < a.n || ib < b.n) && res->n_hits < (size_t)q->limit) {   /* merge, newest first */
+    while ((ia < a.n || ib < b.n) && res->n_hits < (size_t)q->limit && bytes < REPLY_MAX) {   /* merge, newest first */
         int from_a = ib == b.n || (ia < a.n && a.keys[ia] > b.keys[ib]);
         found *f = from_a ? &a : &b;
         size_t *i = from_a ? &ia : &ib;
+        Kestrel__V1__LogHit *h = f->hits[*i];
+        if (q->context > 0 && (rc = context_of(db, h, q->context)) < 0) {
+            protobuf_c_message_free_unpacked(&h->base, NULL);
+            f->hits[*i] = NULL;
+            goto out;
+        }
+        bytes += strlen(h->text) + 64;
+        for (size_t c = 0; c < h->n_before; c++)
+            bytes += strlen(h->before[c]->text) + 32;
+        for (size_t c = 0; c < h->n_after; c++)
+            bytes += strlen(h->after[c]->text) + 32;
         last = f->keys[*i];
-        res->hits[res->n_hits++] = f->hits[*i];
+        res->hits[res->n_hits++] = h;
         f->hits[(*i)++] = NULL;
     }
-    res->more = ia < a.n || ib < b.n;
-    for (size_t i = 0; i < res->n_hits && q->context > 0 && rc == 0; i++)
-        rc = context_of(db, res->hits[i], q->context);
+    res->more = ia < a.n || ib < b.n;   /* past the limit, or past REPLY_MAX bytes: the next page */
     if (rc == 0 && res->more) {
         char cur[32];
         snprintf(cur, sizeof(cur), "%lld", (long long)last);

@@ -439,6 +439,10 @@ static void *sched_main(void *arg)
 static void on_transition(void *ctx, const kd_transition_seen *t)
 {
     kd_engine *e = ctx;
+    /* a run's log policies start afresh (lines an environment build printed while QUEUED do not
+     * count), and a final state ends them whichever way it came (a Slurm job, a cancel) */
+    if (t->to == KESTREL_JOB_STATE_RUNNING || kestrel_job_state_is_final(t->to))
+        kd_policies_run_end(e, t->id, NULL, 0);
     if (t->to == KESTREL_JOB_STATE_RUNNING) {
         kd_metrics_started(e->metrics, t->priority, (double)(t->now_ms - t->queued_ms) / 1000.0,
                            t->restart_count ? -1.0 : (double)(t->now_ms - t->submit_ms) / 1000.0);
@@ -520,20 +524,28 @@ int kd_engine_recover(kd_engine *e)
 int kd_engine_start(kd_engine *e)
 {
     kd_engine_refresh_gpus(e, 0);
-    if (kd_policies_init(e) < 0 || kd_alerts_start(e) < 0 || kd_indexer_start(e) < 0)
-        return KESTREL_ERROR;
-    if (e->ext && e->ext->open(e) < 0)
-        return KESTREL_ERROR;
+    if (kd_policies_init(e) < 0 || kd_alerts_start(e) < 0 || kd_indexer_start(e) < 0 ||
+        (e->ext && e->ext->open(e) < 0))
+        goto fail;
     if (kd_telemetry_start(e) < 0)
         fprintf(stderr, "kestreld: %s: no per-job GPU telemetry\n", kestrel_error_last()->message);
     e->sched_pending = 1;
-    if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0)
-        return kestrel__error_set(KESTREL_ERROR, "cannot start the scheduler thread");
+    if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0) {
+        kestrel__error_set(KESTREL_ERROR, "cannot start the scheduler thread");
+        kd_telemetry_stop(e);
+        if (e->ext)
+            e->ext->close(e);
+        goto fail;
+    }
     if (e->store)
         e->gc_running = pthread_create(&e->gc_thread, NULL, gc_main, e) == 0;
     if (e->store && !e->gc_running)
         fprintf(stderr, "kestreld: no repository collector thread; collect with POST /api/v1/repo/gc\n");
     return 0;
+fail:   /* nothing runs on a catalog the caller is about to close */
+    kd_indexer_stop(e);
+    kd_alerts_stop(e);
+    return KESTREL_ERROR;
 }
 
 void kd_engine_quiesce(kd_engine *e)

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "engine.h"
 #include "policy.h"
+#include "sched_plan.h"
 
 /* The memory of the devices the run held (MiB): the smallest, as declared or as NVML says. */
 static int64_t run_memory_mb(kd_engine *e, const kd_run *run)
@@ -26,9 +27,13 @@ static int64_t run_memory_mb(kd_engine *e, const kd_run *run)
     return mem;
 }
 
-/* Whether a node of the job's pool (not excluded) has gpus devices with more than mem MiB. */
-static int larger_exists(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t mem)
+/* Whether a node of the job's pool, not excluded, has spec->gpus devices it may use (type and
+ * compute capability as the scheduler checks them) with more than mem MiB (mem 0: any). */
+static int node_exists(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t mem)
 {
+    int min_cc = spec->min_compute_capability[0] ? kd_sched_parse_cc(spec->min_compute_capability) : 0;
+    if (min_cc < 0)
+        min_cc = 0;
     for (size_t n = 0; n < e->cfg->nnodes; n++) {
         const kd_node *node = &e->cfg->nodes[n];
         int fit = 0, excluded = 0;
@@ -36,9 +41,12 @@ static int larger_exists(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t
             continue;
         for (size_t x = 0; x < spec->n_exclude_nodes; x++)
             excluded |= !strcmp(spec->exclude_nodes[x], node->name);
-        for (int d = 0; !excluded && d < node->ndev; d++)
-            fit += node->devs[d].mem_mb > mem;
-        if (!excluded && fit >= (spec->gpus > 0 ? spec->gpus : 1))
+        for (int d = 0; !excluded && d < node->ndev; d++) {
+            const kd_dev *dv = &node->devs[d];
+            fit += dv->mem_mb > mem && dv->mem_mb >= spec->min_gpu_memory_mb && dv->cc >= min_cc &&
+                   (!spec->gpu_type[0] || !strcmp(dv->type, spec->gpu_type));
+        }
+        if (!excluded && (spec->gpus <= 0 || fit >= spec->gpus))
             return 1;
     }
     return 0;
@@ -82,7 +90,7 @@ int kd_engine_retry(kd_engine *e, kd_run *run, int failed, const char *failure, 
     if ((fx & KD_POLICY_RETRY_LARGER) && spec->gpus > 0 && run_memory_mb(e, run) > 0) {
         /* (a job on no GPU, or on devices of unknown memory: the other rules decide) */
         int64_t mem = run_memory_mb(e, run);
-        if (larger_exists(e, spec, mem)) {
+        if (node_exists(e, spec, mem)) {
             spec->min_gpu_memory_mb = mem + 1;
             changed = requeue = 1;
             snprintf(reason, n, "requeued: %s; out of memory on %lld MiB devices (%s), now asks for more memory "
@@ -93,12 +101,18 @@ int kd_engine_retry(kd_engine *e, kd_run *run, int failed, const char *failure, 
             fx |= KD_POLICY_NO_RETRY;
         }
     }
+    if (!requeue && (fx & KD_POLICY_EXCLUDE_NODE) && !node_exists(e, spec, 0)) {
+        snprintf(reason, n, "%s; not retried: log policy %s excluded node %s, and no other node of the pool can "
+                 "hold the job", failure, why, node);
+        fx |= KD_POLICY_NO_RETRY;
+    }
     if (!requeue && !(fx & KD_POLICY_NO_RETRY) && retries < spec->max_retries) {
         requeue = 1;
         snprintf(reason, n, "requeued: %s, retry %d of %d%s%s%s", failure, retries + 1, spec->max_retries,
                  fx & KD_POLICY_EXCLUDE_NODE ? "; avoids node " : "", fx & KD_POLICY_EXCLUDE_NODE ? node : "",
                  fx & KD_POLICY_EXCLUDE_NODE ? " (exclude-node)" : "");
-    } else if (!requeue && why[0] && (fx & KD_POLICY_NO_RETRY) && !strstr(reason, "no device with more")) {
+    } else if (!requeue && why[0] && (fx & KD_POLICY_NO_RETRY) && !strstr(reason, "no device with more") &&
+               !strstr(reason, "no other node")) {
         snprintf(reason, n, "%s; not retried: log policy %s", failure, why);
     }
     if (requeue || changed) {

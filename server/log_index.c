@@ -4,23 +4,20 @@
  * nothing is missed meanwhile). Each batch is one transaction under the catalog's lock, short
  * enough (a few ms) not to hold up requests; at stop the queue is drained (bounded in time: what
  * is left is indexed after the next start). */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include "engine.h"
 #include "log_index.h"
+#include "worker.h"
 
-#define BATCH 2000
-#define PERIOD_MS 250
+#define BATCH 2000             /* lines a transaction (a few ms under the catalog's lock) */
+#define PERIOD_MS 100
+#define TICK_MS 2000           /* a tick drains the queue for at most this long (a stop waits for it) */
 #define DRAIN_MS 10000
 
 struct kd_indexer {
     kd_engine *e;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;
+    kd_worker w;
 };
 
 static void drain(kd_engine *e, int64_t until_ms)
@@ -32,25 +29,10 @@ static void drain(kd_engine *e, int64_t until_ms)
         fprintf(stderr, "kestreld: log index: %s\n", kestrel_error_last()->message);
 }
 
-static void *run(void *arg)
+static void tick(void *ctx)
 {
-    struct kd_indexer *ix = arg;
-    struct timespec ts;
-    pthread_mutex_lock(&ix->mu);
-    while (!ix->stop) {
-        int64_t at = kestrel__now_ms() + PERIOD_MS;
-        ts.tv_sec = at / 1000;
-        ts.tv_nsec = (at % 1000) * 1000000;
-        while (!ix->stop && pthread_cond_timedwait(&ix->cv, &ix->mu, &ts) == 0)
-            ;
-        if (ix->stop)
-            break;
-        pthread_mutex_unlock(&ix->mu);
-        drain(ix->e, kestrel__now_ms() + PERIOD_MS * 4);
-        pthread_mutex_lock(&ix->mu);
-    }
-    pthread_mutex_unlock(&ix->mu);
-    return NULL;
+    struct kd_indexer *ix = ctx;
+    drain(ix->e, kestrel__now_ms() + TICK_MS);
 }
 
 int kd_indexer_start(kd_engine *e)
@@ -59,13 +41,9 @@ int kd_indexer_start(kd_engine *e)
     if (ix == NULL)
         return kestrel__error_oom();
     ix->e = e;
-    pthread_mutex_init(&ix->mu, NULL);
-    pthread_cond_init(&ix->cv, NULL);
-    if (pthread_create(&ix->thread, NULL, run, ix) != 0) {
-        pthread_cond_destroy(&ix->cv);
-        pthread_mutex_destroy(&ix->mu);
+    if (kd_worker_start(&ix->w, PERIOD_MS, tick, ix, "log indexer") < 0) {
         free(ix);
-        return kestrel__error_set(KESTREL_ERROR, "cannot start the log indexer thread");
+        return KESTREL_ERROR;
     }
     e->indexer = ix;
     return 0;
@@ -76,14 +54,8 @@ void kd_indexer_stop(kd_engine *e)
     struct kd_indexer *ix = e->indexer;
     if (ix == NULL)
         return;
-    pthread_mutex_lock(&ix->mu);
-    ix->stop = 1;
-    pthread_cond_signal(&ix->cv);
-    pthread_mutex_unlock(&ix->mu);
-    pthread_join(ix->thread, NULL);
+    kd_worker_stop(&ix->w);
     drain(e, kestrel__now_ms() + DRAIN_MS);
-    pthread_cond_destroy(&ix->cv);
-    pthread_mutex_destroy(&ix->mu);
     free(ix);
     e->indexer = NULL;
 }

@@ -235,6 +235,9 @@ int kd_metrics_scrape(kd_engine *e, kestrel_buf *out)
         pthread_mutex_unlock(&e->mu);
         rc = kd_expo_sample(out, "kestrel_scheduler_passes_total", NULL, (double)passes);
     }
+    if (rc == 0 && (rc = kd_expo_family(out, "kestrel_log_index_queue_lines", "gauge",
+                                        "Log lines stored and not yet in the search index (the indexer's backlog).")) == 0)
+        rc = kd_expo_sample(out, "kestrel_log_index_queue_lines", NULL, (double)kd_catalog_log_index_queue(e->cat));
     if (rc == 0)
         rc = kd_engine_gpu_metrics(e, out);
     if (rc == 0)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "policy.h"
+#include "job_priv.h"
 
 #define MAX_OWN 16
 #define MAX_GLOBAL 64
@@ -21,8 +22,12 @@ typedef struct {
     regex_t re;
 } policy;
 
-typedef struct {
+/* One job's run: its own policies and what fired. Held by reference: a slow regex of one job's
+ * policies holds up that job's lines only (each job has its own reader thread), never the list. */
+typedef struct run_state {
     int64_t job_id;
+    int refs, dead, loaded;
+    pthread_mutex_t mu;        /* the fields below */
     policy own[MAX_OWN];
     size_t nown;
     uint64_t fired_global;     /* bit i: global policy i matched this run */
@@ -33,10 +38,10 @@ typedef struct {
 } run_state;
 
 struct kd_policies {
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;        /* the list of run states (the global policies never change) */
     policy global[MAX_GLOBAL];
     size_t nglobal;
-    run_state *runs;
+    run_state **runs;
     size_t nruns, cap;
 };
 
@@ -81,6 +86,8 @@ static int compile(policy *p, const char *name, const char *actions, const char 
     if ((p->actions = parse_actions(actions, bad, sizeof(bad))) == 0)
         return kestrel__error_set(KESTREL_EINVALID, "log policy %s: unknown action '%s' (label, alert, no-retry, "
                                   "exclude-node, retry-larger)", name, bad);
+    if (kestrel__regex_bounded(pattern) < 0)
+        return kestrel__error_set(KESTREL_EINVALID, "log policy %s: %s", name, kestrel_error_last()->message);
     if ((err = regcomp(&p->re, pattern, REG_EXTENDED | REG_NOSUB)) != 0) {
         char why[160];
         regerror(err, &p->re, why, sizeof(why));
@@ -147,6 +154,14 @@ int kd_policies_init(kd_engine *e)
     return 0;
 }
 
+static void state_free(run_state *rs)
+{
+    for (size_t k = 0; k < rs->nown; k++)
+        regfree(&rs->own[k].re);
+    pthread_mutex_destroy(&rs->mu);
+    free(rs);
+}
+
 void kd_policies_free(kd_engine *e)
 {
     struct kd_policies *ps = e->policies;
@@ -155,50 +170,83 @@ void kd_policies_free(kd_engine *e)
     for (size_t i = 0; i < ps->nglobal; i++)
         regfree(&ps->global[i].re);
     for (size_t r = 0; r < ps->nruns; r++)
-        for (size_t i = 0; i < ps->runs[r].nown; i++)
-            regfree(&ps->runs[r].own[i].re);
+        state_free(ps->runs[r]);
     free(ps->runs);
     pthread_mutex_destroy(&ps->mu);
     free(ps);
     e->policies = NULL;
 }
 
-/* The run state of a job (policies lock held), made on its first line: the job's own policies
- * come from its spec in the catalog. */
-static run_state *state_of(kd_engine *e, int64_t job_id)
+/* A job's run state, referenced (release it), made on first use; its own policies come from the
+ * job's spec in the catalog, read without the list's lock. NULL on no memory. */
+static run_state *acquire(kd_engine *e, int64_t job_id)
 {
     struct kd_policies *ps = e->policies;
-    Kestrel__V1__Job *job = NULL;
-    run_state *rs;
-    for (size_t i = 0; i < ps->nruns; i++)
-        if (ps->runs[i].job_id == job_id)
-            return &ps->runs[i];
-    if (kestrel__array_grow(&ps->runs, &ps->cap, ps->nruns + 1, sizeof(*ps->runs)) < 0)
-        return NULL;
-    rs = &ps->runs[ps->nruns++];
-    memset(rs, 0, sizeof(*rs));
-    rs->job_id = job_id;
-    if (kd_catalog_job_load(e->cat, job_id, 0, &job, NULL) == 0 && job->spec) {
-        for (size_t i = 0; i < job->spec->n_log_policies && rs->nown < MAX_OWN; i++) {
-            const Kestrel__V1__LogPolicy *p = job->spec->log_policies[i];
-            char acts[200] = "";
-            for (size_t k = 0; k < p->n_actions && strlen(acts) + strlen(p->actions[k]) + 2 < sizeof(acts); k++)
-                snprintf(acts + strlen(acts), sizeof(acts) - strlen(acts), "%s%s", k ? "," : "", p->actions[k]);
-            if (compile(&rs->own[rs->nown], p->name, acts, p->pattern, "warning") == 0)
-                rs->nown++;
-        }
+    run_state *rs = NULL;
+    pthread_mutex_lock(&ps->mu);
+    for (size_t i = 0; i < ps->nruns && !rs; i++)
+        if (ps->runs[i]->job_id == job_id)
+            rs = ps->runs[i];
+    if (rs == NULL && kestrel__array_grow(&ps->runs, &ps->cap, ps->nruns + 1, sizeof(*ps->runs)) == 0 &&
+        (rs = calloc(1, sizeof(*rs))) != NULL) {
+        rs->job_id = job_id;
+        pthread_mutex_init(&rs->mu, NULL);
+        ps->runs[ps->nruns++] = rs;
     }
-    if (job)
-        protobuf_c_message_free_unpacked(&job->base, NULL);
+    if (rs)
+        rs->refs++;
+    pthread_mutex_unlock(&ps->mu);
+    if (rs == NULL)
+        return NULL;
+    pthread_mutex_lock(&rs->mu);
+    if (!rs->loaded) {
+        Kestrel__V1__Job *job = NULL;
+        rs->loaded = 1;
+        if (kd_catalog_job_load(e->cat, job_id, 0, &job, NULL) == 0 && job->spec) {
+            for (size_t i = 0; i < job->spec->n_log_policies && rs->nown < MAX_OWN; i++) {
+                const Kestrel__V1__LogPolicy *p = job->spec->log_policies[i];
+                char acts[200] = "";
+                for (size_t k = 0; k < p->n_actions && strlen(acts) + strlen(p->actions[k]) + 2 < sizeof(acts); k++)
+                    snprintf(acts + strlen(acts), sizeof(acts) - strlen(acts), "%s%s", k ? "," : "", p->actions[k]);
+                if (compile(&rs->own[rs->nown], p->name, acts, p->pattern, "warning") == 0)
+                    rs->nown++;
+            }
+        }
+        if (job)
+            protobuf_c_message_free_unpacked(&job->base, NULL);
+    }
+    pthread_mutex_unlock(&rs->mu);
     return rs;
+}
+
+static void release(struct kd_policies *ps, run_state *rs)
+{
+    int gone;
+    pthread_mutex_lock(&ps->mu);
+    gone = --rs->refs == 0 && rs->dead;
+    pthread_mutex_unlock(&ps->mu);
+    if (gone)
+        state_free(rs);
 }
 
 typedef struct {
     char name[65], severity[16];
     unsigned actions;
-    int64_t offset;
     char line[300];
 } fired;
+
+/* s cut to at most n - 1 bytes without splitting a UTF-8 character. */
+static void utf8_cut(char *dst, size_t n, const char *s)
+{
+    size_t len = strlen(s);
+    if (len >= n) {
+        len = n - 1;
+        while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
+            len--;
+    }
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+}
 
 static void act(kd_engine *e, int64_t job_id, const fired *f)
 {
@@ -226,39 +274,43 @@ void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, si
     struct kd_policies *ps = e->policies;
     fired f[8];
     size_t nf = 0;
+    char *text;
     run_state *rs;
-    if (ps == NULL || n == 0)
+    if (ps == NULL || n == 0 || (text = malloc(65537)) == NULL)
         return;
-    pthread_mutex_lock(&ps->mu);
-    if ((rs = state_of(e, job_id)) != NULL) {
-        for (size_t l = 0; l < n; l++) {
-            char text[65537];
-            size_t len = lines[l].len < sizeof(text) - 1 ? lines[l].len : sizeof(text) - 1;
-            memcpy(text, lines[l].text, len);
-            text[len] = '\0';
-            for (size_t i = 0; i < ps->nglobal + rs->nown; i++) {
-                int own = i >= ps->nglobal;
-                const policy *p = own ? &rs->own[i - ps->nglobal] : &ps->global[i];
-                int done = own ? (rs->fired_own >> (i - ps->nglobal)) & 1 : (int)((rs->fired_global >> i) & 1);
-                if (done || regexec(&p->re, text, 0, NULL, 0) != 0)
-                    continue;
-                if (own)
-                    rs->fired_own |= 1u << (i - ps->nglobal);
-                else
-                    rs->fired_global |= 1ull << i;
-                note_effect(rs, p);
-                if (nf < 8) {
-                    snprintf(f[nf].name, sizeof(f[nf].name), "%s", p->name);
-                    snprintf(f[nf].severity, sizeof(f[nf].severity), "%s", p->severity);
-                    f[nf].actions = p->actions;
-                    snprintf(f[nf].line, sizeof(f[nf].line), "%.299s", text);
-                    nf++;
-                }
+    if ((rs = acquire(e, job_id)) == NULL) {
+        free(text);
+        return;
+    }
+    pthread_mutex_lock(&rs->mu);
+    for (size_t l = 0; l < n; l++) {
+        size_t len = lines[l].len < 65536 ? lines[l].len : 65536;
+        memcpy(text, lines[l].text, len);
+        text[len] = '\0';
+        for (size_t i = 0; i < ps->nglobal + rs->nown; i++) {
+            int own = i >= ps->nglobal;
+            const policy *p = own ? &rs->own[i - ps->nglobal] : &ps->global[i];
+            int done = own ? (rs->fired_own >> (i - ps->nglobal)) & 1 : (int)((rs->fired_global >> i) & 1);
+            if (done || regexec(&p->re, text, 0, NULL, 0) != 0)
+                continue;
+            if (own)
+                rs->fired_own |= 1u << (i - ps->nglobal);
+            else
+                rs->fired_global |= 1ull << i;
+            note_effect(rs, p);
+            if (nf < 8) {
+                snprintf(f[nf].name, sizeof(f[nf].name), "%s", p->name);
+                snprintf(f[nf].severity, sizeof(f[nf].severity), "%s", p->severity);
+                f[nf].actions = p->actions;
+                utf8_cut(f[nf].line, sizeof(f[nf].line), text);
+                nf++;
             }
         }
     }
-    pthread_mutex_unlock(&ps->mu);
-    for (size_t i = 0; i < nf; i++)   /* catalog writes and the webhook off the policies lock */
+    pthread_mutex_unlock(&rs->mu);
+    release(ps, rs);
+    free(text);
+    for (size_t i = 0; i < nf; i++)   /* catalog writes and the webhook off every policy lock */
         act(e, job_id, &f[i]);
 }
 
@@ -268,18 +320,20 @@ void kd_policies_metric(kd_engine *e, int64_t job_id, const char *name, double v
     size_t n = strlen(name);
     run_state *rs;
     int alert = 0;
-    if (ps == NULL || !isnan(value) || n < 4 || strcmp(name + n - 4, "loss"))
+    if (ps == NULL || !isnan(value) || n < 4 || strcmp(name + n - 4, "loss") || (rs = acquire(e, job_id)) == NULL)
         return;
-    pthread_mutex_lock(&ps->mu);
-    if ((rs = state_of(e, job_id)) != NULL && !rs->nan_alerted) {
+    pthread_mutex_lock(&rs->mu);
+    if (!rs->nan_alerted) {
         rs->nan_alerted = alert = 1;
         rs->effects |= KD_POLICY_NO_RETRY;   /* a retry would diverge the same way */
         snprintf(rs->why + strlen(rs->why), sizeof(rs->why) - strlen(rs->why), "%snan-loss", rs->why[0] ? ", " : "");
     }
-    pthread_mutex_unlock(&ps->mu);
+    pthread_mutex_unlock(&rs->mu);
+    release(ps, rs);
     if (alert) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "metric %.300s is NaN: the training diverged", name);
+        char msg[400], cut[300];
+        utf8_cut(cut, sizeof(cut), name);
+        snprintf(msg, sizeof(msg), "metric %s is NaN: the training diverged", cut);
         kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), msg);
         kd_engine_alert(e, job_id, "nan-loss", "warning", msg);
     }
@@ -288,23 +342,28 @@ void kd_policies_metric(kd_engine *e, int64_t job_id, const char *name, double v
 unsigned kd_policies_run_end(kd_engine *e, int64_t job_id, char *why, size_t whylen)
 {
     struct kd_policies *ps = e->policies;
+    run_state *rs = NULL;
     unsigned fx = 0;
     if (whylen)
         why[0] = '\0';
     if (ps == NULL)
         return 0;
     pthread_mutex_lock(&ps->mu);
-    for (size_t i = 0; i < ps->nruns; i++) {
-        run_state *rs = &ps->runs[i];
-        if (rs->job_id != job_id)
-            continue;
-        fx = rs->effects;
-        snprintf(why, whylen, "%s", rs->why);
-        for (size_t k = 0; k < rs->nown; k++)
-            regfree(&rs->own[k].re);
-        ps->runs[i] = ps->runs[--ps->nruns];
-        break;
-    }
+    for (size_t i = 0; i < ps->nruns && !rs; i++)
+        if (ps->runs[i]->job_id == job_id) {
+            rs = ps->runs[i];
+            ps->runs[i] = ps->runs[--ps->nruns];
+            rs->dead = 1;     /* freed by its last release, */
+            rs->refs++;       /* ours below at the latest */
+        }
     pthread_mutex_unlock(&ps->mu);
+    if (rs == NULL)
+        return 0;
+    pthread_mutex_lock(&rs->mu);
+    fx = rs->effects;
+    if (whylen)
+        snprintf(why, whylen, "%s", rs->why);
+    pthread_mutex_unlock(&rs->mu);
+    release(ps, rs);
     return fx;
 }

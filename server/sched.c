@@ -144,6 +144,11 @@ static int add_wait(pass *ps, int64_t job, const char *reason)
 
 static int same_shape(const kd_qjob *a, const kd_qjob *b)
 {
+    if (a->nexclude != b->nexclude)
+        return 0;
+    for (size_t x = 0; x < a->nexclude; x++)
+        if (strcmp(a->exclude[x], b->exclude[x]))
+            return 0;
     return a->gpus == b->gpus && a->min_mem_mb == b->min_mem_mb && a->min_cc == b->min_cc &&
            a->preemptible == b->preemptible && !strcmp(a->gpu_type, b->gpu_type) && !strcmp(a->pool, b->pool);
 }

@@ -5,7 +5,6 @@
  * so a job's series stays near 512 points a device in its first hours and grows slowly after.
  * A job whose devices all stayed under 5% for its first --idle-gpu-after seconds gets an event
  * (once a run): a GPU held and not used is what admins ask about first. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include "engine.h"
 #include "metrics.h"
 #include "telemetry.h"
+#include "worker.h"
 
 #define IDLE_PERCENT 5
 #define SERIES_POINTS 512
@@ -27,10 +27,7 @@ typedef struct {
 
 struct kd_telemetry {
     kd_engine *e;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;
+    kd_worker w;
     track *t;
     size_t nt, cap;
 };
@@ -123,31 +120,14 @@ static void sample(struct kd_telemetry *tm)
     free(h);
 }
 
-static void *run(void *arg)
+static void tick(void *ctx)
 {
-    struct kd_telemetry *tm = arg;
-    struct timespec ts;
-    pthread_mutex_lock(&tm->mu);
-    while (!tm->stop) {
-        int64_t at = kestrel__now_ms() + (int64_t)tm->e->cfg->gpu_sample_s * 1000;
-        ts.tv_sec = at / 1000;
-        ts.tv_nsec = (at % 1000) * 1000000;
-        while (!tm->stop && pthread_cond_timedwait(&tm->cv, &tm->mu, &ts) == 0)
-            ;
-        if (tm->stop)
-            break;
-        pthread_mutex_unlock(&tm->mu);
-        {
-            struct timespec a, b;
-            clock_gettime(CLOCK_MONOTONIC, &a);
-            sample(tm);
-            clock_gettime(CLOCK_MONOTONIC, &b);
-            kd_metrics_gpu_sample(tm->e->metrics, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9);
-        }
-        pthread_mutex_lock(&tm->mu);
-    }
-    pthread_mutex_unlock(&tm->mu);
-    return NULL;
+    struct kd_telemetry *tm = ctx;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    sample(tm);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    kd_metrics_gpu_sample(tm->e->metrics, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9);
 }
 
 int kd_telemetry_start(kd_engine *e)
@@ -158,13 +138,9 @@ int kd_telemetry_start(kd_engine *e)
     if ((tm = calloc(1, sizeof(*tm))) == NULL)
         return kestrel__error_oom();
     tm->e = e;
-    pthread_mutex_init(&tm->mu, NULL);
-    pthread_cond_init(&tm->cv, NULL);   /* CLOCK_REALTIME: deadlines are Unix ms */
-    if (pthread_create(&tm->thread, NULL, run, tm) != 0) {
-        pthread_cond_destroy(&tm->cv);
-        pthread_mutex_destroy(&tm->mu);
+    if (kd_worker_start(&tm->w, (int64_t)e->cfg->gpu_sample_s * 1000, tick, tm, "GPU telemetry") < 0) {
         free(tm);
-        return kestrel__error_set(KESTREL_ERROR, "cannot start the GPU telemetry thread");
+        return KESTREL_ERROR;
     }
     e->telemetry = tm;
     return 0;
@@ -175,13 +151,7 @@ void kd_telemetry_stop(kd_engine *e)
     struct kd_telemetry *tm = e->telemetry;
     if (tm == NULL)
         return;
-    pthread_mutex_lock(&tm->mu);
-    tm->stop = 1;
-    pthread_cond_signal(&tm->cv);
-    pthread_mutex_unlock(&tm->mu);
-    pthread_join(tm->thread, NULL);
-    pthread_cond_destroy(&tm->cv);
-    pthread_mutex_destroy(&tm->mu);
+    kd_worker_stop(&tm->w);
     free(tm->t);
     free(tm);
     e->telemetry = NULL;

@@ -144,6 +144,13 @@ def test_metrics_exposition_passes_promtool_and_only_admins_and_metrics_tokens_r
     assert get(d.url + "/metrics", prom)[0] == 200
     for path in ("/api/v1/jobs", "/api/v1/whoami", "/api/v1/logs/search?q=hello"):
         assert get(d.url + path, prom)[0] == 403, path
+    req = urllib.request.Request(d.url + "/api/v1/chunks/pack", data=b"x" * 100, method="POST",
+                                 headers={"Authorization": f"Bearer {prom}", "Content-Type": "application/octet-stream"})
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        raise AssertionError("a metrics token pushed a pack")
+    except urllib.error.HTTPError as e:
+        assert e.code == 403 and b"metrics-scoped" in e.read()
     assert d.cli("token", "create", "--scope", "metrics", "--user", "p2").returncode == 0
     # the open listener: /metrics without a token, nothing else
     assert get(f"http://127.0.0.1:{port}/metrics")[0] == 200
@@ -270,6 +277,13 @@ def test_log_search_across_jobs_sees_only_what_the_caller_may(kestreld, tmp_path
     assert p.returncode == 2 and "regular expression" in p.stderr
     status, body = d.api("GET", "/api/v1/logs/search?q=" + "x" * 1025)
     assert status == 400
+    # regexes whose cost has no bound are refused: back-references, nested repetition counts
+    status, body = d.api("GET", "/api/v1/logs/search?regex=1&q=" + urllib.parse.quote(r"(a+)\1"))
+    assert status == 400 and "back-references" in body["message"]
+    status, body = d.api("GET", "/api/v1/logs/search?regex=1&q=" + urllib.parse.quote("((ab{1,100}){1,100}){1,100}"))
+    assert status == 400 and "multiply" in body["message"]
+    p = d.cli("submit", "--log-policy", r"slow:alert=((x{1,50}){1,50})", "--", "true", check=False)
+    assert p.returncode != 0 and "multiply" in p.stderr
     status, body = d.api("GET", "/api/v1/logs/search?q=abc&limit=1001")
     assert status == 400 and "limit" in body["message"]
     status, body = d.api("GET", "/api/v1/logs/search?q=abc&job=%2B1")
