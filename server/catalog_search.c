@@ -122,20 +122,23 @@ int kd_regex_literal(const char *re, char *out, size_t outsz)
 }
 
 /* The index is of trigrams without positions (detail=none: smaller, faster to fill): a line
- * holding lit holds each of its trigrams, so the query is their AND (at most MAX_TRIGRAMS, spread
- * over lit: enough to be selective), and every candidate is then checked against the line itself. */
-#define MAX_TRIGRAMS 24
+ * holding lit holds each of its trigrams, so the query is an AND of some of them, and every
+ * candidate is then checked against the line itself. Few are enough to be selective and each one
+ * more costs a walk of its list (a common one's is long): MAX_TRIGRAMS, spread over lit from its
+ * first to its last (measured on 2 M lines: 4 took 34 ms where 24 took 185, same candidates). */
+#define MAX_TRIGRAMS 4
 
 static void trigram_query(const char *lit, char *out)
 {
-    size_t starts[1100], n = 0, len = strlen(lit), ntri, step;
+    size_t starts[1100], n = 0, len = strlen(lit), ntri, k;
     char *o = out;
     for (size_t i = 0; lit[i] && n < 1100; i++)
         if (((unsigned char)lit[i] & 0xC0) != 0x80)
             starts[n++] = i;
     ntri = n - 2;   /* n >= 3 here */
-    step = ntri > MAX_TRIGRAMS ? (ntri + MAX_TRIGRAMS - 1) / MAX_TRIGRAMS : 1;
-    for (size_t t = 0; t < ntri; t += step) {
+    k = ntri < MAX_TRIGRAMS ? ntri : MAX_TRIGRAMS;
+    for (size_t j = 0; j < k; j++) {
+        size_t t = k > 1 ? (j * (ntri - 1) + (k - 1) / 2) / (k - 1) : 0;
         size_t a = starts[t], b = t + 3 < n ? starts[t + 3] : len;
         if (o != out)
             o += sprintf(o, " AND ");
