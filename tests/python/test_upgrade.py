@@ -6,6 +6,7 @@ import pathlib
 import sqlite3
 import stat
 import tarfile
+import time
 
 import pytest
 
@@ -77,3 +78,46 @@ def test_a_newer_catalog_is_refused(old_dir):
         c.execute("PRAGMA user_version = 99")
     with pytest.raises(RuntimeError, match="newer than this kestreld"):
         Daemon(old_dir, "--gpus", "0")
+
+
+def test_a_data_dir_of_the_last_landed_kestreld_opens_with_search_metrics_and_policies(tmp_path):
+    """tests/fixtures/v4-data.tar.gz: written by the landed kestreld before observability (catalog
+    version 4): its job's old lines become searchable, its pool shows on /metrics, its params stay."""
+    import urllib.request
+    root = tmp_path / "v4"
+    root.mkdir()
+    with tarfile.open(ROOT / "tests" / "fixtures" / "v4-data.tar.gz") as t:
+        t.extractall(root)
+    db = root / "data" / "catalog.db"
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 4
+    d = Daemon(root, "--gpus", "0")
+    try:
+        alice = (root / "alice.token").read_text().strip()
+        jobs = d.api("GET", "/api/v1/jobs", token=alice)[1]["jobs"]
+        assert [(j["spec"]["name"], j["spec"]["params"]) for j in jobs] == [("old", [{"key": "lr", "value": "0.01"}])]
+        jid = int(jobs[0]["id"])
+        deadline = time.time() + 20   # the migration queued the old lines; the indexer takes them in
+        while True:
+            hits = [json.loads(l) for l in d.cli("-o", "json", "logs", "--grep", "out of memory", check=False,
+                                                 env=d.env(KESTREL_TOKEN=alice)).stdout.splitlines()]
+            if hits or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert [(h["job_id"], h["line"]["text"]) for h in hits] == [(jid, "RuntimeError: CUDA out of memory. "
+                                                                         "Tried to allocate 1 GiB")]
+        req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
+        assert 'kestrel_jobs{state="succeeded",pool="",class="normal"} 1' in urllib.request.urlopen(req).read().decode()
+        assert d.cli("-o", "json", "alerts", env=d.env(KESTREL_TOKEN=alice)).stdout.strip() == ""
+        out = tmp_path / "m.bin"
+        d.cli("pull", "alice/m@production", "-o", str(out), env=d.env(KESTREL_TOKEN=alice))
+        import hashlib
+        assert hashlib.sha256(out.read_bytes()).hexdigest() == (root / "model.sha").read_text().strip()
+        # a new job there meets the built-in policies
+        new = json.loads(d.cli("-o", "json", "submit", "--", "sh", "-c", "echo 'loss: nan'; exit 1",
+                               env=d.env(KESTREL_TOKEN=alice)).stdout)["id"]
+        assert "nan-loss" in d.wait(new)["reason"]
+    finally:
+        assert d.stop() == 0
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 5
