@@ -496,15 +496,29 @@ static void build(kd_envs *s, env_entry *x)
                               "ensurepip", "--default-pip", NULL };
         char *pip[] = { "/usr/bin/env", home, cache_env, "PIP_NO_INPUT=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", py,
                         "-m", "pip", "install", "--progress-bar", "off", "-r", reqs, "cffi", NULL };
-        line(s, x, "making the venv");
-        if ((rc = run(s, x, venv, real, &builder, tail, sizeof(tail))) != 0) {
-            snprintf(x->error, sizeof(x->error), "%s -m venv failed: %s", cfg->env_python, tail);
-            goto out;
+        /* ensurepip fails now and then under load and leaves a half-installed pip that a second
+         * ensurepip takes as installed ("No module named pip._vendor..."): a retry starts from a
+         * fresh venv */
+        for (int attempt = 0; attempt < 3; attempt++) {
+            if (attempt) {
+                static const char *const parts[] = { "bin", "include", "lib", "lib64", "pyvenv.cfg" };
+                char part[PATH_MAX + 16];
+                line(s, x, "ensurepip failed: once more, in a fresh venv");
+                for (size_t k = 0; k < sizeof(parts) / sizeof(parts[0]); k++) {
+                    snprintf(part, sizeof(part), "%s/%s", real, parts[k]);
+                    kestrel__rm_tree(part);
+                    unlink(part);
+                }
+            }
+            line(s, x, "making the venv");
+            if ((rc = run(s, x, venv, real, &builder, tail, sizeof(tail))) != 0) {
+                snprintf(x->error, sizeof(x->error), "%s -m venv failed: %s", cfg->env_python, tail);
+                goto out;
+            }
+            line(s, x, "installing pip into it");
+            if ((rc = run(s, x, ensurepip, real, &builder, tail, sizeof(tail))) == 0)
+                break;
         }
-        line(s, x, "installing pip into it");
-        for (int attempt = 0; attempt < 2 && (rc = run(s, x, ensurepip, real, &builder, tail, sizeof(tail))) != 0;
-             attempt++)
-            line(s, x, "ensurepip failed: once more");
         if (rc != 0) {
             snprintf(x->error, sizeof(x->error), "ensurepip failed: %s", tail);
             goto out;
