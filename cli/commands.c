@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <cjson/cJSON.h>
 #include "cli.h"
 
 static void fmt_time(char *out, size_t n, int64_t ms)
@@ -266,17 +267,45 @@ int cmd_cancel(cli_ctx *ctx, int argc, char **argv)
 int cmd_envs(cli_ctx *ctx, int argc, char **argv)
 {
     kestrel_buf b = KESTREL_BUF_INIT;
-    int rc;
-    (void)argv;
-    if (argc != 1) {
-        fprintf(stderr, "Usage: kestrel envs\nThe server's standard environments: name, state, digest and packages.\n");
+    cJSON *root, *envs, *e;
+    int rc, packages = argc == 2 && !strcmp(argv[1], "--packages");
+    if (argc > 2 || (argc == 2 && !packages)) {
+        fprintf(stderr, "Usage: kestrel envs [--packages]\n"
+                        "The server's environments: the declared ones, then those jobs' requirements made: name,\n"
+                        "state, digest and package count (--packages: each package; -o json: all as JSON).\n");
         return 2;
     }
     if (cli_connect(ctx) < 0)
         return 1;
     if ((rc = kestrel_environments_get(&b, ctx->client)) < 0)
         return cli_fail("envs", rc);
-    printf("%s\n", b.ptr);
+    if (ctx->json || (root = cJSON_Parse(b.ptr)) == NULL) {
+        printf("%s\n", b.ptr);
+        kestrel_buf_dispose(&b);
+        return 0;
+    }
+    envs = cJSON_GetObjectItemCaseSensitive(root, "environments");
+    printf("%-24s %-10s %-20s %s\n", "NAME", "STATE", "DIGEST", "PACKAGES");
+    cJSON_ArrayForEach(e, envs) {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
+        const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "state"));
+        const char *digest = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "digest"));
+        const char *pk = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "packages"));
+        const char *err = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "error"));
+        size_t n = 0;
+        for (const char *p = pk ? pk : ""; *p; p++)
+            n += *p == '\n' || (!p[1] && *p != '\n');
+        printf("%-24s %-10s %-20.20s %zu%s%s\n", name && name[0] ? name : "(a job's)", state ? state : "",
+               digest ? digest : "", n, err && err[0] ? "  error: " : "", err && err[0] ? err : "");
+        if (packages && pk && pk[0])
+            for (const char *p = pk, *nl; *p; p = nl + (*nl != '\0')) {
+                nl = strchr(p, '\n');
+                if (nl == NULL)
+                    nl = p + strlen(p);
+                printf("    %.*s\n", (int)(nl - p), p);
+            }
+    }
+    cJSON_Delete(root);
     kestrel_buf_dispose(&b);
     return 0;
 }

@@ -188,7 +188,15 @@ void kd_alerts_stop(kd_engine *e)
     if (a == NULL)
         return;
     atomic_store(&a->quit, 1);
-    kd_worker_stop(&a->w);
+    kd_worker_stop(&a->w);   /* alerts raised after this stay pending: sent after the next start */
+}
+
+void kd_alerts_free(kd_engine *e)
+{
+    struct kd_alerts *a = e->alerts;
+    if (a == NULL)
+        return;
+    kd_worker_fini(&a->w);
     OPENSSL_cleanse(a->secret, sizeof(a->secret));
     free(a);
     e->alerts = NULL;

@@ -6,6 +6,8 @@
 
 /* Start the webhook delivery thread when --webhook is set (0 and nothing otherwise). */
 int kd_alerts_start(kd_engine *e);
+/* Stop sending (kd_engine_alert still records, as pending); free at kd_engine_fini. */
 void kd_alerts_stop(kd_engine *e);
+void kd_alerts_free(kd_engine *e);
 
 #endif

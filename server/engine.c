@@ -585,6 +585,7 @@ void kd_engine_stop(kd_engine *e)
 void kd_engine_fini(kd_engine *e)
 {
     free(e->waits);
+    kd_alerts_free(e);
     kd_policies_free(e);
     kd_metrics_free(e->metrics);
     kestrel_gpu_list_free(e->gpus);

@@ -43,7 +43,7 @@ static int node_exists(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t m
             excluded |= !strcmp(spec->exclude_nodes[x], node->name);
         for (int d = 0; !excluded && d < node->ndev; d++) {
             const kd_dev *dv = &node->devs[d];
-            fit += dv->mem_mb > mem && dv->mem_mb >= spec->min_gpu_memory_mb && dv->cc >= min_cc &&
+            fit += (mem == 0 || dv->mem_mb > mem) && dv->mem_mb >= spec->min_gpu_memory_mb && dv->cc >= min_cc &&
                    (!spec->gpu_type[0] || !strcmp(dv->type, spec->gpu_type));
         }
         if (!excluded && (spec->gpus <= 0 || fit >= spec->gpus))

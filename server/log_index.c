@@ -54,7 +54,7 @@ void kd_indexer_stop(kd_engine *e)
     struct kd_indexer *ix = e->indexer;
     if (ix == NULL)
         return;
-    kd_worker_stop(&ix->w);
+    kd_worker_fini(&ix->w);
     drain(e, kestrel__now_ms() + DRAIN_MS);
     free(ix);
     e->indexer = NULL;

@@ -26,7 +26,7 @@ typedef struct {
  * policies holds up that job's lines only (each job has its own reader thread), never the list. */
 typedef struct run_state {
     int64_t job_id;
-    int refs, dead, loaded;
+    int refs, dead, loaded, ended;
     pthread_mutex_t mu;        /* the fields below */
     policy own[MAX_OWN];
     size_t nown;
@@ -177,6 +177,8 @@ void kd_policies_free(kd_engine *e)
     e->policies = NULL;
 }
 
+static void release(struct kd_policies *ps, run_state *rs);
+
 /* A job's run state, referenced (release it), made on first use; its own policies come from the
  * job's spec in the catalog, read without the list's lock. NULL on no memory. */
 static run_state *acquire(kd_engine *e, int64_t job_id)
@@ -202,7 +204,9 @@ static run_state *acquire(kd_engine *e, int64_t job_id)
     if (!rs->loaded) {
         Kestrel__V1__Job *job = NULL;
         rs->loaded = 1;
-        if (kd_catalog_job_load(e->cat, job_id, 0, &job, NULL) == 0 && job->spec) {
+        if (kd_catalog_job_load(e->cat, job_id, 0, &job, NULL) < 0 || kestrel_job_state_is_final(job->state))
+            rs->ended = 1;   /* lines or metrics after its end (a build's, a late report): nothing to do */
+        else if (job->spec) {
             for (size_t i = 0; i < job->spec->n_log_policies && rs->nown < MAX_OWN; i++) {
                 const Kestrel__V1__LogPolicy *p = job->spec->log_policies[i];
                 char acts[200] = "";
@@ -216,6 +220,11 @@ static run_state *acquire(kd_engine *e, int64_t job_id)
             protobuf_c_message_free_unpacked(&job->base, NULL);
     }
     pthread_mutex_unlock(&rs->mu);
+    if (rs->ended) {   /* set once, under rs->mu, before any reader: forget it again */
+        release(ps, rs);
+        kd_policies_run_end(e, job_id, NULL, 0);
+        return NULL;
+    }
     return rs;
 }
 

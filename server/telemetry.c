@@ -151,7 +151,7 @@ void kd_telemetry_stop(kd_engine *e)
     struct kd_telemetry *tm = e->telemetry;
     if (tm == NULL)
         return;
-    kd_worker_stop(&tm->w);
+    kd_worker_fini(&tm->w);
     free(tm->t);
     free(tm);
     e->telemetry = NULL;

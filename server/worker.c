@@ -34,35 +34,49 @@ int kd_worker_start(kd_worker *w, int64_t period_ms, void (*fn)(void *ctx), void
     w->ctx = ctx;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
+    w->made = 1;
+    w->running = 1;   /* before the thread: a kick may come at once */
     if (pthread_create(&w->thread, NULL, run, w) != 0) {
-        pthread_cond_destroy(&w->cv);
-        pthread_mutex_destroy(&w->mu);
+        w->running = 0;
+        kd_worker_fini(w);
         return kestrel__error_set(KESTREL_ERROR, "cannot start the %s thread", what);
     }
-    w->running = 1;
     return 0;
 }
 
 void kd_worker_kick(kd_worker *w)
 {
-    if (!w->running)
+    if (!w->made)
         return;
-    pthread_mutex_lock(&w->mu);
-    w->kicked = 1;
-    pthread_cond_signal(&w->cv);
+    pthread_mutex_lock(&w->mu);   /* valid until kd_worker_fini, so a late kick is harmless */
+    if (w->running) {
+        w->kicked = 1;
+        pthread_cond_signal(&w->cv);
+    }
     pthread_mutex_unlock(&w->mu);
 }
 
 void kd_worker_stop(kd_worker *w)
 {
-    if (!w->running)
+    int running;
+    if (!w->made)
         return;
     pthread_mutex_lock(&w->mu);
+    running = w->running;
     w->stop = 1;
+    w->running = 0;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
+    if (running)
+        pthread_join(w->thread, NULL);
+}
+
+void kd_worker_fini(kd_worker *w)
+{
+    kd_worker_stop(w);
+    if (!w->made)
+        return;
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
-    w->running = 0;
+    w->made = 0;
 }

@@ -10,7 +10,7 @@ typedef struct kd_worker {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int stop, kicked, running;
+    int stop, kicked, running, made;
     int64_t period_ms;
     void (*fn)(void *ctx);
     void *ctx;
@@ -20,7 +20,10 @@ typedef struct kd_worker {
 int kd_worker_start(kd_worker *w, int64_t period_ms, void (*fn)(void *ctx), void *ctx, const char *what);
 /* Run fn now rather than at the end of the period. */
 void kd_worker_kick(kd_worker *w);
-/* Stop and join (a call of fn in progress finishes first). No-op on a worker never started. */
+/* Stop and join (a call of fn in progress finishes first). No-op on a worker never started or
+ * stopped already; a kick after it does nothing. */
 void kd_worker_stop(kd_worker *w);
+/* Stop, then free the lock (nothing may kick it after this). */
+void kd_worker_fini(kd_worker *w);
 
 #endif

@@ -65,15 +65,19 @@ def test_declared_environments_are_listed_and_unknown_ones_refused(daemon, tmp_p
     f = tmp_path / "small.txt"
     f.write_text("six\n")
     d = daemon("--gpus", "0", "--environment", f"small={f}")
-    envs = json.loads(d.cli("envs").stdout)["environments"]
+    envs = json.loads(d.cli("-o", "json", "envs").stdout)["environments"]
     assert [(e["name"], e["state"]) for e in envs] == [("small", "not built")] and envs[0]["requirements"] == "six\n"
+    table = d.cli("envs").stdout.splitlines()
+    assert table[0].split() == ["NAME", "STATE", "DIGEST", "PACKAGES"] and table[1].split()[:3] == ["small", "not", "built"]
     # no --env-python-path: the bindings come from where /usr/bin/python3 itself imports kestrel
     probe = "import six; print(six.__version__)" + (
         "; import kestrel; print('kestrel', kestrel.__version__)" if (pathlib.Path(BINDINGS) / "kestrel").exists() else "")
     jid = d.submit("--environment", "small", "--", "python", "-c", probe)
     assert d.wait(jid, timeout=300)["state"] == "SUCCEEDED", d.cli("logs", jid).stdout
-    envs = json.loads(d.cli("envs").stdout)["environments"]
+    envs = json.loads(d.cli("-o", "json", "envs").stdout)["environments"]
     assert envs[0]["state"] == "ready" and "six==" in envs[0]["packages"], envs
+    listed = d.cli("envs", "--packages").stdout
+    assert "ready" in listed and any(l.strip().startswith("six==") for l in listed.splitlines()), listed
     status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "environment": "nope"})
     assert status == 400 and "no environment 'nope'" in body["message"], body
     status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "environment": "small", "requirements": "six"})
