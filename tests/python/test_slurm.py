@@ -129,7 +129,7 @@ def test_a_slurm_job_runs_as_its_users_identity(d):
     if os.geteuid() != 0:
         pytest.skip("identities need kestreld as root")
     jid = d.submit("--pool", "poola", "--", "sh", "-c",
-                   f"echo who=$(id -un); cat {d.data}/admin.token 2>&1 | head -c 80; echo; echo dir=$(stat -c %U .)")
+                   f"echo who=$(id -un); cat {d.data}/admin.token 2>&1 | head -c 300; echo; echo dir=$(stat -c %U .)")
     job = d.wait(jid, timeout=60)
     logs = d.cli("logs", str(jid)).stdout
     assert job["state"] == "SUCCEEDED", logs
