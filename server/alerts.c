@@ -164,6 +164,9 @@ int kd_alerts_start(kd_engine *e)
     const kd_config *cfg = e->cfg;
     if (cfg->webhook_url == NULL)
         return 0;
+    if (strlen(cfg->webhook_url) >= sizeof(((struct kd_alerts *)0)->url))
+        return kestrel__error_set(KESTREL_EINVALID, "--webhook: at most %zu bytes",
+                                  sizeof(((struct kd_alerts *)0)->url) - 1);
     if (strncmp(cfg->webhook_url, "http://", 7) && strncmp(cfg->webhook_url, "https://", 8))
         return kestrel__error_set(KESTREL_EINVALID, "--webhook: an http:// or https:// URL, not '%s'", cfg->webhook_url);
     if ((a = calloc(1, sizeof(*a))) == NULL)

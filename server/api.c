@@ -126,9 +126,21 @@ static int authenticate(kd_req *r, enum MHD_Result *reply)
     return 0;
 }
 
+/* What a token's scope does not allow of a route (one rule for every path, streamed packs too), or
+ * NULL. */
+static const char *scope_refusal(const kd_principal *who, const kd_route *rt)
+{
+    if (who->scope == KD_SCOPE_READ && !rt->read_ok)
+        return "this token is read-scoped: it can only read (GET)";
+    if (who->scope == KD_SCOPE_METRICS && rt->area != KD_AREA_METRICS)
+        return "this token is metrics-scoped: it can only GET /metrics";
+    return NULL;
+}
+
 static enum MHD_Result dispatch(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
+    const char *why;
     kd_route rt;
     kd_route_parse(r->method, r->path, &rt);
     if (rt.area == KD_AREA_HEALTH) {
@@ -146,10 +158,8 @@ static enum MHD_Result dispatch(kd_req *r)
     }
     if (authenticate(r, &reply) < 0)
         return reply;
-    if (r->who.scope == KD_SCOPE_READ && !rt.read_ok)
-        return kd_reply_error(r, 403, "permission_denied", "this token is read-scoped: it can only read (GET)");
-    if (r->who.scope == KD_SCOPE_METRICS && rt.area != KD_AREA_METRICS)
-        return kd_reply_error(r, 403, "permission_denied", "this token is metrics-scoped: it can only GET /metrics");
+    if ((why = scope_refusal(&r->who, &rt)) != NULL)
+        return kd_reply_error(r, 403, "permission_denied", why);
     switch (rt.area) {
     case KD_AREA_METRICS:
         if (!r->who.is_admin && r->who.scope != KD_SCOPE_METRICS)
@@ -220,13 +230,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!strcmp(url, "/api/v1/chunks/pack") && !strcmp(method, "POST")) {
             /* a pack streams through a verifier into the store: authenticate before reading it */
             enum MHD_Result reply = MHD_NO;
+            const char *why;
+            kd_route rt;
             r->started = 1;
             if (authenticate(r, &reply) < 0)
                 return reply;
-            if (r->who.scope != KD_SCOPE_WRITE && r->who.scope != KD_SCOPE_ADMIN)
-                return kd_reply_error(r, 403, "permission_denied", r->who.scope == KD_SCOPE_METRICS
-                                      ? "this token is metrics-scoped: it can only GET /metrics"
-                                      : "this token is read-scoped: it cannot push");
+            kd_route_parse(method, url, &rt);
+            if ((why = scope_refusal(&r->who, &rt)) != NULL)
+                return kd_reply_error(r, 403, "permission_denied", why);
             if (cl && strtoull(cl, NULL, 10) > KD_MAX_PACK)
                 return kd_reply_error(r, 413, "too_large", "a pack is at most 1 GiB: send more packs");
             if ((r->pack = kd_pack_begin(api->e)) == NULL)

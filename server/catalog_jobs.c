@@ -9,6 +9,22 @@
 
 static int load_locked(kd_catalog *cat, int64_t id, int with_events, Kestrel__V1__Job **out, int64_t *owner_out);
 
+/* Rows (id, key, value) of a job's labels or params (catalog lock held, in a transaction). */
+static int put_pairs(kd_catalog *cat, const char *sql, int64_t id, Kestrel__V1__KeyValue *const *kv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st = kd__stmt(cat, sql);
+        if (st == NULL)
+            return -1;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, kv[i]->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, kv[i]->value, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            return -1;
+    }
+    return 0;
+}
+
 int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__JobSpec *spec, int64_t now,
                           int64_t *id_out, Kestrel__V1__Job **job_out)
 {
@@ -43,16 +59,9 @@ int kd_catalog_job_insert(kd_catalog *cat, int64_t owner_id, const Kestrel__V1__
     if (sqlite3_step(st) != SQLITE_DONE)
         goto fail;
     id = sqlite3_last_insert_rowid(kd__db(cat));
-    for (size_t i = 0; i < spec->n_labels + spec->n_params; i++) {
-        const Kestrel__V1__KeyValue *kv = i < spec->n_labels ? spec->labels[i] : spec->params[i - spec->n_labels];
-        if ((st = kd__stmt(cat, i < spec->n_labels ? lab : par)) == NULL)
-            goto fail;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_text(st, 2, kv->key, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, kv->value, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            goto fail;
-    }
+    if (put_pairs(cat, lab, id, spec->labels, spec->n_labels) < 0 ||
+        put_pairs(cat, par, id, spec->params, spec->n_params) < 0)
+        goto fail;
     if ((st = kd__stmt(cat, ev)) == NULL)
         goto fail;
     sqlite3_bind_int64(st, 1, id);
@@ -471,15 +480,8 @@ int kd_catalog_job_spec_replace(kd_catalog *cat, int64_t id, const Kestrel__V1__
     sqlite3_bind_int64(st, 1, id);
     if (sqlite3_step(st) != SQLITE_DONE)
         goto fail;
-    for (size_t i = 0; i < spec->n_labels; i++) {
-        if ((st = kd__stmt(cat, lab)) == NULL)
-            goto fail;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_text(st, 2, spec->labels[i]->key, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, spec->labels[i]->value, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            goto fail;
-    }
+    if (put_pairs(cat, lab, id, spec->labels, spec->n_labels) < 0)
+        goto fail;
     if ((rc = kd__exec(cat, "COMMIT")) == 0)
         goto out;
 fail:

@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import socket
+import stat
 import subprocess
 import time
 import urllib.parse
@@ -113,9 +114,15 @@ scrape_configs:
 
 def test_metrics_exposition_passes_promtool_and_only_admins_and_metrics_tokens_read_it(daemon, tmp_path):
     port = free_port()
-    d = daemon("--gpus", "2", "--metrics-listen", f"127.0.0.1:{port}")
-    jid = d.submit("--", "sh", "-c", "echo hi")
+    d = daemon("--gpus", "2", "--metrics-listen", f"127.0.0.1:{port}", "--webhook", "http://127.0.0.1:9/hook")
+    # the webhook's key kestreld made: its own (0600), a job cannot read it
+    secret = d.data / "webhook.secret"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and len(secret.read_text()) == 64
+    jid = d.submit("--", "sh", "-c", f"echo hi; cat {secret} 2>&1 | head -c 300")
     assert d.wait(jid)["state"] == "SUCCEEDED"
+    if os.geteuid() == 0:
+        out = d.cli("logs", str(jid)).stdout
+        assert "Permission denied" in out and secret.read_text() not in out, out
     status, expo = get(d.url + "/metrics", d.token)
     assert status == 200
     check = subprocess.run([PROMTOOL, "check", "metrics"], input=expo, capture_output=True, text=True)
@@ -327,3 +334,10 @@ def test_lines_dropped_past_max_log_bytes_leave_the_index_and_it_stays_sound(dae
         c.execute("INSERT INTO log_fts(log_fts) VALUES('integrity-check')")
         assert c.execute("SELECT COUNT(*) FROM log_pending").fetchone()[0] == 0
     d.restart()
+
+
+def test_a_webhook_url_past_its_bound_or_not_http_is_refused_at_start(tmp_path):
+    for url, why in (("http://x/" + "a" * 3000, "at most 2047 bytes"), ("ftp://host/hook", "http:// or https://")):
+        p = subprocess.run([KESTRELD, "--port", "0", "--data-dir", str(tmp_path / "d"), "--gpus", "0", "--webhook", url],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and why in p.stderr, p.stderr
