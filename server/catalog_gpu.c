@@ -87,14 +87,11 @@ int kd_catalog_gpu_telemetry(kd_catalog *cat, int64_t job_id, size_t max_samples
         "SELECT time_ms, uuid, util, mem_used FROM gpu_samples WHERE job_id = ? ORDER BY time_ms, uuid LIMIT ?";
     Kestrel__V1__GpuTelemetry *t = calloc(1, sizeof(*t));
     sqlite3_stmt *st;
+    size_t cap = 0;   /* the series is short (downsampled): grown as read, not sized for the bound */
     int rc = 0;
     if (t == NULL)
         return kestrel__error_oom();
     kestrel__v1__gpu_telemetry__init(t);
-    if ((t->samples = calloc(max_samples + 1, sizeof(*t->samples))) == NULL) {
-        free(t);
-        return kestrel__error_oom();
-    }
     kd__lock(cat);
     if ((st = kd__stmt(cat, sql)) == NULL) {
         rc = KESTREL_EIO;
@@ -103,9 +100,10 @@ int kd_catalog_gpu_telemetry(kd_catalog *cat, int64_t job_id, size_t max_samples
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, (int64_t)max_samples);
     while (sqlite3_step(st) == SQLITE_ROW) {
-        Kestrel__V1__GpuSample *s = malloc(sizeof(*s));
+        Kestrel__V1__GpuSample *s = NULL;
         const unsigned char *uuid = sqlite3_column_text(st, 1);
-        if (s == NULL) {
+        if (kestrel__array_grow(&t->samples, &cap, t->n_samples + 1, sizeof(*t->samples)) < 0 ||
+            (s = malloc(sizeof(*s))) == NULL) {
             rc = kestrel__error_oom();
             goto out;
         }
