@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "api.h"
+#include "console.h"
 #include "metrics.h"
 #include "route.h"
 
@@ -18,6 +19,7 @@ struct kd_api {
     const kd_config *cfg;
     char *cert, *key;           /* PEM, kept while the daemon runs (MHD does not promise a copy) */
     kd_waiters *waiters;
+    kd_console *console;
 };
 
 const char *kd_query(kd_req *r, const char *key)
@@ -109,16 +111,27 @@ ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enu
     return m;
 }
 
-/* Bearer token -> principal. Replies 401 itself and returns -1 when missing or bad. */
+/* Bearer token (or, with no Authorization header, a console session cookie) -> principal. Replies
+ * 401 itself and returns -1 when missing or bad; a cookie-borne request that changes anything
+ * (not GET or HEAD) without the session's CSRF token gets 403. */
 static int authenticate(kd_req *r, enum MHD_Result *reply)
 {
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     char hash[65];
-    if (h == NULL || strncmp(h, "Bearer ", 7) || !h[7]) {
+    int csrf_ok = 0;
+    if (h == NULL && kd_console_session(r->console, r, hash, &csrf_ok) == 0) {
+        r->via_cookie = 1;
+        if (!csrf_ok && strcmp(r->method, "GET") && strcmp(r->method, "HEAD")) {
+            *reply = kd_reply_error(r, 403, "csrf_failed", "a console request that changes anything must carry "
+                                    "the session's " KD_CSRF_HEADER " header");
+            return -1;
+        }
+    } else if (h == NULL || strncmp(h, "Bearer ", 7) || !h[7]) {
         *reply = kd_reply_error(r, 401, "unauthenticated", "missing 'Authorization: Bearer <token>' header");
         return -1;
+    } else {
+        kd_token_hash(h + 7, hash);
     }
-    kd_token_hash(h + 7, hash);
     if (kd_catalog_token_find(r->e->cat, hash, kestrel__now_ms(), &r->who) < 0) {
         *reply = kd_reply_error(r, 401, "unauthenticated", kestrel_error_last()->message);
         return -1;
@@ -156,6 +169,8 @@ static enum MHD_Result dispatch(kd_req *r)
         snprintf(msg, sizeof(msg), "request body over the limit of %zu bytes", r->e->cfg->max_body);
         return kd_reply_error(r, 413, "too_large", msg);
     }
+    if (rt.area == KD_AREA_CONSOLE)
+        return kd_console_route(r->console, r);
     if (authenticate(r, &reply) < 0)
         return reply;
     if ((why = scope_refusal(&r->who, &rt)) != NULL)
@@ -227,6 +242,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         r->want_json = wants_json(conn);
         r->waiters = api->waiters;
+        r->console = api->console;
         if (!strcmp(url, "/api/v1/chunks/pack") && !strcmp(method, "POST")) {
             /* a pack streams through a verifier into the store: authenticate before reading it */
             enum MHD_Result reply = MHD_NO;
@@ -403,6 +419,12 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
         free(api);
         return KESTREL_ERROR;
     }
+    if (kd_console_new(&api->console, cfg->tls_cert != NULL) < 0) {
+        kd_waiters_stop(api->waiters);
+        kd_waiters_free(api->waiters);
+        free(api);
+        return KESTREL_ERROR;
+    }
     if (cfg->tls_cert) {
         if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
             kd_api_stop(api);
@@ -412,6 +434,7 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
             free(cert);
             kd_waiters_stop(api->waiters);
             kd_waiters_free(api->waiters);
+            kd_console_free(api->console);
             free(api);
             return KESTREL_EINVALID;
         }
@@ -454,6 +477,7 @@ void kd_api_stop(kd_api *api)
     if (api->d)
         MHD_stop_daemon(api->d);
     kd_waiters_free(api->waiters);
+    kd_console_free(api->console);
     if (api->key)
         explicit_bzero(api->key, strlen(api->key));
     free(api->key);

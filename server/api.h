@@ -8,6 +8,7 @@
 typedef struct kd_api kd_api;
 typedef struct kd_pack kd_pack;
 typedef struct kd_waiters kd_waiters;
+typedef struct kd_console kd_console;
 
 /* One request being served. */
 typedef struct kd_req {
@@ -21,6 +22,8 @@ typedef struct kd_req {
     int too_large;
     int started;
     kd_principal who;
+    kd_console *console;        /* the web console's sessions (console.h) */
+    int via_cookie;             /* authenticated by a console session, not a bearer token */
     kd_pack *pack;              /* POST /api/v1/chunks/pack: streamed, never buffered whole */
     int authed;
     /* long polls (api_wait.c) */
@@ -74,6 +77,8 @@ void kd_redact_job(Kestrel__V1__Job *job);
 /* Load a job the caller may see (404 replied otherwise: returns NULL). */
 Kestrel__V1__Job *kd_visible_job(kd_req *r, int64_t id, int with_events, enum MHD_Result *reply);
 
+/* GET /api/v1/jobs/{id}/models: the model versions a job pushed (api_repo.c). */
+enum MHD_Result kd_route_job_models(kd_req *r, int64_t id);
 /* Route handlers (api_jobs.c, api_sched.c). */
 enum MHD_Result kd_route_explain(kd_req *r, int64_t id);
 enum MHD_Result kd_route_priority(kd_req *r, int64_t id);

@@ -234,6 +234,7 @@ static enum MHD_Result list(kd_req *r)
     kd_job_filter f = { 0 };
     Kestrel__V1__JobList *jobs;
     const char *state = kd_query(r, "state"), *label = kd_query(r, "label"), *param = kd_query(r, "param");
+    const char *metric = kd_query(r, "metric");
     char key[300], pkey[80];
     long long size, before;
     int rc;
@@ -245,6 +246,13 @@ static enum MHD_Result list(kd_req *r)
     f.before_id = before;
     f.owner_id = r->who.is_admin ? 0 : r->who.user_id;
     f.name = kd_query(r, "name");
+    if (f.name && !*f.name)
+        f.name = NULL;
+    f.owner_name = kd_query(r, "user");
+    if (f.owner_name && !*f.owner_name)
+        f.owner_name = NULL;
+    if (metric && strlen(metric) > 200)
+        return kd_reply_error(r, 400, "invalid_argument", "query parameter 'metric': a metric name of at most 200 bytes");
     if (state && *state) {
         if ((f.state = kd_parse_state(state)) == 0)
             return kd_reply_error(r, 400, "invalid_argument", "query parameter 'state': unknown job state");
@@ -261,8 +269,11 @@ static enum MHD_Result list(kd_req *r)
     }
     if ((rc = kd_catalog_job_list(r->e->cat, &f, &jobs)) < 0)
         return kd_reply_failure(r, rc);
-    for (size_t i = 0; i < jobs->n_jobs; i++)
+    for (size_t i = 0; i < jobs->n_jobs; i++) {
         kd_redact_job(jobs->jobs[i]);
+        if (metric && *metric)   /* ?metric=NAME: each job's latest value of it, for a listing's column */
+            kd_catalog_metric_last(r->e->cat, jobs->jobs[i]->id, metric, &jobs->jobs[i]->key_metric);
+    }
     return kd_reply_owned(r, 200, &jobs->base);
 }
 
@@ -418,5 +429,7 @@ enum MHD_Result kd_route_jobs(kd_req *r, const char *rest)
         return kd_route_checkpoint(r, id);
     if (!strcmp(sub, "/gpu") && get_)
         return gpu_telemetry(r, id);
+    if (!strcmp(sub, "/models") && get_)
+        return kd_route_job_models(r, id);
     return kd_reply_error(r, 404, "not_found", "no such endpoint");
 }

@@ -65,6 +65,7 @@ typedef struct {
     const char *name;       /* NULL: any */
     const char *label_key, *label_value;
     const char *param_key, *param_value;   /* NULL: any */
+    const char *owner_name; /* NULL: any owner */
     int64_t before_id;      /* pagination: ids < before_id; 0: from the newest */
     int limit;
 } kd_job_filter;
@@ -283,6 +284,9 @@ int kd_catalog_running_metrics(kd_catalog *cat, int per_job, size_t limit, kd_la
 /* metrics */
 int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b);
 int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out);
+/* The latest (highest step) value of one metric of a job into *out (a new Metric), or *out left
+ * NULL when the job has none by that name. */
+int kd_catalog_metric_last(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__Metric **out);
 
 /* internal to catalog*.c */
 struct sqlite3_stmt;

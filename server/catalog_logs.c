@@ -302,3 +302,40 @@ int64_t kd_catalog_log_bytes(kd_catalog *cat, int64_t job_id, int stream)
     kd__unlock(cat);
     return n;
 }
+
+int kd_catalog_metric_last(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__Metric **out)
+{
+    static const char *const sql =
+        "SELECT step, value, wall_ms FROM metrics WHERE job_id = ? AND name = ? ORDER BY step DESC, rowid DESC LIMIT 1";
+    sqlite3_stmt *st;
+    int rc = 0;
+    *out = NULL;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql)) == NULL) {
+        rc = KESTREL_EIO;
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        Kestrel__V1__Metric *m = malloc(sizeof(*m));
+        char *nm = kestrel__strdup(name);
+        if (m == NULL || nm == NULL) {
+            free(m);
+            free(nm);
+            sqlite3_reset(st);
+            rc = kestrel__error_oom();
+            goto out;
+        }
+        kestrel__v1__metric__init(m);
+        m->name = nm;
+        m->step = sqlite3_column_int64(st, 0);
+        m->value = sqlite3_column_type(st, 1) == SQLITE_TEXT ? NAN : sqlite3_column_double(st, 1);
+        m->wall_time_ms = sqlite3_column_int64(st, 2);
+        *out = m;
+    }
+    sqlite3_reset(st);
+out:
+    kd__unlock(cat);
+    return rc;
+}

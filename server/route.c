@@ -93,6 +93,11 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
         out->read_ok = get_;
         return;
     }
+    if (!strcmp(path, "/") || !strcmp(path, "/ui") || !strncmp(path, "/ui/", 4)) {
+        out->area = KD_AREA_CONSOLE;
+        out->read_ok = 1;
+        return;
+    }
     if (!prefix(path, "/api/v1/", &api))
         return;
     out->area = KD_AREA_API_OTHER;
@@ -198,11 +203,12 @@ const char *kd_route_template(const char *path)
                                          "/api/v1/chunks/pack", "/api/v1/chunks/missing", "/api/v1/models",
                                          "/api/v1/repo/gc", NULL };
     static const char *const job_subs[] = { "/cancel", "/logs", "/metrics", "/explain", "/priority", "/rerun",
-                                            "/checkpoint", "/gpu", NULL };
+                                            "/checkpoint", "/gpu", "/models", NULL };
     static const char *const job_tpl[] = { "/api/v1/jobs/{id}/cancel", "/api/v1/jobs/{id}/logs",
                                            "/api/v1/jobs/{id}/metrics", "/api/v1/jobs/{id}/explain",
                                            "/api/v1/jobs/{id}/priority", "/api/v1/jobs/{id}/rerun",
-                                           "/api/v1/jobs/{id}/checkpoint", "/api/v1/jobs/{id}/gpu" };
+                                           "/api/v1/jobs/{id}/checkpoint", "/api/v1/jobs/{id}/gpu",
+                                           "/api/v1/jobs/{id}/models" };
     static const char *const model_tpl[] = { "", "/api/v1/models/{name}/versions", "/api/v1/models/{name}/versions/{ref}",
                                              "/api/v1/models/{name}/aliases/{alias}", "/api/v1/models/{name}/settings" };
     const char *rest, *sub, *arg;
@@ -212,6 +218,8 @@ const char *kd_route_template(const char *path)
     for (size_t i = 0; fixed[i]; i++)
         if (!strcmp(path, fixed[i]))
             return fixed[i];
+    if (!strcmp(path, "/") || !strcmp(path, "/ui") || !strncmp(path, "/ui/", 4))
+        return "/ui";
     if (prefix(path, "/api/v1/jobs", &rest) && kd_route_id(rest, &id, &sub) == 0) {
         if (!*sub)
             return "/api/v1/jobs/{id}";

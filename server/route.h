@@ -27,6 +27,7 @@ typedef enum kd_area {
     KD_AREA_METRICS,        /* GET /metrics: Prometheus exposition (admin or metrics-scoped token) */
     KD_AREA_LOG_SEARCH,     /* GET /api/v1/logs/search */
     KD_AREA_ALERTS,         /* GET /api/v1/alerts */
+    KD_AREA_CONSOLE,        /* /, /ui and /ui/...: the web console (console.c does its own sessions) */
     KD_AREA_API_OTHER       /* under /api/v1/ but no such endpoint (404 after authentication) */
 } kd_area;
 
