@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs fuzz abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs bench-console fuzz abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs
+bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs bench-console
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -82,6 +82,11 @@ bench-inputs: build
 
 bench-logs: build
 	$(PY) bench/logs.py $(BUILD)/server/kestreld
+
+# the web console: its pages' API calls with 10,000 jobs and 100,000 points beside /healthz, first
+# paint and a 100,000-point chart in headless Chromium
+bench-console: build
+	$(PY) bench/console.py $(BUILD)/server/kestreld
 
 # libFuzzer (clang) on every parser of outside input, FUZZ_SECONDS each (default 180), ASan+UBSan
 FUZZ_BUILD ?= build-fuzz

@@ -22,6 +22,9 @@ int cli_print_job_json(const kestrel_job *job);
 int cli_wait_exit(cli_ctx *ctx, int64_t id, long timeout_ms);
 /* Parse a positive job id; prints a usage error and returns -1 on junk. */
 int cli_job_id(const char *s, int64_t *out);
+/* The server's URL and the token to use (owned copies; *token may be NULL): --url/--token, then
+ * KESTREL_URL/KESTREL_TOKEN, then the config file. -1 (said on stderr) when no URL is known. */
+int cli_resolve(const cli_ctx *ctx, char **url, char **token);
 /* Connect (lazily) with the resolved URL and token. */
 int cli_connect(cli_ctx *ctx);
 /* Write s as a JSON string literal. */
@@ -53,6 +56,7 @@ int cmd_login(cli_ctx *ctx, int argc, char **argv);
 int cmd_model(cli_ctx *ctx, int argc, char **argv);
 int cmd_admin(cli_ctx *ctx, int argc, char **argv);
 int cmd_alerts(cli_ctx *ctx, int argc, char **argv);
+int cmd_ui(cli_ctx *ctx, int argc, char **argv);
 /* kestrel metrics --gpu ID */
 int cli_print_gpu_telemetry(cli_ctx *ctx, int64_t id);
 

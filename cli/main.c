@@ -32,6 +32,7 @@ static void usage(FILE *f)
         "  metrics [--name NAME] ID                the metrics a job reported\n"
         "  metrics --gpu ID                        its GPUs' utilisation and memory over the run\n"
         "  alerts [--job ID]                       kestreld's alerts: log policies, NaN loss, idle GPUs\n"
+        "  ui [--open]                             the web console's address, logged in (your token in it)\n"
         "  push NAME PATH [--alias A] [--meta K=V] push a file or directory as the next version\n"
         "  pull REF [-o PATH]                      pull name, name@N or name@alias (file or directory), verified\n"
         "  models [NAME]                           model names, or a model's versions\n"
@@ -171,27 +172,34 @@ static char *config_value(const char *key)
     return found;
 }
 
+int cli_resolve(const cli_ctx *ctx, char **url, char **token)
+{
+    const char *u = ctx->url ? ctx->url : getenv("KESTREL_URL");
+    const char *t = ctx->token ? ctx->token : getenv("KESTREL_TOKEN");
+    *url = u && *u ? strdup(u) : config_value("url");
+    *token = t && *t ? strdup(t) : config_value("token");
+    if (*url == NULL) {
+        fprintf(stderr, "kestrel: no server: use --url, KESTREL_URL or ~/.config/kestrel/config\n");
+        free(*token);
+        *token = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 int cli_connect(cli_ctx *ctx)
 {
     kestrel_client_options o = KESTREL_CLIENT_OPTIONS_INIT;
-    const char *url = ctx->url ? ctx->url : getenv("KESTREL_URL");
-    const char *token = ctx->token ? ctx->token : getenv("KESTREL_TOKEN");
-    char *curl_ = NULL, *ctok = NULL;
+    char *url, *token;
     int rc;
     if (ctx->client)
         return 0;
-    if (!url || !*url)
-        url = curl_ = config_value("url");
-    if (!token || !*token)
-        token = ctok = config_value("token");
-    if (!url) {
-        fprintf(stderr, "kestrel: no server: use --url, KESTREL_URL or ~/.config/kestrel/config\n");
+    if (cli_resolve(ctx, &url, &token) < 0)
         return -1;
-    }
     o.token = token;
     rc = kestrel_client_new(&ctx->client, url, &o);
-    free(curl_);
-    free(ctok);
+    free(url);
+    free(token);
     if (rc < 0) {
         cli_fail("connect", rc);
         return -1;
@@ -275,6 +283,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "model")) rc = cmd_model(&ctx, argc, argv);
     else if (!strcmp(cmd, "admin")) rc = cmd_admin(&ctx, argc, argv);
     else if (!strcmp(cmd, "alerts")) rc = cmd_alerts(&ctx, argc, argv);
+    else if (!strcmp(cmd, "ui")) rc = cmd_ui(&ctx, argc, argv);
     else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }
     else {
         fprintf(stderr, "kestrel: unknown command '%s' (see kestrel --help)\n", cmd);

@@ -369,7 +369,13 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
     running = job->state == KESTREL__V1__JOB_STATE__RUNNING;
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if (!strcmp(r->method, "GET")) {
-        if ((rc = kd_catalog_metrics_read(r->e->cat, id, kd_query(r, "name"), &b)) < 0)
+        long long max = 0;
+        if (query_int(r, "max_points", 1, 100000, 0, &max, &reply) < 0)
+            return reply;
+        /* ?max_points=N: each series whole, or about N of its points (what a chart draws) */
+        rc = max ? kd_catalog_metrics_sampled(r->e->cat, id, kd_query(r, "name"), (long)max, &b)
+                 : kd_catalog_metrics_read(r->e->cat, id, kd_query(r, "name"), &b);
+        if (rc < 0)
             return kd_reply_failure(r, rc);
         return kd_reply_owned(r, 200, &b->base);
     }

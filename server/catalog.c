@@ -319,6 +319,12 @@ static const char *const migrations[] = {
     "  delivered INTEGER NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0, next_ms INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS alerts_owner ON alerts(owner_id, id);"
     "CREATE INDEX IF NOT EXISTS alerts_pending ON alerts(delivered, next_ms);",
+    /* 6: each metric series' size and a view of at most 2,000 of its points, for charts (the view's
+     * rows are filled by kd__metric_view_build, in the same transaction) */
+    "CREATE TABLE IF NOT EXISTS metric_series(job_id INTEGER NOT NULL, name TEXT NOT NULL, n INTEGER NOT NULL,"
+    "  n_view INTEGER NOT NULL, stride INTEGER NOT NULL, PRIMARY KEY(job_id, name)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS metric_view(job_id INTEGER NOT NULL, name TEXT NOT NULL, k INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL, value, wall_ms INTEGER NOT NULL, PRIMARY KEY(job_id, name, k)) WITHOUT ROWID;",
 };
 
 static int migrate(kd_catalog *cat, const char *path)
@@ -342,7 +348,7 @@ static int migrate(kd_catalog *cat, const char *path)
             if (sqlite3_exec(cat->db, "SELECT ext_id FROM jobs LIMIT 0", NULL, NULL, NULL) != SQLITE_OK &&
                 kd__exec(cat, "ALTER TABLE jobs ADD COLUMN ext_id TEXT NOT NULL DEFAULT ''") < 0)
                 goto fail;
-        } else if (kd__exec(cat, migrations[v - 1]) < 0) {
+        } else if (kd__exec(cat, migrations[v - 1]) < 0 || (v == 6 && kd__metric_view_build(cat) < 0)) {
             goto fail;
         }
         if (kd__exec(cat, bump) < 0 || kd__exec(cat, "COMMIT") < 0)

@@ -284,6 +284,12 @@ int kd_catalog_running_metrics(kd_catalog *cat, int per_job, size_t limit, kd_la
 /* metrics */
 int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b);
 int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out);
+/* Each series of a job (or only the one called name), whole when it has at most max_points, else
+ * sampled from its view (catalog_metrics.c), with out->series saying which. */
+int kd_catalog_metrics_sampled(kd_catalog *cat, int64_t job_id, const char *name, long max_points,
+                               Kestrel__V1__MetricBatch **out);
+/* Migration 6: the series and views of the points an older catalog holds. */
+int kd__metric_view_build(kd_catalog *cat);
 /* The latest (highest step) value of one metric of a job into *out (a new Metric), or *out left
  * NULL when the job has none by that name. */
 int kd_catalog_metric_last(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__Metric **out);

@@ -1,4 +1,4 @@
-/* server/catalog_logs.c - job log lines and metric points in the catalog. */
+/* server/catalog_logs.c - job log lines in the catalog. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,89 +202,6 @@ out:
     return rc;
 }
 
-int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b)
-{
-    static const char *const ins = "INSERT INTO metrics(job_id, name, step, value, wall_ms) VALUES(?, ?, ?, ?, ?)";
-    sqlite3_stmt *st;
-    int rc;
-    kd__lock(cat);
-    if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
-        goto out;
-    for (size_t i = 0; i < b->n_metrics; i++) {
-        if ((st = kd__stmt(cat, ins)) == NULL)
-            goto fail;
-        sqlite3_bind_int64(st, 1, job_id);
-        sqlite3_bind_text(st, 2, b->metrics[i]->name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, b->metrics[i]->step);
-        if (isnan(b->metrics[i]->value))   /* SQLite stores a NaN double as NULL: keep it as text */
-            sqlite3_bind_text(st, 4, "NaN", 3, SQLITE_STATIC);
-        else
-            sqlite3_bind_double(st, 4, b->metrics[i]->value);
-        sqlite3_bind_int64(st, 5, b->metrics[i]->wall_time_ms);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            goto fail;
-    }
-    if ((rc = kd__exec(cat, "COMMIT")) == 0)
-        goto out;
-fail:
-    rc = kd__sql_fail(cat, "add metrics");
-    sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
-out:
-    kd__unlock(cat);
-    return rc;
-}
-
-int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out)
-{
-    static const char *const sql =
-        "SELECT name, step, value, wall_ms FROM metrics WHERE job_id = ?1 AND (?2 IS NULL OR name = ?2)"
-        " ORDER BY name, step, rowid LIMIT 100000";
-    Kestrel__V1__MetricBatch *b = malloc(sizeof(*b));
-    sqlite3_stmt *st;
-    size_t cap = 0;
-    int rc = 0;
-    if (b == NULL)
-        return kestrel__error_oom();
-    kestrel__v1__metric_batch__init(b);
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-        goto out;
-    }
-    sqlite3_bind_int64(st, 1, job_id);
-    if (name)
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        Kestrel__V1__Metric *m;
-        if (b->n_metrics == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            Kestrel__V1__Metric **p = realloc(b->metrics, ncap * sizeof(*p));
-            if (p == NULL) { rc = kestrel__error_oom(); goto out; }
-            b->metrics = p;
-            cap = ncap;
-        }
-        if ((m = malloc(sizeof(*m))) == NULL) { rc = kestrel__error_oom(); goto out; }
-        kestrel__v1__metric__init(m);
-        b->metrics[b->n_metrics++] = m;
-        m->step = sqlite3_column_int64(st, 1);
-        m->value = sqlite3_column_type(st, 2) == SQLITE_TEXT ? NAN : sqlite3_column_double(st, 2);
-        m->wall_time_ms = sqlite3_column_int64(st, 3);
-        if ((m->name = kestrel__strdup((const char *)sqlite3_column_text(st, 0))) == NULL) {
-            m->name = (char *)protobuf_c_empty_string;
-            rc = kestrel__error_oom();
-            goto out;
-        }
-    }
-out:
-    kd__unlock(cat);
-    if (rc < 0) {
-        protobuf_c_message_free_unpacked(&b->base, NULL);
-        return rc;
-    }
-    *out = b;
-    return 0;
-}
-
 int64_t kd_catalog_log_bytes(kd_catalog *cat, int64_t job_id, int stream)
 {
     static const char *const sql =
@@ -301,41 +218,4 @@ int64_t kd_catalog_log_bytes(kd_catalog *cat, int64_t job_id, int stream)
     }
     kd__unlock(cat);
     return n;
-}
-
-int kd_catalog_metric_last(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__Metric **out)
-{
-    static const char *const sql =
-        "SELECT step, value, wall_ms FROM metrics WHERE job_id = ? AND name = ? ORDER BY step DESC, rowid DESC LIMIT 1";
-    sqlite3_stmt *st;
-    int rc = 0;
-    *out = NULL;
-    kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
-        rc = KESTREL_EIO;
-        goto out;
-    }
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        Kestrel__V1__Metric *m = malloc(sizeof(*m));
-        char *nm = kestrel__strdup(name);
-        if (m == NULL || nm == NULL) {
-            free(m);
-            free(nm);
-            sqlite3_reset(st);
-            rc = kestrel__error_oom();
-            goto out;
-        }
-        kestrel__v1__metric__init(m);
-        m->name = nm;
-        m->step = sqlite3_column_int64(st, 0);
-        m->value = sqlite3_column_type(st, 1) == SQLITE_TEXT ? NAN : sqlite3_column_double(st, 1);
-        m->wall_time_ms = sqlite3_column_int64(st, 2);
-        *out = m;
-    }
-    sqlite3_reset(st);
-out:
-    kd__unlock(cat);
-    return rc;
 }

@@ -291,7 +291,9 @@ void kd_engine_fresh_pass(kd_engine *e, long timeout_ms)
     uint64_t target;
     deadline_ts(&ts, kestrel__now_ms() + timeout_ms);
     pthread_mutex_lock(&e->mu);
-    target = e->passes + 2;   /* the pass in progress may have read the queue before our job */
+    /* a pass in progress may have read the queue before our job: then the one after it; with none
+     * in progress, the next one (which this request starts) */
+    target = e->passes + (e->in_pass ? 2 : 1);
     e->sched_pending = 1;
     pthread_cond_signal(&e->sched_cv);
     while (e->passes < target && !e->stopping)
@@ -411,6 +413,7 @@ static void *sched_main(void *arg)
             continue;
         }
         e->sched_pending = 0;
+        e->in_pass = 1;
         pthread_mutex_unlock(&e->mu);
         {
             /* Rest as long as the pass took before the next one: under a burst of submissions the
@@ -418,6 +421,9 @@ static void *sched_main(void *arg)
             struct timespec t0, t1, rest;
             clock_gettime(CLOCK_MONOTONIC, &t0);
             kd_engine_schedule(e);
+            pthread_mutex_lock(&e->mu);
+            e->in_pass = 0;
+            pthread_mutex_unlock(&e->mu);
             clock_gettime(CLOCK_MONOTONIC, &t1);
             rest.tv_sec = t1.tv_sec - t0.tv_sec;
             rest.tv_nsec = t1.tv_nsec - t0.tv_nsec;

@@ -134,6 +134,7 @@ struct kd_engine {
     pthread_cond_t gc_cv;      /* wakes the collector to stop */
     uint64_t gen;
     int sched_pending;
+    int in_pass;                /* a pass is reading the queue now (fresh_pass needs the one after it) */
     int stopping;
     int running;
     kd_run *runs;

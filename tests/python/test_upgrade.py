@@ -67,7 +67,7 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
     finally:
         assert d.stop() == 0
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 6
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE((old_dir / "data" / "repo").stat().st_mode) == 0o700
 
@@ -120,4 +120,50 @@ def test_a_data_dir_of_the_last_landed_kestreld_opens_with_search_metrics_and_po
     finally:
         assert d.stop() == 0
     with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 6
+
+
+def test_a_data_dir_of_the_last_landed_kestreld_opens_with_chart_views_and_the_console(tmp_path):
+    """tests/fixtures/v5-data.tar.gz: written by the landed kestreld before the console (catalog
+    version 5), with a job of alice's holding 5,000 points of loss and 10 of val_loss: migration 6
+    builds each series' chart view, and her old token logs in to the console."""
+    import http.client
+    root = tmp_path / "v5"
+    root.mkdir()
+    with tarfile.open(ROOT / "tests" / "fixtures" / "v5-data.tar.gz") as t:
+        t.extractall(root)
+    db = root / "data" / "catalog.db"
+    with sqlite3.connect(db) as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 5
+    d = Daemon(root, "--gpus", "0")
+    try:
+        alice = (root / "alice.token").read_text().strip()
+        jid = d.api("GET", "/api/v1/jobs", token=alice)[1]["jobs"][0]["id"]
+        status, full = d.api("GET", f"/api/v1/jobs/{jid}/metrics", token=alice)
+        assert status == 200 and len(full["metrics"]) == 5010
+        status, b = d.api("GET", f"/api/v1/jobs/{jid}/metrics?max_points=2000", token=alice)
+        assert status == 200, b
+        series = {s["name"]: (int(s["points"]), int(s["shown"])) for s in b["series"]}
+        assert series["val_loss"] == (10, 10)
+        points, shown = series["loss"]
+        assert points == 5000 and 1000 <= shown <= 2001, series
+        loss = [m for m in b["metrics"] if m["name"] == "loss"]
+        steps = [int(m["step"]) for m in loss]
+        assert steps[0] == 1 and steps[-1] == 5000 and steps == sorted(steps)   # spread over the run, newest kept
+        assert abs(loss[-1]["value"] - 1 / 5000) < 1e-12
+        # new points keep the view bounded
+        pts = [{"name": "loss", "step": s, "value": 1.0 / s, "wall_time_ms": 0} for s in range(5001, 9001)]
+        assert d.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": pts})[0] == 200
+        b = d.api("GET", f"/api/v1/jobs/{jid}/metrics?max_points=2000&name=loss", token=alice)[1]
+        assert int(b["series"][0]["points"]) == 9000 and 1000 <= int(b["series"][0]["shown"]) <= 2001
+        assert int(b["metrics"][-1]["step"]) == 9000
+        # the old token logs in to the console
+        host, port = d.url.split("//")[1].split(":")
+        c = http.client.HTTPConnection(host, int(port), timeout=30)
+        c.request("GET", "/?token=" + alice)
+        r = c.getresponse()
+        assert r.status == 303 and "kestrel_session=" in r.getheader("Set-Cookie")
+    finally:
+        assert d.stop() == 0
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 6

@@ -43,13 +43,18 @@ export function byName(metrics) {
   return out;
 }
 
-// Every metric of a job, one chart a name, kept up to date by update(metrics).
+// Every metric of a job, one chart a name, kept up to date by update(metrics, series). A series
+// longer than the sample kestreld sends (GET .../metrics?max_points=N) says so under its chart,
+// with a button that draws every point of it (fetchAll(name) gives them).
 export class MetricCharts {
-  constructor(el) {
+  constructor(el, fetchAll) {
     this.el = el;
+    this.fetchAll = fetchAll;
     this.charts = new Map();
+    this.full = new Map();   // name -> every point, once asked for
     this.x = 'step';
     this.last = [];
+    this.series = [];
   }
 
   setX(x) {
@@ -57,12 +62,19 @@ export class MetricCharts {
     for (const c of this.charts.values()) c.u.destroy();
     this.charts.clear();
     this.el.replaceChildren();
-    this.update(this.last);
+    this.update(this.last, this.series);
   }
 
-  update(metrics) {
+  async drawAll(name) {
+    this.full.set(name, byName(await this.fetchAll(name)).get(name));
+    this.update(this.last, this.series);
+  }
+
+  update(metrics, series) {
     this.last = metrics;
+    this.series = series || [];
     const names = byName(metrics);
+    for (const [n, s] of this.full) if (s) names.set(n, s);
     if (!names.size && !this.el.firstChild) this.el.append(h('p', { class: 'muted' }, 'No metrics reported yet.'));
     for (const [name, s] of names) {
       const xs = this.x === 'time' ? s.time : s.step;
@@ -70,16 +82,28 @@ export class MetricCharts {
       if (!c) {
         if (this.el.firstChild && this.el.firstChild.tagName === 'P') this.el.replaceChildren();
         const box = h('div', { class: 'chart', dataset: { metric: name } });
+        const plot = h('div');
+        const note = h('p', { class: 'muted note' });
+        box.append(plot, note);
         this.el.append(box);
-        c = { u: lineChart(box, { title: name, series: [{ label: name }], data: [xs, s.value], time: this.x === 'time' }),
-          n: -1 };
+        c = { u: lineChart(plot, { title: name, series: [{ label: name }], data: [xs, s.value], time: this.x === 'time' }),
+          n: -1, box, note };
         this.charts.set(name, c);
       }
       if (c.n !== xs.length) {
         c.u.setData([xs, s.value]);
         c.n = xs.length;
       }
-      c.u.root.closest('.chart').dataset.points = String(xs.length);
+      c.box.dataset.points = String(xs.length);
+      const info = this.series.find((x) => x.name === name);
+      const total = info ? Number(info.points) : xs.length;
+      if (!this.full.has(name) && total > xs.length) {
+        const all = h('button', { type: 'button', class: 'draw-all' }, `draw all ${total.toLocaleString()}`);
+        all.addEventListener('click', () => { all.disabled = true; this.drawAll(name); });
+        c.note.replaceChildren(`${xs.length.toLocaleString()} of ${total.toLocaleString()} points, spread over the run · `, all);
+      } else {
+        c.note.replaceChildren(`${xs.length.toLocaleString()} points`);
+      }
     }
   }
 }

@@ -15,7 +15,7 @@ export async function comparePage(view, { params, life }) {
     return;
   }
   const jobs = await Promise.all(ids.map((id) => get(`/api/v1/jobs/${id}`)));
-  const series = await Promise.all(ids.map(async (id) => byName((await get(`/api/v1/jobs/${id}/metrics`)).metrics)));
+  const series = await Promise.all(ids.map(async (id) => byName((await get(`/api/v1/jobs/${id}/metrics`, { max_points: 2000 })).metrics)));
   const names = [...new Set(series.flatMap((s) => [...s.keys()]))].sort();
   const want = params.get('metric') && names.includes(params.get('metric')) ? params.get('metric')
     : names.includes('loss') ? 'loss' : names[0];

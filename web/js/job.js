@@ -111,7 +111,7 @@ export async function jobPage(view, { arg, session, life }) {
   view.append(head, h('div', { class: 'cols' }, section('Spec', spec), section('Timeline', events)),
     section('Metrics', h('div', { class: 'row' }, xsel), charts), section('Log', logs), section('GPUs', gpus),
     section('Model versions pushed', models));
-  const mc = new MetricCharts(charts);
+  const mc = new MetricCharts(charts, async (name) => (await get(`/api/v1/jobs/${id}/metrics`, { name })).metrics || []);
   xsel.addEventListener('change', () => mc.setX(xsel.value));
   let job = null;
   async function reload() {
@@ -126,7 +126,10 @@ export async function jobPage(view, { arg, session, life }) {
     spec.replaceChildren(specTable(job));
     events.replaceChildren(timeline(job));
   }
-  const metrics = async () => mc.update((await get(`/api/v1/jobs/${id}/metrics`)).metrics || []);
+  const metrics = async () => {
+    const res = await get(`/api/v1/jobs/${id}/metrics`, { max_points: 2000 });
+    mc.update(res.metrics || [], res.series || []);
+  };
   const gpu = async () => gpuCharts(gpus, await get(`/api/v1/jobs/${id}/gpu`));
   const pushed = async () => models.replaceChildren(modelsTable(await get(`/api/v1/jobs/${id}/models`)));
   await reload();

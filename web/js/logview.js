@@ -98,7 +98,7 @@ export class LogView {
     try {
       const res = await get('/api/v1/logs/search', { q: this.needle, job: this.jobId, icase: 1, limit: 200 });
       const hits = res.hits || [];
-      this.hits.replaceChildren(h('h3', null, `${hits.length}${res.more ? '+' : ''} lines in the whole log`),
+      this.hits.replaceChildren(h('h3', null, `${hits.length}${res.more ? '+' : ''} ${hits.length === 1 ? 'line' : 'lines'} in the whole log`),
         h('div', { class: 'log' }, hits.map((x) => lineNode({ ...x, offset: x.offset }, this.needle))));
     } catch (e) {
       this.hits.replaceChildren(errorBox(e));

@@ -1,0 +1,318 @@
+"""The web console kestreld serves at /: login (token -> session cookie), CSRF, CSP, and every page
+driven in Debian's headless Chromium against the real kestreld. Screenshots of each page go to
+build/console-screenshots/ (KESTREL_SCREENSHOTS to put them elsewhere)."""
+import http.client
+import json
+import os
+import pathlib
+import re
+import sys
+import time
+import urllib.parse
+
+import pytest
+
+from browser import Browser
+
+HERE = pathlib.Path(__file__).resolve().parent
+SHOTS = pathlib.Path(os.environ.get("KESTREL_SCREENSHOTS", HERE.parent.parent / "build" / "console-screenshots"))
+XSS = "<img src=x onerror=alert(1)>"
+
+TRAIN = r'''
+import json, math, os, sys, time, urllib.request
+url, tok, jid = os.environ["KESTREL_URL"], os.environ["KESTREL_TOKEN"], os.environ["KESTREL_JOB_ID"]
+steps, pause = int(sys.argv[1]), float(sys.argv[2])
+for step in range(1, steps + 1):
+    loss = 2.0 * math.exp(-step / (8 * float(os.environ.get("SLOW", "1"))))
+    now = int(time.time() * 1000)
+    body = json.dumps({"metrics": [{"name": "loss", "step": step, "value": loss, "wall_time_ms": now},
+                                   {"name": "accuracy", "step": step, "value": 1 - loss / 2, "wall_time_ms": now}]})
+    req = urllib.request.Request(f"{url}/api/v1/jobs/{jid}/metrics", data=body.encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {tok}", "Content-Type": "application/json"})
+    urllib.request.urlopen(req).read()
+    print(f"epoch 1 step {step} loss {loss:.4f}", flush=True)
+    time.sleep(pause)
+print("training done", flush=True)
+'''
+
+
+class Raw:
+    """Plain HTTP without redirects or cookie jars: what a browser sends, spelled out."""
+
+    def __init__(self, url):
+        u = urllib.parse.urlparse(url)
+        self.host, self.port = u.hostname, u.port
+
+    def __call__(self, method, path, body=None, headers=None):
+        c = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        c.request(method, path, body=data, headers=headers or {})
+        r = c.getresponse()
+        out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        c.close()
+        return out
+
+
+def token(d, user, **extra):
+    status, body = d.api("POST", "/api/v1/tokens", {"user": user, **extra})
+    assert status == 201, body
+    return body
+
+
+def login(raw, tok):
+    status, h, _ = raw("GET", "/?token=" + urllib.parse.quote(tok))
+    assert status == 303 and h["location"] == "/", (status, h)
+    cookie = h["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie, cookie
+    sid = cookie.split(";")[0]
+    status, _, body = raw("GET", "/ui/session", headers={"Cookie": sid})
+    assert status == 200, body
+    return sid, json.loads(body)["csrf_token"]
+
+
+def n_jobs(d):
+    return len(d.api("GET", "/api/v1/jobs?page_size=1000")[1]["jobs"])
+
+
+def test_pages_are_served_with_a_strict_csp_and_no_inline_script(kestreld):
+    raw = Raw(kestreld.url)
+    status, h, body = raw("GET", "/")
+    assert status == 200 and h["content-type"].startswith("text/html")
+    csp = h["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert "frame-ancestors 'none'" in csp and h["x-frame-options"] == "DENY"
+    html = body.decode()
+    assert not re.search(r"<script(?![^>]*\bsrc=)", html), "an inline script"
+    assert not re.search(r"\son[a-z]+=|\sstyle=", html), "an inline handler or style"
+    for asset in re.findall(r'(?:src|href)="(/ui/[^"]+)"', html):
+        status, h, _ = raw("GET", asset)
+        assert status == 200 and "content-security-policy" in h, asset
+    status, h, js = raw("GET", "/ui/js/dom.js")
+    assert status == 200 and h["content-type"].startswith("text/javascript")
+    assert b"innerHTML" not in js and b"insertAdjacentHTML" not in js
+    assert raw("GET", "/ui/js/nope.js")[0] == 404
+    assert raw("GET", "/ui/../admin.token")[0] == 404
+    # the pages hold no data: everything behind them still needs a session or a token
+    assert raw("GET", "/api/v1/jobs")[0] == 401
+    assert raw("GET", "/ui/session")[0] == 401
+
+
+def test_login_sessions_and_csrf(kestreld):
+    d, raw = kestreld, Raw(kestreld.url)
+    # a bad token: back to the login page, no cookie, and the token is not in the address
+    status, h, _ = raw("GET", "/?token=kst_nope")
+    assert status == 303 and h["location"] == "/?error=token" and "set-cookie" not in h
+    status, h, _ = raw("POST", "/ui/login", b"token=kst_nope", {"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 303 and h["location"] == "/?error=token"
+    # the login form
+    status, h, _ = raw("POST", "/ui/login", ("token=" + urllib.parse.quote(d.token)).encode(),
+                       {"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 303 and h["location"] == "/" and "HttpOnly" in h["set-cookie"]
+    sid, csrf = login(raw, d.token)
+    assert raw("GET", "/api/v1/whoami", headers={"Cookie": sid})[0] == 200
+    before = n_jobs(d)
+    spec = {"argv": ["true"], "name": "from-the-console"}
+    # a cookie-borne change without the CSRF header, or with another one, is refused and changes nothing
+    for headers in ({"Cookie": sid}, {"Cookie": sid, "X-Kestrel-CSRF": "0" * 64},
+                    {"Cookie": sid, "X-Kestrel-CSRF": csrf[:-1]}):
+        status, _, body = raw("POST", "/api/v1/jobs", spec, {**headers, "Content-Type": "application/json"})
+        assert status == 403 and json.loads(body)["code"] == "csrf_failed", body
+    assert n_jobs(d) == before
+    status, _, body = raw("POST", "/api/v1/jobs", spec,
+                          {"Cookie": sid, "X-Kestrel-CSRF": csrf, "Content-Type": "application/json"})
+    assert status == 201, body
+    assert n_jobs(d) == before + 1
+    # another session's CSRF token does not fit this session
+    sid2, csrf2 = login(raw, d.token)
+    status, _, _ = raw("POST", f"/api/v1/jobs/{json.loads(body)['id']}/cancel", {},
+                       {"Cookie": sid, "X-Kestrel-CSRF": csrf2, "Content-Type": "application/json"})
+    assert status == 403
+    # job and metrics tokens cannot log in
+    jid = json.loads(body)["id"]
+    for tok in (token(d, "prom", scope="metrics")["token"],):
+        status, h, _ = raw("GET", "/?token=" + tok)
+        assert status == 303 and h["location"] == "/?error=scope" and "set-cookie" not in h
+    # logout ends the session (with CSRF: a page elsewhere cannot log you out)
+    assert raw("POST", "/ui/logout", b"", {"Cookie": sid2})[0] == 403
+    status, h, _ = raw("POST", "/ui/logout", b"", {"Cookie": sid2, "X-Kestrel-CSRF": csrf2})
+    assert status == 303 and "Max-Age=0" in h["set-cookie"]
+    assert raw("GET", "/api/v1/whoami", headers={"Cookie": sid2})[0] == 401
+    assert raw("GET", "/api/v1/whoami", headers={"Cookie": sid})[0] == 200
+    # a revoked token ends its sessions at once
+    alice = token(d, "alice")
+    asid, acsrf = login(raw, alice["token"])
+    assert raw("GET", "/api/v1/whoami", headers={"Cookie": asid})[0] == 200
+    # ... and a session has exactly its token's rights: alice cannot see or cancel admin's job
+    status, _, _ = raw("POST", f"/api/v1/jobs/{jid}/cancel", {},
+                       {"Cookie": asid, "X-Kestrel-CSRF": acsrf, "Content-Type": "application/json"})
+    assert status == 404
+    assert raw("GET", f"/api/v1/jobs/{jid}", headers={"Cookie": asid})[0] == 404
+    assert d.api("DELETE", f"/api/v1/tokens/{alice['id']}")[0] == 200
+    assert raw("GET", "/api/v1/whoami", headers={"Cookie": asid})[0] == 401
+    assert raw("GET", "/ui/session", headers={"Cookie": asid})[0] == 401
+    # a read-scoped session reads and cannot act, CSRF token or not
+    rsid, rcsrf = login(raw, token(d, "admin", scope="read")["token"])
+    assert raw("GET", f"/api/v1/jobs/{jid}", headers={"Cookie": rsid})[0] == 200
+    status, _, _ = raw("POST", "/api/v1/jobs", spec, {"Cookie": rsid, "X-Kestrel-CSRF": rcsrf,
+                                                       "Content-Type": "application/json"})
+    assert status == 403
+    # junk cookies are no session
+    for junk in ("kestrel_session=", "kestrel_session=zz", "kestrel_session=" + "a" * 64, "kestrel_session=" + "a" * 500):
+        assert raw("GET", "/api/v1/whoami", headers={"Cookie": junk})[0] == 401
+    # a login token past its bound is refused, not stored
+    status, h, _ = raw("GET", "/?token=" + "k" * 600)
+    assert status == 303 and h["location"] == "/?error=token"
+
+
+def test_a_job_token_cannot_log_in(kestreld):
+    """The job tries it with its own token, from inside."""
+    d = kestreld
+    probe = ("import http.client, os, urllib.parse as u; p = u.urlparse(os.environ['KESTREL_URL']); "
+             "c = http.client.HTTPConnection(p.hostname, p.port); "
+             "c.request('GET', '/?token=' + os.environ['KESTREL_TOKEN']); r = c.getresponse(); "
+             "print('login', r.status, r.getheader('Location'), r.getheader('Set-Cookie'))")
+    jid = d.submit("--", "/usr/bin/python3", "-c", probe)
+    assert d.wait(jid)["state"] == "SUCCEEDED"
+    assert "login 303 /?error=scope None" in d.cli("logs", str(jid)).stdout
+
+
+def test_kestrel_ui_prints_the_login_address(kestreld):
+    p = kestreld.cli("ui")
+    url = p.stdout.strip()
+    assert url == f"{kestreld.url}/?token={kestreld.token}"
+    status, h, _ = Raw(kestreld.url)("GET", url[len(kestreld.url):])
+    assert status == 303 and "kestrel_session=" in h["set-cookie"]
+    bad = kestreld.cli("ui", env=kestreld.env(KESTREL_TOKEN="kst_bad"), check=False)
+    assert bad.returncode == 1 and "does not work" in bad.stderr and "kst_bad" not in bad.stdout
+    assert "do not paste it" in kestreld.cli("ui", "--help").stdout
+
+
+def raw_status(d, b):
+    """What the browser's (now cleared) session cookie gets from the API."""
+    return b.js_async("""const done = arguments[arguments.length - 1];
+        fetch('/api/v1/whoami').then((r) => done(r.status));""")
+
+
+def shot(b, name):
+    b.screenshot(SHOTS / f"{name}.png")
+
+
+def chart_points(b, metric):
+    el = b.all(f'#charts .chart[data-metric="{metric}"]')
+    return int(el[0].get_attribute("data-points")) if el else 0
+
+
+def test_the_console_in_a_real_browser(kestreld, tmp_path):
+    d = kestreld
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+    py = "/usr/bin/python3"
+    blocker = d.submit("--name", "blocker", "--", "sleep", "4")
+    jid = d.submit("--name", "resnet-small", "--param", "lr=0.01", "--param", "batch=64", "--after-ok", str(blocker),
+                   "--", py, str(train), "40", "0.15")
+    other = d.submit("--name", XSS, "--param", "lr=0.1", "--param", "batch=64", "--env", "SLOW=2",
+                     "--", py, str(train), "30", "0")
+    doomed = d.submit("--name", "to-cancel", "--", "sleep", "600")
+    model = tmp_path / "weights.bin"
+    for v in (b"v1" * 1000, b"v2" * 1000):
+        model.write_bytes(v)
+        d.cli("push", "team/mnist", str(model), "--meta", "note=console test")
+    with Browser(tmp_path / "chromium") as b:
+        # log in: the token leaves the address, the cookie is out of the page's reach
+        b.login(d.url, d.token)
+        assert "token=" not in b.d.current_url
+        assert b.js("return document.cookie") == ""
+        assert not b.css("#login").is_displayed() and b.css("#nav").is_displayed()
+        fcp = b.first_paint_ms(d.url + "/#/queue")
+        # the queue: the job waits for its dependency, with the reason
+        b.wait_until(lambda: any(f"#{jid}" in r.text and "after" in r.text.lower() for r in b.all("table tr")),
+                     "the queue shows the waiting job with why")
+        shot(b, "queue")
+        # the job, from QUEUED to SUCCEEDED, its curve growing as it runs
+        b.open(f"{d.url}/#/job/{jid}")
+        b.wait_css(".badge.st-queued")
+        b.wait_css(".badge.st-running", timeout=30)
+        first = b.wait_until(lambda: chart_points(b, "loss"), "a first point of loss")
+        b.wait_until(lambda: chart_points(b, "loss") > first + 3, "the loss curve grows while the job runs")
+        shot(b, "job-running")
+        b.wait_css(".badge.st-succeeded", timeout=60)
+        b.wait_until(lambda: chart_points(b, "loss") == 40, "all 40 points of loss")
+        assert "queued → running (run 1)" in b.css("#timeline").text
+        # search its log as you type: only matching lines, the match highlighted
+        b.wait_until(lambda: "training done" in b.css("#log").text, "the whole log")
+        box = b.css("#log-search")
+        box.send_keys("step 7")
+        b.wait_until(lambda: b.css("#log-count").text.startswith("1 of"), "the one line with 'step 7'")
+        lines = [l.text for l in b.all("#log .ln")]
+        assert lines and all("step 7" in l for l in lines), lines
+        assert {m.text for m in b.all("#log mark")} == {"step 7"}
+        b.css("#log-search-server").click()
+        b.wait_until(lambda: "1 line in the whole log" in b.css(".hits").text, "the server's search of the log")
+        shot(b, "job")
+        # the other job: its name shows as characters, and nothing ran
+        d.wait(other)
+        b.open(f"{d.url}/#/job/{other}")
+        b.wait_css(".badge.st-succeeded")
+        assert XSS in b.css("h1").text
+        assert not b.all("main img"), "a job's name became an element"
+        assert b.js("return window.__xss === undefined")
+        # jobs: filters, the key metric, and two jobs picked to compare
+        b.open(f"{d.url}/#/jobs?param=batch%3D64")
+        b.wait_css("#jobs-table tbody tr[data-job]")
+        rows = b.all("#jobs-table tbody tr[data-job]")
+        assert sorted(int(r.get_attribute("data-job")) for r in rows) == sorted([int(jid), int(other)])
+        assert all(re.search(r"\d\.\d", r.find_elements("css selector", "td")[-1].text) for r in rows)
+        shot(b, "jobs")
+        for r in rows:
+            r.find_element("css selector", "input[type=checkbox]").click()
+        b.css("#compare-selected").click()
+        b.wait_css('#compare-chart[data-series="2"]')
+        assert "param lr" in b.css("main").text and "0.01" in b.css("main").text and "0.1" in b.css("main").text
+        assert XSS in b.css("main").text
+        shot(b, "compare")
+        # cancel a job, after saying yes
+        b.open(f"{d.url}/#/job/{doomed}")
+        b.wait_css(".badge.st-running", timeout=30)
+        b.css("#cancel-job").click()
+        b.css("#confirm-no").click()
+        time.sleep(0.5)
+        assert d.job(doomed)["state"] == "RUNNING"
+        b.css("#cancel-job").click()
+        b.css("#confirm-yes").click()
+        b.wait_css(".badge.st-cancelled", timeout=30)
+        assert d.job(doomed)["state"] == "CANCELLED"
+        # nodes
+        b.open(f"{d.url}/#/nodes")
+        b.wait_css("main section.card table")
+        shot(b, "nodes")
+        # models: versions, and an alias moved after confirmation
+        b.open(f"{d.url}/#/models")
+        b.wait_css("#model-list a").click()
+        b.wait_css("#alias-name").send_keys("production")
+        b.js("document.getElementById('alias-version').value = '1'")
+        b.css("#alias-move").click()
+        b.css("#confirm-yes").click()
+        b.wait_until(lambda: "production" in b.css("main table").text, "the alias in the versions table")
+        status, v = d.api("GET", "/api/v1/models/team/mnist/versions/production")
+        assert status == 200 and int(v["version"]) == 1, v
+        shot(b, "model")
+        # no CSP violation and no script error on any page
+        errors = [l for l in b.d.get_log("browser") if l["level"] == "SEVERE" and "favicon" not in l["message"]]
+        assert not errors, errors
+        # from inside the page: a request without the CSRF header is refused, and did nothing
+        status = b.js_async("""
+            const done = arguments[arguments.length - 1];
+            fetch('/api/v1/jobs', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                                    body: JSON.stringify({ argv: ['true'], name: 'forged' }) })
+              .then((r) => done(r.status), (e) => done(String(e)));""")
+        assert status == 403
+        assert not [j for j in d.api("GET", "/api/v1/jobs?name=forged")[1]["jobs"]]
+        # logout: back to the login form, and the session is gone
+        b.open(d.url + "/#/queue")
+        b.wait_css("#logout:not([hidden])").click()
+        b.wait_css("#login:not([hidden])")
+        assert b.css("#login").is_displayed() and not b.all("#main table")
+        assert b.all("#main table") == [] and raw_status(d, b) == 401
+        shot(b, "login")
+    (SHOTS / "figures.json").write_text(json.dumps({"first_contentful_paint_ms": fcp}))
+    print(f"first contentful paint {fcp:.0f} ms; screenshots in {SHOTS}")
