@@ -13,6 +13,7 @@ import urllib.parse
 import pytest
 
 from browser import Browser
+from test_observability import STUB, write_gpus
 
 HERE = pathlib.Path(__file__).resolve().parent
 SHOTS = pathlib.Path(os.environ.get("KESTREL_SCREENSHOTS", HERE.parent.parent / "build" / "console-screenshots"))
@@ -33,6 +34,10 @@ for step in range(1, steps + 1):
     print(f"epoch 1 step {step} loss {loss:.4f}", flush=True)
     time.sleep(pause)
 print("training done", flush=True)
+if len(sys.argv) > 3:   # push the trained weights: a version whose lineage names this job
+    import subprocess
+    open("weights.bin", "wb").write(b"w" * 5000)
+    subprocess.run([sys.argv[3], "push", "admin/mnist", "weights.bin"], check=True)
 '''
 
 
@@ -202,21 +207,29 @@ def chart_points(b, metric):
     return int(el[0].get_attribute("data-points")) if el else 0
 
 
-def test_the_console_in_a_real_browser(kestreld, tmp_path):
-    d = kestreld
+def test_the_console_in_a_real_browser(daemon, tmp_path):
+    gpus = tmp_path / "gpus.txt"
+    write_gpus(gpus, [35, 80])
+    env = dict(os.environ, KESTREL_NVML_LIBRARY=STUB, KESTREL_FAKE_GPU_FILE=str(gpus))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    d = daemon("--grace-period", "5", "--gpu-sample-interval", "1", env=env)
     train = tmp_path / "train.py"
     train.write_text(TRAIN)
     py = "/usr/bin/python3"
-    blocker = d.submit("--name", "blocker", "--", "sleep", "4")
-    jid = d.submit("--name", "resnet-small", "--param", "lr=0.01", "--param", "batch=64", "--after-ok", str(blocker),
-                   "--", py, str(train), "40", "0.15")
-    other = d.submit("--name", XSS, "--param", "lr=0.1", "--param", "batch=64", "--env", "SLOW=2",
-                     "--", py, str(train), "30", "0")
-    doomed = d.submit("--name", "to-cancel", "--", "sleep", "600")
     model = tmp_path / "weights.bin"
     for v in (b"v1" * 1000, b"v2" * 1000):
         model.write_bytes(v)
-        d.cli("push", "team/mnist", str(model), "--meta", "note=console test")
+        d.cli("push", "admin/mnist", str(model), "--meta", "note=console test")
+    blocker = d.submit("--name", "blocker", "--", "sleep", "4")
+    jid = d.submit("--name", "resnet-small", "--param", "lr=0.01", "--param", "batch=64", "--after-ok", str(blocker),
+                   "--", py, str(train), "40", "0.15", os.environ["KESTREL_CLI"])
+    other = d.submit("--name", XSS, "--param", "lr=0.1", "--param", "batch=64", "--env", "SLOW=2",
+                     "--", py, str(train), "30", "0")
+    # a job on both GPUs, preempted by an urgent one and run again: its timeline tells it
+    doomed = d.submit("--name", "to-cancel", "--gpus", "2", "--", "sh", "-c",
+                      "trap 'exit 0' TERM; while :; do sleep 0.1; done")
+    d.wait_state(doomed, "RUNNING")
+    urgent = d.submit("--name", "urgent", "--gpus", "2", "--priority", "urgent", "--", "sleep", "3")
     with Browser(tmp_path / "chromium") as b:
         # log in: the token leaves the address, the cookie is out of the page's reach
         b.login(d.url, d.token)
@@ -270,7 +283,26 @@ def test_the_console_in_a_real_browser(kestreld, tmp_path):
         assert "param lr" in b.css("main").text and "0.01" in b.css("main").text and "0.1" in b.css("main").text
         assert XSS in b.css("main").text
         shot(b, "compare")
-        # cancel a job, after saying yes
+        # the job pushed a version: on its page, with the lineage back to it on the model's
+        b.open(f"{d.url}/#/job/{jid}")
+        b.wait_until(lambda: "admin/mnist@3" in b.css("#models").text, "the version the job pushed")
+        # preempted by the urgent job, running again: the timeline links the job that took its GPUs
+        d.wait(urgent)
+        b.open(f"{d.url}/#/job/{doomed}")
+        b.wait_until(lambda: "(run 2)" in b.css("#timeline").text, "the second run in the timeline")
+        link = b.css(f'#timeline a[href="#/job/{urgent}"]')
+        assert link.text == f"job {urgent}" and "preempted by" in b.css("#timeline").text
+        b.wait_until(lambda: b.all("#gpus .chart"), "the job's GPU utilisation and memory charts")
+        shot(b, "job-preempted")
+        assert not b.all("#change-class"), "a running job offers a class change kestreld refuses"
+        # a waiting job's class changes, after saying yes
+        waiter = d.submit("--name", "waiter", "--after-ok", str(doomed), "--", "true")
+        b.open(f"{d.url}/#/job/{waiter}")
+        b.wait_css("#job-class").send_keys("high")
+        b.css("#change-class").click()
+        b.css("#confirm-yes").click()
+        b.wait_until(lambda: d.job(waiter)["spec"]["priority"] == "HIGH", "the class changed", timeout=10)
+        # cancel the running one, after saying yes
         b.open(f"{d.url}/#/job/{doomed}")
         b.wait_css(".badge.st-running", timeout=30)
         b.css("#cancel-job").click()
@@ -283,7 +315,7 @@ def test_the_console_in_a_real_browser(kestreld, tmp_path):
         assert d.job(doomed)["state"] == "CANCELLED"
         # nodes
         b.open(f"{d.url}/#/nodes")
-        b.wait_css("main section.card table")
+        b.wait_until(lambda: "35 %" in b.css("main").text and "80 %" in b.css("main").text, "the GPUs' utilisation")
         shot(b, "nodes")
         # models: versions, and an alias moved after confirmation
         b.open(f"{d.url}/#/models")
@@ -293,7 +325,8 @@ def test_the_console_in_a_real_browser(kestreld, tmp_path):
         b.css("#alias-move").click()
         b.css("#confirm-yes").click()
         b.wait_until(lambda: "production" in b.css("main table").text, "the alias in the versions table")
-        status, v = d.api("GET", "/api/v1/models/team/mnist/versions/production")
+        assert b.css(f'main table a[href="#/job/{jid}"]').text == f"job #{jid}"   # @3's lineage
+        status, v = d.api("GET", "/api/v1/models/admin/mnist/versions/production")
         assert status == 200 and int(v["version"]) == 1, v
         shot(b, "model")
         # no CSP violation and no script error on any page

@@ -69,7 +69,8 @@ function actions(j, session, reload) {
     if (!(await confirmAction(`Move job #${num(j.id)} to class ${cls.value.toLowerCase()}?`))) return;
     try { await post(`/api/v1/jobs/${num(j.id)}/priority`, { priority: cls.value }); msg.textContent = 'class changed'; reload(); } catch (e) { msg.replaceChildren(errorBox(e)); }
   });
-  return h('div', { class: 'row actions' }, cancel, cls, change, msg);
+  // the class of a job that waits (kestreld refuses it once the job runs)
+  return h('div', { class: 'row actions' }, cancel, j.state === 'QUEUED' ? [cls, change] : [], msg);
 }
 
 function gpuCharts(el, tel) {
@@ -85,7 +86,7 @@ function gpuCharts(el, tel) {
   if (!byDev.size) { el.append(h('p', { class: 'muted' }, 'No GPU samples (no real GPU held, or not sampled yet).')); return; }
   for (const [uuid, d] of byDev) {
     const a = h('div', { class: 'chart' }), b = h('div', { class: 'chart' });
-    el.append(h('h3', null, uuid), a, b);
+    el.append(h('h3', null, uuid), h('div', { class: 'pair' }, a, b));
     lineChart(a, { title: 'utilisation %', series: [{ label: 'util %' }], data: [d.t, d.util], time: true, height: 160 });
     lineChart(b, { title: 'memory used MiB', series: [{ label: 'MiB' }], data: [d.t, d.mem], time: true, height: 160 });
   }
