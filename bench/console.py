@@ -4,12 +4,10 @@ and the render of 100,000 points in headless Chromium.
 
     python bench/console.py KESTRELD   (make bench-console)
 """
-import json
 import os
 import pathlib
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -17,36 +15,10 @@ import urllib.request
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests" / "python"))
 from browser import Browser  # noqa: E402  (the test's own Chromium driver)
+from kestreld_proc import call, start, stop  # noqa: E402
 
 POINTS = 100_000
 JOBS = 10_000
-
-
-def start(binary, root, *flags):
-    root.mkdir(parents=True, exist_ok=True)
-    data, port_file = root / "data", root / "port"
-    port_file.unlink(missing_ok=True)
-    proc = subprocess.Popen([binary, "--port", "0", "--data-dir", str(data), "--port-file", str(port_file), *flags],
-                            stderr=open(root / "kestreld.log", "a"))
-    deadline = time.time() + 60
-    while not (port_file.exists() and (data / "admin.token").exists()):
-        if proc.poll() is not None or time.time() > deadline:
-            raise SystemExit("kestreld did not start: " + (root / "kestreld.log").read_text())
-        time.sleep(0.02)
-    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}", (data / "admin.token").read_text().strip()
-
-
-def call(url, token, method="GET", body=None, raw=False):
-    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        data = r.read()
-    return data if raw else json.loads(data)
-
-
-def stop(proc):
-    proc.terminate()
-    proc.wait(timeout=120)
 
 
 def seed(kestreld, root, nodes):

@@ -15,7 +15,6 @@ and the cost of /metrics on a big catalog.
 3. /metrics with 10,000 jobs in the catalog and 64 nodes x 8 devices: p50/p99 of 200 scrapes,
    beside GET /healthz in the same loop (the floor), and the exposition's size.
 """
-import json
 import os
 import pathlib
 import shutil
@@ -27,6 +26,8 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+
+from kestreld_proc import call, start, stop  # noqa: E402  (bench/kestreld_proc.py)
 
 LINES = int(os.environ.get("KESTREL_BENCH_LINES", "10000000"))
 JOBS = int(os.environ.get("KESTREL_BENCH_JOBS", "4"))
@@ -47,35 +48,6 @@ for i in range(n):
         w(f"step {i:>9} loss={r.random():.4f} lr={r.choice((1e-3, 5e-4, 1e-4)):.0e} "
           f"throughput={r.randrange(800, 1300)} samples/s worker=job{job}\n")
 '''
-
-
-def start(binary, root, *flags):
-    root.mkdir(parents=True, exist_ok=True)
-    data = root / "data"
-    port_file = root / "port"
-    port_file.unlink(missing_ok=True)
-    log = open(root / "kestreld.log", "a")
-    proc = subprocess.Popen([binary, "--port", "0", "--data-dir", str(data), "--port-file", str(port_file), *flags],
-                            stderr=log)
-    deadline = time.time() + 60
-    while not (port_file.exists() and (data / "admin.token").exists()):
-        if proc.poll() is not None or time.time() > deadline:
-            raise SystemExit("kestreld did not start: " + (root / "kestreld.log").read_text())
-        time.sleep(0.02)
-    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}", (data / "admin.token").read_text().strip()
-
-
-def call(url, token, method="GET", body=None, raw=False):
-    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        data = r.read()
-    return data if raw else json.loads(data)
-
-
-def stop(proc):
-    proc.terminate()
-    proc.wait(timeout=120)
 
 
 def median_s(fn, n=5):

@@ -6,12 +6,15 @@ set -eu
 VENV=${1:-.venv}
 PKGS="build-essential libcurl4-openssl-dev libcjson-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev
 libsqlite3-dev libssl-dev libcmocka-dev abigail-tools pkg-config cmake git curl python3 python3-venv valgrind wrk
-prometheus npm chromium chromium-driver"
+prometheus chromium chromium-driver"
 
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
+# npm fetches the console's chart library at build time: any npm will do (NodeSource's nodejs ships
+# one; Debian's is the package npm)
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "deps: missing Debian packages:$missing (run as root, or: sudo apt-get install$missing)" >&2

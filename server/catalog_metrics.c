@@ -131,6 +131,32 @@ out:
     return rc;
 }
 
+/* Append one row (step, value, wall_ms at columns c, c+1, c+2) of series name to b. */
+static int push_point(Kestrel__V1__MetricBatch *b, size_t *cap, const char *name, sqlite3_stmt *st, int c)
+{
+    Kestrel__V1__Metric *m;
+    if (b->n_metrics == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 256;
+        Kestrel__V1__Metric **p = realloc(b->metrics, ncap * sizeof(*p));
+        if (p == NULL)
+            return kestrel__error_oom();
+        b->metrics = p;
+        *cap = ncap;
+    }
+    if ((m = malloc(sizeof(*m))) == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__metric__init(m);
+    b->metrics[b->n_metrics++] = m;
+    m->step = sqlite3_column_int64(st, c);
+    m->value = sqlite3_column_type(st, c + 1) == SQLITE_TEXT ? NAN : sqlite3_column_double(st, c + 1);
+    m->wall_time_ms = sqlite3_column_int64(st, c + 2);
+    if ((m->name = kestrel__strdup(name)) == NULL) {
+        m->name = (char *)protobuf_c_empty_string;
+        return kestrel__error_oom();
+    }
+    return 0;
+}
+
 int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out)
 {
     static const char *const sql =
@@ -151,27 +177,9 @@ int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, K
     sqlite3_bind_int64(st, 1, job_id);
     if (name)
         sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        Kestrel__V1__Metric *m;
-        if (b->n_metrics == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            Kestrel__V1__Metric **p = realloc(b->metrics, ncap * sizeof(*p));
-            if (p == NULL) { rc = kestrel__error_oom(); goto out; }
-            b->metrics = p;
-            cap = ncap;
-        }
-        if ((m = malloc(sizeof(*m))) == NULL) { rc = kestrel__error_oom(); goto out; }
-        kestrel__v1__metric__init(m);
-        b->metrics[b->n_metrics++] = m;
-        m->step = sqlite3_column_int64(st, 1);
-        m->value = sqlite3_column_type(st, 2) == SQLITE_TEXT ? NAN : sqlite3_column_double(st, 2);
-        m->wall_time_ms = sqlite3_column_int64(st, 3);
-        if ((m->name = kestrel__strdup((const char *)sqlite3_column_text(st, 0))) == NULL) {
-            m->name = (char *)protobuf_c_empty_string;
-            rc = kestrel__error_oom();
-            goto out;
-        }
-    }
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+        rc = push_point(b, &cap, (const char *)sqlite3_column_text(st, 0), st, 1);
+    sqlite3_reset(st);
 out:
     kd__unlock(cat);
     if (rc < 0) {
@@ -181,7 +189,6 @@ out:
     *out = b;
     return 0;
 }
-
 
 int kd_catalog_metric_last(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__Metric **out)
 {
@@ -218,32 +225,6 @@ int kd_catalog_metric_last(kd_catalog *cat, int64_t job_id, const char *name, Ke
 out:
     kd__unlock(cat);
     return rc;
-}
-
-/* Append one row (step, value, wall_ms at columns c, c+1, c+2) of series name to b. */
-static int push_point(Kestrel__V1__MetricBatch *b, size_t *cap, const char *name, sqlite3_stmt *st, int c)
-{
-    Kestrel__V1__Metric *m;
-    if (b->n_metrics == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 256;
-        Kestrel__V1__Metric **p = realloc(b->metrics, ncap * sizeof(*p));
-        if (p == NULL)
-            return kestrel__error_oom();
-        b->metrics = p;
-        *cap = ncap;
-    }
-    if ((m = malloc(sizeof(*m))) == NULL)
-        return kestrel__error_oom();
-    kestrel__v1__metric__init(m);
-    b->metrics[b->n_metrics++] = m;
-    m->step = sqlite3_column_int64(st, c);
-    m->value = sqlite3_column_type(st, c + 1) == SQLITE_TEXT ? NAN : sqlite3_column_double(st, c + 1);
-    m->wall_time_ms = sqlite3_column_int64(st, c + 2);
-    if ((m->name = kestrel__strdup(name)) == NULL) {
-        m->name = (char *)protobuf_c_empty_string;
-        return kestrel__error_oom();
-    }
-    return 0;
 }
 
 /* Every point of one series (it is small), or its view thinned to about max points plus its
