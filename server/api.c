@@ -119,7 +119,8 @@ static int authenticate(kd_req *r, enum MHD_Result *reply)
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     char hash[65];
     int csrf_ok = 0;
-    if (h == NULL && kd_console_session(r->console, r, hash, &csrf_ok) == 0) {
+    /* a cookie when there is no bearer token (a proxy's Basic credentials are not ours) */
+    if ((h == NULL || strncmp(h, "Bearer ", 7)) && kd_console_session(r->console, r, hash, &csrf_ok) == 0) {
         r->via_cookie = 1;
         if (!csrf_ok && strcmp(r->method, "GET") && strcmp(r->method, "HEAD")) {
             *reply = kd_reply_error(r, 403, "csrf_failed", "a console request that changes anything must carry "
@@ -133,6 +134,8 @@ static int authenticate(kd_req *r, enum MHD_Result *reply)
         kd_token_hash(h + 7, hash);
     }
     if (kd_catalog_token_find(r->e->cat, hash, kestrel__now_ms(), &r->who) < 0) {
+        if (r->via_cookie)   /* its token was revoked or expired: the session ends with it */
+            kd_console_forget(r->console, r);
         *reply = kd_reply_error(r, 401, "unauthenticated", kestrel_error_last()->message);
         return -1;
     }

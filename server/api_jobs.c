@@ -234,7 +234,7 @@ static enum MHD_Result list(kd_req *r)
     kd_job_filter f = { 0 };
     Kestrel__V1__JobList *jobs;
     const char *state = kd_query(r, "state"), *label = kd_query(r, "label"), *param = kd_query(r, "param");
-    const char *metric = kd_query(r, "metric");
+    const char *metric = kd_query(r, "metric"), *user;
     char key[300], pkey[80];
     long long size, before;
     int rc;
@@ -248,9 +248,14 @@ static enum MHD_Result list(kd_req *r)
     f.name = kd_query(r, "name");
     if (f.name && !*f.name)
         f.name = NULL;
-    f.owner_name = kd_query(r, "user");
-    if (f.owner_name && !*f.owner_name)
-        f.owner_name = NULL;
+    if ((user = kd_query(r, "user")) != NULL && *user) {   /* ?user=NAME: an admin's filter; yours: only you */
+        kd_user u;
+        if (strlen(user) >= sizeof(u.name) || kd_catalog_user_get(r->e->cat, user, &u) < 0 ||
+            (!r->who.is_admin && u.id != r->who.user_id))
+            f.owner_id = -1;   /* no such user, or not one the caller may list: no jobs */
+        else
+            f.owner_id = u.id;
+    }
     if (metric && strlen(metric) > 200)
         return kd_reply_error(r, 400, "invalid_argument", "query parameter 'metric': a metric name of at most 200 bytes");
     if (state && *state) {

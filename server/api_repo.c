@@ -379,6 +379,9 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         reply = kd_reply_failure(r, rc);
         goto out;
     }
+    if (r->who.job_id && kd_catalog_lineage_add(r->e->cat, r->who.job_id, name, version) < 0)   /* the job page's list */
+        fprintf(stderr, "kestreld: %s@%lld: cannot record that job %lld pushed it: %s\n", name, (long long)version,
+                (long long)r->who.job_id, kestrel_error_last()->message);
     {
         Kestrel__V1__Manifest *pb;
         cJSON_DeleteItemFromObject(m, "chunks");
@@ -572,50 +575,41 @@ static enum MHD_Result gc(kd_req *r)
     return kd_reply_msg(r, 200, &out.base);
 }
 
-/* GET /jobs/{id}/models: the versions a job pushed (their lineage names it), of the models the
- * caller may read, at most 1,000, by model name then version. Reads every manifest of those
- * models: for a repository of a team's size, not a registry of millions. */
+/* GET /jobs/{id}/models: the versions a job pushed (recorded at their commit), of the models the
+ * caller may read, by model name then version, at most 1,000; a deleted version is left out. */
 enum MHD_Result kd_route_job_models(kd_req *r, int64_t id)
 {
     Kestrel__V1__ManifestList list = KESTREL__V1__MANIFEST_LIST__INIT;
-    kestrel_buf names = KESTREL_BUF_INIT;
     enum MHD_Result reply = MHD_NO;
     Kestrel__V1__Job *job = kd_visible_job(r, id, 0, &reply);
-    size_t cap = 1000;
+    kd_lineage_row *rows = NULL;
+    size_t n = 0;
     int rc;
     if (job == NULL)
         return reply;
     protobuf_c_message_free_unpacked(&job->base, NULL);
-    if ((rc = kestrel__store_list(r->e->store, &names)) < 0)
+    if ((rc = kd_catalog_lineage_list(r->e->cat, id, &rows, &n)) < 0) {
+        free(rows);
         return kd_reply_failure(r, rc);
-    if ((list.versions = calloc(cap, sizeof(*list.versions))) == NULL) {
-        kestrel_buf_dispose(&names);
+    }
+    if ((list.versions = calloc(n + 1, sizeof(*list.versions))) == NULL) {
+        free(rows);
         return kd_reply_error(r, 500, "internal", "out of memory");
     }
-    for (char *save = NULL, *n = names.ptr ? strtok_r(names.ptr, "\n", &save) : NULL; n && list.n_versions < cap;
-         n = strtok_r(NULL, "\n", &save)) {
-        int64_t *vs = NULL;
-        size_t nv = 0;
-        if (!kd_repo_may_read(r, n) || kestrel__store_versions(r->e->store, n, &vs, &nv) < 0)
+    for (size_t i = 0; i < n; i++) {
+        cJSON *m;
+        if (!kd_repo_may_read(r, rows[i].name) ||
+            kestrel__store_manifest(r->e->store, rows[i].name, rows[i].version, &m) < 0)
             continue;
-        for (size_t i = 0; i < nv && list.n_versions < cap; i++) {
-            cJSON *m, *l;
-            if (kestrel__store_manifest(r->e->store, n, vs[i], &m) < 0)
-                continue;
-            l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "metadata"), "lineage");
-            l = cJSON_GetObjectItemCaseSensitive(l, "job_id");
-            if (cJSON_IsNumber(l) && (int64_t)l->valuedouble == id &&
-                manifest_to_pb(m, &list.versions[list.n_versions], 0, r->e->store, n) == 0)
-                list.n_versions++;
-            cJSON_Delete(m);
-        }
-        free(vs);
+        if (manifest_to_pb(m, &list.versions[list.n_versions], 0, r->e->store, rows[i].name) == 0)
+            list.n_versions++;
+        cJSON_Delete(m);
     }
     reply = kd_reply_msg(r, 200, &list.base);
     for (size_t i = 0; i < list.n_versions; i++)
         protobuf_c_message_free_unpacked(&list.versions[i]->base, NULL);
     free(list.versions);
-    kestrel_buf_dispose(&names);
+    free(rows);
     return reply;
 }
 

@@ -324,7 +324,10 @@ static const char *const migrations[] = {
     "CREATE TABLE IF NOT EXISTS metric_series(job_id INTEGER NOT NULL, name TEXT NOT NULL, n INTEGER NOT NULL,"
     "  n_view INTEGER NOT NULL, stride INTEGER NOT NULL, PRIMARY KEY(job_id, name)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS metric_view(job_id INTEGER NOT NULL, name TEXT NOT NULL, k INTEGER NOT NULL,"
-    "  step INTEGER NOT NULL, value, wall_ms INTEGER NOT NULL, PRIMARY KEY(job_id, name, k)) WITHOUT ROWID;",
+    "  step INTEGER NOT NULL, value, wall_ms INTEGER NOT NULL, PRIMARY KEY(job_id, name, k)) WITHOUT ROWID;"
+    /* ... and which versions each job pushed, from now on (the job page's list) */
+    "CREATE TABLE IF NOT EXISTS model_lineage(job_id INTEGER NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,"
+    "  PRIMARY KEY(job_id, name, version)) WITHOUT ROWID;",
 };
 
 static int migrate(kd_catalog *cat, const char *path)

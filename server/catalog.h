@@ -65,7 +65,6 @@ typedef struct {
     const char *name;       /* NULL: any */
     const char *label_key, *label_value;
     const char *param_key, *param_value;   /* NULL: any */
-    const char *owner_name; /* NULL: any owner */
     int64_t before_id;      /* pagination: ids < before_id; 0: from the newest */
     int limit;
 } kd_job_filter;
@@ -288,6 +287,14 @@ int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, K
  * sampled from its view (catalog_metrics.c), with out->series saying which. */
 int kd_catalog_metrics_sampled(kd_catalog *cat, int64_t job_id, const char *name, long max_points,
                                Kestrel__V1__MetricBatch **out);
+/* The model versions a job pushed (catalog_lineage.c): recorded at commit, listed by name then
+ * version, at most 1,000. *out is the caller's to free. */
+typedef struct {
+    char name[256];
+    int64_t version;
+} kd_lineage_row;
+int kd_catalog_lineage_add(kd_catalog *cat, int64_t job_id, const char *name, int64_t version);
+int kd_catalog_lineage_list(kd_catalog *cat, int64_t job_id, kd_lineage_row **out, size_t *n);
 /* Migration 6: the series and views of the points an older catalog holds. */
 int kd__metric_view_build(kd_catalog *cat);
 /* The latest (highest step) value of one metric of a job into *out (a new Metric), or *out left

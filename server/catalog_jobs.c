@@ -238,7 +238,6 @@ int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__Jo
         " AND (?3 IS NULL OR j.name = ?3) AND (?6 = 0 OR j.id < ?6)"
         " AND (?4 IS NULL OR EXISTS(SELECT 1 FROM job_labels l WHERE l.job_id = j.id AND l.key = ?4 AND l.value = ?5))"
         " AND (?8 IS NULL OR EXISTS(SELECT 1 FROM job_params p WHERE p.job_id = j.id AND p.key = ?8 AND p.value = ?9))"
-        " AND (?10 IS NULL OR u.name = ?10)"
         " ORDER BY j.id DESC LIMIT ?7";
     Kestrel__V1__JobList *list = malloc(sizeof(*list));
     sqlite3_stmt *st;
@@ -268,8 +267,6 @@ int kd_catalog_job_list(kd_catalog *cat, const kd_job_filter *f, Kestrel__V1__Jo
         sqlite3_bind_text(st, 8, f->param_key, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 9, f->param_value, -1, SQLITE_STATIC);
     }
-    if (f->owner_name)
-        sqlite3_bind_text(st, 10, f->owner_name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, f->before_id);
     sqlite3_bind_int(st, 7, limit + 1);   /* one more tells whether there is a next page */
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {

@@ -13,6 +13,7 @@
 #include "catalog.h"
 
 #define KD_VIEW_MAX 2000
+#define KD_REPLY_POINTS 100000u
 
 static void bind_value(sqlite3_stmt *st, int col, double v)
 {
@@ -239,6 +240,7 @@ static int read_series(kd_catalog *cat, Kestrel__V1__MetricBatch *b, size_t *cap
     static const char *const newest = "SELECT step, value, wall_ms FROM metrics WHERE job_id = ? AND name = ?"
                                       " ORDER BY step DESC, rowid DESC LIMIT 1";
     int64_t every = n <= max ? 1 : (n_view + max - 1) / max, i = 0, last_step = INT64_MIN;
+    double last_value = 0;
     sqlite3_stmt *st = kd__stmt(cat, n <= max ? all : view);
     int rc = 0;
     if (st == NULL)
@@ -249,6 +251,7 @@ static int read_series(kd_catalog *cat, Kestrel__V1__MetricBatch *b, size_t *cap
         if (i++ % every == 0) {
             rc = push_point(b, cap, name, st, 0);
             last_step = sqlite3_column_int64(st, 0);
+            last_value = sqlite3_column_double(st, 1);
         }
     sqlite3_reset(st);
     if (rc < 0 || n <= max)
@@ -257,7 +260,10 @@ static int read_series(kd_catalog *cat, Kestrel__V1__MetricBatch *b, size_t *cap
         return KESTREL_EIO;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) != last_step)
+    /* the newest point, unless it is the last one sampled (a re-reported step with a new value is
+     * added: the chart shows the value now) */
+    if (sqlite3_step(st) == SQLITE_ROW &&
+        (sqlite3_column_int64(st, 0) != last_step || sqlite3_column_double(st, 1) != last_value))
         rc = push_point(b, cap, name, st, 0);
     sqlite3_reset(st);
     return rc;
@@ -267,7 +273,7 @@ int kd_catalog_metrics_sampled(kd_catalog *cat, int64_t job_id, const char *name
                                Kestrel__V1__MetricBatch **out)
 {
     static const char *const list = "SELECT name, n, n_view FROM metric_series WHERE job_id = ?1"
-                                    " AND (?2 IS NULL OR name = ?2) ORDER BY name LIMIT 1000";
+                                    " AND (?2 IS NULL OR name = ?2) ORDER BY name LIMIT 1001";
     Kestrel__V1__MetricBatch *b = malloc(sizeof(*b));
     Kestrel__V1__MetricSeries **series = NULL;
     size_t cap = 0, ns = 0;
@@ -286,7 +292,13 @@ int kd_catalog_metrics_sampled(kd_catalog *cat, int64_t job_id, const char *name
         sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
     /* the series first (one statement at a time on the cached ones), then each one's points */
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-        Kestrel__V1__MetricSeries *s = malloc(sizeof(*s)), **p = realloc(series, (ns + 1) * sizeof(*p));
+        Kestrel__V1__MetricSeries *s, **p;
+        if (ns == 1000) {
+            b->more_series = 1;
+            break;
+        }
+        s = malloc(sizeof(*s));
+        p = realloc(series, (ns + 1) * sizeof(*p));
         if (p)
             series = p;
         if (s == NULL || p == NULL) {
@@ -306,6 +318,9 @@ int kd_catalog_metrics_sampled(kd_catalog *cat, int64_t job_id, const char *name
     sqlite3_reset(st);
     b->series = series;
     b->n_series = ns;
+    /* at most KD_REPLY_POINTS in all: with many series, each gets its share */
+    if (ns && (size_t)max_points * ns > KD_REPLY_POINTS)
+        max_points = (long)(KD_REPLY_POINTS / ns) > 16 ? (long)(KD_REPLY_POINTS / ns) : 16;
     for (size_t i = 0; rc == 0 && i < ns; i++) {
         size_t before = b->n_metrics;
         rc = read_series(cat, b, &cap, job_id, series[i]->name, series[i]->points, series[i]->shown, max_points);

@@ -19,10 +19,19 @@ typedef struct {
     int64_t expires_ms;
 } kd_session;
 
+/* A one-time login code (kestrel ui): good for KD_LOGIN_CODE_TTL_MS, once. */
+typedef struct {
+    char code_hash[65];
+    char token_hash[65];
+    int64_t expires_ms;
+} kd_login_code;
+
 struct kd_console {
     pthread_mutex_t mu;
     kd_session *s;
     size_t n;
+    kd_login_code codes[KD_LOGIN_CODES_MAX];
+    size_t ncodes;
     int secure;
 };
 
@@ -48,6 +57,7 @@ void kd_console_free(kd_console *c)
     if (c == NULL)
         return;
     OPENSSL_cleanse(c->s, KD_SESSIONS_MAX * sizeof(*c->s));
+    OPENSSL_cleanse(c->codes, sizeof(c->codes));
     free(c->s);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -110,12 +120,41 @@ int kd_console_session(kd_console *c, kd_req *r, char token_hash[65], int *csrf_
     return i >= 0 ? 0 : -1;
 }
 
-/* A new session for a token's hash: the cookie's value in sid (65 bytes). Full: the one nearest
- * its end makes room. */
+/* The session of token_hash nearest its end (any token's when token_hash is NULL), or -1. */
+static long oldest_locked(kd_console *c, const char *token_hash, size_t *count)
+{
+    long oldest = -1;
+    *count = 0;
+    for (size_t i = 0; i < c->n; i++)
+        if (token_hash == NULL || !memcmp(c->s[i].token_hash, token_hash, 64)) {
+            (*count)++;
+            if (oldest < 0 || c->s[i].expires_ms < c->s[oldest].expires_ms)
+                oldest = (long)i;
+        }
+    return oldest;
+}
+
+void kd_console_forget(kd_console *c, kd_req *r)
+{
+    char sid_hash[65];
+    long i;
+    if (c == NULL || cookie_hash(r, sid_hash) < 0)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if ((i = find_locked(c, sid_hash, kestrel__now_ms())) >= 0)
+        drop_locked(c, (size_t)i);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A new session for a token's hash: the cookie's value in sid (65 bytes). A token holds at most
+ * KD_SESSIONS_PER_TOKEN (its oldest makes room), so one token cannot push everyone else's out; a
+ * full table drops the session nearest its end. */
 static int session_create(kd_console *c, const char *token_hash, char sid[65])
 {
     int64_t now = kestrel__now_ms();
     kd_session s;
+    size_t count;
+    long victim;
     memset(&s, 0, sizeof(s));
     if (random_hex(sid) < 0 || random_hex(s.csrf) < 0)
         return KESTREL_EIO;
@@ -128,13 +167,10 @@ static int session_create(kd_console *c, const char *token_hash, char sid[65])
             drop_locked(c, i);
         else
             i++;
-    if (c->n == KD_SESSIONS_MAX) {
-        size_t oldest = 0;
-        for (size_t i = 1; i < c->n; i++)
-            if (c->s[i].expires_ms < c->s[oldest].expires_ms)
-                oldest = i;
-        drop_locked(c, oldest);
-    }
+    if ((victim = oldest_locked(c, token_hash, &count)) >= 0 && count >= KD_SESSIONS_PER_TOKEN)
+        drop_locked(c, (size_t)victim);
+    else if (c->n == KD_SESSIONS_MAX && (victim = oldest_locked(c, NULL, &count)) >= 0)
+        drop_locked(c, (size_t)victim);
     c->s[c->n++] = s;
     pthread_mutex_unlock(&c->mu);
     OPENSSL_cleanse(&s, sizeof(s));
@@ -201,14 +237,30 @@ static enum MHD_Result serve(kd_req *r, const kd_asset *a)
     return queue(r, 200, resp);
 }
 
-/* A token -> a session, unless it is one that cannot log in. The redirect says which. */
-static enum MHD_Result login(kd_console *c, kd_req *r, const char *token)
+/* A login only from the user's own action. The browser's Sec-Fetch-Site says where the request
+ * came from: "none" (typed, pasted, opened by a program) or "same-origin" (the login form); another
+ * site's page cannot log the browser in as someone else. Without that header (curl, older
+ * browsers) an Origin, when sent, must be this server. */
+static int login_allowed(kd_req *r)
+{
+    const char *site = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Sec-Fetch-Site");
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    const char *o;
+    if (site)
+        return !strcmp(site, "none") || !strcmp(site, "same-origin");
+    if (origin == NULL)
+        return 1;
+    return (o = strstr(origin, "://")) != NULL && host && !strcmp(o + 3, host);
+}
+
+/* A token's hash -> a session, unless it is one that cannot log in. The redirect says which. */
+static enum MHD_Result login_hash(kd_console *c, kd_req *r, const char *hash)
 {
     kd_principal who;
-    char hash[65], sid[65];
-    if (token == NULL || !*token || strlen(token) > KD_LOGIN_TOKEN_MAX)
-        return redirect(c, r, "/?error=token", NULL, 0);
-    kd_token_hash(token, hash);
+    char sid[65];
+    if (!login_allowed(r))
+        return redirect(c, r, "/?error=site", NULL, 0);
     if (kd_catalog_token_find(r->e->cat, hash, kestrel__now_ms(), &who) < 0)
         return redirect(c, r, "/?error=token", NULL, 0);
     if (who.job_id || who.scope == KD_SCOPE_METRICS)
@@ -220,6 +272,92 @@ static enum MHD_Result login(kd_console *c, kd_req *r, const char *token)
         OPENSSL_cleanse(sid, sizeof(sid));
         return ok;
     }
+}
+
+static enum MHD_Result login(kd_console *c, kd_req *r, const char *token)
+{
+    char hash[65];
+    if (token == NULL || !*token || strlen(token) > KD_LOGIN_TOKEN_MAX)
+        return redirect(c, r, "/?error=token", NULL, 0);
+    kd_token_hash(token, hash);
+    return login_hash(c, r, hash);
+}
+
+/* GET /?code=C: a code from POST /ui/login-code, spent on first use. */
+static enum MHD_Result login_code(kd_console *c, kd_req *r, const char *code)
+{
+    char code_hash[65], token_hash[65];
+    int64_t now = kestrel__now_ms();
+    int found = 0;
+    if (code == NULL || strlen(code) != 64 || !kestrel__is_sha256_hex(code))
+        return redirect(c, r, "/?error=code", NULL, 0);
+    kestrel__sha256_hex(code, 64, code_hash);
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->ncodes; i++)
+        if (CRYPTO_memcmp(c->codes[i].code_hash, code_hash, 64) == 0) {
+            found = c->codes[i].expires_ms > now;
+            memcpy(token_hash, c->codes[i].token_hash, sizeof(token_hash));
+            c->codes[i] = c->codes[--c->ncodes];
+            OPENSSL_cleanse(&c->codes[c->ncodes], sizeof(c->codes[0]));
+            break;
+        }
+    pthread_mutex_unlock(&c->mu);
+    if (!found)
+        return redirect(c, r, "/?error=code", NULL, 0);
+    {
+        enum MHD_Result ok = login_hash(c, r, token_hash);
+        OPENSSL_cleanse(token_hash, sizeof(token_hash));
+        return ok;
+    }
+}
+
+/* POST /ui/login-code with a user's bearer token: a code for GET /?code= (kestrel ui). */
+static enum MHD_Result make_login_code(kd_console *c, kd_req *r)
+{
+    Kestrel__V1__ConsoleLoginCode out = KESTREL__V1__CONSOLE_LOGIN_CODE__INIT;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    char hash[65], code[65], path[80];
+    kd_principal who;
+    kd_login_code lc;
+    int64_t now = kestrel__now_ms();
+    enum MHD_Result ok;
+    if (h == NULL || strncmp(h, "Bearer ", 7) || !h[7])
+        return kd_reply_error(r, 401, "unauthenticated", "missing 'Authorization: Bearer <token>' header");
+    kd_token_hash(h + 7, hash);
+    if (kd_catalog_token_find(r->e->cat, hash, now, &who) < 0)
+        return kd_reply_error(r, 401, "unauthenticated", kestrel_error_last()->message);
+    if (who.job_id || who.scope == KD_SCOPE_METRICS)
+        return kd_reply_error(r, 403, "permission_denied", "job and metrics tokens cannot log in to the console");
+    if (random_hex(code) < 0)
+        return kd_reply_error(r, 500, "internal", kestrel_error_last()->message);
+    memset(&lc, 0, sizeof(lc));
+    kestrel__sha256_hex(code, 64, lc.code_hash);
+    memcpy(lc.token_hash, hash, sizeof(hash));
+    lc.expires_ms = now + KD_LOGIN_CODE_TTL_MS;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->ncodes;)   /* spent by time, or the oldest when full */
+        if (c->codes[i].expires_ms <= now)
+            c->codes[i] = c->codes[--c->ncodes];
+        else
+            i++;
+    if (c->ncodes == KD_LOGIN_CODES_MAX) {
+        size_t oldest = 0;
+        for (size_t i = 1; i < c->ncodes; i++)
+            if (c->codes[i].expires_ms < c->codes[oldest].expires_ms)
+                oldest = i;
+        c->codes[oldest] = c->codes[--c->ncodes];
+    }
+    c->codes[c->ncodes++] = lc;
+    pthread_mutex_unlock(&c->mu);
+    OPENSSL_cleanse(&lc, sizeof(lc));
+    snprintf(path, sizeof(path), "/?code=%s", code);
+    out.code = code;
+    out.expires_ms = now + KD_LOGIN_CODE_TTL_MS;
+    out.path = path;
+    ok = kd_reply_msg(r, 201, &out.base);
+    OPENSSL_cleanse(code, sizeof(code));
+    OPENSSL_cleanse(path, sizeof(path));
+    return ok;
 }
 
 /* The token field of an application/x-www-form-urlencoded login body, unescaped, or NULL. */
@@ -248,23 +386,29 @@ static const char *scope_name(int scope)
 static enum MHD_Result session_info(kd_console *c, kd_req *r)
 {
     Kestrel__V1__ConsoleSession s = KESTREL__V1__CONSOLE_SESSION__INIT;
-    char sid_hash[65], csrf[65];
+    char sid_hash[65], csrf[65], token_hash[65];
     kd_principal who;
     int64_t expires = 0;
-    long i;
+    long i = -1;
     int found = 0;
     if (cookie_hash(r, sid_hash) == 0) {
         pthread_mutex_lock(&c->mu);
         if ((i = find_locked(c, sid_hash, kestrel__now_ms())) >= 0) {
-            found = kd_catalog_token_find(r->e->cat, c->s[i].token_hash, kestrel__now_ms(), &who) == 0;
+            memcpy(token_hash, c->s[i].token_hash, sizeof(token_hash));
             memcpy(csrf, c->s[i].csrf, sizeof(csrf));
             expires = c->s[i].expires_ms;
         }
         pthread_mutex_unlock(&c->mu);
     }
-    if (!found)
+    /* the token is looked up outside the lock: every cookie request would wait on SQLite else */
+    if (i >= 0 && !(found = kd_catalog_token_find(r->e->cat, token_hash, kestrel__now_ms(), &who) == 0))
+        kd_console_forget(c, r);   /* its token was revoked or expired: the session goes with it */
+    OPENSSL_cleanse(token_hash, sizeof(token_hash));
+    if (!found) {
+        OPENSSL_cleanse(csrf, sizeof(csrf));
         return kd_reply_error(r, 401, "unauthenticated", "not logged in: open the console with ?token=TOKEN "
                               "(kestrel ui prints that address) or log in with a token");
+    }
     s.user = who.user;
     s.team = who.team;
     s.admin = who.is_admin;
@@ -307,6 +451,8 @@ enum MHD_Result kd_console_route(kd_console *c, kd_req *r)
             return kd_reply_error(r, 405, "method_not_allowed", "GET");
         if (kd_query(r, "token"))
             return login(c, r, kd_query(r, "token"));
+        if (kd_query(r, "code"))
+            return login_code(c, r, kd_query(r, "code"));
         return serve(r, asset("/ui/index.html"));
     }
     if (!strcmp(r->path, "/ui/login")) {
@@ -318,6 +464,9 @@ enum MHD_Result kd_console_route(kd_console *c, kd_req *r)
         OPENSSL_cleanse(tok, sizeof(tok));
         return ok;
     }
+    if (!strcmp(r->path, "/ui/login-code"))
+        return strcmp(r->method, "POST") ? kd_reply_error(r, 405, "method_not_allowed", "POST with your bearer token")
+                                         : make_login_code(c, r);
     if (!strcmp(r->path, "/ui/logout"))
         return strcmp(r->method, "POST") ? kd_reply_error(r, 405, "method_not_allowed", "POST") : logout(c, r);
     if (!strcmp(r->path, "/ui/session"))

@@ -15,6 +15,9 @@ typedef struct kd_console kd_console;
 
 #define KD_SESSIONS_MAX 4096
 #define KD_SESSION_TTL_MS (12 * 3600 * 1000LL)
+#define KD_SESSIONS_PER_TOKEN 16
+#define KD_LOGIN_CODES_MAX 256
+#define KD_LOGIN_CODE_TTL_MS (120 * 1000LL)
 #define KD_SESSION_COOKIE "kestrel_session"
 #define KD_CSRF_HEADER "X-Kestrel-CSRF"
 
@@ -27,7 +30,11 @@ void kd_console_free(kd_console *c);
  * live session. */
 int kd_console_session(kd_console *c, kd_req *r, char token_hash[65], int *csrf_ok);
 
-/* GET /, GET /ui/ASSET, POST /ui/login, POST /ui/logout, GET /ui/session. */
+/* Forget the session a request's cookie names (its token no longer works). */
+void kd_console_forget(kd_console *c, kd_req *r);
+
+/* GET /[?token=T|?code=C], GET /ui/ASSET, POST /ui/login, POST /ui/logout, GET /ui/session,
+ * POST /ui/login-code (a bearer token). */
 enum MHD_Result kd_console_route(kd_console *c, kd_req *r);
 
 /* The embedded files (console_assets.c, generated at build time from web/ and the chart library). */

@@ -47,6 +47,15 @@ KESTREL_API const char *kestrel_client_url(const kestrel_client *client);
  */
 KESTREL_API int kestrel_client_ping(kestrel_buf *version_out, kestrel_client *client);
 
+/**
+ * The address of the server's web console with a one-time login code: opening it within a minute
+ * logs a browser in as this client's token (once; the code is then spent), so the token itself is
+ * never put in an address, a browser's history or a process list. Fills out (owned:
+ * kestrel_buf_dispose()) with "URL/?code=CODE". KESTREL_EAUTH for a job's or a metrics token, which
+ * cannot log in. Since KESTREL_1.3.
+ */
+KESTREL_API int kestrel_client_console_url(kestrel_buf *out, kestrel_client *client);
+
 KESTREL_END_DECL
 
 #endif

@@ -181,15 +181,63 @@ def test_a_job_token_cannot_log_in(kestreld):
     assert "login 303 /?error=scope None" in d.cli("logs", str(jid)).stdout
 
 
-def test_kestrel_ui_prints_the_login_address(kestreld):
-    p = kestreld.cli("ui")
-    url = p.stdout.strip()
-    assert url == f"{kestreld.url}/?token={kestreld.token}"
-    status, h, _ = Raw(kestreld.url)("GET", url[len(kestreld.url):])
+def test_kestrel_ui_prints_a_one_time_login_address(kestreld):
+    d, raw = kestreld, Raw(kestreld.url)
+    url = d.cli("ui").stdout.strip()
+    assert url.startswith(f"{d.url}/?code=") and d.token not in url
+    path = url[len(d.url):]
+    status, h, _ = raw("GET", path)
+    assert status == 303 and h["location"] == "/" and "kestrel_session=" in h["set-cookie"]
+    sid = h["set-cookie"].split(";")[0]
+    assert json.loads(raw("GET", "/ui/session", headers={"Cookie": sid})[2])["user"] == "admin"
+    # spent: a second use, a made-up code or junk logs no one in
+    for p in (path, "/?code=" + "0" * 64, "/?code=zz", "/?code=" + "a" * 65):
+        status, h, _ = raw("GET", p)
+        assert status == 303 and h["location"] == "/?error=code" and "set-cookie" not in h, p
+    # a bad token gets no code; nor do metrics tokens
+    bad = d.cli("ui", env=d.env(KESTREL_TOKEN="kst_bad"), check=False)
+    assert bad.returncode == 1 and "kst_bad" not in bad.stdout
+    prom = token(d, "prom", scope="metrics")["token"]
+    p = d.cli("ui", env=d.env(KESTREL_TOKEN=prom), check=False)
+    assert p.returncode == 1 and "cannot log in" in p.stderr
+    assert raw("POST", "/ui/login-code", b"")[0] == 401
+    assert "2 minutes" in d.cli("ui", "--help").stdout
+
+
+def test_another_site_cannot_log_the_browser_in(kestreld):
+    """Login CSRF: a page of another site that sends the browser to /?token= or posts the login form
+    (Sec-Fetch-Site: cross-site) swaps no one's session; typed or pasted addresses (none) and the
+    console's own form (same-origin) log in."""
+    d, raw = kestreld, Raw(kestreld.url)
+    form = ("token=" + urllib.parse.quote(d.token)).encode()
+    ctype = {"Content-Type": "application/x-www-form-urlencoded"}
+    for site in ("cross-site", "same-site"):
+        status, h, _ = raw("GET", "/?token=" + d.token, headers={"Sec-Fetch-Site": site})
+        assert status == 303 and h["location"] == "/?error=site" and "set-cookie" not in h
+        status, h, _ = raw("POST", "/ui/login", form, {**ctype, "Sec-Fetch-Site": site})
+        assert status == 303 and h["location"] == "/?error=site" and "set-cookie" not in h
+    status, h, _ = raw("POST", "/ui/login", form, {**ctype, "Origin": "http://evil.example"})
+    assert status == 303 and h["location"] == "/?error=site"
+    for site in ("none", "same-origin"):
+        status, h, _ = raw("GET", "/?token=" + d.token, headers={"Sec-Fetch-Site": site})
+        assert status == 303 and "kestrel_session=" in h["set-cookie"]
+    host = d.url.split("//")[1]
+    status, h, _ = raw("POST", "/ui/login", form, {**ctype, "Origin": d.url, "Host": host})
     assert status == 303 and "kestrel_session=" in h["set-cookie"]
-    bad = kestreld.cli("ui", env=kestreld.env(KESTREL_TOKEN="kst_bad"), check=False)
-    assert bad.returncode == 1 and "does not work" in bad.stderr and "kst_bad" not in bad.stdout
-    assert "do not paste it" in kestreld.cli("ui", "--help").stdout
+
+
+def test_one_token_cannot_push_other_sessions_out(kestreld):
+    d, raw = kestreld, Raw(kestreld.url)
+    sid, _ = login(raw, d.token)
+    bob = token(d, "bob")["token"]
+    for _ in range(4200):   # more logins than the table holds
+        raw("GET", "/?token=" + bob)
+    assert raw("GET", "/api/v1/whoami", headers={"Cookie": sid})[0] == 200
+    # bob's own oldest went: he holds at most 16
+    first, _ = login(raw, bob)
+    for _ in range(16):
+        login(raw, bob)
+    assert raw("GET", "/api/v1/whoami", headers={"Cookie": first})[0] == 401
 
 
 def raw_status(d, b):
@@ -220,7 +268,8 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
     for v in (b"v1" * 1000, b"v2" * 1000):
         model.write_bytes(v)
         d.cli("push", "admin/mnist", str(model), "--meta", "note=console test")
-    blocker = d.submit("--name", "blocker", "--", "sleep", "4")
+    release = tmp_path / "release"   # the blocker holds its dependent in the queue until the test looks
+    blocker = d.submit("--name", "blocker", "--", "sh", "-c", f"while [ ! -e {release} ]; do sleep 0.1; done")
     jid = d.submit("--name", "resnet-small", "--param", "lr=0.01", "--param", "batch=64", "--after-ok", str(blocker),
                    "--", py, str(train), "40", "0.15", os.environ["KESTREL_CLI"])
     other = d.submit("--name", XSS, "--param", "lr=0.1", "--param", "batch=64", "--env", "SLOW=2",
@@ -232,8 +281,9 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
     urgent = d.submit("--name", "urgent", "--gpus", "2", "--priority", "urgent", "--", "sleep", "3")
     with Browser(tmp_path / "chromium") as b:
         # log in: the token leaves the address, the cookie is out of the page's reach
-        b.login(d.url, d.token)
-        assert "token=" not in b.d.current_url
+        b.open(d.cli("ui").stdout.strip())   # kestrel ui's one-time address
+        b.wait_css("#who:not(:empty)")
+        assert "code=" not in b.d.current_url and "token=" not in b.d.current_url
         assert b.js("return document.cookie") == ""
         assert not b.css("#login").is_displayed() and b.css("#nav").is_displayed()
         fcp = b.first_paint_ms(d.url + "/#/queue")
@@ -241,6 +291,7 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
         b.wait_until(lambda: any(f"#{jid}" in r.text and "after" in r.text.lower() for r in b.all("table tr")),
                      "the queue shows the waiting job with why")
         shot(b, "queue")
+        release.write_text("go")
         # the job, from QUEUED to SUCCEEDED, its curve growing as it runs
         b.open(f"{d.url}/#/job/{jid}")
         b.wait_css(".badge.st-queued")
@@ -349,3 +400,29 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
         shot(b, "login")
     (SHOTS / "figures.json").write_text(json.dumps({"first_contentful_paint_ms": fcp}))
     print(f"first contentful paint {fcp:.0f} ms; screenshots in {SHOTS}")
+
+
+def test_sampled_metric_reads_stay_bounded_and_keep_the_newest(kestreld):
+    d = kestreld
+    jid = d.submit("--", "true")
+    d.wait(jid)
+    post = lambda pts: d.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": pts})[0]
+    # one long series: its view stays within 2,000 points however long it grows
+    for lo in range(0, 30000, 10000):
+        assert post([{"name": "loss", "step": s, "value": 1.0 / (s + 1)} for s in range(lo, lo + 10000)]) == 200
+    assert post([{"name": "loss", "step": 29999, "value": "Infinity"}, {"name": "loss", "step": 29999, "value": 0.5}]) == 200
+    b = d.api("GET", f"/api/v1/jobs/{jid}/metrics?max_points=2000&name=loss")[1]
+    (s,) = b["series"]
+    assert int(s["points"]) == 30002 and 1000 <= int(s["shown"]) <= 2001
+    assert int(b["metrics"][0]["step"]) == 0
+    assert b["metrics"][-1]["value"] == 0.5   # the newest report of the last step, not an older one
+    # a smaller ask thins the view further
+    b = d.api("GET", f"/api/v1/jobs/{jid}/metrics?max_points=100&name=loss")[1]
+    assert int(b["series"][0]["shown"]) <= 101
+    # many series share one reply's bound of 100,000 points
+    for k in range(0, 300, 30):
+        assert post([{"name": f"m{i:03d}", "step": s, "value": s} for i in range(k, k + 30) for s in range(330)]) == 200
+    b = d.api("GET", f"/api/v1/jobs/{jid}/metrics?max_points=100000")[1]
+    assert len(b["metrics"]) <= 100000 + 301 and b["more_series"] is False
+    for bad in ("0", "100001", "-1", "x"):
+        assert d.api("GET", f"/api/v1/jobs/{jid}/metrics?max_points={bad}")[0] == 400

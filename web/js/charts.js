@@ -5,7 +5,8 @@ import { h, num } from './dom.js';
 export const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f',
   '#bcbd22', '#17becf'];
 
-const value = (v) => (v === 'NaN' || v === null || v === undefined ? null : Number(v));
+// NaN and +-Infinity are gaps: one of them must not take the whole curve (and its axis) away
+const value = (v) => { const x = Number(v); return v === null || v === undefined || !Number.isFinite(x) ? null : x; };
 
 // One chart: data is [xs, ys1, ys2...] (uPlot's columns, xs ascending).
 export function lineChart(el, { title, series, data, time = false, yLabel = '', height = 220 }) {
@@ -66,7 +67,8 @@ export class MetricCharts {
   }
 
   async drawAll(name) {
-    this.full.set(name, byName(await this.fetchAll(name)).get(name));
+    const info = this.series.find((x) => x.name === name);
+    this.full.set(name, { s: byName(await this.fetchAll(name)).get(name), at: info ? Number(info.points) : 0 });
     this.update(this.last, this.series);
   }
 
@@ -74,7 +76,11 @@ export class MetricCharts {
     this.last = metrics;
     this.series = series || [];
     const names = byName(metrics);
-    for (const [n, s] of this.full) if (s) names.set(n, s);
+    for (const [n, f] of this.full) {   // every point, until the series grows past them (a running job)
+      const info = this.series.find((x) => x.name === n);
+      if (info && Number(info.points) > f.at) this.full.delete(n);
+      else if (f.s) names.set(n, f.s);
+    }
     if (!names.size && !this.el.firstChild) this.el.append(h('p', { class: 'muted' }, 'No metrics reported yet.'));
     for (const [name, s] of names) {
       const xs = this.x === 'time' ? s.time : s.step;
@@ -101,6 +107,8 @@ export class MetricCharts {
         const all = h('button', { type: 'button', class: 'draw-all' }, `draw all ${total.toLocaleString()}`);
         all.addEventListener('click', () => { all.disabled = true; this.drawAll(name); });
         c.note.replaceChildren(`${xs.length.toLocaleString()} of ${total.toLocaleString()} points, spread over the run · `, all);
+      } else if (total > xs.length) {   // the API's bound on one read (100,000 points)
+        c.note.replaceChildren(`the first ${xs.length.toLocaleString()} of ${total.toLocaleString()} points (the most one read returns)`);
       } else {
         c.note.replaceChildren(`${xs.length.toLocaleString()} points`);
       }

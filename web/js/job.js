@@ -112,6 +112,8 @@ export async function jobPage(view, { arg, session, life }) {
   view.append(head, h('div', { class: 'cols' }, section('Spec', spec), section('Timeline', events)),
     section('Metrics', h('div', { class: 'row' }, xsel), charts), section('Log', logs), section('GPUs', gpus),
     section('Model versions pushed', models));
+  const more = h('p', { class: 'muted', hidden: true }, 'This job reported more than 1,000 metric names: the first 1,000 (by name) are drawn.');
+  charts.before(more);
   const mc = new MetricCharts(charts, async (name) => (await get(`/api/v1/jobs/${id}/metrics`, { name })).metrics || []);
   xsel.addEventListener('change', () => mc.setX(xsel.value));
   let job = null;
@@ -130,6 +132,7 @@ export async function jobPage(view, { arg, session, life }) {
   const metrics = async () => {
     const res = await get(`/api/v1/jobs/${id}/metrics`, { max_points: 2000 });
     mc.update(res.metrics || [], res.series || []);
+    more.hidden = !res.more_series;
   };
   const gpu = async () => gpuCharts(gpus, await get(`/api/v1/jobs/${id}/gpu`));
   const pushed = async () => models.replaceChildren(modelsTable(await get(`/api/v1/jobs/${id}/models`)));

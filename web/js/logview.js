@@ -45,15 +45,23 @@ export class LogView {
     this.life = life;
   }
 
-  // Reads until the job is final and every line is in; each request waits up to 10 s for lines.
+  // Reads until the job is final and every line is in. Each request waits up to 10 s for new lines
+  // (kestreld answers at once when it has some); after a failure it tries again, less and less often.
   async run() {
+    let pause = 1000;
     while (this.life.alive) {
       let chunk;
       try {
-        chunk = await get(`/api/v1/jobs/${this.jobId}/logs`, { offset: this.offset, wait_ms: this.offset ? 10000 : 0 });
+        chunk = await get(`/api/v1/jobs/${this.jobId}/logs`, { offset: this.offset, wait_ms: 10000 });
+        pause = 1000;
+        this.count.classList.remove('error');
       } catch (e) {
-        this.box.append(errorBox(e));
-        return;
+        if (e.status === 404 || e.status === 401 || e.status === 403) { this.box.append(errorBox(e)); return; }
+        this.count.textContent = `${e.message}: trying again`;
+        this.count.classList.add('error');
+        await new Promise((r) => setTimeout(r, pause));
+        pause = Math.min(pause * 2, 30000);
+        continue;
       }
       if (!this.life.alive) return;
       this.append(chunk.lines || []);
