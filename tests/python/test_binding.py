@@ -44,6 +44,8 @@ def test_jobs_end_to_end(client):
     assert client.job(job.id).name == "py-job"
     assert "<b>job" in job._repr_html_()
     assert client.ping() == kestrel.__version__
+    url = client.console_url()   # a one-time login address, never the token
+    assert url.startswith(client.url + "/?code=") and len(url.split("=")[1]) == 64
 
 
 def test_cancel_explain_queue_priority(client):

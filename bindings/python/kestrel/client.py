@@ -78,6 +78,18 @@ class Client(Handle):
         finally:
             C.kestrel_buf_dispose(buf)
 
+    def console_url(self) -> str:
+        """The web console's address with a one-time login code: opening it within 2 minutes logs a
+        browser in as this client's token (once), without the token ever being in the address.
+        Print it, or open it: ``webbrowser.open(client.console_url())``."""
+        buf = ffi.new("kestrel_buf *")
+        try:
+            with self._lock:
+                check(C.kestrel_client_console_url(buf, self._p()))
+            return ffi.string(buf.ptr).decode()
+        finally:
+            C.kestrel_buf_dispose(buf)
+
     def submit(self, argv: Optional[Sequence[str]] = None, script: Optional[str] = None, *, gpus: int = 0,
                priority: str = "normal", git: Optional[str] = None, ref: Optional[str] = None,
                env: Optional[Dict[str, str]] = None, name: Optional[str] = None,

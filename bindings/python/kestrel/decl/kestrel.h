@@ -53,6 +53,7 @@ int kestrel_client_new(kestrel_client **out, const char *url, const kestrel_clie
 void kestrel_client_free(kestrel_client *client);
 const char *kestrel_client_url(const kestrel_client *client);
 int kestrel_client_ping(kestrel_buf *version_out, kestrel_client *client);
+int kestrel_client_console_url(kestrel_buf *out, kestrel_client *client);
 
 /* jobs */
 typedef enum kestrel_job_state_t {
