@@ -30,6 +30,34 @@ int cli_connect(cli_ctx *ctx);
 /* Write s as a JSON string literal. */
 void cli_json_string(FILE *f, const char *s);
 
+/* The command table (registry.c): help, usage lines, did-you-mean, completion and man page come
+ * from it. run is NULL for the commands main.c answers itself (version, help, completion). */
+struct option;
+typedef struct {
+    const char *name;
+    int (*run)(cli_ctx *ctx, int argc, char **argv);
+    const char *summary;            /* one line, for the command list */
+    const char *help;               /* "Usage: kestrel NAME ...\n\n" then what it does and its options */
+    const struct option *opts;      /* its long options (NULL: checked by the command itself) */
+    const char *subs;               /* its subcommands, space separated, or NULL */
+} cli_command;
+const cli_command *cli_commands(size_t *n);
+const cli_command *cli_command_find(const char *name);
+/* The nearest command or option name (at most 2 edits away), or NULL. */
+const char *cli_suggest_command(const char *typed);
+const char *cli_suggest_option(const cli_command *cmd, const char *typed);
+void cli_print_usage_line(FILE *f, const cli_command *cmd);
+void cli_print_commands(FILE *f);
+/* After a usage error of command name: its usage line and "see 'kestrel NAME --help'"; returns 2. */
+int cli_usage_error(const char *name);
+/* Every --long option before "--" must be one of cmd's (or a unique prefix): else say which it
+ * may have meant, with the usage line, and return 2. */
+int cli_check_options(const cli_command *cmd, int argc, char **argv);
+/* docs.c: bash and zsh completion, and the man page, from the table. */
+void cli_completion_bash(FILE *f);
+void cli_completion_zsh(FILE *f);
+void cli_man_page(FILE *f);
+
 int cmd_submit(cli_ctx *ctx, int argc, char **argv);
 int cmd_rerun(cli_ctx *ctx, int argc, char **argv);
 int cmd_envs(cli_ctx *ctx, int argc, char **argv);

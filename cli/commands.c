@@ -105,13 +105,15 @@ static void print_job(const kestrel_job *job)
     }
 }
 
+const struct option cli_opts_jobs[] = {
+    { "state", required_argument, NULL, 's' }, { "name", required_argument, NULL, 'n' },
+    { "label", required_argument, NULL, 'l' }, { "limit", required_argument, NULL, 'L' },
+    { "param", required_argument, NULL, 'P' }, { NULL, 0, NULL, 0 }
+};
+
 int cmd_jobs(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "state", required_argument, NULL, 's' }, { "name", required_argument, NULL, 'n' },
-        { "label", required_argument, NULL, 'l' }, { "limit", required_argument, NULL, 'L' },
-        { "param", required_argument, NULL, 'P' }, { NULL, 0, NULL, 0 }
-    };
+    const struct option *opts = cli_opts_jobs;
     kestrel_job_list_options o = KESTREL_JOB_LIST_OPTIONS_INIT;
     kestrel_job_page *page;
     long limit = 50;
@@ -189,8 +191,7 @@ int cmd_status(cli_ctx *ctx, int argc, char **argv)
     int64_t id;
     int rc;
     if (argc != 2 || cli_job_id(argv[1], &id) < 0) {
-        fprintf(stderr, "Usage: kestrel status ID\n");
-        return 2;
+        return cli_usage_error("status");
     }
     if (cli_connect(ctx) < 0)
         return 1;
@@ -223,9 +224,11 @@ int cli_wait_exit(cli_ctx *ctx, int64_t id, long timeout_ms)
     return rc;
 }
 
+const struct option cli_opts_wait[] = { { "timeout", required_argument, NULL, 't' }, { NULL, 0, NULL, 0 } };
+
 int cmd_wait(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = { { "timeout", required_argument, NULL, 't' }, { NULL, 0, NULL, 0 } };
+    const struct option *opts = cli_opts_wait;
     double secs = -1;
     int64_t id;
     int c;
@@ -235,8 +238,7 @@ int cmd_wait(cli_ctx *ctx, int argc, char **argv)
         secs = strtod(optarg, NULL);
     }
     if (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0) {
-        fprintf(stderr, "Usage: kestrel wait [--timeout SECS] ID\n");
-        return 2;
+        return cli_usage_error("wait");
     }
     if (cli_connect(ctx) < 0)
         return 1;
@@ -248,10 +250,8 @@ int cmd_cancel(cli_ctx *ctx, int argc, char **argv)
     kestrel_job *job;
     int64_t id;
     int rc;
-    if (argc != 2 || cli_job_id(argv[1], &id) < 0) {
-        fprintf(stderr, "Usage: kestrel cancel ID\n");
-        return 2;
-    }
+    if (argc != 2 || cli_job_id(argv[1], &id) < 0)
+        return cli_usage_error("cancel");
     if (cli_connect(ctx) < 0)
         return 1;
     if ((rc = kestrel_job_cancel(&job, ctx->client, id)) < 0)

@@ -19,16 +19,18 @@ static void print_gpu(const kestrel_gpu *g, const char *mark, const char *reason
            reason);
 }
 
+const struct option cli_opts_devices[] = {
+    { "all", no_argument, NULL, 'a' }, { "select", required_argument, NULL, 's' },
+    { "min-memory", required_argument, NULL, 'm' }, { "min-free", required_argument, NULL, 'f' },
+    { "min-cc", required_argument, NULL, 'c' }, { "max-util", required_argument, NULL, 'u' },
+    { "name", required_argument, NULL, 'n' }, { "exclude", required_argument, NULL, 'x' },
+    { "nvlink", no_argument, NULL, 'l' }, { "mig", no_argument, NULL, 'g' },
+    { "cuda", no_argument, NULL, 'C' }, { NULL, 0, NULL, 0 }
+};
+
 int cmd_devices(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "all", no_argument, NULL, 'a' }, { "select", required_argument, NULL, 's' },
-        { "min-memory", required_argument, NULL, 'm' }, { "min-free", required_argument, NULL, 'f' },
-        { "min-cc", required_argument, NULL, 'c' }, { "max-util", required_argument, NULL, 'u' },
-        { "name", required_argument, NULL, 'n' }, { "exclude", required_argument, NULL, 'x' },
-        { "nvlink", no_argument, NULL, 'l' }, { "mig", no_argument, NULL, 'g' },
-        { "cuda", no_argument, NULL, 'C' }, { NULL, 0, NULL, 0 }
-    };
+    const struct option *opts = cli_opts_devices;
     kestrel_gpu_select_options o = KESTREL_GPU_SELECT_OPTIONS_INIT;
     const char *exclude[65] = { NULL };
     unsigned flags = 0;
@@ -104,8 +106,7 @@ int cmd_nodes(cli_ctx *ctx, int argc, char **argv)
     int rc;
     (void)argv;
     if (argc != 1) {
-        fprintf(stderr, "Usage: kestrel nodes\n");
-        return 2;
+        return cli_usage_error("nodes");
     }
     if (cli_connect(ctx) < 0)
         return 1;

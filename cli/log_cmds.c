@@ -7,7 +7,7 @@
 #include <time.h>
 #include "cli.h"
 
-static const char logs_help[] =
+const char cli_help_logs[] =
     "Usage: kestrel logs [-f] [--offset N] ID\n"
     "       kestrel logs --grep TEXT [--regex] [-i] [--job ID] [--state S] [--since DUR] [-C N] [--limit N]\n"
     "\n"
@@ -110,16 +110,18 @@ static int state_by_name(const char *s)
     return 0;
 }
 
+const struct option cli_opts_logs[] = {
+    { "follow", no_argument, NULL, 'f' }, { "offset", required_argument, NULL, 'O' },
+    { "grep", required_argument, NULL, 'g' }, { "regex", no_argument, NULL, 'E' },
+    { "ignore-case", no_argument, NULL, 'i' }, { "job", required_argument, NULL, 'j' },
+    { "state", required_argument, NULL, 's' }, { "since", required_argument, NULL, 'S' },
+    { "context", required_argument, NULL, 'C' }, { "limit", required_argument, NULL, 'n' },
+    { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+};
+
 int cmd_logs(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "follow", no_argument, NULL, 'f' }, { "offset", required_argument, NULL, 'O' },
-        { "grep", required_argument, NULL, 'g' }, { "regex", no_argument, NULL, 'E' },
-        { "ignore-case", no_argument, NULL, 'i' }, { "job", required_argument, NULL, 'j' },
-        { "state", required_argument, NULL, 's' }, { "since", required_argument, NULL, 'S' },
-        { "context", required_argument, NULL, 'C' }, { "limit", required_argument, NULL, 'n' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
-    };
+    const struct option *opts = cli_opts_logs;
     kestrel_logs_options o = KESTREL_LOGS_OPTIONS_INIT;
     kestrel_log_search_options so = KESTREL_LOG_SEARCH_OPTIONS_INIT;
     search_state st = { ctx, 0, 0 };
@@ -163,8 +165,8 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h': fputs(logs_help, stdout); return 0;
-        default: fputs(logs_help, stderr); return 2;
+        case 'h': fputs(cli_help_logs, stdout); return 0;
+        default: return cli_usage_error("logs");
         }
     }
     if (grep == NULL && (so.regex || so.ignore_case || so.job_id || so.state || so.since_ms || so.context || so.limit)) {
@@ -188,10 +190,8 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
         }
         return st.hits ? 0 : 1;
     }
-    if (id == 0) {
-        fputs(logs_help, stderr);
-        return 2;
-    }
+    if (id == 0)
+        return cli_usage_error("logs");
     if (cli_connect(ctx) < 0)
         return 1;
     if ((rc = kestrel_job_logs(NULL, ctx->client, id, &o, on_line, ctx)) < 0)

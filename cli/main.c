@@ -9,50 +9,18 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "Usage: kestrel [--url URL] [--token TOKEN] [-o text|json] COMMAND [ARGS]\n"
+        "       kestrel help [COMMAND]     kestrel COMMAND --help     kestrel --version\n"
         "\n"
-        "Submit and follow training jobs on a kestreld service.\n"
-        "\n"
-        "Commands:\n"
-        "  submit [OPTIONS] -- PROGRAM [ARGS...]   queue a job (see 'kestrel submit --help')\n"
-        "  jobs [--state S] [--name N] [--label K=V] [--param K=V] [--limit N]\n"
-        "                                          list your jobs, newest first\n"
-        "  status ID                               show a job and its state history\n"
-        "  rerun ID                                queue a job again with what it ran with\n"
-        "  envs                                    the server's standard environments and their packages\n"
-        "  reproduce NAME[@REF]                    rerun the job that pushed this model version\n"
-        "  logs [-f] [--offset N] ID               print a job's output; -f follows until it ends\n"
-        "  logs --grep TEXT [--regex] [-i] [--job ID] [--state S] [--since 2h] [-C N] [--limit N]\n"
-        "                                          find lines in every job you may see, newest first\n"
-        "  wait [--timeout SECS] ID                wait for a job to end; exit 0 only if it SUCCEEDED\n"
-        "  cancel ID                               cancel a queued or running job\n"
-        "  explain ID                              queue position and why a job waits\n"
-        "  queue                                   your queued jobs in scheduling order, with reasons\n"
-        "  job update ID --priority CLASS          move a queued job to another class\n"
-        "  ack ID                                  acknowledge a checkpoint (from inside the job)\n"
-        "  metrics [--name NAME] ID                the metrics a job reported\n"
-        "  metrics --gpu ID                        its GPUs' utilisation and memory over the run\n"
-        "  alerts [--job ID]                       kestreld's alerts: log policies, NaN loss, idle GPUs\n"
-        "  ui [--open]                             the web console's address, logged in (your token in it)\n"
-        "  push NAME PATH [--alias A] [--meta K=V] push a file or directory as the next version\n"
-        "  pull REF [-o PATH]                      pull name, name@N or name@alias (file or directory), verified\n"
-        "  models [NAME]                           model names, or a model's versions\n"
-        "  alias NAME VERSION ALIAS                point an alias at a version\n"
-        "  rm NAME@VERSION                         delete a version\n"
-        "  nodes                                   the server's nodes, devices and allocations\n"
-        "  devices [--select N --min-memory 40G ...]  this host's GPUs; with criteria, a selection and\n"
-        "                                          the reason each other device was not chosen\n"
-        "  model set NAME --visibility all|team|private   who may read a model (its writers decide)\n"
-        "  token create|list|revoke                tokens: scoped, expiring, revocable (see 'kestrel token --help')\n"
-        "  user set NAME --team TEAM               move a user to another team (admins)\n"
-        "  login URL [--token TOKEN]               check and store URL and token in the config file (0600)\n"
-        "  admin backup DIR                        online copy of the catalog and repository (admins)\n"
-        "  version                                 print client and server versions\n"
+        "Submit and follow training jobs on a kestreld service; push and pull models and datasets.\n"
+        "\n");
+    cli_print_commands(f);
+    fprintf(f,
         "\n"
         "Repositories: a file:///path URL opens one in-process (no daemon needed).\n"
         "Connection (first found wins): --url/--token, then KESTREL_URL/KESTREL_TOKEN,\n"
         "then ~/.config/kestrel/config with lines 'url = http://host:port' and 'token = ...'.\n"
         "https:// servers are verified against the system CAs, or the PEM bundle in KESTREL_CA_FILE.\n"
-        "-o json prints the API's JSON on every read command.\n"
+        "-o json prints the API's JSON on the read commands.\n"
         "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
@@ -221,13 +189,57 @@ static int cmd_version(cli_ctx *ctx)
     return 0;
 }
 
+/* kestrel help [CMD], kestrel completion bash|zsh, kestrel help --man */
+static int cmd_help(int argc, char **argv)
+{
+    const cli_command *c;
+    if (argc < 2) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--man")) {
+        cli_man_page(stdout);
+        return 0;
+    }
+    if ((c = cli_command_find(argv[1])) == NULL) {
+        const char *s = cli_suggest_command(argv[1]);
+        fprintf(stderr, "kestrel: no command '%s'%s%s%s (kestrel help lists them)\n", argv[1], s ? "; did you mean '" : "",
+                s ? s : "", s ? "'?" : "");
+        return 2;
+    }
+    fputs(c->help, stdout);
+    return 0;
+}
+
+static int cmd_completion(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "bash"))
+        cli_completion_bash(stdout);
+    else if (argc == 2 && !strcmp(argv[1], "zsh"))
+        cli_completion_zsh(stdout);
+    else
+        return cli_usage_error("completion");
+    return 0;
+}
+
+/* CMD --help (or -h) anywhere before "--": that command's help, whatever it would do with it. */
+static int wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         { "url", required_argument, NULL, 'u' }, { "token", required_argument, NULL, 't' },
-        { "output", required_argument, NULL, 'o' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+        { "output", required_argument, NULL, 'o' }, { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     cli_ctx ctx = { NULL, NULL, 0, NULL };
+    const cli_command *command;
     const char *cmd;
     int c, rc;
 
@@ -243,7 +255,11 @@ int main(int argc, char **argv)
             ctx.json = !strcmp(optarg, "json");
             break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'V': printf("kestrel %s (libkestrel %s)\n", KESTREL_VERSION_STRING, kestrel_version()); return 0;
+        default:
+            fputs("usage: kestrel [--url URL] [--token TOKEN] [-o text|json] COMMAND [ARGS]\nsee 'kestrel --help'\n",
+                  stderr);
+            return 2;
         }
     }
     if (optind >= argc) {
@@ -254,41 +270,27 @@ int main(int argc, char **argv)
     argc -= optind;
     argv += optind;
     optind = 0;   /* 0: GNU getopt re-initialises its permutation state */
+    if ((command = cli_command_find(cmd)) == NULL) {
+        const char *s = cli_suggest_command(cmd);
+        fprintf(stderr, "kestrel: '%s' is not a kestrel command.", cmd);
+        if (s)
+            fprintf(stderr, " Did you mean '%s'?", s);
+        fputs("\nsee 'kestrel --help'\n", stderr);
+        return 2;
+    }
+    if (wants_help(argc, argv)) {
+        fputs(command->help, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "help"))
+        return cmd_help(argc, argv);
+    if (!strcmp(cmd, "completion"))
+        return cmd_completion(argc, argv);
+    if ((rc = cli_check_options(command, argc, argv)) != 0)
+        return rc;
     if (kestrel_init() < 0)
         return cli_fail("init", -1);
-    if (!strcmp(cmd, "submit")) rc = cmd_submit(&ctx, argc, argv);
-    else if (!strcmp(cmd, "jobs")) rc = cmd_jobs(&ctx, argc, argv);
-    else if (!strcmp(cmd, "status")) rc = cmd_status(&ctx, argc, argv);
-    else if (!strcmp(cmd, "logs")) rc = cmd_logs(&ctx, argc, argv);
-    else if (!strcmp(cmd, "wait")) rc = cmd_wait(&ctx, argc, argv);
-    else if (!strcmp(cmd, "cancel")) rc = cmd_cancel(&ctx, argc, argv);
-    else if (!strcmp(cmd, "rerun") || !strcmp(cmd, "reproduce")) rc = cmd_rerun(&ctx, argc, argv);
-    else if (!strcmp(cmd, "envs")) rc = cmd_envs(&ctx, argc, argv);
-    else if (!strcmp(cmd, "version")) rc = cmd_version(&ctx);
-    else if (!strcmp(cmd, "explain")) rc = cmd_explain(&ctx, argc, argv);
-    else if (!strcmp(cmd, "queue")) rc = cmd_queue(&ctx, argc, argv);
-    else if (!strcmp(cmd, "job")) rc = cmd_job(&ctx, argc, argv);
-    else if (!strcmp(cmd, "ack")) rc = cmd_ack(&ctx, argc, argv);
-    else if (!strcmp(cmd, "metrics")) rc = cmd_metrics(&ctx, argc, argv);
-    else if (!strcmp(cmd, "push")) rc = cmd_push(&ctx, argc, argv);
-    else if (!strcmp(cmd, "pull")) rc = cmd_pull(&ctx, argc, argv);
-    else if (!strcmp(cmd, "models")) rc = cmd_models(&ctx, argc, argv);
-    else if (!strcmp(cmd, "alias")) rc = cmd_alias(&ctx, argc, argv);
-    else if (!strcmp(cmd, "rm")) rc = cmd_rm(&ctx, argc, argv);
-    else if (!strcmp(cmd, "devices")) rc = cmd_devices(&ctx, argc, argv);
-    else if (!strcmp(cmd, "nodes")) rc = cmd_nodes(&ctx, argc, argv);
-    else if (!strcmp(cmd, "token")) rc = cmd_token(&ctx, argc, argv);
-    else if (!strcmp(cmd, "user")) rc = cmd_user(&ctx, argc, argv);
-    else if (!strcmp(cmd, "login")) rc = cmd_login(&ctx, argc, argv);
-    else if (!strcmp(cmd, "model")) rc = cmd_model(&ctx, argc, argv);
-    else if (!strcmp(cmd, "admin")) rc = cmd_admin(&ctx, argc, argv);
-    else if (!strcmp(cmd, "alerts")) rc = cmd_alerts(&ctx, argc, argv);
-    else if (!strcmp(cmd, "ui")) rc = cmd_ui(&ctx, argc, argv);
-    else if (!strcmp(cmd, "help")) { usage(stdout); rc = 0; }
-    else {
-        fprintf(stderr, "kestrel: unknown command '%s' (see kestrel --help)\n", cmd);
-        rc = 2;
-    }
+    rc = command->run ? command->run(&ctx, argc, argv) : cmd_version(&ctx);
     kestrel_client_free(ctx.client);
     kestrel_shutdown();
     return rc;

@@ -6,7 +6,7 @@
 #include <time.h>
 #include "cli.h"
 
-static const char alerts_help[] =
+const char cli_help_alerts[] =
     "Usage: kestrel alerts [--job ID] [--limit N]\n"
     "\n"
     "kestreld's own alerts, newest first: log policies that matched (kestreld --log-policy, a job's\n"
@@ -21,10 +21,12 @@ static void when(char *buf, size_t n, int64_t ms)
     strftime(buf, n, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
 }
 
+const struct option cli_opts_alerts[] = { { "job", required_argument, NULL, 'j' }, { "limit", required_argument, NULL, 'n' },
+                                      { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
+
 int cmd_alerts(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = { { "job", required_argument, NULL, 'j' }, { "limit", required_argument, NULL, 'n' },
-                                          { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
+    const struct option *opts = cli_opts_alerts;
     static const char *const delivery[] = { "pending", "delivered", "given-up", "none" };
     kestrel_alert_list *l;
     int64_t job = 0;
@@ -40,14 +42,12 @@ int cmd_alerts(cli_ctx *ctx, int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h': fputs(alerts_help, stdout); return 0;
-        default: fputs(alerts_help, stderr); return 2;
+        case 'h': fputs(cli_help_alerts, stdout); return 0;
+        default: return cli_usage_error("alerts");
         }
     }
-    if (optind != argc) {
-        fputs(alerts_help, stderr);
-        return 2;
-    }
+    if (optind != argc)
+        return cli_usage_error("alerts");
     if (cli_connect(ctx) < 0)
         return 1;
     if ((rc = kestrel_alerts_get(&l, ctx->client, job, limit)) < 0)

@@ -12,8 +12,7 @@ int cmd_explain(cli_ctx *ctx, int argc, char **argv)
     int64_t id;
     int pos = 0, rc;
     if (argc != 2 || cli_job_id(argv[1], &id) < 0) {
-        fprintf(stderr, "Usage: kestrel explain ID\n");
-        return 2;
+        return cli_usage_error("explain");
     }
     if (cli_connect(ctx) < 0)
         return 1;
@@ -44,8 +43,7 @@ int cmd_queue(cli_ctx *ctx, int argc, char **argv)
     int rc;
     (void)argv;
     if (argc != 1) {
-        fprintf(stderr, "Usage: kestrel queue\n");
-        return 2;
+        return cli_usage_error("queue");
     }
     if (cli_connect(ctx) < 0)
         return 1;
@@ -75,15 +73,16 @@ int cmd_queue(cli_ctx *ctx, int argc, char **argv)
     return 0;
 }
 
+const struct option cli_opts_job[] = { { "priority", required_argument, NULL, 'p' }, { NULL, 0, NULL, 0 } };
+
 int cmd_job(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = { { "priority", required_argument, NULL, 'p' }, { NULL, 0, NULL, 0 } };
+    const struct option *opts = cli_opts_job;
     kestrel_job *job;
     int64_t id;
     int c, prio = 0, rc;
     if (argc < 2 || strcmp(argv[1], "update")) {
-        fprintf(stderr, "Usage: kestrel job update ID --priority normal|high|urgent\n");
-        return 2;
+        return cli_usage_error("job");
     }
     argc--;
     argv++;   /* argv[0] is now "update", which getopt skips like a program name */
@@ -95,8 +94,7 @@ int cmd_job(cli_ctx *ctx, int argc, char **argv)
         }
     }
     if (!prio || optind != argc - 1 || cli_job_id(argv[optind], &id) < 0) {
-        fprintf(stderr, "Usage: kestrel job update ID --priority normal|high|urgent\n");
-        return 2;
+        return cli_usage_error("job");
     }
     if (cli_connect(ctx) < 0)
         return 1;
@@ -112,8 +110,7 @@ int cmd_ack(cli_ctx *ctx, int argc, char **argv)
     int64_t id;
     int rc;
     if (argc != 2 || cli_job_id(argv[1], &id) < 0) {
-        fprintf(stderr, "Usage: kestrel ack ID   (inside a job: kestrel ack $KESTREL_JOB_ID after a checkpoint)\n");
-        return 2;
+        return cli_usage_error("ack");
     }
     if (cli_connect(ctx) < 0)
         return 1;
@@ -122,10 +119,12 @@ int cmd_ack(cli_ctx *ctx, int argc, char **argv)
     return 0;
 }
 
+const struct option cli_opts_metrics[] = { { "name", required_argument, NULL, 'n' }, { "gpu", no_argument, NULL, 'G' },
+                                      { NULL, 0, NULL, 0 } };
+
 int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = { { "name", required_argument, NULL, 'n' }, { "gpu", no_argument, NULL, 'G' },
-                                          { NULL, 0, NULL, 0 } };
+    const struct option *opts = cli_opts_metrics;
     kestrel_metric_list *m;
     const char *name = NULL;
     int64_t id;

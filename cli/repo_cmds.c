@@ -30,15 +30,16 @@ static int bar(const kestrel_progress *p, void *payload)
 
 static int push_usage(void)
 {
-    fprintf(stderr, "Usage: kestrel push NAME PATH [--alias A] [--meta KEY=VALUE]...\n");
-    return 2;
+    return cli_usage_error("push");
 }
+
+const struct option cli_opts_push[] = {
+    { "alias", required_argument, NULL, 'a' }, { "meta", required_argument, NULL, 'm' }, { NULL, 0, NULL, 0 }
+};
 
 int cmd_push(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "alias", required_argument, NULL, 'a' }, { "meta", required_argument, NULL, 'm' }, { NULL, 0, NULL, 0 }
-    };
+    const struct option *opts = cli_opts_push;
     kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
     char *meta = NULL;
     size_t metalen = 0;
@@ -90,9 +91,11 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
     return 0;
 }
 
+const struct option cli_opts_pull[] = { { "output", required_argument, NULL, 'o' }, { NULL, 0, NULL, 0 } };
+
 int cmd_pull(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = { { "output", required_argument, NULL, 'o' }, { NULL, 0, NULL, 0 } };
+    const struct option *opts = cli_opts_pull;
     kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
     const char *dest = NULL;
     char fallback[512];
@@ -104,8 +107,7 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
         dest = optarg;
     }
     if (optind != argc - 1) {
-        fprintf(stderr, "Usage: kestrel pull NAME[@VERSION|@ALIAS] [-o PATH]\n");
-        return 2;
+        return cli_usage_error("pull");
     }
     if (dest == NULL) {   /* the last name segment, without the ref */
         const char *base = strrchr(argv[optind], '/');
@@ -127,8 +129,7 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
 {
     int rc;
     if (argc > 2) {
-        fprintf(stderr, "Usage: kestrel models [NAME]\n");
-        return 2;
+        return cli_usage_error("models");
     }
     if (cli_connect(ctx) < 0)
         return 1;
@@ -179,8 +180,7 @@ int cmd_alias(cli_ctx *ctx, int argc, char **argv)
     long long v;
     int rc;
     if (argc != 4 || (v = strtoll(argv[2], &end, 10)) <= 0 || *end) {
-        fprintf(stderr, "Usage: kestrel alias NAME VERSION ALIAS\n");
-        return 2;
+        return cli_usage_error("alias");
     }
     if (cli_connect(ctx) < 0)
         return 1;
@@ -196,8 +196,7 @@ int cmd_rm(cli_ctx *ctx, int argc, char **argv)
     long long v;
     int rc;
     if (argc != 2 || (at = strrchr(argv[1], '@')) == NULL || (v = strtoll(at + 1, &end, 10)) <= 0 || *end) {
-        fprintf(stderr, "Usage: kestrel rm NAME@VERSION\n");
-        return 2;
+        return cli_usage_error("rm");
     }
     snprintf(name, sizeof(name), "%.*s", (int)(at - argv[1]), argv[1]);
     if (cli_connect(ctx) < 0)

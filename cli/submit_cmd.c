@@ -17,9 +17,7 @@ static int split_kv(const char *arg, const char *flag, char **key, const char **
     return *key ? 0 : -1;
 }
 
-static void submit_usage(FILE *f)
-{
-    fprintf(f,
+const char cli_help_submit[] =
         "Usage: kestrel submit [OPTIONS] -- PROGRAM [ARGS...]\n"
         "\n"
         "Queue a job. PROGRAM is looked up in PATH and run without a shell.\n"
@@ -68,8 +66,7 @@ static void submit_usage(FILE *f)
         "                         run on the node of job ID, or of group G's last job (preferred unless required)\n"
         "  --group G              make this job part of group G\n"
         "  --not-preemptible      never preempt this job for a higher class\n"
-        "  --grace SECS           SIGTERM -> SIGKILL delay when stopped or preempted\n");
-}
+        "  --grace SECS           SIGTERM -> SIGKILL delay when stopped or preempted\n";
 
 /* --data NAME[@REF][:PATH]: PATH defaults to data/ and the name's last segment */
 static int add_data(kestrel_job_spec *spec, const char *arg)
@@ -133,27 +130,29 @@ static int push_code(cli_ctx *ctx, kestrel_job_spec *spec, const char *dir, kest
     return rc < 0 ? 1 : 0;
 }
 
+const struct option cli_opts_submit[] = {
+    { "gpus", required_argument, NULL, 'g' }, { "priority", required_argument, NULL, 'p' },
+    { "name", required_argument, NULL, 'n' }, { "label", required_argument, NULL, 'l' },
+    { "env", required_argument, NULL, 'e' }, { "git", required_argument, NULL, 'G' },
+    { "ref", required_argument, NULL, 'r' }, { "workdir", required_argument, NULL, 'w' },
+    { "no-retry", no_argument, NULL, 'N' }, { "follow", no_argument, NULL, 'f' },
+    { "gpu-type", required_argument, NULL, 1 }, { "min-gpu-memory", required_argument, NULL, 2 },
+    { "min-cc", required_argument, NULL, 3 }, { "pool", required_argument, NULL, 4 },
+    { "after-ok", required_argument, NULL, 5 }, { "after-any", required_argument, NULL, 6 },
+    { "affinity", required_argument, NULL, 7 }, { "affinity-required", no_argument, NULL, 8 },
+    { "group", required_argument, NULL, 9 }, { "not-preemptible", no_argument, NULL, 10 },
+    { "grace", required_argument, NULL, 11 }, { "secret-env", required_argument, NULL, 12 },
+    { "param", required_argument, NULL, 13 }, { "code", required_argument, NULL, 14 },
+    { "max-code-size", required_argument, NULL, 15 }, { "data", required_argument, NULL, 16 },
+    { "environment", required_argument, NULL, 17 }, { "requirements", required_argument, NULL, 18 },
+    { "log-policy", required_argument, NULL, 19 }, { "retries", required_argument, NULL, 20 },
+    { "exclude-node", required_argument, NULL, 21 },
+    { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+};
+
 int cmd_submit(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "gpus", required_argument, NULL, 'g' }, { "priority", required_argument, NULL, 'p' },
-        { "name", required_argument, NULL, 'n' }, { "label", required_argument, NULL, 'l' },
-        { "env", required_argument, NULL, 'e' }, { "git", required_argument, NULL, 'G' },
-        { "ref", required_argument, NULL, 'r' }, { "workdir", required_argument, NULL, 'w' },
-        { "no-retry", no_argument, NULL, 'N' }, { "follow", no_argument, NULL, 'f' },
-        { "gpu-type", required_argument, NULL, 1 }, { "min-gpu-memory", required_argument, NULL, 2 },
-        { "min-cc", required_argument, NULL, 3 }, { "pool", required_argument, NULL, 4 },
-        { "after-ok", required_argument, NULL, 5 }, { "after-any", required_argument, NULL, 6 },
-        { "affinity", required_argument, NULL, 7 }, { "affinity-required", no_argument, NULL, 8 },
-        { "group", required_argument, NULL, 9 }, { "not-preemptible", no_argument, NULL, 10 },
-        { "grace", required_argument, NULL, 11 }, { "secret-env", required_argument, NULL, 12 },
-        { "param", required_argument, NULL, 13 }, { "code", required_argument, NULL, 14 },
-        { "max-code-size", required_argument, NULL, 15 }, { "data", required_argument, NULL, 16 },
-        { "environment", required_argument, NULL, 17 }, { "requirements", required_argument, NULL, 18 },
-        { "log-policy", required_argument, NULL, 19 }, { "retries", required_argument, NULL, 20 },
-        { "exclude-node", required_argument, NULL, 21 },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
-    };
+    const struct option *opts = cli_opts_submit;
     kestrel_job_spec *spec;
     kestrel_job *job = NULL;
     const char *git = NULL, *ref = NULL, *affinity = NULL, *code = NULL;
@@ -312,7 +311,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
                 rc = 2;
             }
             break;
-        case 'h': submit_usage(stdout); kestrel_job_spec_free(spec); return 0;
+        case 'h': fputs(cli_help_submit, stdout); kestrel_job_spec_free(spec); return 0;
         default: rc = 2;
         }
     }
@@ -343,7 +342,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
     if (rc == 0 && kestrel_job_spec_set_argv(spec, (const char *const *)argv + optind, (size_t)(argc - optind)) < 0)
         rc = cli_fail("argv", -1);
     if (rc == 2)
-        submit_usage(stderr);
+        cli_usage_error("submit");
     if (rc == 0 && code && git) {
         fprintf(stderr, "kestrel: --code and --git both give the job's code: choose one\n");
         rc = 2;

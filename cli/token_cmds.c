@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include "cli.h"
 
-static const char token_help[] =
+const char cli_help_token[] =
     "Usage: kestrel token create [--user U] [--team T] [--expires 30d] [--scope read|write|admin|metrics] [--name N]\n"
     "       kestrel token list [--user U]\n"
     "       kestrel token revoke ID\n"
@@ -38,13 +38,15 @@ static void print_time(int64_t ms, const char *none)
     printf("%-20s", buf);
 }
 
+const struct option cli_opts_token_create[] = {
+    { "user", required_argument, NULL, 'u' }, { "team", required_argument, NULL, 't' },
+    { "expires", required_argument, NULL, 'e' }, { "scope", required_argument, NULL, 's' },
+    { "name", required_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+};
+
 static int token_create(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "user", required_argument, NULL, 'u' }, { "team", required_argument, NULL, 't' },
-        { "expires", required_argument, NULL, 'e' }, { "scope", required_argument, NULL, 's' },
-        { "name", required_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
-    };
+    const struct option *opts = cli_opts_token_create;
     kestrel_token_options o = KESTREL_TOKEN_OPTIONS_INIT;
     kestrel_buf tok = KESTREL_BUF_INIT;
     int64_t id = 0;
@@ -68,8 +70,8 @@ static int token_create(cli_ctx *ctx, int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h': fputs(token_help, stdout); return 0;
-        default: fputs(token_help, stderr); return 2;
+        case 'h': fputs(cli_help_token, stdout); return 0;
+        default: return cli_usage_error("token");
         }
     }
     if (optind < argc) {
@@ -92,19 +94,21 @@ static int token_create(cli_ctx *ctx, int argc, char **argv)
     return 0;
 }
 
+const struct option cli_opts_token_list[] = {
+    { "user", required_argument, NULL, 'u' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+};
+
 static int token_list(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "user", required_argument, NULL, 'u' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
-    };
+    const struct option *opts = cli_opts_token_list;
     kestrel_token_list *l;
     const char *user = NULL;
     int c, rc;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'u': user = optarg; break;
-        case 'h': fputs(token_help, stdout); return 0;
-        default: fputs(token_help, stderr); return 2;
+        case 'h': fputs(cli_help_token, stdout); return 0;
+        default: return cli_usage_error("token");
         }
     }
     if (cli_connect(ctx) < 0)
@@ -148,7 +152,7 @@ int cmd_token(cli_ctx *ctx, int argc, char **argv)
     int64_t id;
     int rc;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(token_help, argc < 2 ? stderr : stdout);
+        fputs(cli_help_token, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "create"))

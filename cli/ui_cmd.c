@@ -9,7 +9,7 @@
 
 extern char **environ;
 
-static const char ui_help[] =
+const char cli_help_ui[] =
     "Usage: kestrel ui [--open]\n"
     "\n"
     "Print the address of the web console kestreld serves, with a one-time login code in it:\n"
@@ -21,17 +21,19 @@ static const char ui_help[] =
     "\n"
     "  --open   also open it in the desktop's browser (xdg-open)\n";
 
+const struct option cli_opts_ui[] = { { "open", no_argument, NULL, 'O' }, { "help", no_argument, NULL, 'h' },
+                                      { NULL, 0, NULL, 0 } };
+
 int cmd_ui(cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = { { "open", no_argument, NULL, 'O' }, { "help", no_argument, NULL, 'h' },
-                                          { NULL, 0, NULL, 0 } };
+    const struct option *opts = cli_opts_ui;
     kestrel_buf url = KESTREL_BUF_INIT;
     int c, open_ = 0, rc;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'O': open_ = 1; break;
-        case 'h': fputs(ui_help, stdout); return 0;
-        default: fputs("see 'kestrel ui --help'\n", stderr); return 2;
+        case 'h': fputs(cli_help_ui, stdout); return 0;
+        default: return cli_usage_error("ui");
         }
     }
     if (optind < argc) {

@@ -315,6 +315,13 @@ static enum MHD_Result cancel(kd_req *r, int64_t id)
         return kd_reply_error(r, 403, "permission_denied", "a job token cannot cancel jobs");
     if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
         return reply;
+    if (is_final((int)job->state)) {   /* nothing to cancel: say so, rather than "cancelling" */
+        char msg[160];
+        snprintf(msg, sizeof(msg), "job %lld already ended %s: nothing to cancel", (long long)id,
+                 protobuf_c_enum_descriptor_get_value(&kestrel__v1__job_state__descriptor, (int)job->state)->name);
+        protobuf_c_message_free_unpacked(&job->base, NULL);
+        return kd_reply_error(r, 409, "conflict", msg);
+    }
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if ((rc = kd_engine_cancel(r->e, id, r->who.user)) < 0)
         return kd_reply_failure(r, rc);

@@ -1,6 +1,7 @@
 """The kestrel CLI and the JSON API, driven as a person would, against the real kestreld."""
 import json
 import os
+import pathlib
 import subprocess
 
 from conftest import KESTREL_CLI, KESTRELD
@@ -21,6 +22,79 @@ def test_help_and_usage_errors(kestreld):
     assert p.returncode != 0 and "unknown priority 'asap'" in p.stderr
     p = kestreld.cli("status", "nope", check=False)
     assert p.returncode == 2
+
+
+def test_every_command_has_help_and_flag_errors_are_short(kestreld, tmp_path):
+    k = kestreld
+    names = [l.split()[0] for l in k.cli("help").stdout.split("Commands")[1].splitlines()[1:] if l.startswith("  ")]
+    assert {"submit", "jobs", "logs", "pull", "models", "metrics", "wait", "ui", "completion"} <= set(names)
+    for name in names:
+        for argv in ((name, "--help"), ("help", name), (name, "-h")):
+            p = k.cli(*argv, check=False)
+            assert p.returncode == 0 and p.stdout.startswith(f"Usage: kestrel {name}"), (argv, p.stdout, p.stderr)
+    # a flag error: what was wrong, the usage line, where to look; not a page of help
+    p = k.cli("submit", "--gpuz", "1", "--", "true", check=False)
+    assert p.returncode == 2 and "did you mean '--gpus'?" in p.stderr and "see 'kestrel submit --help'" in p.stderr
+    assert len(p.stderr.splitlines()) <= 3, p.stderr
+    p = k.cli("jobs", "--stat", "running", check=False)   # a unique prefix is getopt's: it works
+    assert p.returncode == 0
+    p = k.cli("logs", "--gerp", "x", check=False)
+    assert p.returncode == 2 and "did you mean '--grep'?" in p.stderr
+    p = k.cli("sumbit", "--", "true", check=False)
+    assert p.returncode == 2 and "Did you mean 'submit'?" in p.stderr
+    p = k.cli("wait", check=False)
+    assert p.returncode == 2 and p.stderr.splitlines() == ["usage: kestrel wait [--timeout SECS] ID",
+                                                           "see 'kestrel wait --help'"]
+    # a flag after -- is the job's, not ours
+    jid = json.loads(k.cli("-o", "json", "submit", "--", "echo", "--gpuz").stdout)["id"]
+    assert k.cli("logs", "-f", jid).stdout.strip() == "--gpuz"
+    # --version needs no server
+    p = subprocess.run([KESTREL_CLI, "--version"], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert p.returncode == 0 and p.stdout.startswith("kestrel ") and "libkestrel" in p.stdout
+
+
+def test_completion_scripts_and_man_page_come_from_the_option_tables(kestreld, tmp_path):
+    k = kestreld
+    bash = k.cli("completion", "bash").stdout
+    script = tmp_path / "kestrel.bash"
+    script.write_text(bash)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    # drive it as bash would: complete 'kestrel sub', then 'kestrel submit --gp'
+    def complete(*words):
+        line = " ".join(words)
+        prog = (f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _kestrel; "
+                "printf '%s\\n' \"${COMPREPLY[@]}\"")
+        return subprocess.run(["bash", "-c", prog], capture_output=True, text=True).stdout.split()
+    assert complete("kestrel", "sub") == ["submit"]
+    assert set(complete("kestrel", "submit", "--gp")) == {"--gpus", "--gpu-type"}
+    assert "--grep" in complete("kestrel", "logs", "--g")
+    assert complete("kestrel", "token", "cr") == ["create"]
+    assert complete("kestrel", "submit", "--", "--gp") == []   # the job's argv: left to the shell
+    zsh = k.cli("completion", "zsh").stdout
+    assert zsh.startswith("#compdef kestrel") and "--gpus" in zsh
+    (tmp_path / "_kestrel").write_text(zsh)   # zsh and man-db: scripts/deps.sh installs them
+    assert subprocess.run(["zsh", "-n", str(tmp_path / "_kestrel")]).returncode == 0
+    assert k.cli("completion", "fish", check=False).returncode == 2
+    # the man page the build made, from the same table
+    man = pathlib.Path(KESTREL_CLI).parent / "kestrel.1"
+    text = man.read_text()
+    assert text.startswith(".TH KESTREL 1")
+    for name in ("submit", "logs", "pull", "ui", "completion"):
+        assert f".SS {name}\n" in text
+    assert "\\-\\-gpus" in text
+    out = subprocess.run(["man", "-l", str(man)], capture_output=True, text=True, env={**os.environ, "MANWIDTH": "100"})
+    assert out.returncode == 0 and "kestrel submit [OPTIONS]" in out.stdout
+
+
+def test_cancel_of_an_ended_job_is_an_error(kestreld):
+    jid = submit(kestreld, "--", "true")["id"]
+    kestreld.wait(jid)
+    p = kestreld.cli("cancel", jid, check=False)
+    assert p.returncode == 1 and f"job {jid} already ended SUCCEEDED: nothing to cancel" in p.stderr
+    assert p.stdout == ""
+    status, body = kestreld.api("POST", f"/api/v1/jobs/{jid}/cancel", {})
+    assert status == 409 and body["code"] == "conflict"
+    assert kestreld.job(jid)["state"] == "SUCCEEDED"
 
 
 def test_kestreld_help_documents_flags():
