@@ -9,6 +9,7 @@ typedef struct {
     const char *url;
     const char *token;
     int json;                 /* -o json */
+    int wide;                 /* -o wide: tables with more columns */
     kestrel_client *client;
 } cli_ctx;
 
@@ -17,6 +18,9 @@ int cli_fail(const char *what, int rc);
 int cli_parse_size(const char *v, int64_t *out);
 /* "30d", "12h", "90m", "3600" -> seconds; -1 on junk. */
 int64_t cli_parse_duration(const char *v);
+/* kestrel jobs as a table (jobs_table.c); "3m 05s" */
+void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide);
+void cli_fmt_duration(char *out, size_t n, int64_t ms);
 /* Print a job as the API's JSON; wait for a job's end and exit like `kestrel wait`. */
 int cli_print_job_json(const kestrel_job *job);
 int cli_wait_exit(cli_ctx *ctx, int64_t id, long timeout_ms);

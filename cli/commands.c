@@ -30,26 +30,6 @@ int cli_print_job_json(const kestrel_job *job)
     return 0;
 }
 
-/* "lr=0.001,epochs=3" into out (cut with "..." when it does not fit) */
-static void params_line(const kestrel_job *job, char *out, size_t n)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    for (size_t i = 0; i < kestrel_job_param_count(job); i++) {
-        const char *k, *v;
-        int w;
-        if (kestrel_job_param_at(job, i, &k, &v) < 0)
-            break;
-        w = snprintf(out + used, n - used, "%s%s=%s", i ? "," : "", k, v);
-        if (w < 0 || (size_t)w >= n - used) {
-            if (n > 4)
-                memcpy(out + n - 4, "...", 4);
-            return;
-        }
-        used += (size_t)w;
-    }
-}
-
 static void print_job(const kestrel_job *job)
 {
     char a[32], b[32], c[32];
@@ -164,22 +144,7 @@ int cmd_jobs(cli_ctx *ctx, int argc, char **argv)
         }
         printf("\n]\n");
     } else {
-        int with_params = 0;
-        for (size_t i = 0; i < kestrel_job_page_count(page); i++)
-            with_params |= kestrel_job_param_count(kestrel_job_page_at(page, i)) > 0;
-        printf("%-8s %-10s %-8s %-4s %-24s %s%s\n", "ID", "STATE", "PRIORITY", "GPUS", "NAME",
-               with_params ? "PARAMS                         " : "", "REASON");
-        for (size_t i = 0; i < kestrel_job_page_count(page); i++) {
-            const kestrel_job *j = kestrel_job_page_at(page, i);
-            char params[32];
-            params_line(j, params, sizeof(params));
-            printf("%-8" PRId64 " %-10s %-8s %-4d %-24.24s ", kestrel_job_id(j),
-                   kestrel_job_state_name(kestrel_job_state(j)), kestrel_priority_name(kestrel_job_priority(j)),
-                   kestrel_job_gpus(j), kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-");
-            if (with_params)
-                printf("%-30s ", params[0] ? params : "-");
-            printf("%s\n", kestrel_job_reason(j));
-        }
+        cli_print_jobs_table(ctx, page, ctx->wide);
     }
     kestrel_job_page_free(page);
     return 0;

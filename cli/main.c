@@ -8,7 +8,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "Usage: kestrel [--url URL] [--token TOKEN] [-o text|json] COMMAND [ARGS]\n"
+        "Usage: kestrel [--url URL] [--token TOKEN] [-o table|wide|json] COMMAND [ARGS]\n"
         "       kestrel help [COMMAND]     kestrel COMMAND --help     kestrel --version\n"
         "\n"
         "Submit and follow training jobs on a kestreld service; push and pull models and datasets.\n"
@@ -238,7 +238,7 @@ int main(int argc, char **argv)
         { "output", required_argument, NULL, 'o' }, { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
-    cli_ctx ctx = { NULL, NULL, 0, NULL };
+    cli_ctx ctx = { NULL, NULL, 0, 0, NULL };
     const cli_command *command;
     const char *cmd;
     int c, rc;
@@ -248,11 +248,12 @@ int main(int argc, char **argv)
         case 'u': ctx.url = optarg; break;
         case 't': ctx.token = optarg; break;
         case 'o':
-            if (strcmp(optarg, "json") && strcmp(optarg, "text")) {
-                fprintf(stderr, "kestrel: -o takes 'text' or 'json'\n");
+            if (strcmp(optarg, "json") && strcmp(optarg, "text") && strcmp(optarg, "table") && strcmp(optarg, "wide")) {
+                fprintf(stderr, "kestrel: -o takes table (or text), wide or json\n");
                 return 2;
             }
             ctx.json = !strcmp(optarg, "json");
+            ctx.wide = !strcmp(optarg, "wide");
             break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("kestrel %s (libkestrel %s)\n", KESTREL_VERSION_STRING, kestrel_version()); return 0;

@@ -86,6 +86,24 @@ def test_completion_scripts_and_man_page_come_from_the_option_tables(kestreld, t
     assert out.returncode == 0 and "kestrel submit [OPTIONS]" in out.stdout
 
 
+def test_jobs_table_says_who_where_how_long_and_why_a_job_waits(kestreld):
+    k = kestreld
+    hold = submit(k, "--name", "hold", "--gpus", "2", "--label", "team=v", "--", "sleep", "30")["id"]
+    k.wait_state(hold, "RUNNING")
+    waiter = submit(k, "--name", "waiter", "--gpus", "1", "--param", "lr=0.1", "--", "true")["id"]
+    lines = k.cli("jobs").stdout.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE", "AGE", "REASON"]
+    row = {l.split()[0]: l for l in lines[1:]}
+    assert row[waiter].split()[1:5] == ["waiter", "admin", "queued", "normal"]
+    assert "waiting" in row[waiter] and "needs 1 x GPU" in row[waiter]   # why, not "submitted"
+    assert "running" in row[hold] and " local " in row[hold]
+    wide = k.cli("-o", "wide", "jobs").stdout
+    assert "COMMAND | LABELS | PARAMS" in wide and "sleep 30 | team=v | -" in wide and "true | - | lr=0.1" in wide
+    assert k.cli("-o", "yaml", "jobs", check=False).returncode == 2
+    k.cli("cancel", waiter)
+    k.cli("cancel", hold)
+
+
 def test_cancel_of_an_ended_job_is_an_error(kestreld):
     jid = submit(kestreld, "--", "true")["id"]
     kestreld.wait(jid)

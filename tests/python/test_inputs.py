@@ -26,7 +26,7 @@ def test_params_reach_the_job_and_are_listed_and_filterable(daemon):
     assert got == {"lr": "0.001", "epochs": "3", "note": "a b=c"}
     status = d.cli("status", str(a)).stdout
     assert "lr=0.001" in status and "epochs=3" in status
-    table = d.cli("jobs").stdout
+    table = d.cli("-o", "wide", "jobs").stdout
     assert "PARAMS" in table and "lr=0.01" in table
     only = json.loads(d.cli("-o", "json", "jobs", "--param", "lr=0.001").stdout)
     assert [j["id"] for j in only] == [a]

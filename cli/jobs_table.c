@@ -1,0 +1,137 @@
+/* cli/jobs_table.c - `kestrel jobs` as a table: one line a job with who, what, where, how long and,
+ * for a waiting job, why it waits (the scheduler's reason, not "submitted"). -o wide adds the
+ * command, labels and params. On a terminal the table fits its width; piped, nothing is cut. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "cli.h"
+
+/* "3m 05s", "2h 10m", "4d 3h" */
+void cli_fmt_duration(char *out, size_t n, int64_t ms)
+{
+    long long s = ms > 0 ? ms / 1000 : 0;
+    if (s < 60)
+        snprintf(out, n, "%llds", s);
+    else if (s < 3600)
+        snprintf(out, n, "%lldm %02llds", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(out, n, "%lldh %02lldm", s / 3600, s % 3600 / 60);
+    else
+        snprintf(out, n, "%lldd %lldh", s / 86400, s % 86400 / 3600);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* "running 3m 05s", "took 1h 02m", "waiting 12s", "ended after 4s" (never started) */
+static void age(char *out, size_t n, const kestrel_job *j, int64_t now)
+{
+    char d[32];
+    int64_t submit = kestrel_job_submit_time(j), start = kestrel_job_start_time(j), end = kestrel_job_end_time(j);
+    if (kestrel_job_state(j) == KESTREL_JOB_STATE_QUEUED) {
+        cli_fmt_duration(d, sizeof(d), now - submit);
+        snprintf(out, n, "waiting %s", d);
+    } else if (start <= 0) {
+        cli_fmt_duration(d, sizeof(d), (end > 0 ? end : now) - submit);
+        snprintf(out, n, "ended after %s", d);
+    } else {
+        cli_fmt_duration(d, sizeof(d), (end > 0 ? end : now) - start);
+        snprintf(out, n, "%s %s", end > 0 ? "took" : "running", d);
+    }
+}
+
+/* A job's argv joined, and its labels and params as k=v,k=v (from its JSON: the CLI uses the public
+ * API only, which gives the spec as JSON). */
+static void wide_fields(const kestrel_job *j, char *cmd, size_t cn, char *labels, size_t ln, char *params, size_t pn)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    cJSON *root, *spec, *e;
+    cmd[0] = labels[0] = params[0] = '\0';
+    if (kestrel_job_to_json(&b, j) < 0 || (root = cJSON_Parse(b.ptr)) == NULL) {
+        kestrel_buf_dispose(&b);
+        return;
+    }
+    spec = cJSON_GetObjectItem(root, "spec");
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(spec, "argv"))
+        if (cJSON_IsString(e))
+            snprintf(cmd + strlen(cmd), cn - strlen(cmd), "%s%s", cmd[0] ? " " : "", e->valuestring);
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(spec, "labels")) {
+        cJSON *k = cJSON_GetObjectItem(e, "key"), *v = cJSON_GetObjectItem(e, "value");
+        if (cJSON_IsString(k) && cJSON_IsString(v))
+            snprintf(labels + strlen(labels), ln - strlen(labels), "%s%s=%s", labels[0] ? "," : "", k->valuestring,
+                     v->valuestring);
+    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(spec, "params")) {
+        cJSON *k = cJSON_GetObjectItem(e, "key"), *v = cJSON_GetObjectItem(e, "value");
+        if (cJSON_IsString(k) && cJSON_IsString(v))
+            snprintf(params + strlen(params), pn - strlen(params), "%s%s=%s", params[0] ? "," : "", k->valuestring,
+                     v->valuestring);
+    }
+    cJSON_Delete(root);
+    kestrel_buf_dispose(&b);
+}
+
+static const char *lower(char *buf, size_t n, const char *s)
+{
+    size_t i = 0;
+    for (; s[i] && i + 1 < n; i++)
+        buf[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
+    buf[i] = '\0';
+    return buf;
+}
+
+void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide)
+{
+    struct winsize ws;
+    kestrel_queue *q = NULL;
+    size_t n = kestrel_job_page_count(page);
+    int64_t now = now_ms();
+    int width = 0, any_queued = 0;
+    if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 40)
+        width = ws.ws_col;
+    for (size_t i = 0; i < n; i++)
+        any_queued |= kestrel_job_state(kestrel_job_page_at(page, i)) == KESTREL_JOB_STATE_QUEUED;
+    if (any_queued && kestrel_queue_get(&q, ctx->client) < 0)
+        q = NULL;   /* the reasons are a nicety: the listing stands without them */
+    printf("%-7s %-20s %-10s %-10s %-7s %4s %-10s %-20s %s%s\n", "ID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE",
+           "AGE", wide ? "COMMAND | LABELS | PARAMS | " : "", "REASON");
+    for (size_t i = 0; i < n; i++) {
+        const kestrel_job *j = kestrel_job_page_at(page, i);
+        const char *reason = kestrel_job_reason(j);
+        char line[4096], st[16], cls[16], a[48], cmd[1024], labels[512], params[512];
+        int len;
+        if (kestrel_job_state(j) == KESTREL_JOB_STATE_QUEUED && q)
+            for (size_t k = 0; k < kestrel_queue_count(q); k++)
+                if (kestrel_job_id(kestrel_queue_job(q, k)) == kestrel_job_id(j)) {
+                    reason = kestrel_queue_reason(q, k);
+                    break;
+                }
+        age(a, sizeof(a), j, now);
+        len = snprintf(line, sizeof(line), "%-7" PRId64 " %-20.20s %-10.10s %-10s %-7s %4d %-10.10s %-20s ",
+                       kestrel_job_id(j), kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-", kestrel_job_owner(j),
+                       lower(st, sizeof(st), kestrel_job_state_name(kestrel_job_state(j))),
+                       lower(cls, sizeof(cls), kestrel_priority_name(kestrel_job_priority(j))), kestrel_job_gpus(j),
+                       kestrel_job_node(j)[0] ? kestrel_job_node(j) : "-", a);
+        if (wide) {
+            wide_fields(j, cmd, sizeof(cmd), labels, sizeof(labels), params, sizeof(params));
+            len += snprintf(line + len, sizeof(line) - (size_t)len, "%s | %s | %s | ", cmd, labels[0] ? labels : "-",
+                            params[0] ? params : "-");
+        }
+        if (len > 0 && (size_t)len < sizeof(line))
+            snprintf(line + len, sizeof(line) - (size_t)len, "%s", reason);
+        if (width && (int)strlen(line) > width) {   /* a terminal: one line a job */
+            line[width - 1] = '\0';
+            line[width - 2] = '~';
+        }
+        puts(line);
+    }
+    kestrel_queue_free(q);
+}
