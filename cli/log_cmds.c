@@ -5,14 +5,24 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 #include "cli.h"
 
 const char cli_help_logs[] =
-    "Usage: kestrel logs [-f] [--offset N] ID\n"
+    "Usage: kestrel logs [-f] [--tail N] [--since DUR] [--timestamps] [--stream all|stdout|stderr] ID\n"
     "       kestrel logs --grep TEXT [--regex] [-i] [--job ID] [--state S] [--since DUR] [-C N] [--limit N]\n"
     "\n"
-    "Print a job's output (-f: follow it until the job ends), or find lines across every job you\n"
-    "may see (an admin: all jobs; a user: its own), newest first:\n"
+    "Print a job's output, or find lines across every job you may see (an admin: all jobs; a user:\n"
+    "its own), newest first. A job's output:\n"
+    "  -f, --follow   follow it until the job ends\n"
+    "  --tail N       only its last N lines (then follow, with -f)\n"
+    "  --since DUR    only lines of the last DUR (3600, 90m, 12h, 7d)\n"
+    "  --timestamps   each line with its time (UTC, ISO 8601)\n"
+    "  --stream S     all (default), stdout or stderr. Piped, every line goes to stdout (so\n"
+    "                 kestrel logs ID | grep OOM finds a traceback); on a terminal the job's stderr\n"
+    "                 lines go to stderr\n"
+    "  --offset N     from line N on\n"
+    "Finding lines:\n"
     "  --grep TEXT    the text to find (at least 3 characters; kestreld indexes every line's trigrams)\n"
     "  --regex        TEXT is a POSIX extended regex (lines holding its longest literal are tested;\n"
     "                 one with no literal of 3 characters scans the lines, slower)\n"
@@ -36,21 +46,74 @@ static void json_line(const kestrel_log_line *l)
     printf("}");
 }
 
-static int on_line(const kestrel_log_line *l, void *payload)
+/* How a job's lines are shown (kestrel logs ID). */
+typedef struct {
+    const cli_ctx *ctx;
+    int stream;                 /* 0 all, else only KESTREL_LOG_STDOUT or _STDERR */
+    int timestamps;
+    int split;                  /* the job's stderr lines to our stderr (a terminal) */
+    int64_t since_ms;           /* 0: every line */
+    long tail;                  /* > 0: keep the last tail lines, print them at the end */
+    kestrel_log_line *ring;     /* tail: copies (text owned) */
+    size_t ring_n, ring_at;
+} show_state;
+
+static void show(const show_state *s, const kestrel_log_line *l)
 {
-    const cli_ctx *ctx = payload;
-    if (ctx->json) {
+    FILE *f = s->split && l->stream == KESTREL_LOG_STDERR ? stderr : stdout;
+    if (s->ctx->json) {
         json_line(l);
         printf("\n");
-    } else if (l->stream == KESTREL_LOG_STDERR) {
-        fprintf(stderr, "%s\n", l->text);
-    } else if (l->stream == KESTREL_LOG_SYSTEM) {
-        printf("[kestrel] %s\n", l->text);
-    } else {
-        printf("%s\n", l->text);
+        fflush(stdout);
+        return;
     }
-    fflush(stdout);
+    if (s->timestamps) {
+        char when[40];
+        time_t t = (time_t)(l->time_ms / 1000);
+        struct tm tm;
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", gmtime_r(&t, &tm));
+        fprintf(f, "%s.%03dZ ", when, (int)(l->time_ms % 1000));
+    }
+    fprintf(f, "%s%s\n", l->stream == KESTREL_LOG_SYSTEM ? "[kestrel] " : "", l->text);
+    fflush(f);
+}
+
+static int on_line(const kestrel_log_line *l, void *payload)
+{
+    show_state *s = payload;
+    if ((s->stream && l->stream != s->stream) || (s->since_ms && l->time_ms < s->since_ms))
+        return 0;
+    if (s->tail > 0) {   /* the last tail lines: a ring of copies */
+        kestrel_log_line *slot = &s->ring[s->ring_at];
+        char *text = strdup(l->text);
+        if (text == NULL)
+            return -1;
+        if (s->ring_n == (size_t)s->tail)
+            free((char *)slot->text);
+        else
+            s->ring_n++;
+        *slot = *l;
+        slot->text = text;
+        s->ring_at = (s->ring_at + 1) % (size_t)s->tail;
+        return 0;
+    }
+    show(s, l);
     return 0;
+}
+
+/* Print the ring (oldest first) and free it. */
+static void flush_tail(show_state *s)
+{
+    size_t first = s->ring_n == (size_t)s->tail ? s->ring_at : 0;
+    for (size_t i = 0; i < s->ring_n; i++) {
+        kestrel_log_line *l = &s->ring[(first + i) % (size_t)s->tail];
+        show(s, l);
+        free((char *)l->text);
+    }
+    free(s->ring);
+    s->ring = NULL;
+    s->ring_n = 0;
+    s->tail = 0;
 }
 
 typedef struct {
@@ -116,7 +179,8 @@ const struct option cli_opts_logs[] = {
     { "ignore-case", no_argument, NULL, 'i' }, { "job", required_argument, NULL, 'j' },
     { "state", required_argument, NULL, 's' }, { "since", required_argument, NULL, 'S' },
     { "context", required_argument, NULL, 'C' }, { "limit", required_argument, NULL, 'n' },
-    { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+    { "tail", required_argument, NULL, 'T' }, { "timestamps", no_argument, NULL, 'M' },
+    { "stream", required_argument, NULL, 'R' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 };
 
 int cmd_logs(cli_ctx *ctx, int argc, char **argv)
@@ -125,12 +189,36 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
     kestrel_logs_options o = KESTREL_LOGS_OPTIONS_INIT;
     kestrel_log_search_options so = KESTREL_LOG_SEARCH_OPTIONS_INIT;
     search_state st = { ctx, 0, 0 };
+    show_state sh;
     const char *grep = NULL;
     int64_t id = 0, secs;
     int c, rc;
     char *end;
+    memset(&sh, 0, sizeof(sh));
+    sh.ctx = ctx;
+    sh.split = isatty(STDOUT_FILENO);
     while ((c = getopt_long(argc, argv, "fO:iC:h", opts, NULL)) != -1) {
         switch (c) {
+        case 'T':
+            sh.tail = strtol(optarg, &end, 10);
+            if (*end || sh.tail < 1 || sh.tail > 1000000) {
+                fprintf(stderr, "kestrel: --tail takes 1..1000000 lines\n");
+                return 2;
+            }
+            break;
+        case 'M': sh.timestamps = 1; break;
+        case 'R':
+            if (!strcmp(optarg, "all"))
+                sh.stream = 0;
+            else if (!strcmp(optarg, "stdout"))
+                sh.stream = KESTREL_LOG_STDOUT;
+            else if (!strcmp(optarg, "stderr"))
+                sh.stream = KESTREL_LOG_STDERR;
+            else {
+                fprintf(stderr, "kestrel: --stream takes all, stdout or stderr\n");
+                return 2;
+            }
+            break;
         case 'f': o.follow = 1; break;
         case 'O': o.offset = strtoll(optarg, NULL, 10); break;
         case 'g': grep = optarg; break;
@@ -169,10 +257,15 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
         default: return cli_usage_error("logs");
         }
     }
-    if (grep == NULL && (so.regex || so.ignore_case || so.job_id || so.state || so.since_ms || so.context || so.limit)) {
-        fprintf(stderr, "kestrel: --regex, -i, --job, --state, --since, -C and --limit go with --grep TEXT\n");
+    if (grep == NULL && (so.regex || so.ignore_case || so.job_id || so.state || so.context || so.limit)) {
+        fprintf(stderr, "kestrel: --regex, -i, --job, --state, -C and --limit go with --grep TEXT\n");
         return 2;
     }
+    if (grep && (sh.tail || sh.timestamps || sh.stream)) {
+        fprintf(stderr, "kestrel: --tail, --timestamps and --stream go with a job's output, not --grep\n");
+        return 2;
+    }
+    sh.since_ms = so.since_ms;
     if (optind < argc && (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0))
         return 2;
     if (grep) {
@@ -194,7 +287,22 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
         return cli_usage_error("logs");
     if (cli_connect(ctx) < 0)
         return 1;
-    if ((rc = kestrel_job_logs(NULL, ctx->client, id, &o, on_line, ctx)) < 0)
+    if (sh.tail > 0) {   /* the last N lines of what is stored, then (-f) what comes */
+        int follow = o.follow;
+        int64_t next = 0;
+        if ((sh.ring = calloc((size_t)sh.tail, sizeof(*sh.ring))) == NULL)
+            return cli_fail("logs", KESTREL_ENOMEM);
+        o.follow = 0;
+        rc = kestrel_job_logs(&next, ctx->client, id, &o, on_line, &sh);
+        flush_tail(&sh);
+        if (rc < 0)
+            return cli_fail("logs", rc);
+        if (!follow)
+            return 0;
+        o.follow = 1;
+        o.offset = next;
+    }
+    if ((rc = kestrel_job_logs(NULL, ctx->client, id, &o, on_line, &sh)) < 0)
         return cli_fail("logs", rc);
     return 0;
 }

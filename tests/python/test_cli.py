@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 from conftest import KESTREL_CLI, KESTRELD
@@ -127,9 +128,18 @@ def test_submit_follow_wait_status(kestreld):
                  "--", "sh", "-c", "echo $GREETING; echo warn >&2; sleep 0.3; echo done")
     assert job["state"] == "QUEUED" and job["spec"]["priority"] == "HIGH"
     jid = job["id"]
-    logs = kestreld.cli("logs", "-f", jid)
-    assert logs.stdout.splitlines() == ["hi", "done"]
-    assert logs.stderr.strip() == "warn"
+    logs = kestreld.cli("logs", "-f", jid)   # piped: the job's stderr too, in order, on stdout
+    assert logs.stdout.splitlines() == ["hi", "warn", "done"] and logs.stderr == ""
+    assert kestreld.cli("logs", "--stream", "stdout", jid).stdout.splitlines() == ["hi", "done"]
+    assert kestreld.cli("logs", "--stream", "stderr", jid).stdout.splitlines() == ["warn"]
+    assert kestreld.cli("logs", "--tail", "2", jid).stdout.splitlines() == ["warn", "done"]
+    assert kestreld.cli("logs", "--tail", "1", "--stream", "stdout", jid).stdout.splitlines() == ["done"]
+    stamped = kestreld.cli("logs", "--timestamps", jid).stdout.splitlines()
+    assert len(stamped) == 3 and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", l) for l in stamped)
+    assert stamped[0].endswith(" hi")
+    assert kestreld.cli("logs", "--since", "1h", jid).stdout.splitlines() == ["hi", "warn", "done"]
+    for bad in (("--tail", "0"), ("--stream", "both"), ("--since", "soon")):
+        assert kestreld.cli("logs", *bad, jid, check=False).returncode == 2
     assert kestreld.cli("wait", jid).stdout.startswith(f"job {jid} SUCCEEDED")
     status = json.loads(kestreld.cli("-o", "json", "status", jid).stdout)
     assert status["state"] == "SUCCEEDED" and status["exit_code"] == 0
