@@ -76,13 +76,16 @@ static const cli_command commands[] = {
     { "push", cmd_push, "push a file or directory as a model's next version",
       "Usage: kestrel push NAME PATH [--alias A] [--meta K=V]\n\n"
       "Push PATH (a file or a directory) as the next version of model NAME; only chunks the server\n"
-      "lacks travel.\n"
+      "lacks travel. Says: pushed NAME@N (SIZE, NEW new). PATH's name goes in the version's\n"
+      "metadata as filename (kestrel pull writes to it).\n"
       "  --alias A      also point alias A at the new version\n"
       "  --meta K=V     metadata of the version (repeatable)\n",
       cli_opts_push, NULL },
     { "pull", cmd_pull, "pull a version, verified",
-      "Usage: kestrel pull REF [-o PATH]\n\nPull NAME, NAME@N or NAME@ALIAS (a file or a directory), every byte verified.\n"
-      "  -o, --output PATH   where to write it (default: the model's last name segment)\n",
+      "Usage: kestrel pull REF [DEST]\n\nPull NAME, NAME@N or NAME@ALIAS (a file or a directory), every byte verified, to DEST:\n"
+      "by default the name of the file or directory it was pushed from (kestrel push records it;\n"
+      "else the model's last name segment).\n"
+      "  --dest PATH    DEST as a flag (-o PATH, --output PATH: its older spelling, still taken)\n",
       cli_opts_pull, NULL },
     { "models", cmd_models, "model names, or a model's versions",
       "Usage: kestrel models [NAME]\n\nThe models you may read, or NAME's versions with size, digest and aliases.\n", no_opts, NULL },

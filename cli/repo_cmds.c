@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 #include "cli.h"
 
 /* The last progress report: the figures a push or pull ends with. */
@@ -45,7 +46,7 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
     size_t metalen = 0;
     FILE *mf = open_memstream(&meta, &metalen);
     int64_t v = 0;
-    int c, rc, nmeta = 0;
+    int c, rc, nmeta = 0, has_filename = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, "a:m:", opts, NULL)) != -1) {
         const char *eq;
@@ -53,6 +54,7 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
             o.alias = optarg;
         } else if (c == 'm' && (eq = strchr(optarg, '=')) != NULL && eq != optarg) {
             char *key = strndup(optarg, (size_t)(eq - optarg));
+            has_filename |= key && !strcmp(key, "filename");
             fputs(nmeta++ ? "," : "{", mf);
             cli_json_string(mf, key);
             fputc(':', mf);
@@ -63,6 +65,21 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
             free(meta);
             return push_usage();
         }
+    }
+    if (optind == argc - 2 && !has_filename) {   /* the pushed file's name: pull gives it back */
+        char *path = strdup(argv[optind + 1]), *base;
+        size_t len = path ? strlen(path) : 0;
+        while (len > 1 && path[len - 1] == '/')
+            path[--len] = '\0';
+        base = path ? strrchr(path, '/') : NULL;
+        base = base ? base + 1 : path;
+        if (base && *base && strcmp(base, ".") && strcmp(base, "..")) {
+            fputs(nmeta++ ? "," : "{", mf);
+            cli_json_string(mf, "filename");
+            fputc(':', mf);
+            cli_json_string(mf, base);
+        }
+        free(path);
     }
     if (nmeta)
         fputc('}', mf);
@@ -87,11 +104,47 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
                ",\"chunks\":%" PRId64 ",\"chunks_new\":%" PRId64 "}\n",
                argv[optind], v, last.bytes_total, last.bytes_new, last.chunks_done, last.chunks_new);
     else
-        printf("%s@%" PRId64 "\n", argv[optind], v);
+        printf("pushed %s@%" PRId64 " (%.1f MiB, %.1f MiB new)\n", argv[optind], v, (double)last.bytes_total / (1 << 20),
+               (double)last.bytes_new / (1 << 20));
     return 0;
 }
 
-const struct option cli_opts_pull[] = { { "output", required_argument, NULL, 'o' }, { NULL, 0, NULL, 0 } };
+const struct option cli_opts_pull[] = { { "dest", required_argument, NULL, 'd' }, { "output", required_argument, NULL, 'o' },
+                                        { NULL, 0, NULL, 0 } };
+
+/* The name a version was pushed from (its metadata's "filename", which kestrel push sets), when it
+ * is a plain file name; else "". ref is NAME, NAME@N, NAME@latest or NAME@ALIAS. */
+static void pushed_name(cli_ctx *ctx, const char *ref, char *out, size_t n)
+{
+    char name[512], want[300];
+    const char *at = strrchr(ref, '@'), *sel = at ? at + 1 : "latest";
+    kestrel_model_versions *vs;
+    const kestrel_model_version *pick = NULL;
+    cJSON *meta, *f;
+    char *end;
+    long long num = strtoll(sel, &end, 10);
+    int by_number = *sel && *end == '\0';
+    out[0] = '\0';
+    snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
+    snprintf(want, sizeof(want), ",%s,", sel);
+    if (kestrel_model_versions_get(&vs, ctx->client, name) < 0)
+        return;
+    for (size_t i = 0; i < kestrel_model_versions_count(vs); i++) {   /* oldest first */
+        const kestrel_model_version *v = kestrel_model_versions_at(vs, i);
+        char aliases[1024];
+        snprintf(aliases, sizeof(aliases), ",%s,", v->aliases ? v->aliases : "");
+        if (!strcmp(sel, "latest") || (by_number && v->version == num) || (!by_number && strstr(aliases, want)))
+            pick = v;
+    }
+    if (pick && pick->metadata_json && (meta = cJSON_Parse(pick->metadata_json)) != NULL) {
+        f = cJSON_GetObjectItemCaseSensitive(meta, "filename");
+        if (cJSON_IsString(f) && *f->valuestring && !strchr(f->valuestring, '/') && strcmp(f->valuestring, ".") &&
+            strcmp(f->valuestring, "..") && strlen(f->valuestring) < n)
+            snprintf(out, n, "%s", f->valuestring);
+        cJSON_Delete(meta);
+    }
+    kestrel_model_versions_free(vs);
+}
 
 int cmd_pull(cli_ctx *ctx, int argc, char **argv)
 {
@@ -101,22 +154,26 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     char fallback[512];
     int c, rc;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
-        if (c != 'o')
-            return 2;
-        dest = optarg;
+    while ((c = getopt_long(argc, argv, "o:d:", opts, NULL)) != -1) {
+        if (c != 'o' && c != 'd')
+            return cli_usage_error("pull");
+        dest = optarg;   /* --dest; -o/--output is its old spelling, kept for scripts */
     }
-    if (optind != argc - 1) {
+    if (optind == argc - 2 && dest == NULL)
+        dest = argv[optind + 1];   /* kestrel pull REF DEST */
+    else if (optind != argc - 1)
         return cli_usage_error("pull");
-    }
-    if (dest == NULL) {   /* the last name segment, without the ref */
-        const char *base = strrchr(argv[optind], '/');
-        snprintf(fallback, sizeof(fallback), "%s", base ? base + 1 : argv[optind]);
-        fallback[strcspn(fallback, "@")] = '\0';
-        dest = fallback;
-    }
     if (cli_connect(ctx) < 0)
         return 1;
+    if (dest == NULL) {   /* the pushed file's name, else the last name segment without the ref */
+        pushed_name(ctx, argv[optind], fallback, sizeof(fallback));
+        if (!fallback[0]) {
+            const char *base = strrchr(argv[optind], '/');
+            snprintf(fallback, sizeof(fallback), "%s", base ? base + 1 : argv[optind]);
+            fallback[strcspn(fallback, "@")] = '\0';
+        }
+        dest = fallback;
+    }
     o.progress = bar;
     o.progress_payload = "pull";
     if ((rc = kestrel_model_pull(ctx->client, argv[optind], dest, &o)) < 0)

@@ -471,10 +471,14 @@ static int alias_read(kestrel__store *s, const char *name, const char *alias, in
     char path[PATH_MAX];
     kestrel_buf b = KESTREL_BUF_INIT;
     int rc;
+    struct stat st;
     snprintf(path, sizeof(path), "%s/models/%s/aliases/%s", s->root, name, alias);
     rc = read_text(path, &b);
-    if (rc == KESTREL_ENOTFOUND)
-        rc = kestrel__error_set(KESTREL_ENOTFOUND, "%s has no alias %s", name, alias);
+    if (rc == KESTREL_ENOTFOUND) {   /* say which is missing: the model, or only its alias */
+        snprintf(path, sizeof(path), "%s/models/%s", s->root, name);
+        rc = stat(path, &st) < 0 && errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name)
+                                                    : kestrel__error_set(KESTREL_ENOTFOUND, "%s has no alias %s", name, alias);
+    }
     if (rc == 0)
         *version = strtoll(b.ptr, NULL, 10);
     kestrel_buf_dispose(&b);

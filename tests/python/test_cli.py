@@ -223,7 +223,8 @@ def test_other_users_job_is_not_found(kestreld):
 
 def test_repository_commands_on_a_file_url(tmp_path):
     store = f"file://{tmp_path}/store"
-    src = tmp_path / "model.bin"
+    (tmp_path / "src").mkdir()
+    src = tmp_path / "src" / "weights.keras"
     src.write_bytes(os.urandom(3 << 20))
 
     def k(*args, check=True):
@@ -232,13 +233,20 @@ def test_repository_commands_on_a_file_url(tmp_path):
             raise AssertionError(p.stderr)
         return p
 
-    assert k("push", "team/m", str(src), "--meta", "job=7").stdout.strip() == "team/m@1"
-    assert k("push", "team/m", str(src), "--alias", "production").stdout.strip() == "team/m@2"
+    assert k("push", "team/m", str(src), "--meta", "job=7").stdout.strip() == "pushed team/m@1 (3.0 MiB, 3.0 MiB new)"
+    assert k("push", "team/m", str(src), "--alias", "production").stdout.strip() == "pushed team/m@2 (3.0 MiB, 0.0 MiB new)"
     assert k("models").stdout == "team/m\n"
     versions = json.loads(k("-o", "json", "models", "team/m").stdout)
-    assert [v["version"] for v in versions] == [1, 2] and versions[0]["metadata"] == {"job": "7"}
-    assert k("pull", "team/m@production").stdout.strip() == "m"
-    assert (tmp_path / "m").read_bytes() == src.read_bytes()
+    assert [v["version"] for v in versions] == [1, 2]
+    assert versions[0]["metadata"] == {"job": "7", "filename": "weights.keras"}
+    # pull keeps the pushed file's name (a .keras stays one); DEST or --dest (or the old -o) choose another
+    assert k("pull", "team/m@production").stdout.strip() == "weights.keras"
+    assert (tmp_path / "weights.keras").read_bytes() == src.read_bytes()
+    assert k("pull", "team/m@1", "a.keras").stdout.strip() == "a.keras"
+    assert k("pull", "team/m", "--dest", "b.keras").stdout.strip() == "b.keras"
+    assert k("pull", "team/m", "-o", "c.keras").stdout.strip() == "c.keras"
+    p = k("pull", "team/nope", check=False)
+    assert p.returncode == 1 and "no model team/nope" in p.stderr
     assert "-> 1" in k("alias", "team/m", "1", "staging").stdout
     k("rm", "team/m@2")
     assert [v["version"] for v in json.loads(k("-o", "json", "models", "team/m").stdout)] == [1]
