@@ -21,6 +21,10 @@ int64_t cli_parse_duration(const char *v);
 /* kestrel jobs as a table (jobs_table.c); "3m 05s" */
 void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide);
 void cli_fmt_duration(char *out, size_t n, int64_t ms);
+/* metrics_view.c: kestrel metrics ID pivoted by step, --plot in braille; kestrel compare */
+void cli_metrics_pivot(const kestrel_metric_list *m);
+void cli_metrics_plot(const kestrel_metric_list *m);
+int cmd_compare(cli_ctx *ctx, int argc, char **argv);
 /* Print a job as the API's JSON; wait for a job's end and exit like `kestrel wait`. */
 int cli_print_job_json(const kestrel_job *job);
 int cli_wait_exit(cli_ctx *ctx, int64_t id, long timeout_ms);

@@ -120,6 +120,7 @@ int cmd_ack(cli_ctx *ctx, int argc, char **argv)
 }
 
 const struct option cli_opts_metrics[] = { { "name", required_argument, NULL, 'n' }, { "gpu", no_argument, NULL, 'G' },
+                                           { "plot", no_argument, NULL, 'P' }, { "flat", no_argument, NULL, 'F' },
                                       { NULL, 0, NULL, 0 } };
 
 int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
@@ -128,21 +129,22 @@ int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
     kestrel_metric_list *m;
     const char *name = NULL;
     int64_t id;
-    int c, rc, gpu = 0;
+    int c, rc, gpu = 0, plot = 0, flat = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
         if (c == 'G')
             gpu = 1;
+        else if (c == 'P')
+            plot = 1;
+        else if (c == 'F')
+            flat = 1;
         else if (c == 'n')
             name = optarg;
         else
             return 2;
     }
-    if (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0 || (gpu && name)) {
-        fprintf(stderr, "Usage: kestrel metrics [--name NAME] ID\n"
-                        "       kestrel metrics --gpu ID    the job's GPU utilisation and memory as kestreld sampled them\n");
-        return 2;
-    }
+    if (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0 || (gpu && (name || plot || flat)) || (plot && flat))
+        return cli_usage_error("metrics");
     if (cli_connect(ctx) < 0)
         return 1;
     if (gpu)
@@ -163,12 +165,16 @@ int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
             printf(",\"wall_time_ms\":%" PRId64 "}", p->wall_time_ms);
         }
         printf("\n]\n");
-    } else {
+    } else if (plot) {
+        cli_metrics_plot(m);
+    } else if (flat) {
         printf("%-28s %8s %14s\n", "NAME", "STEP", "VALUE");
         for (size_t i = 0; i < kestrel_metric_list_count(m); i++) {
             const kestrel_metric *p = kestrel_metric_list_at(m, i);
             printf("%-28s %8" PRId64 " %14.6g\n", p->name, p->step, p->value);
         }
+    } else {
+        cli_metrics_pivot(m);
     }
     kestrel_metric_list_free(m);
     return 0;

@@ -64,13 +64,20 @@ static const cli_command commands[] = {
     { "ack", cmd_ack, "acknowledge a checkpoint (from inside the job)",
       "Usage: kestrel ack ID\n\nFrom inside a job told to stop: say its checkpoint is written (its token may call it).\n",
       no_opts, NULL },
-    { "metrics", cmd_metrics, "the metrics a job reported, or its GPUs' use",
-      "Usage: kestrel metrics [--name NAME] ID\n       kestrel metrics --gpu ID\n\n"
-      "The metric points job ID reported (name, step, value), or with --gpu its GPUs' utilisation and\n"
-      "memory over the run.\n"
+    { "metrics", cmd_metrics, "the metrics a job reported: by step, as curves, or its GPUs' use",
+      "Usage: kestrel metrics [--name NAME] [--plot | --flat] ID\n       kestrel metrics --gpu ID\n\n"
+      "The metrics job ID reported, a row a step and a column a metric. Series named FAMILY/NAME\n"
+      "(Keras' batch/loss) count their own steps (batches, not epochs): each family is its own table.\n"
       "  --name NAME    only that metric\n"
-      "  --gpu          the GPU series and totals\n",
+      "  --plot         each metric as a curve against step, drawn in the terminal (Unicode braille)\n"
+      "  --flat         one line a point: NAME STEP VALUE\n"
+      "  --gpu          its GPUs' utilisation and memory as kestreld sampled them\n",
       cli_opts_metrics, NULL },
+    { "compare", cmd_compare, "several jobs' params and final metrics side by side",
+      "Usage: kestrel compare ID ID [ID...]\n\n"
+      "2 to 10 jobs side by side: name, state, every param (* where they differ) and the last value of\n"
+      "every metric. -o json: each job's JSON with its final metrics.\n",
+      no_opts, NULL },
     { "alerts", cmd_alerts, "kestreld's alerts: log policies, NaN loss, idle GPUs", cli_help_alerts, cli_opts_alerts, NULL },
     { "ui", cmd_ui, "the web console's address, logged in (a one-time code)", cli_help_ui, cli_opts_ui, NULL },
     { "push", cmd_push, "push a file or directory as a model's next version",

@@ -105,6 +105,39 @@ def test_jobs_table_says_who_where_how_long_and_why_a_job_waits(kestreld):
     k.cli("cancel", hold)
 
 
+def test_metrics_pivot_plot_and_compare(kestreld):
+    k = kestreld
+    a = submit(k, "--param", "lr=0.1", "--param", "bs=32", "--", "true")["id"]
+    b = submit(k, "--param", "lr=0.01", "--param", "bs=32", "--", "true")["id"]
+    for jid, scale in ((a, 1.0), (b, 2.0)):
+        k.wait(jid)
+        pts = [{"name": "loss", "step": e, "value": scale / e} for e in (1, 2, 3)]
+        pts += [{"name": "accuracy", "step": e, "value": 1 - 1 / (e + 1)} for e in (1, 2, 3)]
+        pts += [{"name": "batch/loss", "step": s, "value": scale * 0.99 ** s} for s in range(4, 200, 4)]
+        assert k.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": pts})[0] == 200
+    out = k.cli("metrics", a).stdout.splitlines()
+    # epochs and batches apart, a column a metric
+    assert out[0] == "per epoch" and out[1].split() == ["STEP", "accuracy", "loss"]
+    assert out[2].split() == ["1", "0.5", "1"] and out[4].split() == ["3", "0.75", "0.333333"]
+    i = out.index("batch (per batch step)")
+    assert out[i + 1].split() == ["STEP", "loss"] and out[i + 2].split()[0] == "4"
+    assert len(out) == i + 2 + 49
+    plot = k.cli("metrics", "--plot", "--name", "batch/loss", a).stdout
+    assert plot.startswith("batch/loss (49 points, steps 4..196)")
+    dots = [l for l in plot.splitlines() if "┤" in l or "│" in l]
+    assert len(dots) == 10 and any(0x2801 <= ord(c) <= 0x28FF for c in dots[0])   # braille, not blank
+    assert "NAME" in k.cli("metrics", "--flat", a).stdout.splitlines()[0]
+    assert k.cli("metrics", "--plot", "--flat", a, check=False).returncode == 2
+    cmp = k.cli("compare", a, b).stdout.splitlines()
+    assert cmp[0].split() == [a, b]
+    assert [l for l in cmp if "param lr" in l][0].split() == ["*", "param", "lr", "0.1", "0.01"]
+    assert [l for l in cmp if "param bs" in l][0].split() == ["param", "bs", "32", "32"]
+    assert [l for l in cmp if "last loss" in l][0].split() == ["last", "loss", "0.333333", "0.666667"]
+    js = json.loads(k.cli("-o", "json", "compare", a, b).stdout)
+    assert [j["job"]["id"] for j in js] == [a, b] and js[1]["final_metrics"]["loss"] == 2.0 / 3
+    assert k.cli("compare", a, check=False).returncode == 2
+
+
 def test_cancel_of_an_ended_job_is_an_error(kestreld):
     jid = submit(kestreld, "--", "true")["id"]
     kestreld.wait(jid)
