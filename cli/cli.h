@@ -10,6 +10,7 @@ typedef struct {
     const char *token;
     int json;                 /* -o json */
     int wide;                 /* -o wide: tables with more columns */
+    int yaml;                 /* -o yaml: json set too; main converts the command's JSON */
     kestrel_client *client;
 } cli_ctx;
 
@@ -61,6 +62,11 @@ int cli_usage_error(const char *name);
 /* Every --long option before "--" must be one of cmd's (or a unique prefix): else say which it
  * may have meant, with the usage line, and return 2. */
 int cli_check_options(const cli_command *cmd, int argc, char **argv);
+/* output.c: -o FORMAT anywhere before "--" (taken out of argv; pull keeps a -o PATH for itself);
+ * -o yaml runs the command for JSON and prints it as YAML. */
+int cli_output_flag(cli_ctx *ctx, const char *value);
+int cli_take_output_flags(cli_ctx *ctx, const char *cmd, int *argc, char **argv);
+int cli_run_as_yaml(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv);
 /* docs.c: bash and zsh completion, and the man page, from the table. */
 void cli_completion_bash(FILE *f);
 void cli_completion_zsh(FILE *f);

@@ -8,7 +8,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "Usage: kestrel [--url URL] [--token TOKEN] [-o table|wide|json] COMMAND [ARGS]\n"
+        "Usage: kestrel [--url URL] [--token TOKEN] [-o table|wide|json|yaml] COMMAND [ARGS]\n"
         "       kestrel help [COMMAND]     kestrel COMMAND --help     kestrel --version\n"
         "\n"
         "Submit and follow training jobs on a kestreld service; push and pull models and datasets.\n"
@@ -20,7 +20,7 @@ static void usage(FILE *f)
         "Connection (first found wins): --url/--token, then KESTREL_URL/KESTREL_TOKEN,\n"
         "then ~/.config/kestrel/config with lines 'url = http://host:port' and 'token = ...'.\n"
         "https:// servers are verified against the system CAs, or the PEM bundle in KESTREL_CA_FILE.\n"
-        "-o json prints the API's JSON on the read commands.\n"
+        "-o table|wide|json|yaml goes anywhere on the line (before --): json is the API's JSON, yaml the same as YAML.\n"
         "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
@@ -238,7 +238,7 @@ int main(int argc, char **argv)
         { "output", required_argument, NULL, 'o' }, { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
-    cli_ctx ctx = { NULL, NULL, 0, 0, NULL };
+    cli_ctx ctx = { NULL, NULL, 0, 0, 0, NULL };
     const cli_command *command;
     const char *cmd;
     int c, rc;
@@ -248,12 +248,8 @@ int main(int argc, char **argv)
         case 'u': ctx.url = optarg; break;
         case 't': ctx.token = optarg; break;
         case 'o':
-            if (strcmp(optarg, "json") && strcmp(optarg, "text") && strcmp(optarg, "table") && strcmp(optarg, "wide")) {
-                fprintf(stderr, "kestrel: -o takes table (or text), wide or json\n");
+            if (cli_output_flag(&ctx, optarg) != 0)
                 return 2;
-            }
-            ctx.json = !strcmp(optarg, "json");
-            ctx.wide = !strcmp(optarg, "wide");
             break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("kestrel %s (libkestrel %s)\n", KESTREL_VERSION_STRING, kestrel_version()); return 0;
@@ -287,11 +283,16 @@ int main(int argc, char **argv)
         return cmd_help(argc, argv);
     if (!strcmp(cmd, "completion"))
         return cmd_completion(argc, argv);
-    if ((rc = cli_check_options(command, argc, argv)) != 0)
+    if ((rc = cli_take_output_flags(&ctx, cmd, &argc, argv)) != 0 || (rc = cli_check_options(command, argc, argv)) != 0)
         return rc;
     if (kestrel_init() < 0)
         return cli_fail("init", -1);
-    rc = command->run ? command->run(&ctx, argc, argv) : cmd_version(&ctx);
+    if (command->run == NULL)
+        rc = cmd_version(&ctx);
+    else if (ctx.yaml)
+        rc = cli_run_as_yaml(&ctx, command, argc, argv);
+    else
+        rc = command->run(&ctx, argc, argv);
     kestrel_client_free(ctx.client);
     kestrel_shutdown();
     return rc;

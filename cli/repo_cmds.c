@@ -157,7 +157,10 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     while ((c = getopt_long(argc, argv, "o:d:", opts, NULL)) != -1) {
         if (c != 'o' && c != 'd')
             return cli_usage_error("pull");
-        dest = optarg;   /* --dest; -o/--output is its old spelling, kept for scripts */
+        if (c == 'o')   /* the old spelling, still taken: -o is the output format everywhere else */
+            fprintf(stderr, "kestrel: pull -o PATH is now 'kestrel pull REF PATH' (or --dest PATH); -o names the "
+                            "output format (table, wide, json, yaml)\n");
+        dest = optarg;
     }
     if (optind == argc - 2 && dest == NULL)
         dest = argv[optind + 1];   /* kestrel pull REF DEST */

@@ -100,7 +100,7 @@ def test_jobs_table_says_who_where_how_long_and_why_a_job_waits(kestreld):
     assert "running" in row[hold] and " local " in row[hold]
     wide = k.cli("-o", "wide", "jobs").stdout
     assert "COMMAND | LABELS | PARAMS" in wide and "sleep 30 | team=v | -" in wide and "true | - | lr=0.1" in wide
-    assert k.cli("-o", "yaml", "jobs", check=False).returncode == 2
+    assert k.cli("-o", "xml", "jobs", check=False).returncode == 2
     k.cli("cancel", waiter)
     k.cli("cancel", hold)
 
@@ -136,6 +136,25 @@ def test_metrics_pivot_plot_and_compare(kestreld):
     js = json.loads(k.cli("-o", "json", "compare", a, b).stdout)
     assert [j["job"]["id"] for j in js] == [a, b] and js[1]["final_metrics"]["loss"] == 2.0 / 3
     assert k.cli("compare", a, check=False).returncode == 2
+
+
+def test_output_format_anywhere_and_yaml(kestreld):
+    k = kestreld
+    jid = submit(k, "--name", "fmt", "--", "sh", "-c", "echo one; echo two >&2")["id"]
+    k.wait(jid)
+    before = json.loads(k.cli("-o", "json", "status", jid).stdout)
+    after = json.loads(k.cli("status", jid, "-o", "json").stdout)
+    assert before == after and after["spec"]["name"] == "fmt"
+    assert json.loads(k.cli("status", "--output=json", jid).stdout) == after
+    # yaml: the same document (libyaml's emitter over the JSON); JSON lines become documents
+    y = k.cli("status", jid, "-o", "yaml").stdout
+    assert y.startswith("---") and "name: fmt" in y and 'id: "%s"' % jid in y
+    lines = k.cli("logs", jid, "-o", "yaml").stdout
+    assert lines.count("---") == 2 and "text: one" in lines and "stream: stderr" in lines
+    assert k.cli("status", jid, "-o", "xml", check=False).returncode == 2
+    # a -o after -- is the job's
+    jid2 = submit(k, "--", "echo", "-o", "json")["id"]
+    assert k.cli("logs", "-f", jid2).stdout.strip() == "-o json"
 
 
 def test_cancel_of_an_ended_job_is_an_error(kestreld):
@@ -277,7 +296,8 @@ def test_repository_commands_on_a_file_url(tmp_path):
     assert (tmp_path / "weights.keras").read_bytes() == src.read_bytes()
     assert k("pull", "team/m@1", "a.keras").stdout.strip() == "a.keras"
     assert k("pull", "team/m", "--dest", "b.keras").stdout.strip() == "b.keras"
-    assert k("pull", "team/m", "-o", "c.keras").stdout.strip() == "c.keras"
+    p = k("pull", "team/m", "-o", "c.keras")   # the old spelling still works, and says the new one
+    assert p.stdout.strip() == "c.keras" and "kestrel pull REF PATH" in p.stderr
     p = k("pull", "team/nope", check=False)
     assert p.returncode == 1 and "no model team/nope" in p.stderr
     assert "-> 1" in k("alias", "team/m", "1", "staging").stdout
