@@ -195,3 +195,81 @@ def test_repository_through_file_urls(tmp_path):
         store.push("Bad Name", str(src))
     with pytest.raises(kestrel.UnsupportedError):
         store.submit(["true"])
+
+
+def test_every_public_name_has_a_docstring_and_hints():
+    """Walks the package: each public class, function and method says what it does, and each public
+    function and method annotates its parameters or return."""
+    import importlib
+    import inspect
+    missing, unhinted = [], []
+    for modname in ("kestrel", "kestrel.client", "kestrel.job", "kestrel.repo", "kestrel.errors", "kestrel.gpu",
+                    "kestrel.logsearch", "kestrel.tokens"):
+        mod = importlib.import_module(modname)
+        for n in dir(mod):
+            obj = getattr(mod, n)
+            if n.startswith("_") or getattr(obj, "__module__", None) != modname:
+                continue
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue
+            if not inspect.getdoc(obj):
+                missing.append(f"{modname}.{n}")
+            members = [(f"{modname}.{n}.{a}", getattr(obj, a)) for a in vars(obj) if not a.startswith("_")] \
+                if inspect.isclass(obj) else [(f"{modname}.{n}", obj)]
+            for qual, fn in members:
+                if isinstance(fn, property):
+                    fn = fn.fget
+                if not inspect.isfunction(fn):
+                    continue
+                if not inspect.getdoc(fn):
+                    missing.append(qual)
+                sig = inspect.signature(fn)
+                params = [p for p in sig.parameters.values() if p.name not in ("self", "cls")]
+                if sig.return_annotation is inspect.Signature.empty and any(
+                        p.annotation is inspect.Parameter.empty for p in params) or (not params and
+                                                                                      sig.return_annotation is inspect.Signature.empty):
+                    unhinted.append(qual)
+    assert not missing, f"no docstring: {missing}"
+    assert not unhinted, f"no type hints: {unhinted}"
+
+
+def test_python_api_edges(client, tmp_path):
+    import sys
+    # script= runs this interpreter, not whatever `python` the server's PATH has
+    script = tmp_path / "which.py"
+    script.write_text("import sys; print(sys.executable)")
+    tmp_path.chmod(0o755)
+    job = client.submit(script=str(script)).wait(timeout=60)
+    assert job.state == "SUCCEEDED", job.reason
+    assert [l.text for l in job.logs()][-1] == sys.executable
+    with pytest.raises(TypeError, match=r"\['python', 'train.py'\]"):
+        client.submit("python train.py")
+    with pytest.raises(ValueError, match="queued, running"):
+        client.jobs(state="bogus")
+    with pytest.raises(ValueError, match="normal, high, urgent"):
+        job.set_priority("asap")
+    # lists show as tables in Jupyter, their values escaped
+    named = client.submit(["true"], name="<b>x</b>").wait(timeout=60)
+    html = client.jobs()._repr_html_()
+    assert "<table>" in html and "&lt;b&gt;x&lt;/b&gt;" in html and str(named.id) in html
+    assert "<table>" in client.queue()._repr_html_() or client.queue()._repr_html_() == "<i>none</i>"
+    assert "<table>" in client.nodes()._repr_html_()
+    assert client.models()._repr_html_() in ("<i>none</i>",) or "<table>" in client.models()._repr_html_()
+    # metrics as a pandas frame: a row a step, a column a name
+    named.report_metrics([("loss", 1, 0.5), ("loss", 2, 0.25), ("acc", 1, 0.7), ("acc", 2, 0.8)])
+    frame = named.metrics_frame()
+    assert list(frame.columns) == ["acc", "loss"] and list(frame.index) == [1, 2]
+    assert frame.loc[2, "loss"] == 0.25
+
+
+def test_metrics_callback_outside_a_job_warns_once(monkeypatch):
+    import warnings
+    monkeypatch.delenv("KESTREL_JOB_ID", raising=False)
+    import kestrel.keras as kk
+    kk._warned_outside.clear()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        kk.MetricsCallback()
+        kk.MetricsCallback()
+    said = [str(x.message) for x in w if "not inside a Kestrel job" in str(x.message)]
+    assert len(said) == 1 and "job_id=" in said[0]

@@ -52,6 +52,11 @@ def test_save_and_load_through_the_repository(kestreld, tmp_path, monkeypatch):
     m.save(tmp_path / "local.keras")
     assert (tmp_path / "local.keras").exists()
     assert [v.version for v in c.versions("team/reg")] == [1, 2, 3]
+    # a save says which version it made, takes alias= and metadata=, and keeps the .keras name
+    assert m.save("kestrel://team/reg.keras", alias="staging", metadata={"dataset": "toy@1"}) == "team/reg@4"
+    v4 = c.versions("team/reg")[-1]
+    assert "staging" in v4.aliases and v4.metadata["dataset"] == "toy@1" and v4.metadata["filename"] == "reg.keras"
+    assert m.save_weights("kestrel://team/reg-weights") == "team/reg-weights@2"
     # errors are clear
     with pytest.raises(ValueError, match="versions are numbered"):
         m.save("kestrel://team/reg@7")

@@ -1,14 +1,63 @@
 """kestrel.Client: a session with one kestreld."""
 import os
 import pathlib
+import shlex
+import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ._handle import Handle
+from ._html import HtmlList
 from .errors import check
 from .ffi import C, ffi
 from .job import Job, _job_from_ptr
+from .tokens import NewToken
 
 PRIORITIES = {"normal": 1, "high": 2, "urgent": 3}
+
+
+class JobList(HtmlList):
+    """A list of Job that Jupyter shows as a table."""
+    HEADERS = ("id", "name", "owner", "state", "priority", "gpus", "node", "reason")
+
+    @staticmethod
+    def row(j) -> Sequence:
+        """One table row of a job."""
+        return (j.id, j.name or "-", j.owner, j.state, j.priority, j.gpus, j.node or "-", j.reason)
+
+
+class QueueList(HtmlList):
+    """The queue, (job, position, reason) tuples, that Jupyter shows as a table."""
+    HEADERS = ("position", "id", "name", "owner", "priority", "gpus", "why it waits")
+
+    @staticmethod
+    def row(e) -> Sequence:
+        """One table row of a queue entry."""
+        j, pos, reason = e
+        return (pos, j.id, j.name or "-", j.owner, j.priority, j.gpus, reason)
+
+
+class ModelList(HtmlList):
+    """Model names that Jupyter shows as a table."""
+    HEADERS = ("model",)
+
+    @staticmethod
+    def row(name) -> Sequence:
+        """One table row of a model name."""
+        return (name,)
+
+
+class NodeList(HtmlList):
+    """The server's nodes (dicts) that Jupyter shows as a table."""
+    HEADERS = ("node", "pool", "devices", "held", "free memory (MiB)")
+
+    @staticmethod
+    def row(n) -> Sequence:
+        """One table row of a node."""
+        devs = n["devices"]
+        return (n["name"], n["pool"] or "default", len(devs), sum(1 for d in devs if d["job_id"]),
+                sum(max(0, d["memory_free_mb"]) for d in devs))
+
+
 STATES = {"QUEUED": 1, "RUNNING": 2, "SUCCEEDED": 3, "FAILED": 4, "CANCELLED": 5, "PREEMPTED": 6}
 
 
@@ -126,8 +175,12 @@ class Client(Handle):
         server's and the built-in cuda-oom, ecc, nan-loss). exclude_nodes: nodes never to run on."""
         if (argv is None) == (script is None):
             raise ValueError("give exactly one of argv= or script=")
+        if isinstance(argv, (str, bytes)):
+            raise TypeError(f"argv is a list of strings, run without a shell: {shlex.split(argv)!r} "
+                            f"(shlex.split({argv!r}) makes one)")
         if script is not None:
-            argv = ["python", str(script)]
+            # this interpreter, unless the job runs in a server-built environment (then its python)
+            argv = ["python" if (environment or requirements) else sys.executable, str(script)]
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
         out = ffi.new("kestrel_job_spec **")
@@ -215,21 +268,26 @@ class Client(Handle):
         return _job_from_ptr(self, out[0])
 
     def job(self, job_id: int) -> Job:
+        """The job job_id as the server has it now (KestrelNotFoundError if you may not see it)."""
         out = ffi.new("kestrel_job **")
         with self._lock:
             check(C.kestrel_job_get(out, self._p(), int(job_id)))
         return _job_from_ptr(self, out[0])
 
     def jobs(self, state: Optional[str] = None, name: Optional[str] = None, label: Optional[str] = None,
-             limit: int = 100, param: Optional[str] = None) -> List[Job]:
-        """Your jobs, newest first (all pages up to limit); label and param filter by "key=value"."""
-        result: List[Job] = []
+             limit: int = 100, param: Optional[str] = None) -> "JobList":
+        """Your jobs, newest first (all pages up to limit); label and param filter by "key=value";
+        state is one of queued, running, succeeded, failed, cancelled, preempted. In Jupyter the list
+        shows as a table."""
+        result = JobList()
         token = b""
         while len(result) < limit:
             opts = ffi.new("kestrel_job_list_options *")
             check(C.kestrel_job_list_options_init(opts, C.KESTREL_JOB_LIST_OPTIONS_VERSION))
             keep = []
             if state:
+                if state.upper() not in STATES:
+                    raise ValueError(f"state must be one of {', '.join(s.lower() for s in STATES)}, not {state!r}")
                 opts.state = STATES[state.upper()]
             for field, value in (("name", name), ("label", label), ("param", param), ("page_token", token)):
                 if value:
@@ -252,27 +310,27 @@ class Client(Handle):
         from .logsearch import alerts
         return alerts(self, job, limit)
 
-    def search_logs(self, pattern: str, **kwargs):
+    def search_logs(self, pattern: str, **kwargs) -> list:
         """Lines matching pattern across every job you may see (see kestrel.logsearch.search_logs)."""
         from .logsearch import search_logs
         return search_logs(self, pattern, **kwargs)
 
-    def queue(self) -> List[Tuple[Job, int, str]]:
-        """Your queued jobs in scheduling order: (job, position, reason)."""
+    def queue(self) -> "QueueList":
+        """Your queued jobs in scheduling order: (job, position, reason) tuples (a table in Jupyter)."""
         out = ffi.new("kestrel_queue **")
         with self._lock:
             check(C.kestrel_queue_get(out, self._p()))
         q = ffi.gc(out[0], C.kestrel_queue_free)
-        return [(Job._from_c(self, C.kestrel_queue_job(q, i)), C.kestrel_queue_position(q, i),
-                 ffi.string(C.kestrel_queue_reason(q, i)).decode()) for i in range(C.kestrel_queue_count(q))]
+        return QueueList((Job._from_c(self, C.kestrel_queue_job(q, i)), C.kestrel_queue_position(q, i),
+                          ffi.string(C.kestrel_queue_reason(q, i)).decode()) for i in range(C.kestrel_queue_count(q)))
 
-    def nodes(self) -> List[dict]:
-        """The server's nodes with their devices and allocations."""
+    def nodes(self) -> "NodeList":
+        """The server's nodes with their devices and allocations (dicts; a table in Jupyter)."""
         out = ffi.new("kestrel_node_list **")
         with self._lock:
             check(C.kestrel_node_list_get(out, self._p()))
         nl = ffi.gc(out[0], C.kestrel_node_list_free)
-        nodes = []
+        nodes = NodeList()
         for i in range(C.kestrel_node_list_count(nl)):
             devs = []
             for k in range(C.kestrel_node_device_count(nl, i)):
@@ -300,24 +358,28 @@ class Client(Handle):
         return repo.pull(self, ref, dest, progress=progress)
 
     def versions(self, name: str):
+        """name's versions, oldest first: Version(version, size, sha256, created_ms, chunks, aliases, metadata)."""
         from . import repo
         return repo.versions(self, name)
 
-    def models(self) -> List[str]:
+    def models(self) -> "ModelList":
+        """The names of the models you may read (a table in Jupyter)."""
         from . import repo
-        return repo.models(self)
+        return ModelList(repo.models(self))
 
     def set_alias(self, name: str, alias: str, version: int) -> None:
+        """Point name@alias at version (the writers of name's namespace may)."""
         from . import repo
         repo.set_alias(self, name, alias, version)
 
     def delete_version(self, name: str, version: int) -> None:
+        """Delete one version of name (its chunks go at the server's next repository gc)."""
         from . import repo
         repo.delete(self, name, version)
 
     # -- access: tokens, teams, who may read a model ------------------------------------------------
     def create_token(self, user: Optional[str] = None, *, team: Optional[str] = None, expires=None,
-                     scope: str = "write", name: Optional[str] = None):
+                     scope: str = "write", name: Optional[str] = None) -> "NewToken":
         """A new token (a kestrel.tokens.NewToken: .token is shown this once, .id revokes it).
 
         Any user creates read or write tokens for itself; an admin creates them for any user

@@ -85,7 +85,7 @@ _BY_CODE = {
 }
 
 
-def check(rc, payload=None):
+def check(rc: int, payload: object = None) -> int:
     """Raise the exception for a negative return code (callback exceptions win, as themselves)."""
     if rc >= 0:
         return rc
@@ -103,7 +103,7 @@ def check(rc, payload=None):
     raise _BY_CODE.get(rc, KestrelError)(msg or f"error {rc}", rc, err.http_status, err.transport_code)
 
 
-def on_callback_error(exc_type, exc, tb):
+def on_callback_error(exc_type: type, exc: BaseException, tb: object) -> int:
     """A signal (KeyboardInterrupt) fired before a trampoline's try: remember it, stop the call."""
     _tls.pending = exc
     return 1

@@ -31,7 +31,8 @@ class Devices(HtmlList):
     HEADERS = ("uuid", "name", "pci", "memory free / total", "utilization", "cc", "visible")
 
     @staticmethod
-    def row(d):
+    def row(d) -> Sequence:
+        """One table row of a device."""
         mem = f"{d.memory_free >> 20} / {d.memory_total >> 20} MiB" if d.memory_total >= 0 else "-"
         cc = "%d.%d" % d.compute_capability if d.compute_capability else "-"
         util = f"{d.utilization} %" if d.utilization is not None else "-"
@@ -67,6 +68,7 @@ class Selection:
 
     @property
     def visible_devices(self) -> str:
+        """The CUDA_VISIBLE_DEVICES value that shows a process exactly the selected devices."""
         return ",".join(d.uuid for d in self.devices)
 
     def env(self) -> Dict[str, str]:

@@ -47,7 +47,27 @@ def _job_from_ptr(client, ptr) -> "Job":
 
 
 class Job:
-    """A job as the server last reported it. Attributes are plain values; refresh() re-reads them."""
+    """A job as the server last reported it. Attributes are plain values; refresh() re-reads them.
+
+    Attributes:
+        id (int): the job's id.
+        name (str): its display name ("" if none).
+        state (str): QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED or PREEMPTED.
+        reason (str): why it is in that state ("exit code 0", "preempted by job 7 (urgent)").
+        exit_code (int | None): the exit status once it ended with one.
+        owner (str): the user who submitted it.
+        priority (str): its class: NORMAL, HIGH or URGENT.
+        gpus (int): GPUs it asked for; node (str | None): where it runs or ran.
+        restart_count (int): how many times it was requeued (preemption, daemon restart, retries).
+        submit_time_ms, start_time_ms, end_time_ms (int | None): Unix times in milliseconds.
+        params (dict[str, str]): its parameters (hyperparameters).
+        data (dict[str, str]): {path in the work dir: the exact repository version staged there}.
+        code (str | None): the repository version of its code ("USER/code/DIR@N").
+        git_commit (str | None): the commit it ran, for a --git job.
+        environment (str | None): the digest of the environment it ran in; packages: its pip freeze.
+        gpu_usage (list[dict]): per real GPU it held: uuid, samples, mean/max utilisation, peak memory.
+        events (list[Event]): every state change: (time_ms, from_state, to_state, reason).
+    """
 
     def __init__(self, client, job_id: int):
         self._client = client   # keeps the session alive as long as the job is used
@@ -113,9 +133,11 @@ class Job:
 
     @property
     def done(self) -> bool:
+        """True once the job is final: SUCCEEDED, FAILED or CANCELLED."""
         return self.state in _FINAL
 
     def refresh(self) -> "Job":
+        """Read the job from the server again (this object is updated and returned)."""
         return self._call(C.kestrel_job_get)
 
     def wait(self, timeout: Optional[float] = None) -> "Job":
@@ -134,10 +156,15 @@ class Job:
                 raise TimeoutError(f"job {self.id} is not final")
 
     def cancel(self) -> "Job":
+        """Cancel the job (queued: it leaves the queue; running: SIGTERM, then SIGKILL after its grace
+        period). Raises KestrelError (HTTP 409) when it already ended."""
         return self._call(C.kestrel_job_cancel)
 
     def set_priority(self, priority: str) -> "Job":
+        """Move a QUEUED job to another class: "normal", "high" or "urgent" (ValueError otherwise)."""
         from .client import PRIORITIES
+        if priority not in PRIORITIES:
+            raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         return self._call(C.kestrel_job_set_priority, PRIORITIES[priority])
 
     def ack_preempt(self) -> None:
@@ -146,6 +173,7 @@ class Job:
             check(C.kestrel_job_ack_preempt(self._client._p(), self.id))
 
     def explain(self) -> str:
+        """Where the job stands and why it waits: "position 2: needs 4 x a100 ..." for a queued job."""
         buf = ffi.new("kestrel_buf *")
         pos = ffi.new("int *")
         try:
@@ -187,12 +215,27 @@ class Job:
         return gpu_telemetry(self._client, self.id)
 
     def metrics(self, name: Optional[str] = None) -> List[Metric]:
+        """The metric points the job reported (all, or only name's): Metric(name, step, value, wall_time_ms)."""
         out = ffi.new("kestrel_metric_list **")
         with self._client._lock:
             check(C.kestrel_job_metrics(out, self._client._p(), self.id, name.encode() if name else ffi.NULL))
         ml = ffi.gc(out[0], C.kestrel_metric_list_free)
         return [Metric(_s(m.name), m.step, m.value, m.wall_time_ms)
                 for m in (C.kestrel_metric_list_at(ml, i) for i in range(C.kestrel_metric_list_count(ml)))]
+
+    def metrics_frame(self, name: Optional[str] = None):
+        """The metrics as a pandas DataFrame: a row a step, a column a metric name (needs pandas:
+        pip install pandas). Series of other step counts (batch/loss) are columns of their own."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("Job.metrics_frame() needs pandas: pip install pandas "
+                              "(Job.metrics() gives the same points as a list)") from e
+        points = self.metrics(name)
+        if not points:
+            return pd.DataFrame()
+        frame = pd.DataFrame(points, columns=list(Metric._fields))
+        return frame.pivot_table(index="step", columns="name", values="value", aggfunc="last").sort_index()
 
     def report_metrics(self, points: Union[Dict[str, float], List[tuple]], step: int = 0) -> None:
         """Report {name: value} at step, or [(name, step, value[, wall_time_ms]), ...], in one request."""

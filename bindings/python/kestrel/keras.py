@@ -16,6 +16,7 @@ import signal
 import tempfile
 import threading
 import time
+import warnings
 import json
 
 import keras
@@ -28,9 +29,17 @@ keras_uri.install()   # kestrel:// paths in model.save / load_model / save_weigh
 autolog = keras_uri.autolog
 
 
-def _job_context(client=None, job_id=None):
+_warned_outside = []
+
+
+def _job_context(client=None, job_id=None, who="MetricsCallback"):
     job_id = job_id or os.environ.get("KESTREL_JOB_ID")
     if not job_id:
+        if not _warned_outside:   # once a process: the metrics go nowhere, and the user should know
+            _warned_outside.append(1)
+            warnings.warn(f"kestrel.keras.{who}: not inside a Kestrel job (no KESTREL_JOB_ID) and no job_id= "
+                          "given: nothing is reported. Pass job_id=ID (and client=) to report to a job.",
+                          stacklevel=3)
         return None, None
     return client or Client(), int(job_id)
 
@@ -161,7 +170,7 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
         super().__init__()
         self.directory = directory
         self.state = state          # {"epoch": e, "batch": b} of the fit in progress
-        self._client, self._job_id = _job_context(client, job_id)
+        self._client, self._job_id = _job_context(client, job_id, "PreemptionCheckpoint")
         self.requested = False
         self._previous = None
 

@@ -1,7 +1,8 @@
 """kestrel:// paths in Keras 3: saving pushes a new version, loading pulls one.
 
     import kestrel.keras
-    model.save("kestrel://team/mnist")                          # -> a new version team/mnist@N
+    ref = model.save("kestrel://team/mnist.keras")              # -> "team/mnist@N", a new version
+    model.save("kestrel://team/mnist", alias="production", metadata={"dataset": "mnist@3"})
     model = keras.saving.load_model("kestrel://team/mnist@production")   # or @3, or latest
     model.save_weights("kestrel://team/mnist-weights")
     model.load_weights("kestrel://team/mnist-weights@2")
@@ -78,12 +79,17 @@ def _metadata(kind, model=None):
     return meta
 
 
-def _push(path, filepath, suffixes, kind, model=None):
+def _push(path, filepath, suffixes, kind, model=None, alias=None, metadata=None):
+    """Push path as the next version of the model filepath names; returns "NAME@N". The version's
+    metadata: the framework's facts, the file name it is pulled back as, then the caller's keys."""
     name = _name(filepath, suffixes)
     if "@" in name:
         raise ValueError(f"{filepath}: save to a model name; versions are numbered by the repository")
+    meta = _metadata(kind, model)
+    meta["filename"] = os.path.basename(path)
+    meta.update(metadata or {})
     with _client() as client:
-        return client.push(name, path, metadata=_metadata(kind, model))
+        return f"{name}@{client.push(name, path, alias=alias, metadata=meta)}"
 
 
 def _inside_checkpointing():
@@ -150,11 +156,14 @@ def install():
             result = orig["save_model"](model, filepath, *args, **kwargs)
             _autolog_push(model, filepath)
             return result
+        alias, metadata = kwargs.pop("alias", None), kwargs.pop("metadata", None)
         with tempfile.TemporaryDirectory(prefix="kestrel-save-") as tmp:
+            # the file keeps the model's last name segment and .keras (what kestrel pull writes);
             # zipped=False: Keras' directory format, pushed as a directory version
-            path = os.path.join(tmp, "model" if kwargs.get("zipped") is False else "model.keras")
+            base = _name(filepath, (".keras",)).rsplit("/", 1)[-1]
+            path = os.path.join(tmp, base if kwargs.get("zipped") is False else base + ".keras")
             orig["save_model"](model, path, *args, **kwargs)
-            _push(path, filepath, (".keras",), "model", model)
+            return _push(path, filepath, (".keras",), "model", model, alias, metadata)
 
     @functools.wraps(orig["load_model"])
     def load_model(filepath, *args, **kwargs):
@@ -167,10 +176,12 @@ def install():
     def save_weights(model, filepath, *args, **kwargs):
         if not _is_uri(filepath):
             return orig["save_weights"](model, filepath, *args, **kwargs)
+        alias, metadata = kwargs.pop("alias", None), kwargs.pop("metadata", None)
         with tempfile.TemporaryDirectory(prefix="kestrel-save-") as tmp:
-            path = os.path.join(tmp, "model.weights.h5")
+            base = _name(filepath, (".weights.h5",)).rsplit("/", 1)[-1]
+            path = os.path.join(tmp, base + ".weights.h5")
             orig["save_weights"](model, path, *args, **kwargs)
-            _push(path, filepath, (".weights.h5",), "weights", model)
+            return _push(path, filepath, (".weights.h5",), "weights", model, alias, metadata)
 
     @functools.wraps(orig["load_weights"])
     def load_weights(model, filepath, *args, **kwargs):

@@ -68,6 +68,7 @@ _DELIVERY = {0: "pending", 1: "delivered", 2: "given-up", 3: "none"}
 
 
 def alerts(client, job: Optional[int] = None, limit: int = 100) -> List[dict]:
+    """kestreld's alerts (log policies, NaN loss, idle GPUs) the caller may see, newest first, as dicts."""
     out = ffi.new("kestrel_alert_list **")
     with client._lock:
         check(C.kestrel_alerts_get(out, client._p(), int(job or 0), int(limit)))

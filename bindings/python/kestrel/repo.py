@@ -3,7 +3,7 @@ import json
 import sys
 import time
 from collections import namedtuple
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 from ._html import HtmlList
 from .errors import check, on_callback_error
@@ -22,7 +22,8 @@ class Versions(HtmlList):
     HEADERS = ("version", "size", "created", "aliases", "sha256", "metadata")
 
     @staticmethod
-    def row(v):
+    def row(v) -> Sequence:
+        """One table row of a version."""
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.created_ms / 1000))
         return (v.version, f"{v.size / 1048576:.1f} MiB", created, ", ".join(v.aliases), v.sha256[:12],
                 json.dumps(v.metadata))
@@ -88,6 +89,7 @@ def _options(progress: Optional[Callable], keep: list, metadata=None, alias=None
 
 def push(client, name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[dict] = None,
          progress: Optional[Callable[[Progress], None]] = None) -> int:
+    """Push path (a file or a directory) as the next version of name; only chunks the server lacks travel. Returns the new version number."""
     keep: list = []
     opts, payload, bar = _options(progress, keep, metadata, alias, f"push {name}")
     out = ffi.new("int64_t *")
@@ -122,6 +124,7 @@ def push_code(client, directory: str, *, max_bytes: Optional[int] = None, name: 
 
 
 def pull(client, ref: str, dest: str, *, progress: Optional[Callable[[Progress], None]] = None) -> str:
+    """Pull ref (NAME, NAME@N or NAME@ALIAS) to dest, every byte verified; returns dest."""
     keep: list = []
     opts, payload, bar = _options(progress, keep, desc=f"pull {ref}")
     try:
@@ -135,6 +138,7 @@ def pull(client, ref: str, dest: str, *, progress: Optional[Callable[[Progress],
 
 
 def versions(client, name: str) -> List[Version]:
+    """name's versions, oldest first."""
     out = ffi.new("kestrel_model_versions **")
     with client._lock:
         check(C.kestrel_model_versions_get(out, client._p(), name.encode()))
@@ -146,6 +150,7 @@ def versions(client, name: str) -> List[Version]:
 
 
 def models(client) -> List[str]:
+    """The names of the models the caller may read."""
     buf = ffi.new("kestrel_buf *")
     try:
         with client._lock:
@@ -156,10 +161,12 @@ def models(client) -> List[str]:
 
 
 def set_alias(client, name: str, alias: str, version: int) -> None:
+    """Point name@alias at version."""
     with client._lock:
         check(C.kestrel_model_alias_set(client._p(), name.encode(), alias.encode(), int(version)))
 
 
 def delete(client, name: str, version: int) -> None:
+    """Delete one version of name."""
     with client._lock:
         check(C.kestrel_model_delete(client._p(), name.encode(), int(version)))

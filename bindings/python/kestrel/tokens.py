@@ -51,6 +51,7 @@ class NewToken:
 def create(client, user: Optional[str] = None, *, team: Optional[str] = None,
            expires: Union[None, int, float, datetime.timedelta] = None, scope: str = "write",
            name: Optional[str] = None) -> NewToken:
+    """A new token (shown once): for yourself, or as an admin for any user (created in team when missing)."""
     if scope not in ("read", "write", "admin"):
         raise ValueError("scope must be 'read', 'write' or 'admin'")
     if isinstance(expires, datetime.timedelta):
@@ -76,6 +77,7 @@ def create(client, user: Optional[str] = None, *, team: Optional[str] = None,
 
 
 def list_(client, user: Optional[str] = None) -> List[TokenInfo]:
+    """Your tokens (an admin: everyone's, or user's), without their secrets."""
     out = ffi.new("kestrel_token_list **")
     with client._lock:
         check(C.kestrel_token_list_get(out, client._p(), _b(user) if user else ffi.NULL))
@@ -89,16 +91,19 @@ def list_(client, user: Optional[str] = None) -> List[TokenInfo]:
 
 
 def revoke(client, token_id: int) -> None:
+    """Revoke a token by id: it gets 401 from now on."""
     with client._lock:
         check(C.kestrel_token_revoke(client._p(), int(token_id)))
 
 
 def set_team(client, user: str, team: str) -> None:
+    """Move user to team (admins; "" takes the user out of its team)."""
     with client._lock:
         check(C.kestrel_user_set_team(client._p(), _b(user), _b(team)))
 
 
 def set_visibility(client, name: str, visibility: str) -> None:
+    """Who may read model name: "all", "team" or "private" (its writers decide)."""
     if visibility not in ("all", "team", "private"):
         raise ValueError("visibility must be 'all', 'team' or 'private'")
     with client._lock:
