@@ -49,6 +49,7 @@ typedef struct {
     const char *help;               /* "Usage: kestrel NAME ...\n\n" then what it does and its options */
     const struct option *opts;      /* its long options (NULL: checked by the command itself) */
     const char *subs;               /* its subcommands, space separated, or NULL */
+    int stops_at_program;           /* its first plain word starts the job's argv (submit) */
 } cli_command;
 const cli_command *cli_commands(size_t *n);
 const cli_command *cli_command_find(const char *name);
@@ -62,11 +63,22 @@ int cli_usage_error(const char *name);
 /* Every --long option before "--" must be one of cmd's (or a unique prefix): else say which it
  * may have meant, with the usage line, and return 2. */
 int cli_check_options(const cli_command *cmd, int argc, char **argv);
+/* Where our own flags end on cmd's line: at "--", or for submit at its program (its first plain word
+ * that is not an option's value). The pre-scans (help, -o, the option check) stop there. */
+int cli_scan_end(const cli_command *cmd, int argc, char **argv);
+/* 1 when the option argv[i] takes the next word as its value (by cmd's option table). */
+int cli_takes_value(const cli_command *cmd, const char *arg);
 /* output.c: -o FORMAT anywhere before "--" (taken out of argv; pull keeps a -o PATH for itself);
  * -o yaml runs the command for JSON and prints it as YAML. */
 int cli_output_flag(cli_ctx *ctx, const char *value);
-int cli_take_output_flags(cli_ctx *ctx, const char *cmd, int *argc, char **argv);
+int cli_take_output_flags(cli_ctx *ctx, const cli_command *command, int *argc, char **argv);
 int cli_run_as_yaml(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv);
+/* -o json of a read command: the server's own reply to GET path (kestrel -o json X | jq is curl's
+ * JSON). 0 printed; 1 no server to ask (a file:// repository: the caller prints its own); 2 failed
+ * (said on stderr). cli_api_path: path plus "?k=v&..." of the non-empty pairs of query (NULL-ended
+ * key, value list), values percent-encoded; -1 when it does not fit n. */
+int cli_print_api_json(cli_ctx *ctx, const char *path);
+int cli_api_path(char *out, size_t n, const char *path, const char *const *query);
 /* docs.c: bash and zsh completion, and the man page, from the table. */
 void cli_completion_bash(FILE *f);
 void cli_completion_zsh(FILE *f);

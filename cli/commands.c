@@ -93,6 +93,7 @@ const struct option cli_opts_jobs[] = {
 
 int cmd_jobs(cli_ctx *ctx, int argc, char **argv)
 {
+    char *end;
     const struct option *opts = cli_opts_jobs;
     kestrel_job_list_options o = KESTREL_JOB_LIST_OPTIONS_INIT;
     kestrel_job_page *page;
@@ -120,8 +121,8 @@ int cmd_jobs(cli_ctx *ctx, int argc, char **argv)
             o.param = optarg;
             break;
         case 'L':
-            limit = strtol(optarg, NULL, 10);
-            if (limit < 1 || limit > 1000) {
+            limit = strtol(optarg, &end, 10);
+            if (*end || end == optarg || limit < 1 || limit > 1000) {
                 fprintf(stderr, "kestrel: --limit takes 1..1000\n");
                 return 2;
             }
@@ -132,6 +133,18 @@ int cmd_jobs(cli_ctx *ctx, int argc, char **argv)
     o.page_size = (int)limit;
     if (cli_connect(ctx) < 0)
         return 1;
+    if (ctx->json) {   /* the API's JobList, as curl shows it */
+        char path[2048], size[16], state[16] = "";
+        const char *const query[] = { "state", state, "name", o.name, "label", o.label, "param", o.param,
+                                      "page_size", size, NULL };
+        int st;
+        snprintf(size, sizeof(size), "%d", o.page_size);
+        if (o.state)
+            snprintf(state, sizeof(state), "%s", kestrel_job_state_name(o.state));
+        st = cli_api_path(path, sizeof(path), "/api/v1/jobs", query) < 0 ? 2 : cli_print_api_json(ctx, path);
+        if (st != 1)
+            return st ? 1 : 0;
+    }
     if ((rc = kestrel_job_list(&page, ctx->client, &o)) < 0)
         return cli_fail("jobs", rc);
     if (ctx->json) {
@@ -198,9 +211,14 @@ int cmd_wait(cli_ctx *ctx, int argc, char **argv)
     int64_t id;
     int c;
     while ((c = getopt_long(argc, argv, "t:", opts, NULL)) != -1) {
+        char *end;
         if (c != 't')
+            return cli_usage_error("wait");
+        secs = strtod(optarg, &end);
+        if (end == optarg || *end || !(secs >= 0 && secs <= 1e7)) {
+            fprintf(stderr, "kestrel: wait: --timeout takes seconds (0.5, 30, 3600), not '%s'\n", optarg);
             return 2;
-        secs = strtod(optarg, NULL);
+        }
     }
     if (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0) {
         return cli_usage_error("wait");
@@ -219,6 +237,15 @@ int cmd_cancel(cli_ctx *ctx, int argc, char **argv)
         return cli_usage_error("cancel");
     if (cli_connect(ctx) < 0)
         return 1;
+    if ((rc = kestrel_job_get(&job, ctx->client, id)) < 0)
+        return cli_fail("cancel", rc);
+    if (kestrel_job_state_is_final(kestrel_job_state(job))) {   /* nothing to cancel: say so, exit 1 */
+        fprintf(stderr, "kestrel: cancel: job %" PRId64 " already ended %s: nothing to cancel\n", id,
+                kestrel_job_state_name(kestrel_job_state(job)));
+        kestrel_job_free(job);
+        return 1;
+    }
+    kestrel_job_free(job);
     if ((rc = kestrel_job_cancel(&job, ctx->client, id)) < 0)
         return cli_fail("cancel", rc);
     if (ctx->json)

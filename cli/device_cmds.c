@@ -110,6 +110,8 @@ int cmd_nodes(cli_ctx *ctx, int argc, char **argv)
     }
     if (cli_connect(ctx) < 0)
         return 1;
+    if (ctx->json && (rc = cli_print_api_json(ctx, "/api/v1/nodes")) != 1)   /* the API's NodeList */
+        return rc ? 1 : 0;
     if ((rc = kestrel_node_list_get(&l, ctx->client)) < 0)
         return cli_fail("nodes", rc);
     for (size_t i = 0; i < kestrel_node_list_count(l); i++) {

@@ -9,11 +9,15 @@ static const char global_flags[] = "--url --token --output -o --version --help";
 /* " --a --b ..." of a command's long options (with "=" dropped: the shells complete the value). */
 static void flags(FILE *f, const cli_command *c)
 {
+    int has_help = 0;
     for (const struct option *o = c->opts; o && o->name; o++)
         fprintf(f, " --%s", o->name);
+    for (const struct option *o = c->opts; o && o->name; o++)
+        has_help |= !strcmp(o->name, "help");
     if (c->subs)
         fprintf(f, " %s", c->subs);
-    fputs(" --help", f);
+    if (!has_help)
+        fputs(" --help", f);
 }
 
 void cli_completion_bash(FILE *f)
@@ -49,8 +53,8 @@ void cli_completion_bash(FILE *f)
 static void zsh_desc(FILE *f, const char *s)
 {
     for (; *s; s++) {
-        if (*s == '\'') {
-            fputc('`', f);
+        if (*s == '\'') {   /* inside '...': close, an escaped quote, open */
+            fputs("'\\''", f);
             continue;
         }
         if (*s == ':' || *s == '\\')
@@ -115,7 +119,7 @@ void cli_man_page(FILE *f)
     fprintf(f, ".TH KESTREL 1 \"\" \"kestrel %s\" \"Kestrel\"\n", KESTREL_VERSION_STRING);
     fputs(".SH NAME\nkestrel \\- submit and follow training jobs, and share models, on a kestreld service\n"
           ".SH SYNOPSIS\n.B kestrel\n"
-          "[\\fB\\-\\-url\\fR \\fIURL\\fR] [\\fB\\-\\-token\\fR \\fITOKEN\\fR] [\\fB\\-o\\fR text|json] "
+          "[\\fB\\-\\-url\\fR \\fIURL\\fR] [\\fB\\-\\-token\\fR \\fITOKEN\\fR] [\\fB\\-o\\fR table|wide|json|yaml] "
           "\\fICOMMAND\\fR [\\fIARGS\\fR]\n"
           ".br\n.B kestrel help\n[\\fICOMMAND\\fR]\n"
           ".SH DESCRIPTION\n"
@@ -125,7 +129,8 @@ void cli_man_page(FILE *f)
           ".SH OPTIONS\n"
           ".TP\n\\fB\\-\\-url\\fR \\fIURL\\fR\nthe server (else \\fBKESTREL_URL\\fR, else the config file)\n"
           ".TP\n\\fB\\-\\-token\\fR \\fITOKEN\\fR\nthe token (else \\fBKESTREL_TOKEN\\fR, else the config file)\n"
-          ".TP\n\\fB\\-o\\fR text|json\nprint the API's JSON on the read commands\n"
+          ".TP\n\\fB\\-o\\fR table|wide|json|yaml\nthe output, anywhere on the line before \\fB\\-\\-\\fR: a table, one with "
+          "more columns, the API's JSON (the server's own reply), or that as YAML\n"
           ".TP\n\\fB\\-\\-version\\fR\nthe client's version (no server needed)\n"
           ".SH COMMANDS\n", f);
     for (size_t i = 0; i < n; i++) {

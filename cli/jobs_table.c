@@ -79,6 +79,30 @@ static void wide_fields(const kestrel_job *j, char *cmd, size_t cn, char *labels
     kestrel_buf_dispose(&b);
 }
 
+/* s in a cell of width columns: UTF-8 kept whole (a code point is one column), cut with '~',
+ * padded with spaces. cut 0: never cut (piped output), only padded. Appends to out at *at. */
+static void cell(char *out, size_t n, size_t *at, const char *s, int width, int cut)
+{
+    int cols = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p && *at + 8 < n) {
+        size_t len = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : 4;
+        if (cut && cols == width - 1 && p[len]) {   /* one column left and more to come */
+            out[(*at)++] = '~';
+            cols++;
+            break;
+        }
+        for (size_t k = 0; k < len && p[k]; k++)
+            out[(*at)++] = (char)p[k];
+        p += len;
+        cols++;
+    }
+    while (cols++ < width && *at + 2 < n)
+        out[(*at)++] = ' ';
+    out[(*at)++] = ' ';
+    out[*at] = '\0';
+}
+
 static const char *lower(char *buf, size_t n, const char *s)
 {
     size_t i = 0;
@@ -101,13 +125,21 @@ void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide)
         any_queued |= kestrel_job_state(kestrel_job_page_at(page, i)) == KESTREL_JOB_STATE_QUEUED;
     if (any_queued && kestrel_queue_get(&q, ctx->client) < 0)
         q = NULL;   /* the reasons are a nicety: the listing stands without them */
-    printf("%-7s %-20s %-10s %-10s %-7s %4s %-10s %-20s %s%s\n", "ID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE",
-           "AGE", wide ? "COMMAND | LABELS | PARAMS | " : "", "REASON");
+    {
+        char line[256];
+        size_t at = 0;
+        static const char *const head[] = { "ID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE", "AGE" };
+        static const int w[] = { 6, 18, 10, 10, 7, 4, 10, 18 };
+        for (size_t k = 0; k < 8; k++)
+            cell(line, sizeof(line), &at, head[k], w[k], 0);
+        printf("%s%s%s\n", line, wide ? "COMMAND | LABELS | PARAMS | " : "", "REASON");
+    }
     for (size_t i = 0; i < n; i++) {
         const kestrel_job *j = kestrel_job_page_at(page, i);
         const char *reason = kestrel_job_reason(j);
-        char line[4096], st[16], cls[16], a[48], cmd[1024], labels[512], params[512];
-        int len;
+        char line[8192], st[16], cls[16], a[48], id[24], gpus[16], cmd[2048], labels[1024], params[1024];
+        size_t at = 0;
+        int cut = width != 0;
         if (kestrel_job_state(j) == KESTREL_JOB_STATE_QUEUED && q)
             for (size_t k = 0; k < kestrel_queue_count(q); k++)
                 if (kestrel_job_id(kestrel_queue_job(q, k)) == kestrel_job_id(j)) {
@@ -115,23 +147,33 @@ void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide)
                     break;
                 }
         age(a, sizeof(a), j, now);
-        len = snprintf(line, sizeof(line), "%-7" PRId64 " %-20.20s %-10.10s %-10s %-7s %4d %-10.10s %-20s ",
-                       kestrel_job_id(j), kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-", kestrel_job_owner(j),
-                       lower(st, sizeof(st), kestrel_job_state_name(kestrel_job_state(j))),
-                       lower(cls, sizeof(cls), kestrel_priority_name(kestrel_job_priority(j))), kestrel_job_gpus(j),
-                       kestrel_job_node(j)[0] ? kestrel_job_node(j) : "-", a);
+        snprintf(id, sizeof(id), "%" PRId64, kestrel_job_id(j));
+        snprintf(gpus, sizeof(gpus), "%d", kestrel_job_gpus(j));
+        cell(line, sizeof(line), &at, id, 6, 0);
+        cell(line, sizeof(line), &at, kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-", 18, cut);
+        cell(line, sizeof(line), &at, kestrel_job_owner(j), 10, cut);
+        cell(line, sizeof(line), &at, lower(st, sizeof(st), kestrel_job_state_name(kestrel_job_state(j))), 10, 0);
+        cell(line, sizeof(line), &at, lower(cls, sizeof(cls), kestrel_priority_name(kestrel_job_priority(j))), 7, 0);
+        cell(line, sizeof(line), &at, gpus, 4, 0);
+        cell(line, sizeof(line), &at, kestrel_job_node(j)[0] ? kestrel_job_node(j) : "-", 10, cut);
+        cell(line, sizeof(line), &at, a, 18, 0);
         if (wide) {
             wide_fields(j, cmd, sizeof(cmd), labels, sizeof(labels), params, sizeof(params));
-            len += snprintf(line + len, sizeof(line) - (size_t)len, "%s | %s | %s | ", cmd, labels[0] ? labels : "-",
-                            params[0] ? params : "-");
+            at += (size_t)snprintf(line + at, sizeof(line) - at, "%s | %s | %s | ", cmd, labels[0] ? labels : "-",
+                                   params[0] ? params : "-");
         }
-        if (len > 0 && (size_t)len < sizeof(line))
-            snprintf(line + len, sizeof(line) - (size_t)len, "%s", reason);
-        if (width && (int)strlen(line) > width) {   /* a terminal: one line a job */
-            line[width - 1] = '\0';
-            line[width - 2] = '~';
+        if (at < sizeof(line))
+            snprintf(line + at, sizeof(line) - at, "%s", reason);
+        if (cut) {   /* a terminal: one line a job, cut at a whole character */
+            char fit[8192];
+            size_t fat = 0;
+            cell(fit, sizeof(fit), &fat, line, width - 1, 1);
+            while (fat && fit[fat - 1] == ' ')
+                fit[--fat] = '\0';
+            puts(fit);
+        } else {
+            puts(line);
         }
-        puts(line);
     }
     kestrel_queue_free(q);
 }

@@ -220,7 +220,13 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
             }
             break;
         case 'f': o.follow = 1; break;
-        case 'O': o.offset = strtoll(optarg, NULL, 10); break;
+        case 'O':
+            o.offset = strtoll(optarg, &end, 10);
+            if (end == optarg || *end || o.offset < 0) {
+                fprintf(stderr, "kestrel: logs: --offset takes a line number (0, 1, ...), not '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'g': grep = optarg; break;
         case 'E': so.regex = 1; break;
         case 'i': so.ignore_case = 1; break;
@@ -266,7 +272,11 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
         return 2;
     }
     sh.since_ms = so.since_ms;
-    if (optind < argc && (optind != argc - 1 || cli_job_id(argv[optind], &id) < 0))
+    if (optind < argc && optind != argc - 1) {
+        fprintf(stderr, "kestrel: logs takes one job id\n");
+        return cli_usage_error("logs");
+    }
+    if (optind < argc && cli_job_id(argv[optind], &id) < 0)
         return 2;
     if (grep) {
         if (id && so.job_id && id != so.job_id) {

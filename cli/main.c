@@ -179,6 +179,16 @@ static int cmd_version(cli_ctx *ctx)
 {
     kestrel_buf v = KESTREL_BUF_INIT;
     int rc;
+    if (ctx->json) {   /* the server's Health, and this client's versions beside it */
+        if (cli_connect(ctx) < 0)
+            return 1;
+        if ((rc = kestrel_client_get_json(&v, ctx->client, "/healthz")) < 0)
+            return cli_fail("server", rc);
+        printf("{\"client\":\"%s\",\"libkestrel\":\"%s\",\"server\":%.*s}\n", KESTREL_VERSION_STRING, kestrel_version(),
+               (int)(v.size && v.ptr[v.size - 1] == '\n' ? v.size - 1 : v.size), v.ptr);
+        kestrel_buf_dispose(&v);
+        return 0;
+    }
     printf("kestrel %s (libkestrel %s)\n", KESTREL_VERSION_STRING, kestrel_version());
     if (cli_connect(ctx) < 0)
         return 1;
@@ -223,11 +233,15 @@ static int cmd_completion(int argc, char **argv)
 }
 
 /* CMD --help (or -h) anywhere before "--": that command's help, whatever it would do with it. */
-static int wants_help(int argc, char **argv)
+static int wants_help(const cli_command *cmd, int argc, char **argv)
 {
-    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+    int end = cli_scan_end(cmd, argc, argv);
+    for (int i = 1; i < end; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
             return 1;
+        if (cli_takes_value(cmd, argv[i]))
+            i++;   /* an option's value, even "-h" */
+    }
     return 0;
 }
 
@@ -254,8 +268,8 @@ int main(int argc, char **argv)
         case 'h': usage(stdout); return 0;
         case 'V': printf("kestrel %s (libkestrel %s)\n", KESTREL_VERSION_STRING, kestrel_version()); return 0;
         default:
-            fputs("usage: kestrel [--url URL] [--token TOKEN] [-o text|json] COMMAND [ARGS]\nsee 'kestrel --help'\n",
-                  stderr);
+            fputs("usage: kestrel [--url URL] [--token TOKEN] [-o table|wide|json|yaml] COMMAND [ARGS]\n"
+                  "see 'kestrel --help'\n", stderr);
             return 2;
         }
     }
@@ -275,7 +289,7 @@ int main(int argc, char **argv)
         fputs("\nsee 'kestrel --help'\n", stderr);
         return 2;
     }
-    if (wants_help(argc, argv)) {
+    if (wants_help(command, argc, argv)) {
         fputs(command->help, stdout);
         return 0;
     }
@@ -283,7 +297,7 @@ int main(int argc, char **argv)
         return cmd_help(argc, argv);
     if (!strcmp(cmd, "completion"))
         return cmd_completion(argc, argv);
-    if ((rc = cli_take_output_flags(&ctx, cmd, &argc, argv)) != 0 || (rc = cli_check_options(command, argc, argv)) != 0)
+    if ((rc = cli_take_output_flags(&ctx, command, &argc, argv)) != 0 || (rc = cli_check_options(command, argc, argv)) != 0)
         return rc;
     if (kestrel_init() < 0)
         return cli_fail("init", -1);

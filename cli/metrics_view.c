@@ -87,15 +87,19 @@ static void pivot_family(const kestrel_metric_list *m, const char *family)
 
 void cli_metrics_pivot(const kestrel_metric_list *m)
 {
-    char fams[16][128], fam[128];
+    enum { MAXF = 64 };
+    char fams[MAXF][128], fam[128];
     size_t nf = 0;
+    int more = 0;
     for (size_t i = 0; i < kestrel_metric_list_count(m); i++) {
         size_t k;
         family_of(kestrel_metric_list_at(m, i)->name, fam, sizeof(fam));
         for (k = 0; k < nf && strcmp(fams[k], fam); k++)
             ;
-        if (k == nf && nf < 16)
+        if (k == nf && nf < MAXF)
             snprintf(fams[nf++], sizeof(fams[0]), "%s", fam);
+        else if (k == nf)
+            more = 1;
     }
     if (nf == 0)
         printf("no metrics reported\n");
@@ -113,6 +117,8 @@ void cli_metrics_pivot(const kestrel_metric_list *m)
             printf("\n");
         pivot_family(m, fams[k]);
     }
+    if (more)
+        printf("\n(more than %d families of metrics: kestrel metrics --name NAME or -o json shows the rest)\n", MAXF);
 }
 
 /* One curve in braille: a cell is 2 x 4 dots (U+2800 + bits). */
@@ -143,8 +149,11 @@ static void plot_one(const kestrel_metric_list *m, const char *name, int width)
         free(grid);
         return;
     }
-    if (hi == lo)
-        hi = lo + 1;
+    if (hi == lo) {   /* a constant: an axis around it, the line in the middle */
+        double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1;
+        lo -= pad;
+        hi += pad;
+    }
     for (size_t i = 0, drawn = 0; i < kestrel_metric_list_count(m); i++) {   /* in step order: a line joins them */
         const kestrel_metric *p = kestrel_metric_list_at(m, i);
         int x, y, steps;
@@ -160,7 +169,7 @@ static void plot_one(const kestrel_metric_list *m, const char *name, int width)
         px = x;
         py = y;
     }
-    printf("%s (%zu points, steps %" PRId64 "..%" PRId64 ")\n", name, n, s0, s1);
+    printf("%s (%zu point%s, steps %" PRId64 "..%" PRId64 ")\n", name, n, n == 1 ? "" : "s", s0, s1);
     for (int r = 0; r < ROWS; r++) {
         if (r == 0)
             printf("%10.4g ┤", hi);
@@ -198,6 +207,8 @@ void cli_metrics_plot(const kestrel_metric_list *m)
             printf("\n");
         plot_one(m, name, width);
     }
+    if (ns == 64)
+        printf("\n(the first 64 metrics are drawn: kestrel metrics --plot --name NAME draws another)\n");
     if (ns == 0)
         printf("no metrics reported\n");
 }

@@ -28,12 +28,18 @@ int cli_output_flag(cli_ctx *ctx, const char *value)
     return 0;
 }
 
-int cli_take_output_flags(cli_ctx *ctx, const char *cmd, int *argc, char **argv)
+int cli_take_output_flags(cli_ctx *ctx, const cli_command *command, int *argc, char **argv)
 {
-    int out = 1, pull = !strcmp(cmd, "pull"), i;
-    for (i = 1; i < *argc && strcmp(argv[i], "--"); i++) {
+    int out = 1, pull = !strcmp(command->name, "pull"), i, end = cli_scan_end(command, *argc, argv);
+    for (i = 1; i < end; i++) {
         const char *v = NULL;
         int used = 1;
+        if (strcmp(argv[i], "-o") && strcmp(argv[i], "--output") && cli_takes_value(command, argv[i])) {
+            argv[out++] = argv[i];   /* an option and its value ("--name -otter"): not ours */
+            if (i + 1 < end)
+                argv[out++] = argv[++i];
+            continue;
+        }
         if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
             v = i + 1 < *argc ? argv[i + 1] : NULL;
             used = 2;
@@ -61,6 +67,57 @@ int cli_take_output_flags(cli_ctx *ctx, const char *cmd, int *argc, char **argv)
         argv[out++] = argv[i];
     argv[out] = NULL;
     *argc = out;
+    return 0;
+}
+
+/* Percent-encode a query value onto f. */
+static void put_query_value(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || strchr("-._~", c))
+            fputc(c, f);
+        else
+            fprintf(f, "%%%02X", c);
+    }
+}
+
+int cli_api_path(char *out, size_t n, const char *path, const char *const *query)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int first = 1, rc = 0;
+    if (f == NULL)
+        return -1;
+    fputs(path, f);
+    for (size_t i = 0; query && query[i]; i += 2)
+        if (query[i + 1] && *query[i + 1]) {
+            fprintf(f, "%c%s=", first ? '?' : '&', query[i]);
+            put_query_value(f, query[i + 1]);
+            first = 0;
+        }
+    fclose(f);
+    if (buf == NULL || len >= n)
+        rc = -1;
+    else
+        memcpy(out, buf, len + 1);
+    free(buf);
+    return rc;
+}
+
+int cli_print_api_json(cli_ctx *ctx, const char *path)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int rc = kestrel_client_get_json(&b, ctx->client, path);
+    if (rc == KESTREL_EUNSUPPORTED)   /* a file:// repository: no server to ask */
+        return 1;
+    if (rc < 0)
+        return cli_fail(path, rc) + 1;   /* 2: said, and the caller returns 1 */
+    fwrite(b.ptr, 1, b.size, stdout);
+    if (b.size && b.ptr[b.size - 1] != '\n')
+        putchar('\n');
+    kestrel_buf_dispose(&b);
     return 0;
 }
 

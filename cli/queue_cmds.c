@@ -16,6 +16,12 @@ int cmd_explain(cli_ctx *ctx, int argc, char **argv)
     }
     if (cli_connect(ctx) < 0)
         return 1;
+    if (ctx->json) {   /* the API's Explanation */
+        char path[64];
+        snprintf(path, sizeof(path), "/api/v1/jobs/%" PRId64 "/explain", id);
+        if ((rc = cli_print_api_json(ctx, path)) != 1)
+            return rc ? 1 : 0;
+    }
     if ((rc = kestrel_job_explain(&reason, &pos, ctx->client, id)) < 0)
         return cli_fail("explain", rc);
     if ((rc = kestrel_job_get(&job, ctx->client, id)) < 0) {
@@ -47,6 +53,8 @@ int cmd_queue(cli_ctx *ctx, int argc, char **argv)
     }
     if (cli_connect(ctx) < 0)
         return 1;
+    if (ctx->json && (rc = cli_print_api_json(ctx, "/api/v1/queue")) != 1)   /* the API's Queue */
+        return rc ? 1 : 0;
     if ((rc = kestrel_queue_get(&q, ctx->client)) < 0)
         return cli_fail("queue", rc);
     if (ctx->json) {
@@ -149,6 +157,15 @@ int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
         return 1;
     if (gpu)
         return cli_print_gpu_telemetry(ctx, id);
+    if (ctx->json) {   /* the API's MetricBatch */
+        char base[64], path[1024];
+        const char *const query[] = { "name", name, NULL };
+        int st;
+        snprintf(base, sizeof(base), "/api/v1/jobs/%" PRId64 "/metrics", id);
+        st = cli_api_path(path, sizeof(path), base, query) < 0 ? 2 : cli_print_api_json(ctx, path);
+        if (st != 1)
+            return st ? 1 : 0;
+    }
     if ((rc = kestrel_job_metrics(&m, ctx->client, id, name)) < 0)
         return cli_fail("metrics", rc);
     if (ctx->json) {

@@ -19,16 +19,18 @@ static const struct option user_opts[] = { { "team", required_argument, NULL, 0 
 static const struct option login_opts[] = { { "token", required_argument, NULL, 0 }, { NULL, 0, NULL, 0 } };
 
 static const cli_command commands[] = {
-    { "submit", cmd_submit, "queue a job", cli_help_submit, cli_opts_submit, NULL },
+    { "submit", cmd_submit, "queue a job", cli_help_submit, cli_opts_submit, NULL, 1 },
     { "jobs", cmd_jobs, "list your jobs, newest first",
       "Usage: kestrel jobs [--state S] [--name N] [--label K=V] [--param K=V] [--limit N]\n"
       "\n"
-      "Your jobs (an admin: everyone's), newest first, with state, class, GPUs, name, params, reason.\n"
+      "Your jobs (an admin: everyone's), newest first.\n"
       "  --state S      queued, running, succeeded, failed, cancelled or preempted\n"
       "  --name N       that exact name\n"
       "  --label K=V    jobs with that label\n"
       "  --param K=V    jobs run with that parameter\n"
-      "  --limit N      at most N jobs (default 100)\n",
+      "  --limit N      at most N jobs (default 50)\n"
+      "Columns: id, name, user, state, class, GPUs, node, age, reason (a waiting job: why it waits);\n"
+      "-o wide adds command, labels and params; -o json is the API's JobList.\n",
       cli_opts_jobs, NULL },
     { "status", cmd_status, "show a job and its state history",
       "Usage: kestrel status ID\n\nA job: its spec, state, node, reason, exit code, params, GPU use and every state change.\n",
@@ -104,10 +106,15 @@ static const cli_command commands[] = {
       "Usage: kestrel nodes\n\nThe nodes kestreld schedules on: their pool, devices, memory, utilisation and holders.\n",
       no_opts, NULL },
     { "devices", cmd_devices, "this host's GPUs, and a selection by criteria",
-      "Usage: kestrel devices [--select N] [--min-memory SIZE] [--min-free SIZE] [--compute-capability X.Y]\n"
-      "                       [--max-util PCT] [--name TEXT] [--exclude IDX] [--all] [--list] [--cuda]\n\n"
+      "Usage: kestrel devices [--all] [--cuda] [--select N] [--min-memory SIZE] [--min-free SIZE] [--min-cc X.Y]\n"
+      "                       [--max-util PCT] [--name TEXT] [--exclude IDX] [--nvlink] [--mig]\n\n"
       "This host's GPUs (NVML and CUDA, loaded at run time: none is fine). With criteria, the devices\n"
-      "chosen and the reason each other one was not.\n",
+      "chosen and the reason each other one was not.\n"
+      "  --all          every device, busy ones too     --cuda         CUDA's view (driver API)\n"
+      "  --select N     pick N devices                  --min-memory SIZE, --min-free SIZE (40G, 512M)\n"
+      "  --min-cc X.Y   compute capability at least     --max-util PCT  utilisation at most\n"
+      "  --name TEXT    the GPU's name holds TEXT       --exclude IDX   never this index (repeatable)\n"
+      "  --nvlink       the picked devices share NVLink --mig           MIG instances too\n",
       cli_opts_devices, NULL },
     { "model", cmd_model, "who may read a model (model set NAME --visibility ...)",
       "Usage: kestrel model set NAME --visibility all|team|private\n\nWho may read model NAME (its writers decide).\n",
@@ -219,15 +226,54 @@ int cli_usage_error(const char *name)
     return 2;
 }
 
-int cli_check_options(const cli_command *cmd, int argc, char **argv)
+int cli_takes_value(const cli_command *cmd, const char *a)
+{
+    const struct option *hit = NULL;
+    size_t len;
+    int hits = 0;
+    if (cmd->opts == NULL || a[0] != '-' || !a[1])
+        return 0;
+    if (a[1] != '-') {   /* -X: by the short letter its long option carries, when its value is apart */
+        for (const struct option *o = cmd->opts; o->name; o++)
+            if (o->val == a[1] && o->flag == NULL)
+                return o->has_arg == required_argument && !a[2];
+        return 0;
+    }
+    len = strcspn(a + 2, "=");
+    if (a[2 + len])
+        return 0;   /* --name=value */
+    for (const struct option *o = cmd->opts; o->name; o++) {
+        if (strlen(o->name) == len && !strncmp(o->name, a + 2, len))
+            return o->has_arg == required_argument;
+        if (!strncmp(o->name, a + 2, len)) {
+            hit = o;
+            hits++;
+        }
+    }
+    return hits == 1 && hit->has_arg == required_argument;
+}
+
+int cli_scan_end(const cli_command *cmd, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            return i;
+        if (cmd->stops_at_program && (argv[i][0] != '-' || !argv[i][1]))
+            return i;
+        if (cli_takes_value(cmd, argv[i]))
+            i++;
+    }
+    return argc;
+}
+
+int cli_check_options(const cli_command *cmd, int argc, char **argv)
+{
+    int end = cli_scan_end(cmd, argc, argv);
+    for (int i = 1; i < end; i++) {
         const char *a = argv[i];
         const struct option *match = NULL;
         size_t len;
         int prefix_hits = 0;
-        if (!strcmp(a, "--"))
-            break;
         if (strncmp(a, "--", 2) || cmd->opts == NULL)
             continue;
         len = strcspn(a + 2, "=");

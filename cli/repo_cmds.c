@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
@@ -151,7 +152,7 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     const struct option *opts = cli_opts_pull;
     kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
     const char *dest = NULL;
-    char fallback[512];
+    char fallback[4096];
     int c, rc;
     optind = 0;
     while ((c = getopt_long(argc, argv, "o:d:", opts, NULL)) != -1) {
@@ -168,6 +169,20 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
         return cli_usage_error("pull");
     if (cli_connect(ctx) < 0)
         return 1;
+    if (dest != NULL) {   /* an existing directory: the version goes in it, under its pushed name */
+        struct stat st;
+        if (stat(dest, &st) == 0 && S_ISDIR(st.st_mode)) {
+            char name[512];
+            pushed_name(ctx, argv[optind], name, sizeof(name));
+            if (!name[0]) {
+                const char *base = strrchr(argv[optind], '/');
+                snprintf(name, sizeof(name), "%s", base ? base + 1 : argv[optind]);
+                name[strcspn(name, "@")] = '\0';
+            }
+            snprintf(fallback, sizeof(fallback), "%s/%s", dest, name);
+            dest = fallback;
+        }
+    }
     if (dest == NULL) {   /* the pushed file's name, else the last name segment without the ref */
         pushed_name(ctx, argv[optind], fallback, sizeof(fallback));
         if (!fallback[0]) {
@@ -193,6 +208,21 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
     }
     if (cli_connect(ctx) < 0)
         return 1;
+    if (ctx->json) {   /* the API's ModelList or ManifestList (a file:// repository: ours, below) */
+        char path[600];
+        if (argc == 1) {
+            snprintf(path, sizeof(path), "/api/v1/models");
+        } else {   /* a name's '/' are path separators; anything else odd is escaped */
+            size_t at = (size_t)snprintf(path, sizeof(path), "/api/v1/models/");
+            for (const char *p = argv[1]; *p && at + 16 < sizeof(path); p++)
+                at += (size_t)(strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/", *p)
+                                   ? snprintf(path + at, sizeof(path) - at, "%c", *p)
+                                   : snprintf(path + at, sizeof(path) - at, "%%%02X", (unsigned char)*p));
+            snprintf(path + at, sizeof(path) - at, "/versions");
+        }
+        if ((rc = cli_print_api_json(ctx, path)) != 1)
+            return rc ? 1 : 0;
+    }
     if (argc == 1) {
         kestrel_buf names = KESTREL_BUF_INIT;
         if ((rc = kestrel_model_list(&names, ctx->client)) < 0)

@@ -1,4 +1,5 @@
-/* lib/console.c - the web console's address with a one-time login code (POST /ui/login-code). */
+/* lib/console.c - what the console and the CLI's -o json read: the console's address with a one-time
+ * login code (POST /ui/login-code), and any GET of the API as the server's own JSON. */
 #include <stdio.h>
 #include <string.h>
 #include "client.h"
@@ -25,4 +26,16 @@ int kestrel_client_console_url(kestrel_buf *out, kestrel_client *c)
              ? kestrel__error_oom() : 0;
     protobuf_c_message_free_unpacked(m, NULL);
     return rc;
+}
+
+int kestrel_client_get_json(kestrel_buf *out, kestrel_client *c, const char *path)
+{
+    kestrel__request req = { "GET", path, NULL, NULL, 1, 0, out };
+    if (out == NULL || path == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "out and path must not be NULL");
+    KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
+    if (path[0] != '/' || strchr(path, '#') || strpbrk(path, " \r\n"))
+        return kestrel__error_set(KESTREL_EINVALID, "path: an absolute path of the API with its query, e.g. "
+                                  "/api/v1/jobs?state=running, not '%.80s'", path);
+    return kestrel__http_call(NULL, c, &req);
 }

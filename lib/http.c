@@ -100,7 +100,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
     if ((rc = kestrel__buf_printf(&url, "%s%s", c->url, req->path)) < 0 ||
         (req->body && (rc = kestrel__wire_pack(&body, req->body)) < 0))
         goto done;
-    hdrs = curl_slist_append(hdrs, "Accept: " KESTREL__CT_PROTOBUF);
+    hdrs = curl_slist_append(hdrs, req->raw_json ? "Accept: " KESTREL__CT_JSON : "Accept: " KESTREL__CT_PROTOBUF);
     hdrs = curl_slist_append(hdrs, "Content-Type: " KESTREL__CT_PROTOBUF);
     hdrs = curl_slist_append(hdrs, "Expect:");
     if (c->auth_header)
@@ -140,6 +140,11 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
             curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ctype);
             if (status >= 200 && status < 300) {
+                if (req->raw_json) {
+                    kestrel_buf_dispose(req->raw_json);
+                    rc = kestrel__buf_put(req->raw_json, resp.ptr ? resp.ptr : "", resp.size);
+                    goto done;
+                }
                 if (req->response && out)
                     rc = kestrel__wire_decode(out, req->response, ctype, resp.ptr ? resp.ptr : "", resp.size);
                 else

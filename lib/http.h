@@ -13,6 +13,7 @@ typedef struct {
     const ProtobufCMessageDescriptor *response;  /* expected 2xx message type */
     int idempotent;                              /* may be retried after it was sent */
     long extra_timeout_ms;                       /* added to the client timeout (long polls) */
+    kestrel_buf *raw_json;                       /* set: ask for JSON and keep the 2xx body here as it came */
 } kestrel__request;
 
 /* Perform req; on 2xx *out is the decoded response (protobuf_c_message_free_unpacked).

@@ -184,7 +184,12 @@ int kestrel_job_cancel(kestrel_job **out, kestrel_client *c, int64_t id)
     KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
     if ((rc = job_path(path, sizeof(path), id, "/cancel")) < 0)
         return rc;
-    return job_call(out, c, &req);
+    rc = job_call(out, c, &req);
+    /* kestreld answers 409 for a job that already ended (people should hear it); this call keeps
+     * its promise: cancelling a final job is a no-op, with the job in *out */
+    if (rc == KESTREL_EEXISTS && kestrel_error_last()->http_status == 409)
+        rc = out ? kestrel_job_get(out, c, id) : 0;
+    return rc;
 }
 
 int kestrel_job_rerun(kestrel_job **out, kestrel_client *c, int64_t id)

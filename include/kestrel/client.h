@@ -56,6 +56,14 @@ KESTREL_API int kestrel_client_ping(kestrel_buf *version_out, kestrel_client *cl
  */
 KESTREL_API int kestrel_client_console_url(kestrel_buf *out, kestrel_client *client);
 
+/**
+ * GET path ("/api/v1/jobs?state=running": an absolute path of the HTTP API with its query, values
+ * percent-encoded) and fill out (owned: kestrel_buf_dispose()) with the server's JSON reply as it
+ * came: the same bytes curl would print, for tools that pass the API's messages on. The same
+ * errors as the typed calls (KESTREL_ENOTFOUND, KESTREL_EAUTH, ...). Since KESTREL_1.3.
+ */
+KESTREL_API int kestrel_client_get_json(kestrel_buf *out, kestrel_client *client, const char *path);
+
 KESTREL_END_DECL
 
 #endif

@@ -163,7 +163,8 @@ KESTREL_API int kestrel_job_get(kestrel_job **out, kestrel_client *client, int64
 KESTREL_API int kestrel_job_wait(kestrel_job **out, kestrel_client *client, int64_t id, long timeout_ms);
 /**
  * Cancel a job: a queued job ends at once; a running one gets SIGTERM, then
- * SIGKILL after the server's grace period. Cancelling a final job is a no-op.
+ * SIGKILL after the server's grace period. Cancelling a final job is a no-op (the HTTP API answers
+ * it with 409; this call returns 0 with the job as it is).
  * *out (owned, may be NULL to skip) receives the job after the request.
  */
 KESTREL_API int kestrel_job_cancel(kestrel_job **out, kestrel_client *client, int64_t id);

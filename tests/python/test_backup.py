@@ -24,7 +24,8 @@ def test_an_online_backup_serves_every_version(daemon, tmp_path):
             if r.returncode:
                 errors.append(r.stderr)
             else:
-                pushed[int(r.stdout.strip().split("@")[1])] = hashlib.sha256(f.read_bytes()).hexdigest()
+                # "pushed admin/stream@N (SIZE, NEW new)"
+                pushed[int(r.stdout.split("@")[1].split()[0])] = hashlib.sha256(f.read_bytes()).hexdigest()
             i += 1
 
     job = d.submit("--", "sh", "-c", "for i in $(seq 50); do echo line $i; sleep 0.05; done")

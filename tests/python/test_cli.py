@@ -49,6 +49,12 @@ def test_every_command_has_help_and_flag_errors_are_short(kestreld, tmp_path):
     # a flag after -- is the job's, not ours
     jid = json.loads(k.cli("-o", "json", "submit", "--", "echo", "--gpuz").stdout)["id"]
     assert k.cli("logs", "-f", jid).stdout.strip() == "--gpuz"
+    # submit's own flags end at its program: what follows is the job's, -o and -h included
+    jid3 = json.loads(k.cli("-o", "json", "submit", "echo", "-o", "json", "-h", "--epochs", "3").stdout)["id"]
+    assert k.cli("logs", "-f", jid3).stdout.strip() == "-o json -h --epochs 3"
+    # an option's value that looks like a flag is the option's
+    assert k.cli("jobs", "--name", "-otter").returncode == 0
+    assert k.cli("wait", "--timeout", "abc", jid3, check=False).returncode == 2
     # --version needs no server
     p = subprocess.run([KESTREL_CLI, "--version"], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert p.returncode == 0 and p.stdout.startswith("kestrel ") and "libkestrel" in p.stdout
@@ -152,6 +158,18 @@ def test_output_format_anywhere_and_yaml(kestreld):
     lines = k.cli("logs", jid, "-o", "yaml").stdout
     assert lines.count("---") == 2 and "text: one" in lines and "stream: stderr" in lines
     assert k.cli("status", jid, "-o", "xml", check=False).returncode == 2
+    # every read command's -o json is the server's own reply to the same GET (as curl shows it)
+    k.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": [{"name": "loss", "step": 1, "value": 0.5}]})
+    for argv, path in ((("status", jid), f"/api/v1/jobs/{jid}"), (("metrics", jid), f"/api/v1/jobs/{jid}/metrics"),
+                       (("metrics", "--name", "loss", jid), f"/api/v1/jobs/{jid}/metrics?name=loss"),
+                       (("explain", jid), f"/api/v1/jobs/{jid}/explain"), (("queue",), "/api/v1/queue"),
+                       (("nodes",), "/api/v1/nodes"), (("models",), "/api/v1/models"),
+                       (("jobs", "--state", "succeeded"), "/api/v1/jobs?state=SUCCEEDED&page_size=50")):
+        mine = json.loads(k.cli(*argv, "-o", "json").stdout)
+        status, api = k.api("GET", path)
+        if argv[0] == "status":   # a job's GET carries its GPU totals; the same fields otherwise
+            api.pop("gpu_usage", None), mine.pop("gpu_usage", None)
+        assert status == 200 and mine == api, (argv, mine, api)
     # a -o after -- is the job's
     jid2 = submit(k, "--", "echo", "-o", "json")["id"]
     assert k.cli("logs", "-f", jid2).stdout.strip() == "-o json"
@@ -200,8 +218,10 @@ def test_submit_follow_wait_status(kestreld):
     assert "SUCCEEDED" in text and "cli-job" in text
     lines = [json.loads(l) for l in kestreld.cli("-o", "json", "logs", jid).stdout.splitlines()]
     assert [l["stream"] for l in lines] == ["stdout", "stderr", "stdout"]
-    jobs = json.loads(kestreld.cli("-o", "json", "jobs", "--label", "team=vision").stdout)
-    assert [j["id"] for j in jobs] == [jid]
+    jobs = json.loads(kestreld.cli("-o", "json", "jobs", "--label", "team=vision").stdout)   # the API's JobList
+    assert [j["id"] for j in jobs["jobs"]] == [jid]
+    status, api = kestreld.api("GET", "/api/v1/jobs?label=team%3Dvision&page_size=50")
+    assert jobs == api   # kestrel -o json X is curl's JSON
     assert "cli-job" in kestreld.cli("jobs").stdout
 
 
@@ -268,7 +288,7 @@ def test_other_users_job_is_not_found(kestreld):
     env = kestreld.env(KESTREL_TOKEN=body["token"])
     p = kestreld.cli("status", jid, env=env, check=False)
     assert p.returncode == 1 and "not found" in p.stderr
-    assert kestreld.cli("-o", "json", "jobs", env=env).stdout.strip() == "[\n]"
+    assert json.loads(kestreld.cli("-o", "json", "jobs", env=env).stdout) == {"jobs": [], "next_page_token": ""}
     status, _ = kestreld.api("POST", "/api/v1/tokens", {"user": "dave"}, token=body["token"])
     assert status == 403
 

@@ -28,9 +28,9 @@ def test_params_reach_the_job_and_are_listed_and_filterable(daemon):
     assert "lr=0.001" in status and "epochs=3" in status
     table = d.cli("-o", "wide", "jobs").stdout
     assert "PARAMS" in table and "lr=0.01" in table
-    only = json.loads(d.cli("-o", "json", "jobs", "--param", "lr=0.001").stdout)
+    only = json.loads(d.cli("-o", "json", "jobs", "--param", "lr=0.001").stdout)["jobs"]
     assert [j["id"] for j in only] == [a]
-    assert json.loads(d.cli("-o", "json", "jobs", "--param", "lr=1").stdout) == []
+    assert json.loads(d.cli("-o", "json", "jobs", "--param", "lr=1").stdout)["jobs"] == []
     assert d.api("GET", "/api/v1/jobs?param=lr")[0] == 400
     assert d.wait(b)["state"] == "SUCCEEDED"
 
@@ -263,7 +263,7 @@ def test_a_model_pushed_by_a_job_carries_its_lineage_and_reproduces(daemon, tmp_
     g.write_text("x")
     d.cli("push", "admin/forged", str(g), "--meta", f"lineage={jid}", "--meta", "lineage=again", "--meta", "note=kept")
     forged = json.loads(d.api("GET", "/api/v1/models/admin/forged/versions")[1]["versions"][0]["metadata_json"])
-    assert forged == {"note": "kept"}, forged
+    assert forged == {"note": "kept", "filename": "g.txt"}, forged   # kestrel push records the file's name
     assert d.cli("reproduce", "admin/forged@1", check=False).returncode == 1
     # reproduce: a new job with the same inputs, which pushes version 2
     r = d.cli("reproduce", "admin/m@1")

@@ -39,8 +39,10 @@ def test_uninterrupted_run_reports_metrics(daemon):
     names = {m["name"] for m in d.api("GET", f"/api/v1/jobs/{jid}/metrics")[1]["metrics"]}
     assert {"loss", "accuracy", "learning_rate", "steps_per_second", "samples_per_second", "batch/loss",
             "batch/learning_rate", "batch/steps_per_second"} <= names
-    out = d.cli("metrics", jid, "--name", "loss").stdout
+    out = d.cli("metrics", jid, "--name", "loss", "--flat").stdout
     assert "loss" in out and len(out.strip().splitlines()) == 1 + EPOCHS
+    pivot = d.cli("metrics", jid).stdout.split("\n\n")[0].splitlines()   # per epoch: a row an epoch
+    assert pivot[0] == "per epoch" and "loss" in pivot[1].split() and len(pivot) == 2 + EPOCHS
 
 
 def test_preempted_mid_epoch_resumes_without_losing_a_step(daemon):

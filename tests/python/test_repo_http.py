@@ -61,7 +61,7 @@ def test_push_pull_dedupe_versions_aliases(kestreld, tmp_path, monkeypatch):
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert json.loads(subprocess.run([KESTREL_CLI, "-o", "json", "models", "team/big"], env=env, capture_output=True,
-                                     text=True).stdout)[0]["version"] == 1
+                                     text=True).stdout)["versions"][0]["version"] == "1"   # the API's ManifestList
 
 
 def test_bad_packs_and_manifests_store_nothing(kestreld, tmp_path):

@@ -149,7 +149,7 @@ def test_pending_on_exhausted_gpus_then_cancel(d):
     ex = d.explain(waiting)
     assert ex["state"] == "QUEUED" and "PENDING: Resources" in ex["reason"], ex
     queue = json.loads(d.cli("-o", "json", "queue").stdout)   # kestrel queue lists it with Slurm's reason
-    entry = [e for e in queue if e["job_id"] == str(waiting)]
+    entry = [e for e in queue["entries"] if e["job"]["id"] == str(waiting)]   # the API's Queue
     assert entry and "PENDING: Resources" in entry[0]["reason"], queue
     # a class change reaches Slurm as the QOS of the pending job
     d.cli("job", "update", str(waiting), "--priority", "high")

@@ -152,7 +152,11 @@ class Client(Handle):
                requirements: Optional[str] = None, retries: int = 0,
                log_policies: Optional[Dict[str, Tuple[str, str]]] = None,
                exclude_nodes: Iterable[str] = ()) -> Job:
-        """Queue a job: argv (a list, run without a shell) or script (a path run with python).
+        """Queue a job: argv (a list of strings, run without a shell; a str is a TypeError, as
+        shlex.split would make the list) or script (a path, run with this interpreter,
+        sys.executable, or with the environment's python when environment= or requirements= is
+        given; without code= it is taken by its absolute path, so the server must see this
+        filesystem: a local kestreld, or code= to upload it).
 
         code: a local directory to run in: uploaded (what git would keep there; only changed chunks
         travel again) as the next version of USER/code/DIRNAME, and the job runs in a fresh copy of
@@ -176,13 +180,17 @@ class Client(Handle):
         if (argv is None) == (script is None):
             raise ValueError("give exactly one of argv= or script=")
         if isinstance(argv, (str, bytes)):
-            raise TypeError(f"argv is a list of strings, run without a shell: {shlex.split(argv)!r} "
-                            f"(shlex.split({argv!r}) makes one)")
+            text = argv.decode("utf-8", "replace") if isinstance(argv, bytes) else argv
+            raise TypeError(f"argv is a list of strings, run without a shell: {shlex.split(text)!r} "
+                            f"(shlex.split({text!r}) makes one)")
         if script is not None:
-            # this interpreter, unless the job runs in a server-built environment (then its python)
-            argv = ["python" if (environment or requirements) else sys.executable, str(script)]
+            # this interpreter, unless the job runs in a server-built environment (then its python);
+            # without code= the job runs elsewhere (its own work dir): the script by its absolute path
+            script = str(script) if code else os.path.abspath(str(script))
+            argv = ["python" if (environment or requirements) else sys.executable, script]
+        priority = str(priority).lower()
         if priority not in PRIORITIES:
-            raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
+            raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         out = ffi.new("kestrel_job_spec **")
         check(C.kestrel_job_spec_new(out))
         spec = ffi.gc(out[0], C.kestrel_job_spec_free)

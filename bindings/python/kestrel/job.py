@@ -157,12 +157,13 @@ class Job:
 
     def cancel(self) -> "Job":
         """Cancel the job (queued: it leaves the queue; running: SIGTERM, then SIGKILL after its grace
-        period). Raises KestrelError (HTTP 409) when it already ended."""
+        period). A job that already ended is left as it is (no error: this object is refreshed)."""
         return self._call(C.kestrel_job_cancel)
 
     def set_priority(self, priority: str) -> "Job":
         """Move a QUEUED job to another class: "normal", "high" or "urgent" (ValueError otherwise)."""
         from .client import PRIORITIES
+        priority = str(priority).lower()
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
         return self._call(C.kestrel_job_set_priority, PRIORITIES[priority])

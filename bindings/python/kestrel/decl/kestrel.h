@@ -54,6 +54,7 @@ void kestrel_client_free(kestrel_client *client);
 const char *kestrel_client_url(const kestrel_client *client);
 int kestrel_client_ping(kestrel_buf *version_out, kestrel_client *client);
 int kestrel_client_console_url(kestrel_buf *out, kestrel_client *client);
+int kestrel_client_get_json(kestrel_buf *out, kestrel_client *client, const char *path);
 
 /* jobs */
 typedef enum kestrel_job_state_t {
