@@ -271,7 +271,7 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
     release = tmp_path / "release"   # the blocker holds its dependent in the queue until the test looks
     blocker = d.submit("--name", "blocker", "--", "sh", "-c", f"while [ ! -e {release} ]; do sleep 0.1; done")
     jid = d.submit("--name", "resnet-small", "--param", "lr=0.01", "--param", "batch=64", "--after-ok", str(blocker),
-                   "--", py, str(train), "40", "0.15", os.environ["KESTREL_CLI"])
+                   "--", py, str(train), "40", "0.25", os.environ["KESTREL_CLI"])
     other = d.submit("--name", XSS, "--param", "lr=0.1", "--param", "batch=64", "--env", "SLOW=2",
                      "--", py, str(train), "30", "0")
     # a job on both GPUs, preempted by an urgent one and run again: its timeline tells it
@@ -291,10 +291,11 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
         b.wait_until(lambda: any(f"#{jid}" in r.text and "after" in r.text.lower() for r in b.all("table tr")),
                      "the queue shows the waiting job with why")
         shot(b, "queue")
-        release.write_text("go")
-        # the job, from QUEUED to SUCCEEDED, its curve growing as it runs
+        # the job, from QUEUED to SUCCEEDED, its curve growing as it runs (released once its page
+        # shows it waiting)
         b.open(f"{d.url}/#/job/{jid}")
         b.wait_css(".badge.st-queued")
+        release.write_text("go")
         b.wait_css(".badge.st-running", timeout=30)
         first = b.wait_until(lambda: chart_points(b, "loss"), "a first point of loss")
         b.wait_until(lambda: chart_points(b, "loss") > first + 3, "the loss curve grows while the job runs")
