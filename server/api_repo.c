@@ -398,6 +398,27 @@ out:
     return reply;
 }
 
+/* Add name@version (its chunk list left out) to list, when its manifest loads. */
+static void list_add(kd_req *r, Kestrel__V1__ManifestList *list, const char *name, int64_t version)
+{
+    cJSON *m;
+    if (kestrel__store_manifest(r->e->store, name, version, &m) < 0)
+        return;
+    if (manifest_to_pb(m, &list->versions[list->n_versions], 0, r->e->store, name) == 0)
+        list->n_versions++;
+    cJSON_Delete(m);
+}
+
+/* Reply with list, then free what it holds. */
+static enum MHD_Result list_reply(kd_req *r, Kestrel__V1__ManifestList *list)
+{
+    enum MHD_Result reply = kd_reply_msg(r, 200, &list->base);
+    for (size_t i = 0; i < list->n_versions; i++)
+        protobuf_c_message_free_unpacked(&list->versions[i]->base, NULL);
+    free(list->versions);
+    return reply;
+}
+
 static enum MHD_Result versions(kd_req *r, const char *name)
 {
     Kestrel__V1__ManifestList list = KESTREL__V1__MANIFEST_LIST__INIT;
@@ -408,18 +429,9 @@ static enum MHD_Result versions(kd_req *r, const char *name)
     if (rc < 0)
         return kd_reply_failure(r, rc);
     list.versions = calloc(n + 1, sizeof(*list.versions));
-    for (size_t i = 0; list.versions && i < n; i++) {
-        cJSON *m;
-        if (kestrel__store_manifest(r->e->store, name, vs[i], &m) < 0)
-            continue;
-        if (manifest_to_pb(m, &list.versions[list.n_versions], 0, r->e->store, name) == 0)
-            list.n_versions++;
-        cJSON_Delete(m);
-    }
-    reply = kd_reply_msg(r, 200, &list.base);
-    for (size_t i = 0; i < list.n_versions; i++)
-        protobuf_c_message_free_unpacked(&list.versions[i]->base, NULL);
-    free(list.versions);
+    for (size_t i = 0; list.versions && i < n; i++)
+        list_add(r, &list, name, vs[i]);
+    reply = list_reply(r, &list);
     free(vs);
     return reply;
 }
@@ -596,19 +608,10 @@ enum MHD_Result kd_route_job_models(kd_req *r, int64_t id)
         free(rows);
         return kd_reply_error(r, 500, "internal", "out of memory");
     }
-    for (size_t i = 0; i < n; i++) {
-        cJSON *m;
-        if (!kd_repo_may_read(r, rows[i].name) ||
-            kestrel__store_manifest(r->e->store, rows[i].name, rows[i].version, &m) < 0)
-            continue;
-        if (manifest_to_pb(m, &list.versions[list.n_versions], 0, r->e->store, rows[i].name) == 0)
-            list.n_versions++;
-        cJSON_Delete(m);
-    }
-    reply = kd_reply_msg(r, 200, &list.base);
-    for (size_t i = 0; i < list.n_versions; i++)
-        protobuf_c_message_free_unpacked(&list.versions[i]->base, NULL);
-    free(list.versions);
+    for (size_t i = 0; i < n; i++)
+        if (kd_repo_may_read(r, rows[i].name))
+            list_add(r, &list, rows[i].name, rows[i].version);
+    reply = list_reply(r, &list);
     free(rows);
     return reply;
 }
