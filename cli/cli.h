@@ -66,6 +66,10 @@ int cli_check_options(const cli_command *cmd, int argc, char **argv);
 /* Where our own flags end on cmd's line: at "--", or for submit at its program (its first plain word
  * that is not an option's value). The pre-scans (help, -o, the option check) stop there. */
 int cli_scan_end(const cli_command *cmd, int argc, char **argv);
+/* The line with every --flag spelled out in full and --flag=value as two words (the commands that
+ * read their arguments by hand take both forms then). A new argv (free it; its strings are argv's
+ * or static), or NULL: use argv as it is. */
+char **cli_normalize_options(const cli_command *cmd, int *argc, char **argv);
 /* 1 when the option argv[i] takes the next word as its value (by cmd's option table). */
 int cli_takes_value(const cli_command *cmd, const char *arg);
 /* output.c: -o FORMAT anywhere before "--" (taken out of argv; pull keeps a -o PATH for itself);

@@ -255,6 +255,7 @@ int main(int argc, char **argv)
     cli_ctx ctx = { NULL, NULL, 0, 0, 0, NULL };
     const cli_command *command;
     const char *cmd;
+    char **norm = NULL;
     int c, rc;
 
     while ((c = getopt_long(argc, argv, "+u:t:o:h", opts, NULL)) != -1) {
@@ -299,6 +300,8 @@ int main(int argc, char **argv)
         return cmd_completion(argc, argv);
     if ((rc = cli_take_output_flags(&ctx, command, &argc, argv)) != 0 || (rc = cli_check_options(command, argc, argv)) != 0)
         return rc;
+    if ((norm = cli_normalize_options(command, &argc, argv)) != NULL)
+        argv = norm;
     if (kestrel_init() < 0)
         return cli_fail("init", -1);
     if (command->run == NULL)
@@ -309,5 +312,6 @@ int main(int argc, char **argv)
         rc = command->run(&ctx, argc, argv);
     kestrel_client_free(ctx.client);
     kestrel_shutdown();
+    free(norm);
     return rc;
 }

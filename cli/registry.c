@@ -266,6 +266,53 @@ int cli_scan_end(const cli_command *cmd, int argc, char **argv)
     return argc;
 }
 
+char **cli_normalize_options(const cli_command *cmd, int *argc, char **argv)
+{
+    static char pool[8192];   /* the spelled-out flags: no heap, nothing to free */
+    size_t used = 0;
+    int end = cli_scan_end(cmd, *argc, argv), n = 0;
+    char **out;
+    if (cmd->opts == NULL || (out = calloc((size_t)*argc * 2 + 1, sizeof(*out))) == NULL)
+        return NULL;
+    for (int i = 0; i < *argc; i++) {
+        const char *a = argv[i];
+        const struct option *hit = NULL;
+        size_t len, need;
+        int hits = 0;
+        if (i == 0 || i >= end || strncmp(a, "--", 2) || !a[2]) {
+            out[n++] = argv[i];
+            continue;
+        }
+        len = strcspn(a + 2, "=");
+        for (const struct option *o = cmd->opts; o->name; o++) {
+            if (strlen(o->name) == len && !strncmp(o->name, a + 2, len)) {
+                hit = o;
+                hits = 1;
+                break;
+            }
+            if (!strncmp(o->name, a + 2, len)) {
+                hit = o;
+                hits++;
+            }
+        }
+        need = hit ? strlen(hit->name) + 3 : 0;
+        if (hits != 1 || (a[2 + len] == '=' && hit->has_arg != required_argument) || used + need > sizeof(pool)) {
+            out[n++] = argv[i];   /* unknown, ambiguous or odd: as it came, for the check to name */
+            continue;
+        }
+        snprintf(pool + used, need, "--%s", hit->name);
+        out[n++] = pool + used;
+        used += need;
+        if (a[2 + len] == '=')
+            out[n++] = (char *)a + 2 + len + 1;   /* --name=value: two words */
+        else if (hit->has_arg == required_argument && i + 1 < *argc)
+            out[n++] = argv[++i];
+    }
+    out[n] = NULL;
+    *argc = n;
+    return out;
+}
+
 int cli_check_options(const cli_command *cmd, int argc, char **argv)
 {
     int end = cli_scan_end(cmd, argc, argv);

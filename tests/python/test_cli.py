@@ -55,6 +55,12 @@ def test_every_command_has_help_and_flag_errors_are_short(kestreld, tmp_path):
     # an option's value that looks like a flag is the option's
     assert k.cli("jobs", "--name", "-otter").returncode == 0
     assert k.cli("wait", "--timeout", "abc", jid3, check=False).returncode == 2
+    # --flag=value and unique prefixes work on every command, those that read their words by hand too
+    jid4 = json.loads(k.cli("-o", "json", "submit", "--name=eq", "--", "echo", "--name=job").stdout)["id"]
+    assert k.job(jid4)["spec"]["name"] == "eq" and k.cli("logs", "-f", jid4).stdout.strip() == "--name=job"
+    assert k.api("POST", "/api/v1/tokens", {"user": "alice"})[0] == 201
+    assert k.cli("user", "set", "alice", "--team=vision").returncode == 0
+    assert k.cli("user", "set", "alice", "--te", "nlp").returncode == 0
     # --version needs no server
     p = subprocess.run([KESTREL_CLI, "--version"], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert p.returncode == 0 and p.stdout.startswith("kestrel ") and "libkestrel" in p.stdout
