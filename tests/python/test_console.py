@@ -11,6 +11,7 @@ import time
 import urllib.parse
 
 import pytest
+from selenium.common.exceptions import NoAlertPresentException
 
 from browser import Browser
 from test_observability import STUB, write_gpus
@@ -152,6 +153,11 @@ def test_login_sessions_and_csrf(kestreld):
                        {"Cookie": asid, "X-Kestrel-CSRF": acsrf, "Content-Type": "application/json"})
     assert status == 404
     assert raw("GET", f"/api/v1/jobs/{jid}", headers={"Cookie": asid})[0] == 404
+    # ... nor through the console's own reads: the versions it pushed, its sampled metrics, ?user=
+    for path in (f"/api/v1/jobs/{jid}/models", f"/api/v1/jobs/{jid}/metrics?max_points=100"):
+        assert raw("GET", path, headers={"Cookie": asid})[0] == 404, path
+    listing = json.loads(raw("GET", "/api/v1/jobs?user=admin", headers={"Cookie": asid})[2])
+    assert listing["jobs"] == [], listing
     assert d.api("DELETE", f"/api/v1/tokens/{alice['id']}")[0] == 200
     assert raw("GET", "/api/v1/whoami", headers={"Cookie": asid})[0] == 401
     assert raw("GET", "/ui/session", headers={"Cookie": asid})[0] == 401
@@ -320,7 +326,12 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
         b.wait_css(".badge.st-succeeded")
         assert XSS in b.css("h1").text
         assert not b.all("main img"), "a job's name became an element"
-        assert b.js("return window.__xss === undefined")
+        assert b.js("return document.querySelectorAll('img').length") == 0   # nowhere on the page
+        try:   # onerror=alert(1) would have opened one
+            b.d.switch_to.alert.dismiss()
+            raise AssertionError("an alert opened: the job's name ran as HTML")
+        except NoAlertPresentException:
+            pass
         # jobs: filters, the key metric, and two jobs picked to compare
         b.open(f"{d.url}/#/jobs?param=batch%3D64")
         b.wait_css("#jobs-table tbody tr[data-job]")
