@@ -158,6 +158,18 @@ static int push_point(Kestrel__V1__MetricBatch *b, size_t *cap, const char *name
     return 0;
 }
 
+/* A cached statement with ?1 the job and ?2 a metric name or NULL (caller holds the lock). */
+static sqlite3_stmt *bound(kd_catalog *cat, const char *sql, int64_t job_id, const char *name)
+{
+    sqlite3_stmt *st = kd__stmt(cat, sql);
+    if (st) {
+        sqlite3_bind_int64(st, 1, job_id);
+        if (name)
+            sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    }
+    return st;
+}
+
 int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out)
 {
     static const char *const sql =
@@ -171,13 +183,10 @@ int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, K
         return kestrel__error_oom();
     kestrel__v1__metric_batch__init(b);
     kd__lock(cat);
-    if ((st = kd__stmt(cat, sql)) == NULL) {
+    if ((st = bound(cat, sql, job_id, name)) == NULL) {
         rc = KESTREL_EIO;
         goto out;
     }
-    sqlite3_bind_int64(st, 1, job_id);
-    if (name)
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
         rc = push_point(b, &cap, (const char *)sqlite3_column_text(st, 0), st, 1);
     sqlite3_reset(st);
@@ -283,13 +292,10 @@ int kd_catalog_metrics_sampled(kd_catalog *cat, int64_t job_id, const char *name
         return kestrel__error_oom();
     kestrel__v1__metric_batch__init(b);
     kd__lock(cat);
-    if ((st = kd__stmt(cat, list)) == NULL) {
+    if ((st = bound(cat, list, job_id, name)) == NULL) {
         rc = KESTREL_EIO;
         goto out;
     }
-    sqlite3_bind_int64(st, 1, job_id);
-    if (name)
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
     /* the series first (one statement at a time on the cached ones), then each one's points */
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
         Kestrel__V1__MetricSeries *s, **p;
