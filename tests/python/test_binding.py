@@ -233,6 +233,16 @@ def test_every_public_name_has_a_docstring_and_hints():
     assert not unhinted, f"no type hints: {unhinted}"
 
 
+def test_package_passes_mypy_strict():
+    """`mypy --strict` over the package source (its settings: bindings/python/pyproject.toml). The
+    compiled cffi module is typed by kestrel/_libkestrel.pyi; keras, pandas and tqdm have no stubs."""
+    pkg = pathlib.Path(__file__).resolve().parents[2] / "bindings" / "python"
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "kestrel"], cwd=pkg,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Success: no issues found" in r.stdout
+
+
 def test_python_api_edges(client, tmp_path):
     import sys
     # script= runs this interpreter, not whatever `python` the server's PATH has

@@ -20,7 +20,7 @@ from .ffi import C, ffi
 check(C.kestrel_init())
 atexit.register(C.kestrel_shutdown)
 
-__version__ = ffi.string(C.kestrel_version()).decode()
+__version__: str = ffi.string(C.kestrel_version()).decode()
 if C.kestrel_version_number() < C.KESTREL_VERSION_NUMBER:
     raise ImportError(f"libkestrel {__version__} is older than the headers this module was built with")
 
@@ -31,12 +31,13 @@ from .logsearch import LogHit  # noqa: E402
 from .repo import Progress, Version  # noqa: E402
 
 
-def params() -> dict:
+def params() -> dict[str, str]:
     """The parameters this job was submitted with (--param / submit(params=)), as strings; {} outside
     a job."""
     import json
     import os
-    return json.loads(os.environ.get("KESTREL_PARAMS") or "{}")
+    found: dict[str, str] = json.loads(os.environ.get("KESTREL_PARAMS") or "{}")
+    return found
 
 
 __all__ = [

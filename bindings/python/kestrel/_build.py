@@ -14,7 +14,7 @@ from cffi import FFI
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def _dirs():
+def _dirs() -> tuple[list[str], list[str], bool]:
     inc = os.environ.get("KESTREL_INCLUDEDIR")
     lib = os.environ.get("KESTREL_LIBDIR")
     if inc and lib:

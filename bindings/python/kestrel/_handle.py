@@ -1,31 +1,33 @@
 """Owned C handles: freed deterministically by close() or the context manager, else by the GC;
 every call on a handle takes its lock (the GIL is released during C calls)."""
 import threading
+from typing import Any, Callable, Optional, TypeVar
 
 from .ffi import ffi
 
+_H = TypeVar("_H", bound="Handle")
+
 
 class Handle:
-    _free = None   # the C destructor, set by subclasses
+    _free: Optional[Callable[..., Any]] = None   # the C destructor, set by subclasses
 
-    def __init__(self, ptr):
+    def __init__(self, ptr: Any) -> None:
         self._lock = threading.Lock()
         self._ptr = ffi.gc(ptr, type(self)._free)
 
-    def _p(self):
+    def _p(self) -> Any:
         if self._ptr is None:
             raise ValueError(f"{type(self).__name__} is closed")
         return self._ptr
 
-    def close(self):
+    def close(self) -> None:
         with self._lock:
             if self._ptr is not None:
                 ptr, self._ptr = self._ptr, None
                 ffi.release(ptr)   # runs the destructor now
 
-    def __enter__(self):
+    def __enter__(self: _H) -> _H:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False

@@ -3,7 +3,8 @@ import os
 import pathlib
 import shlex
 import sys
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+import datetime
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._handle import Handle
 from ._html import HtmlList
@@ -11,6 +12,11 @@ from .errors import check
 from .ffi import C, ffi
 from .job import Job, _job_from_ptr
 from .tokens import NewToken
+
+if TYPE_CHECKING:
+    from .logsearch import LogHit
+    from .repo import Progress, Version
+    from .tokens import TokenInfo
 
 PRIORITIES = {"normal": 1, "high": 2, "urgent": 3}
 
@@ -20,7 +26,7 @@ class JobList(HtmlList):
     HEADERS = ("id", "name", "owner", "state", "priority", "gpus", "node", "reason")
 
     @staticmethod
-    def row(j) -> Sequence:
+    def row(j: Job) -> Sequence[Any]:
         """One table row of a job."""
         return (j.id, j.name or "-", j.owner, j.state, j.priority, j.gpus, j.node or "-", j.reason)
 
@@ -30,7 +36,7 @@ class QueueList(HtmlList):
     HEADERS = ("position", "id", "name", "owner", "priority", "gpus", "why it waits")
 
     @staticmethod
-    def row(e) -> Sequence:
+    def row(e: Tuple[Job, int, str]) -> Sequence[Any]:
         """One table row of a queue entry."""
         j, pos, reason = e
         return (pos, j.id, j.name or "-", j.owner, j.priority, j.gpus, reason)
@@ -41,7 +47,7 @@ class ModelList(HtmlList):
     HEADERS = ("model",)
 
     @staticmethod
-    def row(name) -> Sequence:
+    def row(name: str) -> Sequence[Any]:
         """One table row of a model name."""
         return (name,)
 
@@ -51,7 +57,7 @@ class NodeList(HtmlList):
     HEADERS = ("node", "pool", "devices", "held", "free memory (MiB)")
 
     @staticmethod
-    def row(n) -> Sequence:
+    def row(n: Dict[str, Any]) -> Sequence[Any]:
         """One table row of a node."""
         devs = n["devices"]
         return (n["name"], n["pool"] or "default", len(devs), sum(1 for d in devs if d["job_id"]),
@@ -74,11 +80,11 @@ def _config_value(key: str) -> Optional[str]:
     return None
 
 
-def _b(s) -> bytes:
+def _b(s: Union[str, bytes]) -> bytes:
     return s.encode("utf-8") if isinstance(s, str) else s
 
 
-def _mb(size) -> int:
+def _mb(size: Union[int, float, str]) -> int:
     """40 (MB), "40G", "8192M" -> megabytes."""
     if isinstance(size, (int, float)):
         return int(size)
@@ -94,7 +100,7 @@ class Client(Handle):
     _free = C.kestrel_client_free
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *,
-                 timeout: Optional[float] = None, retries: Optional[int] = None):
+                 timeout: Optional[float] = None, retries: Optional[int] = None) -> None:
         url = url or os.environ.get("KESTREL_URL") or _config_value("url")
         token = token or os.environ.get("KESTREL_TOKEN") or _config_value("token")
         if not url:
@@ -110,7 +116,7 @@ class Client(Handle):
         out = ffi.new("kestrel_client **")
         check(C.kestrel_client_new(out, _b(url), opts))
         super().__init__(out[0])
-        self.url = url
+        self.url: str = url
         self._token = token
 
     def _clone(self) -> "Client":
@@ -123,7 +129,7 @@ class Client(Handle):
         try:
             with self._lock:
                 check(C.kestrel_client_ping(buf, self._p()))
-            return ffi.string(buf.ptr).decode()
+            return str(ffi.string(buf.ptr).decode())
         finally:
             C.kestrel_buf_dispose(buf)
 
@@ -135,7 +141,7 @@ class Client(Handle):
         try:
             with self._lock:
                 check(C.kestrel_client_console_url(buf, self._p()))
-            return ffi.string(buf.ptr).decode()
+            return str(ffi.string(buf.ptr).decode())
         finally:
             C.kestrel_buf_dispose(buf)
 
@@ -143,7 +149,8 @@ class Client(Handle):
                priority: str = "normal", git: Optional[str] = None, ref: Optional[str] = None,
                env: Optional[Dict[str, str]] = None, name: Optional[str] = None,
                labels: Optional[Dict[str, str]] = None, workdir: Optional[str] = None,
-               gpu_type: Optional[str] = None, min_gpu_memory=None, pool: Optional[str] = None,
+               gpu_type: Optional[str] = None,
+               min_gpu_memory: Union[None, int, float, str] = None, pool: Optional[str] = None,
                after_ok: Iterable[int] = (), after_any: Iterable[int] = (), preemptible: bool = True,
                grace_period: Optional[int] = None, retry: bool = True,
                secret_env: Optional[Dict[str, str]] = None, params: Optional[Dict[str, object]] = None,
@@ -183,7 +190,7 @@ class Client(Handle):
             text = argv.decode("utf-8", "replace") if isinstance(argv, bytes) else argv
             raise TypeError(f"argv is a list of strings, run without a shell: {shlex.split(text)!r} "
                             f"(shlex.split({text!r}) makes one)")
-        if script is not None:
+        if argv is None:
             # this interpreter, unless the job runs in a server-built environment (then its python);
             # without code= the job runs elsewhere (its own work dir): the script by its absolute path
             script = str(script) if code else os.path.abspath(str(script))
@@ -202,8 +209,8 @@ class Client(Handle):
             check(C.kestrel_job_spec_set_secret_env(spec, _b(k), _b(v)))
         for k, v in (labels or {}).items():
             check(C.kestrel_job_spec_set_label(spec, _b(k), _b(v)))
-        for k, v in (params or {}).items():
-            check(C.kestrel_job_spec_set_param(spec, _b(k), _b(str(v))))
+        for k, value in (params or {}).items():
+            check(C.kestrel_job_spec_set_param(spec, _b(k), _b(str(value))))
         if name:
             check(C.kestrel_job_spec_set_name(spec, _b(name)))
         check(C.kestrel_job_spec_set_priority(spec, PRIORITIES[priority]))
@@ -250,14 +257,15 @@ class Client(Handle):
             check(C.kestrel_job_submit(jout, self._p(), spec))
         return _job_from_ptr(self, jout[0])
 
-    def environments(self) -> list:
+    def environments(self) -> List[Dict[str, Any]]:
         """The server's standard environments: dicts of name, digest, state, packages."""
         import json
         buf = ffi.new("kestrel_buf *")
         try:
             with self._lock:
                 check(C.kestrel_environments_get(buf, self._p()))
-            return json.loads(ffi.string(buf.ptr).decode()).get("environments", [])
+            found: List[Dict[str, Any]] = json.loads(ffi.string(buf.ptr).decode()).get("environments", [])
+            return found
         finally:
             C.kestrel_buf_dispose(buf)
 
@@ -288,11 +296,11 @@ class Client(Handle):
         state is one of queued, running, succeeded, failed, cancelled, preempted. In Jupyter the list
         shows as a table."""
         result = JobList()
-        token = b""
+        token: bytes = b""
         while len(result) < limit:
             opts = ffi.new("kestrel_job_list_options *")
             check(C.kestrel_job_list_options_init(opts, C.KESTREL_JOB_LIST_OPTIONS_VERSION))
-            keep = []
+            keep: List[Any] = []
             if state:
                 if state.upper() not in STATES:
                     raise ValueError(f"state must be one of {', '.join(s.lower() for s in STATES)}, not {state!r}")
@@ -308,17 +316,17 @@ class Client(Handle):
             page = ffi.gc(out[0], C.kestrel_job_page_free)
             for i in range(C.kestrel_job_page_count(page)):
                 result.append(Job._from_c(self, C.kestrel_job_page_at(page, i)))
-            token = ffi.string(C.kestrel_job_page_next_token(page))
+            token = bytes(ffi.string(C.kestrel_job_page_next_token(page)))
             if not token:
                 break
         return result
 
-    def alerts(self, job: Optional[int] = None, limit: int = 100) -> List[dict]:
+    def alerts(self, job: Optional[int] = None, limit: int = 100) -> List[Dict[str, Any]]:
         """kestreld's alerts (log policies, NaN loss, idle GPUs) you may see, newest first."""
         from .logsearch import alerts
         return alerts(self, job, limit)
 
-    def search_logs(self, pattern: str, **kwargs) -> list:
+    def search_logs(self, pattern: str, **kwargs: Any) -> List["LogHit"]:
         """Lines matching pattern across every job you may see (see kestrel.logsearch.search_logs)."""
         from .logsearch import search_logs
         return search_logs(self, pattern, **kwargs)
@@ -340,7 +348,7 @@ class Client(Handle):
         nl = ffi.gc(out[0], C.kestrel_node_list_free)
         nodes = NodeList()
         for i in range(C.kestrel_node_list_count(nl)):
-            devs = []
+            devs: List[Dict[str, Any]] = []
             for k in range(C.kestrel_node_device_count(nl, i)):
                 d = C.kestrel_node_device_at(nl, i, k)
                 devs.append({"index": d.index, "uuid": ffi.string(d.uuid).decode(), "type": ffi.string(d.type).decode(),
@@ -352,20 +360,20 @@ class Client(Handle):
         return nodes
 
     # -- the repository (file:///path URLs in this release) ---------------------------------------
-    def push(self, name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[dict] = None,
-             progress=None) -> int:
+    def push(self, name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[Dict[str, Any]] = None,
+             progress: Optional[Callable[["Progress"], None]] = None) -> int:
         """Push a file or a directory (a tree of its files) as the next version of name (deduplicated
         chunks); returns the version."""
         from . import repo
         return repo.push(self, name, path, alias=alias, metadata=metadata, progress=progress)
 
-    def pull(self, ref: str, dest: str, *, progress=None) -> str:
+    def pull(self, ref: str, dest: str, *, progress: Optional[Callable[["Progress"], None]] = None) -> str:
         """Pull "name", "name@N" or "name@alias" into dest (a file, or a directory for a directory
         version), verified; returns dest."""
         from . import repo
         return repo.pull(self, ref, dest, progress=progress)
 
-    def versions(self, name: str):
+    def versions(self, name: str) -> List["Version"]:
         """name's versions, oldest first: Version(version, size, sha256, created_ms, chunks, aliases, metadata)."""
         from . import repo
         return repo.versions(self, name)
@@ -386,7 +394,8 @@ class Client(Handle):
         repo.delete(self, name, version)
 
     # -- access: tokens, teams, who may read a model ------------------------------------------------
-    def create_token(self, user: Optional[str] = None, *, team: Optional[str] = None, expires=None,
+    def create_token(self, user: Optional[str] = None, *, team: Optional[str] = None,
+                     expires: Union[None, int, float, datetime.timedelta] = None,
                      scope: str = "write", name: Optional[str] = None) -> "NewToken":
         """A new token (a kestrel.tokens.NewToken: .token is shown this once, .id revokes it).
 
@@ -396,7 +405,7 @@ class Client(Handle):
         from . import tokens
         return tokens.create(self, user, team=team, expires=expires, scope=scope, name=name)
 
-    def tokens(self, user: Optional[str] = None):
+    def tokens(self, user: Optional[str] = None) -> List["TokenInfo"]:
         """Your tokens as kestrel.tokens.TokenInfo (an admin: everyone's, or user's)."""
         from . import tokens
         return tokens.list_(self, user)
@@ -416,5 +425,5 @@ class Client(Handle):
         from . import tokens
         tokens.set_visibility(self, name, visibility)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<kestrel.Client {self.url}{' closed' if self._ptr is None else ''}>"

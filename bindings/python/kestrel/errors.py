@@ -1,5 +1,6 @@
 """Exceptions, one per libkestrel error code, each also a familiar builtin where one fits."""
 import threading
+from typing import Any
 
 from .ffi import C, ffi
 
@@ -9,7 +10,7 @@ _tls = threading.local()
 class KestrelError(Exception):
     """A libkestrel call failed. `code` is the KESTREL_E* value; `http_status` the server's status."""
 
-    def __init__(self, message, code=-1, http_status=0, transport_code=0):
+    def __init__(self, message: str, code: int = -1, http_status: int = 0, transport_code: int = 0) -> None:
         super().__init__(message)
         self.code = code
         self.http_status = http_status
@@ -68,7 +69,7 @@ class TooLargeError(KestrelError):
     pass
 
 
-_BY_CODE = {
+_BY_CODE: dict[int, type[KestrelError]] = {
     C.KESTREL_EINVALID: InvalidArgumentError,
     C.KESTREL_EMISUSE: MisuseError,
     C.KESTREL_ENOTFOUND: NotFoundError,
@@ -93,14 +94,16 @@ def check(rc: int, payload: object = None) -> int:
     _tls.pending = None
     if pending is not None:
         raise pending
-    if payload is not None and payload.stored_exception is not None:
-        exc, payload.stored_exception = payload.stored_exception, None
-        raise exc
+    stored = getattr(payload, "stored_exception", None)
+    if stored is not None:
+        setattr(payload, "stored_exception", None)
+        raise stored
     if rc == C.KESTREL_ENOMEM:
         raise MemoryError("libkestrel: out of memory")
-    err = C.kestrel_error_last()
+    err: Any = C.kestrel_error_last()
     msg = ffi.string(err.message).decode("utf-8", "replace") if err.message != ffi.NULL else ""
-    raise _BY_CODE.get(rc, KestrelError)(msg or f"error {rc}", rc, err.http_status, err.transport_code)
+    cls: type[KestrelError] = _BY_CODE.get(rc, KestrelError)
+    raise cls(msg or f"error {rc}", rc, int(err.http_status), int(err.transport_code))
 
 
 def on_callback_error(exc_type: type, exc: BaseException, tb: object) -> int:

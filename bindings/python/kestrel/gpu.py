@@ -1,7 +1,7 @@
 """This host's GPUs: inventory, selection, and CUDA_VISIBLE_DEVICES for this process or a child."""
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._html import HtmlList
 from .errors import check
@@ -10,18 +10,19 @@ from .ffi import C, ffi
 
 @dataclass(frozen=True)
 class GPU:
+    """One GPU as NVML (and, with cuda=True, CUDA) reports it; memory in bytes, utilization in %."""
     uuid: str
     name: str
     pci_bus_id: str
     memory_total: int
     memory_free: int
     utilization: Optional[int]
-    compute_capability: Optional[tuple]
+    compute_capability: Optional[Tuple[int, int]]
     multiprocessors: Optional[int]
     is_mig: bool
     visible: bool
 
-    def _repr_html_(self):
+    def _repr_html_(self) -> str:
         mem = f"{self.memory_free >> 20} / {self.memory_total >> 20} MiB free" if self.memory_total >= 0 else "-"
         return f"<b>{self.name}</b> {self.uuid} ({self.pci_bus_id}) {mem}"
 
@@ -31,7 +32,7 @@ class Devices(HtmlList):
     HEADERS = ("uuid", "name", "pci", "memory free / total", "utilization", "cc", "visible")
 
     @staticmethod
-    def row(d) -> Sequence:
+    def row(d: GPU) -> Sequence[Any]:
         """One table row of a device."""
         mem = f"{d.memory_free >> 20} / {d.memory_total >> 20} MiB" if d.memory_total >= 0 else "-"
         cc = "%d.%d" % d.compute_capability if d.compute_capability else "-"
@@ -39,15 +40,15 @@ class Devices(HtmlList):
         return (d.uuid, d.name, d.pci_bus_id, mem, util, cc, "yes" if d.visible else "no")
 
 
-def _gpu(g) -> GPU:
-    s = lambda p: ffi.string(p).decode() if p != ffi.NULL else ""  # noqa: E731
+def _gpu(g: Any) -> GPU:
+    s: Callable[[Any], str] = lambda p: str(ffi.string(p).decode()) if p != ffi.NULL else ""  # noqa: E731
     return GPU(s(g.uuid), s(g.name), s(g.pci_bus_id), g.memory_total, g.memory_free,
                g.utilization_gpu if g.utilization_gpu >= 0 else None,
                (g.cc_major, g.cc_minor) if g.cc_major >= 0 else None,
                g.multiprocessors if g.multiprocessors >= 0 else None, bool(g.is_mig), bool(g.visible))
 
 
-def _query(all_devices=False, cuda=False):
+def _query(all_devices: bool = False, cuda: bool = False) -> Any:
     out = ffi.new("kestrel_gpu_list **")
     flags = (C.KESTREL_GPU_QUERY_ALL if all_devices else 0) | (C.KESTREL_GPU_QUERY_CUDA if cuda else 0)
     check(C.kestrel_gpu_list_query(out, flags))
@@ -63,6 +64,7 @@ def devices(all: bool = False, cuda: bool = False) -> List[GPU]:
 
 @dataclass(frozen=True)
 class Selection:
+    """The devices select_devices() chose, and why each other one was not."""
     devices: List[GPU]
     rejected: Dict[str, str]   # uuid -> why it was not chosen
 
@@ -76,11 +78,13 @@ class Selection:
         return {"CUDA_VISIBLE_DEVICES": self.visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
-def _select(count, min_memory, min_free, min_cc, max_utilization, name, exclude, prefer_nvlink, allow_mig):
+def _select(count: int, min_memory: Optional[int], min_free: Optional[int], min_cc: Optional[Tuple[int, int]],
+            max_utilization: Optional[int], name: Optional[str], exclude: Sequence[str], prefer_nvlink: bool,
+            allow_mig: bool) -> Tuple[Any, Any, Selection]:
     lst = _query()
     opts = ffi.new("kestrel_gpu_select_options *")
     check(C.kestrel_gpu_select_options_init(opts, C.KESTREL_GPU_SELECT_OPTIONS_VERSION))
-    keep = []
+    keep: List[Any] = []
     opts.count = count
     opts.min_total_memory = int(min_memory or 0)
     opts.min_free_memory = int(min_free or 0)
@@ -103,7 +107,7 @@ def _select(count, min_memory, min_free, min_cc, max_utilization, name, exclude,
     check(rc)
     chosen = [_gpu(C.kestrel_gpu_list_get(lst, C.kestrel_gpu_selection_at(sel, i)))
               for i in range(C.kestrel_gpu_selection_count(sel))]
-    rejected = {}
+    rejected: Dict[str, str] = {}
     for i in range(C.kestrel_gpu_list_count(lst)):
         why = ffi.string(C.kestrel_gpu_selection_reason(sel, i)).decode()
         if why:
@@ -112,13 +116,13 @@ def _select(count, min_memory, min_free, min_cc, max_utilization, name, exclude,
 
 
 def select_devices(count: int = 1, *, min_memory: Optional[int] = None, min_free: Optional[int] = None,
-                   min_cc: Optional[tuple] = None, max_utilization: Optional[int] = None, name: Optional[str] = None,
+                   min_cc: Optional[Tuple[int, int]] = None, max_utilization: Optional[int] = None, name: Optional[str] = None,
                    exclude: Sequence[str] = (), prefer_nvlink: bool = False, allow_mig: bool = False) -> Selection:
     """Choose count devices (memory in bytes). Raises NotFoundError when not enough qualify."""
     return _select(count, min_memory, min_free, min_cc, max_utilization, name, exclude, prefer_nvlink, allow_mig)[2]
 
 
-def use_devices(count: int = 1, **criteria) -> Selection:
+def use_devices(count: int = 1, **criteria: Any) -> Selection:
     """Select devices and make this process use them: sets os.environ CUDA_VISIBLE_DEVICES (and
     CUDA_DEVICE_ORDER) before a framework loads CUDA; MisuseError once CUDA is already loaded."""
     lst, sel, result = _select(count, criteria.get("min_memory"), criteria.get("min_free"), criteria.get("min_cc"),

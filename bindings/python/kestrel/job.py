@@ -2,10 +2,15 @@
 import html
 import time
 from collections import namedtuple
-from typing import Dict, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .errors import check, on_callback_error
 from .ffi import C, ffi
+
+if TYPE_CHECKING:
+    import pandas
+
+    from .client import Client
 
 LogLine = namedtuple("LogLine", "offset time_ms stream text")
 Metric = namedtuple("Metric", "name step value wall_time_ms")
@@ -14,20 +19,20 @@ _STREAMS = {1: "stdout", 2: "stderr", 3: "system"}
 _FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
-def _s(p) -> str:
-    return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
+def _s(p: Any) -> str:
+    return str(ffi.string(p).decode("utf-8", "replace")) if p != ffi.NULL else ""
 
 
 class _Lines:
     """Payload of the log trampoline: collects lines; keeps a callback's exception."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lines: List[LogLine] = []
-        self.stored_exception = None
+        self.stored_exception: Optional[BaseException] = None
 
 
-@ffi.def_extern(onerror=on_callback_error)
-def _kestrel_log_tramp(line, payload):
+@ffi.def_extern(onerror=on_callback_error)  # type: ignore[untyped-decorator]  # cffi is untyped
+def _kestrel_log_tramp(line: Any, payload: Any) -> int:
     sink = ffi.from_handle(payload)
     try:
         sink.lines.append(LogLine(line.offset, line.time_ms, _STREAMS.get(line.stream, "?"),
@@ -35,10 +40,10 @@ def _kestrel_log_tramp(line, payload):
         return 0
     except BaseException as e:   # includes KeyboardInterrupt from a notebook's interrupt button
         sink.stored_exception = e
-        return C.KESTREL_EUSER
+        return int(C.KESTREL_EUSER)
 
 
-def _job_from_ptr(client, ptr) -> "Job":
+def _job_from_ptr(client: "Client", ptr: Any) -> "Job":
     """Copy an owned C job into a Job and free it."""
     try:
         return Job._from_c(client, ptr)
@@ -69,42 +74,40 @@ class Job:
         events (list[Event]): every state change: (time_ms, from_state, to_state, reason).
     """
 
-    def __init__(self, client, job_id: int):
+    def __init__(self, client: "Client", job_id: int) -> None:
         self._client = client   # keeps the session alive as long as the job is used
         self.id = int(job_id)
 
     @classmethod
-    def _from_c(cls, client, p) -> "Job":
-        j = cls(client, C.kestrel_job_id(p))
+    def _from_c(cls, client: "Client", p: Any) -> "Job":
+        j = cls(client, int(C.kestrel_job_id(p)))
         j._fill(p)
         return j
 
-    def _fill(self, p):
-        self.state = C.kestrel_job_state_name(C.kestrel_job_state(p))
-        self.state = _s(self.state)
-        self.exit_code: Optional[int] = C.kestrel_job_exit_code(p)
-        if self.exit_code < 0:
-            self.exit_code = None
+    def _fill(self, p: Any) -> None:
+        self.state = _s(C.kestrel_job_state_name(C.kestrel_job_state(p)))
+        code = int(C.kestrel_job_exit_code(p))
+        self.exit_code: Optional[int] = code if code >= 0 else None
         self.name = _s(C.kestrel_job_name(p))
         self.owner = _s(C.kestrel_job_owner(p))
         self.reason = _s(C.kestrel_job_reason(p))
         self.git_commit = _s(C.kestrel_job_git_commit(p)) or None
         self.code = _s(C.kestrel_job_code(p)) or None
         self.environment = _s(C.kestrel_job_environment(p)) or None
-        self.packages = [x for x in _s(C.kestrel_job_packages(p)).splitlines() if x]
-        self.gpu_usage = []   # per real device it held: uuid, samples, mean/max utilisation, peak memory
+        self.packages: List[str] = [x for x in _s(C.kestrel_job_packages(p)).splitlines() if x]
+        self.gpu_usage: List[Dict[str, Any]] = []   # per real device it held: uuid, samples, mean/max utilisation, peak memory
         u = ffi.new("kestrel_gpu_usage *")
         for i in range(C.kestrel_job_gpu_usage_count(p)):
             check(C.kestrel_job_gpu_usage_at(p, i, u))
             self.gpu_usage.append({"uuid": _s(u.uuid), "samples": u.samples, "mean_utilization": u.mean_utilization,
                                    "max_utilization": u.max_utilization, "peak_memory": u.peak_memory})
         self.priority = _s(C.kestrel_priority_name(C.kestrel_job_priority(p)))
-        self.gpus = C.kestrel_job_gpus(p)
+        self.gpus = int(C.kestrel_job_gpus(p))
         self.node = _s(C.kestrel_job_node(p)) or None
-        self.restart_count = C.kestrel_job_restart_count(p)
-        self.submit_time_ms = C.kestrel_job_submit_time(p)
-        self.start_time_ms = C.kestrel_job_start_time(p) or None
-        self.end_time_ms = C.kestrel_job_end_time(p) or None
+        self.restart_count = int(C.kestrel_job_restart_count(p))
+        self.submit_time_ms = int(C.kestrel_job_submit_time(p))
+        self.start_time_ms: Optional[int] = int(C.kestrel_job_start_time(p)) or None
+        self.end_time_ms: Optional[int] = int(C.kestrel_job_end_time(p)) or None
         self.data: Dict[str, str] = {}
         for i in range(C.kestrel_job_data_count(p)):
             r, q = ffi.new("const char **"), ffi.new("const char **")
@@ -115,11 +118,11 @@ class Job:
             k, v = ffi.new("const char **"), ffi.new("const char **")
             check(C.kestrel_job_param_at(p, i, k, v))
             self.params[_s(k[0])] = _s(v[0])
-        self.events = [Event(e.time_ms, _s(C.kestrel_job_state_name(e.from_state)),
+        self.events: List[Event] = [Event(e.time_ms, _s(C.kestrel_job_state_name(e.from_state)),
                              _s(C.kestrel_job_state_name(e.to_state)), _s(e.reason))
                        for e in (C.kestrel_job_event_at(p, i) for i in range(C.kestrel_job_event_count(p)))]
 
-    def _call(self, fn, *args):
+    def _call(self, fn: Callable[..., int], *args: Any) -> "Job":
         c = self._client
         out = ffi.new("kestrel_job **")
         with c._lock:
@@ -210,7 +213,7 @@ class Job:
             if c is not self._client:
                 c.close()
 
-    def gpu_telemetry(self) -> dict:
+    def gpu_telemetry(self) -> Dict[str, Any]:
         """This job's GPU use as kestreld sampled it: {"usage": [...per device...], "samples": [...]}."""
         from .logsearch import gpu_telemetry
         return gpu_telemetry(self._client, self.id)
@@ -224,7 +227,7 @@ class Job:
         return [Metric(_s(m.name), m.step, m.value, m.wall_time_ms)
                 for m in (C.kestrel_metric_list_at(ml, i) for i in range(C.kestrel_metric_list_count(ml)))]
 
-    def metrics_frame(self, name: Optional[str] = None):
+    def metrics_frame(self, name: Optional[str] = None) -> "pandas.DataFrame":
         """The metrics as a pandas DataFrame: a row a step, a column a metric name (needs pandas:
         pip install pandas). Series of other step counts (batch/loss) are columns of their own."""
         try:
@@ -236,14 +239,15 @@ class Job:
         if not points:
             return pd.DataFrame()
         frame = pd.DataFrame(points, columns=list(Metric._fields))
-        return frame.pivot_table(index="step", columns="name", values="value", aggfunc="last").sort_index()
+        pivot: "pandas.DataFrame" = frame.pivot_table(index="step", columns="name", values="value", aggfunc="last").sort_index()
+        return pivot
 
-    def report_metrics(self, points: Union[Dict[str, float], List[tuple]], step: int = 0) -> None:
+    def report_metrics(self, points: Union[Dict[str, float], Sequence[Tuple[Any, ...]]], step: int = 0) -> None:
         """Report {name: value} at step, or [(name, step, value[, wall_time_ms]), ...], in one request."""
         out = ffi.new("kestrel_metric_list **")
         check(C.kestrel_metric_list_new(out))
         ml = ffi.gc(out[0], C.kestrel_metric_list_free)
-        items = [(k, step, v) for k, v in points.items()] if isinstance(points, dict) else points
+        items: Sequence[Tuple[Any, ...]] = [(k, step, v) for k, v in points.items()] if isinstance(points, dict) else points
         for item in items:
             name, st, value = item[0], item[1], item[2]
             wall = item[3] if len(item) > 3 else 0
@@ -251,10 +255,10 @@ class Job:
         with self._client._lock:
             check(C.kestrel_job_report_metrics(self._client._p(), self.id, ml))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<kestrel.Job {self.id} {self.name or '-'} {self.state}>"
 
-    def _repr_html_(self):
+    def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in (
             ("state", self.state), ("reason", self.reason), ("priority", self.priority), ("gpus", self.gpus),
             ("node", self.node or "-"), ("restarts", self.restart_count), ("owner", self.owner)))

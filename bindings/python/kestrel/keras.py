@@ -18,6 +18,7 @@ import threading
 import time
 import warnings
 import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -29,41 +30,45 @@ keras_uri.install()   # kestrel:// paths in model.save / load_model / save_weigh
 autolog = keras_uri.autolog
 
 
-_warned_outside = []
+_warned_outside: List[int] = []
 
 
-def _job_context(client=None, job_id=None, who="MetricsCallback"):
-    job_id = job_id or os.environ.get("KESTREL_JOB_ID")
-    if not job_id:
+def _job_context(client: Optional[Client] = None, job_id: Optional[int] = None,
+                 who: str = "MetricsCallback") -> Tuple[Optional[Client], Optional[int]]:
+    found = job_id or os.environ.get("KESTREL_JOB_ID")
+    if not found:
         if not _warned_outside:   # once a process: the metrics go nowhere, and the user should know
             _warned_outside.append(1)
             warnings.warn(f"kestrel.keras.{who}: not inside a Kestrel job (no KESTREL_JOB_ID) and no job_id= "
                           "given: nothing is reported. Pass job_id=ID (and client=) to report to a job.",
                           stacklevel=3)
         return None, None
-    return client or Client(), int(job_id)
+    return client or Client(), int(found)
 
 
-class MetricsCallback(keras.callbacks.Callback):
+class MetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
     """Reports loss, metrics, learning rate and throughput per epoch, and every `every` batches,
     in batches from a background thread (training never waits on the network)."""
 
-    def __init__(self, every: int = 50, batch_size=None, client=None, job_id=None, flush_seconds: float = 2.0):
+    def __init__(self, every: int = 50, batch_size: Optional[int] = None, client: Optional[Client] = None,
+                 job_id: Optional[int] = None, flush_seconds: float = 2.0) -> None:
         super().__init__()
         self.every = max(1, int(every))
         self.batch_size = batch_size
         self.flush_seconds = flush_seconds
         self._client, self._job_id = _job_context(client, job_id)
-        self._queue: "queue.Queue" = queue.Queue()
-        self._thread = None
+        self._queue: "queue.Queue[Optional[List[Tuple[str, int, float, int]]]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
         self._step = 0
         self.errors = 0
 
     # -- the reporting thread ------------------------------------------------------------------
-    def _run(self):
+    def _run(self) -> None:
         from .job import Job
+        assert self._client is not None and self._job_id is not None   # started only with both
         job = Job(self._client, self._job_id)
-        pending, stop = [], False
+        pending: List[Tuple[str, int, float, int]] = []
+        stop = False
         while not stop:
             try:
                 item = self._queue.get(timeout=self.flush_seconds)
@@ -86,22 +91,22 @@ class MetricsCallback(keras.callbacks.Callback):
                     self.errors += 1
                 pending = []
 
-    def _emit(self, points):
+    def _emit(self, points: List[Tuple[str, int, float, int]]) -> None:
         if self._client is not None and points:
             self._queue.put(points)
 
     # -- Keras hooks ---------------------------------------------------------------------------
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
         if self._client is not None and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="kestrel-metrics", daemon=True)
             self._thread.start()
         self._epoch_t0 = time.perf_counter()
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._epoch_t0 = time.perf_counter()
         self._epoch_steps = 0
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._step += 1
         self._epoch_steps = getattr(self, "_epoch_steps", 0) + 1
         if self._step % self.every == 0 and logs:
@@ -120,7 +125,7 @@ class MetricsCallback(keras.callbacks.Callback):
                 points.append(("batch/learning_rate", self._step, lr, now))
             self._emit(points)
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         now = int(time.time() * 1000)
         elapsed = max(time.perf_counter() - self._epoch_t0, 1e-9)
         points = [(k, epoch + 1, float(v), now) for k, v in (logs or {}).items() if _is_number(v)]
@@ -133,14 +138,14 @@ class MetricsCallback(keras.callbacks.Callback):
             points.append(("learning_rate", epoch + 1, lr, now))
         self._emit(points)
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout=30)
             self._thread = None
 
 
-def _is_number(v):
+def _is_number(v: Any) -> bool:
     try:
         float(v)
         return True
@@ -148,7 +153,7 @@ def _is_number(v):
         return False
 
 
-def _learning_rate(model):
+def _learning_rate(model: Any) -> Optional[float]:
     try:
         return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
     except Exception:
@@ -161,34 +166,35 @@ class _Preempted(Exception):
     pass
 
 
-class PreemptionCheckpoint(keras.callbacks.Callback):
+class PreemptionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
     """On SIGTERM (kestreld's preemption signal): finish the current batch, write weights,
     optimizer state, epoch and batch position atomically into KESTREL_CHECKPOINT_DIR, acknowledge
     the checkpoint, and stop training."""
 
-    def __init__(self, directory, state, client=None, job_id=None):
+    def __init__(self, directory: str, state: Dict[str, int], client: Optional[Client] = None,
+                 job_id: Optional[int] = None) -> None:
         super().__init__()
         self.directory = directory
         self.state = state          # {"epoch": e, "batch": b} of the fit in progress
         self._client, self._job_id = _job_context(client, job_id, "PreemptionCheckpoint")
         self.requested = False
-        self._previous = None
+        self._previous: Any = None
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
 
-    def _on_sigterm(self, signum, frame):
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
         self.requested = True   # acted on at the end of the batch in progress
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self.state["epoch"] = epoch
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self.state["batch"] += 1
         if self.requested:
             save_checkpoint(self.model, self.directory, self.state)
-            if self._client is not None:
+            if self._client is not None and self._job_id is not None:
                 try:
                     from .job import Job
                     Job(self._client, self._job_id).ack_preempt()
@@ -197,38 +203,40 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
             self.model.stop_training = True
             raise _Preempted()
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self.state["epoch"] = epoch + 1
         self.state["batch"] = 0
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def save_checkpoint(model, directory, state):
+def save_checkpoint(model: Any, directory: str, state: Dict[str, int]) -> None:
     """Weights, optimizer variables and position, written to temp names and renamed into place."""
     os.makedirs(directory, exist_ok=True)
     arrays = {f"w{i}": np.asarray(keras.ops.convert_to_numpy(v)) for i, v in enumerate(model.weights)}
     arrays.update({f"o{i}": np.asarray(keras.ops.convert_to_numpy(v))
                    for i, v in enumerate(model.optimizer.variables)})
-    for name, write in (("state.npz", lambda f: np.savez(f, **arrays)),
-                        ("position.json", lambda f: f.write(json.dumps(state).encode()))):
+    for name in ("state.npz", "position.json"):
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            if name == "state.npz":
+                np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy types **kwds as allow_pickle
+            else:
+                f.write(json.dumps(state).encode())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(directory, name))
 
 
-def load_checkpoint(model, directory):
+def load_checkpoint(model: Any, directory: str) -> Optional[Dict[str, int]]:
     """Restore weights and optimizer state; returns the saved position, or None."""
     pos = os.path.join(directory, "position.json")
     if not os.path.exists(pos):
         return None
     with open(pos) as f:
-        state = json.load(f)
+        state: Dict[str, int] = json.load(f)
     data = np.load(os.path.join(directory, "state.npz"))
     for i, v in enumerate(model.weights):
         v.assign(data[f"w{i}"])
@@ -239,7 +247,8 @@ def load_checkpoint(model, directory):
     return state
 
 
-def fit(model, x, y, *, epochs: int, batch_size: int, callbacks=(), checkpoint_dir=None, **kwargs):
+def fit(model: Any, x: Any, y: Any, *, epochs: int, batch_size: int, callbacks: Sequence[Any] = (),
+        checkpoint_dir: Optional[str] = None, **kwargs: Any) -> str:
     """model.fit over (x, y) that survives preemption inside a Kestrel job: on SIGTERM it saves at
     the end of the current batch and exits the fit; run again, it restores weights, optimizer and
     position and continues from the next batch, so the run makes exactly the optimizer steps of an
@@ -272,7 +281,7 @@ def fit(model, x, y, *, epochs: int, batch_size: int, callbacks=(), checkpoint_d
     return "done"
 
 
-def _hook_fit():
+def _hook_fit() -> None:
     """Under autolog inside a Kestrel job, every Model.fit reports its metrics (a MetricsCallback is
     added unless the caller passed one)."""
     Model = keras.Model
@@ -280,16 +289,17 @@ def _hook_fit():
         return
     original = Model.fit
 
-    def fit_with_metrics(self, *args, callbacks=None, **kwargs):
+    def fit_with_metrics(self: Any, *args: Any, callbacks: Optional[Sequence[Any]] = None, **kwargs: Any) -> Any:
         if keras_uri._autolog["name"] and os.environ.get("KESTREL_JOB_ID"):
-            callbacks = list(callbacks or [])
-            if not any(isinstance(c, MetricsCallback) for c in callbacks):
-                callbacks.append(MetricsCallback(batch_size=kwargs.get("batch_size")))
+            extended = list(callbacks or [])
+            if not any(isinstance(c, MetricsCallback) for c in extended):
+                extended.append(MetricsCallback(batch_size=kwargs.get("batch_size")))
+            callbacks = extended
         return original(self, *args, callbacks=callbacks, **kwargs)
 
-    fit_with_metrics._kestrel_hooked = True
+    setattr(fit_with_metrics, "_kestrel_hooked", True)
     fit_with_metrics.__doc__ = original.__doc__
-    fit_with_metrics.__wrapped__ = original
+    setattr(fit_with_metrics, "__wrapped__", original)
     Model.fit = fit_with_metrics
 
 

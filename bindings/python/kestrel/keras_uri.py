@@ -23,27 +23,32 @@ import sys
 import tempfile
 import warnings
 import zipfile
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from .client import Client
 
 SCHEME = "kestrel://"
 SUPPORTED = ((3, 2), (4, 0))   # 3.2: save_weights/load_weights joined keras.src.saving.saving_api
 HOOKED = ("save_model", "load_model", "save_weights", "load_weights")
 _installed = False
-_autolog = {"name": None}   # the model name plain saves are also pushed to (autolog)
+_autolog: Dict[str, Optional[str]] = {"name": None}   # the model name plain saves are also pushed to (autolog)
 
 
-def _version(text):
-    parts = []
+def _version(text: str) -> Tuple[int, ...]:
+    parts: List[int] = []
     for p in text.split(".")[:2]:
         digits = "".join(ch for ch in p if ch.isdigit())
         parts.append(int(digits or 0))
     return tuple(parts)
 
 
-def _is_uri(filepath):
+def _is_uri(filepath: Any) -> bool:
     return isinstance(filepath, (str, os.PathLike)) and str(filepath).startswith(SCHEME)
 
 
-def _name(filepath, suffixes):
+def _name(filepath: Any, suffixes: Sequence[str]) -> str:
     name = str(filepath)[len(SCHEME):]
     for s in suffixes:
         if name.endswith(s):
@@ -51,14 +56,14 @@ def _name(filepath, suffixes):
     return name
 
 
-def _client():
+def _client() -> "Client":
     from .client import Client
     return Client()
 
 
-def _final_metrics(model):
+def _final_metrics(model: Any) -> Dict[str, float]:
     history = getattr(getattr(model, "history", None), "history", None) or {}
-    out = {}
+    out: Dict[str, float] = {}
     for key, values in history.items():
         try:
             out[key] = float(values[-1])
@@ -67,9 +72,9 @@ def _final_metrics(model):
     return out
 
 
-def _metadata(kind, model=None):
+def _metadata(kind: str, model: Any = None) -> Dict[str, Any]:
     import keras
-    meta = {"framework": "keras", "keras_version": keras.__version__, "backend": keras.backend.backend(),
+    meta: Dict[str, Any] = {"framework": "keras", "keras_version": keras.__version__, "backend": keras.backend.backend(),
             "artifact": kind}
     if model is not None and _final_metrics(model):
         meta["metrics"] = _final_metrics(model)
@@ -79,7 +84,8 @@ def _metadata(kind, model=None):
     return meta
 
 
-def _push(path, filepath, suffixes, kind, model=None, alias=None, metadata=None):
+def _push(path: str, filepath: Any, suffixes: Sequence[str], kind: str, model: Any = None, alias: Optional[str] = None,
+          metadata: Optional[Dict[str, Any]] = None) -> str:
     """Push path as the next version of the model filepath names; returns "NAME@N". The version's
     metadata: the framework's facts, the file name it is pulled back as, then the caller's keys."""
     name = _name(filepath, suffixes)
@@ -92,9 +98,9 @@ def _push(path, filepath, suffixes, kind, model=None, alias=None, metadata=None)
         return f"{name}@{client.push(name, path, alias=alias, metadata=meta)}"
 
 
-def _inside_checkpointing():
+def _inside_checkpointing() -> bool:
     """A save made by a Keras callback (ModelCheckpoint, BackupAndRestore) is a backup, not a version."""
-    f = sys._getframe(2)
+    f: Optional[FrameType] = sys._getframe(2)
     while f is not None:
         if f"keras{os.sep}src{os.sep}callbacks" in f.f_code.co_filename:
             return True
@@ -102,14 +108,14 @@ def _inside_checkpointing():
     return False
 
 
-def autolog(name=None):
+def autolog(name: Optional[str] = None) -> None:
     """Also push every plain model.save(...) as a new version of name (None: stop). Inside a Kestrel
     job this is on already, as jobs/JOB_ID (or KESTREL_AUTOLOG_NAME). Backups are never pushed."""
     install()
     _autolog["name"] = name
 
 
-def _autolog_push(model, filepath):
+def _autolog_push(model: Any, filepath: Any) -> None:
     name = _autolog["name"]
     if name is None or _inside_checkpointing() or not os.path.isfile(str(filepath)):
         return
@@ -122,7 +128,7 @@ def _autolog_push(model, filepath):
         warnings.warn(f"kestrel autolog: {filepath} was saved but not pushed to {name}: {e}")
 
 
-def _pull(filepath, tmp, suffixes):
+def _pull(filepath: Any, tmp: str, suffixes: Sequence[str]) -> str:
     ref = _name(filepath, suffixes)
     raw = os.path.join(tmp, "pulled")
     with _client() as client:
@@ -135,7 +141,7 @@ def _pull(filepath, tmp, suffixes):
     return local
 
 
-def install():
+def install() -> None:
     """Hook kestrel:// into Keras (idempotent)."""
     global _installed
     if _installed:
@@ -151,7 +157,7 @@ def install():
     orig = {n: getattr(saving_api, n) for n in HOOKED}
 
     @functools.wraps(orig["save_model"])
-    def save_model(model, filepath, *args, **kwargs):
+    def save_model(model: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         if not _is_uri(filepath):
             result = orig["save_model"](model, filepath, *args, **kwargs)
             _autolog_push(model, filepath)
@@ -166,14 +172,14 @@ def install():
             return _push(path, filepath, (".keras",), "model", model, alias, metadata)
 
     @functools.wraps(orig["load_model"])
-    def load_model(filepath, *args, **kwargs):
+    def load_model(filepath: Any, *args: Any, **kwargs: Any) -> Any:
         if not _is_uri(filepath):
             return orig["load_model"](filepath, *args, **kwargs)
         with tempfile.TemporaryDirectory(prefix="kestrel-load-") as tmp:
             return orig["load_model"](_pull(filepath, tmp, (".keras",)), *args, **kwargs)
 
     @functools.wraps(orig["save_weights"])
-    def save_weights(model, filepath, *args, **kwargs):
+    def save_weights(model: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         if not _is_uri(filepath):
             return orig["save_weights"](model, filepath, *args, **kwargs)
         alias, metadata = kwargs.pop("alias", None), kwargs.pop("metadata", None)
@@ -184,7 +190,7 @@ def install():
             return _push(path, filepath, (".weights.h5",), "weights", model, alias, metadata)
 
     @functools.wraps(orig["load_weights"])
-    def load_weights(model, filepath, *args, **kwargs):
+    def load_weights(model: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         if not _is_uri(filepath):
             return orig["load_weights"](model, filepath, *args, **kwargs)
         with tempfile.TemporaryDirectory(prefix="kestrel-load-") as tmp:

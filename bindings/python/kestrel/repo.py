@@ -3,17 +3,20 @@ import json
 import sys
 import time
 from collections import namedtuple
-from typing import Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._html import HtmlList
 from .errors import check, on_callback_error
 from .ffi import C, ffi
 
+if TYPE_CHECKING:
+    from .client import Client
+
 class Version(namedtuple("Version", "version size sha256 created_ms chunks aliases metadata")):
     """One version of a model."""
     __slots__ = ()
 
-    def _repr_html_(self):
+    def _repr_html_(self) -> str:
         return Versions([self])._repr_html_()
 
 
@@ -22,7 +25,7 @@ class Versions(HtmlList):
     HEADERS = ("version", "size", "created", "aliases", "sha256", "metadata")
 
     @staticmethod
-    def row(v) -> Sequence:
+    def row(v: Version) -> Sequence[Any]:
         """One table row of a version."""
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.created_ms / 1000))
         return (v.version, f"{v.size / 1048576:.1f} MiB", created, ", ".join(v.aliases), v.sha256[:12],
@@ -31,13 +34,13 @@ Progress = namedtuple("Progress", "phase bytes_done bytes_total bytes_new chunks
 
 
 class _Payload:
-    def __init__(self, fn):
+    def __init__(self, fn: Callable[[Progress], None]) -> None:
         self.fn = fn
-        self.stored_exception = None
+        self.stored_exception: Optional[BaseException] = None
 
 
-@ffi.def_extern(onerror=on_callback_error)
-def _kestrel_progress_tramp(p, payload):
+@ffi.def_extern(onerror=on_callback_error)  # type: ignore[untyped-decorator]  # cffi is untyped
+def _kestrel_progress_tramp(p: Any, payload: Any) -> int:
     sink = ffi.from_handle(payload)
     try:
         sink.fn(Progress("push" if p.phase == C.KESTREL_PHASE_PUSH else "pull", p.bytes_done, p.bytes_total,
@@ -45,10 +48,10 @@ def _kestrel_progress_tramp(p, payload):
         return 0
     except BaseException as e:   # KeyboardInterrupt stops the transfer and comes back as itself
         sink.stored_exception = e
-        return C.KESTREL_EUSER
+        return int(C.KESTREL_EUSER)
 
 
-def _bar(desc: str):
+def _bar(desc: str) -> Tuple[Any, Optional[Callable[[Progress], None]]]:
     """A tqdm bar when tqdm is there and we are in a terminal or notebook, else nothing."""
     try:
         from tqdm.auto import tqdm
@@ -58,14 +61,15 @@ def _bar(desc: str):
         return None, None
     bar = tqdm(total=0, unit="B", unit_scale=True, desc=desc)
 
-    def update(p: Progress):
+    def update(p: Progress) -> None:
         bar.total = max(p.bytes_total, 0)
         bar.n = p.bytes_done
         bar.refresh()
     return bar, update
 
 
-def _options(progress: Optional[Callable], keep: list, metadata=None, alias=None, desc=""):
+def _options(progress: Optional[Callable[[Progress], None]], keep: List[Any], metadata: Optional[Dict[str, Any]] = None,
+             alias: Optional[str] = None, desc: str = "") -> Tuple[Any, Optional[_Payload], Any]:
     opts = ffi.new("kestrel_transfer_options *")
     check(C.kestrel_transfer_options_init(opts, C.KESTREL_TRANSFER_OPTIONS_VERSION))
     bar = None
@@ -87,10 +91,10 @@ def _options(progress: Optional[Callable], keep: list, metadata=None, alias=None
     return opts, payload, bar
 
 
-def push(client, name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[dict] = None,
+def push(client: "Client", name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[Dict[str, Any]] = None,
          progress: Optional[Callable[[Progress], None]] = None) -> int:
     """Push path (a file or a directory) as the next version of name; only chunks the server lacks travel. Returns the new version number."""
-    keep: list = []
+    keep: List[Any] = []
     opts, payload, bar = _options(progress, keep, metadata, alias, f"push {name}")
     out = ffi.new("int64_t *")
     try:
@@ -100,15 +104,15 @@ def push(client, name: str, path: str, *, alias: Optional[str] = None, metadata:
     finally:
         if bar is not None:
             bar.close()
-    return out[0]
+    return int(out[0])
 
 
-def push_code(client, directory: str, *, max_bytes: Optional[int] = None, name: Optional[str] = None) -> str:
+def push_code(client: "Client", directory: str, *, max_bytes: Optional[int] = None, name: Optional[str] = None) -> str:
     """Snapshot directory (what git would keep: .gitignore and .kestrelignore honoured) as the next
     version of USER/code/DIRNAME (or name); the exact reference, e.g. "alice/code/proj@4"."""
     opts = ffi.new("kestrel_code_options *")
     check(C.kestrel_code_options_init(opts, C.KESTREL_CODE_OPTIONS_VERSION))
-    keep = []
+    keep: List[Any] = []
     if max_bytes:
         opts.max_bytes = int(max_bytes)
     if name:
@@ -118,14 +122,14 @@ def push_code(client, directory: str, *, max_bytes: Optional[int] = None, name: 
     try:
         with client._lock:
             check(C.kestrel_code_push(buf, client._p(), str(directory).encode(), opts))
-        return ffi.string(buf.ptr).decode()
+        return str(ffi.string(buf.ptr).decode())
     finally:
         C.kestrel_buf_dispose(buf)
 
 
-def pull(client, ref: str, dest: str, *, progress: Optional[Callable[[Progress], None]] = None) -> str:
+def pull(client: "Client", ref: str, dest: str, *, progress: Optional[Callable[[Progress], None]] = None) -> str:
     """Pull ref (NAME, NAME@N or NAME@ALIAS) to dest, every byte verified; returns dest."""
-    keep: list = []
+    keep: List[Any] = []
     opts, payload, bar = _options(progress, keep, desc=f"pull {ref}")
     try:
         with client._lock:
@@ -137,36 +141,36 @@ def pull(client, ref: str, dest: str, *, progress: Optional[Callable[[Progress],
     return str(dest)
 
 
-def versions(client, name: str) -> List[Version]:
+def versions(client: "Client", name: str) -> List[Version]:
     """name's versions, oldest first."""
     out = ffi.new("kestrel_model_versions **")
     with client._lock:
         check(C.kestrel_model_versions_get(out, client._p(), name.encode()))
     vl = ffi.gc(out[0], C.kestrel_model_versions_free)
-    s = lambda p: ffi.string(p).decode()  # noqa: E731
+    s: Callable[[Any], str] = lambda p: str(ffi.string(p).decode())  # noqa: E731
     return Versions(Version(v.version, v.size, s(v.sha256), v.created_ms, v.chunks,
                             [a for a in s(v.aliases).split(",") if a], json.loads(s(v.metadata_json)))
                     for v in (C.kestrel_model_versions_at(vl, i) for i in range(C.kestrel_model_versions_count(vl))))
 
 
-def models(client) -> List[str]:
+def models(client: "Client") -> List[str]:
     """The names of the models the caller may read."""
     buf = ffi.new("kestrel_buf *")
     try:
         with client._lock:
             check(C.kestrel_model_list(buf, client._p()))
-        return [n for n in ffi.string(buf.ptr).decode().split("\n") if n] if buf.ptr != ffi.NULL else []
+        return [str(n) for n in ffi.string(buf.ptr).decode().split("\n") if n] if buf.ptr != ffi.NULL else []
     finally:
         C.kestrel_buf_dispose(buf)
 
 
-def set_alias(client, name: str, alias: str, version: int) -> None:
+def set_alias(client: "Client", name: str, alias: str, version: int) -> None:
     """Point name@alias at version."""
     with client._lock:
         check(C.kestrel_model_alias_set(client._p(), name.encode(), alias.encode(), int(version)))
 
 
-def delete(client, name: str, version: int) -> None:
+def delete(client: "Client", name: str, version: int) -> None:
     """Delete one version of name."""
     with client._lock:
         check(C.kestrel_model_delete(client._p(), name.encode(), int(version)))

@@ -1,18 +1,21 @@
 """Tokens (create, list, revoke), users' teams and models' visibility: kestrel.Client's access API."""
 import datetime
 from dataclasses import dataclass
-from typing import List, Optional, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Union
 
 from .errors import check
 from .ffi import C, ffi
 
+if TYPE_CHECKING:
+    from .client import Client
 
-def _b(s) -> bytes:
+
+def _b(s: Union[str, bytes]) -> bytes:
     return s.encode("utf-8") if isinstance(s, str) else s
 
 
-def _s(p) -> str:
-    return ffi.string(p).decode() if p != ffi.NULL else ""
+def _s(p: Any) -> str:
+    return str(ffi.string(p).decode()) if p != ffi.NULL else ""
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,11 @@ class NewToken:
     id: int
     token: str
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.token
 
 
-def create(client, user: Optional[str] = None, *, team: Optional[str] = None,
+def create(client: "Client", user: Optional[str] = None, *, team: Optional[str] = None,
            expires: Union[None, int, float, datetime.timedelta] = None, scope: str = "write",
            name: Optional[str] = None) -> NewToken:
     """A new token (shown once): for yourself, or as an admin for any user (created in team when missing)."""
@@ -60,7 +63,7 @@ def create(client, user: Optional[str] = None, *, team: Optional[str] = None,
         raise ValueError("expires must be a positive number of seconds (or None: never)")
     opts = ffi.new("kestrel_token_options *")
     check(C.kestrel_token_options_init(opts, C.KESTREL_TOKEN_OPTIONS_VERSION))
-    keep = []
+    keep: List[Any] = []
     for field, value in (("user", user), ("team", team), ("scope", scope), ("name", name)):
         if value:
             keep.append(ffi.new("char[]", _b(value)))
@@ -71,18 +74,18 @@ def create(client, user: Optional[str] = None, *, team: Optional[str] = None,
     try:
         with client._lock:
             check(C.kestrel_token_create(buf, tid, client._p(), opts))
-        return NewToken(int(tid[0]), ffi.string(buf.ptr).decode())
+        return NewToken(int(tid[0]), str(ffi.string(buf.ptr).decode()))
     finally:
         C.kestrel_buf_dispose(buf)
 
 
-def list_(client, user: Optional[str] = None) -> List[TokenInfo]:
+def list_(client: "Client", user: Optional[str] = None) -> List[TokenInfo]:
     """Your tokens (an admin: everyone's, or user's), without their secrets."""
     out = ffi.new("kestrel_token_list **")
     with client._lock:
         check(C.kestrel_token_list_get(out, client._p(), _b(user) if user else ffi.NULL))
     tl = ffi.gc(out[0], C.kestrel_token_list_free)
-    result = []
+    result: List[TokenInfo] = []
     for i in range(C.kestrel_token_list_count(tl)):
         t = C.kestrel_token_list_at(tl, i)
         result.append(TokenInfo(t.id, _s(t.user), _s(t.scope), _s(t.name), t.created_ms, t.expires_ms,
@@ -90,19 +93,19 @@ def list_(client, user: Optional[str] = None) -> List[TokenInfo]:
     return result
 
 
-def revoke(client, token_id: int) -> None:
+def revoke(client: "Client", token_id: int) -> None:
     """Revoke a token by id: it gets 401 from now on."""
     with client._lock:
         check(C.kestrel_token_revoke(client._p(), int(token_id)))
 
 
-def set_team(client, user: str, team: str) -> None:
+def set_team(client: "Client", user: str, team: str) -> None:
     """Move user to team (admins; "" takes the user out of its team)."""
     with client._lock:
         check(C.kestrel_user_set_team(client._p(), _b(user), _b(team)))
 
 
-def set_visibility(client, name: str, visibility: str) -> None:
+def set_visibility(client: "Client", name: str, visibility: str) -> None:
     """Who may read model name: "all", "team" or "private" (its writers decide)."""
     if visibility not in ("all", "team", "private"):
         raise ValueError("visibility must be 'all', 'team' or 'private'")
