@@ -22,6 +22,13 @@ int64_t cli_parse_duration(const char *v);
 /* kestrel jobs as a table (jobs_table.c); "3m 05s" */
 void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide);
 void cli_fmt_duration(char *out, size_t n, int64_t ms);
+/* table.c: a terminal's columns (0 when stdout is not one); s in a cell of width columns appended at
+ * *at (UTF-8 kept whole, cut with '~' when cut, padded); a table line, fitted to a terminal's width
+ * and whole when piped; cli_row: the same, printf-style (a trailing newline is dropped). */
+int cli_term_columns(void);
+void cli_cell(char *out, size_t n, size_t *at, const char *s, int width, int cut);
+void cli_put_line(const char *line);
+void cli_row(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* metrics_view.c: kestrel metrics ID pivoted by step, --plot in braille; kestrel compare */
 void cli_metrics_pivot(const kestrel_metric_list *m);
 void cli_metrics_plot(const kestrel_metric_list *m);
@@ -36,6 +43,12 @@ int cli_job_id(const char *s, int64_t *out);
 int cli_resolve(const cli_ctx *ctx, char **url, char **token);
 /* Connect (lazily) with the resolved URL and token. */
 int cli_connect(cli_ctx *ctx);
+/* logs_json.c: kestrel logs -o json, the API's LogLine objects one a line from its pages (stream
+ * "STDOUT"/"STDERR" or NULL: all; since_ms, tail: 0 for none); --grep: the API's LogSearchResult
+ * pages, one a line (state: the --state word or NULL). Exit codes as kestrel logs. */
+int cli_logs_json(cli_ctx *ctx, int64_t id, int64_t offset, int follow, const char *stream, int64_t since_ms,
+                  long tail);
+int cli_log_search_json(cli_ctx *ctx, const char *pattern, const kestrel_log_search_options *o, const char *state);
 /* Write s as a JSON string literal. */
 void cli_json_string(FILE *f, const char *s);
 

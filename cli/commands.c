@@ -277,7 +277,7 @@ int cmd_envs(cli_ctx *ctx, int argc, char **argv)
         return 0;
     }
     envs = cJSON_GetObjectItemCaseSensitive(root, "environments");
-    printf("%-24s %-10s %-20s %s\n", "NAME", "STATE", "DIGEST", "PACKAGES");
+    cli_row("%-24s %-10s %-20s %s", "NAME", "STATE", "DIGEST", "PACKAGES");
     cJSON_ArrayForEach(e, envs) {
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
         const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "state"));
@@ -287,7 +287,7 @@ int cmd_envs(cli_ctx *ctx, int argc, char **argv)
         size_t n = 0;
         for (const char *p = pk ? pk : ""; *p; p++)
             n += *p == '\n' || (!p[1] && *p != '\n');
-        printf("%-24s %-10s %-20.20s %zu%s%s\n", name && name[0] ? name : "(a job's)", state ? state : "",
+        cli_row("%-24s %-10s %-20.20s %zu%s%s", name && name[0] ? name : "(a job's)", state ? state : "",
                digest ? digest : "", n, err && err[0] ? "  error: " : "", err && err[0] ? err : "");
         if (packages && pk && pk[0])
             for (const char *p = pk, *nl; *p; p = nl + (*nl != '\0')) {

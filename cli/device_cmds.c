@@ -14,7 +14,7 @@ static void print_gpu(const kestrel_gpu *g, const char *mark, const char *reason
         snprintf(cc, sizeof(cc), "%d.%d/%dSM", g->cc_major, g->cc_minor, g->multiprocessors);
     else if (g->cc_major >= 0)
         snprintf(cc, sizeof(cc), "%d.%d", g->cc_major, g->cc_minor);
-    printf("%-2s %-44s %-28.28s %-13s %4s %8" PRId64 " %8" PRId64 " %5s %s\n", mark, g->uuid, g->name, g->pci_bus_id, cc,
+    cli_row("%-2s %-44s %-28.28s %-13s %4s %8" PRId64 " %8" PRId64 " %5s %s", mark, g->uuid, g->name, g->pci_bus_id, cc,
            g->memory_total >= 0 ? g->memory_total >> 20 : -1, g->memory_free >= 0 ? g->memory_free >> 20 : -1, util,
            reason);
 }
@@ -77,7 +77,7 @@ int cmd_devices(cli_ctx *ctx, int argc, char **argv)
     }
     if (select)
         rc = kestrel_gpu_select(&sel, l, &o);
-    printf("%-2s %-44s %-28s %-13s %4s %8s %8s %5s %s\n", "", "UUID", "NAME", "PCI", "CC", "MEM MiB", "FREE MiB", "UTIL",
+    cli_row("%-2s %-44s %-28s %-13s %4s %8s %8s %5s %s", "", "UUID", "NAME", "PCI", "CC", "MEM MiB", "FREE MiB", "UTIL",
            select ? "WHY NOT" : "");
     for (size_t i = 0; i < kestrel_gpu_list_count(l); i++) {
         const kestrel_gpu *g = kestrel_gpu_list_get(l, i);

@@ -4,9 +4,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <time.h>
-#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
 
@@ -79,30 +77,6 @@ static void wide_fields(const kestrel_job *j, char *cmd, size_t cn, char *labels
     kestrel_buf_dispose(&b);
 }
 
-/* s in a cell of width columns: UTF-8 kept whole (a code point is one column), cut with '~',
- * padded with spaces. cut 0: never cut (piped output), only padded. Appends to out at *at. */
-static void cell(char *out, size_t n, size_t *at, const char *s, int width, int cut)
-{
-    int cols = 0;
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p && *at + 8 < n) {
-        size_t len = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : 4;
-        if (cut && cols == width - 1 && p[len]) {   /* one column left and more to come */
-            out[(*at)++] = '~';
-            cols++;
-            break;
-        }
-        for (size_t k = 0; k < len && p[k]; k++)
-            out[(*at)++] = (char)p[k];
-        p += len;
-        cols++;
-    }
-    while (cols++ < width && *at + 2 < n)
-        out[(*at)++] = ' ';
-    out[(*at)++] = ' ';
-    out[*at] = '\0';
-}
-
 static const char *lower(char *buf, size_t n, const char *s)
 {
     size_t i = 0;
@@ -114,13 +88,21 @@ static const char *lower(char *buf, size_t n, const char *s)
 
 void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide)
 {
-    struct winsize ws;
     kestrel_queue *q = NULL;
     size_t n = kestrel_job_page_count(page);
     int64_t now = now_ms();
-    int width = 0, any_queued = 0;
-    if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 40)
-        width = ws.ws_col;
+    int width = cli_term_columns(), any_queued = 0;
+    int wname = 18, wuser = 10, wnode = 10;
+    if (width) {   /* a narrow terminal: the name, then user and node give up columns, down to 8, 6, 6 */
+        int over = 6 + 10 + 7 + 4 + 18 + 9 + 12 + wname + wuser + wnode - width;   /* 12: a reason's start */
+        int *const col[] = { &wname, &wuser, &wnode };
+        static const int least[] = { 8, 6, 6 };
+        for (size_t k = 0; k < 3 && over > 0; k++) {
+            int give = *col[k] - least[k] < over ? *col[k] - least[k] : over;
+            *col[k] -= give;
+            over -= give;
+        }
+    }
     for (size_t i = 0; i < n; i++)
         any_queued |= kestrel_job_state(kestrel_job_page_at(page, i)) == KESTREL_JOB_STATE_QUEUED;
     if (any_queued && kestrel_queue_get(&q, ctx->client) < 0)
@@ -129,10 +111,11 @@ void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide)
         char line[256];
         size_t at = 0;
         static const char *const head[] = { "ID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE", "AGE" };
-        static const int w[] = { 6, 18, 10, 10, 7, 4, 10, 18 };
+        const int w[] = { 6, wname, wuser, 10, 7, 4, wnode, 18 };
         for (size_t k = 0; k < 8; k++)
-            cell(line, sizeof(line), &at, head[k], w[k], 0);
-        printf("%s%s%s\n", line, wide ? "COMMAND | LABELS | PARAMS | " : "", "REASON");
+            cli_cell(line, sizeof(line), &at, head[k], w[k], 0);
+        snprintf(line + at, sizeof(line) - at, "%s%s", wide ? "COMMAND | LABELS | PARAMS | " : "", "REASON");
+        cli_put_line(line);
     }
     for (size_t i = 0; i < n; i++) {
         const kestrel_job *j = kestrel_job_page_at(page, i);
@@ -149,14 +132,14 @@ void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide)
         age(a, sizeof(a), j, now);
         snprintf(id, sizeof(id), "%" PRId64, kestrel_job_id(j));
         snprintf(gpus, sizeof(gpus), "%d", kestrel_job_gpus(j));
-        cell(line, sizeof(line), &at, id, 6, 0);
-        cell(line, sizeof(line), &at, kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-", 18, cut);
-        cell(line, sizeof(line), &at, kestrel_job_owner(j), 10, cut);
-        cell(line, sizeof(line), &at, lower(st, sizeof(st), kestrel_job_state_name(kestrel_job_state(j))), 10, 0);
-        cell(line, sizeof(line), &at, lower(cls, sizeof(cls), kestrel_priority_name(kestrel_job_priority(j))), 7, 0);
-        cell(line, sizeof(line), &at, gpus, 4, 0);
-        cell(line, sizeof(line), &at, kestrel_job_node(j)[0] ? kestrel_job_node(j) : "-", 10, cut);
-        cell(line, sizeof(line), &at, a, 18, 0);
+        cli_cell(line, sizeof(line), &at, id, 6, 0);
+        cli_cell(line, sizeof(line), &at, kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-", wname, cut);
+        cli_cell(line, sizeof(line), &at, kestrel_job_owner(j), wuser, cut);
+        cli_cell(line, sizeof(line), &at, lower(st, sizeof(st), kestrel_job_state_name(kestrel_job_state(j))), 10, 0);
+        cli_cell(line, sizeof(line), &at, lower(cls, sizeof(cls), kestrel_priority_name(kestrel_job_priority(j))), 7, 0);
+        cli_cell(line, sizeof(line), &at, gpus, 4, 0);
+        cli_cell(line, sizeof(line), &at, kestrel_job_node(j)[0] ? kestrel_job_node(j) : "-", wnode, cut);
+        cli_cell(line, sizeof(line), &at, a, 18, 0);
         if (wide) {
             wide_fields(j, cmd, sizeof(cmd), labels, sizeof(labels), params, sizeof(params));
             at += (size_t)snprintf(line + at, sizeof(line) - at, "%s | %s | %s | ", cmd, labels[0] ? labels : "-",
@@ -164,16 +147,7 @@ void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide)
         }
         if (at < sizeof(line))
             snprintf(line + at, sizeof(line) - at, "%s", reason);
-        if (cut) {   /* a terminal: one line a job, cut at a whole character */
-            char fit[8192];
-            size_t fat = 0;
-            cell(fit, sizeof(fit), &fat, line, width - 1, 1);
-            while (fat && fit[fat - 1] == ' ')
-                fit[--fat] = '\0';
-            puts(fit);
-        } else {
-            puts(line);
-        }
+        cli_put_line(line);   /* a terminal: one line a job, cut at a whole character */
     }
     kestrel_queue_free(q);
 }

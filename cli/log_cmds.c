@@ -32,19 +32,14 @@ const char cli_help_logs[] =
     "  --since DUR    only lines of the last DUR (3600, 90m, 12h, 7d)\n"
     "  -C, --context N  N lines before and after each hit (at most 20)\n"
     "  --limit N      at most N hits (default 100)\n"
+    "-o json: a job's lines as the API's LogLine objects, one a line (those of the LogChunk pages of\n"
+    "GET /api/v1/jobs/ID/logs; --stream, --since and --tail pick among them); --grep: the API's\n"
+    "LogSearchResult pages of GET /api/v1/logs/search, one a line (up to --limit hits).\n"
     "Exit status: 0 when something matched, 1 when nothing did (as grep), 2 on bad usage or an error.\n";
 
 static const char *const stream_names[] = { "", "stdout", "stderr", "system" };
 
 static const char *stream_name(int s) { return s >= 1 && s <= 3 ? stream_names[s] : ""; }
-
-static void json_line(const kestrel_log_line *l)
-{
-    printf("{\"offset\":%" PRId64 ",\"time_ms\":%" PRId64 ",\"stream\":\"%s\",\"text\":", l->offset, l->time_ms,
-           stream_name(l->stream));
-    cli_json_string(stdout, l->text);
-    printf("}");
-}
 
 /* How a job's lines are shown (kestrel logs ID). */
 typedef struct {
@@ -61,12 +56,6 @@ typedef struct {
 static void show(const show_state *s, const kestrel_log_line *l)
 {
     FILE *f = s->split && l->stream == KESTREL_LOG_STDERR ? stderr : stdout;
-    if (s->ctx->json) {
-        json_line(l);
-        printf("\n");
-        fflush(stdout);
-        return;
-    }
     if (s->timestamps) {
         char when[40];
         time_t t = (time_t)(l->time_ms / 1000);
@@ -136,31 +125,13 @@ static void print_hit_line(const kestrel_log_hit *h, const kestrel_log_line *l, 
 static int on_hit(const kestrel_log_hit *h, void *payload)
 {
     search_state *s = payload;
-    if (s->ctx->json) {
-        printf("{\"job_id\":%" PRId64 ",\"job_name\":", h->job_id);
-        cli_json_string(stdout, h->job_name);
-        printf(",\"line\":");
-        json_line(h->line);
-        printf(",\"before\":[");
-        for (size_t i = 0; i < h->n_before; i++) {
-            printf(i ? "," : "");
-            json_line(&h->before[i]);
-        }
-        printf("],\"after\":[");
-        for (size_t i = 0; i < h->n_after; i++) {
-            printf(i ? "," : "");
-            json_line(&h->after[i]);
-        }
-        printf("]}\n");
-    } else {
-        if (s->context && s->hits)
-            printf("--\n");
-        for (size_t i = 0; i < h->n_before; i++)
-            print_hit_line(h, &h->before[i], '-');
-        print_hit_line(h, h->line, ':');
-        for (size_t i = 0; i < h->n_after; i++)
-            print_hit_line(h, &h->after[i], '-');
-    }
+    if (s->context && s->hits)
+        printf("--\n");
+    for (size_t i = 0; i < h->n_before; i++)
+        print_hit_line(h, &h->before[i], '-');
+    print_hit_line(h, h->line, ':');
+    for (size_t i = 0; i < h->n_after; i++)
+        print_hit_line(h, &h->after[i], '-');
     s->hits++;
     return 0;
 }
@@ -190,7 +161,7 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
     kestrel_log_search_options so = KESTREL_LOG_SEARCH_OPTIONS_INIT;
     search_state st = { ctx, 0, 0 };
     show_state sh;
-    const char *grep = NULL;
+    const char *grep = NULL, *state_arg = NULL;
     int64_t id = 0, secs;
     int c, rc;
     char *end;
@@ -232,6 +203,7 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
         case 'i': so.ignore_case = 1; break;
         case 'j': if (cli_job_id(optarg, &so.job_id) < 0) return 2; break;
         case 's':
+            state_arg = optarg;
             if (!(so.state = state_by_name(optarg))) {
                 fprintf(stderr, "kestrel: --state takes queued, running, succeeded, failed, cancelled or preempted\n");
                 return 2;
@@ -287,6 +259,8 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
             so.job_id = id;
         if (cli_connect(ctx) < 0)
             return 2;   /* 1 means "nothing matched" here */
+        if (ctx->json)
+            return cli_log_search_json(ctx, grep, &so, state_arg);
         if ((rc = kestrel_logs_search(ctx->client, grep, &so, on_hit, &st)) < 0) {
             cli_fail("logs --grep", rc);
             return 2;
@@ -297,6 +271,10 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
         return cli_usage_error("logs");
     if (cli_connect(ctx) < 0)
         return 1;
+    if (ctx->json)
+        return cli_logs_json(ctx, id, o.offset, o.follow,
+                             sh.stream ? (sh.stream == KESTREL_LOG_STDOUT ? "STDOUT" : "STDERR") : NULL, sh.since_ms,
+                             sh.tail);
     if (sh.tail > 0) {   /* the last N lines of what is stored, then (-f) what comes */
         int follow = o.follow;
         int64_t next = 0;

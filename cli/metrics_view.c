@@ -26,8 +26,8 @@ static int cmp_i64(const void *a, const void *b)
 
 static int term_width(void)
 {
-    struct winsize ws;
-    return isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40 ? ws.ws_col : 100;
+    int cols = cli_term_columns();
+    return cols ? cols : 100;
 }
 
 /* One family's pivot: STEP, then a column per name, the latest value reported for each step. */

@@ -50,28 +50,28 @@ int cmd_alerts(cli_ctx *ctx, int argc, char **argv)
         return cli_usage_error("alerts");
     if (cli_connect(ctx) < 0)
         return 1;
+    if (ctx->json) {   /* the API's AlertList, as curl shows it */
+        char path[256], jb[24] = "", lb[16] = "";
+        const char *const query[] = { "job", jb, "limit", lb, NULL };
+        int st;
+        if (job)
+            snprintf(jb, sizeof(jb), "%" PRId64, job);
+        if (limit)
+            snprintf(lb, sizeof(lb), "%d", limit);
+        st = cli_api_path(path, sizeof(path), "/api/v1/alerts", query) < 0 ? 2 : cli_print_api_json(ctx, path);
+        if (st != 1)
+            return st ? 1 : 0;
+    }
     if ((rc = kestrel_alerts_get(&l, ctx->client, job, limit)) < 0)
         return cli_fail("alerts", rc);
-    if (!ctx->json)
-        printf("%-6s %-19s %-7s %-16s %-10s %-9s %s\n", "ID", "TIME", "JOB", "KIND", "SEVERITY", "DELIVERY", "MESSAGE");
+    cli_row("%-6s %-19s %-7s %-16s %-10s %-9s %s", "ID", "TIME", "JOB", "KIND", "SEVERITY", "DELIVERY", "MESSAGE");
     for (size_t i = 0; i < kestrel_alert_list_count(l); i++) {
         const kestrel_alert *a = kestrel_alert_list_at(l, i);
         const char *d = a->delivery >= 0 && a->delivery <= 3 ? delivery[a->delivery] : "?";
         char t[32];
-        if (ctx->json) {
-            printf("{\"id\":%" PRId64 ",\"time_ms\":%" PRId64 ",\"job_id\":%" PRId64 ",\"job_name\":", a->id, a->time_ms,
-                   a->job_id);
-            cli_json_string(stdout, a->job_name);
-            printf(",\"owner\":");
-            cli_json_string(stdout, a->owner);
-            printf(",\"kind\":\"%s\",\"severity\":\"%s\",\"delivery\":\"%s\",\"message\":", a->kind, a->severity, d);
-            cli_json_string(stdout, a->message);
-            printf("}\n");
-        } else {
-            when(t, sizeof(t), a->time_ms);
-            printf("%-6" PRId64 " %-19s %-7" PRId64 " %-16s %-10s %-9s %s\n", a->id, t, a->job_id, a->kind, a->severity,
-                   d, a->message);
-        }
+        when(t, sizeof(t), a->time_ms);
+        cli_row("%-6" PRId64 " %-19s %-7" PRId64 " %-16s %-10s %-9s %s", a->id, t, a->job_id, a->kind, a->severity, d,
+                a->message);
     }
     kestrel_alert_list_free(l);
     return 0;
@@ -107,12 +107,12 @@ int cli_print_gpu_telemetry(cli_ctx *ctx, int64_t id)
                    u->mean_utilization, u->max_utilization, (double)u->peak_memory / (1 << 30), u->samples);
         }
         if (kestrel_gpu_telemetry_sample_count(t))
-            printf("%-19s %-44s %5s %12s\n", "TIME", "GPU", "UTIL", "MEMORY");
+            cli_row("%-19s %-44s %5s %12s", "TIME", "GPU", "UTIL", "MEMORY");
         for (size_t i = 0; i < kestrel_gpu_telemetry_sample_count(t); i++) {
             const kestrel_gpu_sample *s = kestrel_gpu_telemetry_sample_at(t, i);
             char w[32];
             when(w, sizeof(w), s->time_ms);
-            printf("%-19s %-44s %4d%% %9.2f GiB\n", w, s->uuid, s->utilization, (double)s->memory_used / (1 << 30));
+            cli_row("%-19s %-44s %4d%% %9.2f GiB", w, s->uuid, s->utilization, (double)s->memory_used / (1 << 30));
         }
     }
     kestrel_gpu_telemetry_free(t);

@@ -69,10 +69,10 @@ int cmd_queue(cli_ctx *ctx, int argc, char **argv)
         }
         printf("\n]\n");
     } else {
-        printf("%-4s %-8s %-8s %-4s %-20s %s\n", "POS", "ID", "PRIORITY", "GPUS", "NAME", "WAITING FOR");
+        cli_row("%-4s %-8s %-8s %-4s %-20s %s", "POS", "ID", "PRIORITY", "GPUS", "NAME", "WAITING FOR");
         for (size_t i = 0; i < kestrel_queue_count(q); i++) {
             const kestrel_job *j = kestrel_queue_job(q, i);
-            printf("%-4d %-8" PRId64 " %-8s %-4d %-20.20s %s\n", kestrel_queue_position(q, i), kestrel_job_id(j),
+            cli_row("%-4d %-8" PRId64 " %-8s %-4d %-20.20s %s", kestrel_queue_position(q, i), kestrel_job_id(j),
                    kestrel_priority_name(kestrel_job_priority(j)), kestrel_job_gpus(j),
                    kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-", kestrel_queue_reason(q, i));
         }
@@ -185,10 +185,10 @@ int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
     } else if (plot) {
         cli_metrics_plot(m);
     } else if (flat) {
-        printf("%-28s %8s %14s\n", "NAME", "STEP", "VALUE");
+        cli_row("%-28s %8s %14s", "NAME", "STEP", "VALUE");
         for (size_t i = 0; i < kestrel_metric_list_count(m); i++) {
             const kestrel_metric *p = kestrel_metric_list_at(m, i);
-            printf("%-28s %8" PRId64 " %14.6g\n", p->name, p->step, p->value);
+            cli_row("%-28s %8" PRId64 " %14.6g", p->name, p->step, p->value);
         }
     } else {
         cli_metrics_pivot(m);

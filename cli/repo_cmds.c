@@ -236,7 +236,7 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
         if ((rc = kestrel_model_versions_get(&vl, ctx->client, argv[1])) < 0)
             return cli_fail("models", rc);
         if (!ctx->json)
-            printf("%-8s %12s %-16s %-20s %s\n", "VERSION", "BYTES", "SHA256", "CREATED", "ALIASES / METADATA");
+            cli_row("%-8s %12s %-16s %-20s %s", "VERSION", "BYTES", "SHA256", "CREATED", "ALIASES / METADATA");
         else
             printf("[");
         for (size_t i = 0; i < kestrel_model_versions_count(vl); i++) {
@@ -253,7 +253,7 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
                 struct tm tm;
                 localtime_r(&t, &tm);
                 strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-                printf("%-8" PRId64 " %12" PRId64 " %-16.16s %-20s %s %s\n", v->version, v->size, v->sha256, when,
+                cli_row("%-8" PRId64 " %12" PRId64 " %-16.16s %-20s %s %s", v->version, v->size, v->sha256, when,
                        v->aliases, strcmp(v->metadata_json, "{}") ? v->metadata_json : "");
             }
         }

@@ -25,17 +25,14 @@ const char cli_help_token[] =
     "  revoke   the token gets 401 from now on\n";
 
 
-static void print_time(int64_t ms, const char *none)
+static void fmt_time(char *buf, size_t n, int64_t ms, const char *none)
 {
-    char buf[32];
     time_t t = (time_t)(ms / 1000);
     struct tm tm;
-    if (ms <= 0) {
-        printf("%-20s", none);
-        return;
-    }
-    strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", gmtime_r(&t, &tm));
-    printf("%-20s", buf);
+    if (ms <= 0)
+        snprintf(buf, n, "%s", none);
+    else
+        strftime(buf, n, "%Y-%m-%d %H:%M:%S", gmtime_r(&t, &tm));
 }
 
 const struct option cli_opts_token_create[] = {
@@ -113,36 +110,26 @@ static int token_list(cli_ctx *ctx, int argc, char **argv)
     }
     if (cli_connect(ctx) < 0)
         return 1;
+    if (ctx->json) {   /* the API's TokenList, as curl shows it */
+        char path[512];
+        const char *const query[] = { "user", user, NULL };
+        int st = cli_api_path(path, sizeof(path), "/api/v1/tokens", query) < 0 ? 2 : cli_print_api_json(ctx, path);
+        if (st != 1)
+            return st ? 1 : 0;
+    }
     if ((rc = kestrel_token_list_get(&l, ctx->client, user)) < 0)
         return cli_fail("token list", rc);
-    if (ctx->json)
-        printf("{\"tokens\": [");
-    else
-        printf("%-5s %-16s %-6s %-20s %-20s %-8s %s\n", "ID", "USER", "SCOPE", "CREATED", "EXPIRES", "STATE", "NAME");
+    cli_row("%-5s %-16s %-6s %-20s %-20s %-8s %s", "ID", "USER", "SCOPE", "CREATED", "EXPIRES", "STATE", "NAME");
     for (size_t i = 0; i < kestrel_token_list_count(l); i++) {
         const kestrel_token_info *t = kestrel_token_list_at(l, i);
         int expired = t->expires_ms && t->expires_ms <= (int64_t)time(NULL) * 1000;
         const char *state = t->revoked_ms ? "revoked" : expired ? "expired" : "live";
-        if (ctx->json) {
-            printf("%s{\"id\": %" PRId64 ", \"user\": ", i ? ", " : "", t->id);
-            cli_json_string(stdout, t->user);
-            printf(", \"scope\": \"%s\", \"state\": \"%s\", \"created_ms\": %" PRId64 ", \"expires_ms\": %" PRId64
-                   ", \"revoked_ms\": %" PRId64 ", \"hint\": ", t->scope, state, t->created_ms, t->expires_ms,
-                   t->revoked_ms);
-            cli_json_string(stdout, t->hint);
-            printf(", \"name\": ");
-            cli_json_string(stdout, t->name);
-            printf("}");
-            continue;
-        }
-        printf("%-5" PRId64 " %-16s %-6s ", t->id, t->user, t->scope);
-        print_time(t->created_ms, "-");
-        printf(" ");
-        print_time(t->expires_ms, "never");
-        printf(" %-8s %s%s…%s\n", state, t->name, t->name[0] ? " " : "", t->hint);
+        char created[32], expires[32];
+        fmt_time(created, sizeof(created), t->created_ms, "-");
+        fmt_time(expires, sizeof(expires), t->expires_ms, "never");
+        cli_row("%-5" PRId64 " %-16s %-6s %-20s %-20s %-8s %s%s…%s", t->id, t->user, t->scope, created, expires, state,
+                t->name, t->name[0] ? " " : "", t->hint);
     }
-    if (ctx->json)
-        printf("]}\n");
     kestrel_token_list_free(l);
     return 0;
 }

@@ -71,9 +71,8 @@ def test_gpu_telemetry_per_job_and_the_idle_gpu_alert(daemon, tmp_path):
     write_gpus(gpus, utils, tuple(used))
     wait_for(lambda: any("idle GPU" in r for r in events(d, idle)), 20, "the idle-GPU event")
     assert not any("idle GPU" in r for r in events(d, busy))
-    alerts = json.loads("[" + ",".join(d.cli("-o", "json", "alerts", env=d.env(KESTREL_TOKEN=alice)).stdout
-                                       .splitlines()) + "]")
-    assert [(a["job_id"], a["kind"]) for a in alerts] == [(int(idle), "idle-gpu")]
+    alerts = json.loads(d.cli("-o", "json", "alerts", env=d.env(KESTREL_TOKEN=alice)).stdout)["alerts"]   # the API's
+    assert [(int(a["job_id"]), a["kind"]) for a in alerts] == [(int(idle), "idle-gpu")]
     assert held in alerts[0]["message"]
     time.sleep(2)
     t = json.loads(d.cli("-o", "json", "metrics", "--gpu", str(busy)).stdout)
@@ -175,8 +174,8 @@ def test_log_policies_retries_and_the_signed_webhook(daemon, tmp_path):
         p = d.cli("submit", "--log-policy", "x:alert=(unclosed", "--", "true", check=False)
         assert p.returncode != 0 and "regex" in p.stderr
 
-        kinds = sorted((a["kind"], a["job_id"]) for a in
-                       (json.loads(l) for l in d.cli("-o", "json", "alerts").stdout.splitlines()))
+        kinds = sorted((a["kind"], int(a["job_id"])) for a in
+                       json.loads(d.cli("-o", "json", "alerts").stdout)["alerts"])
         assert kinds == sorted([("log-policy", int(oom)), ("log-policy", int(ecc)), ("log-policy", int(disk)),
                                 ("log-policy", int(own)), ("nan-loss", int(nan))]), kinds
         # the receiver refused the first two POSTs: delivered later, each signed
@@ -190,10 +189,10 @@ def test_log_policies_retries_and_the_signed_webhook(daemon, tmp_path):
         bodies = [json.loads(b) for _, b, _ in Receiver.got]
         assert {b["kind"] for b in bodies} == {"log-policy", "nan-loss"}
         assert all(b["job_id"] and b["message"] and b["severity"] for b in bodies)
-        wait_for(lambda: all(json.loads(l)["delivery"] == "delivered"
-                             for l in d.cli("-o", "json", "alerts").stdout.splitlines()), 30, "all delivered")
+        wait_for(lambda: all(a["delivery"] == 1   # 1: delivered to the webhook
+                             for a in json.loads(d.cli("-o", "json", "alerts").stdout)["alerts"]), 30, "all delivered")
         # another user sees none of these
         bob = token_for(d, "bob")
-        assert d.cli("-o", "json", "alerts", env=d.env(KESTREL_TOKEN=bob)).stdout.strip() == ""
+        assert json.loads(d.cli("-o", "json", "alerts", env=d.env(KESTREL_TOKEN=bob)).stdout) == {"alerts": []}
     finally:
         srv.shutdown()

@@ -117,6 +117,49 @@ def test_jobs_table_says_who_where_how_long_and_why_a_job_waits(kestreld):
     k.cli("cancel", hold)
 
 
+def _on_a_terminal(k, columns, *args):
+    """Run the CLI with stdout on a pseudo-terminal of the given width; its output lines."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    p = subprocess.Popen([KESTREL_CLI, *args], stdout=slave, stderr=subprocess.PIPE, env=k.env())
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:   # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(30) == 0, p.stderr.read()
+    return out.decode().replace("\r\n", "\n").splitlines()
+
+
+def test_tables_fit_a_terminal_and_are_whole_when_piped(kestreld):
+    k = kestreld
+    long = "a-very-long-job-name-" + "é" * 30
+    hold = submit(k, "--gpus", "2", "--", "sleep", "30")["id"]
+    k.wait_state(hold, "RUNNING")
+    jid = submit(k, "--name", long, "--gpus", "1", "--", "true")["id"]   # waits for a GPU
+    k.cli("token", "create", "--name", "n" * 80)
+    for argv in (("jobs",), ("queue",), ("token", "list"), ("-o", "wide", "jobs")):
+        lines = _on_a_terminal(k, 60, *argv)
+        assert lines and all(len(l) <= 60 for l in lines), (argv, lines)
+        piped = k.cli(*argv).stdout.splitlines()
+        assert max(len(l) for l in piped) > 60, (argv, piped)   # piped: nothing cut
+    row = [l for l in _on_a_terminal(k, 60, "jobs") if l.startswith(jid)][0]
+    assert "~" in row and "\ufffd" not in row   # cut at a whole character
+    assert long in k.cli("jobs").stdout
+    k.cli("cancel", jid)
+    k.cli("cancel", hold)
+
+
 def test_metrics_pivot_plot_and_compare(kestreld):
     k = kestreld
     a = submit(k, "--param", "lr=0.1", "--param", "bs=32", "--", "true")["id"]
@@ -162,7 +205,7 @@ def test_output_format_anywhere_and_yaml(kestreld):
     y = k.cli("status", jid, "-o", "yaml").stdout
     assert y.startswith("---") and "name: fmt" in y and 'id: "%s"' % jid in y
     lines = k.cli("logs", jid, "-o", "yaml").stdout
-    assert lines.count("---") == 2 and "text: one" in lines and "stream: stderr" in lines
+    assert lines.count("---") == 2 and "text: one" in lines and "stream: STDERR" in lines
     assert k.cli("status", jid, "-o", "xml", check=False).returncode == 2
     # every read command's -o json is the server's own reply to the same GET (as curl shows it)
     k.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": [{"name": "loss", "step": 1, "value": 0.5}]})
@@ -170,7 +213,9 @@ def test_output_format_anywhere_and_yaml(kestreld):
                        (("metrics", "--name", "loss", jid), f"/api/v1/jobs/{jid}/metrics?name=loss"),
                        (("explain", jid), f"/api/v1/jobs/{jid}/explain"), (("queue",), "/api/v1/queue"),
                        (("nodes",), "/api/v1/nodes"), (("models",), "/api/v1/models"),
-                       (("jobs", "--state", "succeeded"), "/api/v1/jobs?state=SUCCEEDED&page_size=50")):
+                       (("jobs", "--state", "succeeded"), "/api/v1/jobs?state=SUCCEEDED&page_size=50"),
+                       (("alerts", "--limit", "5"), "/api/v1/alerts?limit=5"), (("token", "list"), "/api/v1/tokens"),
+                       (("logs", "--grep", "one", "--job", jid), f"/api/v1/logs/search?q=one&job={jid}&limit=100")):
         mine = json.loads(k.cli(*argv, "-o", "json").stdout)
         status, api = k.api("GET", path)
         if argv[0] == "status":   # a job's GET carries its GPU totals; the same fields otherwise
@@ -223,7 +268,8 @@ def test_submit_follow_wait_status(kestreld):
     text = kestreld.cli("status", jid).stdout
     assert "SUCCEEDED" in text and "cli-job" in text
     lines = [json.loads(l) for l in kestreld.cli("-o", "json", "logs", jid).stdout.splitlines()]
-    assert [l["stream"] for l in lines] == ["stdout", "stderr", "stdout"]
+    assert [l["stream"] for l in lines] == ["STDOUT", "STDERR", "STDOUT"]
+    assert lines == kestreld.api("GET", f"/api/v1/jobs/{jid}/logs")[1]["lines"]   # the API's LogLine objects
     jobs = json.loads(kestreld.cli("-o", "json", "jobs", "--label", "team=vision").stdout)   # the API's JobList
     assert [j["id"] for j in jobs["jobs"]] == [jid]
     status, api = kestreld.api("GET", "/api/v1/jobs?label=team%3Dvision&page_size=50")

@@ -234,7 +234,8 @@ def grep(d, *args, token=None, check=True):
     p = d.cli("-o", "json", "logs", "--grep", *args, check=False, env=d.env(KESTREL_TOKEN=token or d.token))
     if check:
         assert p.returncode in (0, 1), p.stderr
-    return p, [json.loads(l) for l in p.stdout.splitlines()]
+    # the API's LogSearchResult pages, one a line; its int64 fields are strings
+    return p, [h for l in p.stdout.splitlines() for h in json.loads(l)["hits"]]
 
 
 def test_log_search_across_jobs_sees_only_what_the_caller_may(kestreld, tmp_path):
@@ -248,12 +249,12 @@ def test_log_search_across_jobs_sees_only_what_the_caller_may(kestreld, tmp_path
     for j in a + [b]:
         d.wait(j)
     _, hits = grep(d, "out of memory", token=alice)
-    assert sorted(h["job_id"] for h in hits) == sorted(a)
-    assert all(h["line"]["stream"] == "stderr" and "CUDA out of memory" in h["line"]["text"] for h in hits)
+    assert sorted(int(h["job_id"]) for h in hits) == sorted(a)
+    assert all(h["stream"] == "STDERR" and "CUDA out of memory" in h["text"] for h in hits)
     _, hits = grep(d, "out of memory", token=bob)
-    assert [h["job_id"] for h in hits] == [b]
+    assert [int(h["job_id"]) for h in hits] == [b]
     _, hits = grep(d, "out of memory")
-    assert sorted(h["job_id"] for h in hits) == sorted(a + [b])
+    assert sorted(int(h["job_id"]) for h in hits) == sorted(a + [b])
     # bob cannot name alice's job, and his search of it is empty (no 403 that would tell it exists)
     p, hits = grep(d, "out of memory", "--job", str(a[0]), token=bob)
     assert p.returncode == 1 and hits == []
@@ -263,7 +264,7 @@ def test_log_search_across_jobs_sees_only_what_the_caller_may(kestreld, tmp_path
     _, hits = grep(d, r"allocate [0-9]+\.[0-9]+ GiB", "--regex", "-C", "1", "--job", str(a[1]), token=alice)
     assert len(hits) == 1 and [l["text"] for l in hits[0]["before"]] != [] and hits[0]["after"] != []
     _, hits = grep(d, "loss=(nan|inf)", "--regex")
-    assert [h["job_id"] for h in hits] == [b]
+    assert [int(h["job_id"]) for h in hits] == [b]
     _, hits = grep(d, "st.p [0-9]", "--regex", "--state", "succeeded", token=bob)
     assert len(hits) == 3
     # the same from Python
@@ -303,12 +304,12 @@ def test_log_search_pages_past_a_thousand_hits_and_a_job_token_sees_its_own_job(
     d.wait(many)
     _, hits = grep(d, "needle", "--limit", "1200")
     assert len(hits) == 1200
-    assert [h["line"]["offset"] for h in hits] == list(range(1499, 299, -1))   # newest first, no gap at the page
+    assert [int(h["offset"]) for h in hits] == list(range(1499, 299, -1))   # newest first, no gap at the page
     # from inside a job, its token finds its own lines and never another job's
     job = int(d.submit("--", "sh", "-c", f"echo needle inside; sleep 1; '{KESTREL_CLI}' -o json logs --grep needle"))
     d.wait(job)
-    found = [json.loads(l) for l in d.cli("logs", str(job)).stdout.splitlines() if l.startswith("{")]
-    assert [h["job_id"] for h in found] == [job] and found[0]["line"]["text"] == "needle inside"
+    found = [h for l in d.cli("logs", str(job)).stdout.splitlines() if l.startswith("{") for h in json.loads(l)["hits"]]
+    assert [int(h["job_id"]) for h in found] == [job] and found[0]["text"] == "needle inside"
 
 
 def test_lines_dropped_past_max_log_bytes_leave_the_index_and_it_stays_sound(daemon, tmp_path):
@@ -318,7 +319,7 @@ def test_lines_dropped_past_max_log_bytes_leave_the_index_and_it_stays_sound(dae
                        "echo middle-line $i padding-padding-padding-padding-padding; i=$((i+1)); done; echo tail-marker"))
     d.wait(big)
     _, hits = grep(d, "head-marker")
-    assert [h["line"]["offset"] for h in hits] == [0]
+    assert [int(h["offset"]) for h in hits] == [0]
     _, hits = grep(d, "tail-marker")
     assert len(hits) == 1
     offsets = {int(l["offset"]) for l in d.api("GET", f"/api/v1/jobs/{big}/logs?offset=0")[1]["lines"]}
@@ -326,8 +327,8 @@ def test_lines_dropped_past_max_log_bytes_leave_the_index_and_it_stays_sound(dae
     stored = json.loads(d.cli("-o", "json", "status", str(big)).stdout)
     assert hits and len(hits) < 11111   # those of the middle that were dropped are gone from the index too
     for h in hits:   # every hit is a line that is still stored
-        status, chunk = d.api("GET", f"/api/v1/jobs/{big}/logs?offset={h['line']['offset']}&limit=1")
-        assert status == 200 and chunk["lines"][0]["text"] == h["line"]["text"]
+        status, chunk = d.api("GET", f"/api/v1/jobs/{big}/logs?offset={h['offset']}&limit=1")
+        assert status == 200 and chunk["lines"][0]["text"] == h["text"]
     assert offsets and stored["state"] == "SUCCEEDED"
     d.stop()
     with sqlite3.connect(d.data / "catalog.db") as c:

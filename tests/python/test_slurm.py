@@ -88,7 +88,7 @@ def test_a_job_per_pool_and_gpu_type(d):
     assert "exit code 3" in job["reason"]
     lines = [json.loads(l) for l in d.cli("-o", "json", "logs", str(c)).stdout.splitlines()]
     streams = {(l.get("stream"), l.get("text")) for l in lines}
-    assert ("stdout", "out") in streams and ("stderr", "err") in streams, lines
+    assert ("STDOUT", "out") in streams and ("STDERR", "err") in streams, lines
 
 
 def test_git_source_and_work_dir_on_the_shared_data_dir(d, tmp_path):

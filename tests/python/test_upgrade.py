@@ -42,7 +42,7 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
         assert "hello-from-wave1" in d.cli("logs", jid).stdout
         # its old lines are in the search index (migration 5 indexed them), its pool on /metrics
         hits = d.cli("-o", "json", "logs", "--grep", "hello-from-wave1", env=d.env(KESTREL_TOKEN=alice)).stdout
-        assert [json.loads(l)["job_id"] for l in hits.splitlines()] == [int(jid)]
+        assert [int(h["job_id"]) for l in hits.splitlines() for h in json.loads(l)["hits"]] == [int(jid)]
         import urllib.request
         req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
         expo = urllib.request.urlopen(req, timeout=30).read().decode()
@@ -99,16 +99,16 @@ def test_a_data_dir_of_the_last_landed_kestreld_opens_with_search_metrics_and_po
         jid = int(jobs[0]["id"])
         deadline = time.time() + 20   # the migration queued the old lines; the indexer takes them in
         while True:
-            hits = [json.loads(l) for l in d.cli("-o", "json", "logs", "--grep", "out of memory", check=False,
-                                                 env=d.env(KESTREL_TOKEN=alice)).stdout.splitlines()]
+            hits = [h for l in d.cli("-o", "json", "logs", "--grep", "out of memory", check=False,
+                                     env=d.env(KESTREL_TOKEN=alice)).stdout.splitlines() for h in json.loads(l)["hits"]]
             if hits or time.time() > deadline:
                 break
             time.sleep(0.2)
-        assert [(h["job_id"], h["line"]["text"]) for h in hits] == [(jid, "RuntimeError: CUDA out of memory. "
+        assert [(int(h["job_id"]), h["text"]) for h in hits] == [(jid, "RuntimeError: CUDA out of memory. "
                                                                          "Tried to allocate 1 GiB")]
         req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
         assert 'kestrel_jobs{state="succeeded",pool="",class="normal"} 1' in urllib.request.urlopen(req).read().decode()
-        assert d.cli("-o", "json", "alerts", env=d.env(KESTREL_TOKEN=alice)).stdout.strip() == ""
+        assert json.loads(d.cli("-o", "json", "alerts", env=d.env(KESTREL_TOKEN=alice)).stdout) == {"alerts": []}
         out = tmp_path / "m.bin"
         d.cli("pull", "alice/m@production", "-o", str(out), env=d.env(KESTREL_TOKEN=alice))
         import hashlib
