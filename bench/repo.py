@@ -14,6 +14,7 @@ Figures (each beside the limit or peer measured here, on the same disk and loopb
   re-push after changing 5 % in 8 regions     bytes sent (goal <= 7 %)
   Keras: save, fine-tune with the base frozen, save again; and with every layer trained
   client peak RSS of the push                 vs the bound 64 MiB + 2 max chunks
+  datasets of many small files                bench/repo_dataset.py: push and pull vs tar (goal <= 1.5x)
 """
 import json
 import os
@@ -296,6 +297,9 @@ def main():
 
         print("keras")
         keras_case(cli, env, work)
+
+        from repo_dataset import dataset_cases   # datasets of many small files, beside tar
+        dataset_cases(cli, env, work)
     finally:
         for p in (server, registry):
             if p:

@@ -1,0 +1,82 @@
+"""bench/repo_dataset.py - the repository with datasets of many small files (part of make bench-repo).
+
+Two directories, each pushed to and pulled from the same kestreld as bench/repo.py, each beside tar
+on the same disk in the same run (goal: push and pull each <= 1.5x tar):
+  KESTREL_BENCH_FILES files of 8-56 KB (default 20,000, about 620 MiB)
+        push  vs  tar -cf to a file, then sync            (what writing the bytes once durably costs)
+        pull  vs  tar -c | tar -x into a new directory, then sync
+  KESTREL_BENCH_TINY_FILES files of 4 KB (default 50,000; the issue's case is 200,000), and a tenth
+        as many: the time a file at each count (10x the files must not cost more than 10x the time)
+The client's peak RSS is printed with each (it must stay bounded, whatever the count).
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+
+from repo import MIB, drop_page_cache, run
+
+
+def make_tree(root, count, sizes, seed):
+    """count files of random bytes (sizes: a (lo, hi) range in bytes) under root, 1,000 a directory."""
+    rnd = random.Random(seed)
+    total = 0
+    for i in range(count):
+        d = os.path.join(root, f"d{i // 1000:03d}")
+        if i % 1000 == 0:
+            os.makedirs(d, exist_ok=True)
+        n = rnd.randint(*sizes)
+        with open(os.path.join(d, f"f{i:06d}.bin"), "wb") as f:
+            f.write(os.urandom(n))
+        total += n
+    return total
+
+
+def tar_baselines(src, work):
+    """(seconds to tar src to a file and sync it, seconds to copy it through tar | tar and sync)."""
+    out = os.path.join(work, "baseline.tar")
+    drop_page_cache()
+    t_pack = run(["sh", "-c", f"tar -cf '{out}' -C '{src}' . && sync '{out}'"])[0]
+    os.unlink(out)
+    dest = os.path.join(work, "baseline.dir")
+    os.makedirs(dest)
+    drop_page_cache()
+    t_copy = run(["sh", "-c", f"tar -cf - -C '{src}' . | tar -xf - -C '{dest}' && sync"])[0]
+    shutil.rmtree(dest)
+    return t_pack, t_copy
+
+
+def one_case(cli, env, work, label, name, count, sizes, seed):
+    src = os.path.join(work, name)
+    total = make_tree(src, count, sizes, seed)
+    mib = total / MIB
+    t_tar, t_tar_copy = tar_baselines(src, work)
+    drop_page_cache()
+    t_push, out, rss_push = run([cli, "-o", "json", "push", f"bench/{name}", src], env=env)
+    pushed = json.loads(out)
+    dest = os.path.join(work, name + ".pulled")
+    shutil.rmtree(env["KESTREL_CACHE_DIR"], ignore_errors=True)
+    drop_page_cache()
+    t_pull, _, rss_pull = run(["sh", "-c", f"'{cli}' pull bench/{name} --dest '{dest}' && sync"], env=env)
+    same = subprocess.run(["diff", "-rq", src, dest], stdout=subprocess.DEVNULL).returncode == 0
+    shutil.rmtree(dest)
+    shutil.rmtree(src)
+    print(f"{label}: {count} files, {mib:.0f} MiB (version {pushed.get('version')})")
+    print(f"  kestrel push          {t_push:6.2f} s   {1000 * t_push / count:6.3f} ms a file   peak RSS "
+          f"{rss_push / 1024:.1f} MiB")
+    print(f"  tar -cf + sync        {t_tar:6.2f} s   -> push at {t_push / t_tar:.2f}x tar (goal <= 1.5x)")
+    print(f"  kestrel pull + sync   {t_pull:6.2f} s   {1000 * t_pull / count:6.3f} ms a file   peak RSS "
+          f"{rss_pull / 1024:.1f} MiB   (tree {'identical' if same else 'DIFFERS'})")
+    print(f"  tar | tar + sync      {t_tar_copy:6.2f} s   -> pull at {t_pull / t_tar_copy:.2f}x tar (goal <= 1.5x)")
+    return t_push / count, t_pull / count
+
+
+def dataset_cases(cli, env, work):
+    files = int(os.environ.get("KESTREL_BENCH_FILES", "20000"))
+    tiny = int(os.environ.get("KESTREL_BENCH_TINY_FILES", "50000"))
+    one_case(cli, env, work, "dataset", "dataset", files, (8 << 10, 56 << 10), 1)
+    push_s, pull_s = one_case(cli, env, work, "tiny files, a tenth", "tiny-tenth", tiny // 10, (4 << 10, 4 << 10), 2)
+    push_l, pull_l = one_case(cli, env, work, "tiny files", "tiny", tiny, (4 << 10, 4 << 10), 3)
+    print(f"  linear in the count: a file of {tiny} costs {push_l / push_s:.2f}x (push) and {pull_l / pull_s:.2f}x "
+          f"(pull) a file of {tiny // 10} (goal <= 1.2x)")
