@@ -53,8 +53,9 @@ int cli_logs_json(cli_ctx *ctx, int64_t id, int64_t offset, int follow, const ch
         char path[160];
         cJSON *root, *line;
         int n, eof;
+        /* --tail catches up without waiting (its last lines come first), then follows */
         snprintf(path, sizeof(path), "/api/v1/jobs/%" PRId64 "/logs?offset=%" PRId64 "%s", id, offset,
-                 follow ? "&wait_ms=10000" : "");
+                 follow && ring == NULL ? "&wait_ms=10000" : "");
         if ((root = get(ctx, path, "logs")) == NULL) {
             rc = 1;
             break;
@@ -107,7 +108,7 @@ int cli_log_search_json(cli_ctx *ctx, const char *pattern, const kestrel_log_sea
     if (o->since_ms)
         snprintf(since, sizeof(since), "%" PRId64, o->since_ms);
     while (hits < want) {   /* a page a line: the API gives at most 1000 hits a request */
-        char path[2400], limit[16], context[16] = "", *text;
+        char path[4 * 1024 + 512], limit[16], context[16] = "", *text;   /* q: 1024 bytes, 3x when encoded */
         const char *const query[] = { "q", pattern, "regex", o->regex ? "1" : NULL, "icase",
                                       o->ignore_case ? "1" : NULL, "job", job, "state", state, "since", since,
                                       "before", before, "limit", limit, "context", context, NULL };

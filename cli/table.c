@@ -1,7 +1,9 @@
 /* cli/table.c - how every table of the CLI meets a terminal: on a tty each line fits its width, cut
- * at a whole UTF-8 character with '~'; piped, nothing is cut (scripts and grep see every byte). */
+ * at a whole UTF-8 character with '~'; piped, nothing is cut (scripts and grep see every byte).
+ * A code point counts as one column (wide CJK characters take two on a terminal: such rows may wrap). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -10,7 +12,18 @@
 int cli_term_columns(void)
 {
     struct winsize ws;
-    return isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 40 ? ws.ws_col : 0;
+    return isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40 ? ws.ws_col : 0;
+}
+
+/* Bytes of the UTF-8 sequence at p: its lead byte's length, shortened at a NUL or a byte that does
+ * not continue it (so a malformed or cut sequence never reads past the string). */
+static size_t seq_len(const unsigned char *p)
+{
+    size_t want = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : (*p & 0xF8) == 0xF0 ? 4 : 1;
+    size_t len = 1;
+    while (len < want && (p[len] & 0xC0) == 0x80)
+        len++;
+    return len;
 }
 
 void cli_cell(char *out, size_t n, size_t *at, const char *s, int width, int cut)
@@ -20,13 +33,13 @@ void cli_cell(char *out, size_t n, size_t *at, const char *s, int width, int cut
     if (*at + 2 >= n)
         return;
     while (*p && *at + 8 < n) {
-        size_t len = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : 4;
+        size_t len = seq_len(p);
         if (cut && cols == width - 1 && p[len]) {   /* one column left and more to come */
             out[(*at)++] = '~';
             cols++;
             break;
         }
-        for (size_t k = 0; k < len && p[k]; k++)
+        for (size_t k = 0; k < len; k++)
             out[(*at)++] = (char)p[k];
         p += len;
         cols++;
@@ -40,28 +53,38 @@ void cli_cell(char *out, size_t n, size_t *at, const char *s, int width, int cut
 void cli_put_line(const char *line)
 {
     int width = cli_term_columns();
-    if (width) {
-        char fit[8192];
-        size_t at = 0;
-        cli_cell(fit, sizeof(fit), &at, line, width - 1, 1);
-        while (at && fit[at - 1] == ' ')
-            fit[--at] = '\0';
-        puts(fit);
-    } else {
+    char *fit;
+    size_t at = 0, size;
+    if (!width) {
         puts(line);
+        return;
     }
+    size = (size_t)width * 4 + 16;   /* width code points of up to 4 bytes */
+    if ((fit = malloc(size)) == NULL) {
+        puts(line);
+        return;
+    }
+    cli_cell(fit, size, &at, line, width - 1, 1);
+    while (at && fit[at - 1] == ' ')
+        fit[--at] = '\0';
+    puts(fit);
+    free(fit);
 }
 
 void cli_row(const char *fmt, ...)
 {
-    char line[8192];
+    char *line = NULL;
     va_list ap;
     size_t len;
+    int rc;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    rc = vasprintf(&line, fmt, ap);
     va_end(ap);
+    if (rc < 0)
+        return;
     len = strlen(line);
     if (len && line[len - 1] == '\n')
         line[len - 1] = '\0';
     cli_put_line(line);
+    free(line);
 }

@@ -113,8 +113,12 @@ static int token_list(cli_ctx *ctx, int argc, char **argv)
     if (ctx->json) {   /* the API's TokenList, as curl shows it */
         char path[512];
         const char *const query[] = { "user", user, NULL };
-        int st = cli_api_path(path, sizeof(path), "/api/v1/tokens", query) < 0 ? 2 : cli_print_api_json(ctx, path);
-        if (st != 1)
+        int st;
+        if (cli_api_path(path, sizeof(path), "/api/v1/tokens", query) < 0) {
+            fprintf(stderr, "kestrel: token list: --user is too long\n");
+            return 2;
+        }
+        if ((st = cli_print_api_json(ctx, path)) != 1)
             return st ? 1 : 0;
     }
     if ((rc = kestrel_token_list_get(&l, ctx->client, user)) < 0)

@@ -4,6 +4,7 @@ import os
 import pathlib
 import re
 import subprocess
+import time
 
 from conftest import KESTREL_CLI, KESTRELD
 
@@ -158,6 +159,27 @@ def test_tables_fit_a_terminal_and_are_whole_when_piped(kestreld):
     assert long in k.cli("jobs").stdout
     k.cli("cancel", jid)
     k.cli("cancel", hold)
+    # a line longer than any buffer stays whole when piped
+    (k.root / "m.bin").write_bytes(b"x")
+    k.cli("push", "admin/bigmeta", str(k.root / "m.bin"), "--meta", "k=" + "v" * 12000, "--meta", "z=tail-end")
+    listing = k.cli("models", "admin/bigmeta").stdout
+    assert "v" * 12000 in listing and "tail-end" in listing
+
+
+def test_logs_json_tail_then_follow_is_live(kestreld):
+    k = kestreld
+    jid = submit(k, "--", "sh", "-c", "for i in $(seq 12); do echo line$i; sleep 0.5; done")["id"]
+    k.wait_state(jid, "RUNNING")
+    time.sleep(2)
+    p = subprocess.Popen([KESTREL_CLI, "-o", "json", "logs", "--tail", "2", "-f", jid], stdout=subprocess.PIPE,
+                         env=k.env(), text=True)
+    first = json.loads(p.stdout.readline())   # the last lines come before the job ends, not after
+    assert k.job(jid)["state"] == "RUNNING" and first["text"].startswith("line")
+    rest = [json.loads(l)["text"] for l in p.stdout]
+    assert p.wait(30) == 0 and rest[-1] == "line12"
+    texts = [first["text"]] + rest
+    n = int(texts[0][4:])
+    assert texts == [f"line{i}" for i in range(n, 13)]   # nothing dropped after the tail
 
 
 def test_metrics_pivot_plot_and_compare(kestreld):
