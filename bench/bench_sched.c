@@ -1,12 +1,14 @@
 /* bench/bench_sched.c - the pure scheduler, measured.
  *
- * (a) One pass over 10,000 queued jobs and 64 nodes x 8 GPUs (half of them busy): median of 21
+ * (a) One pass over 10,000 queued jobs (10 % of them gangs of 2-4 ranks) and 64 nodes x 8 GPUs
+ *     (half of them busy): median of 21
  *     passes (queue in order, as the catalog index delivers it), beside the same pass under strict
  *     FIFO and a sort of the unordered queue, measured in the same run. Target: <= 5 ms.
  * (b) A trace of 200 mixed jobs (1/2/4/8 GPUs, 5-90 min, 70 % normal / 20 % high / 10 % urgent)
  *     on 4 nodes x 8 GPUs with a simulated clock (checkpoints every 10 min, preemption loses the
  *     work since the last one): device utilisation while the queue is non-empty and mean wait per
- *     class, side by side with strict FIFO on the same trace. Target: >= 95 % utilisation. */
+ *     class, side by side with strict FIFO on the same trace. Target: >= 95 % utilisation. The
+ *     same again with 10 % of the jobs gangs of 2-4 ranks (each rank its own GPUs, all at once). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,8 +93,11 @@ static void bench_pass(void)
             allocs[na++] = (kd_alloc){ 100000 + na, n, 2, &alloc_devs[n][2 * k], 1 + k, 1, 0, 0, 1, "", 0 };
         }
     }
-    for (int i = 0; i < NQ; i++)
+    for (int i = 0; i < NQ; i++) {
         queue[i] = make_job(i + 1, (int64_t)(rnd() % 1000000), sizes[rnd() % 8], class_of(rnd()));
+        if (i % 10 == 9)
+            queue[i].replicas = 2 + (int)(rnd() % 3);   /* 10 % gangs */
+    }
     /* kestreld hands the queue over in order (the catalog's queue index), so the pass does as well */
     qsort(queue, NQ, sizeof(kd_qjob), cmp_qjob);
     memset(&s, 0, sizeof(s));
@@ -136,7 +141,8 @@ static void bench_pass(void)
     qsort(t_kestrel, RUNS, sizeof(double), cmp_double);
     qsort(t_fifo, RUNS, sizeof(double), cmp_double);
     qsort(t_sort, RUNS, sizeof(double), cmp_double);
-    printf("  one pass, 10,000 queued x 64 nodes x 8 GPUs: median %.2f ms (target <= 5 ms)\n", t_kestrel[RUNS / 2]);
+    printf("  one pass, 10,000 queued (10 %% gangs) x 64 nodes x 8 GPUs: median %.2f ms (target <= 5 ms)\n",
+           t_kestrel[RUNS / 2]);
     printf("    strict FIFO pass on the same snapshot: %.2f ms (ratio %.2f); sort of the unordered queue: %.2f ms (ratio %.1f)\n",
            t_fifo[RUNS / 2], t_kestrel[RUNS / 2] / t_fifo[RUNS / 2], t_sort[RUNS / 2],
            t_kestrel[RUNS / 2] / t_sort[RUNS / 2]);
@@ -144,15 +150,17 @@ static void bench_pass(void)
 
 /* ---- (b) trace simulation ------------------------------------------------------------- */
 
-enum { NJOBS = 200, SIM_NODES = 4, SIM_DEV = 8, CKPT_S = 600 };
+enum { NJOBS = 200, SIM_NODES = 4, SIM_DEV = 8, CKPT_S = 600, SIM_RANKS = 4 };
 
 typedef struct {
     int64_t id, submit;
     int gpus, prio;
+    int replicas;           /* ranks (1: one process), gpus each */
+    int rnode[SIM_RANKS], rdevs[SIM_RANKS][SIM_DEV];
     double work;            /* seconds of work left */
     double since_ckpt;      /* work done since the last checkpoint in this run */
     int64_t first_start;    /* -1 until started */
-    int running, node, done, devs[SIM_DEV];
+    int running, done;
     int64_t backfill_for;
     int64_t run_start;
 } simjob;
@@ -174,7 +182,7 @@ static simres simulate(const simjob *trace, int fifo)
     static char names[SIM_NODES][8];
     simjob jobs[NJOBS];
     kd_qjob q[NJOBS];
-    kd_alloc al[NJOBS];
+    kd_alloc al[NJOBS * SIM_RANKS];
     simres res;
     int64_t t = 0;
     double busy_area = 0, cap_area = 0;
@@ -204,12 +212,14 @@ static simres simulate(const simjob *trace, int fifo)
                 if (j->done || j->submit > t)
                     continue;
                 if (j->running) {
-                    al[na++] = (kd_alloc){ j->id, j->node, j->gpus, j->devs, j->prio, 1, j->run_start * 1000,
-                                           (j->run_start + (int64_t)(j->since_ckpt - (int64_t)j->since_ckpt % CKPT_S)) * 1000,
-                                           1, "", 0, j->backfill_for };
-                    busy += j->gpus;
+                    for (int r = 0; r < j->replicas; r++)   /* an allocation a rank */
+                        al[na++] = (kd_alloc){ j->id, j->rnode[r], j->gpus, j->rdevs[r], j->prio, 1, j->run_start * 1000,
+                                               (j->run_start + (int64_t)(j->since_ckpt - (int64_t)j->since_ckpt % CKPT_S)) * 1000,
+                                               1, "", 0, j->backfill_for };
+                    busy += j->gpus * j->replicas;
                 } else {
-                    q[nq++] = make_job(j->id, j->submit * 1000, j->gpus, fifo ? 1 : j->prio);
+                    q[nq] = make_job(j->id, j->submit * 1000, j->gpus, fifo ? 1 : j->prio);
+                    q[nq++].replicas = j->replicas;
                 }
             }
             memset(&s, 0, sizeof(s));
@@ -221,19 +231,19 @@ static simres simulate(const simjob *trace, int fifo)
                 simjob *j = &jobs[p.acts[a].job - 1];
                 if (p.acts[a].kind == KD_ACT_START) {
                     j->running = 1;
-                    j->node = p.acts[a].node;
-                    memcpy(j->devs, p.devs + p.acts[a].dev_off, (size_t)j->gpus * sizeof(int));
+                    j->rnode[p.acts[a].rank] = p.acts[a].node;
+                    memcpy(j->rdevs[p.acts[a].rank], p.devs + p.acts[a].dev_off, (size_t)j->gpus * sizeof(int));
                     j->run_start = t;
                     j->since_ckpt = 0;
                     j->backfill_for = p.acts[a].cause;
                     if (j->first_start < 0)
                         j->first_start = t;
                     changed = 1;
-                } else if (p.acts[a].kind == KD_ACT_PREEMPT) {
+                } else if (p.acts[a].kind == KD_ACT_PREEMPT && j->running) {   /* a gang: once, whole */
                     /* stop now; the work since the last checkpoint is lost */
                     double lost = (double)((int64_t)j->since_ckpt % CKPT_S);
                     j->work += lost;
-                    res.lost_gpu_h += lost * j->gpus / 3600;
+                    res.lost_gpu_h += lost * j->gpus * j->replicas / 3600;
                     j->running = 0;
                     res.preemptions++;
                     changed = 1;
@@ -252,7 +262,7 @@ static simres simulate(const simjob *trace, int fifo)
             if (j->submit > t && j->submit < next)
                 next = j->submit;
             if (j->running) {
-                busy += j->gpus;
+                busy += j->gpus * j->replicas;
                 if (t + (int64_t)j->work < next)
                     next = t + (int64_t)(j->work + 0.999);
             } else if (j->submit <= t) {
@@ -287,7 +297,7 @@ static simres simulate(const simjob *trace, int fifo)
     return res;
 }
 
-static void bench_trace(void)
+static void bench_trace(int gangs)
 {
     simjob trace[NJOBS];
     simres k, f;
@@ -303,10 +313,16 @@ static void bench_trace(void)
         j->prio = class_of(rnd());
         j->work = (double)(300 + rnd() % 5100);   /* 5 to 90 minutes */
         j->first_start = -1;
+        j->replicas = 1;
+        if (gangs && i % 10 == 9) {   /* 10 % gangs of 2-4 ranks, 1-4 GPUs each */
+            j->replicas = 2 + (int)(rnd() % 3);
+            j->gpus = 1 << (rnd() % 3);
+        }
     }
     k = simulate(trace, 0);
     f = simulate(trace, 1);
-    printf("  trace: 200 jobs (1/2/4/8 GPUs, 5-90 min, 70/20/10 %% normal/high/urgent) on 4 x 8 GPUs, simulated clock\n");
+    printf("  trace: 200 jobs (1/2/4/8 GPUs, 5-90 min, 70/20/10 %% normal/high/urgent) on 4 x 8 GPUs, simulated clock%s\n",
+           gangs ? ";\n    10 %% of them gangs of 2-4 ranks of 1-4 GPUs" : "");
     printf("    %-12s %12s %14s %14s %14s %12s %10s\n", "policy", "utilisation", "wait normal", "wait high",
            "wait urgent", "preemptions", "makespan");
     printf("    %-12s %11.1f%% %12.1f m %12.1f m %12.1f m %12d %8.1f h\n", "kestrel", 100 * k.util,
@@ -324,6 +340,7 @@ int main(void)
 {
     printf("bench-sched:\n");
     bench_pass();
-    bench_trace();
+    bench_trace(0);
+    bench_trace(1);
     return 0;
 }

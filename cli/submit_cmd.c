@@ -21,7 +21,11 @@ const char cli_help_submit[] =
         "Usage: kestrel submit [OPTIONS] -- PROGRAM [ARGS...]\n"
         "\n"
         "Queue a job. PROGRAM is looked up in PATH and run without a shell.\n"
-        "  --gpus N               GPUs needed on one node (default 0)\n"
+        "  --gpus N               GPUs needed on one node (default 0); of a gang, each rank's\n"
+        "  --replicas N           a gang of N processes (ranks), placed all at once on as few nodes\n"
+        "                         as hold them, each with --gpus devices and KESTREL_RANK, WORLD_SIZE,\n"
+        "                         MASTER_ADDR/PORT (torchrun's) and KERAS_DISTRIBUTION_* set; one\n"
+        "                         failing stops the others, preemption takes all (kestrel logs --rank)\n"
         "  --priority CLASS       normal, high or urgent (default normal)\n"
         "  --name NAME            display name\n"
         "  --label KEY=VALUE      label for filtering (repeatable)\n"
@@ -146,7 +150,7 @@ const struct option cli_opts_submit[] = {
     { "max-code-size", required_argument, NULL, 15 }, { "data", required_argument, NULL, 16 },
     { "environment", required_argument, NULL, 17 }, { "requirements", required_argument, NULL, 18 },
     { "log-policy", required_argument, NULL, 19 }, { "retries", required_argument, NULL, 20 },
-    { "exclude-node", required_argument, NULL, 21 },
+    { "exclude-node", required_argument, NULL, 21 }, { "replicas", required_argument, NULL, 22 },
     { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 };
 
@@ -173,6 +177,15 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
                 rc = 2;
             } else if (kestrel_job_spec_set_gpus(spec, n) < 0) {
                 rc = cli_fail("--gpus", -1) + 1;
+            }
+            break;
+        case 22:
+            n = (int)strtol(optarg, &end, 10);
+            if (*end || !*optarg) {
+                fprintf(stderr, "kestrel: --replicas takes a number\n");
+                rc = 2;
+            } else if (kestrel_job_spec_set_replicas(spec, n) < 0) {
+                rc = cli_fail("--replicas", -1) + 1;
             }
             break;
         case 'p':

@@ -267,6 +267,11 @@ int kestrel_job_gpus(const kestrel_job *j)
     return (JOB_OK(j) && j->pb->spec) ? j->pb->spec->gpus : 0;
 }
 
+int kestrel_job_replicas(const kestrel_job *j)
+{
+    return (JOB_OK(j) && j->pb->spec && j->pb->spec->replicas > 1) ? j->pb->spec->replicas : 1;
+}
+
 const kestrel_job_event *kestrel_job_event_at(const kestrel_job *j, size_t i)
 {
     return (JOB_OK(j) && i < j->pb->n_events) ? &j->events[i] : NULL;

@@ -27,6 +27,7 @@ struct kestrel_job_spec {
 #define KESTREL__PARAM_VALUE_MAX 4096         /* bytes of one parameter's value */
 #define KESTREL__PARAMS_BYTES (64 * 1024)     /* all of them as KESTREL_PARAMS (one env string: 128 KiB max) */
 #define KESTREL__MAX_GPUS 1024
+#define KESTREL__MAX_REPLICAS 64
 
 /* Check a spec as the server will: KESTREL_EINVALID with a message naming the field. */
 int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *spec);

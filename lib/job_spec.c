@@ -149,6 +149,8 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
         return kestrel__error_set(KESTREL_EINVALID, "field 'priority': unknown class %d", s->priority);
     if (s->gpus < 0 || s->gpus > KESTREL__MAX_GPUS)
         return kestrel__error_set(KESTREL_EINVALID, "field 'gpus': must be 0..%d", KESTREL__MAX_GPUS);
+    if (s->replicas < 0 || s->replicas > KESTREL__MAX_REPLICAS)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'replicas': must be 1..%d", KESTREL__MAX_REPLICAS);
     if (s->git_url[0] && (!kestrel__text_is_clean(s->git_url, 2048) || s->git_url[0] == '-'))
         return kestrel__error_set(KESTREL_EINVALID, "field 'git_url': not a usable URL");
     if (s->git_ref[0] && (!kestrel__text_is_clean(s->git_ref, KESTREL__NAME_MAX) || s->git_ref[0] == '-'))
@@ -338,6 +340,15 @@ int kestrel_job_spec_set_gpus(kestrel_job_spec *s, int gpus)
     if (gpus < 0 || gpus > KESTREL__MAX_GPUS)
         return kestrel__error_set(KESTREL_EINVALID, "gpus must be 0..%d", KESTREL__MAX_GPUS);
     s->pb->gpus = gpus;
+    return 0;
+}
+
+int kestrel_job_spec_set_replicas(kestrel_job_spec *s, int replicas)
+{
+    KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
+    if (replicas < 1 || replicas > KESTREL__MAX_REPLICAS)
+        return kestrel__error_set(KESTREL_EINVALID, "replicas must be 1..%d", KESTREL__MAX_REPLICAS);
+    s->pb->replicas = replicas > 1 ? replicas : 0;
     return 0;
 }
 

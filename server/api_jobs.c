@@ -130,6 +130,20 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
             reply = kd_reply_error(r, 400, "invalid_argument", msg);
             goto out;
         }
+        if (spec->replicas > 1 && spec->gpus > 0) {   /* a gang: every rank's GPUs on one node of its pool */
+            int ranks = 0;
+            for (size_t n = 0; n < r->e->cfg->nnodes; n++)
+                if (!spec->pool[0] || !strcmp(r->e->cfg->nodes[n].pool, spec->pool))
+                    ranks += r->e->cfg->nodes[n].ndev / spec->gpus;
+            if (ranks < spec->replicas) {
+                char msg[200];
+                snprintf(msg, sizeof(msg), "field 'replicas': %d ranks of %d GPUs each, but the nodes%s%s hold at "
+                         "most %d such ranks", spec->replicas, spec->gpus, spec->pool[0] ? " of pool " : "",
+                         spec->pool, ranks);
+                reply = kd_reply_error(r, 400, "invalid_argument", msg);
+                goto out;
+            }
+        }
     }
     {
         int64_t queued = kd_catalog_count_queued(r->e->cat, r->who.user_id);

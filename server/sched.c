@@ -2,12 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "sched_plan.h"
+#include "sched_priv.h"
 
-#define KESTREL_SCHED_MEMO 32
-
-enum { ST_SUCCEEDED = 3, ST_FAILED = 4, ST_CANCELLED = 5 };
-enum { DEV_FREE = 0, DEV_USED = 1, DEV_SOON = 2 };   /* SOON: held by a stopping job, not yet claimed */
 
 static const char *const class_names[] = { "normal", "normal", "high", "urgent" };
 
@@ -17,7 +13,7 @@ static const char *cls(int p)
 }
 
 /* The node is of the job's pool and not one it excludes. */
-static int node_ok(const kd_snapshot *s, const kd_qjob *j, size_t n)
+int kd__sched_node_ok(const kd_snapshot *s, const kd_qjob *j, size_t n)
 {
     if (j->pool[0] && strcmp(s->nodes[n].pool, j->pool))
         return 0;
@@ -47,27 +43,8 @@ int kd_sched_parse_cc(const char *s)
     return maj * 10 + min;
 }
 
-typedef struct {
-    const kd_snapshot *s;
-    uint8_t **dev;          /* per node, per device: DEV_* */
-    int *nfree, *nsoon;     /* per node: devices FREE / SOON */
-    uint8_t *uniform;       /* per node: every device alike (one match test stands for all) */
-    size_t **node_allocs;   /* per node: indices of its allocations */
-    size_t *n_node_allocs;
-    const kd_alloc **cand, **bestv;   /* scratch for preemption, nallocs each */
-    /* Shapes found blocked in this pass: a later job of the same shape and no higher class is
-     * blocked too (devices only get scarcer as the pass goes on), so it reuses the verdict. */
-    struct { const kd_qjob *j; char reason[256]; } blocked[32];
-    size_t nblocked;
-    int64_t *held_by;       /* per node: blocked job holding it, 0 none */
-    int *held_prio;
-    uint8_t *claimed;       /* per alloc: already a victim (or awaited) in this plan */
-    int64_t *usage_user;    /* parallel to quotas: GPUs in use */
-    kd_plan *out;
-    size_t cap_acts, cap_devs, cap_waits;
-} pass;
 
-static int dev_matches(const kd_dev *d, const kd_qjob *j)
+int kd__sched_dev_matches(const kd_dev *d, const kd_qjob *j)
 {
     return (!j->gpu_type[0] || !strcmp(d->type, j->gpu_type)) && d->mem_mb >= j->min_mem_mb && d->cc >= j->min_cc;
 }
@@ -102,7 +79,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static kd_action *add_action(pass *ps, kd_act_kind kind, int64_t job)
+kd_action *kd__sched_add_action(pass *ps, kd_act_kind kind, int64_t job)
 {
     kd_action *a;
     if (grow((void **)&ps->out->acts, &ps->cap_acts, ps->out->nacts + 1, sizeof(kd_action)) < 0)
@@ -116,7 +93,7 @@ static kd_action *add_action(pass *ps, kd_act_kind kind, int64_t job)
 }
 
 /* Append "; " + text to a reason buffer. */
-static void say(char *buf, size_t n, const char *text)
+void kd__sched_say(char *buf, size_t n, const char *text)
 {
     size_t len = strlen(buf), add = strlen(text);
     if (len && len + 2 < n) {
@@ -138,7 +115,7 @@ static int add_wait(pass *ps, int64_t job, const char *reason)
     w->reason[0] = '\0';
     w->job = job;
     w->position = (int)ps->out->nwaits;
-    say(w->reason, sizeof(w->reason), reason);
+    kd__sched_say(w->reason, sizeof(w->reason), reason);
     return 0;
 }
 
@@ -149,7 +126,7 @@ static int same_shape(const kd_qjob *a, const kd_qjob *b)
     for (size_t x = 0; x < a->nexclude; x++)
         if (strcmp(a->exclude[x], b->exclude[x]))
             return 0;
-    return a->gpus == b->gpus && a->min_mem_mb == b->min_mem_mb && a->min_cc == b->min_cc &&
+    return a->gpus == b->gpus && a->replicas == b->replicas && a->min_mem_mb == b->min_mem_mb && a->min_cc == b->min_cc &&
            a->preemptible == b->preemptible && !strcmp(a->gpu_type, b->gpu_type) && !strcmp(a->pool, b->pool);
 }
 
@@ -177,7 +154,7 @@ static const kd_quota *quota_hit(pass *ps, const kd_qjob *j, int64_t *used)
     for (size_t q = 0; q < ps->s->nquotas; q++) {
         const kd_quota *k = &ps->s->quotas[q];
         int applies = k->is_team ? (j->team[0] && !strcmp(k->team, j->team)) : k->user == j->owner;
-        if (applies && ps->usage_user[q] + j->gpus > k->max_gpus) {
+        if (applies && ps->usage_user[q] + j->gpus * (j->replicas > 1 ? j->replicas : 1) > k->max_gpus) {
             *used = ps->usage_user[q];
             return k;
         }
@@ -185,7 +162,7 @@ static const kd_quota *quota_hit(pass *ps, const kd_qjob *j, int64_t *used)
     return NULL;
 }
 
-static void charge_quota(pass *ps, int64_t owner, const char *team, int gpus)
+void kd__sched_charge_quota(pass *ps, int64_t owner, const char *team, int gpus)
 {
     for (size_t q = 0; q < ps->s->nquotas; q++) {
         const kd_quota *k = &ps->s->quotas[q];
@@ -195,29 +172,29 @@ static void charge_quota(pass *ps, int64_t owner, const char *team, int gpus)
 }
 
 /* Count matching devices on node n in a state. */
-static int count(pass *ps, int n, const kd_qjob *j, int state)
+int kd__sched_count(pass *ps, int n, const kd_qjob *j, int state)
 {
     const kd_node *node = &ps->s->nodes[n];
     int c = 0;
     if (ps->uniform[n]) {
-        if (node->ndev == 0 || !dev_matches(&node->devs[0], j))
+        if (node->ndev == 0 || !kd__sched_dev_matches(&node->devs[0], j))
             return 0;
         return state == DEV_FREE ? ps->nfree[n] : state == DEV_SOON ? ps->nsoon[n] : node->ndev - ps->nfree[n] - ps->nsoon[n];
     }
     for (int d = 0; d < node->ndev; d++)
-        if (ps->dev[n][d] == state && dev_matches(&node->devs[d], j))
+        if (ps->dev[n][d] == state && kd__sched_dev_matches(&node->devs[d], j))
             c++;
     return c;
 }
 
-static int count_static(pass *ps, int n, const kd_qjob *j)
+int kd__sched_count_static(pass *ps, int n, const kd_qjob *j)
 {
     const kd_node *node = &ps->s->nodes[n];
     int c = 0;
     if (ps->uniform[n])
-        return (node->ndev && dev_matches(&node->devs[0], j)) ? node->ndev : 0;
+        return (node->ndev && kd__sched_dev_matches(&node->devs[0], j)) ? node->ndev : 0;
     for (int d = 0; d < node->ndev; d++)
-        c += dev_matches(&node->devs[d], j);
+        c += kd__sched_dev_matches(&node->devs[d], j);
     return c;
 }
 
@@ -230,12 +207,12 @@ static void set_state(pass *ps, int n, int d, int to)
 }
 
 /* Mark up to want matching devices in state `from` on node n as used; record them when rec. */
-static int take(pass *ps, int n, const kd_qjob *j, int from, int want, int rec)
+int kd__sched_take(pass *ps, int n, const kd_qjob *j, int from, int want, int rec)
 {
     const kd_node *node = &ps->s->nodes[n];
     int got = 0;
     for (int d = 0; d < node->ndev && got < want; d++) {
-        if (ps->dev[n][d] != from || !dev_matches(&node->devs[d], j))
+        if (ps->dev[n][d] != from || !kd__sched_dev_matches(&node->devs[d], j))
             continue;
         set_state(ps, n, d, DEV_USED);
         if (rec) {
@@ -252,7 +229,7 @@ static int alloc_matching(const pass *ps, const kd_alloc *a, const kd_qjob *j)
 {
     int c = 0;
     for (int d = 0; d < a->ndev; d++)
-        c += dev_matches(&ps->s->nodes[a->node].devs[a->devs[d]], j);
+        c += kd__sched_dev_matches(&ps->s->nodes[a->node].devs[a->devs[d]], j);
     return c;
 }
 
@@ -308,7 +285,7 @@ static size_t victims_on(pass *ps, int n, const kd_qjob *j, int need, const kd_a
     return k;
 }
 
-static void describe_need(char *buf, size_t n, const kd_qjob *j)
+void kd__sched_describe_need(char *buf, size_t n, const kd_qjob *j)
 {
     char extra[96] = "";
     if (j->min_mem_mb)
@@ -343,24 +320,24 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
                 snprintf(buf, sizeof(buf), "waiting for job %lld to be placed (affinity)", (long long)j->affinity_job);
             else
                 snprintf(buf, sizeof(buf), "waiting for a job of group %s to be placed (affinity)", j->affinity_group);
-            say(why, wn, buf);
+            kd__sched_say(why, wn, buf);
             return 0;
         }
     }
     for (size_t n = 0; n < s->nnodes; n++) {
         int free_m, left, pref;
-        if (!node_ok(s, j, n))
+        if (!kd__sched_node_ok(s, j, n))
             continue;
         if (j->affinity_required && (int)n != target)
             continue;
-        if (count_static(ps, (int)n, j) < j->gpus)
+        if (kd__sched_count_static(ps, (int)n, j) < j->gpus)
             continue;
         any_static = 1;
         if (j->gpus > 0 && ps->held_by[n] && !j->preemptible) {
             holder = ps->held_by[n];   /* a job that cannot be preempted cannot borrow a reservation */
             continue;
         }
-        free_m = j->gpus ? count(ps, (int)n, j, DEV_FREE) : 0;
+        free_m = j->gpus ? kd__sched_count(ps, (int)n, j, DEV_FREE) : 0;
         if (free_m > most_free)
             most_free = free_m;
         if (free_m < j->gpus)
@@ -379,13 +356,14 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         }
     }
     if (best >= 0) {
-        kd_action *a = add_action(ps, KD_ACT_START, j->id);
+        kd_action *a = kd__sched_add_action(ps, KD_ACT_START, j->id);
         if (a == NULL)
             return -1;
         a->node = best;
         a->dev_off = ps->out->ndevs;
         a->ndev = j->gpus;
-        if (take(ps, best, j, DEV_FREE, j->gpus, 1) < 0)
+        a->replicas = 1;
+        if (kd__sched_take(ps, best, j, DEV_FREE, j->gpus, 1) < 0)
             return -1;
         if (best_held) {
             a->cause = ps->held_by[best];
@@ -394,14 +372,14 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         } else {
             snprintf(a->reason, sizeof(a->reason), "placed on node %s", s->nodes[best].name);
         }
-        charge_quota(ps, j->owner, j->team, j->gpus);
+        kd__sched_charge_quota(ps, j->owner, j->team, j->gpus);
         (*slots)--;
         return 1;
     }
-    describe_need(buf, sizeof(buf), j);
+    kd__sched_describe_need(buf, sizeof(buf), j);
     if (!any_static) {
-        say(why, wn, buf);
-        say(why, wn, j->affinity_required && target >= 0 ? "its affinity node cannot hold it" : "no node can ever hold it");
+        kd__sched_say(why, wn, buf);
+        kd__sched_say(why, wn, j->affinity_required && target >= 0 ? "its affinity node cannot hold it" : "no node can ever hold it");
         return 0;
     }
     if (j->gpus == 0)
@@ -409,15 +387,15 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
 
     /* devices already being freed by stopping jobs: wait for them instead of preempting more */
     for (size_t n = 0; n < s->nnodes; n++) {
-        if (!node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
+        if (!kd__sched_node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
             (ps->held_by[n] && ps->held_prio[n] >= j->priority))
             continue;
-        int f = count(ps, (int)n, j, DEV_FREE), soon = count(ps, (int)n, j, DEV_SOON);
+        int f = kd__sched_count(ps, (int)n, j, DEV_FREE), soon = kd__sched_count(ps, (int)n, j, DEV_SOON);
         if (soon > 0 && f + soon >= j->gpus) {
-            take(ps, (int)n, j, DEV_FREE, f, 0);
-            take(ps, (int)n, j, DEV_SOON, j->gpus - f, 0);
+            kd__sched_take(ps, (int)n, j, DEV_FREE, f, 0);
+            kd__sched_take(ps, (int)n, j, DEV_SOON, j->gpus - f, 0);
             snprintf(buf, sizeof(buf), "waiting for preempted jobs to stop on node %s", s->nodes[n].name);
-            say(why, wn, buf);
+            kd__sched_say(why, wn, buf);
             return 0;
         }
     }
@@ -431,10 +409,10 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             int64_t lost;
             size_t k;
             int f;
-            if (!node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
-                ps->held_by[n] || count_static(ps, (int)n, j) < j->gpus)
+            if (!kd__sched_node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
+                ps->held_by[n] || kd__sched_count_static(ps, (int)n, j) < j->gpus)
                 continue;
-            f = count(ps, (int)n, j, DEV_FREE) + count(ps, (int)n, j, DEV_SOON);
+            f = kd__sched_count(ps, (int)n, j, DEV_FREE) + kd__sched_count(ps, (int)n, j, DEV_SOON);
             k = victims_on(ps, (int)n, j, j->gpus - f, cand, &lost);
             if (k && (bestn < 0 || k < bestk || (k == bestk && lost < bestlost))) {
                 bestn = (int)n;
@@ -447,7 +425,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             size_t len;
             snprintf(buf, sizeof(buf), "preempting job");
             for (size_t v = 0; v < bestk; v++) {
-                kd_action *a = add_action(ps, KD_ACT_PREEMPT, bestv[v]->id);
+                kd_action *a = kd__sched_add_action(ps, KD_ACT_PREEMPT, bestv[v]->id);
                 if (a == NULL)
                     return -1;
                 a->node = bestn;
@@ -460,9 +438,9 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             }
             len = strlen(buf);
             snprintf(buf + len, sizeof(buf) - len, " on node %s", s->nodes[bestn].name);
-            take(ps, bestn, j, DEV_FREE, j->gpus, 0);
-            take(ps, bestn, j, DEV_SOON, j->gpus, 0);
-            say(why, wn, buf);
+            kd__sched_take(ps, bestn, j, DEV_FREE, j->gpus, 0);
+            kd__sched_take(ps, bestn, j, DEV_SOON, j->gpus, 0);
+            kd__sched_say(why, wn, buf);
             return 0;
         }
     }
@@ -472,10 +450,10 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         int hold = -1, hold_free = -1;
         for (size_t n = 0; n < s->nnodes; n++) {
             int f;
-            if (!node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
-                ps->held_by[n] || count_static(ps, (int)n, j) < j->gpus)
+            if (!kd__sched_node_ok(s, j, n) || (j->affinity_required && (int)n != target) ||
+                ps->held_by[n] || kd__sched_count_static(ps, (int)n, j) < j->gpus)
                 continue;
-            f = count(ps, (int)n, j, DEV_FREE) + count(ps, (int)n, j, DEV_SOON);
+            f = kd__sched_count(ps, (int)n, j, DEV_FREE) + kd__sched_count(ps, (int)n, j, DEV_SOON);
             for (size_t x = 0; x < ps->n_node_allocs[n]; x++)
                 if (s->allocs[ps->node_allocs[n][x]].backfill_for == j->id)
                     f += s->allocs[ps->node_allocs[n][x]].ndev;
@@ -497,7 +475,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             snprintf(buf + len, sizeof(buf) - len, ": at most %d free on a node%s", most_free,
                      j->priority > 1 && !s->fifo ? ", nothing preemptible of a lower class" : "");
     }
-    say(why, wn, buf);
+    kd__sched_say(why, wn, buf);
     return 0;
 }
 
@@ -556,7 +534,7 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
         for (int d = 0; d < a->ndev; d++)
             set_state(&ps, a->node, a->devs[d], a->terminating ? DEV_SOON : DEV_USED);
         ps.node_allocs[a->node][ps.n_node_allocs[a->node]++] = i;
-        charge_quota(&ps, a->owner, a->team, a->ndev);
+        kd__sched_charge_quota(&ps, a->owner, a->team, a->ndev);
     }
     for (size_t i = 0; i < s->nqueue; i++)
         idx[i] = i;
@@ -583,7 +561,7 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
             int64_t dep = ok_kind ? j->after_ok[k] : j->after_any[k - j->n_after_ok];
             const kd_ref *ref = find_ref(s, dep);
             if (ref == NULL || ((ref->state == ST_FAILED || ref->state == ST_CANCELLED) && ok_kind)) {
-                kd_action *a = add_action(&ps, KD_ACT_FAIL, j->id);
+                kd_action *a = kd__sched_add_action(&ps, KD_ACT_FAIL, j->id);
                 if (a == NULL)
                     goto done;
                 if (ref == NULL)
@@ -595,7 +573,7 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
             } else if (ok_kind ? ref->state != ST_SUCCEEDED
                                : !(ref->state == ST_SUCCEEDED || ref->state == ST_FAILED || ref->state == ST_CANCELLED)) {
                 snprintf(buf, sizeof(buf), "waiting for job %lld (%s)", (long long)dep, ok_kind ? "after_ok" : "after_any");
-                say(why, sizeof(why), buf);
+                kd__sched_say(why, sizeof(why), buf);
             }
         }
         if (failed)
@@ -606,12 +584,12 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
             else
                 snprintf(buf, sizeof(buf), "quota of user %s: %lld of %d GPUs in use", j->owner_name, (long long)used,
                          q->max_gpus);
-            say(why, sizeof(why), buf);
+            kd__sched_say(why, sizeof(why), buf);
         }
         if (slots <= 0)
-            say(why, sizeof(why), "no free process slot (--max-jobs)");
+            kd__sched_say(why, sizeof(why), "no free process slot (--max-jobs)");
         if (fifo_blocked)
-            say(why, sizeof(why), "strict FIFO: an earlier job is blocked");
+            kd__sched_say(why, sizeof(why), "strict FIFO: an earlier job is blocked");
         if (why[0]) {
             if (add_wait(&ps, j->id, why) < 0)
                 goto done;
@@ -620,10 +598,11 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
         {
             const char *known = known_blocked(&ps, j);
             if (known) {
-                say(why, sizeof(why), known);
+                kd__sched_say(why, sizeof(why), known);
                 r = 0;
             } else {
-                r = place(&ps, j, &slots, why, sizeof(why));
+                r = j->replicas > 1 ? kd__sched_place_gang(&ps, j, &slots, why, sizeof(why))
+                                    : place(&ps, j, &slots, why, sizeof(why));
                 /* only a capacity verdict carries over (preemption planned or awaited does not) */
                 if (r == 0 && !strstr(why, "preempt"))
                     remember_blocked(&ps, j, why);

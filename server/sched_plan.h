@@ -12,7 +12,12 @@
  *   preemptible jobs of strictly lower class, least work lost first (latest checkpoint, else latest
  *   start), then lowest class, then youngest; walk the list back dropping victims not needed; pick
  *   the node with the fewest victims, then least work lost, then node order. Victims' devices are
- *   held for the job while they stop. */
+ *   held for the job while they stop.
+ * Gangs (replicas > 1, sched_gang.c): every rank's gpus on one node, all ranks at once or none,
+ *   in one pool: on the node that holds them all with the fewest devices left, else spread over the
+ *   nodes with the most room first (as few nodes as hold them). A blocked gang reserves the nodes
+ *   it needs, as a blocked job reserves one; it does not preempt to start. A running gang is one
+ *   allocation a rank (same id): preempting any of them stops the whole gang. */
 #ifndef KD_SCHED_H
 #define KD_SCHED_H
 
@@ -91,6 +96,7 @@ typedef struct {
     const char *affinity_group;   /* "" none */
     int affinity_required;
     int preemptible;
+    int replicas;           /* a gang of this many ranks, gpus each (0 or 1: one process) */
 } kd_qjob;
 
 typedef struct {
@@ -120,6 +126,8 @@ typedef struct {
     size_t dev_off;         /* START: devices in plan.devs[dev_off .. dev_off + ndev) */
     int ndev;
     int64_t cause;          /* PREEMPT: the job it makes room for; START: the reservation it backfills (0: none) */
+    int rank;               /* START of a gang: one action a rank, ranks 0..replicas-1 in a row */
+    int replicas;           /* START: the gang's size (1: one process) */
     char reason[200];
 } kd_action;
 

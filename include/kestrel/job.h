@@ -67,8 +67,18 @@ KESTREL_API int kestrel_job_spec_set_name(kestrel_job_spec *spec, const char *na
 KESTREL_API int kestrel_job_spec_set_label(kestrel_job_spec *spec, const char *key, const char *value);
 /** Set the priority class (a kestrel_priority_t). */
 KESTREL_API int kestrel_job_spec_set_priority(kestrel_job_spec *spec, int priority);
-/** Set the number of GPUs the job needs on one node (0..1024). */
+/** Set the number of GPUs the job needs on one node (0..1024); of a gang, each rank's. */
 KESTREL_API int kestrel_job_spec_set_gpus(kestrel_job_spec *spec, int gpus);
+/**
+ * Make the job a gang of replicas processes (ranks, 1..64; 1: one process), each with the job's
+ * gpus on one node. The ranks are placed all at once or not at all, packed on as few nodes of one
+ * pool as hold them; they start together and get KESTREL_RANK, KESTREL_WORLD_SIZE,
+ * KESTREL_LOCAL_RANK, KESTREL_COORDINATOR (host:port of rank 0), torchrun's RANK, LOCAL_RANK,
+ * WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, Keras' KERAS_DISTRIBUTION_* and their
+ * own CUDA_VISIBLE_DEVICES. When one rank fails the others are stopped and the job fails (or is
+ * queued again whole under its retries); preemption stops and requeues every rank. Since KESTREL_1.4.
+ */
+KESTREL_API int kestrel_job_spec_set_replicas(kestrel_job_spec *spec, int replicas);
 /** Run from a git checkout: url cloned at ref (branch, tag or commit; NULL: default branch). */
 KESTREL_API int kestrel_job_spec_set_git(kestrel_job_spec *spec, const char *url, const char *ref);
 /**
@@ -195,6 +205,8 @@ KESTREL_API const char *kestrel_job_reason(const kestrel_job *job);
 KESTREL_API const char *kestrel_job_git_commit(const kestrel_job *job);
 KESTREL_API int kestrel_job_priority(const kestrel_job *job);
 KESTREL_API int kestrel_job_gpus(const kestrel_job *job);
+/** The ranks of a gang job (kestrel_job_spec_set_replicas); 1 for one process. Since KESTREL_1.4. */
+KESTREL_API int kestrel_job_replicas(const kestrel_job *job);
 KESTREL_API int kestrel_job_restart_count(const kestrel_job *job);
 /** Unix times in milliseconds; 0 when not reached yet. */
 KESTREL_API int64_t kestrel_job_submit_time(const kestrel_job *job);

@@ -113,6 +113,7 @@ static void constraints_filter_with_reasons(void **state)
     q[1].pool = "legacy";
     q[2].min_cc = 80;
     q[2].pool = "legacy";
+    s.nnodes = 3;
     assert_int_equal(kd_sched_plan(&s, &p), 0);
     assert_int_equal(act(&p, 1)->node, 2);
     assert_non_null(waiting(&p, 2));
@@ -323,6 +324,106 @@ static void deterministic(void **state)
     kd_plan_free(&b);
 }
 
+static int starts_of(const kd_plan *p, int64_t job, int *node_of_rank, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < p->nacts; i++)
+        if (p->acts[i].job == job && p->acts[i].kind == KD_ACT_START) {
+            assert_int_equal(p->acts[i].rank, n);   /* ranks in a row, in order */
+            if (n < max)
+                node_of_rank[n] = p->acts[i].node;
+            n++;
+        }
+    return n;
+}
+
+static void gang_packs_on_the_best_fitting_node_else_spreads(void **state)
+{
+    /* n0: 4 free, n1: 8 free. 2 x 2 fits n0 exactly (best fit); 3 x 4 needs both nodes */
+    kd_qjob q[] = { job(1, 1, 2), job(2, 1, 4) };
+    kd_snapshot s = snap(q, 1, 2);
+    kd_plan p;
+    int on[8];
+    (void)state;
+    q[0].replicas = 2;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(starts_of(&p, 1, on, 8), 2);
+    assert_int_equal(on[0], 0);
+    assert_int_equal(on[1], 0);
+    assert_int_equal(p.acts[0].replicas, 2);
+    assert_int_equal(p.acts[0].ndev, 2);
+    assert_int_not_equal(p.devs[p.acts[0].dev_off], p.devs[p.acts[1].dev_off]);   /* each its own devices */
+    assert_non_null(strstr(p.acts[1].reason, "placed 2 ranks on node n0 (2)"));
+    kd_plan_free(&p);
+    s.queue = &q[1];
+    q[1].replicas = 3;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(starts_of(&p, 2, on, 8), 3);
+    assert_int_equal(on[0], 1);   /* the most room first: as few nodes as hold it */
+    assert_int_equal(on[1], 1);
+    assert_int_equal(on[2], 0);
+    assert_non_null(strstr(p.acts[0].reason, "placed 3 ranks on nodes n1 (2), n0 (1)"));
+    kd_plan_free(&p);
+}
+
+static void gang_is_all_or_nothing_and_reserves_its_nodes(void **state)
+{
+    /* n0: 2 of 4 held by a job that cannot be preempted. 3 x 4 has room for 2 ranks now: nothing
+     * starts, both nodes are reserved, and a later 1-GPU job that cannot be preempted waits too */
+    kd_qjob q[] = { job(1, 1, 4), job(2, 1, 1), job(3, 1, 4) };
+    int d[] = { 0, 1 };
+    kd_alloc al[] = { { 50, 0, 2, d, 2, 0, 0, 0, 9, "", 0, 0 } };
+    kd_snapshot s = snap(q, 2, 2);
+    kd_plan p;
+    int on[8];
+    (void)state;
+    s.allocs = al;
+    s.nallocs = 1;
+    q[0].replicas = 3;
+    q[1].preemptible = 0;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(starts_of(&p, 1, on, 8), 0);
+    assert_non_null(strstr(waiting(&p, 1)->reason, "gang of 3 ranks: needs 4 x GPU each, on up to 3 nodes: 10 GPUs free"));
+    assert_null(act(&p, 2));
+    assert_non_null(strstr(waiting(&p, 2)->reason, "node held for job 1"));
+    kd_plan_free(&p);
+    /* more ranks than the nodes can ever hold: said, and nothing is reserved */
+    s.queue = &q[2];
+    s.nqueue = 1;
+    q[2].replicas = 5;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_non_null(strstr(waiting(&p, 3)->reason, "the nodes hold at most 3 such ranks"));
+    assert_non_null(strstr(waiting(&p, 3)->reason, "no set of nodes can ever hold it"));
+    kd_plan_free(&p);
+    /* a pool: the gang stays in it */
+    q[2].replicas = 2;
+    q[2].gpus = 2;
+    q[2].pool = "legacy";
+    s.nnodes = 3;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(starts_of(&p, 3, on, 8), 2);
+    assert_int_equal(on[0], 2);
+    assert_int_equal(on[1], 2);
+    kd_plan_free(&p);
+}
+
+static void running_gang_is_preempted_whole(void **state)
+{
+    /* a normal gang of 2 ranks holds all of n0 (an allocation a rank); an urgent 4-GPU job preempts it */
+    kd_qjob q[] = { job(1, 3, 4) };
+    int d0[] = { 0, 1 }, d1[] = { 2, 3 };
+    kd_alloc al[] = { { 7, 0, 2, d0, 1, 1, 900000, 0, 1, "", 0, 0 }, { 7, 0, 2, d1, 1, 1, 900000, 0, 1, "", 0, 0 } };
+    kd_snapshot s = snap(q, 1, 1);
+    kd_plan p;
+    (void)state;
+    s.allocs = al;
+    s.nallocs = 2;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 7)->kind, KD_ACT_PREEMPT);
+    assert_null(act(&p, 1));   /* it waits for the gang to stop */
+    kd_plan_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -337,6 +438,9 @@ int main(void)
         cmocka_unit_test(affinity),
         cmocka_unit_test(slots_and_fifo),
         cmocka_unit_test(deterministic),
+        cmocka_unit_test(gang_packs_on_the_best_fitting_node_else_spreads),
+        cmocka_unit_test(gang_is_all_or_nothing_and_reserves_its_nodes),
+        cmocka_unit_test(running_gang_is_preempted_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
