@@ -44,10 +44,10 @@ int cli_resolve(const cli_ctx *ctx, char **url, char **token);
 /* Connect (lazily) with the resolved URL and token. */
 int cli_connect(cli_ctx *ctx);
 /* logs_json.c: kestrel logs -o json, the API's LogLine objects one a line from its pages (stream
- * "STDOUT"/"STDERR" or NULL: all; since_ms, tail: 0 for none); --grep: the API's LogSearchResult
+ * "STDOUT"/"STDERR" or NULL: all; since_ms, tail: 0 for none; rank: "[rank R] " or ""); --grep: the API's LogSearchResult
  * pages, one a line (state: the --state word or NULL). Exit codes as kestrel logs. */
 int cli_logs_json(cli_ctx *ctx, int64_t id, int64_t offset, int follow, const char *stream, int64_t since_ms,
-                  long tail);
+                  long tail, const char *rank);
 int cli_log_search_json(cli_ctx *ctx, const char *pattern, const kestrel_log_search_options *o, const char *state);
 /* Write s as a JSON string literal. */
 void cli_json_string(FILE *f, const char *s);

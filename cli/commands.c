@@ -41,6 +41,9 @@ static void print_job(const kestrel_job *job)
     printf("  owner:     %s\n", kestrel_job_owner(job));
     printf("  priority:  %s   gpus: %d   restarts: %d\n", kestrel_priority_name(kestrel_job_priority(job)),
            kestrel_job_gpus(job), kestrel_job_restart_count(job));
+    if (kestrel_job_replicas(job) > 1)
+        printf("  gang:      %d ranks, %d GPU%s each (kestrel logs --rank R)\n", kestrel_job_replicas(job),
+               kestrel_job_gpus(job), kestrel_job_gpus(job) == 1 ? "" : "s");
     if (kestrel_job_node(job)[0])
         printf("  node:      %s\n", kestrel_job_node(job));
     printf("  reason:    %s\n", kestrel_job_reason(job));

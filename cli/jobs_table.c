@@ -131,7 +131,10 @@ void cli_print_jobs_table(cli_ctx *ctx, kestrel_job_page *page, int wide)
                 }
         age(a, sizeof(a), j, now);
         snprintf(id, sizeof(id), "%" PRId64, kestrel_job_id(j));
-        snprintf(gpus, sizeof(gpus), "%d", kestrel_job_gpus(j));
+        if (kestrel_job_replicas(j) > 1)   /* a gang: ranks x GPUs each */
+            snprintf(gpus, sizeof(gpus), "%dx%d", kestrel_job_replicas(j), kestrel_job_gpus(j));
+        else
+            snprintf(gpus, sizeof(gpus), "%d", kestrel_job_gpus(j));
         cli_cell(line, sizeof(line), &at, id, 6, 0);
         cli_cell(line, sizeof(line), &at, kestrel_job_name(j)[0] ? kestrel_job_name(j) : "-", wname, cut);
         cli_cell(line, sizeof(line), &at, kestrel_job_owner(j), wuser, cut);

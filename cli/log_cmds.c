@@ -9,7 +9,7 @@
 #include "cli.h"
 
 const char cli_help_logs[] =
-    "Usage: kestrel logs [-f] [--tail N] [--since DUR] [--timestamps] [--stream all|stdout|stderr] ID\n"
+    "Usage: kestrel logs [-f] [--tail N] [--since DUR] [--timestamps] [--stream all|stdout|stderr] [--rank R] ID\n"
     "       kestrel logs --grep TEXT [--regex] [-i] [--job ID] [--state S] [--since DUR] [-C N] [--limit N]\n"
     "\n"
     "Print a job's output, or find lines across every job you may see (an admin: all jobs; a user:\n"
@@ -22,6 +22,7 @@ const char cli_help_logs[] =
     "                 kestrel logs ID | grep OOM finds a traceback); on a terminal the job's stderr\n"
     "                 lines go to stderr\n"
     "  --offset N     from line N on\n"
+    "  --rank R       a gang's rank R only (kestreld puts \"[rank R] \" before each rank's lines)\n"
     "Finding lines:\n"
     "  --grep TEXT    the text to find (at least 3 characters; kestreld indexes every line's trigrams)\n"
     "  --regex        TEXT is a POSIX extended regex (lines holding its longest literal are tested;\n"
@@ -49,6 +50,7 @@ typedef struct {
     int split;                  /* the job's stderr lines to our stderr (a terminal) */
     int64_t since_ms;           /* 0: every line */
     long tail;                  /* > 0: keep the last tail lines, print them at the end */
+    char rank[24];              /* --rank R: only lines starting "[rank R] ", shown without it */
     kestrel_log_line *ring;     /* tail: copies (text owned) */
     size_t ring_n, ring_at;
 } show_state;
@@ -70,8 +72,18 @@ static void show(const show_state *s, const kestrel_log_line *l)
 static int on_line(const kestrel_log_line *l, void *payload)
 {
     show_state *s = payload;
+    kestrel_log_line own;
     if ((s->stream && l->stream != s->stream) || (s->since_ms && l->time_ms < s->since_ms))
         return 0;
+    if (s->rank[0]) {   /* a gang's rank: its lines, without the prefix kestreld put before them */
+        size_t plen = strlen(s->rank);
+        if (l->len < plen || strncmp(l->text, s->rank, plen))
+            return 0;
+        own = *l;
+        own.text += plen;
+        own.len -= plen;
+        l = &own;
+    }
     if (s->tail > 0) {   /* the last tail lines: a ring of copies */
         kestrel_log_line *slot = &s->ring[s->ring_at];
         char *text = strdup(l->text);
@@ -151,7 +163,8 @@ const struct option cli_opts_logs[] = {
     { "state", required_argument, NULL, 's' }, { "since", required_argument, NULL, 'S' },
     { "context", required_argument, NULL, 'C' }, { "limit", required_argument, NULL, 'n' },
     { "tail", required_argument, NULL, 'T' }, { "timestamps", no_argument, NULL, 'M' },
-    { "stream", required_argument, NULL, 'R' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+    { "stream", required_argument, NULL, 'R' }, { "rank", required_argument, NULL, 'K' },
+    { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 };
 
 int cmd_logs(cli_ctx *ctx, int argc, char **argv)
@@ -178,6 +191,15 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
             }
             break;
         case 'M': sh.timestamps = 1; break;
+        case 'K': {
+            long rank = strtol(optarg, &end, 10);
+            if (*end || !*optarg || rank < 0 || rank > 63) {
+                fprintf(stderr, "kestrel: --rank takes a rank of the gang, 0..63\n");
+                return 2;
+            }
+            snprintf(sh.rank, sizeof(sh.rank), "[rank %ld] ", rank);
+            break;
+        }
         case 'R':
             if (!strcmp(optarg, "all"))
                 sh.stream = 0;
@@ -239,8 +261,8 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
         fprintf(stderr, "kestrel: --regex, -i, --job, --state, -C and --limit go with --grep TEXT\n");
         return 2;
     }
-    if (grep && (sh.tail || sh.timestamps || sh.stream)) {
-        fprintf(stderr, "kestrel: --tail, --timestamps and --stream go with a job's output, not --grep\n");
+    if (grep && (sh.tail || sh.timestamps || sh.stream || sh.rank[0])) {
+        fprintf(stderr, "kestrel: --tail, --timestamps, --stream and --rank go with a job's output, not --grep\n");
         return 2;
     }
     sh.since_ms = so.since_ms;
@@ -274,7 +296,7 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
     if (ctx->json)
         return cli_logs_json(ctx, id, o.offset, o.follow,
                              sh.stream ? (sh.stream == KESTREL_LOG_STDOUT ? "STDOUT" : "STDERR") : NULL, sh.since_ms,
-                             sh.tail);
+                             sh.tail, sh.rank);
     if (sh.tail > 0) {   /* the last N lines of what is stored, then (-f) what comes */
         int follow = o.follow;
         int64_t next = 0;

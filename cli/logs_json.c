@@ -42,7 +42,7 @@ static void flush_ring(char **ring, size_t n, size_t cap, size_t at)
 }
 
 int cli_logs_json(cli_ctx *ctx, int64_t id, int64_t offset, int follow, const char *stream, int64_t since_ms,
-                  long tail)
+                  long tail, const char *rank)
 {
     char **ring = NULL;
     size_t ring_n = 0, at = 0, cap = (size_t)(tail > 0 ? tail : 0);
@@ -63,8 +63,10 @@ int cli_logs_json(cli_ctx *ctx, int64_t id, int64_t offset, int follow, const ch
         n = cJSON_GetArraySize(cJSON_GetObjectItem(root, "lines"));
         cJSON_ArrayForEach(line, cJSON_GetObjectItem(root, "lines")) {
             const char *s = cJSON_GetStringValue(cJSON_GetObjectItem(line, "stream"));
+            const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(line, "text"));
             char *text;
-            if ((stream && (s == NULL || strcmp(s, stream))) || (since_ms && int_field(line, "time_ms") < since_ms))
+            if ((stream && (s == NULL || strcmp(s, stream))) || (since_ms && int_field(line, "time_ms") < since_ms) ||
+                (rank[0] && (t == NULL || strncmp(t, rank, strlen(rank)))))
                 continue;
             if ((text = cJSON_PrintUnformatted(line)) == NULL)
                 continue;

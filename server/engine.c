@@ -125,6 +125,28 @@ int kd_engine_cancel(kd_engine *e, int64_t id, const char *by)
     return kestrel__error_set(KESTREL_ERROR, "job %lld did not settle for cancellation", (long long)id);
 }
 
+void kd_run_free(kd_run *r)
+{
+    if (r == NULL)
+        return;
+    free(r->devices);
+    free(r->rank_nodes);
+    free(r->rank_pgids);
+    free(r);
+}
+
+void kd_engine_set_rank_pgid(kd_engine *e, kd_run *run, int rank, pid_t pgid)
+{
+    pthread_mutex_lock(&e->mu);
+    if (rank == 0)
+        run->pgid = pgid;
+    if (run->rank_pgids && rank >= 0 && rank < run->nranks)
+        run->rank_pgids[rank] = pgid;
+    if (run->term != KD_TERM_NONE)   /* cancelled or preempted while the gang was starting */
+        kill(-pgid, SIGTERM);
+    pthread_mutex_unlock(&e->mu);
+}
+
 void kd_engine_set_pgid(kd_engine *e, kd_run *run, pid_t pgid)
 {
     pthread_mutex_lock(&e->mu);
@@ -233,8 +255,7 @@ release:
     pthread_cond_broadcast(&e->changed);
     pthread_cond_signal(&e->sched_cv);
     pthread_mutex_unlock(&e->mu);
-    free(run->devices);
-    free(run);
+    kd_run_free(run);
 }
 
 /* Forget a run and its slot (engine lock held; the caller frees it). */

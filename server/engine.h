@@ -83,8 +83,21 @@ typedef struct kd_run {
     int node;
     int ndev;
     int *devices;
+    /* A gang (nranks > 1): devices are rank after rank (ndev / nranks each), rank r on node
+     * rank_nodes[r]; each rank is its own process group, rank_pgids[r] (0 until it exists). */
+    int nranks;
+    int *rank_nodes;
+    pid_t *rank_pgids;
     struct kd_run *next;
 } kd_run;
+
+/* The node of a run's k-th device. */
+static inline int kd_run_dev_node(const kd_run *r, int k)
+{
+    return r->nranks > 1 ? r->rank_nodes[k / (r->ndev / r->nranks)] : r->node;
+}
+/* Free a run and what it owns. */
+void kd_run_free(kd_run *r);
 
 typedef struct kd_engine kd_engine;
 
@@ -227,6 +240,8 @@ void kd_engine_alert(kd_engine *e, int64_t job_id, const char *kind, const char 
 
 /* Executors report: */
 void kd_engine_set_pgid(kd_engine *e, kd_run *run, pid_t pgid);
+/* A gang's rank r has its process group (rank 0's is also the run's pgid). */
+void kd_engine_set_rank_pgid(kd_engine *e, kd_run *run, int rank, pid_t pgid);
 int kd_engine_term_requested(kd_engine *e, kd_run *run);
 void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n);
 void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, const char *why);

@@ -49,8 +49,8 @@ static const kestrel_gpu *live(const kd_engine *e, const char *uuid)
 static int64_t holder(const kd_engine *e, int node, int dev)
 {
     for (const kd_run *r = e->runs; r; r = r->next)
-        for (int k = 0; r->node == node && k < r->ndev; k++)
-            if (r->devices[k] == dev)
+        for (int k = 0; k < r->ndev; k++)
+            if (r->devices[k] == dev && kd_run_dev_node(r, k) == node)
                 return r->id;
     return 0;
 }
@@ -240,12 +240,12 @@ int kd_engine_gpu_metrics(kd_engine *e, kestrel_buf *out)
                             "1 for each device a running job holds: join on gpu_uuid with DCGM's metrics.");
     for (const kd_run *r = e->runs; r && rc == 0; r = r->next) {
         for (int k = 0; k < r->ndev && rc == 0; k++) {
-            const kd_node *node = &e->cfg->nodes[r->node];
+            const kd_node *node = &e->cfg->nodes[kd_run_dev_node(r, k)];
             char job[32], index[16], uuid[96];
             const char *labels[] = { "job_id", job, "node", node->name, "index", index, "gpu_uuid", uuid, NULL };
             snprintf(job, sizeof(job), "%lld", (long long)r->id);
             snprintf(index, sizeof(index), "%d", r->devices[k]);
-            dev_uuid(&node->devs[r->devices[k]], (size_t)r->node, r->devices[k], uuid, sizeof(uuid));
+            dev_uuid(&node->devs[r->devices[k]], (size_t)kd_run_dev_node(r, k), r->devices[k], uuid, sizeof(uuid));
             rc = kd_expo_sample(out, "kestrel_job_gpu_info", labels, 1);
         }
     }
@@ -263,7 +263,7 @@ int kd_engine_held_gpus(kd_engine *e, kd_held_gpu **out, size_t *n)
     pthread_mutex_lock(&e->mu);
     for (const kd_run *r = e->runs; r && rc == 0; r = r->next) {
         for (int k = 0; k < r->ndev && rc == 0; k++) {
-            const kd_dev *dev = &e->cfg->nodes[r->node].devs[r->devices[k]];
+            const kd_dev *dev = &e->cfg->nodes[kd_run_dev_node(r, k)].devs[r->devices[k]];
             const kestrel_gpu *g = live(e, dev->uuid);
             kd_held_gpu *h;
             if (g == NULL || g->utilization_gpu < 0 || (rc = kestrel__array_grow(out, &cap, *n + 1, sizeof(**out))) < 0)

@@ -13,7 +13,7 @@ static int64_t run_memory_mb(kd_engine *e, const kd_run *run)
     int64_t mem = 0;
     pthread_mutex_lock(&e->mu);
     for (int k = 0; k < run->ndev; k++) {
-        const kd_dev *d = &e->cfg->nodes[run->node].devs[run->devices[k]];
+        const kd_dev *d = &e->cfg->nodes[kd_run_dev_node(run, k)].devs[run->devices[k]];
         int64_t m = d->mem_mb;
         for (size_t i = 0; d->uuid && i < kestrel_gpu_list_count(e->gpus); i++) {
             const kestrel_gpu *g = kestrel_gpu_list_get(e->gpus, i);

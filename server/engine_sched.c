@@ -36,25 +36,38 @@ static void device_uuid(const kd_engine *e, char *out, size_t n, int node, int i
         snprintf(out, n, "GPU-00000000-0000-4000-8000-%06d%06d", node, index);
 }
 
-/* Move one planned start into RUNNING and hand it to the executor. */
+/* Move one planned start into RUNNING and hand it to the executor. The catalog records every
+ * device, comma-separated; the executor gets a gang's devices rank by rank, separated by ';'. */
 void kd_engine_launch(kd_engine *e, kd_run *run)
 {
-    char devs[8192] = "", token[80], reason[160];
-    size_t k = 0;
+    char devs[8192] = "", ranked[8192] = "", token[80], reason[160], where[96];
+    size_t k = 0, kr = 0;
     Kestrel__V1__Job *job = NULL;
     const char *node = e->cfg->nodes[run->node].name;
     kd_transition t = { kestrel__now_ms(), reason, 0, 0, devs, 0, node };
-    int rc;
+    int rc, per = run->nranks > 1 ? run->ndev / run->nranks : run->ndev;
 
-    for (int i = 0; i < run->ndev && k + 100 < sizeof(devs); i++) {
+    for (int i = 0; i < run->ndev && k + 100 < sizeof(devs) && kr + 100 < sizeof(ranked); i++) {
         char u[100];
-        device_uuid(e, u, sizeof(u), run->node, run->devices[i]);
+        device_uuid(e, u, sizeof(u), kd_run_dev_node(run, i), run->devices[i]);
         k += (size_t)snprintf(devs + k, sizeof(devs) - k, "%s%s", i ? "," : "", u);
+        kr += (size_t)snprintf(ranked + kr, sizeof(ranked) - kr, "%s%s", !i ? "" : i % per ? "," : ";", u);
+    }
+    if (run->nranks > 1) {
+        int spread = 0;
+        for (int r = 1; r < run->nranks; r++)
+            spread |= run->rank_nodes[r] != run->node;
+        snprintf(where, sizeof(where), "%d ranks on node%s %s%s", run->nranks, spread ? "s" : "", node,
+                 spread ? " and others" : "");   /* "started 2 ranks on node local" */
+        for (int r = 1; per == 0 && r < run->nranks && kr + 2 < sizeof(ranked); r++)
+            ranked[kr++] = ';', ranked[kr] = '\0';   /* no devices: still one field a rank */
+    } else {
+        snprintf(where, sizeof(where), "on node %s", node);
     }
     if (run->restart_count > 0)
-        snprintf(reason, sizeof(reason), "resumed on node %s (run %d)", node, run->restart_count + 1);
+        snprintf(reason, sizeof(reason), "resumed %s (run %d)", where, run->restart_count + 1);
     else
-        snprintf(reason, sizeof(reason), "started on node %s by the %s executor", node, e->exec->name);
+        snprintf(reason, sizeof(reason), "started %s by the %s executor", where, e->exec->name);
     run->start_ms = t.now_ms;
     rc = kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_RUNNING, &t);
     if (rc == 0)
@@ -66,7 +79,7 @@ void kd_engine_launch(kd_engine *e, kd_run *run)
         rc = kd_token_issue(e->cat, run->owner_id, run->id, token, sizeof(token));
         if (rc == 0) {
             kd_engine_changed(e);
-            if (e->exec->start(e, run, job, token, devs) == 0)
+            if (e->exec->start(e, run, job, token, ranked) == 0)
                 return;
             kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
             return;
@@ -79,8 +92,7 @@ void kd_engine_launch(kd_engine *e, kd_run *run)
     pthread_mutex_lock(&e->mu);
     kd_engine_release_locked(e, run);
     pthread_mutex_unlock(&e->mu);
-    free(run->devices);
-    free(run);
+    kd_run_free(run);
 }
 
 /* The queued jobs as the pure scheduler sees them (pointers into q's specs). */
@@ -112,6 +124,7 @@ static int to_qjobs(const kd_queued *q, size_t n, kd_qjob *out)
         j->affinity_group = s->affinity_group;
         j->affinity_required = s->affinity_required;
         j->preemptible = !s->not_preemptible;
+        j->replicas = s->replicas;
     }
     return 0;
 }
@@ -269,7 +282,7 @@ static void schedule_pass(kd_engine *e)
     {
         size_t na = 0;
         for (kd_run *r = e->runs; r; r = r->next)
-            na++;
+            na += r->nranks > 1 ? (size_t)r->nranks : 1;
         allocs = calloc(na + 1, sizeof(*allocs));
         started = calloc(n + 1, sizeof(*started));
         if (allocs == NULL || started == NULL) {
@@ -277,21 +290,23 @@ static void schedule_pass(kd_engine *e)
             goto done;
         }
         na = 0;
-        for (kd_run *r = e->runs; r; r = r->next) {
-            kd_alloc *a = &allocs[na++];
-            a->id = r->id;
-            a->node = r->node;
-            a->ndev = r->ndev;
-            a->devs = r->devices;
-            a->priority = r->priority;
-            a->preemptible = r->preemptible;
-            a->start_ms = r->start_ms;
-            a->checkpoint_ms = r->checkpoint_ms;
-            a->owner = r->owner_id;
-            a->team = r->team;
-            a->terminating = r->term != KD_TERM_NONE;
-            a->backfill_for = r->backfill_for;
-        }
+        for (kd_run *r = e->runs; r; r = r->next)
+            for (int rank = 0; rank < (r->nranks > 1 ? r->nranks : 1); rank++) {   /* an allocation a rank */
+                kd_alloc *a = &allocs[na++];
+                int per = r->nranks > 1 ? r->ndev / r->nranks : r->ndev;
+                a->id = r->id;
+                a->node = r->nranks > 1 ? r->rank_nodes[rank] : r->node;
+                a->ndev = per;
+                a->devs = per ? r->devices + rank * per : r->devices;
+                a->priority = r->priority;
+                a->preemptible = r->preemptible;
+                a->start_ms = r->start_ms;
+                a->checkpoint_ms = r->checkpoint_ms;
+                a->owner = r->owner_id;
+                a->team = r->team;
+                a->terminating = r->term != KD_TERM_NONE;
+                a->backfill_for = r->backfill_for;
+            }
         snap = (kd_snapshot){ e->cfg->nodes, e->cfg->nnodes, allocs, na, q, n, refs, nrefs, groups, ngroups,
                               e->cfg->quotas, e->cfg->nquotas, e->cfg->max_jobs - e->running, kestrel__now_ms(), 0 };
     }
@@ -303,20 +318,34 @@ static void schedule_pass(kd_engine *e)
         const kd_action *a = &plan.acts[i];
         if (a->kind == KD_ACT_START) {
             const kd_queued *src = NULL;
-            kd_run *r = calloc(1, sizeof(*r));
+            int ranks = a->replicas > 1 ? a->replicas : 1;
+            kd_run *r;
+            if (a->rank > 0)
+                continue;   /* a gang's other ranks: taken with rank 0, the actions that follow it */
+            r = calloc(1, sizeof(*r));
             for (size_t k = 0; k < n && !src; k++)
                 if (queued[k].id == a->job)
                     src = &queued[k];
-            if (r == NULL || src == NULL || (a->ndev && (r->devices = calloc((size_t)a->ndev, sizeof(int))) == NULL)) {
-                free(r);
+            if (r == NULL || src == NULL || i + (size_t)ranks > plan.nacts ||
+                (a->ndev && (r->devices = calloc((size_t)(a->ndev * ranks), sizeof(int))) == NULL) ||
+                (ranks > 1 && ((r->rank_nodes = calloc((size_t)ranks, sizeof(int))) == NULL ||
+                               (r->rank_pgids = calloc((size_t)ranks, sizeof(pid_t))) == NULL))) {
+                kd_run_free(r);
                 continue;
             }
             r->id = a->job;
             r->node = a->node;
-            r->ndev = a->ndev;
-            if (a->ndev)
-                memcpy(r->devices, plan.devs + a->dev_off, (size_t)a->ndev * sizeof(int));
-            kd_engine_refine_devices(e, r, src->spec);   /* real GPUs: the best-connected free set */
+            r->ndev = a->ndev * ranks;
+            r->nranks = ranks > 1 ? ranks : 0;
+            for (int k = 0; k < ranks; k++) {
+                const kd_action *ak = &plan.acts[i + (size_t)k];
+                if (ranks > 1)
+                    r->rank_nodes[k] = ak->node;
+                if (a->ndev)
+                    memcpy(r->devices + k * a->ndev, plan.devs + ak->dev_off, (size_t)a->ndev * sizeof(int));
+            }
+            if (ranks == 1)
+                kd_engine_refine_devices(e, r, src->spec);   /* real GPUs: the best-connected free set */
             r->priority = src->priority;
             r->preemptible = !src->spec->not_preemptible;
             r->grace_s = src->spec->grace_period_s;

@@ -12,6 +12,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include "exec_local.h"
 #include "exec_util.h"
 #include "stage.h"
@@ -20,6 +23,7 @@
 extern char **environ;
 
 #define LINE_MAX_BYTES 65536
+#define KESTREL__MAX_REPLICAS_LOCAL 64   /* the bound on a spec's replicas */
 
 typedef struct {
     kd_engine *e;
@@ -61,9 +65,34 @@ typedef struct {
     int fd;
     int stream;
     const Kestrel__V1__JobSpec *spec;   /* its secret values are masked in the lines */
+    char prefix[16];                    /* a gang's rank: "[rank 1] " before each line ("" none) */
     size_t len;
     char buf[LINE_MAX_BYTES];
 } stream_buf;
+
+/* Log lines[0..n), each after s's prefix when it has one. */
+static void log_lines(kd_engine *e, int64_t id, const stream_buf *s, kd_log_line *lines, size_t n)
+{
+    size_t plen = strlen(s->prefix);
+    if (n == 0)
+        return;
+    if (plen == 0) {
+        kd_engine_log(e, id, lines, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *joined = malloc(plen + lines[i].len + 1);
+        if (joined == NULL)
+            continue;
+        memcpy(joined, s->prefix, plen);
+        memcpy(joined + plen, lines[i].text, lines[i].len);
+        joined[plen + lines[i].len] = '\0';
+        lines[i].text = joined;
+        lines[i].len += plen;
+        kd_engine_log(e, id, &lines[i], 1);
+        free(joined);
+    }
+}
 
 /* Read what is available on s; append complete lines (and, at EOF or when full, the rest). */
 static int pump(kd_engine *e, int64_t id, stream_buf *s)
@@ -85,7 +114,7 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
         lines[n++] = (kd_log_line){ now, s->stream, s->buf + start, l };
         start = i + 1;
         if (n == KESTREL__ARRAY_SIZE(lines)) {
-            kd_engine_log(e, id, lines, n);
+            log_lines(e, id, s, lines, n);
             n = 0;
         }
     }
@@ -98,17 +127,15 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
             copy[len] = '\0';
             kd_exec_mask(s->spec, copy, &len);
             kd_exec_sanitize(copy, len);
-            if (n)
-                kd_engine_log(e, id, lines, n);
+            log_lines(e, id, s, lines, n);
             n = 0;
             lines[0] = (kd_log_line){ now, s->stream, copy, len };
-            kd_engine_log(e, id, lines, 1);
+            log_lines(e, id, s, lines, 1);
             free(copy);
         }
         start = s->len;
     }
-    if (n)
-        kd_engine_log(e, id, lines, n);
+    log_lines(e, id, s, lines, n);
     memmove(s->buf, s->buf + start, s->len - start);
     s->len -= start;
     if (eof) {
@@ -146,6 +173,218 @@ static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_
         }
     }
     return status;
+}
+
+/* ---- gangs: one process group a rank, wired together, stopped together -------------------- */
+
+typedef struct {
+    pid_t pid;
+    int status, exited;
+    stream_buf out, err;
+} gang_rank;
+
+/* A free TCP port of this host for rank 0's coordinator (bound, read, released: the usual way). */
+static int reserve_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* base plus the rank's wiring: Kestrel's, torchrun's and Keras' variables, and its devices. */
+static char **rank_env(char **base, const kd_run *run, int rank, const char *coord, int port, const char *devices)
+{
+    size_t n = 0, k = 0;
+    char **env;
+    int local = 0, local_size = 0;
+    for (int r = 0; r < run->nranks; r++)
+        if (run->rank_nodes[r] == run->rank_nodes[rank]) {
+            local += r < rank;
+            local_size++;
+        }
+    while (base[n])
+        n++;
+    if ((env = calloc(n + 20, sizeof(char *))) == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if ((env[k++] = strdup(base[i])) == NULL)
+            goto fail;
+#define PUT(...) do { if (asprintf(&env[k++], __VA_ARGS__) < 0) { env[--k] = NULL; goto fail; } } while (0)
+    PUT("KESTREL_RANK=%d", rank);
+    PUT("KESTREL_WORLD_SIZE=%d", run->nranks);
+    PUT("KESTREL_LOCAL_RANK=%d", local);
+    PUT("KESTREL_COORDINATOR=%s", coord);
+    PUT("RANK=%d", rank);
+    PUT("LOCAL_RANK=%d", local);
+    PUT("WORLD_SIZE=%d", run->nranks);
+    PUT("LOCAL_WORLD_SIZE=%d", local_size);
+    PUT("MASTER_ADDR=127.0.0.1");
+    PUT("MASTER_PORT=%d", port);
+    PUT("KERAS_DISTRIBUTION_JOB_ADDRESSES=%s", coord);
+    PUT("KERAS_DISTRIBUTION_NUM_PROCESSES=%d", run->nranks);
+    PUT("KERAS_DISTRIBUTION_PROCESS_ID=%d", rank);
+    PUT("CUDA_VISIBLE_DEVICES=%s", devices);
+    PUT("CUDA_DEVICE_ORDER=PCI_BUS_ID");
+#undef PUT
+    return env;
+fail:
+    kd_exec_env_free(env);
+    return NULL;
+}
+
+/* Signal every rank that still runs. */
+static void gang_kill(gang_rank *rk, int n, int sig)
+{
+    for (int r = 0; r < n; r++)
+        if (rk[r].pid > 0 && !rk[r].exited)
+            killpg(rk[r].pid, sig);
+}
+
+/* Start every rank, capture them all, and report the gang's end once: the first rank to fail
+ * stops the others (SIGTERM, SIGKILL after the grace period) and its status is the job's. */
+static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident *ident, const kd_exec_as *as)
+{
+    kd_engine *e = lj->e;
+    kd_run *run = lj->run;
+    const Kestrel__V1__JobSpec *spec = lj->job->spec;
+    int64_t id = lj->job->id, kill_at = 0;
+    int n = run->nranks, started = 0, first_fail = -1, port = reserve_port(), grace;
+    gang_rank *rk = calloc((size_t)n, sizeof(*rk));
+    char **base = NULL, **argv = NULL, *devs = strdup(lj->devices), *field, why[512] = "", prog[PATH_MAX + 8], coord[64];
+    char **rank_devs = calloc((size_t)n, sizeof(char *));
+
+    grace = spec->grace_period_s > 0 ? spec->grace_period_s : e->cfg->grace_s;
+    snprintf(coord, sizeof(coord), "127.0.0.1:%d", port);
+    if (rk == NULL || devs == NULL || rank_devs == NULL || port < 0 ||
+        (argv = calloc(spec->n_argv + 1, sizeof(char *))) == NULL) {
+        snprintf(why, sizeof(why), "cannot prepare the gang: %s", port < 0 ? "no free port" : "out of memory");
+        goto not_started;
+    }
+    field = devs;   /* "d,d;d,d": rank by rank */
+    for (int r = 0; r < n; r++) {
+        char *semi = field ? strchr(field, ';') : NULL;
+        rank_devs[r] = field ? field : "";
+        if (semi)
+            *semi = '\0';
+        field = semi ? semi + 1 : NULL;
+    }
+    memcpy(argv, spec->argv, spec->n_argv * sizeof(char *));
+    if ((base = kd_exec_job_env(e, lj->job, lj->token, ckpt, NULL, 1, as)) == NULL ||
+        kd_exec_use_env(e, lj->job, &argv[0], prog, sizeof(prog)) < 0) {
+        snprintf(why, sizeof(why), "%s", base ? kestrel_error_last()->message : "cannot prepare the environment");
+        goto not_started;
+    }
+    kd_exec_log(e, id, "starting %d ranks (coordinator %s)", n, coord);
+    for (int r = 0; r < n; r++) {
+        int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
+        char **env = rank_env(base, run, r, coord, port, rank_devs[r]);
+        pid_t pid;
+        if (env == NULL || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+            if (po[0] >= 0) {
+                close(po[0]);
+                close(po[1]);
+            }
+            kd_exec_env_free(env);
+            snprintf(why, sizeof(why), "rank %d: cannot prepare the process: %s", r, strerror(errno));
+            goto stop_started;
+        }
+        pid = kd_exec_spawn(argv, env, cwd, po, pe, ident);
+        kd_exec_env_free(env);
+        if (pid < 0) {
+            close(po[0]);
+            close(pe[0]);
+            snprintf(why, sizeof(why), "rank %d: cannot execute '%s': %s", r, spec->argv[0], strerror((int)-pid));
+            goto stop_started;
+        }
+        rk[r].pid = pid;
+        rk[r].out.fd = po[0];
+        rk[r].out.stream = KESTREL_LOG_STDOUT;
+        rk[r].err.fd = pe[0];
+        rk[r].err.stream = KESTREL_LOG_STDERR;
+        rk[r].out.spec = rk[r].err.spec = spec;
+        snprintf(rk[r].out.prefix, sizeof(rk[r].out.prefix), "[rank %d] ", r);
+        memcpy(rk[r].err.prefix, rk[r].out.prefix, sizeof(rk[r].err.prefix));
+        if (r == 0)
+            kd_catalog_job_set_process(e->cat, id, pid, kd_proc_start_time(pid));
+        kd_engine_set_rank_pgid(e, run, r, pid);
+        started++;
+    }
+    for (;;) {
+        struct pollfd p[2 * KESTREL__MAX_REPLICAS_LOCAL];
+        stream_buf *of[2 * KESTREL__MAX_REPLICAS_LOCAL];
+        nfds_t np = 0;
+        int running = 0;
+        for (int r = 0; r < n; r++) {
+            stream_buf *sb[2] = { &rk[r].out, &rk[r].err };
+            for (int k = 0; k < 2; k++)
+                if (sb[k]->fd >= 0) {
+                    of[np] = sb[k];
+                    p[np++] = (struct pollfd){ sb[k]->fd, POLLIN, 0 };
+                }
+            running += !rk[r].exited;
+        }
+        if (np == 0 && running == 0)
+            break;
+        if (np == 0 || poll(p, np, 100) > 0)
+            for (nfds_t i = 0; i < np; i++)
+                if (p[i].revents)
+                    pump(e, id, of[i]);
+        if (np == 0)
+            usleep(20000);
+        for (int r = 0; r < n; r++) {
+            if (rk[r].exited || waitpid(rk[r].pid, &rk[r].status, WNOHANG) != rk[r].pid)
+                continue;
+            rk[r].exited = 1;
+            killpg(rk[r].pid, SIGKILL);   /* its stragglers would hold the pipes open */
+            if (first_fail < 0 && !(WIFEXITED(rk[r].status) && WEXITSTATUS(rk[r].status) == 0)) {
+                first_fail = r;
+                if (WIFSIGNALED(rk[r].status))
+                    kd_exec_log(e, id, "rank %d ended by signal %d: stopping the other ranks", r, WTERMSIG(rk[r].status));
+                else
+                    kd_exec_log(e, id, "rank %d exited with code %d: stopping the other ranks", r,
+                                WEXITSTATUS(rk[r].status));
+                gang_kill(rk, n, SIGTERM);
+                kill_at = kestrel__now_ms() + (int64_t)grace * 1000;
+            }
+        }
+        if (kill_at && kestrel__now_ms() >= kill_at) {
+            gang_kill(rk, n, SIGKILL);
+            kill_at = 0;
+        }
+    }
+    {
+        int st = rk[first_fail >= 0 ? first_fail : 0].status;
+        if (WIFSIGNALED(st))
+            kd_engine_finished(e, run, KD_END_SIGNALED, WTERMSIG(st), NULL);
+        else
+            kd_engine_finished(e, run, KD_END_EXITED, WEXITSTATUS(st), NULL);
+    }
+    goto done;
+stop_started:
+    gang_kill(rk, started, SIGKILL);
+    for (int r = 0; r < started; r++) {
+        waitpid(rk[r].pid, NULL, 0);
+        close(rk[r].out.fd);
+        close(rk[r].err.fd);
+    }
+    kd_exec_log(e, id, "%s", why);
+not_started:
+    kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, why);
+done:
+    kd_exec_env_free(base);
+    free(argv);
+    free(rank_devs);
+    free(devs);
+    free(rk);
 }
 
 /* The work dir comes from the repository (code and/or datasets), staged by kestreld. */
@@ -211,6 +450,10 @@ static void *runner(void *arg)
     }
     if (kd_engine_term_requested(e, lj->run)) {
         kd_engine_finished(e, lj->run, KD_END_NOT_STARTED, 0, "stopped before start");
+        goto done;
+    }
+    if (lj->run->nranks > 1) {
+        run_gang(lj, cwd, ckpt, &ident, &as);
         goto done;
     }
     if ((env = kd_exec_job_env(e, lj->job, lj->token, ckpt, lj->devices, 1, &as)) == NULL || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
@@ -305,7 +548,10 @@ static int local_start(kd_engine *e, kd_run *run, Kestrel__V1__Job *job, const c
 static void local_signal(kd_engine *e, kd_run *run, int sig)
 {
     (void)e;
-    if (run->pgid > 0)
+    for (int r = 0; run->rank_pgids && r < run->nranks; r++)   /* a gang: every rank's group */
+        if (run->rank_pgids[r] > 0)
+            killpg(run->rank_pgids[r], sig);
+    if (!run->rank_pgids && run->pgid > 0)
         killpg(run->pgid, sig);
 }
 
