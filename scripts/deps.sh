@@ -32,10 +32,10 @@ if [ -f "$VENV/pyvenv.cfg" ] && ! grep -q '^home = /usr/bin$' "$VENV/pyvenv.cfg"
   echo "deps: $VENV was made from another Python than $PY (job accounts could not run it): making it again"
   rm -rf "$VENV"
 fi
-if ! KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm, nbclient, nbformat, ipykernel, selenium, pandas, mypy' 2>/dev/null; then
-  echo "deps: filling the Python venv $VENV (keras, torch==2.13.0, cffi, pytest, tqdm, nbclient, ipykernel, selenium, pandas, mypy)"
+if ! KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm, nbclient, nbformat, ipykernel, selenium, pandas, mypy, jax' 2>/dev/null; then
+  echo "deps: filling the Python venv $VENV (keras, torch==2.13.0, cffi, pytest, tqdm, nbclient, ipykernel, selenium, pandas, mypy, jax)"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 keras cffi pytest tqdm nbclient nbformat ipykernel selenium pandas mypy 2>&1 |
+  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 keras cffi pytest tqdm nbclient nbformat ipykernel selenium pandas mypy jax 2>&1 |
     grep -v "^WARNING: Location" || true
-  KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm, nbclient, nbformat, ipykernel, selenium, pandas, mypy' || { echo "deps: the venv is incomplete" >&2; exit 1; }
+  KERAS_BACKEND=torch "$VENV/bin/python" -c 'import keras, torch, cffi, pytest, tqdm, nbclient, nbformat, ipykernel, selenium, pandas, mypy, jax' || { echo "deps: the venv is incomplete" >&2; exit 1; }
 fi

@@ -158,7 +158,7 @@ class Client(Handle):
                data: Optional[Dict[str, str]] = None, environment: Optional[str] = None,
                requirements: Optional[str] = None, retries: int = 0,
                log_policies: Optional[Dict[str, Tuple[str, str]]] = None,
-               exclude_nodes: Iterable[str] = ()) -> Job:
+               exclude_nodes: Iterable[str] = (), replicas: int = 1) -> Job:
         """Queue a job: argv (a list of strings, run without a shell; a str is a TypeError, as
         shlex.split would make the list) or script (a path, run with this interpreter,
         sys.executable, or with the environment's python when environment= or requirements= is
@@ -183,7 +183,12 @@ class Client(Handle):
 
         retries: a failed run is queued again up to this many times. log_policies: {name: (regex,
         "action,action")}, actions label, alert, no-retry, exclude-node, retry-larger (besides the
-        server's and the built-in cuda-oom, ecc, nan-loss). exclude_nodes: nodes never to run on."""
+        server's and the built-in cuda-oom, ecc, nan-loss). exclude_nodes: nodes never to run on.
+
+        replicas: a gang of this many processes (ranks), each with gpus devices, placed all at once
+        on as few nodes as hold them; each rank gets KESTREL_RANK, KESTREL_WORLD_SIZE, torchrun's
+        RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT and KERAS_DISTRIBUTION_* (kestrel.keras.distribute()
+        reads them); one failing stops the others, preemption stops and requeues all."""
         if (argv is None) == (script is None):
             raise ValueError("give exactly one of argv= or script=")
         if isinstance(argv, (str, bytes)):
@@ -215,6 +220,8 @@ class Client(Handle):
             check(C.kestrel_job_spec_set_name(spec, _b(name)))
         check(C.kestrel_job_spec_set_priority(spec, PRIORITIES[priority]))
         check(C.kestrel_job_spec_set_gpus(spec, gpus))
+        if replicas != 1:
+            check(C.kestrel_job_spec_set_replicas(spec, int(replicas)))
         if environment:
             check(C.kestrel_job_spec_set_environment(spec, _b(environment)))
         if requirements:

@@ -62,7 +62,8 @@ class Job:
         exit_code (int | None): the exit status once it ended with one.
         owner (str): the user who submitted it.
         priority (str): its class: NORMAL, HIGH or URGENT.
-        gpus (int): GPUs it asked for; node (str | None): where it runs or ran.
+        gpus (int): GPUs it asked for (of a gang: each rank's); node (str | None): where it runs or ran.
+        replicas (int): the ranks of a gang job (1: one process).
         restart_count (int): how many times it was requeued (preemption, daemon restart, retries).
         submit_time_ms, start_time_ms, end_time_ms (int | None): Unix times in milliseconds.
         params (dict[str, str]): its parameters (hyperparameters).
@@ -103,6 +104,7 @@ class Job:
                                    "max_utilization": u.max_utilization, "peak_memory": u.peak_memory})
         self.priority = _s(C.kestrel_priority_name(C.kestrel_job_priority(p)))
         self.gpus = int(C.kestrel_job_gpus(p))
+        self.replicas = int(C.kestrel_job_replicas(p))
         self.node = _s(C.kestrel_job_node(p)) or None
         self.restart_count = int(C.kestrel_job_restart_count(p))
         self.submit_time_ms = int(C.kestrel_job_submit_time(p))

@@ -4,6 +4,9 @@
     model.fit(x, y, callbacks=[kestrel.keras.MetricsCallback()])       # inside a Kestrel job
     kestrel.keras.fit(model, x, y, epochs=5, batch_size=64)           # + resumes after preemption
 
+    kestrel.keras.distribute()     # in a gang (kestrel submit --replicas N): data parallel over every rank
+    kestrel.keras.fit(model, x, y, epochs=5, batch_size=64)           # 64: the global batch, split over ranks
+
     model.save("kestrel://team/mnist")                               # a new version in the repository
     keras.saving.load_model("kestrel://team/mnist@production")
 
@@ -24,7 +27,7 @@ import keras
 import numpy as np
 
 from .client import Client
-from . import keras_uri
+from . import _gang, keras_uri
 
 keras_uri.install()   # kestrel:// paths in model.save / load_model / save_weights / load_weights
 autolog = keras_uri.autolog
@@ -36,6 +39,8 @@ _warned_outside: List[int] = []
 def _job_context(client: Optional[Client] = None, job_id: Optional[int] = None,
                  who: str = "MetricsCallback") -> Tuple[Optional[Client], Optional[int]]:
     found = job_id or os.environ.get("KESTREL_JOB_ID")
+    if found and not job_id and not _gang.is_leader():
+        return None, None   # a gang reports through rank 0
     if not found:
         if not _warned_outside:   # once a process: the metrics go nowhere, and the user should know
             _warned_outside.append(1)
@@ -169,7 +174,8 @@ class _Preempted(Exception):
 class PreemptionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
     """On SIGTERM (kestreld's preemption signal): finish the current batch, write weights,
     optimizer state, epoch and batch position atomically into KESTREL_CHECKPOINT_DIR, acknowledge
-    the checkpoint, and stop training."""
+    the checkpoint, and stop training. In a gang every rank votes at the end of each batch (a
+    collective), so that all stop after the same one; rank 0 writes and acknowledges."""
 
     def __init__(self, directory: str, state: Dict[str, int], client: Optional[Client] = None,
                  job_id: Optional[int] = None) -> None:
@@ -192,8 +198,9 @@ class PreemptionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]  # k
 
     def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self.state["batch"] += 1
-        if self.requested:
-            save_checkpoint(self.model, self.directory, self.state)
+        if _gang.agree(self.requested, keras.backend.backend()):
+            if _gang.is_leader():
+                save_checkpoint(self.model, self.directory, self.state)
             if self._client is not None and self._job_id is not None:
                 try:
                     from .job import Job
@@ -253,8 +260,16 @@ def fit(model: Any, x: Any, y: Any, *, epochs: int, batch_size: int, callbacks: 
     the end of the current batch and exits the fit; run again, it restores weights, optimizer and
     position and continues from the next batch, so the run makes exactly the optimizer steps of an
     uninterrupted one. Batches are taken in order (no shuffling), which is what makes positions
-    meaningful. Returns "preempted" or "done"."""
+    meaningful. Returns "preempted" or "done".
+
+    In a gang (after distribute()), batch_size is the global batch: each rank trains on its part of
+    every one (rank r the r-th of KESTREL_WORLD_SIZE equal parts), so the ranks together take the
+    optimizer steps one process would on the same global batches; rank 0 writes the checkpoints
+    and every rank resumes from them."""
     directory = checkpoint_dir or os.environ.get("KESTREL_CHECKPOINT_DIR") or "kestrel-checkpoint"
+    rows, batch_size = _gang.shard(len(x), batch_size)
+    if len(rows) != len(x):
+        x, y = x[rows], y[rows]
     n = len(x)
     steps = -(-n // batch_size)
     if not model.built:
@@ -277,8 +292,41 @@ def fit(model: Any, x: Any, y: Any, *, epochs: int, batch_size: int, callbacks: 
                 return "preempted"
     except _Preempted:
         return "preempted"
-    save_checkpoint(model, directory, {"epoch": epochs, "batch": 0})
+    if _gang.is_leader():
+        save_checkpoint(model, directory, {"epoch": epochs, "batch": 0})
     return "done"
+
+
+def distribute() -> Any:
+    """Data parallelism over every rank of a gang (kestrel submit --replicas N), set up from the
+    variables kestreld gives each rank. Call it before building the model. Returns the
+    keras.distribution.DataParallel in use (JAX), or None.
+
+    JAX backend: keras.distribution.initialize() (KERAS_DISTRIBUTION_*), then DataParallel over
+    every rank's devices; on CPU the collectives are gloo's, on GPUs XLA's (NCCL). Each rank feeds
+    its own part of each global batch (kestrel.keras.fit does it), so auto-sharding is off.
+    torch backend: torch.distributed's process group (gloo on CPU, NCCL with CUDA) from MASTER_ADDR,
+    MASTER_PORT, RANK and WORLD_SIZE; Keras 3 has no DataParallel for torch, so the model is not
+    distributed (average gradients yourself, e.g. in a custom train step). Outside a gang it sets up
+    nothing but the single-process DataParallel (JAX) and returns it."""
+    _, size = _gang.world()
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+        if size > 1:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")  # type: ignore[no-untyped-call]
+            keras.distribution.initialize()
+        dist = keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+        dist.auto_shard_dataset = False
+        keras.distribution.set_distribution(dist)
+        return dist
+    if backend == "torch":
+        import torch
+        import torch.distributed as tdist
+        if size > 1 and not tdist.is_initialized():
+            tdist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        return None
+    raise RuntimeError(f"kestrel.keras.distribute(): the {backend} backend is not supported (jax or torch)")
 
 
 def _hook_fit() -> None:
