@@ -531,6 +531,7 @@ int kd_engine_recover(kd_engine *e)
         /* the process group outlived its daemon: its output went nowhere, stop it */
         if (r->pid > 0 && kd_proc_start_time((pid_t)r->pid) == r->pid_start)
             killpg((pid_t)r->pid, SIGKILL);
+        kd_exec_gang_reap(e->cfg->data_dir, r->id);   /* a gang's other ranks */
         if (r->no_retry) {
             t.reason = "daemon restarted";
             rc = kd_catalog_job_transition(e->cat, r->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_FAILED, &t);

@@ -241,6 +241,41 @@ fail:
     return NULL;
 }
 
+/* DATA/gangs/ID: "pid start" of every rank, so that a daemon started after a crash stops them all
+ * (the catalog keeps rank 0's; kestreld's own directory: a job cannot write it). */
+static void record_ranks(kd_engine *e, int64_t id, const gang_rank *rk, int n)
+{
+    char dir[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX + 8];
+    FILE *f;
+    snprintf(dir, sizeof(dir), "%s/gangs", e->cfg->data_dir);
+    snprintf(path, sizeof(path), "%s/%lld", dir, (long long)id);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if (kestrel__mkdirs(dir, 0700) < 0 || (f = fopen(tmp, "we")) == NULL)
+        return;
+    for (int r = 0; r < n; r++)
+        fprintf(f, "%d %lld\n", (int)rk[r].pid, (long long)kd_proc_start_time(rk[r].pid));
+    if (fflush(f) == 0 && fsync(fileno(f)) == 0 && fclose(f) == 0)
+        rename(tmp, path);
+    else
+        unlink(tmp);
+}
+
+void kd_exec_gang_reap(const char *data_dir, int64_t id)
+{
+    char path[PATH_MAX];
+    FILE *f;
+    int pid;
+    long long start;
+    snprintf(path, sizeof(path), "%s/gangs/%lld", data_dir, (long long)id);
+    if ((f = fopen(path, "re")) == NULL)
+        return;
+    while (fscanf(f, "%d %lld", &pid, &start) == 2)
+        if (pid > 0 && kd_proc_start_time((pid_t)pid) == start)   /* the same process, not a reused pid */
+            killpg((pid_t)pid, SIGKILL);
+    fclose(f);
+    unlink(path);
+}
+
 /* Signal every rank that still runs. */
 static void gang_kill(gang_rank *rk, int n, int sig)
 {
@@ -318,6 +353,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         kd_engine_set_rank_pgid(e, run, r, pid);
         started++;
     }
+    record_ranks(e, id, rk, n);
     for (;;) {
         struct pollfd p[2 * KESTREL__MAX_REPLICAS_LOCAL];
         stream_buf *of[2 * KESTREL__MAX_REPLICAS_LOCAL];
@@ -362,7 +398,10 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         }
     }
     {
+        char rec[PATH_MAX];
         int st = rk[first_fail >= 0 ? first_fail : 0].status;
+        snprintf(rec, sizeof(rec), "%s/gangs/%lld", e->cfg->data_dir, (long long)id);
+        unlink(rec);
         if (WIFSIGNALED(st))
             kd_engine_finished(e, run, KD_END_SIGNALED, WTERMSIG(st), NULL);
         else

@@ -95,7 +95,7 @@ def test_cancel_and_preemption_take_the_whole_gang(kestreld):
     assert job["state"] == "CANCELLED"
     assert k.cli("logs", jid).stdout.count("term ") == 4   # and both again on cancel
     time.sleep(0.5)
-    ps = subprocess.run(["pgrep", "-f", "sleep 67"], capture_output=True, text=True).stdout
+    ps = subprocess.run(["pgrep", "-f", "^sleep 67$"], capture_output=True, text=True).stdout
     assert not ps.strip(), ps   # no rank left behind
 
 
@@ -110,3 +110,21 @@ def test_another_user_sees_no_gang(kestreld):
     assert p.returncode == 1 and "not found" in p.stderr and "secret" not in p.stdout
     assert k.cli("cancel", jid, check=False, env=other).returncode == 1
     assert k.api("GET", f"/api/v1/jobs/{jid}/logs", token=body["token"])[0] == 404
+
+
+def test_a_gang_left_by_a_killed_daemon_is_stopped_whole_and_requeued(kestreld):
+    k = kestreld
+    script = 'echo up $RANK run $KESTREL_RESTART_COUNT; if [ $KESTREL_RESTART_COUNT = 0 ]; then sleep 71; fi'
+    jid = k.submit("--replicas", "2", "--", "sh", "-c", script)
+    deadline = time.time() + 20
+    while k.cli("logs", jid).stdout.count(" run 0") < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    assert len(subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout.split()) == 2
+    k.proc.kill()   # kill -9: the ranks outlive it
+    k.proc.wait()
+    k.restart()
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout == ""   # both stopped
+    job = k.wait(jid)
+    assert job["state"] == "SUCCEEDED" and job["restart_count"] == 1, job
+    assert k.cli("logs", jid).stdout.count(" run 1") == 2
