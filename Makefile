@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PY := $(abspath $(VENV))/bin/python
 CMAKE_FLAGS ?= -DKESTREL_WERROR=ON -DKESTREL_PYTHON=$(PY)
 
-.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs bench-console fuzz abi-baseline clean
+.PHONY: all deps build check test test-asan demo install bench bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs bench-console bench-gang fuzz abi-baseline clean
 
 all: build
 
@@ -42,7 +42,7 @@ demo: deps build
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
-bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs bench-console
+bench: bench-submit bench-sched bench-devices bench-keras-callback bench-repo bench-slurm bench-load bench-inputs bench-logs bench-console bench-gang
 
 bench-submit: build
 	$(BUILD)/bench/bench_submit
@@ -79,6 +79,11 @@ bench-load: build
 
 bench-inputs: build
 	$(PY) bench/inputs.py $(BUILD)/server/kestreld $(BUILD)/cli/kestrel
+
+# gangs: submit -> every rank running beside a one-process job; then bench-sched's trace with 10 % gangs
+bench-gang: build
+	$(PY) bench/gang.py $(BUILD)/server/kestreld
+	$(BUILD)/bench/bench_sched
 
 bench-logs: build
 	$(PY) bench/logs.py $(BUILD)/server/kestreld
