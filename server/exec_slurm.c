@@ -197,6 +197,38 @@ static kd_wait *slurm_waiting(kd_engine *e, size_t *n)
     return w;
 }
 
+/* A gang's line as srun --label wrote it ("  1: text") as the local executor's ("[rank 1] text"),
+ * in a copy (*owned; freed by the caller). Other lines are left as they are. */
+static void relabel(kd_log_line *l, char **owned)
+{
+    size_t i = 0, d;
+    char *copy;
+    *owned = NULL;
+    while (i < l->len && l->text[i] == ' ')
+        i++;
+    for (d = i; d < l->len && d - i < 3 && l->text[d] >= '0' && l->text[d] <= '9'; d++)
+        ;
+    if (d == i || d + 1 >= l->len || l->text[d] != ':' || l->text[d + 1] != ' ')
+        return;
+    if ((copy = malloc(l->len + 16)) == NULL)
+        return;
+    l->len = (size_t)snprintf(copy, l->len + 16, "[rank %.*s] %.*s", (int)(d - i), l->text + i,
+                              (int)(l->len - d - 2), l->text + d + 2);
+    l->text = copy;
+    *owned = copy;
+}
+
+/* Log lines[0..n) (a gang's relabelled) and free the copies. */
+static void log_lines(kd_engine *e, int64_t id, int gang, kd_log_line *lines, size_t n)
+{
+    char *owned[256] = { NULL };
+    for (size_t i = 0; gang && i < n && i < 256; i++)
+        relabel(&lines[i], &owned[i]);
+    kd_engine_log(e, id, lines, n);
+    for (size_t i = 0; gang && i < n && i < 256; i++)
+        free(owned[i]);
+}
+
 /* Copy what the job's output files gained since the last call into the catalog; at the end the
  * last line without a newline too. */
 static void pump_logs(kd_engine *e, kd_sjob *j, int final)
@@ -238,7 +270,7 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
                 lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf + start, l };
                 start = i + 1;
                 if (nl == KESTREL__ARRAY_SIZE(lines)) {
-                    kd_engine_log(e, j->id, lines, nl);
+                    log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl);
                     nl = 0;
                 }
             }
@@ -251,7 +283,7 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
                 start = len;
             }
             if (nl)
-                kd_engine_log(e, j->id, lines, nl);
+                log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl);
             j->off[k] += (int64_t)start;
             if (start == 0 || len < LOG_CHUNK)
                 break;

@@ -17,13 +17,16 @@
 /* The wrapper is the batch shell: Slurm's preemption warning (USR1 at the start of the grace period,
  * --signal=B:USR1@grace with preempt_send_user_signal) becomes the SIGTERM the local executor sends,
  * so the Keras shim checkpoints the same way; once the trainer has stopped, the job requeues itself
- * (an exit would read as COMPLETED). scancel's TERM is only forwarded: a cancel never requeues. */
+ * (an exit would read as COMPLETED). scancel's TERM is only forwarded: a cancel never requeues.
+ * A gang's child is srun, which ends its step at a SIGTERM (SIGKILL to the tasks): the warning
+ * goes to the step's tasks instead (scancel --signal=TERM JOB.0), and srun ends when they do. */
 static const char wrapper_text[] =
     "#!/bin/sh\n"
     "# kestrel-wrap (written by kestreld): runs a Kestrel job under Slurm.\n"
     "preempted=0\n"
     "child=\n"
-    "trap 'preempted=1; [ -n \"$child\" ] && kill -TERM \"$child\" 2>/dev/null' USR1\n"
+    "trap 'preempted=1; if [ -n \"$KESTREL_GANG\" ]; then scancel --signal=TERM \"$SLURM_JOB_ID.0\" 2>/dev/null; "
+    "elif [ -n \"$child\" ]; then kill -TERM \"$child\" 2>/dev/null; fi' USR1\n"
     "trap '[ -n \"$child\" ] && kill -TERM \"$child\" 2>/dev/null' TERM\n"
     "\"$@\" &\n"
     "child=$!\n"
@@ -90,6 +93,27 @@ static int valid_name(const char *k, size_t len)
     return 1;
 }
 
+/* A gang's batch script: srun starts the ranks (one task each; srun --kill-on-bad-exit stops the
+ * others when one fails, and passes the wrapper's SIGTERM to all), each wired from Slurm's own
+ * variables as the local executor wires its ranks. Rank 0 runs on the batch host: its address and
+ * a port of the job's are the coordinator. --label puts "R: " before each task's lines (kestreld
+ * turns it into "[rank R] "). */
+static const char gang_wiring[] =
+    "MASTER_ADDR=$(hostname -I 2>/dev/null | cut -d' ' -f1); MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}\n"
+    "MASTER_PORT=$((29500 + ${SLURM_JOB_ID:-0} % 20000))\n"
+    "KESTREL_COORDINATOR=$MASTER_ADDR:$MASTER_PORT; KERAS_DISTRIBUTION_JOB_ADDRESSES=$KESTREL_COORDINATOR\n"
+    "KESTREL_GANG=1; export MASTER_ADDR MASTER_PORT KESTREL_COORDINATOR KERAS_DISTRIBUTION_JOB_ADDRESSES KESTREL_GANG\n";
+static const char rank_wiring[] =
+    "RANK=$SLURM_PROCID; LOCAL_RANK=$SLURM_LOCALID; WORLD_SIZE=$SLURM_NTASKS; "
+    "LOCAL_WORLD_SIZE=$(echo \"$SLURM_STEP_TASKS_PER_NODE\" | awk -v node=\"$SLURM_NODEID\" "
+    "'{ n = split($0, part, \",\"); k = 0; for (i = 1; i <= n; i++) { c = part[i]; r = 1; "
+    "if (match(c, /\\(x[0-9]+\\)/)) { r = substr(c, RSTART + 2, RLENGTH - 3); c = substr(c, 1, RSTART - 1) } "
+    "for (j = 0; j < r; j++) { if (k == node) print c; k++ } } }'); "
+    "KESTREL_RANK=$RANK; KESTREL_WORLD_SIZE=$WORLD_SIZE; KESTREL_LOCAL_RANK=$LOCAL_RANK; "
+    "KERAS_DISTRIBUTION_NUM_PROCESSES=$WORLD_SIZE; KERAS_DISTRIBUTION_PROCESS_ID=$RANK; "
+    "export RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE KESTREL_RANK KESTREL_WORLD_SIZE KESTREL_LOCAL_RANK "
+    "KERAS_DISTRIBUTION_NUM_PROCESSES KERAS_DISTRIBUTION_PROCESS_ID; exec \"$@\"";
+
 /* The batch script: the environment contract, the work dir, then the wrapper around argv. */
 static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *token, const char *dir,
                         const char *cwd, char *path, size_t pathlen, const kd_exec_as *as)
@@ -119,10 +143,17 @@ static int write_script(kd_slurm *s, const Kestrel__V1__Job *job, const char *to
     /* runs before this one plus Slurm's own requeues of this submission */
     kestrel__buf_printf(&b, "KESTREL_RESTART_COUNT=$((%d + ${SLURM_RESTART_COUNT:-0})); export KESTREL_RESTART_COUNT\n",
                         job->restart_count);
+    if (job->spec->replicas > 1)
+        kestrel__buf_puts(&b, gang_wiring);
     kestrel__buf_puts(&b, "cd ");
     shq(&b, cwd);
     kestrel__buf_puts(&b, " || exit 1\nexec ");
     shq(&b, s->wrapper);
+    if (job->spec->replicas > 1) {
+        kestrel__buf_puts(&b, " srun --kill-on-bad-exit=1 --label sh -c ");
+        shq(&b, rank_wiring);
+        kestrel__buf_puts(&b, " kestrel-rank");
+    }
     for (size_t i = 0; i < job->spec->n_argv; i++) {
         kestrel__buf_puts(&b, " ");
         shq(&b, job->spec->argv[i]);
@@ -291,7 +322,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     kestrel_buf dep = KESTREL_BUF_INIT, out = KESTREL_BUF_INIT;
     char dir[PATH_MAX], work[PATH_MAX], cwd[PATH_MAX * 2], script[PATH_MAX], node[64], token[80];
     char a_out[PATH_MAX + 16], a_err[PATH_MAX + 16], a_name[64], a_sig[48], a_qos[96], a_part[160];
-    char a_gres[160], *a_dep = NULL, *a_node = NULL;
+    char a_gres[160], a_tasks[32], *a_dep = NULL, *a_node = NULL;
     char *argv[24];
     char a_uid[32], a_gid[32];
     int64_t owner = 0;
@@ -392,7 +423,15 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         argv[k++] = a_uid;
         argv[k++] = a_gid;
     }
-    if (spec->gpus > 0) {
+    if (spec->replicas > 1) {   /* a gang: a task a rank, each with its GPUs (Slurm packs the tasks on nodes) */
+        snprintf(a_tasks, sizeof(a_tasks), "--ntasks=%d", spec->replicas);
+        argv[k++] = a_tasks;
+        if (spec->gpus > 0) {
+            snprintf(a_gres, sizeof(a_gres), "--gpus-per-task=%s%s%d", spec->gpu_type, spec->gpu_type[0] ? ":" : "",
+                     spec->gpus);
+            argv[k++] = a_gres;
+        }
+    } else if (spec->gpus > 0) {
         snprintf(a_gres, sizeof(a_gres), "--gres=gpu:%s%s%d", spec->gpu_type, spec->gpu_type[0] ? ":" : "",
                  spec->gpus);
         argv[k++] = a_gres;

@@ -277,3 +277,58 @@ def test_autoscaler_powers_the_idle_node_down(d):
     while "suspend node5" not in power.read_text():
         assert time.time() < deadline, power.read_text()
         time.sleep(1)
+
+
+def test_a_gang_runs_as_one_slurm_job_of_a_task_a_rank(d):
+    """--replicas 3 --gpus 1 on poola (2 nodes x 2 a100): one sbatch of 3 tasks with a GPU each, srun
+    starting the ranks, every rank wired from Slurm's variables, its lines "[rank R] "; a failing rank
+    fails the gang."""
+    script = ("echo rank=$RANK of=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE kr=$KESTREL_RANK "
+              "coord=$KESTREL_COORDINATOR master=$MASTER_ADDR:$MASTER_PORT "
+              "keras=$KERAS_DISTRIBUTION_NUM_PROCESSES/$KERAS_DISTRIBUTION_PROCESS_ID node=$SLURMD_NODENAME "
+              "gpu=$CUDA_VISIBLE_DEVICES")
+    jid = d.submit("--pool", "poola", "--replicas", "3", "--gpus", "1", "--", "sh", "-c", script)
+    job = d.wait(jid, timeout=120)
+    logs = d.cli("logs", str(jid)).stdout
+    assert job["state"] == "SUCCEEDED", logs
+    ranks = {}
+    for line in logs.splitlines():
+        if line.startswith("[rank ") and "rank=" in line:
+            ranks[int(line[6])] = dict(kv.split("=", 1) for kv in line.split("] ", 1)[1].split())
+    assert sorted(ranks) == [0, 1, 2], logs
+    assert {r["of"] for r in ranks.values()} == {"3"} and [ranks[i]["kr"] for i in range(3)] == ["0", "1", "2"]
+    assert [ranks[i]["keras"] for i in range(3)] == ["3/0", "3/1", "3/2"]
+    assert len({r["coord"] for r in ranks.values()}) == 1 and ranks[0]["coord"] == ranks[0]["master"]
+    nodes = [ranks[i]["node"] for i in range(3)]
+    assert sorted(nodes) == ["node1", "node1", "node2"], nodes   # packed: two on one node, one on the other
+    local = {ranks[i]["node"]: [] for i in range(3)}
+    for i in range(3):
+        local[ranks[i]["node"]].append(ranks[i]["local"])
+    assert sorted(local["node1"]) == ["0/2", "1/2"] and local["node2"] == ["0/1"], local
+    assert all(r["gpu"] for r in ranks.values())   # each rank its own GPU (Slurm's CUDA_VISIBLE_DEVICES)
+    only = d.cli("logs", "--rank", "2", str(jid)).stdout.splitlines()
+    assert len(only) == 1 and only[0].startswith("rank=2 ")
+    # one rank fails: srun stops the others, the gang fails
+    bad = d.submit("--pool", "poola", "--replicas", "2", "--", "sh", "-c",
+                   "if [ $RANK = 1 ]; then exit 3; fi; sleep 60")
+    job = d.wait(bad, timeout=120)
+    assert job["state"] == "FAILED", d.cli("logs", str(bad)).stdout
+
+
+def test_a_preempted_gang_is_requeued_whole_through_slurm(d):
+    script = ('trap "echo term $RANK; exit 0" TERM; echo up $RANK run $KESTREL_RESTART_COUNT; '
+              'if [ $KESTREL_RESTART_COUNT = 0 ]; then sleep 300 & wait; fi')
+    gang = d.submit("--pool", "poola", "--replicas", "2", "--gpus", "2", "--gpu-type", "a100", "--", "sh", "-c", script)
+    deadline = time.time() + 90
+    while d.cli("logs", str(gang)).stdout.count("run 0") < 2:
+        assert time.time() < deadline, d.cli("logs", str(gang)).stdout
+        time.sleep(0.2)
+    urgent = d.submit("--pool", "poola", "--gpus", "2", "--priority", "urgent", "--", "sh", "-c", "echo urgent")
+    assert d.wait(urgent, timeout=90)["state"] == "SUCCEEDED"
+    job = d.wait(gang, timeout=180)
+    logs = d.cli("logs", str(gang)).stdout
+    assert job["state"] == "SUCCEEDED" and job["restart_count"] == 1, logs
+    assert "[rank 0] term 0" in logs and "[rank 1] term 1" in logs   # every rank got the SIGTERM
+    assert "[rank 0] up 0 run 1" in logs and "[rank 1] up 1 run 1" in logs   # and every rank ran again
+    reasons = [e["reason"] for e in job["events"]]
+    assert any(r.startswith(f"preempted by job {urgent} through Slurm") for r in reasons), reasons
