@@ -285,15 +285,21 @@ static size_t victims_on(pass *ps, int n, const kd_qjob *j, int need, const kd_a
     return k;
 }
 
-void kd__sched_describe_need(char *buf, size_t n, const kd_qjob *j)
+void kd__sched_describe_devices(char *buf, size_t n, const kd_qjob *j)
 {
     char extra[96] = "";
     if (j->min_mem_mb)
         snprintf(extra, sizeof(extra), " with >= %lld MB", (long long)j->min_mem_mb);
     if (j->min_cc)
         snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), " cc >= %d.%d", j->min_cc / 10, j->min_cc % 10);
-    snprintf(buf, n, "needs %d x %s%s%s%s", j->gpus, j->gpu_type[0] ? j->gpu_type : "GPU", extra,
-             j->pool[0] ? " in pool " : "", j->pool);
+    snprintf(buf, n, "%d x %s%s", j->gpus, j->gpu_type[0] ? j->gpu_type : "GPU", extra);
+}
+
+static void describe_need(char *buf, size_t n, const kd_qjob *j)
+{
+    char devs[160];
+    kd__sched_describe_devices(devs, sizeof(devs), j);
+    snprintf(buf, n, "needs %s%s%s", devs, j->pool[0] ? " in pool " : "", j->pool);
     for (size_t x = 0; x < j->nexclude && strlen(buf) + strlen(j->exclude[x]) + 24 < n; x++)
         snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", x ? ", " : " not on node ", j->exclude[x]);
 }
@@ -376,7 +382,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         (*slots)--;
         return 1;
     }
-    kd__sched_describe_need(buf, sizeof(buf), j);
+    describe_need(buf, sizeof(buf), j);
     if (!any_static) {
         kd__sched_say(why, wn, buf);
         kd__sched_say(why, wn, j->affinity_required && target >= 0 ? "its affinity node cannot hold it" : "no node can ever hold it");

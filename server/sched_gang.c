@@ -31,12 +31,13 @@ static int by_later(const void *x, const void *y)
     return (a->node > b->node) - (a->node < b->node);
 }
 
-/* "needs 4 x 2 GPUs on up to 4 nodes of pool p" */
+/* "gang of 4 ranks: needs 2 x a100 with >= 40960 MB each, on up to 4 nodes of pool p" */
 static void describe(char *buf, size_t n, const kd_qjob *j)
 {
-    char one[256];
-    kd__sched_describe_need(one, sizeof(one), j);   /* "needs G x TYPE[ with ...][ in pool p]..." */
-    snprintf(buf, n, "gang of %d ranks: %s each, on up to %d nodes", j->replicas, one, j->replicas);
+    char devs[160];
+    kd__sched_describe_devices(devs, sizeof(devs), j);
+    snprintf(buf, n, "gang of %d ranks: needs %s each, on up to %d nodes%s%s", j->replicas, devs, j->replicas,
+             j->pool[0] ? " of pool " : "", j->pool);
 }
 
 /* Start rank after rank on the chosen nodes (rooms[0..nchosen), take[k] ranks on each). */

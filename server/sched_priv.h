@@ -42,7 +42,8 @@ kd_action *kd__sched_add_action(pass *ps, kd_act_kind kind, int64_t job);
 /* Append "; " + text to a reason. */
 void kd__sched_say(char *buf, size_t n, const char *text);
 void kd__sched_charge_quota(pass *ps, int64_t owner, const char *team, int gpus);
-void kd__sched_describe_need(char *buf, size_t n, const kd_qjob *j);
+/* "2 x a100 with >= 40960 MB cc >= 8.0": what one job (or one rank of a gang) needs. */
+void kd__sched_describe_devices(char *buf, size_t n, const kd_qjob *j);
 /* Place a gang (j->replicas > 1): 1 started, 0 waits (why filled), -1 out of memory (sched_gang.c). */
 int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn);
 
