@@ -67,6 +67,8 @@ export function fmtValue(v) {
 export const FINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 export const CLASSES = ['NORMAL', 'HIGH', 'URGENT'];
 export const className = (p) => (p && p !== 'PRIORITY_UNSPECIFIED' ? p : 'NORMAL').toLowerCase();
+// a job's GPUs: "2", or for a gang ranks x GPUs each: "4x2"
+export const gpusOf = (s) => (s.replicas > 1 ? `${s.replicas}x${s.gpus || 0}` : String(s.gpus || 0));
 
 export function badge(state) {
   return h('span', { class: `badge st-${String(state).toLowerCase()}` }, String(state).toLowerCase());

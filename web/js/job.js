@@ -1,7 +1,7 @@
 // web/js/job.js - one job: what it runs (spec), what happened (events as a timeline), its log,
 // its metrics and GPUs as curves, and the model versions it pushed; cancel and change class.
 import { get, modelPath, post } from './api.js';
-import { badge, CLASSES, className, confirmAction, errorBox, FINAL, fmtBytes, fmtDuration, fmtTime, h, jobLink, num,
+import { badge, CLASSES, className, confirmAction, errorBox, FINAL, fmtBytes, fmtDuration, fmtTime, gpusOf, h, jobLink, num,
   section, table } from './dom.js';
 import { lineChart, MetricCharts } from './charts.js';
 import { LogView } from './logview.js';
@@ -13,7 +13,7 @@ function specTable(j) {
   const rows = [
     ['Command', h('code', null, (s.argv || []).join(' '))],
     ['User', `${j.owner}${j.team ? ` (team ${j.team})` : ''}`],
-    ['Class', className(s.priority)], ['GPUs', s.gpus], ['Pool', s.pool || 'any'],
+    ['Class', className(s.priority)], ['GPUs', gpusOf(s)], ['Pool', s.pool || 'any'],
     ['Node', j.node], ['Devices', (j.devices || []).join(', ')],
     ['Code', s.code], ['Git', s.git_url ? `${s.git_url} ${s.git_ref} ${j.git_commit}` : ''],
     ['Environment', s.environment || (s.requirements ? 'built from requirements' : '')],

@@ -1,7 +1,7 @@
 // web/js/jobs.js - every job the caller may see, newest first: filters (state, user, label, param,
 // name), pages of 50, a key metric column, and a selection to compare.
 import { get } from './api.js';
-import { badge, className, errorBox, fmtDuration, fmtTime, fmtValue, h, jobLink, num } from './dom.js';
+import { badge, className, errorBox, fmtDuration, fmtTime, fmtValue, gpusOf, h, jobLink, num } from './dom.js';
 
 const STATES = ['', 'QUEUED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'PREEMPTED'];
 
@@ -56,7 +56,7 @@ export async function jobsPage(view, { params, life }) {
       const km = j.key_metric;
       return h('tr', { dataset: { job: num(j.id) } },
         h('td', null, box), h('td', null, jobLink(j.id)), h('td', null, j.spec.name), h('td', null, j.owner),
-        h('td', null, badge(j.state)), h('td', null, className(j.spec.priority)), h('td', { class: 'num' }, j.spec.gpus),
+        h('td', null, badge(j.state)), h('td', null, className(j.spec.priority)), h('td', { class: 'num' }, gpusOf(j.spec)),
         h('td', null, j.node), h('td', null, fmtTime(start)),
         h('td', { class: 'num' }, start ? fmtDuration((end || now) - start) : ''),
         h('td', { class: 'num', title: km ? `step ${km.step}` : '' }, km ? fmtValue(km.value) : ''));

@@ -1,7 +1,7 @@
 // web/js/queue.js - the queue: waiting jobs in scheduling order with why each waits, and what runs
 // where. Live (every 2 s).
 import { get } from './api.js';
-import { className, errorBox, fmtDuration, h, jobLink, num, section, table } from './dom.js';
+import { className, errorBox, fmtDuration, gpusOf, h, jobLink, num, section, table } from './dom.js';
 
 export async function queuePage(view, { life }) {
   const queued = h('div'), running = h('div'), stamp = h('p', { class: 'muted stamp' });
@@ -16,7 +16,7 @@ export async function queuePage(view, { life }) {
         ['Name', (e) => e.job.spec.name],
         ['User', (e) => e.job.owner],
         ['Class', (e) => className(e.job.spec.priority)],
-        ['GPUs', (e) => e.job.spec.gpus, 'num'],
+        ['GPUs', (e) => gpusOf(e.job.spec), 'num'],
         ['Pool', (e) => e.job.spec.pool || 'any'],
         ['Waiting', (e) => fmtDuration(now - num(e.job.submit_time_ms)), 'num'],
         ['Why it waits', (e) => h('span', { class: 'reason' }, e.reason)],
