@@ -322,7 +322,7 @@ static void bench_trace(int gangs)
     k = simulate(trace, 0);
     f = simulate(trace, 1);
     printf("  trace: 200 jobs (1/2/4/8 GPUs, 5-90 min, 70/20/10 %% normal/high/urgent) on 4 x 8 GPUs, simulated clock%s\n",
-           gangs ? ";\n    10 %% of them gangs of 2-4 ranks of 1-4 GPUs" : "");
+           gangs ? ";\n    10 % of them gangs of 2-4 ranks of 1-4 GPUs" : "");
     printf("    %-12s %12s %14s %14s %14s %12s %10s\n", "policy", "utilisation", "wait normal", "wait high",
            "wait urgent", "preemptions", "makespan");
     printf("    %-12s %11.1f%% %12.1f m %12.1f m %12.1f m %12d %8.1f h\n", "kestrel", 100 * k.util,

@@ -130,10 +130,17 @@ static int same_shape(const kd_qjob *a, const kd_qjob *b)
            a->preemptible == b->preemptible && !strcmp(a->gpu_type, b->gpu_type) && !strcmp(a->pool, b->pool);
 }
 
+static int id_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 static const char *known_blocked(const pass *ps, const kd_qjob *j)
 {
-    if (j->gpus == 0 || j->affinity_job || j->affinity_group[0])
-        return NULL;
+    if (j->gpus == 0 || j->affinity_job || j->affinity_group[0] ||
+        (ps->nlessors && bsearch(&j->id, ps->lessors, ps->nlessors, sizeof(int64_t), id_cmp)))
+        return NULL;   /* (a job with a lease out may preempt its lessee: its verdict is its own) */
     for (size_t i = 0; i < ps->nblocked; i++)
         if (ps->blocked[i].j->priority >= j->priority && same_shape(ps->blocked[i].j, j))
             return ps->blocked[i].reason;
@@ -520,8 +527,9 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
     ps.n_node_allocs = calloc(s->nnodes + 1, sizeof(size_t));
     ps.cand = malloc((s->nallocs + 1) * sizeof(*ps.cand));
     ps.bestv = malloc((s->nallocs + 1) * sizeof(*ps.bestv));
+    ps.lessors = malloc((s->nallocs + 1) * sizeof(*ps.lessors));
     if (!ps.dev || !ps.held_by || !ps.held_prio || !ps.claimed || !ps.usage_user || !idx || !ps.nfree ||
-        !ps.nsoon || !ps.uniform || !ps.node_allocs || !ps.n_node_allocs || !ps.cand || !ps.bestv)
+        !ps.nsoon || !ps.uniform || !ps.node_allocs || !ps.n_node_allocs || !ps.cand || !ps.bestv || !ps.lessors)
         goto done;
     for (size_t n = 0; n < s->nnodes; n++) {
         const kd_node *node = &s->nodes[n];
@@ -541,7 +549,11 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
             set_state(&ps, a->node, a->devs[d], a->terminating ? DEV_SOON : DEV_USED);
         ps.node_allocs[a->node][ps.n_node_allocs[a->node]++] = i;
         kd__sched_charge_quota(&ps, a->owner, a->team, a->ndev);
+        if (a->backfill_for)
+            ps.lessors[ps.nlessors++] = a->backfill_for;
     }
+    if (ps.nlessors > 1)
+        qsort(ps.lessors, ps.nlessors, sizeof(*ps.lessors), id_cmp);
     for (size_t i = 0; i < s->nqueue; i++)
         idx[i] = i;
     {
@@ -610,7 +622,7 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
                 r = j->replicas > 1 ? kd__sched_place_gang(&ps, j, &slots, why, sizeof(why))
                                     : place(&ps, j, &slots, why, sizeof(why));
                 /* only a capacity verdict carries over (preemption planned or awaited does not) */
-                if (r == 0 && !strstr(why, "preempt"))
+                if (r == 0 && !strstr(why, "preempting job") && !strstr(why, "preempted jobs to stop"))
                     remember_blocked(&ps, j, why);
             }
         }
@@ -637,6 +649,7 @@ done:
     free(ps.n_node_allocs);
     free(ps.cand);
     free(ps.bestv);
+    free(ps.lessors);
     free(ps.held_by);
     free(ps.held_prio);
     free(ps.claimed);

@@ -26,6 +26,8 @@ typedef struct {
     int *held_prio;
     uint8_t *claimed;       /* per alloc: already a victim (or awaited) in this plan */
     int64_t *usage_user;    /* parallel to quotas: GPUs in use */
+    int64_t *lessors;       /* sorted: jobs whose reservation a running job borrows (they may preempt it) */
+    size_t nlessors;
     kd_plan *out;
     size_t cap_acts, cap_devs, cap_waits;
 } pass;
