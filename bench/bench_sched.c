@@ -215,7 +215,7 @@ static simres simulate(const simjob *trace, int fifo)
                     for (int r = 0; r < j->replicas; r++)   /* an allocation a rank */
                         al[na++] = (kd_alloc){ j->id, j->rnode[r], j->gpus, j->rdevs[r], j->prio, 1, j->run_start * 1000,
                                                (j->run_start + (int64_t)(j->since_ckpt - (int64_t)j->since_ckpt % CKPT_S)) * 1000,
-                                               1, "", 0, j->backfill_for };
+                                               1, "", 0, j->backfill_for, j->replicas };
                     busy += j->gpus * j->replicas;
                 } else {
                     q[nq] = make_job(j->id, j->submit * 1000, j->gpus, fifo ? 1 : j->prio);

@@ -1,6 +1,7 @@
 /* cli/submit_cmd.c - kestrel submit: a job spec from the command line. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
@@ -134,6 +135,13 @@ static int push_code(cli_ctx *ctx, kestrel_job_spec *spec, const char *dir, kest
     return rc < 0 ? 1 : 0;
 }
 
+/* strtol, clamped to int's range (a huge count is then refused by the setter, never wrapped). */
+static int cli_small_int(const char *s, char **end)
+{
+    long v = strtol(s, end, 10);
+    return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
+}
+
 const struct option cli_opts_submit[] = {
     { "gpus", required_argument, NULL, 'g' }, { "priority", required_argument, NULL, 'p' },
     { "name", required_argument, NULL, 'n' }, { "label", required_argument, NULL, 'l' },
@@ -171,7 +179,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         int n;
         switch (c) {
         case 'g':
-            n = (int)strtol(optarg, &end, 10);
+            n = cli_small_int(optarg, &end);
             if (*end || !*optarg) {
                 fprintf(stderr, "kestrel: --gpus takes a number\n");
                 rc = 2;
@@ -180,7 +188,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
             }
             break;
         case 22:
-            n = (int)strtol(optarg, &end, 10);
+            n = cli_small_int(optarg, &end);
             if (*end || !*optarg) {
                 fprintf(stderr, "kestrel: --replicas takes a number\n");
                 rc = 2;

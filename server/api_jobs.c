@@ -118,6 +118,8 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
         reply = kd_reply_error(r, 400, "invalid_argument", msg);
         goto out;
     }
+    if (spec->replicas == 1)
+        spec->replicas = 0;   /* one process, as the library writes it */
     if (!kd_engine_pool_external(r->e, spec->pool)) {   /* Slurm says itself whether a job can ever fit */
         int most = 0;
         for (size_t n = 0; n < r->e->cfg->nnodes; n++)

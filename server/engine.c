@@ -138,12 +138,12 @@ void kd_run_free(kd_run *r)
 void kd_engine_set_rank_pgid(kd_engine *e, kd_run *run, int rank, pid_t pgid)
 {
     pthread_mutex_lock(&e->mu);
-    if (rank == 0)
+    if (rank == 0 && pgid > 0)
         run->pgid = pgid;
     if (run->rank_pgids && rank >= 0 && rank < run->nranks)
-        run->rank_pgids[rank] = pgid;
-    if (run->term != KD_TERM_NONE)   /* cancelled or preempted while the gang was starting */
-        kill(-pgid, SIGTERM);
+        run->rank_pgids[rank] = pgid;   /* 0: the rank was reaped */
+    if (pgid > 0 && run->term != KD_TERM_NONE)   /* cancelled or preempted while the gang was starting */
+        kill(-pgid, run->kill_at_ms && kestrel__now_ms() >= run->kill_at_ms ? SIGKILL : SIGTERM);
     pthread_mutex_unlock(&e->mu);
 }
 

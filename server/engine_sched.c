@@ -40,27 +40,28 @@ static void device_uuid(const kd_engine *e, char *out, size_t n, int node, int i
  * device, comma-separated; the executor gets a gang's devices rank by rank, separated by ';'. */
 void kd_engine_launch(kd_engine *e, kd_run *run)
 {
-    char devs[8192] = "", ranked[8192] = "", token[80], reason[160], where[96];
-    size_t k = 0, kr = 0;
+    kestrel_buf devs = KESTREL_BUF_INIT, ranked = KESTREL_BUF_INIT;   /* any number of devices, whole */
+    char token[80], reason[160], where[96];
     Kestrel__V1__Job *job = NULL;
     const char *node = e->cfg->nodes[run->node].name;
-    kd_transition t = { kestrel__now_ms(), reason, 0, 0, devs, 0, node };
-    int rc, per = run->nranks > 1 ? run->ndev / run->nranks : run->ndev;
+    kd_transition t = { kestrel__now_ms(), reason, 0, 0, "", 0, node };
+    int rc, per = run->nranks > 1 ? run->ndev / run->nranks : run->ndev, oom = 0;
 
-    for (int i = 0; i < run->ndev && k + 100 < sizeof(devs) && kr + 100 < sizeof(ranked); i++) {
+    for (int i = 0; i < run->ndev; i++) {
         char u[100];
         device_uuid(e, u, sizeof(u), kd_run_dev_node(run, i), run->devices[i]);
-        k += (size_t)snprintf(devs + k, sizeof(devs) - k, "%s%s", i ? "," : "", u);
-        kr += (size_t)snprintf(ranked + kr, sizeof(ranked) - kr, "%s%s", !i ? "" : i % per ? "," : ";", u);
+        oom |= kestrel__buf_printf(&devs, "%s%s", i ? "," : "", u) < 0;
+        oom |= kestrel__buf_printf(&ranked, "%s%s", !i ? "" : i % per ? "," : ";", u) < 0;
     }
+    for (int r = 1; per == 0 && r < run->nranks; r++)
+        oom |= kestrel__buf_puts(&ranked, ";") < 0;   /* no devices: still one field a rank */
+    t.devices = devs.ptr ? devs.ptr : "";
     if (run->nranks > 1) {
         int spread = 0;
         for (int r = 1; r < run->nranks; r++)
             spread |= run->rank_nodes[r] != run->node;
         snprintf(where, sizeof(where), "%d ranks on node%s %s%s", run->nranks, spread ? "s" : "", node,
                  spread ? " and others" : "");   /* "started 2 ranks on node local" */
-        for (int r = 1; per == 0 && r < run->nranks && kr + 2 < sizeof(ranked); r++)
-            ranked[kr++] = ';', ranked[kr] = '\0';   /* no devices: still one field a rank */
     } else {
         snprintf(where, sizeof(where), "on node %s", node);
     }
@@ -69,7 +70,8 @@ void kd_engine_launch(kd_engine *e, kd_run *run)
     else
         snprintf(reason, sizeof(reason), "started %s by the %s executor", where, e->exec->name);
     run->start_ms = t.now_ms;
-    rc = kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_RUNNING, &t);
+    rc = oom ? kestrel__error_oom()   /* the job stays QUEUED: the next pass tries again */
+             : kd_catalog_job_transition(e->cat, run->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_RUNNING, &t);
     if (rc == 0)
         rc = kd_catalog_job_load(e->cat, run->id, 0, &job, &run->owner_id);
     if (rc == 0) {
@@ -79,15 +81,22 @@ void kd_engine_launch(kd_engine *e, kd_run *run)
         rc = kd_token_issue(e->cat, run->owner_id, run->id, token, sizeof(token));
         if (rc == 0) {
             kd_engine_changed(e);
-            if (e->exec->start(e, run, job, token, ranked) == 0)
+            rc = e->exec->start(e, run, job, token, ranked.ptr ? ranked.ptr : "");
+            kestrel_buf_dispose(&devs);
+            kestrel_buf_dispose(&ranked);
+            if (rc == 0)
                 return;
             kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
             return;
         }
         protobuf_c_message_free_unpacked(&job->base, NULL);
+        kestrel_buf_dispose(&devs);
+        kestrel_buf_dispose(&ranked);
         kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, kestrel_error_last()->message);
         return;
     }
+    kestrel_buf_dispose(&devs);
+    kestrel_buf_dispose(&ranked);
     /* cancelled between planning and launch, or a catalog failure: give the slot back */
     pthread_mutex_lock(&e->mu);
     kd_engine_release_locked(e, run);
@@ -306,6 +315,7 @@ static void schedule_pass(kd_engine *e)
                 a->team = r->team;
                 a->terminating = r->term != KD_TERM_NONE;
                 a->backfill_for = r->backfill_for;
+                a->ranks = r->nranks;
             }
         snap = (kd_snapshot){ e->cfg->nodes, e->cfg->nnodes, allocs, na, q, n, refs, nrefs, groups, ngroups,
                               e->cfg->quotas, e->cfg->nquotas, e->cfg->max_jobs - e->running, kestrel__now_ms(), 0 };

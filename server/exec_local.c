@@ -200,6 +200,23 @@ static int reserve_port(void)
     return port;
 }
 
+/* What rank_env sets: the same names in base (kestreld's environment, the job's --env) are dropped,
+ * so that every reader (getenv takes the first, sh the last) sees the rank's own. */
+static const char *const rank_keys[] = {
+    "KESTREL_RANK", "KESTREL_WORLD_SIZE", "KESTREL_LOCAL_RANK", "KESTREL_COORDINATOR", "RANK", "LOCAL_RANK",
+    "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+};
+
+static int rank_key(const char *kv)
+{
+    size_t len = strcspn(kv, "=");
+    for (size_t i = 0; i < KESTREL__ARRAY_SIZE(rank_keys); i++)
+        if (strlen(rank_keys[i]) == len && !strncmp(kv, rank_keys[i], len))
+            return 1;
+    return 0;
+}
+
 /* base plus the rank's wiring: Kestrel's, torchrun's and Keras' variables, and its devices. */
 static char **rank_env(char **base, const kd_run *run, int rank, const char *coord, int port, const char *devices)
 {
@@ -216,7 +233,7 @@ static char **rank_env(char **base, const kd_run *run, int rank, const char *coo
     if ((env = calloc(n + 20, sizeof(char *))) == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++)
-        if ((env[k++] = strdup(base[i])) == NULL)
+        if (!rank_key(base[i]) && (env[k++] = strdup(base[i])) == NULL)
             goto fail;
 #define PUT(...) do { if (asprintf(&env[k++], __VA_ARGS__) < 0) { env[--k] = NULL; goto fail; } } while (0)
     PUT("KESTREL_RANK=%d", rank);
@@ -241,23 +258,17 @@ fail:
     return NULL;
 }
 
-/* DATA/gangs/ID: "pid start" of every rank, so that a daemon started after a crash stops them all
- * (the catalog keeps rank 0's; kestreld's own directory: a job cannot write it). */
-static void record_ranks(kd_engine *e, int64_t id, const gang_rank *rk, int n)
+/* DATA/gangs/ID: "pid start" of every rank, a line written as each rank starts (one write(2)
+ * each: a kill -9 of kestreld leaves every line of the ranks it started), so that the next daemon
+ * stops them all (the catalog keeps rank 0's). kestreld's own directory: a job cannot write it. */
+static int open_ranks_record(kd_engine *e, int64_t id)
 {
-    char dir[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX + 8];
-    FILE *f;
+    char dir[PATH_MAX], path[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s/gangs", e->cfg->data_dir);
     snprintf(path, sizeof(path), "%s/%lld", dir, (long long)id);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if (kestrel__mkdirs(dir, 0700) < 0 || (f = fopen(tmp, "we")) == NULL)
-        return;
-    for (int r = 0; r < n; r++)
-        fprintf(f, "%d %lld\n", (int)rk[r].pid, (long long)kd_proc_start_time(rk[r].pid));
-    if (fflush(f) == 0 && fsync(fileno(f)) == 0 && fclose(f) == 0)
-        rename(tmp, path);
-    else
-        unlink(tmp);
+    if (kestrel__mkdirs(dir, 0700) < 0)
+        return -1;
+    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 }
 
 void kd_exec_gang_reap(const char *data_dir, int64_t id)
@@ -267,7 +278,7 @@ void kd_exec_gang_reap(const char *data_dir, int64_t id)
     int pid;
     long long start;
     snprintf(path, sizeof(path), "%s/gangs/%lld", data_dir, (long long)id);
-    if ((f = fopen(path, "re")) == NULL)
+    if ((f = fopen(path, "re")) == NULL)   /* (lines of the ranks that had started when it died) */
         return;
     while (fscanf(f, "%d %lld", &pid, &start) == 2)
         if (pid > 0 && kd_proc_start_time((pid_t)pid) == start)   /* the same process, not a reused pid */
@@ -292,7 +303,8 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
     kd_run *run = lj->run;
     const Kestrel__V1__JobSpec *spec = lj->job->spec;
     int64_t id = lj->job->id, kill_at = 0;
-    int n = run->nranks, started = 0, first_fail = -1, port = reserve_port(), grace;
+    int n = run->nranks, started = 0, first_fail = -1, port = reserve_port(), grace, rec = -1;
+    char rec_path[PATH_MAX];
     gang_rank *rk = calloc((size_t)n, sizeof(*rk));
     char **base = NULL, **argv = NULL, *devs = strdup(lj->devices), *field, why[512] = "", prog[PATH_MAX + 8], coord[64];
     char **rank_devs = calloc((size_t)n, sizeof(char *));
@@ -319,10 +331,17 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         goto not_started;
     }
     kd_exec_log(e, id, "starting %d ranks (coordinator %s)", n, coord);
+    snprintf(rec_path, sizeof(rec_path), "%s/gangs/%lld", e->cfg->data_dir, (long long)id);
+    rec = open_ranks_record(e, id);
     for (int r = 0; r < n; r++) {
         int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
-        char **env = rank_env(base, run, r, coord, port, rank_devs[r]);
+        char **env;
         pid_t pid;
+        if (kd_engine_term_requested(e, run)) {   /* cancelled or preempted while starting: no more ranks */
+            snprintf(why, sizeof(why), "stopped before start");
+            goto stop_started;
+        }
+        env = rank_env(base, run, r, coord, port, rank_devs[r]);
         if (env == NULL || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
             if (po[0] >= 0) {
                 close(po[0]);
@@ -350,10 +369,11 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         memcpy(rk[r].err.prefix, rk[r].out.prefix, sizeof(rk[r].err.prefix));
         if (r == 0)
             kd_catalog_job_set_process(e->cat, id, pid, kd_proc_start_time(pid));
+        if (rec >= 0)
+            dprintf(rec, "%d %lld\n", (int)pid, (long long)kd_proc_start_time(pid));
         kd_engine_set_rank_pgid(e, run, r, pid);
         started++;
     }
-    record_ranks(e, id, rk, n);
     for (;;) {
         struct pollfd p[2 * KESTREL__MAX_REPLICAS_LOCAL];
         stream_buf *of[2 * KESTREL__MAX_REPLICAS_LOCAL];
@@ -381,9 +401,12 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
                 continue;
             rk[r].exited = 1;
             killpg(rk[r].pid, SIGKILL);   /* its stragglers would hold the pipes open */
+            kd_engine_set_rank_pgid(e, run, r, 0);   /* gone: never signal its (reusable) pid again */
             if (first_fail < 0 && !(WIFEXITED(rk[r].status) && WEXITSTATUS(rk[r].status) == 0)) {
                 first_fail = r;
-                if (WIFSIGNALED(rk[r].status))
+                if (kd_engine_term_requested(e, run))
+                    ;   /* stopped by a cancel or a preemption: every rank was signalled already */
+                else if (WIFSIGNALED(rk[r].status))
                     kd_exec_log(e, id, "rank %d ended by signal %d: stopping the other ranks", r, WTERMSIG(rk[r].status));
                 else
                     kd_exec_log(e, id, "rank %d exited with code %d: stopping the other ranks", r,
@@ -398,10 +421,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         }
     }
     {
-        char rec[PATH_MAX];
         int st = rk[first_fail >= 0 ? first_fail : 0].status;
-        snprintf(rec, sizeof(rec), "%s/gangs/%lld", e->cfg->data_dir, (long long)id);
-        unlink(rec);
         if (WIFSIGNALED(st))
             kd_engine_finished(e, run, KD_END_SIGNALED, WTERMSIG(st), NULL);
         else
@@ -419,6 +439,10 @@ stop_started:
 not_started:
     kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, why);
 done:
+    if (rec >= 0) {   /* every rank reaped: nothing for a later daemon to stop */
+        close(rec);
+        unlink(rec_path);
+    }
     kd_exec_env_free(base);
     free(argv);
     free(rank_devs);

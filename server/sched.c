@@ -240,9 +240,10 @@ static int alloc_matching(const pass *ps, const kd_alloc *a, const kd_qjob *j)
     return c;
 }
 
+/* Work lost by preempting a: time since its checkpoint (else start), times its ranks (a gang stops whole). */
 static int64_t lost_work(const kd_snapshot *s, const kd_alloc *a)
 {
-    return s->now_ms - (a->checkpoint_ms > a->start_ms ? a->checkpoint_ms : a->start_ms);
+    return (s->now_ms - (a->checkpoint_ms > a->start_ms ? a->checkpoint_ms : a->start_ms)) * (a->ranks > 1 ? a->ranks : 1);
 }
 
 static int victim_order(const void *x, const void *y, void *snap)

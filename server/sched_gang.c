@@ -1,9 +1,10 @@
 /* server/sched_gang.c - placing a gang: replicas ranks of gpus devices each (every rank's devices on
  * one node), all at once or none, in one pool. Packed: the node that holds every rank with the
  * fewest devices left over; else the nodes with the most room first, as few as hold them all.
- * A blocked gang reserves the nodes it would need, so later jobs cannot starve it there; a gang
- * never takes devices on a node another job reserved, and does not preempt to start (a running
- * gang is preempted whole, like any job). */
+ * A blocked gang reserves the nodes it would need, so later jobs cannot starve it there: a
+ * preemptible job may borrow them, on a lease the gang takes back (it preempts its borrowers, as a
+ * blocked job does) once that makes room for every rank. A gang never takes devices on a node
+ * another job reserved, and preempts no one else (a running gang is preempted whole, like any job). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,8 @@ typedef struct {
     int node;
     int now;      /* ranks that fit on its free devices */
     int later;    /* ranks that fit once the devices being freed are free */
+    int free, soon;   /* matching devices free, being freed */
+    int lent;     /* devices of jobs borrowing the gang's reservation there (they may be preempted) */
 } room;
 
 static int by_room(const void *x, const void *y)
@@ -82,6 +85,7 @@ int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size
     size_t nr = 0, nchosen = 0, single = (size_t)-1;
     int ever = 0, now = 0, free_devs = 0, rc = 0;
     char buf[320];
+    int said = 0;
 
     if (rooms == NULL || take == NULL) {
         free(rooms);
@@ -100,6 +104,14 @@ int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size
         soon = j->gpus ? kd__sched_count(ps, (int)n, j, DEV_SOON) : 0;
         rooms[nr].node = (int)n;
         rooms[nr].later = j->gpus ? (f + soon) / j->gpus : j->replicas;
+        rooms[nr].free = f;
+        rooms[nr].soon = soon;
+        for (size_t x = 0; x < ps->n_node_allocs[n]; x++) {
+            size_t i = ps->node_allocs[n][x];
+            const kd_alloc *a = &s->allocs[i];
+            if (a->backfill_for == j->id && !a->terminating && !ps->claimed[i])
+                rooms[nr].lent += a->ndev;
+        }
         if (ps->held_by[n] && ps->held_by[n] != j->id) {
             rooms[nr].now = 0;   /* reserved for another job */
         } else {
@@ -136,6 +148,43 @@ int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size
         rc = start(ps, j, rooms, take, nchosen, slots);
         goto out;
     }
+    /* its reservation lent out: when the borrowers' devices make room for every rank, they go */
+    {
+        int could = 0, lent = 0;
+        for (size_t k = 0; k < nr; k++) {
+            could += j->gpus ? (rooms[k].free + rooms[k].soon + rooms[k].lent) / j->gpus : j->replicas;
+            lent += rooms[k].lent;
+        }
+        if (lent && could >= j->replicas) {
+            size_t len = strlen(buf);
+            snprintf(buf + len, sizeof(buf) - len, ": preempting job");
+            for (size_t k = 0; k < nr; k++) {
+                int n = rooms[k].node;
+                for (size_t x = 0; rooms[k].lent && x < ps->n_node_allocs[n]; x++) {
+                    size_t i = ps->node_allocs[n][x];
+                    const kd_alloc *al = &s->allocs[i];
+                    kd_action *a;
+                    if (al->backfill_for != j->id || al->terminating || ps->claimed[i])
+                        continue;
+                    if ((a = kd__sched_add_action(ps, KD_ACT_PREEMPT, al->id)) == NULL) {
+                        rc = -1;
+                        goto out;
+                    }
+                    a->node = n;
+                    a->cause = j->id;
+                    snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (a gang), whose reservation it borrowed",
+                             (long long)j->id);
+                    ps->claimed[i] = 1;
+                    len = strlen(buf);
+                    snprintf(buf + len, sizeof(buf) - len, " %lld", (long long)al->id);
+                }
+            }
+            len = strlen(buf);
+            snprintf(buf + len, sizeof(buf) - len, ", which borrowed its reservation");
+            kd__sched_say(why, wn, buf);
+            said = 1;
+        }
+    }
     /* blocked: reserve the nodes closest to holding it, as many as hold every rank once free */
     {
         int need = j->replicas;
@@ -151,7 +200,8 @@ int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size
             need -= fit;
         }
         snprintf(buf + len, sizeof(buf) - len, ": %d GPU%s free for it", free_devs, free_devs == 1 ? "" : "s");
-        kd__sched_say(why, wn, buf);
+        if (!said)
+            kd__sched_say(why, wn, buf);
     }
 out:
     free(rooms);

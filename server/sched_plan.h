@@ -52,6 +52,7 @@ typedef struct {
     const char *team;
     int terminating;        /* already being stopped */
     int64_t backfill_for;   /* started on a node reserved for this job: it may preempt it, whatever the class */
+    int ranks;              /* a gang's rank count (0 or 1: one process): preempting it stops all */
 } kd_alloc;
 
 /* A job referenced by a dependency or an affinity (sorted by id). */

@@ -424,6 +424,42 @@ static void running_gang_is_preempted_whole(void **state)
     kd_plan_free(&p);
 }
 
+static void gang_takes_back_its_lease_and_a_gang_is_the_costlier_victim(void **state)
+{
+    /* n0 (4 GPUs): job 60 borrows 2 devices of gang 1's reservation; 2 are free. The gang of
+     * 2 x 2 preempts its borrower, whatever its class, and waits for it to stop */
+    kd_qjob q[] = { job(1, 1, 2) };
+    int d[] = { 0, 1 }, d1[] = { 2, 3 }, d2[] = { 0, 1 };
+    kd_alloc lease[] = { { 60, 0, 2, d, 3, 1, 900000, 0, 1, "", 0, 1, 0 } };
+    char *not_n1[] = { "n1" };
+    kd_alloc mixed[] = { { 7, 0, 2, d1, 1, 1, 995000, 0, 1, "", 0, 0, 2 }, { 7, 2, 2, d2, 1, 1, 995000, 0, 1, "", 0, 0, 2 },
+                         { 8, 0, 2, d, 1, 1, 992000, 0, 1, "", 0, 0, 0 } };
+    kd_snapshot s = snap(q, 1, 1);
+    kd_plan p;
+    (void)state;
+    q[0].replicas = 2;
+    s.allocs = lease;
+    s.nallocs = 1;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 60)->kind, KD_ACT_PREEMPT);
+    assert_int_equal(act(&p, 60)->cause, 1);
+    assert_non_null(strstr(waiting(&p, 1)->reason, "preempting job 60, which borrowed its reservation"));
+    kd_plan_free(&p);
+    /* an urgent 2-GPU job on n0, where a gang of 2 ranks (one rank there, one on old) and a one-process job hold
+     * 2 devices each: the gang started later, but it loses 2 ranks' work (2 x 5 s > 8 s): the one-process job goes */
+    q[0] = job(2, 3, 2);
+    q[0].exclude = not_n1;   /* only n0 can take it */
+    q[0].gpu_type = "a100";
+    q[0].nexclude = 1;
+    s.allocs = mixed;
+    s.nallocs = 3;
+    s.nnodes = 3;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(act(&p, 8)->kind, KD_ACT_PREEMPT);
+    assert_null(act(&p, 7));
+    kd_plan_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -441,6 +477,7 @@ int main(void)
         cmocka_unit_test(gang_packs_on_the_best_fitting_node_else_spreads),
         cmocka_unit_test(gang_is_all_or_nothing_and_reserves_its_nodes),
         cmocka_unit_test(running_gang_is_preempted_whole),
+        cmocka_unit_test(gang_takes_back_its_lease_and_a_gang_is_the_costlier_victim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -220,8 +220,10 @@ class Client(Handle):
             check(C.kestrel_job_spec_set_name(spec, _b(name)))
         check(C.kestrel_job_spec_set_priority(spec, PRIORITIES[priority]))
         check(C.kestrel_job_spec_set_gpus(spec, gpus))
+        if isinstance(replicas, bool) or not isinstance(replicas, int):
+            raise TypeError(f"replicas is a whole number of ranks (1..64), not {replicas!r}")
         if replicas != 1:
-            check(C.kestrel_job_spec_set_replicas(spec, int(replicas)))
+            check(C.kestrel_job_spec_set_replicas(spec, replicas))
         if environment:
             check(C.kestrel_job_spec_set_environment(spec, _b(environment)))
         if requirements:
