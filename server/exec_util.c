@@ -54,7 +54,7 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
 {
     int ep[2], err = 0;
     sigset_t none, all, old;
-    pid_t pid;
+    pid_t pid, daemon_pid = getpid();
     ssize_t r;
     if (pipe2(ep, O_CLOEXEC) < 0)
         return -errno;
@@ -81,6 +81,11 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
             goto fail;
         if (setuid(0) == 0)   /* paranoia: root must be gone for good */
             _exit(126);
+        /* a job never outlives the thread that runs it (a kill -9 of kestreld: nobody reads its
+         * output or could stop it; the next daemon requeues it). After the credentials change,
+         * which clears it; a daemon gone before this line is seen by getppid. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != daemon_pid)
+            goto fail;
         /* no way back up through setuid programs (sudo, su, pkexec) */
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
             goto fail;

@@ -120,7 +120,7 @@ def test_a_gang_left_by_a_killed_daemon_is_stopped_whole_and_requeued(kestreld):
     while k.cli("logs", jid).stdout.count(" run 0") < 2 and time.time() < deadline:
         time.sleep(0.1)
     assert len(subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout.split()) == 2
-    k.proc.kill()   # kill -9: the ranks outlive it
+    k.proc.kill()   # kill -9 (the ranks die with it, PR_SET_PDEATHSIG; else the next daemon stops them)
     k.proc.wait()
     k.restart()
     time.sleep(0.5)
