@@ -78,6 +78,16 @@ class Daemon:
     def wait(self, jid, timeout=60):
         return json.loads(self.cli("-o", "json", "wait", "--timeout", str(timeout), str(jid), check=False).stdout)
 
+    def wait_for_line(self, jid, needle, timeout=120):
+        """The job's log once it holds needle (AssertionError with the log after timeout seconds)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            out = self.cli("logs", str(jid)).stdout
+            if needle in out:
+                return out
+            time.sleep(0.1)
+        raise AssertionError(f"job {jid} never printed {needle!r}:\n" + self.cli("logs", str(jid)).stdout[-3000:])
+
     def explain(self, jid):
         return json.loads(self.cli("-o", "json", "explain", str(jid)).stdout)
 

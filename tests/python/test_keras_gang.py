@@ -4,7 +4,6 @@ same gang preempted mid-epoch by an urgent job and resumed."""
 import json
 import pathlib
 import sys
-import time
 
 import pytest
 
@@ -25,16 +24,6 @@ def weights(d, jid):
     return found[0]
 
 
-def wait_for_line(d, jid, needle, timeout=180):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        out = d.cli("logs", jid).stdout
-        if needle in out:
-            return out
-        time.sleep(0.2)
-    raise AssertionError(f"job {jid} never printed {needle!r}:\n" + d.cli("logs", jid).stdout[-3000:])
-
-
 def test_two_ranks_end_like_one_process_also_when_preempted(daemon):
     d = daemon("--gpus", "2", "--grace-period", "60")
     one = trainer(d)
@@ -52,7 +41,7 @@ def test_two_ranks_end_like_one_process_also_when_preempted(daemon):
 
     # preempted mid-epoch: every rank stops after the same step, rank 0 checkpoints, all resume from it
     slow = trainer(d, "--replicas", "2", "--gpus", "1", delay="0.05")
-    wait_for_line(d, slow, "optimizer step 20")
+    d.wait_for_line(slow, "optimizer step 20", timeout=180)
     urgent = d.submit("--priority", "urgent", "--gpus", "2", "--", "sh", "-c", "sleep 0.5")
     assert d.wait(urgent, timeout=120)["state"] == "SUCCEEDED"
     job = d.wait(slow, timeout=300)

@@ -19,17 +19,6 @@ def trainer(d, gpus="4"):
                     "--batch-size", str(BATCH))
 
 
-def wait_for_line(d, jid, needle, timeout=120):
-    import time
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        out = d.cli("logs", jid).stdout
-        if needle in out:
-            return out
-        time.sleep(0.1)
-    raise AssertionError(f"job {jid} never printed {needle!r}:\n" + d.cli("logs", jid).stdout)
-
-
 def test_uninterrupted_run_reports_metrics(daemon):
     d = daemon("--gpus", "4")
     jid = trainer(d)
@@ -48,7 +37,7 @@ def test_uninterrupted_run_reports_metrics(daemon):
 def test_preempted_mid_epoch_resumes_without_losing_a_step(daemon):
     d = daemon("--gpus", "4", "--grace-period", "30")
     jid = trainer(d)
-    wait_for_line(d, jid, "progress: epoch 0 optimizer step 60")
+    d.wait_for_line(jid, "progress: epoch 0 optimizer step 60")
     urgent = d.submit("--gpus", "4", "--priority", "urgent", "--", "sh", "-c", "sleep 0.5")
     assert d.wait(urgent, timeout=120)["state"] == "SUCCEEDED"
     job = d.wait(jid, timeout=300)
