@@ -351,7 +351,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
             snprintf(why, sizeof(why), "rank %d: cannot prepare the process: %s", r, strerror(errno));
             goto stop_started;
         }
-        pid = kd_exec_spawn(argv, env, cwd, po, pe, ident);
+        pid = kd_exec_spawn_rank(argv, env, cwd, po, pe, ident);
         kd_exec_env_free(env);
         if (pid < 0) {
             close(po[0]);

@@ -50,7 +50,7 @@ void kd_exec_sanitize(char *s, size_t len)
 /* fork + exec as another identity (posix_spawn cannot change uid): in the child only
  * async-signal-safe calls; an exec failure comes back as errno through a close-on-exec pipe. */
 static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                      const kd_ident *id)
+                      const kd_ident *id, int die_with_parent)
 {
     int ep[2], err = 0;
     sigset_t none, all, old;
@@ -81,10 +81,10 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
             goto fail;
         if (setuid(0) == 0)   /* paranoia: root must be gone for good */
             _exit(126);
-        /* a job never outlives the thread that runs it (a kill -9 of kestreld: nobody reads its
-         * output or could stop it; the next daemon requeues it). After the credentials change,
-         * which clears it; a daemon gone before this line is seen by getppid. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != daemon_pid)
+        /* a gang's rank never outlives the thread that runs the gang (alone it is of no use: its
+         * peers die with a kill -9 of kestreld too). After the credentials change, which clears it;
+         * a daemon gone before this line is seen by getppid. */
+        if (die_with_parent && (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != daemon_pid))
             goto fail;
         /* no way back up through setuid programs (sudo, su, pkexec) */
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -124,8 +124,8 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
     return pid;
 }
 
-pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                    const kd_ident *id)
+static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
+                   const kd_ident *id, int die_with_parent)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -133,7 +133,7 @@ pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int
     pid_t pid;
     int rc;
     if (id && id->isolated)
-        return spawn_as(argv, envp, cwd, out_fd, err_fd, id);
+        return spawn_as(argv, envp, cwd, out_fd, err_fd, id, die_with_parent);
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -155,6 +155,18 @@ pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int
     if (err_fd)
         close(err_fd[1]);
     return rc ? -rc : pid;
+}
+
+pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
+                    const kd_ident *id)
+{
+    return spawn(argv, envp, cwd, out_fd, err_fd, id, 0);
+}
+
+pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
+                         const kd_ident *id)
+{
+    return spawn(argv, envp, cwd, out_fd, err_fd, id, 1);
 }
 
 /* Run a helper (git) to completion, collecting its output (stdout and stderr) into out.

@@ -26,6 +26,10 @@ void kd_exec_sanitize(char *s, size_t len);
  * uid and gid with no supplementary groups. Returns the pid or -errno. */
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
                     const kd_ident *id);
+/* The same for a gang's rank, which (run as an identity) dies with the thread that spawned it: a
+ * rank alone is of no use once kestreld is gone (a single job is left to the next daemon). */
+pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
+                         const kd_ident *id);
 /* Run a helper to completion, its stdout and stderr collected into out, as `as` (NULL: kestreld).
  * The exit status, or -1. */
 int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_exec_as *as);
