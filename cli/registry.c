@@ -226,11 +226,30 @@ int cli_usage_error(const char *name)
     return 2;
 }
 
+/* The option "--name" (name: len bytes) means, as getopt reads it: an exact name, else a unique
+ * prefix. *hits: 1 found, 0 unknown, more: ambiguous (then the last prefix matched). */
+static const struct option *find_option(const struct option *opts, const char *name, size_t len, int *hits)
+{
+    const struct option *match = NULL;
+    *hits = 0;
+    for (const struct option *o = opts; o->name; o++) {
+        if (strlen(o->name) == len && !strncmp(o->name, name, len)) {
+            *hits = 1;
+            return o;
+        }
+        if (!strncmp(o->name, name, len)) {
+            match = o;
+            (*hits)++;
+        }
+    }
+    return match;
+}
+
 int cli_takes_value(const cli_command *cmd, const char *a)
 {
-    const struct option *hit = NULL;
+    const struct option *hit;
     size_t len;
-    int hits = 0;
+    int hits;
     if (cmd->opts == NULL || a[0] != '-' || !a[1])
         return 0;
     if (a[1] != '-') {   /* -X: by the short letter its long option carries, when its value is apart */
@@ -242,14 +261,7 @@ int cli_takes_value(const cli_command *cmd, const char *a)
     len = strcspn(a + 2, "=");
     if (a[2 + len])
         return 0;   /* --name=value */
-    for (const struct option *o = cmd->opts; o->name; o++) {
-        if (strlen(o->name) == len && !strncmp(o->name, a + 2, len))
-            return o->has_arg == required_argument;
-        if (!strncmp(o->name, a + 2, len)) {
-            hit = o;
-            hits++;
-        }
-    }
+    hit = find_option(cmd->opts, a + 2, len, &hits);
     return hits == 1 && hit->has_arg == required_argument;
 }
 
@@ -276,7 +288,7 @@ char **cli_normalize_options(const cli_command *cmd, int *argc, char **argv)
         return NULL;
     for (int i = 0; i < *argc; i++) {
         const char *a = argv[i];
-        const struct option *hit = NULL;
+        const struct option *hit;
         size_t len, need;
         int hits = 0;
         if (i == 0 || i >= end || strncmp(a, "--", 2) || !a[2]) {
@@ -284,17 +296,7 @@ char **cli_normalize_options(const cli_command *cmd, int *argc, char **argv)
             continue;
         }
         len = strcspn(a + 2, "=");
-        for (const struct option *o = cmd->opts; o->name; o++) {
-            if (strlen(o->name) == len && !strncmp(o->name, a + 2, len)) {
-                hit = o;
-                hits = 1;
-                break;
-            }
-            if (!strncmp(o->name, a + 2, len)) {
-                hit = o;
-                hits++;
-            }
-        }
+        hit = find_option(cmd->opts, a + 2, len, &hits);
         need = hit ? strlen(hit->name) + 3 : 0;
         if (hits != 1 || (a[2 + len] == '=' && hit->has_arg != required_argument) || used + need > sizeof(pool)) {
             out[n++] = argv[i];   /* unknown, ambiguous or odd: as it came, for the check to name */
@@ -318,23 +320,13 @@ int cli_check_options(const cli_command *cmd, int argc, char **argv)
     int end = cli_scan_end(cmd, argc, argv);
     for (int i = 1; i < end; i++) {
         const char *a = argv[i];
-        const struct option *match = NULL;
+        const struct option *match;
         size_t len;
-        int prefix_hits = 0;
+        int prefix_hits;
         if (strncmp(a, "--", 2) || cmd->opts == NULL)
             continue;
         len = strcspn(a + 2, "=");
-        for (const struct option *o = cmd->opts; o->name; o++) {
-            if (strlen(o->name) == len && !strncmp(o->name, a + 2, len)) {
-                match = o;
-                prefix_hits = 1;
-                break;
-            }
-            if (!strncmp(o->name, a + 2, len)) {   /* getopt takes a unique prefix */
-                match = o;
-                prefix_hits++;
-            }
-        }
+        match = find_option(cmd->opts, a + 2, len, &prefix_hits);
         if (prefix_hits == 1) {
             if (match->has_arg == required_argument && !a[2 + len])
                 i++;   /* its value, whatever it looks like */
