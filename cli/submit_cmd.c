@@ -135,11 +135,17 @@ static int push_code(cli_ctx *ctx, kestrel_job_spec *spec, const char *dir, kest
     return rc < 0 ? 1 : 0;
 }
 
-/* strtol, clamped to int's range (a huge count is then refused by the setter, never wrapped). */
-static int cli_small_int(const char *s, char **end)
+/* --FLAG N through the spec setter: a number (clamped to int's range, so a huge one is refused by the
+ * setter, never wrapped), else a usage error. 0, or the exit code. */
+static int count_flag(kestrel_job_spec *spec, int (*set)(kestrel_job_spec *, int), const char *flag, const char *v)
 {
-    long v = strtol(s, end, 10);
-    return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || !*v) {
+        fprintf(stderr, "kestrel: %s takes a number\n", flag);
+        return 2;
+    }
+    return set(spec, n > INT_MAX ? INT_MAX : n < INT_MIN ? INT_MIN : (int)n) < 0 ? cli_fail(flag, -1) + 1 : 0;
 }
 
 const struct option cli_opts_submit[] = {
@@ -178,24 +184,8 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         const char *val;
         int n;
         switch (c) {
-        case 'g':
-            n = cli_small_int(optarg, &end);
-            if (*end || !*optarg) {
-                fprintf(stderr, "kestrel: --gpus takes a number\n");
-                rc = 2;
-            } else if (kestrel_job_spec_set_gpus(spec, n) < 0) {
-                rc = cli_fail("--gpus", -1) + 1;
-            }
-            break;
-        case 22:
-            n = cli_small_int(optarg, &end);
-            if (*end || !*optarg) {
-                fprintf(stderr, "kestrel: --replicas takes a number\n");
-                rc = 2;
-            } else if (kestrel_job_spec_set_replicas(spec, n) < 0) {
-                rc = cli_fail("--replicas", -1) + 1;
-            }
-            break;
+        case 'g': rc = count_flag(spec, kestrel_job_spec_set_gpus, "--gpus", optarg); break;
+        case 22: rc = count_flag(spec, kestrel_job_spec_set_replicas, "--replicas", optarg); break;
         case 'p':
             if (kestrel_priority_parse(&n, optarg) < 0 || kestrel_job_spec_set_priority(spec, n) < 0)
                 rc = cli_fail("--priority", -1) + 1;
