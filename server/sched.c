@@ -312,7 +312,8 @@ static void describe_need(char *buf, size_t n, const kd_qjob *j)
         snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", x ? ", " : " not on node ", j->exclude[x]);
 }
 
-/* Returns 1 when j was started, 0 when it waits (reason filled), -1 on OOM. */
+/* Returns KD_PLACED, KD_BLOCKED (it waits for capacity), KD_PREEMPTING (it waits for the
+ * preemptions it planned or awaits); why filled when it waits. -1 on OOM. */
 static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
 {
     const kd_snapshot *s = ps->s;
@@ -335,7 +336,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             else
                 snprintf(buf, sizeof(buf), "waiting for a job of group %s to be placed (affinity)", j->affinity_group);
             kd__sched_say(why, wn, buf);
-            return 0;
+            return KD_BLOCKED;
         }
     }
     for (size_t n = 0; n < s->nnodes; n++) {
@@ -347,8 +348,8 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         if (kd__sched_count_static(ps, (int)n, j) < j->gpus)
             continue;
         any_static = 1;
-        if (j->gpus > 0 && ps->held_by[n] && !j->preemptible) {
-            holder = ps->held_by[n];   /* a job that cannot be preempted cannot borrow a reservation */
+        if (j->gpus > 0 && ps->held_by[n] && (!j->preemptible || ps->held_firm[n])) {
+            holder = ps->held_by[n];   /* no borrowing: the job cannot be preempted, or the holder waits for its nodes */
             continue;
         }
         free_m = j->gpus ? kd__sched_count(ps, (int)n, j, DEV_FREE) : 0;
@@ -388,16 +389,16 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
         }
         kd__sched_charge_quota(ps, j->owner, j->team, j->gpus);
         (*slots)--;
-        return 1;
+        return KD_PLACED;
     }
     describe_need(buf, sizeof(buf), j);
     if (!any_static) {
         kd__sched_say(why, wn, buf);
         kd__sched_say(why, wn, j->affinity_required && target >= 0 ? "its affinity node cannot hold it" : "no node can ever hold it");
-        return 0;
+        return KD_BLOCKED;
     }
     if (j->gpus == 0)
-        return 0;
+        return KD_BLOCKED;
 
     /* devices already being freed by stopping jobs: wait for them instead of preempting more */
     for (size_t n = 0; n < s->nnodes; n++) {
@@ -410,7 +411,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             kd__sched_take(ps, (int)n, j, DEV_SOON, j->gpus - f, 0);
             snprintf(buf, sizeof(buf), "waiting for preempted jobs to stop on node %s", s->nodes[n].name);
             kd__sched_say(why, wn, buf);
-            return 0;
+            return KD_PREEMPTING;
         }
     }
     /* preemption */
@@ -455,7 +456,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
             kd__sched_take(ps, bestn, j, DEV_FREE, j->gpus, 0);
             kd__sched_take(ps, bestn, j, DEV_SOON, j->gpus, 0);
             kd__sched_say(why, wn, buf);
-            return 0;
+            return KD_PREEMPTING;
         }
     }
     /* blocked: reserve the node closest to fitting it (most free matching devices, then node
@@ -490,7 +491,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
                      j->priority > 1 && !s->fifo ? ", nothing preemptible of a lower class" : "");
     }
     kd__sched_say(why, wn, buf);
-    return 0;
+    return KD_BLOCKED;
 }
 
 static int order_idx(const void *x, const void *y, void *snap)
@@ -518,6 +519,7 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
     ps.dev = calloc(s->nnodes + 1, sizeof(*ps.dev));
     ps.held_by = calloc(s->nnodes + 1, sizeof(*ps.held_by));
     ps.held_prio = calloc(s->nnodes + 1, sizeof(*ps.held_prio));
+    ps.held_firm = calloc(s->nnodes + 1, 1);
     ps.claimed = calloc(s->nallocs + 1, 1);
     ps.usage_user = calloc(s->nquotas + 1, sizeof(*ps.usage_user));
     idx = malloc((s->nqueue + 1) * sizeof(*idx));
@@ -529,7 +531,7 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
     ps.cand = malloc((s->nallocs + 1) * sizeof(*ps.cand));
     ps.bestv = malloc((s->nallocs + 1) * sizeof(*ps.bestv));
     ps.lessors = malloc((s->nallocs + 1) * sizeof(*ps.lessors));
-    if (!ps.dev || !ps.held_by || !ps.held_prio || !ps.claimed || !ps.usage_user || !idx || !ps.nfree ||
+    if (!ps.dev || !ps.held_by || !ps.held_prio || !ps.held_firm || !ps.claimed || !ps.usage_user || !idx || !ps.nfree ||
         !ps.nsoon || !ps.uniform || !ps.node_allocs || !ps.n_node_allocs || !ps.cand || !ps.bestv || !ps.lessors)
         goto done;
     for (size_t n = 0; n < s->nnodes; n++) {
@@ -618,18 +620,18 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
             const char *known = known_blocked(&ps, j);
             if (known) {
                 kd__sched_say(why, sizeof(why), known);
-                r = 0;
+                r = KD_BLOCKED;
             } else {
                 r = j->replicas > 1 ? kd__sched_place_gang(&ps, j, &slots, why, sizeof(why))
                                     : place(&ps, j, &slots, why, sizeof(why));
                 /* only a capacity verdict carries over (preemption planned or awaited does not) */
-                if (r == 0 && !strstr(why, "preempting job") && !strstr(why, "preempted jobs to stop"))
+                if (r == KD_BLOCKED)
                     remember_blocked(&ps, j, why);
             }
         }
         if (r < 0)
             goto done;
-        if (r == 0) {
+        if (r != KD_PLACED) {
             if (s->fifo)
                 fifo_blocked = 1;
             if (add_wait(&ps, j->id, why[0] ? why : "waiting") < 0)
@@ -653,6 +655,7 @@ done:
     free(ps.lessors);
     free(ps.held_by);
     free(ps.held_prio);
+    free(ps.held_firm);
     free(ps.claimed);
     free(ps.usage_user);
     free(idx);

@@ -16,6 +16,7 @@ typedef struct {
     int later;    /* ranks that fit once the devices being freed are free */
     int free, soon;   /* matching devices free, being freed */
     int lent;     /* devices of jobs borrowing the gang's reservation there (they may be preempted) */
+    int theirs;   /* reserved for another job: no room for the gang, whatever is freed */
 } room;
 
 static int by_room(const void *x, const void *y)
@@ -23,6 +24,16 @@ static int by_room(const void *x, const void *y)
     const room *a = x, *b = y;
     if (a->now != b->now)
         return a->now > b->now ? -1 : 1;
+    return (a->node > b->node) - (a->node < b->node);
+}
+
+/* Most room once its borrowers and the jobs being stopped are gone, then node order. */
+static int by_reclaim(const void *x, const void *y)
+{
+    const room *a = x, *b = y;
+    int ra = a->free + a->soon + a->lent, rb = b->free + b->soon + b->lent;
+    if (ra != rb)
+        return ra > rb ? -1 : 1;
     return (a->node > b->node) - (a->node < b->node);
 }
 
@@ -74,7 +85,7 @@ static int start(pass *ps, const kd_qjob *j, const room *rooms, const int *take,
     }
     kd__sched_charge_quota(ps, j->owner, j->team, j->gpus * j->replicas);
     (*slots)--;
-    return 1;
+    return KD_PLACED;
 }
 
 int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
@@ -83,9 +94,8 @@ int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size
     room *rooms = calloc(s->nnodes + 1, sizeof(*rooms));
     int *take = calloc(s->nnodes + 1, sizeof(*take));
     size_t nr = 0, nchosen = 0, single = (size_t)-1;
-    int ever = 0, now = 0, free_devs = 0, rc = 0;
+    int ever = 0, now = 0, free_devs = 0, rc = KD_BLOCKED;
     char buf[320];
-    int said = 0;
 
     if (rooms == NULL || take == NULL) {
         free(rooms);
@@ -112,7 +122,8 @@ int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size
             if (a->backfill_for == j->id && !a->terminating && !ps->claimed[i])
                 rooms[nr].lent += a->ndev;
         }
-        if (ps->held_by[n] && ps->held_by[n] != j->id) {
+        rooms[nr].theirs = ps->held_by[n] && ps->held_by[n] != j->id;
+        if (rooms[nr].theirs) {
             rooms[nr].now = 0;   /* reserved for another job */
         } else {
             rooms[nr].now = j->gpus ? f / j->gpus : j->replicas;
@@ -148,60 +159,57 @@ int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size
         rc = start(ps, j, rooms, take, nchosen, slots);
         goto out;
     }
-    /* its reservation lent out: when the borrowers' devices make room for every rank, they go */
+    /* Not now. Enough room once what is being freed and what it lent out is back? Then it holds
+     * those nodes firmly (nobody borrows them while it waits) and takes its leases back; else it
+     * reserves the nodes closest to holding it, which preemptible jobs may borrow. */
     {
-        int could = 0, lent = 0;
-        for (size_t k = 0; k < nr; k++) {
-            could += j->gpus ? (rooms[k].free + rooms[k].soon + rooms[k].lent) / j->gpus : j->replicas;
-            lent += rooms[k].lent;
-        }
-        if (lent && could >= j->replicas) {
-            size_t len = strlen(buf);
-            snprintf(buf + len, sizeof(buf) - len, ": preempting job");
-            for (size_t k = 0; k < nr; k++) {
-                int n = rooms[k].node;
-                for (size_t x = 0; rooms[k].lent && x < ps->n_node_allocs[n]; x++) {
-                    size_t i = ps->node_allocs[n][x];
-                    const kd_alloc *al = &s->allocs[i];
-                    kd_action *a;
-                    if (al->backfill_for != j->id || al->terminating || ps->claimed[i])
-                        continue;
-                    if ((a = kd__sched_add_action(ps, KD_ACT_PREEMPT, al->id)) == NULL) {
-                        rc = -1;
-                        goto out;
-                    }
-                    a->node = n;
-                    a->cause = j->id;
-                    snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (a gang), whose reservation it borrowed",
-                             (long long)j->id);
-                    ps->claimed[i] = 1;
-                    len = strlen(buf);
-                    snprintf(buf + len, sizeof(buf) - len, " %lld", (long long)al->id);
-                }
-            }
-            len = strlen(buf);
-            snprintf(buf + len, sizeof(buf) - len, ", which borrowed its reservation");
-            kd__sched_say(why, wn, buf);
-            said = 1;
-        }
-    }
-    /* blocked: reserve the nodes closest to holding it, as many as hold every rank once free */
-    {
-        int need = j->replicas;
+        int could = 0, need = j->replicas, firm;
         size_t len = strlen(buf);
-        qsort(rooms, nr, sizeof(*rooms), by_later);
+        for (size_t k = 0; k < nr; k++)
+            if (!rooms[k].theirs)
+                could += j->gpus ? (rooms[k].free + rooms[k].soon + rooms[k].lent) / j->gpus : j->replicas;
+        firm = could >= j->replicas;
+        qsort(rooms, nr, sizeof(*rooms), firm ? by_reclaim : by_later);
+        if (firm)
+            snprintf(buf + len, sizeof(buf) - len, ": waiting for jobs to stop on its nodes");
         for (size_t k = 0; k < nr && need > 0; k++) {
             int n = rooms[k].node;
-            int fit = j->gpus ? kd__sched_count_static(ps, n, j) / j->gpus : j->replicas;
-            if (ps->held_by[n])
+            if (rooms[k].theirs || (ps->held_by[n] && ps->held_by[n] != j->id))
                 continue;
             ps->held_by[n] = j->id;
             ps->held_prio[n] = j->priority;
-            need -= fit;
+            ps->held_firm[n] = (uint8_t)firm;
+            if (!firm) {
+                need -= j->gpus ? kd__sched_count_static(ps, n, j) / j->gpus : j->replicas;
+                continue;
+            }
+            need -= j->gpus ? (rooms[k].free + rooms[k].soon + rooms[k].lent) / j->gpus : j->replicas;
+            for (size_t x = 0; rooms[k].lent && x < ps->n_node_allocs[n]; x++) {   /* its leases back */
+                size_t i = ps->node_allocs[n][x];
+                const kd_alloc *al = &s->allocs[i];
+                kd_action *a;
+                if (al->backfill_for != j->id || al->terminating || ps->claimed[i])
+                    continue;
+                if ((a = kd__sched_add_action(ps, KD_ACT_PREEMPT, al->id)) == NULL) {
+                    rc = -1;
+                    goto out;
+                }
+                a->node = n;
+                a->cause = j->id;
+                snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (a gang), whose reservation it borrowed",
+                         (long long)j->id);
+                ps->claimed[i] = 1;
+                len = strlen(buf);
+                snprintf(buf + len, sizeof(buf) - len, "%s job %lld, which borrowed its reservation",
+                         strstr(buf, "preempting") ? "," : "; preempting", (long long)al->id);
+            }
         }
-        snprintf(buf + len, sizeof(buf) - len, ": %d GPU%s free for it", free_devs, free_devs == 1 ? "" : "s");
-        if (!said)
-            kd__sched_say(why, wn, buf);
+        if (!firm) {
+            len = strlen(buf);
+            snprintf(buf + len, sizeof(buf) - len, ": %d GPU%s free for it", free_devs, free_devs == 1 ? "" : "s");
+        }
+        kd__sched_say(why, wn, buf);
+        rc = firm ? KD_PREEMPTING : KD_BLOCKED;
     }
 out:
     free(rooms);

@@ -9,6 +9,9 @@
 
 enum { ST_SUCCEEDED = 3, ST_FAILED = 4, ST_CANCELLED = 5 };
 enum { DEV_FREE = 0, DEV_USED = 1, DEV_SOON = 2 };   /* SOON: held by a stopping job, not yet claimed */
+/* What placing a job came to (-1: out of memory). Only a KD_BLOCKED verdict is remembered for the
+ * job's shape: preemptions planned or awaited are that job's own. */
+enum { KD_BLOCKED = 0, KD_PLACED = 1, KD_PREEMPTING = 2 };
 
 typedef struct {
     const kd_snapshot *s;
@@ -24,6 +27,7 @@ typedef struct {
     size_t nblocked;
     int64_t *held_by;       /* per node: blocked job holding it, 0 none */
     int *held_prio;
+    uint8_t *held_firm;     /* per node: its holder waits only for its borrowers to stop: no one borrows it */
     uint8_t *claimed;       /* per alloc: already a victim (or awaited) in this plan */
     int64_t *usage_user;    /* parallel to quotas: GPUs in use */
     int64_t *lessors;       /* sorted: jobs whose reservation a running job borrows (they may preempt it) */
@@ -46,7 +50,8 @@ void kd__sched_say(char *buf, size_t n, const char *text);
 void kd__sched_charge_quota(pass *ps, int64_t owner, const char *team, int gpus);
 /* "2 x a100 with >= 40960 MB cc >= 8.0": what one job (or one rank of a gang) needs. */
 void kd__sched_describe_devices(char *buf, size_t n, const kd_qjob *j);
-/* Place a gang (j->replicas > 1): 1 started, 0 waits (why filled), -1 out of memory (sched_gang.c). */
+/* Place a gang (j->replicas > 1): KD_PLACED, KD_BLOCKED or KD_PREEMPTING (why filled), -1 out of memory
+ * (sched_gang.c). */
 int kd__sched_place_gang(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn);
 
 #endif

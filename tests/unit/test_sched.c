@@ -428,7 +428,7 @@ static void gang_takes_back_its_lease_and_a_gang_is_the_costlier_victim(void **s
 {
     /* n0 (4 GPUs): job 60 borrows 2 devices of gang 1's reservation; 2 are free. The gang of
      * 2 x 2 preempts its borrower, whatever its class, and waits for it to stop */
-    kd_qjob q[] = { job(1, 1, 2) };
+    kd_qjob q[] = { job(1, 1, 2), job(3, 1, 1) };
     int d[] = { 0, 1 }, d1[] = { 2, 3 }, d2[] = { 0, 1 };
     kd_alloc lease[] = { { 60, 0, 2, d, 3, 1, 900000, 0, 1, "", 0, 1, 0 } };
     char *not_n1[] = { "n1" };
@@ -445,6 +445,13 @@ static void gang_takes_back_its_lease_and_a_gang_is_the_costlier_victim(void **s
     assert_int_equal(act(&p, 60)->cause, 1);
     assert_non_null(strstr(waiting(&p, 1)->reason, "preempting job 60, which borrowed its reservation"));
     kd_plan_free(&p);
+    /* while it waits for its borrower to stop, nobody borrows the node again (else: preempt, borrow, ...) */
+    s.nqueue = 2;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_null(act(&p, 3));
+    assert_non_null(strstr(waiting(&p, 3)->reason, "node held for job 1"));
+    kd_plan_free(&p);
+    s.nqueue = 1;
     /* an urgent 2-GPU job on n0, where a gang of 2 ranks (one rank there, one on old) and a one-process job hold
      * 2 devices each: the gang started later, but it loses 2 ranks' work (2 x 5 s > 8 s): the one-process job goes */
     q[0] = job(2, 3, 2);
