@@ -11,8 +11,11 @@
 
 int cli_term_columns(void)
 {
+    static int cols = -1;   /* asked once a run: every table line would ask again */
     struct winsize ws;
-    return isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40 ? ws.ws_col : 0;
+    if (cols < 0)
+        cols = isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40 ? ws.ws_col : 0;
+    return cols;
 }
 
 /* Bytes of the UTF-8 sequence at p: its lead byte's length, shortened at a NUL or a byte that does

@@ -23,7 +23,6 @@
 extern char **environ;
 
 #define LINE_MAX_BYTES 65536
-#define KESTREL__MAX_REPLICAS_LOCAL 64   /* the bound on a spec's replicas */
 
 typedef struct {
     kd_engine *e;
@@ -308,6 +307,8 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
     gang_rank *rk = calloc((size_t)n, sizeof(*rk));
     char **base = NULL, **argv = NULL, *devs = strdup(lj->devices), *field, why[512] = "", prog[PATH_MAX + 8], coord[64];
     char **rank_devs = calloc((size_t)n, sizeof(char *));
+    struct pollfd *p = NULL;   /* two streams a rank */
+    stream_buf **of = NULL;
 
     grace = spec->grace_period_s > 0 ? spec->grace_period_s : e->cfg->grace_s;
     snprintf(coord, sizeof(coord), "127.0.0.1:%d", port);
@@ -374,9 +375,11 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         kd_engine_set_rank_pgid(e, run, r, pid);
         started++;
     }
+    if ((p = calloc((size_t)n * 2, sizeof(*p))) == NULL || (of = calloc((size_t)n * 2, sizeof(*of))) == NULL) {
+        snprintf(why, sizeof(why), "cannot follow the gang: out of memory");
+        goto stop_started;
+    }
     for (;;) {
-        struct pollfd p[2 * KESTREL__MAX_REPLICAS_LOCAL];
-        stream_buf *of[2 * KESTREL__MAX_REPLICAS_LOCAL];
         nfds_t np = 0;
         int running = 0;
         for (int r = 0; r < n; r++) {
@@ -447,6 +450,8 @@ done:
     free(argv);
     free(rank_devs);
     free(devs);
+    free(p);
+    free(of);
     free(rk);
 }
 
