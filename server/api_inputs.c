@@ -8,6 +8,7 @@
 #include "api_inputs.h"
 #include "envs.h"
 #include "repo_acl.h"
+#include "repo.h"
 #include "store.h"
 
 /* Resolve *ref (a "NAME[@REF]") to "NAME@N", replacing the string; want_tree: a directory version
@@ -16,7 +17,7 @@ static int pin(kd_req *r, const char *field, char **ref, int want_tree)
 {
     char name[256], *exact;
     const char *at = strrchr(*ref, '@');
-    cJSON *m = NULL, *v;
+    Kestrel__V1__Manifest *m = NULL;
     int rc;
     if (strlen(*ref) > 400)
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': the reference is longer than 400 bytes", field);
@@ -30,16 +31,15 @@ static int pin(kd_req *r, const char *field, char **ref, int want_tree)
             return kestrel__error_set(KESTREL_EINVALID, "field '%s': no model '%s'", field, name);
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': %s", field, kestrel_error_last()->message);
     }
-    v = cJSON_GetObjectItemCaseSensitive(m, "version");
-    if (!cJSON_IsNumber(v) || (want_tree && !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "files")))) {
-        cJSON_Delete(m);
+    if (want_tree && m->n_files == 0) {
+        kestrel__manifest_free(m);
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': %s is a file, not a directory version", field, *ref);
     }
-    if (asprintf(&exact, "%s@%lld", name, (long long)v->valuedouble) < 0) {
-        cJSON_Delete(m);
+    if (asprintf(&exact, "%s@%lld", name, (long long)m->version) < 0) {
+        kestrel__manifest_free(m);
         return kestrel__error_oom();
     }
-    cJSON_Delete(m);
+    kestrel__manifest_free(m);
     free(*ref);
     *ref = exact;
     return 0;
@@ -58,12 +58,12 @@ int kd_inputs_pin(kd_req *r, Kestrel__V1__JobSpec *spec)
 /* Whether ref still resolves (for rerun's report); the reason into why when not. */
 static int still_there(kd_req *r, const char *ref, char *why, size_t n)
 {
-    cJSON *m = NULL;
+    Kestrel__V1__Manifest *m = NULL;
     char name[256];
     const char *at = strrchr(ref, '@');
     snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
     if (kestrel__repo_name_valid(name) && kd_repo_may_read(r, name) && kestrel__store_resolve(r->e->store, ref, &m) == 0) {
-        cJSON_Delete(m);
+        kestrel__manifest_free(m);
         return 1;
     }
     snprintf(why, n, "%s", ref);

@@ -1,5 +1,5 @@
 /* server/api_repo.c - the model repository over HTTP, on the same store as file:// URLs
- * (lib/store.c): chunk queries, streamed and verified packs, manifests, versions, aliases. */
+ * (lib/repo/store.c): chunk queries, streamed and verified packs, manifests, versions, aliases. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,7 +16,7 @@
 #include "repo_acl.h"
 #include "chunk.h"
 #include "store.h"
-#include "tree.h"
+#include "repo.h"
 
 #define MAX_QUERY 100000
 
@@ -131,118 +131,7 @@ void kd_pack_free(kd_pack *p)
     }
 }
 
-/* ---- manifests <-> the store's JSON ------------------------------------------------------------ */
-
-static int manifest_to_pb(const cJSON *m, Kestrel__V1__Manifest **out, int with_chunks, kestrel__store *s, const char *name)
-{
-    Kestrel__V1__Manifest *pb = malloc(sizeof(*pb));
-    cJSON *chunks = cJSON_GetObjectItem(m, "chunks"), *c;
-    kestrel_buf aliases = KESTREL_BUF_INIT;
-    size_t n = 0;
-    if (pb == NULL)
-        return kestrel__error_oom();
-    kestrel__v1__manifest__init(pb);
-    pb->name = kestrel__strdup(name);
-    pb->version = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "version"));
-    pb->size = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size"));
-    pb->sha256 = kestrel__strdup(cJSON_GetStringValue(cJSON_GetObjectItem(m, "sha256")));
-    pb->created_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "created_ms"));
-    pb->metadata_json = cJSON_GetObjectItem(m, "metadata") ? cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "metadata"))
-                                                            : kestrel__strdup("{}");
-    if (with_chunks && (pb->chunks = calloc((size_t)cJSON_GetArraySize(chunks) + 1, sizeof(*pb->chunks))) != NULL) {
-        cJSON_ArrayForEach(c, chunks) {
-            Kestrel__V1__ChunkRef *ref = malloc(sizeof(*ref));
-            if (ref == NULL)
-                break;
-            kestrel__v1__chunk_ref__init(ref);
-            pb->chunks[n++] = ref;
-            pb->n_chunks = n;
-            ref->digest = kestrel__strdup(cJSON_GetStringValue(cJSON_GetArrayItem(c, 0)));
-            ref->size = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 1));
-        }
-    }
-    if (cJSON_GetObjectItem(m, "files")) {   /* a directory version */
-        kestrel__tree_file *f = NULL;
-        size_t nf = 0;
-        if (kestrel__tree_from_json(cJSON_GetObjectItem(m, "files"), &f, &nf) == 0) {
-            pb->file_count = (int64_t)nf;
-            if (with_chunks && (pb->files = calloc(nf + 1, sizeof(*pb->files))) != NULL) {
-                for (size_t i = 0; i < nf; i++) {
-                    Kestrel__V1__TreeFile *t = malloc(sizeof(*t));
-                    if (t == NULL)
-                        break;
-                    kestrel__v1__tree_file__init(t);
-                    t->path = f[i].path;   /* moved */
-                    f[i].path = NULL;
-                    t->size = f[i].size;
-                    t->sha256 = kestrel__strdup(f[i].sha);
-                    t->mode = f[i].mode;
-                    t->chunks = f[i].chunks;
-                    pb->files[pb->n_files++] = t;
-                }
-            }
-            kestrel__tree_free(f, nf);
-        }
-    }
-    if (kestrel__store_aliases_of(s, name, pb->version, &aliases) == 0 && aliases.size) {
-        size_t k = 1;
-        for (const char *q = aliases.ptr; *q; q++)
-            k += *q == ',';
-        if ((pb->aliases = calloc(k, sizeof(char *))) != NULL)
-            for (char *save = NULL, *a = strtok_r(aliases.ptr, ",", &save); a; a = strtok_r(NULL, ",", &save))
-                pb->aliases[pb->n_aliases++] = kestrel__strdup(a);
-    }
-    kestrel_buf_dispose(&aliases);
-    if (!pb->name || !pb->sha256 || !pb->metadata_json) {
-        if (!pb->sha256) pb->sha256 = (char *)protobuf_c_empty_string;
-        protobuf_c_message_free_unpacked(&pb->base, NULL);
-        return kestrel__error_set(KESTREL_EIO, "the manifest of %s is damaged", name);
-    }
-    *out = pb;
-    return 0;
-}
-
-/* A directory manifest: valid, sorted paths; each file's chunks add up to its size; the digest
- * over the listing is the manifest's sha256. msg says what is wrong. */
-static int tree_valid(const Kestrel__V1__Manifest *in, char *msg, size_t n)
-{
-    kestrel__tree_file *f = kestrel__tree_of_pb(in);
-    size_t chunk = 0;
-    char hex[65];
-    int rc = 0;
-    if (f == NULL)
-        return kestrel__error_oom();
-    if (kestrel__tree_check(f, in->n_files, in->size, in->n_chunks) < 0) {
-        snprintf(msg, n, "field 'files': %s", kestrel_error_last()->message);
-        rc = -1;
-    }
-    for (size_t i = 0; i < in->n_files && rc == 0; i++) {
-        int64_t sum = 0;
-        for (int64_t k = 0; k < f[i].chunks && chunk < in->n_chunks; k++)
-            sum += in->chunks[chunk++]->size;
-        if (sum != f[i].size) {
-            snprintf(msg, n, "field 'files': the chunks of '%.100s' do not add up to its size", f[i].path);
-            rc = -1;
-        }
-    }
-    if (rc == 0) {
-        kestrel__tree_digest(f, in->n_files, hex);
-        if (strcmp(hex, in->sha256)) {
-            snprintf(msg, n, "field 'sha256': not the digest of the listed files");
-            rc = -1;
-        }
-    }
-    free(f);
-    return rc;
-}
-
-static cJSON *tree_json(const Kestrel__V1__Manifest *in)
-{
-    kestrel__tree_file *f = kestrel__tree_of_pb(in);
-    cJSON *j = f ? kestrel__tree_to_json(f, in->n_files) : NULL;
-    free(f);
-    return j;
-}
+/* ---- commits ------------------------------------------------------------------------------- */
 
 /* The bytes behind a manifest are what it says: each chunk holds its declared size, and the
  * SHA-256 of the file (or of each file of a directory) over its chunks is the declared one. The
@@ -251,10 +140,9 @@ static int bytes_match(kd_req *r, const Kestrel__V1__Manifest *in, char *msg, si
 {
     char **hex = calloc(in->n_chunks + 1, sizeof(*hex)), got[KESTREL__HEX_LEN + 1];
     int64_t *size = calloc(in->n_chunks + 1, sizeof(*size));
-    kestrel__tree_file *f = NULL;
     size_t at = 0;
     int rc = 0;
-    if (hex == NULL || size == NULL || (in->n_files && (f = kestrel__tree_of_pb(in)) == NULL)) {
+    if (hex == NULL || size == NULL) {
         rc = kestrel__error_oom();
         snprintf(msg, n, "out of memory");
         goto out;
@@ -264,14 +152,15 @@ static int bytes_match(kd_req *r, const Kestrel__V1__Manifest *in, char *msg, si
         size[i] = in->chunks[i]->size;
     }
     for (size_t i = 0; rc == 0 && i < (in->n_files ? in->n_files : 1); i++) {
-        size_t k = in->n_files ? (size_t)f[i].chunks : in->n_chunks;
-        const char *want = in->n_files ? f[i].sha : in->sha256;
+        const Kestrel__V1__TreeFile *f = in->n_files ? in->files[i] : NULL;
+        size_t k = f ? (size_t)f->chunks : in->n_chunks;
+        const char *want = f ? f->sha256 : in->sha256;
         if ((rc = kestrel__store_digest_chunks(r->e->store, hex + at, size + at, k, got)) < 0) {
             snprintf(msg, n, "%s", kestrel_error_last()->message);
         } else if (strcmp(got, want)) {
-            if (in->n_files)
+            if (f)
                 snprintf(msg, n, "field 'files': the chunks of '%.100s' hash to %.12s, not its sha256 %.12s",
-                         f[i].path, got, want);
+                         f->path, got, want);
             else
                 snprintf(msg, n, "field 'sha256': the chunks hash to %.12s, not %.12s", got, want);
             rc = KESTREL_EINVALID;
@@ -279,27 +168,47 @@ static int bytes_match(kd_req *r, const Kestrel__V1__Manifest *in, char *msg, si
         at += k;
     }
 out:
-    free(f);
     free(hex);
     free(size);
     return rc;
 }
 
+/* The metadata of a commit: the client's object, lineage the server's word (set from the job for a
+ * job's push, never taken from a client). NULL with the reason in msg when it is no JSON object. */
+static char *commit_metadata(kd_req *r, const char *json, char *msg, size_t n)
+{
+    cJSON *meta = json[0] ? cJSON_Parse(json) : cJSON_CreateObject();
+    char *out;
+    if (meta == NULL || !cJSON_IsObject(meta)) {
+        cJSON_Delete(meta);
+        snprintf(msg, n, "field 'metadata_json': a JSON object");
+        return NULL;
+    }
+    while (cJSON_GetObjectItemCaseSensitive(meta, "lineage"))   /* JSON may repeat a key */
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, "lineage");
+    if (r->who.job_id) {
+        cJSON *lineage = kd_inputs_lineage(r);
+        if (lineage && !cJSON_AddItemToObject(meta, "lineage", lineage))
+            cJSON_Delete(lineage);
+    }
+    out = cJSON_GetArraySize(meta) ? cJSON_PrintUnformatted(meta) : kestrel__strdup("");
+    cJSON_Delete(meta);
+    if (out == NULL)
+        snprintf(msg, n, "out of memory");
+    return out;
+}
+
 static enum MHD_Result commit(kd_req *r, const char *name)
 {
     enum MHD_Result reply = MHD_NO;
-    Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply);
-    cJSON *m = NULL, *chunks, *meta = NULL;
-    int64_t total = 0, version = 0;
+    Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply), *pb;
+    char msg[400], *s;
+    int64_t version = 0;
     int rc;
     if (in == NULL)
         return reply;
-    if (!kestrel__is_sha256_hex(in->sha256)) {
-        reply = kd_reply_error(r, 400, "invalid_argument", "field 'sha256': 64 lowercase hex digits");
-        goto out;
-    }
-    if (in->metadata_json[0] && ((meta = cJSON_Parse(in->metadata_json)) == NULL || !cJSON_IsObject(meta))) {
-        reply = kd_reply_error(r, 400, "invalid_argument", "field 'metadata_json': a JSON object");
+    if (kestrel__manifest_check(in) < 0) {
+        reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
         goto out;
     }
     if (in->alias[0] && (!kestrel__alias_valid(in->alias) || !strcmp(in->alias, "latest"))) {
@@ -307,74 +216,37 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         goto out;
     }
     if (in->alias[0] && r->who.job_id) {   /* a job may name a new alias, never move one */
-        char ref[600];
         int64_t had = 0;
         if (kestrel__store_alias_get(r->e->store, name, in->alias, &had) == 0) {
-            snprintf(ref, sizeof(ref), "a job token cannot move the existing alias %s@%s", name, in->alias);
-            reply = kd_reply_error(r, 403, "permission_denied", ref);
+            snprintf(msg, sizeof(msg), "a job token cannot move the existing alias %s@%s", name, in->alias);
+            reply = kd_reply_error(r, 403, "permission_denied", msg);
             goto out;
         }
     }
-    m = cJSON_CreateObject();
-    chunks = cJSON_AddArrayToObject(m, "chunks");
-    /* complete before commit: every chunk is stored, and the sizes add up */
-    for (size_t i = 0; i < in->n_chunks; i++) {
-        cJSON *e = cJSON_CreateArray();
-        if (!kestrel__is_sha256_hex(in->chunks[i]->digest) || in->chunks[i]->size < 0) {
-            cJSON_Delete(e);
-            reply = kd_reply_error(r, 400, "invalid_argument", "field 'chunks': digests are 64 hex digits");
-            goto out;
-        }
+    /* complete before commit: every chunk is stored, and its bytes are the manifest's */
+    for (size_t i = 0; i < in->n_chunks; i++)
         if (!kestrel__store_has_chunk(r->e->store, in->chunks[i]->digest)) {
-            char msg[160];
-            cJSON_Delete(e);
             snprintf(msg, sizeof(msg), "chunk %.12s of the manifest is not stored: push it first", in->chunks[i]->digest);
             reply = kd_reply_error(r, 400, "invalid_argument", msg);
             goto out;
         }
-        cJSON_AddItemToArray(e, cJSON_CreateString(in->chunks[i]->digest));
-        cJSON_AddItemToArray(e, cJSON_CreateNumber((double)in->chunks[i]->size));
-        cJSON_AddItemToArray(chunks, e);
-        total += in->chunks[i]->size;
-    }
-    if (total != in->size) {
-        reply = kd_reply_error(r, 400, "invalid_argument", "field 'size': the chunks do not add up to it");
+    if (bytes_match(r, in, msg, sizeof(msg)) < 0 || (s = commit_metadata(r, in->metadata_json, msg, sizeof(msg))) == NULL) {
+        reply = kd_reply_error(r, 400, "invalid_argument", msg);
         goto out;
     }
-    if (in->n_files == 0) {
-        char msg[300];
-        if (bytes_match(r, in, msg, sizeof(msg)) < 0) {
-            reply = kd_reply_error(r, 400, "invalid_argument", msg);
-            goto out;
-        }
+    if (in->metadata_json != protobuf_c_empty_string)
+        free(in->metadata_json);
+    in->metadata_json = s;
+    if ((s = kestrel__strdup(name)) == NULL) {
+        reply = kd_reply_error(r, 500, "internal", "out of memory");
+        goto out;
     }
-    if (in->n_files) {
-        char msg[300];
-        if (tree_valid(in, msg, sizeof(msg)) < 0 || bytes_match(r, in, msg, sizeof(msg)) < 0) {
-            reply = kd_reply_error(r, 400, "invalid_argument", msg);
-            goto out;
-        }
-        cJSON_AddItemToObject(m, "files", tree_json(in));
-    }
-    cJSON_AddStringToObject(m, "name", name);
-    cJSON_AddNumberToObject(m, "size", (double)in->size);
-    cJSON_AddStringToObject(m, "sha256", in->sha256);
-    cJSON_AddNumberToObject(m, "created_ms", (double)kestrel__now_ms());
-    /* lineage is the server's word: set from the job for a job's push, never taken from a client */
-    while (meta && cJSON_GetObjectItemCaseSensitive(meta, "lineage"))   /* JSON may repeat a key */
-        cJSON_DeleteItemFromObjectCaseSensitive(meta, "lineage");
-    if (r->who.job_id) {
-        cJSON *lineage = kd_inputs_lineage(r);
-        if (lineage && (meta || (meta = cJSON_CreateObject()) != NULL))
-            cJSON_AddItemToObject(meta, "lineage", lineage);
-        else
-            cJSON_Delete(lineage);
-    }
-    if (meta) {
-        cJSON_AddItemToObject(m, "metadata", meta);
-        meta = NULL;
-    }
-    if ((rc = kestrel__store_commit(r->e->store, name, m, &version)) < 0 ||
+    if (in->name != protobuf_c_empty_string)
+        free(in->name);
+    in->name = s;
+    in->created_ms = kestrel__now_ms();
+    in->file_count = 0;
+    if ((rc = kestrel__store_commit(r->e->store, name, in, &version)) < 0 ||
         (in->alias[0] && (rc = kestrel__store_alias_set(r->e->store, name, in->alias, version)) < 0)) {
         reply = kd_reply_failure(r, rc);
         goto out;
@@ -382,18 +254,9 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     if (r->who.job_id && kd_catalog_lineage_add(r->e->cat, r->who.job_id, name, version) < 0)   /* the job page's list */
         fprintf(stderr, "kestreld: %s@%lld: cannot record that job %lld pushed it: %s\n", name, (long long)version,
                 (long long)r->who.job_id, kestrel_error_last()->message);
-    {
-        Kestrel__V1__Manifest *pb;
-        cJSON_DeleteItemFromObject(m, "chunks");
-        if ((rc = manifest_to_pb(m, &pb, 0, r->e->store, name)) < 0) {
-            reply = kd_reply_failure(r, rc);
-            goto out;
-        }
-        reply = kd_reply_owned(r, 201, &pb->base);
-    }
+    reply = (rc = kestrel__store_listing(r->e->store, name, version, &pb)) < 0 ? kd_reply_failure(r, rc)
+                                                                              : kd_reply_owned(r, 201, &pb->base);
 out:
-    cJSON_Delete(meta);
-    cJSON_Delete(m);
     protobuf_c_message_free_unpacked(&in->base, NULL);
     return reply;
 }
@@ -401,12 +264,8 @@ out:
 /* Add name@version (its chunk list left out) to list, when its manifest loads. */
 static void list_add(kd_req *r, Kestrel__V1__ManifestList *list, const char *name, int64_t version)
 {
-    cJSON *m;
-    if (kestrel__store_manifest(r->e->store, name, version, &m) < 0)
-        return;
-    if (manifest_to_pb(m, &list->versions[list->n_versions], 0, r->e->store, name) == 0)
+    if (kestrel__store_listing(r->e->store, name, version, &list->versions[list->n_versions]) == 0)
         list->n_versions++;
-    cJSON_Delete(m);
 }
 
 /* Reply with list, then free what it holds. */
@@ -439,8 +298,7 @@ static enum MHD_Result versions(kd_req *r, const char *name)
 static enum MHD_Result one_version(kd_req *r, const char *name, const char *ref)
 {
     char full[512];
-    cJSON *m;
-    Kestrel__V1__Manifest *pb;
+    Kestrel__V1__Manifest *pb = NULL;
     int rc;
     snprintf(full, sizeof(full), "%s@%s", name, ref);
     if (!strcmp(r->method, "DELETE")) {
@@ -451,12 +309,10 @@ static enum MHD_Result one_version(kd_req *r, const char *name, const char *ref)
             return kd_reply_failure(r, rc);
         return kd_reply_msg(r, 200, &((Kestrel__V1__AliasUpdate)KESTREL__V1__ALIAS_UPDATE__INIT).base);
     }
-    if ((rc = kestrel__store_resolve(r->e->store, full, &m)) < 0)
+    if ((rc = kestrel__store_resolve(r->e->store, full, &pb)) < 0 || (rc = kestrel__store_decorate(r->e->store, pb)) < 0) {
+        kestrel__manifest_free(pb);
         return kd_reply_failure(r, rc);
-    rc = manifest_to_pb(m, &pb, 1, r->e->store, name);
-    cJSON_Delete(m);
-    if (rc < 0)
-        return kd_reply_failure(r, rc);
+    }
     return kd_reply_owned(r, 200, &pb->base);
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "api.h"
+#include "repo.h"
 #include "store.h"
 
 static int add_str(char ***arr, size_t *n, size_t *cap, const char *s)
@@ -30,16 +31,13 @@ static int damaged_versions(kestrel__store *s, Kestrel__V1__FsckResult *res)
         if (kestrel__store_versions(s, n, &vs, &nv) < 0)
             continue;
         for (size_t i = 0; i < nv; i++) {
-            cJSON *m = NULL, *c;
+            Kestrel__V1__Manifest *m = NULL;
             int missing = 0;
             if (kestrel__store_manifest(s, n, vs[i], &m) < 0)
                 continue;
-            cJSON_ArrayForEach(c, cJSON_GetObjectItem(m, "chunks")) {
-                const char *hex = cJSON_GetStringValue(cJSON_GetArrayItem(c, 0));
-                if (hex && !kestrel__store_has_chunk(s, hex))
-                    missing = 1;
-            }
-            cJSON_Delete(m);
+            for (size_t k = 0; k < m->n_chunks && !missing; k++)
+                missing = !kestrel__store_has_chunk(s, m->chunks[k]->digest);
+            kestrel__manifest_free(m);
             if (missing) {
                 char ref[400];
                 snprintf(ref, sizeof(ref), "%s@%lld", n, (long long)vs[i]);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "kestrel.h"
 #include "stage.h"
+#include "repo.h"
 #include "store.h"
 
 /* Pulls into the cache run without a lock; cache_mu guards only the set of entries being made, so a
@@ -167,7 +168,7 @@ void kd_stage_sweep(kd_engine *e)
     while ((de = readdir(d)) != NULL) {
         char refpath[PATH_MAX + 8], entry[PATH_MAX + 8], ref[512];
         size_t len = strlen(de->d_name);
-        cJSON *m = NULL;
+        Kestrel__V1__Manifest *m = NULL;
         FILE *f;
         if (len != 64 + 4 || strcmp(de->d_name + 64, ".ref"))
             continue;
@@ -179,7 +180,7 @@ void kd_stage_sweep(kd_engine *e)
         fclose(f);
         ref[len] = '\0';
         if (kestrel__store_resolve(e->store, ref, &m) == 0) {
-            cJSON_Delete(m);
+            kestrel__manifest_free(m);
             continue;
         }
         kestrel__rm_tree(entry);   /* jobs keep their links; new ones cannot name a deleted version */
@@ -268,7 +269,7 @@ int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *
     for (size_t i = 0; i < spec->n_data; i++) {
         char entry[PATH_MAX], dst[PATH_MAX * 2];
         struct stat st;
-        cJSON *m = NULL;
+        Kestrel__V1__Manifest *m = NULL;
         snprintf(dst, sizeof(dst), "%s/%s", tree, spec->data[i]->path);
         if (lstat(dst, &st) == 0) {
             snprintf(why, n, "dataset %s: its path %s is already taken (by the job's code)", spec->data[i]->ref,
@@ -279,7 +280,7 @@ int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *
             snprintf(why, n, "dataset %s: %s", spec->data[i]->ref, kestrel_error_last()->message);
             goto fail;
         }
-        cJSON_Delete(m);
+        kestrel__manifest_free(m);
         if (cached(e, spec->data[i]->ref, entry, sizeof(entry), why, n) < 0)
             goto fail;
         if (parents(id, tree, spec->data[i]->path) < 0 || link_tree(id, entry, dst, 0) < 0) {

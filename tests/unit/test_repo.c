@@ -11,7 +11,7 @@
 #include <cmocka.h>
 #include "chunk.h"
 #include "store.h"
-#include "tree.h"
+#include "repo.h"
 
 static char dir[64], url[128];
 static kestrel_client *C;
@@ -193,7 +193,7 @@ static void damaged_chunk_is_an_error_never_a_wrong_file(void **state)
     snprintf(cmd, sizeof(cmd), "c=$(find %s/store/chunks -type f | head -n 1) && printf 'X' | dd of=$c bs=1 seek=100 conv=notrunc 2>/dev/null",
              dir);
     assert_int_equal(system(cmd), 0);
-    assert_int_equal(kestrel_model_pull(C, "m", out, NULL), KESTREL_EIO);
+    assert_int_equal(kestrel_model_pull(C, "m", out, NULL), KESTREL_EPROTO);
     assert_non_null(strstr(kestrel_error_last()->message, "damaged"));
     assert_int_equal(access(out, F_OK), -1);
     d = opendir(dir);
@@ -315,44 +315,66 @@ static void directory_round_trip(void **state)
     free(big);
 }
 
-/* Tree manifests: what a path may be, and listings that do not add up. */
+/* Tree manifests: what a path may be, and listings that do not add up (kestrel__manifest_check, as
+ * kestreld runs it on a commit and a pull on what it resolved). */
 static void tree_paths_and_listings(void **state)
 {
-    kestrel__tree_file f[3];
-    char d1[65], d2[65];
+    Kestrel__V1__Manifest m = KESTREL__V1__MANIFEST__INIT;
+    Kestrel__V1__TreeFile f[3], *fp[3] = { &f[0], &f[1], &f[2] };
+    Kestrel__V1__ChunkRef c[3], *cp[3] = { &c[0], &c[1], &c[2] };
+    char sha[3][65], cd[3][65], d1[65], d2[65];
     (void)state;
     assert_true(kestrel__tree_path_valid("a") && kestrel__tree_path_valid("sub/x.bin") &&
                 kestrel__tree_path_valid(".hidden/..x"));
     assert_false(kestrel__tree_path_valid("") || kestrel__tree_path_valid("/abs") || kestrel__tree_path_valid("a/") ||
                  kestrel__tree_path_valid("../a") || kestrel__tree_path_valid("a/../b") ||
                  kestrel__tree_path_valid("a//b") || kestrel__tree_path_valid("./a") || kestrel__tree_path_valid(NULL));
-    memset(f, 0, sizeof(f));
-    f[0] = (kestrel__tree_file){ "a", 10, "", 0644, 1 };
-    f[1] = (kestrel__tree_file){ "b/c", 0, "", 0600, 0 };
-    f[2] = (kestrel__tree_file){ "b/d", 5, "", 0644, 2 };
-    for (int i = 0; i < 3; i++)
-        memset(f[i].sha, 'a' + i, 64);
-    assert_int_equal(kestrel__tree_check(f, 3, 15, 3), 0);
-    f[1].sha[10] = 'X';                                               /* not a SHA-256 in hex */
-    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 3), 0);
-    f[1].sha[10] = 'b';
-    assert_int_not_equal(kestrel__tree_check(f, 3, 16, 3), 0);       /* sizes do not add up */
-    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 4), 0);       /* chunk counts do not add up */
+    for (int i = 0; i < 3; i++) {
+        kestrel__v1__tree_file__init(&f[i]);
+        kestrel__v1__chunk_ref__init(&c[i]);
+        memset(sha[i], 'a' + i, 64);
+        sha[i][64] = '\0';
+        memset(cd[i], '0' + i, 64);
+        cd[i][64] = '\0';
+        f[i].sha256 = sha[i];
+        c[i].digest = cd[i];
+    }
+    f[0].path = "a", f[0].size = 10, f[0].mode = 0644, f[0].chunks = 1;
+    f[1].path = "b/c", f[1].size = 0, f[1].mode = 0600, f[1].chunks = 0;
+    f[2].path = "b/d", f[2].size = 5, f[2].mode = 0644, f[2].chunks = 2;
+    c[0].size = 10, c[1].size = 2, c[2].size = 3;
+    m.files = fp, m.n_files = 3, m.chunks = cp, m.n_chunks = 3, m.size = 15;
+    kestrel__manifest_tree_digest(fp, 3, d1);
+    m.sha256 = d1;
+    assert_int_equal(kestrel__manifest_check(&m), 0);
+    sha[1][10] = 'X';                                                 /* not a SHA-256 in hex */
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+    sha[1][10] = 'b';
+    m.size = 16;                                                      /* sizes do not add up */
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+    m.size = 15;
+    c[0].size = 9, c[1].size = 3;                                     /* nor a file's chunks */
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+    c[0].size = 10, c[1].size = 2;
+    f[2].chunks = 1;                                                  /* chunk counts do not add up */
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+    f[2].chunks = 2;
     f[1].path = "b";                                                  /* "b" is a file and a directory */
-    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
     f[1].path = "a";                                                  /* duplicate, unsorted */
-    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
     f[1].path = "b/c";
     f[1].mode = 04755;                                                /* setuid is not stored */
-    assert_int_not_equal(kestrel__tree_check(f, 3, 15, 3), 0);
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
     f[1].mode = 0600;
-    kestrel__tree_digest(f, 3, d1);
+    assert_int_equal(kestrel__manifest_check(&m), 0);
     f[2].mode = 0755;                                                 /* the digest covers modes, */
-    kestrel__tree_digest(f, 3, d2);
+    kestrel__manifest_tree_digest(fp, 3, d2);
     assert_string_not_equal(d1, d2);
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);   /* so the listing is not its digest's */
     f[2].mode = 0644;
     f[2].path = "b/e";                                                /* and names */
-    kestrel__tree_digest(f, 3, d2);
+    kestrel__manifest_tree_digest(fp, 3, d2);
     assert_string_not_equal(d1, d2);
 }
 

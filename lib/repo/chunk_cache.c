@@ -1,0 +1,305 @@
+/* lib/repo/chunk_cache.c - the local content cache of pulled chunks, as packs (see chunk_cache.h).
+ *   DIR/packs/ID      a hard link to a pulled file (or a pulled directory's blob)
+ *   DIR/packs/ID.idx  "kestrel-pack 1 SIZE" then one "HEX OFFSET LEN" line per chunk; its mtime is
+ *                     the pack's last use */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "chunk_cache.h"
+#include "internal.h"
+#include "store.h"
+
+#define DEFAULT_MAX (10ll << 30)
+
+int kestrel__chunk_verified(const char *hex, const kestrel_buf *b, int64_t size)
+{
+    char got[KESTREL__HEX_LEN + 1];
+    kestrel__sha256_hex(b->ptr ? b->ptr : "", b->size, got);
+    return (int64_t)b->size == size && !strcmp(got, hex);
+}
+
+static int64_t parse_size(const char *s)
+{
+    char *end;
+    double v = s ? strtod(s, &end) : -1;
+    if (s == NULL || end == s || v < 0)
+        return DEFAULT_MAX;
+    switch (*end) {
+    case 'k': case 'K': v *= 1024.0; end++; break;
+    case 'm': case 'M': v *= 1048576.0; end++; break;
+    case 'g': case 'G': v *= 1073741824.0; end++; break;
+    case 't': case 'T': v *= 1099511627776.0; end++; break;
+    default: break;
+    }
+    return *end ? DEFAULT_MAX : (int64_t)v;
+}
+
+int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *leaf)
+{
+    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && !*env)
+        out[0] = '\0';
+    else if (env)
+        snprintf(out, n, "%s%s", env, env_suffix);
+    else if (xdg && *xdg)
+        snprintf(out, n, "%s/kestrel/%s", xdg, leaf);
+    else
+        snprintf(out, n, "%s/.cache/kestrel/%s", home ? home : "/tmp", leaf);
+    return out[0] && parse_size(getenv("KESTREL_CACHE_MAX")) != 0;
+}
+
+void kestrel__cache_open(kestrel__chunk_cache *cache)
+{
+    char packs[2100];
+    memset(cache, 0, sizeof(*cache));
+    cache->max_bytes = parse_size(getenv("KESTREL_CACHE_MAX"));
+    if (!kestrel__cache_dir(cache->dir, sizeof(cache->dir), "", "chunks"))
+        return;
+    snprintf(packs, sizeof(packs), "%s/packs", cache->dir);
+    cache->on = kestrel__mkdirs(packs, 0700) == 0 && access(packs, W_OK) == 0;
+}
+
+void kestrel__cache_close(kestrel__chunk_cache *cache)
+{
+    free(cache->ents);
+    free(cache->packs);
+    cache->ents = NULL;
+    cache->packs = NULL;
+    cache->nents = cache->npacks = 0;
+    cache->loaded = 0;
+}
+
+static int by_hex(const void *a, const void *b)
+{
+    return strcmp(((const kestrel__cache_entry *)a)->hex, ((const kestrel__cache_entry *)b)->hex);
+}
+
+static int is_pack_id(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= 40)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* Read every pack's index once per pull. */
+static void load(kestrel__chunk_cache *cache)
+{
+    char packs[2100];
+    size_t cap_e = 0, cap_p = 0;
+    struct dirent *de;
+    DIR *d;
+    cache->loaded = 1;
+    snprintf(packs, sizeof(packs), "%s/packs", cache->dir);
+    if ((d = opendir(packs)) == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        char id[40], line[160];
+        size_t len = strlen(de->d_name);
+        long long size;
+        FILE *f;
+        int fd;
+        if (len < 5 || len - 4 >= sizeof(id) || strcmp(de->d_name + len - 4, ".idx"))
+            continue;
+        snprintf(id, sizeof(id), "%.*s", (int)(len - 4), de->d_name);
+        if (!is_pack_id(id) || (fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC)) < 0)
+            continue;
+        if ((f = fdopen(fd, "r")) == NULL) {
+            close(fd);
+            continue;
+        }
+        if (fgets(line, sizeof(line), f) && sscanf(line, "kestrel-pack 1 %lld", &size) == 1 &&
+            kestrel__array_grow(&cache->packs, &cap_p, cache->npacks + 1, sizeof(*cache->packs)) == 0) {
+            int pack = (int)cache->npacks++;
+            memcpy(cache->packs[pack], id, sizeof(id));
+            while (fgets(line, sizeof(line), f)) {
+                kestrel__cache_entry e;
+                long long off;
+                unsigned long l;
+                if (sscanf(line, "%64s %lld %lu", e.hex, &off, &l) != 3 || strlen(e.hex) != 64 ||
+                    kestrel__array_grow(&cache->ents, &cap_e, cache->nents + 1, sizeof(*cache->ents)) < 0)
+                    continue;
+                e.pack = pack;
+                e.offset = off;
+                e.len = (uint32_t)l;
+                cache->ents[cache->nents++] = e;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    if (cache->nents > 1)
+        qsort(cache->ents, cache->nents, sizeof(*cache->ents), by_hex);
+}
+
+/* A pack that failed a check goes, with its index. */
+static void drop_pack(kestrel__chunk_cache *cache, int pack)
+{
+    char path[2200];
+    snprintf(path, sizeof(path), "%s/packs/%s.idx", cache->dir, cache->packs[pack]);
+    unlink(path);
+    path[strlen(path) - 4] = '\0';
+    unlink(path);
+    for (size_t i = 0; i < cache->nents; i++)
+        if (cache->ents[i].pack == pack)
+            cache->ents[i].pack = -1;
+}
+
+int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t size, kestrel_buf *b)
+{
+    kestrel__cache_entry key, *e;
+    if (!cache->on)
+        return 0;
+    if (!cache->loaded)
+        load(cache);
+    snprintf(key.hex, sizeof(key.hex), "%s", hex);
+    if (cache->nents == 0 || (e = bsearch(&key, cache->ents, cache->nents, sizeof(key), by_hex)) == NULL)
+        return 0;
+    while (e > cache->ents && !strcmp(e[-1].hex, hex))
+        e--;
+    for (; e < cache->ents + cache->nents && !strcmp(e->hex, hex); e++) {
+        char path[2200];
+        ssize_t r;
+        int fd;
+        if (e->pack < 0 || (int64_t)e->len != size)
+            continue;
+        snprintf(path, sizeof(path), "%s/packs/%s", cache->dir, cache->packs[e->pack]);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+            drop_pack(cache, e->pack);
+            continue;
+        }
+        b->size = 0;
+        if (kestrel__buf_grow(b, e->len) < 0) {
+            close(fd);
+            return 0;
+        }
+        r = pread(fd, b->ptr, e->len, e->offset);
+        close(fd);
+        b->size = r > 0 ? (size_t)r : 0;
+        if (!kestrel__chunk_verified(hex, b, size)) {   /* changed in place: never trusted again */
+            drop_pack(cache, e->pack);
+            continue;
+        }
+        strcat(path, ".idx");
+        utimensat(AT_FDCWD, path, NULL, 0);   /* recently used: evicted last */
+        return 1;
+    }
+    return 0;
+}
+
+void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kestrel__cache_item *items, size_t n,
+                        int take)
+{
+    char id[40], seed[4200], pack[2200], idx[2300], tmp[2400];
+    struct timespec now;
+    int64_t off = 0;
+    FILE *f;
+    int fd, ok;
+    if (!cache->on) {
+        if (take)
+            unlink(path);
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(seed, sizeof(seed), "%s %lld %ld %d", path, (long long)now.tv_sec, now.tv_nsec, (int)getpid());
+    {
+        char hex[KESTREL__HEX_LEN + 1];
+        kestrel__sha256_hex(seed, strlen(seed), hex);
+        snprintf(id, sizeof(id), "%.32s", hex);
+    }
+    snprintf(pack, sizeof(pack), "%s/packs/%s", cache->dir, id);
+    snprintf(idx, sizeof(idx), "%s.idx", pack);
+    if ((take ? rename(path, pack) : link(path, pack)) < 0) {   /* another filesystem: not cached */
+        if (take)
+            unlink(path);
+        return;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp", idx);
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 || (f = fdopen(fd, "w")) == NULL) {
+        if (fd >= 0)
+            close(fd);
+        unlink(pack);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        off += items[i].len;
+    ok = fprintf(f, "kestrel-pack 1 %lld\n", (long long)off) > 0;
+    off = 0;
+    for (size_t i = 0; i < n && ok; i++) {
+        ok = fprintf(f, "%s %lld %lld\n", items[i].hex, (long long)off, (long long)items[i].len) > 0;
+        off += items[i].len;
+    }
+    if (fclose(f) != 0 || !ok || rename(tmp, idx) < 0) {
+        unlink(tmp);
+        unlink(pack);
+    }
+}
+
+typedef struct {
+    char id[40];
+    int64_t size;
+    int64_t used_ns;
+} pack_use;
+
+static int older_first(const void *a, const void *b)
+{
+    const pack_use *x = a, *y = b;
+    return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
+}
+
+void kestrel__cache_trim(kestrel__chunk_cache *cache)
+{
+    char packs[2100];
+    DIR *d;
+    struct dirent *e;
+    pack_use *v = NULL;
+    size_t n = 0, cap = 0;
+    int64_t total = 0;
+    if (!cache->on)
+        return;
+    snprintf(packs, sizeof(packs), "%s/packs", cache->dir);
+    if ((d = opendir(packs)) == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        struct stat si, sp;
+        char id[40];
+        size_t len = strlen(e->d_name);
+        if (len < 5 || len - 4 >= sizeof(id) || strcmp(e->d_name + len - 4, ".idx"))
+            continue;
+        snprintf(id, sizeof(id), "%.*s", (int)(len - 4), e->d_name);
+        if (fstatat(dirfd(d), e->d_name, &si, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (fstatat(dirfd(d), id, &sp, AT_SYMLINK_NOFOLLOW) < 0) {   /* a pack without its file */
+            unlinkat(dirfd(d), e->d_name, 0);
+            continue;
+        }
+        if (kestrel__array_grow(&v, &cap, n + 1, sizeof(*v)) < 0)
+            break;
+        memcpy(v[n].id, id, sizeof(id));
+        v[n].size = sp.st_size;
+        v[n].used_ns = (int64_t)si.st_mtim.tv_sec * 1000000000 + si.st_mtim.tv_nsec;
+        total += sp.st_size;
+        n++;
+    }
+    if (total > cache->max_bytes && n > 0) {
+        qsort(v, n, sizeof(*v), older_first);
+        for (size_t i = 0; i < n && total > cache->max_bytes; i++) {
+            char name[48];
+            snprintf(name, sizeof(name), "%s.idx", v[i].id);
+            unlinkat(dirfd(d), name, 0);
+            if (unlinkat(dirfd(d), v[i].id, 0) == 0)
+                total -= v[i].size;
+        }
+    }
+    closedir(d);
+    free(v);
+}

@@ -1,0 +1,58 @@
+/* lib/repo/chunk_cache.h - the local content cache of pulled chunks. A pull does not write its chunks a
+ * second time: once the file is in place, the cache keeps a hard link to it (a "pack") and an index
+ * of where each chunk lies in it; a pulled directory's assembled blob is moved in as its pack.
+ * Chunks are read back from packs and verified on every read (a pack changed in place is dropped).
+ * Lives in KESTREL_CACHE_DIR (default $XDG_CACHE_HOME/kestrel/chunks or ~/.cache/kestrel/chunks;
+ * "" turns it off), bounded by KESTREL_CACHE_MAX (bytes, with an optional K/M/G/T suffix; default
+ * 10G; 0 turns it off), enforced after each pull: least recently used packs go first. A pull to
+ * another filesystem than the cache's is not cached (a hard link cannot cross). */
+#ifndef KESTREL_CHUNK_CACHE_H
+#define KESTREL_CHUNK_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kestrel.h"
+
+typedef struct {
+    char hex[65];
+    int pack;           /* index into packs, -1 once the pack was dropped */
+    int64_t offset;
+    uint32_t len;
+} kestrel__cache_entry;
+
+typedef struct {
+    char dir[2048];
+    int64_t max_bytes;
+    int on;
+    int loaded;
+    kestrel__cache_entry *ents;   /* sorted by hex */
+    size_t nents;
+    char (*packs)[40];
+    size_t npacks;
+} kestrel__chunk_cache;
+
+/* One chunk of a pulled file, in file order. */
+typedef struct {
+    const char *hex;
+    int64_t len;
+} kestrel__cache_item;
+
+/* The directory of one of the local caches (leaf "chunks", "stat"): KESTREL_CACHE_DIR + env_suffix,
+ * else $XDG_CACHE_HOME/kestrel/LEAF or ~/.cache/kestrel/LEAF. 0 when the caches are off
+ * (KESTREL_CACHE_DIR="" or KESTREL_CACHE_MAX=0). */
+int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *leaf);
+/* The chunk's bytes match its SHA-256 and size. */
+int kestrel__chunk_verified(const char *hex, const kestrel_buf *b, int64_t size);
+/* Locate (and create) the cache; cache->on is 0 when there is none. */
+void kestrel__cache_open(kestrel__chunk_cache *cache);
+void kestrel__cache_close(kestrel__chunk_cache *cache);
+/* A verified chunk from the cache (1), or 0: missing, or damaged (its pack is then dropped). */
+int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t size, kestrel_buf *out);
+/* Keep the pulled file at path, whose chunks are items (in order), as a pack: a hard link to it, or
+ * (take) the file itself moved in. Best effort: without it a later pull only downloads more. */
+void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kestrel__cache_item *items, size_t n,
+                        int take);
+/* Evict least recently used packs until the cache fits its bound. */
+void kestrel__cache_trim(kestrel__chunk_cache *cache);
+
+#endif

@@ -1,0 +1,19 @@
+/* lib/repo/filehash.h - the whole-file SHA-256 of a push, computed on a helper thread while the caller
+ * chunks and hashes each chunk: the two SHA-256 passes run on two cores instead of one after the
+ * other, so a push hashes at about the speed of one pass. */
+#ifndef KESTREL_FILEHASH_H
+#define KESTREL_FILEHASH_H
+
+typedef struct kestrel__filehash kestrel__filehash;
+
+/* Start hashing path (read through its own descriptor). */
+int kestrel__filehash_start(kestrel__filehash **out, const char *path);
+/* Follow a file being written (fd is duplicated): hash its bytes in order, up to what
+ * kestrel__filehash_advance says is written, so the hash of a download runs beside it. */
+int kestrel__filehash_follow(kestrel__filehash **out, int fd);
+void kestrel__filehash_advance(kestrel__filehash *h, long long ready);
+/* Wait for the hash; hex receives it. Frees h. A read error, or a file whose size changed from
+ * expect_size while it was read, is an error. expect_size < 0 abandons the hash (error paths). */
+int kestrel__filehash_finish(kestrel__filehash *h, long long expect_size, char hex[65]);
+
+#endif

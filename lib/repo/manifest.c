@@ -1,0 +1,153 @@
+/* lib/repo/manifest.c - Kestrel__V1__Manifest, the one form of a version: built by a push, sent as
+ * protobuf, stored as its proto3 JSON (lib/wire.c), read back by a pull. Here: allocation, the checks
+ * every reader makes, and the digest of a directory's listing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <openssl/evp.h>
+#include "chunk.h"
+#include "repo.h"
+#include "store.h"
+
+Kestrel__V1__Manifest *kestrel__manifest_new(void)
+{
+    Kestrel__V1__Manifest *m = malloc(sizeof(*m));
+    if (m)
+        kestrel__v1__manifest__init(m);
+    return m;
+}
+
+void kestrel__manifest_free(Kestrel__V1__Manifest *m)
+{
+    if (m)
+        protobuf_c_message_free_unpacked(&m->base, NULL);
+}
+
+int kestrel__manifest_add_chunks(Kestrel__V1__Manifest *m, const kestrel__chunk_ref *refs, size_t n)
+{
+    Kestrel__V1__ChunkRef **arr = realloc(m->chunks, (m->n_chunks + n + 1) * sizeof(*arr));
+    if (arr == NULL)
+        return kestrel__error_oom();
+    m->chunks = arr;
+    for (size_t i = 0; i < n; i++) {
+        Kestrel__V1__ChunkRef *c = malloc(sizeof(*c));
+        if (c == NULL)
+            return kestrel__error_oom();
+        kestrel__v1__chunk_ref__init(c);
+        if ((c->digest = kestrel__strdup(refs[i].hex)) == NULL) {
+            free(c);
+            return kestrel__error_oom();
+        }
+        c->size = refs[i].len;
+        arr[m->n_chunks++] = c;
+    }
+    return 0;
+}
+
+int kestrel__tree_path_valid(const char *p)
+{
+    size_t len = p ? strlen(p) : 0;
+    if (len == 0 || len > 4000 || p[0] == '/' || p[len - 1] == '/')
+        return 0;
+    for (const char *seg = p; seg;) {
+        const char *slash = strchr(seg, '/');
+        size_t sl = slash ? (size_t)(slash - seg) : strlen(seg);
+        if (sl == 0 || (sl == 1 && seg[0] == '.') || (sl == 2 && seg[0] == '.' && seg[1] == '.'))
+            return 0;
+        seg = slash ? slash + 1 : NULL;
+    }
+    return 1;
+}
+
+int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at)
+{
+    const char *a = ref ? strrchr(ref, '@') : NULL;
+    size_t len = ref ? (a ? (size_t)(a - ref) : strlen(ref)) : 0;
+    if (ref == NULL || len >= n)
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", ref ? ref : "");
+    memcpy(name, ref, len);
+    name[len] = '\0';
+    if (!kestrel__repo_name_valid(name))
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': lowercase [a-z0-9._-] segments joined by '/'",
+                                  name);
+    *at = a && a[1] ? a + 1 : "latest";
+    return 0;
+}
+
+void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *f, size_t n, char hex[65])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdn = 0;
+    hex[0] = '\0';
+    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(ctx);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char line[128];
+        int len = snprintf(line, sizeof(line), "%o %lld %.64s ", (unsigned)f[i]->mode, (long long)f[i]->size, f[i]->sha256);
+        EVP_DigestUpdate(ctx, line, (size_t)len);
+        EVP_DigestUpdate(ctx, f[i]->path, strlen(f[i]->path) + 1);   /* NUL-terminated: names may hold newlines */
+    }
+    EVP_DigestFinal_ex(ctx, md, &mdn);
+    EVP_MD_CTX_free(ctx);
+    for (unsigned int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+static int tree_check(const Kestrel__V1__Manifest *m)
+{
+    int64_t total = 0, chunks = 0;
+    size_t at = 0;
+    char hex[65];
+    for (size_t i = 0; i < m->n_files; i++) {
+        const Kestrel__V1__TreeFile *f = m->files[i], *p = i ? m->files[i - 1] : NULL;
+        int64_t sum = 0;
+        if (!kestrel__tree_path_valid(f->path))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'files': bad path '%.100s'", f->path);
+        if (p && strcmp(p->path, f->path) >= 0)
+            return kestrel__error_set(KESTREL_EINVALID, "field 'files': paths must be unique and sorted ('%.100s')", f->path);
+        if (p && !strncmp(f->path, p->path, strlen(p->path)) && f->path[strlen(p->path)] == '/')
+            return kestrel__error_set(KESTREL_EINVALID, "field 'files': '%.100s' is both a file and a directory", p->path);
+        if (f->size < 0 || f->chunks < 0 || (f->size > 0) != (f->chunks > 0) || (f->mode & ~0777u))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'files': bad entry '%.100s'", f->path);
+        if (!kestrel__is_sha256_hex(f->sha256))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'files': the sha256 of '%.100s' is not 64 hex digits", f->path);
+        total += f->size;
+        chunks += f->chunks;
+        if (chunks > (int64_t)m->n_chunks)
+            break;
+        for (int64_t k = 0; k < f->chunks; k++)
+            sum += m->chunks[at++]->size;
+        if (sum != f->size)
+            return kestrel__error_set(KESTREL_EINVALID, "field 'files': the chunks of '%.100s' do not add up to its size",
+                                      f->path);
+    }
+    if (total != m->size || chunks != (int64_t)m->n_chunks)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'files': the files do not add up to the version's size and chunks");
+    kestrel__manifest_tree_digest(m->files, m->n_files, hex);
+    if (strcmp(hex, m->sha256))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'sha256': not the digest of the listed files");
+    return 0;
+}
+
+int kestrel__manifest_check(const Kestrel__V1__Manifest *m)
+{
+    int64_t total = 0;
+    if (!kestrel__is_sha256_hex(m->sha256))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'sha256': 64 lowercase hex digits");
+    if (m->size < 0)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'size': negative");
+    for (size_t i = 0; i < m->n_chunks; i++) {
+        const Kestrel__V1__ChunkRef *c = m->chunks[i];
+        if (!kestrel__is_sha256_hex(c->digest))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'chunks': digests are 64 lowercase hex digits");
+        if (c->size <= 0 || c->size > (int64_t)KESTREL__CHUNK_MAX * 4)
+            return kestrel__error_set(KESTREL_EINVALID, "field 'chunks': a chunk holds 1 byte to 4 MiB");
+        total += c->size;
+    }
+    if (total != m->size)
+        return kestrel__error_set(KESTREL_EINVALID, "field 'size': the chunks do not add up to it");
+    return m->n_files ? tree_check(m) : 0;
+}

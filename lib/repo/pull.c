@@ -1,0 +1,180 @@
+/* lib/repo/pull.c - the one pull, over any transport: resolve the version, check its manifest (a
+ * repository's answer is input too), take what the local cache has, fetch the rest (each chunk
+ * verified against its digest as it arrives, placed at every offset it occupies while a helper
+ * hashes the file as it fills in), then check the whole and install it: a file by rename, a
+ * directory split and verified file by file. Nothing half-written is ever left at dest.
+ * One error code per failure kind, whatever the transport: data that does not match its digest
+ * (a chunk, the file, a directory's file or listing) is KESTREL_EPROTO; a local file that cannot be
+ * written is KESTREL_EIO; what the repository lacks is KESTREL_ENOTFOUND. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "chunk_cache.h"
+#include "pull_layout.h"
+#include "store.h"
+#include "transport.h"
+
+int kestrel__open_regular(const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, st) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
+    }
+    return fd;
+}
+
+typedef struct {
+    kestrel__transport *t;
+    kestrel__layout *lay;
+    kestrel__progress *pr;
+    int64_t downloaded;
+} pull_state;
+
+/* A chunk from the transport: verified, then placed. */
+static int arrived(void *ctx, const kestrel__want *w, const void *data, size_t len)
+{
+    pull_state *ps = ctx;
+    kestrel_buf b = { (char *)data, len, 0 };
+    int rc;
+    if (!kestrel__chunk_verified(w->digest, &b, w->size)) {
+        ps->t->ops->damaged(ps->t, w->digest);
+        return kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged or truncated (%zu of %" PRId64 " bytes)",
+                                  w->digest, len, w->size);
+    }
+    if ((rc = kestrel__layout_place(ps->lay, w->idx, data, len)) < 0)
+        return rc;
+    ps->downloaded++;
+    ps->pr->p.bytes_done += w->size;
+    ps->pr->p.chunks_done++;
+    return kestrel__progress_report(ps->pr, 0);
+}
+
+/* Keep the pulled file (or blob) at path in the chunk cache as a pack, then bound the cache. */
+static void keep_pack(kestrel__chunk_cache *cache, const char *path, const Kestrel__V1__Manifest *mf, int take,
+                      int64_t downloaded)
+{
+    kestrel__cache_item *items = downloaded ? calloc(mf->n_chunks + 1, sizeof(*items)) : NULL;
+    if (items == NULL) {   /* all of it came from the cache already (or no memory): nothing new to keep */
+        if (take)
+            unlink(path);
+        return;
+    }
+    for (size_t i = 0; i < mf->n_chunks; i++) {
+        items[i].hex = mf->chunks[i]->digest;
+        items[i].len = mf->chunks[i]->size;
+    }
+    kestrel__cache_add(cache, path, items, mf->n_chunks, take);
+    free(items);
+    kestrel__cache_trim(cache);
+}
+
+/* Take what the cache holds; list the rest (the first occurrence of each digest) in want. */
+static int from_cache(pull_state *ps, kestrel__chunk_cache *cache, const Kestrel__V1__Manifest *mf, kestrel__want *want,
+                      size_t *nwant)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int rc = 0;
+    *nwant = 0;
+    for (size_t i = 0; i < mf->n_chunks && rc == 0; i++) {
+        const Kestrel__V1__ChunkRef *r = mf->chunks[i];
+        if (!kestrel__layout_first(ps->lay, i))
+            continue;   /* a digest seen before is placed everywhere at once */
+        if (kestrel__cache_get(cache, r->digest, r->size, &b)) {
+            if ((rc = kestrel__layout_place(ps->lay, i, b.ptr, b.size)) == 0) {
+                ps->pr->p.bytes_done += r->size;
+                ps->pr->p.chunks_done++;
+                rc = kestrel__progress_report(ps->pr, 0);
+            }
+            continue;
+        }
+        want[(*nwant)++] = (kestrel__want){ r->digest, r->size, i };
+    }
+    kestrel_buf_dispose(&b);
+    return rc;
+}
+
+int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kestrel__progress *pr)
+{
+    Kestrel__V1__Manifest *mf = NULL;
+    kestrel__chunk_cache cache;
+    kestrel__want *want = NULL;
+    pull_state ps = { t, NULL, pr, 0 };
+    char tmp[4096] = "", sha[65];
+    size_t nwant = 0;
+    int fd = -1, rc;
+
+    if ((rc = t->ops->resolve(t, ref, &mf)) < 0)
+        return rc;
+    if (kestrel__manifest_check(mf) < 0) {
+        rc = kestrel__error_set(KESTREL_EPROTO, "the manifest of %s is damaged: %s", ref, kestrel_error_last()->message);
+        kestrel__manifest_free(mf);
+        return rc;
+    }
+    pr->p.bytes_total = mf->size;
+    kestrel__cache_open(&cache);
+    snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
+    if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
+        tmp[0] = '\0';
+        rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
+        goto done;
+    }
+    if ((want = calloc(mf->n_chunks + 1, sizeof(*want))) == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    if ((rc = kestrel__layout_new(&ps.lay, mf, fd)) < 0 || (rc = from_cache(&ps, &cache, mf, want, &nwant)) < 0 ||
+        (nwant && (rc = t->ops->fetch(t, want, nwant, arrived, &ps)) < 0))
+        goto done;
+    rc = kestrel__layout_finish(ps.lay, sha);   /* the whole, hashed beside the download as it filled in */
+    ps.lay = NULL;
+    if (rc < 0)
+        goto done;
+    if (mf->n_files) {   /* a directory: its files' concatenation, split and verified file by file */
+        if ((rc = kestrel__tree_install(fd, mf, dest)) < 0)
+            goto done;
+        close(fd);
+        fd = -1;
+        keep_pack(&cache, tmp, mf, 1, ps.downloaded);   /* the blob itself becomes the pack */
+        tmp[0] = '\0';
+    } else {
+        if (strcmp(sha, mf->sha256)) {
+            rc = kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
+            goto done;
+        }
+        if (fsync(fd) < 0 || close(fd) < 0) {
+            fd = -1;
+            rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
+            goto done;
+        }
+        fd = -1;
+        if (rename(tmp, dest) < 0) {
+            rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+            goto done;
+        }
+        tmp[0] = '\0';
+        keep_pack(&cache, dest, mf, 0, ps.downloaded);   /* a hard link: no byte is written twice */
+    }
+    rc = kestrel__progress_report(pr, 1);
+done:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0 && tmp[0])
+        unlink(tmp);   /* never leave half a file behind */
+    kestrel__layout_free(ps.lay);
+    kestrel__cache_close(&cache);
+    free(want);
+    kestrel__manifest_free(mf);
+    return rc;
+}

@@ -1,0 +1,118 @@
+/* lib/repo/pull_layout.c - placing pulled chunks (see pull_layout.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "filehash.h"
+#include "pull_layout.h"
+
+typedef struct {
+    const char *digest;
+    size_t i;
+} ref_ix;
+
+struct kestrel__layout {
+    const Kestrel__V1__Manifest *mf;
+    int fd;
+    int64_t *off;            /* offset of chunk i */
+    ref_ix *sorted;          /* (digest, i), sorted: the occurrences of a digest are adjacent */
+    size_t *slot;            /* where chunk i sits in sorted */
+    unsigned char *placed;
+    size_t front;            /* chunks [0, front) are all written */
+    kestrel__filehash *hash;
+};
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const ref_ix *x = a, *y = b;
+    int c = strcmp(x->digest, y->digest);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd)
+{
+    size_t n = mf->n_chunks;
+    kestrel__layout *l = calloc(1, sizeof(*l));
+    int rc;
+    *out = NULL;
+    if (l == NULL || (l->off = calloc(n + 1, sizeof(*l->off))) == NULL ||
+        (l->sorted = calloc(n + 1, sizeof(*l->sorted))) == NULL || (l->slot = calloc(n + 1, sizeof(*l->slot))) == NULL ||
+        (l->placed = calloc(n + 1, 1)) == NULL) {
+        kestrel__layout_free(l);
+        return kestrel__error_oom();
+    }
+    l->mf = mf;
+    l->fd = fd;
+    for (size_t i = 0; i < n; i++) {
+        l->off[i] = i ? l->off[i - 1] + mf->chunks[i - 1]->size : 0;
+        l->sorted[i] = (ref_ix){ mf->chunks[i]->digest, i };
+    }
+    if (n > 1)
+        qsort(l->sorted, n, sizeof(*l->sorted), ref_cmp);
+    for (size_t k = 0; k < n; k++)
+        l->slot[l->sorted[k].i] = k;
+    if ((rc = kestrel__filehash_follow(&l->hash, fd)) < 0) {
+        kestrel__layout_free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int kestrel__layout_first(const kestrel__layout *l, size_t i)
+{
+    size_t k = l->slot[i];
+    return k == 0 || strcmp(l->sorted[k - 1].digest, l->sorted[k].digest) != 0;
+}
+
+static int write_at(int fd, const char *p, size_t left, int64_t at)
+{
+    while (left > 0) {
+        ssize_t w = pwrite(fd, p, left, at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return kestrel__error_set(KESTREL_EIO, "cannot write: %s", strerror(errno));
+        p += w;
+        left -= (size_t)w;
+        at += w;
+    }
+    return 0;
+}
+
+int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t len)
+{
+    size_t n = l->mf->n_chunks;
+    const char *digest = l->mf->chunks[i]->digest;
+    int rc;
+    for (size_t k = l->slot[i]; k < n && !strcmp(l->sorted[k].digest, digest); k++) {
+        if ((rc = write_at(l->fd, data, len, l->off[l->sorted[k].i])) < 0)
+            return rc;
+        l->placed[l->sorted[k].i] = 1;
+    }
+    while (l->front < n && l->placed[l->front])
+        l->front++;
+    kestrel__filehash_advance(l->hash, l->front < n ? l->off[l->front] : l->mf->size);
+    return 0;
+}
+
+int kestrel__layout_finish(kestrel__layout *l, char sha[65])
+{
+    int rc = kestrel__filehash_finish(l->hash, l->mf->size, sha);
+    l->hash = NULL;
+    kestrel__layout_free(l);
+    return rc;
+}
+
+void kestrel__layout_free(kestrel__layout *l)
+{
+    char ignored[65];
+    if (l == NULL)
+        return;
+    kestrel__filehash_finish(l->hash, -1, ignored);
+    free(l->off);
+    free(l->sorted);
+    free(l->slot);
+    free(l->placed);
+    free(l);
+}

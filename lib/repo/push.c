@@ -1,0 +1,291 @@
+/* lib/repo/push.c - the one push, over any transport: list the files (one, or a directory's), cut
+ * each into content-defined chunks and hash them (or take both from the stat cache), ask the
+ * repository which chunks it lacks (all of them at once, in batches), send those, commit the
+ * manifest. The repository checks what it receives; nothing is visible before the commit. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include "chunk.h"
+#include "filehash.h"
+#include "push_cache.h"
+#include "store.h"
+#include "transport.h"
+
+#define READ_BUF (8u * 1024 * 1024)
+
+typedef struct {
+    kestrel__progress *pr;
+    kestrel__pushcache cache;
+    kestrel__chunk_ref *refs;   /* every file's chunks, in manifest order */
+    size_t n, cap;
+    uint8_t *buf;               /* READ_BUF, reused file after file */
+    int64_t done;               /* bytes of the files before the current one */
+} push_state;
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Top the read buffer up to READ_BUF bytes (fewer at the end of the file: *eof). */
+static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
+{
+    while (!*eof && *have < READ_BUF) {
+        ssize_t r = read(fd, buf + *have, READ_BUF - *have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+        *eof |= r == 0;
+        *have += (size_t)r;
+    }
+    return 0;
+}
+
+static void hex_of(const unsigned char *md, char hex[65])
+{
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+/* Chunk and hash the open file fd: its chunks appended to ps->refs (file index file), its SHA-256.
+ * A file that fits the buffer is hashed whole from memory (one chunk: the chunk's own digest);
+ * a larger one on a helper thread reading beside (filehash.c). */
+static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int64_t size, char sha[65])
+{
+    kestrel__filehash *whole = NULL;
+    size_t have = 0, first_ref = ps->n;
+    int64_t offset = 0;
+    int eof = 0, rc = 0, small = size < (int64_t)READ_BUF;
+    if (!small && (rc = kestrel__filehash_start(&whole, path)) < 0)
+        return rc;
+    for (;;) {
+        size_t off = 0, first = ps->n;
+        int64_t buf_at = offset;   /* the file offset of buf[0] */
+        if ((rc = fill(fd, ps->buf, &have, &eof, path)) < 0)
+            break;
+        while (off < have && (eof || have - off >= KESTREL__CHUNK_MAX)) {
+            size_t cut = kestrel__chunk_next(ps->buf + off, have - off, eof);
+            kestrel__chunk_ref *r;
+            if ((rc = kestrel__array_grow(&ps->refs, &ps->cap, ps->n + 1, sizeof(*ps->refs))) < 0)
+                break;
+            r = &ps->refs[ps->n++];
+            r->offset = offset;
+            r->len = (uint32_t)cut;
+            r->file = file;
+            r->missing = 0;
+            off += cut;
+            offset += (int64_t)cut;
+        }
+        if (rc < 0)
+            break;
+        kestrel__hash_chunks(ps->buf, buf_at, ps->refs + first, ps->n - first);
+        if (small && eof) {   /* the whole file is in the buffer */
+            if (ps->n - first_ref == 1) {
+                memcpy(sha, ps->refs[first_ref].hex, 65);
+            } else {
+                unsigned char md[EVP_MAX_MD_SIZE];
+                unsigned int mdn = 0;
+                EVP_Digest(ps->buf, have, md, &mdn, EVP_sha256(), NULL);
+                hex_of(md, sha);
+            }
+        }
+        ps->pr->p.bytes_done = ps->done + offset;
+        ps->pr->p.chunks_done = (int64_t)ps->n;
+        if ((rc = kestrel__progress_report(ps->pr, 0)) < 0)
+            break;
+        memmove(ps->buf, ps->buf + off, have - off);
+        have -= off;
+        if (eof && have == 0)
+            break;
+    }
+    if (rc == 0 && offset != size)
+        rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (%lld bytes, then %lld)", path,
+                                (long long)size, (long long)offset);
+    if (whole) {
+        int r = kestrel__filehash_finish(whole, rc < 0 ? -1 : offset, sha);
+        rc = rc < 0 ? rc : r;
+    }
+    return rc;
+}
+
+/* One file of the push: from the stat cache when it is unchanged since an earlier push read it,
+ * else read and hashed. abs: its absolute path (the cache's key); chunks: how many it has. */
+static int chunk_one(push_state *ps, const char *path, const char *abs, uint32_t file, int64_t want_size, char sha[65],
+                     int64_t *chunks)
+{
+    kestrel__chunk_ref *cached = NULL;
+    size_t k = 0, before = ps->n;
+    struct stat st;
+    int64_t started;
+    int fd = kestrel__open_regular(path, &st), rc = 0;
+    if (fd < 0)
+        return fd;
+    if (want_size >= 0 && (int64_t)st.st_size != want_size) {
+        close(fd);
+        return kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed", path);
+    }
+    if (kestrel__pushcache_lookup(&ps->cache, abs, &st, &cached, &k, sha)) {
+        /* its chunks and digest hold (the repository still checks every chunk it receives) */
+        if ((rc = kestrel__array_grow(&ps->refs, &ps->cap, ps->n + k + 1, sizeof(*ps->refs))) == 0) {
+            for (size_t i = 0; i < k; i++)
+                cached[i].file = file;
+            memcpy(ps->refs + ps->n, cached, k * sizeof(*cached));
+            ps->n += k;
+        }
+        free(cached);
+        close(fd);
+        *chunks = (int64_t)k;
+        ps->pr->p.bytes_done = ps->done + (int64_t)st.st_size;
+        ps->pr->p.chunks_done = (int64_t)ps->n;
+        return rc < 0 ? rc : kestrel__progress_report(ps->pr, 0);
+    }
+    started = now_ns() - 1000000000;   /* timestamps are coarse */
+    rc = chunk_fd(ps, fd, path, file, (int64_t)st.st_size, sha);
+    close(fd);
+    if (rc < 0)
+        return rc;
+    *chunks = (int64_t)(ps->n - before);
+    kestrel__pushcache_store(&ps->cache, abs, &st, started, ps->refs + before, ps->n - before, sha);
+    return 0;
+}
+
+static int by_digest(const void *a, const void *b)
+{
+    return strcmp(((const kestrel__chunk_ref *)a)->hex, ((const kestrel__chunk_ref *)b)->hex);
+}
+
+static int by_place(const void *a, const void *b)
+{
+    const kestrel__chunk_ref *x = *(kestrel__chunk_ref *const *)a, *y = *(kestrel__chunk_ref *const *)b;
+    if (x->file != y->file)
+        return x->file < y->file ? -1 : 1;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* Ask which chunks the repository lacks, then send each of those once, in file order. */
+static int send_missing(kestrel__transport *t, push_state *ps, const char *const *paths)
+{
+    kestrel__chunk_ref *sorted = malloc((ps->n + 1) * sizeof(*sorted)), **todo = NULL;
+    size_t ntodo = 0;
+    int rc;
+    if (sorted == NULL)
+        return kestrel__error_oom();
+    if (ps->n)
+        memcpy(sorted, ps->refs, ps->n * sizeof(*sorted));
+    if (ps->n > 1)
+        qsort(sorted, ps->n, sizeof(*sorted), by_digest);
+    if ((rc = t->ops->missing(t, sorted, ps->n)) == 0 && (todo = malloc((ps->n + 1) * sizeof(*todo))) == NULL)
+        rc = kestrel__error_oom();
+    for (size_t i = 0; rc == 0 && i < ps->n; i++)
+        if (sorted[i].missing && (ntodo == 0 || strcmp(todo[ntodo - 1]->hex, sorted[i].hex)))
+            todo[ntodo++] = &sorted[i];   /* one copy of each digest */
+    if (rc == 0 && ntodo > 1)
+        qsort(todo, ntodo, sizeof(*todo), by_place);   /* read each file front to back */
+    if (rc == 0 && ntodo)
+        rc = t->ops->send(t, paths, todo, ntodo, ps->pr);
+    free(todo);
+    free(sorted);
+    return rc;
+}
+
+int kestrel__push(kestrel__transport *t, const char *name, const char *path, char *const *select, size_t nselect,
+                  const kestrel_transfer_options *o, kestrel__progress *pr, int64_t *version)
+{
+    push_state ps;
+    Kestrel__V1__Manifest *m = kestrel__manifest_new();
+    char **paths = NULL, root[PATH_MAX], sha[65] = "", abs[PATH_MAX + 4200];
+    size_t npaths = 0;
+    struct stat st;
+    int rc = 0;
+    memset(&ps, 0, sizeof(ps));
+    ps.pr = pr;
+    if (m == NULL || (ps.buf = malloc(READ_BUF)) == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    if (stat(path, &st) < 0) {
+        rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+        goto done;
+    }
+    kestrel__pushcache_open(&ps.cache);
+    if (realpath(path, root) == NULL)
+        snprintf(root, sizeof(root), "%s", path);
+    if (S_ISDIR(st.st_mode)) {
+        if ((rc = kestrel__tree_list(path, select, nselect, m)) < 0)
+            goto done;
+        npaths = m->n_files;
+        for (size_t i = 0; i < m->n_files; i++)
+            pr->p.bytes_total += m->files[i]->size;
+    } else {
+        npaths = 1;
+        pr->p.bytes_total = (int64_t)st.st_size;
+    }
+    if ((paths = calloc(npaths + 1, sizeof(*paths))) == NULL) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    for (size_t i = 0; i < npaths && rc == 0; i++) {
+        Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
+        int64_t chunks = 0;
+        if (f && asprintf(&paths[i], "%s/%s", path, f->path) < 0)
+            paths[i] = NULL;
+        else if (!f)
+            paths[i] = kestrel__strdup(path);
+        if (paths[i] == NULL) {
+            rc = kestrel__error_oom();
+            break;
+        }
+        snprintf(abs, sizeof(abs), "%s%s%s", root, f ? "/" : "", f ? f->path : "");
+        if ((rc = chunk_one(&ps, paths[i], abs, (uint32_t)i, f ? f->size : -1, sha, &chunks)) < 0)
+            break;
+        if (f) {
+            f->chunks = chunks;
+            if ((f->sha256 = kestrel__strdup(sha)) == NULL) {
+                f->sha256 = (char *)protobuf_c_empty_string;
+                rc = kestrel__error_oom();
+            }
+            ps.done += f->size;
+        }
+    }
+    if (rc < 0)
+        goto done;
+    if (m->n_files)
+        kestrel__manifest_tree_digest(m->files, m->n_files, sha);
+    m->size = pr->p.bytes_total;
+    if ((m->name = kestrel__strdup(name)) == NULL || (m->sha256 = kestrel__strdup(sha)) == NULL ||
+        (m->metadata_json = kestrel__strdup(o->metadata_json ? o->metadata_json : "")) == NULL ||
+        (m->alias = kestrel__strdup(o->alias ? o->alias : "")) == NULL ||
+        (rc = kestrel__manifest_add_chunks(m, ps.refs, ps.n)) < 0) {
+        rc = rc < 0 ? rc : kestrel__error_oom();
+        goto done;
+    }
+    m->created_ms = kestrel__now_ms();
+    if ((rc = send_missing(t, &ps, (const char *const *)paths)) < 0 || (rc = t->ops->commit(t, m, version)) < 0)
+        goto done;
+    pr->p.bytes_done = pr->p.bytes_total;
+    rc = kestrel__progress_report(pr, 1);
+done:
+    for (size_t i = 0; paths && i < npaths; i++)
+        free(paths[i]);
+    free(paths);
+    free(ps.refs);
+    free(ps.buf);
+    if (m) {   /* fields never set stay the shared empty string */
+        if (m->name == NULL) m->name = (char *)protobuf_c_empty_string;
+        if (m->sha256 == NULL) m->sha256 = (char *)protobuf_c_empty_string;
+        if (m->metadata_json == NULL) m->metadata_json = (char *)protobuf_c_empty_string;
+        if (m->alias == NULL) m->alias = (char *)protobuf_c_empty_string;
+    }
+    kestrel__manifest_free(m);
+    return rc;
+}

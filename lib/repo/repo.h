@@ -1,0 +1,83 @@
+/* lib/repo/repo.h - the repository wing's private interface (the map is lib/repo/README.md).
+ *
+ *   front.c            kestrel_model_*: checks the arguments, opens a transport, calls push or pull
+ *   push.c  pull.c     the one push and the one pull, over any transport
+ *   transport.h        what a transport does (transport_local.c: the store; transport_http.c: kestreld)
+ *   manifest.c         Kestrel__V1__Manifest, the only form of a version in memory, on the wire and in
+ *                      the store; its checks and the tree digest
+ *   tree.c             directories: listing before a push, installation after a pull
+ *   chunk.c chunk_hash.c filehash.c    FastCDC, chunk hashes, whole-file hashes
+ *   push_cache.c chunk_cache.c pull_layout.c    the stat cache, the pull cache, placing chunks
+ *   store.c store_gc.c store_legacy.c           the content-addressed store (also kestreld's)
+ */
+#ifndef KESTREL_REPO_PRIV_H
+#define KESTREL_REPO_PRIV_H
+
+#include "client.h"
+#include "wire.h"
+
+typedef struct {
+    kestrel_progress p;
+    kestrel_progress_cb cb;
+    void *payload;
+    int64_t last_ms;
+} kestrel__progress;
+
+/* Call the progress callback (at most every 100 ms unless final); KESTREL_ECANCELLED / EUSER when it says stop. */
+int kestrel__progress_report(kestrel__progress *pr, int final);
+
+/* One chunk of a pushed file: its digest and where it lies (file: an index into the push's paths). */
+typedef struct {
+    char hex[65];
+    int64_t offset;
+    uint32_t len;
+    uint32_t file;
+    int missing;
+} kestrel__chunk_ref;
+
+/* Fill in the hex digest of count chunks that lie in buf (buf[0] is file offset buf_at), the
+ * work split across the caller's thread and one helper when there is enough of it (chunk_hash.c). */
+void kestrel__hash_chunks(const uint8_t *buf, int64_t buf_at, kestrel__chunk_ref *refs, size_t count);
+
+/* ---- manifest.c ---------------------------------------------------------------------------- */
+
+/* A new, empty manifest (every field owned: free with kestrel__manifest_free). NULL: no memory. */
+Kestrel__V1__Manifest *kestrel__manifest_new(void);
+void kestrel__manifest_free(Kestrel__V1__Manifest *m);
+/* Append n chunks (digest, size) to m. */
+int kestrel__manifest_add_chunks(Kestrel__V1__Manifest *m, const kestrel__chunk_ref *refs, size_t n);
+/* m is whole: sha256 and chunk digests are 64 hex digits, the chunks add up to size and, for a
+ * directory, the listing is valid (tree paths, sorted, unique, no file also a directory), each
+ * file's chunks add up to its size and the listing's digest is sha256. KESTREL_EINVALID with a
+ * message naming the field when not. A manifest from the server or the store is checked too. */
+int kestrel__manifest_check(const Kestrel__V1__Manifest *m);
+/* A directory version's digest: SHA-256 over "mode size sha256 path\0" per file, in order. */
+void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *files, size_t n, char hex[65]);
+/* A relative, '/'-separated path without empty, '.' or '..' segments, at most 4000 bytes. */
+int kestrel__tree_path_valid(const char *path);
+/* Split "name[@ref]" into name (checked) and ref ("latest" when absent). */
+int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at);
+
+/* ---- tree.c -------------------------------------------------------------------------------- */
+
+/* The regular files under root (select NULL), or those of select (relative paths), as m's sorted
+ * listing (sha256 and chunk counts still empty). Symlinks and special files are an error. */
+int kestrel__tree_list(const char *root, char *const *select, size_t nselect, Kestrel__V1__Manifest *m);
+/* Split the verified concatenation of m's files (blob) into a fresh directory beside dest, each file
+ * checked against its digest, made durable once (one syncfs), then renamed to dest (an existing
+ * directory there is replaced). */
+int kestrel__tree_install(int blob, const Kestrel__V1__Manifest *m, const char *dest);
+
+/* ---- front.c ------------------------------------------------------------------------------- */
+
+/* kestrel_model_push of a directory's selected files only (select NULL: all of them; kestrel_code_push). */
+int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
+                        const kestrel_transfer_options *in, char *const *select, size_t nselect);
+
+/* ---- small file helpers (pull.c) ----------------------------------------------------------- */
+
+struct stat;
+/* Open path for reading; it must be a regular file. Returns the fd or a negative error. */
+int kestrel__open_regular(const char *path, struct stat *st);
+
+#endif

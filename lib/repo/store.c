@@ -1,0 +1,812 @@
+/* lib/repo/store.c - the filesystem store (layout and guarantees in store.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include "repo.h"
+#include "store.h"
+
+struct kestrel__store {
+    char root[PATH_MAX];
+    int fd;             /* for syncfs */
+    int sole_writer;    /* this process is the only writer (kestreld): sync only what it wrote */
+    long unsynced;      /* chunks written since the last sync (atomic) */
+};
+
+int kestrel__mkdirs(const char *path, mode_t mode)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return (mkdir(tmp, mode) < 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static int io_error(const char *what, const char *path)
+{
+    return kestrel__error_set(KESTREL_EIO, "%s %s: %s", what, path, strerror(errno));
+}
+
+int kestrel__repo_name_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    int seg_start = 1;
+    if (n == 0 || n > 200 || name[n - 1] == '/')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (c == '/') {
+            if (seg_start)
+                return 0;   /* empty segment */
+            seg_start = 1;
+            continue;
+        }
+        if (seg_start && !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+            return 0;       /* also rules out "." and ".." */
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+            return 0;
+        seg_start = 0;
+    }
+    return 1;
+}
+
+int kestrel__alias_valid(const char *alias)
+{
+    return alias && !strchr(alias, '/') && kestrel__repo_name_valid(alias) && (alias[0] < '0' || alias[0] > '9');
+}
+
+void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
+    for (unsigned int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+int kestrel__store_open(kestrel__store **out, const char *root)
+{
+    kestrel__store *s = calloc(1, sizeof(*s));
+    char path[PATH_MAX];
+    if (s == NULL)
+        return kestrel__error_oom();
+    snprintf(s->root, sizeof(s->root), "%s", root);
+    snprintf(path, sizeof(path), "%s/chunks", root);
+    if (kestrel__mkdirs(path, 0755) < 0) {
+        int rc = io_error("cannot create", path);
+        free(s);
+        return rc;
+    }
+    snprintf(path, sizeof(path), "%s/models", root);
+    if (kestrel__mkdirs(path, 0755) < 0 || (s->fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        int rc = io_error("cannot open", root);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void kestrel__store_close(kestrel__store *s)
+{
+    if (s) {
+        close(s->fd);
+        free(s);
+    }
+}
+
+static void chunk_path(const kestrel__store *s, const char *hex, char *out, size_t n)
+{
+    snprintf(out, n, "%s/chunks/%.2s/%s", s->root, hex, hex + 2);
+}
+
+const char *kestrel__store_root(const kestrel__store *s)
+{
+    return s->root;
+}
+
+/* Refreshes the chunk's mtime: a push that now relies on it keeps it from the collector. */
+int kestrel__is_sha256_hex(const char *s)
+{
+    size_t i = 0;
+    for (; s[i]; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return i == KESTREL__HEX_LEN;
+}
+
+int kestrel__store_has_chunk(kestrel__store *s, const char *hex)
+{
+    char path[PATH_MAX];
+    chunk_path(s, hex, path, sizeof(path));
+    return utimensat(AT_FDCWD, path, NULL, 0) == 0 || (errno != ENOENT && access(path, F_OK) == 0);
+}
+
+/* Write data to a unique temp file next to final; returns its fd (caller renames/links). */
+/* flags: bit 0 fsync; the bits above it, when not 0, the file's mode (set on the descriptor, so a
+ * name swapped meanwhile in a folder someone else may write is never followed) */
+static int write_temp(const char *final, const void *data, size_t len, char *tmp, size_t tn, int flags)
+{
+    const char *p = data;
+    int fd, do_fsync = flags & 1;
+    mode_t mode = (mode_t)(flags >> 1);
+    snprintf(tmp, tn, "%s.tmp.XXXXXX", final);
+    if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
+        return io_error("cannot create", tmp);
+    if (mode && fchmod(fd, mode) < 0) {
+        int rc = io_error("cannot chmod", tmp);
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int rc = io_error("cannot write", tmp);
+            close(fd);
+            unlink(tmp);
+            return rc;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    if ((do_fsync && fsync(fd) < 0) || close(fd) < 0) {
+        int rc = io_error("cannot sync", tmp);
+        unlink(tmp);
+        return rc;
+    }
+    return 0;
+}
+
+int kestrel__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+    char tmp[PATH_MAX + 16];
+    int rc = write_temp(path, data, len, tmp, sizeof(tmp), 1 | (int)(mode << 1));
+    if (rc < 0)
+        return rc;
+    if (rename(tmp, path) < 0) {
+        rc = io_error("cannot write", path);
+        unlink(tmp);
+    }
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+void kestrel__rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len)
+{
+    char path[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX + 16];
+    int rc;
+    snprintf(dir, sizeof(dir), "%s/chunks/%.2s", s->root, hex);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return io_error("cannot create", dir);
+    chunk_path(s, hex, path, sizeof(path));
+    if ((rc = write_temp(path, data, len, tmp, sizeof(tmp), 0)) < 0)
+        return rc;
+    if (rename(tmp, path) < 0) {   /* same content under the same name: a concurrent writer is harmless */
+        rc = io_error("cannot store", path);
+        unlink(tmp);
+        return rc;
+    }
+    __atomic_add_fetch(&s->unsynced, 1, __ATOMIC_ACQ_REL);
+    return 0;
+}
+
+int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out)
+{
+    char path[PATH_MAX], got[KESTREL__HEX_LEN + 1];
+    FILE *f;
+    size_t n;
+    int rc;
+    chunk_path(s, hex, path, sizeof(path));
+    if ((f = fopen(path, "rb")) == NULL)
+        return errno == ENOENT ? kestrel__error_set(KESTREL_EIO, "chunk %.12s is missing from the store", hex)
+                               : io_error("cannot read", path);
+    out->size = 0;
+    if ((rc = kestrel__buf_grow(out, expect_len + 1)) < 0) {
+        fclose(f);
+        return rc;
+    }
+    n = fread(out->ptr, 1, expect_len + 1, f);
+    fclose(f);
+    out->size = n;
+    kestrel__sha256_hex(out->ptr, n, got);
+    if (n != expect_len || strcmp(got, hex))
+        return kestrel__error_set(KESTREL_EIO, "chunk %.12s is damaged (%zu bytes, hash %.12s)", hex, n, got);
+    return 0;
+}
+
+int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n,
+                                 char out[KESTREL__HEX_LEN + 1])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE], *buf = malloc(1 << 20);
+    unsigned int mdlen = 0;
+    int rc = 0;
+    if (ctx == NULL || buf == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        rc = kestrel__error_oom();
+        goto out;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char path[PATH_MAX];
+        int64_t got = 0;
+        size_t r;
+        FILE *f;
+        chunk_path(s, hexes[i], path, sizeof(path));
+        if ((f = fopen(path, "rb")) == NULL) {
+            rc = kestrel__error_set(KESTREL_EINVALID, "chunk %.12s is not stored: push it first", hexes[i]);
+            break;
+        }
+        while ((r = fread(buf, 1, 1 << 20, f)) > 0) {
+            EVP_DigestUpdate(ctx, buf, r);
+            got += (int64_t)r;
+        }
+        fclose(f);
+        if (got != sizes[i])
+            rc = kestrel__error_set(KESTREL_EINVALID, "chunk %.12s holds %lld bytes, not the %lld the manifest says",
+                                    hexes[i], (long long)got, (long long)sizes[i]);
+    }
+    if (rc == 0) {
+        EVP_DigestFinal_ex(ctx, md, &mdlen);
+        for (unsigned int i = 0; i < mdlen && i < 32; i++)
+            snprintf(out + 2 * i, 3, "%02x", md[i]);
+        out[KESTREL__HEX_LEN] = '\0';
+    }
+out:
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    return rc;
+}
+
+int kestrel__store_check_chunk(kestrel__store *s, const char *hex)
+{
+    char path[PATH_MAX], dir[PATH_MAX], to[PATH_MAX + 80], got[KESTREL__HEX_LEN + 1];
+    EVP_MD_CTX *ctx;
+    unsigned char md[EVP_MAX_MD_SIZE], *buf;
+    unsigned int mdlen = 0;
+    size_t r;
+    FILE *f;
+    chunk_path(s, hex, path, sizeof(path));
+    if ((f = fopen(path, "rb")) == NULL)
+        return errno == ENOENT ? 0 : io_error("cannot read", path);
+    ctx = EVP_MD_CTX_new();
+    buf = malloc(1 << 20);
+    if (ctx == NULL || buf == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        fclose(f);
+        EVP_MD_CTX_free(ctx);
+        free(buf);
+        return kestrel__error_oom();
+    }
+    while ((r = fread(buf, 1, 1 << 20, f)) > 0)
+        EVP_DigestUpdate(ctx, buf, r);
+    fclose(f);
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    for (unsigned int i = 0; i < mdlen && i < 32; i++)
+        snprintf(got + 2 * i, 3, "%02x", md[i]);
+    got[KESTREL__HEX_LEN] = '\0';
+    if (!strcmp(got, hex))
+        return 0;
+    /* aside, under its name and when: no longer stored, so the next push sends it again */
+    snprintf(dir, sizeof(dir), "%s/quarantine", s->root);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return io_error("cannot create", dir);
+    snprintf(to, sizeof(to), "%s/%s.%lld", dir, hex, (long long)kestrel__now_ms());
+    if (rename(path, to) < 0)
+        return io_error("cannot quarantine", path);
+    return 1;
+}
+
+int kestrel__store_sync(kestrel__store *s)
+{
+    long taken = __atomic_exchange_n(&s->unsynced, 0, __ATOMIC_ACQ_REL);
+    if (s->sole_writer && taken == 0)
+        return 0;   /* every chunk is durable already: nothing written since the last sync */
+    if (syncfs(s->fd) < 0) {
+        __atomic_add_fetch(&s->unsynced, taken, __ATOMIC_ACQ_REL);
+        return io_error("cannot sync", s->root);
+    }
+    return 0;
+}
+
+static int alias_write(kestrel__store *s, const char *name, const char *alias, int64_t version);
+static int alias_read(kestrel__store *s, const char *name, const char *alias, int64_t *version);
+
+int kestrel__store_claim(kestrel__store *s)
+{
+    kestrel_buf names = KESTREL_BUF_INIT;
+    int rc;
+    s->sole_writer = 1;
+    s->unsynced = 1;   /* whatever an earlier process left unsynced is made durable once */
+    /* a writer killed between a commit and the move of "latest": point it at the newest version */
+    if (kestrel__store_list(s, &names) == 0 && names.ptr)
+        for (char *save = NULL, *n = strtok_r(names.ptr, "\n", &save); n; n = strtok_r(NULL, "\n", &save)) {
+            int64_t *vs = NULL, cur = 0;
+            size_t k = 0;
+            if (kestrel__store_versions(s, n, &vs, &k) == 0 && k &&
+                (alias_read(s, n, "latest", &cur) < 0 || cur != vs[k - 1]))
+                alias_write(s, n, "latest", vs[k - 1]);
+            free(vs);
+        }
+    kestrel_buf_dispose(&names);
+    if ((rc = kestrel__store_migrate(s)) < 0)   /* once: manifests of format 1 in the new form */
+        return rc;
+    return kestrel__store_sync(s);
+}
+
+static void model_dir(const kestrel__store *s, const char *name, const char *sub, char *out, size_t n)
+{
+    snprintf(out, n, "%s/models/%s/%s", s->root, name, sub);
+}
+
+int kestrel__store_versions(kestrel__store *s, const char *name, int64_t **out, size_t *n)
+{
+    char dir[PATH_MAX];
+    DIR *d;
+    struct dirent *e;
+    int64_t *v = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    model_dir(s, name, "versions", dir, sizeof(dir));
+    if ((d = opendir(dir)) == NULL)
+        return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name) : io_error("cannot list", dir);
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long long x = strtoll(e->d_name, &end, 10);
+        if (x <= 0 || strcmp(end, ".json"))
+            continue;   /* temp files and anything else */
+        if (kestrel__array_grow(&v, &cap, *n + 1, sizeof(*v)) < 0) {
+            closedir(d);
+            free(v);
+            return KESTREL_ENOMEM;
+        }
+        v[(*n)++] = x;
+    }
+    closedir(d);
+    for (size_t i = 1; i < *n; i++)   /* insertion sort: version lists are short */
+        for (size_t k = i; k > 0 && v[k] < v[k - 1]; k--) {
+            int64_t t = v[k];
+            v[k] = v[k - 1];
+            v[k - 1] = t;
+        }
+    if (*n == 0) {
+        free(v);
+        return kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name);
+    }
+    *out = v;
+    return 0;
+}
+
+/* The highest version number ever committed in dir: live (N.json) or deleted (N.deleted). */
+static int64_t highest_ever(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int64_t top = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        char *end;
+        long long x = strtoll(e->d_name, &end, 10);
+        if (x > top && (!strcmp(end, ".json") || !strcmp(end, ".deleted")))
+            top = x;
+    }
+    if (d)
+        closedir(d);
+    return top;
+}
+
+static int read_text(const char *path, kestrel_buf *out)
+{
+    char chunk[4096];
+    size_t r;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return errno == ENOENT ? KESTREL_ENOTFOUND : io_error("cannot read", path);
+    out->size = 0;
+    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        if (kestrel__buf_put(out, chunk, r) < 0) {
+            fclose(f);
+            return kestrel__error_oom();
+        }
+    fclose(f);
+    return kestrel__buf_put(out, "", 0);
+}
+
+int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
+{
+    char path[PATH_MAX];
+    kestrel_buf b = KESTREL_BUF_INIT;
+    ProtobufCMessage *m = NULL;
+    int rc;
+    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
+    rc = read_text(path, &b);
+    if (rc == KESTREL_ENOTFOUND)
+        rc = kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
+    if (rc == 0 && kestrel__wire_from_json(&m, &kestrel__v1__manifest__descriptor, b.ptr, b.size) == 0)
+        *out = (Kestrel__V1__Manifest *)m;
+    else if (rc == 0 && kestrel__store_legacy_manifest(b.ptr, out) < 0)
+        rc = kestrel__error_set(KESTREL_EIO, "the manifest of %s@%lld is damaged", name, (long long)version);
+    kestrel_buf_dispose(&b);
+    if (rc == 0) {
+        Kestrel__V1__Manifest *got = *out;
+        got->version = version;   /* its file's name is its number, its folder's the model's name */
+        if (strcmp(got->name, name)) {
+            char *n = kestrel__strdup(name);
+            if (n == NULL) {
+                kestrel__manifest_free(got);
+                return kestrel__error_oom();
+            }
+            if (got->name != protobuf_c_empty_string)
+                free(got->name);
+            got->name = n;
+        }
+    }
+    return rc;
+}
+
+int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
+{
+    kestrel_buf aliases = KESTREL_BUF_INIT;
+    int rc;
+    m->file_count = (int64_t)m->n_files;
+    if (!m->metadata_json[0]) {
+        if (m->metadata_json != protobuf_c_empty_string)
+            free(m->metadata_json);
+        if ((m->metadata_json = kestrel__strdup("{}")) == NULL) {
+            m->metadata_json = (char *)protobuf_c_empty_string;
+            return kestrel__error_oom();
+        }
+    }
+    if ((rc = kestrel__store_aliases_of(s, m->name, m->version, &aliases)) == 0 && aliases.size) {
+        size_t k = 2;
+        for (const char *q = aliases.ptr; *q; q++)
+            k += *q == ',';
+        if ((m->aliases = calloc(k, sizeof(char *))) == NULL)
+            rc = kestrel__error_oom();
+        for (char *save = NULL, *a = strtok_r(aliases.ptr, ",", &save); rc == 0 && a; a = strtok_r(NULL, ",", &save))
+            if ((m->aliases[m->n_aliases] = kestrel__strdup(a)) == NULL)
+                rc = kestrel__error_oom();
+            else
+                m->n_aliases++;
+    }
+    kestrel_buf_dispose(&aliases);
+    return rc;
+}
+
+int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
+{
+    Kestrel__V1__Manifest *m;
+    int rc = kestrel__store_manifest(s, name, version, &m);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < m->n_chunks; i++)
+        protobuf_c_message_free_unpacked(&m->chunks[i]->base, NULL);
+    m->n_chunks = 0;
+    if ((rc = kestrel__store_decorate(s, m)) == 0) {
+        for (size_t i = 0; i < m->n_files; i++)
+            protobuf_c_message_free_unpacked(&m->files[i]->base, NULL);
+        m->n_files = 0;
+    }
+    if (rc < 0) {
+        kestrel__manifest_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+static int alias_write(kestrel__store *s, const char *name, const char *alias, int64_t version)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 64], tmp[PATH_MAX + 96], text[32];
+    int rc;
+    model_dir(s, name, "aliases", dir, sizeof(dir));
+    if (kestrel__mkdirs(dir, 0755) < 0)
+        return io_error("cannot create", dir);
+    snprintf(path, sizeof(path), "%s/%s", dir, alias);
+    snprintf(text, sizeof(text), "%lld\n", (long long)version);
+    if ((rc = write_temp(path, text, strlen(text), tmp, sizeof(tmp), 1)) < 0)
+        return rc;
+    if (rename(tmp, path) < 0) {
+        rc = io_error("cannot set alias", path);
+        unlink(tmp);
+    }
+    return rc;
+}
+
+static int alias_read(kestrel__store *s, const char *name, const char *alias, int64_t *version)
+{
+    char path[PATH_MAX];
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int rc;
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/models/%s/aliases/%s", s->root, name, alias);
+    rc = read_text(path, &b);
+    if (rc == KESTREL_ENOTFOUND) {   /* say which is missing: the model, or only its alias */
+        snprintf(path, sizeof(path), "%s/models/%s", s->root, name);
+        rc = stat(path, &st) < 0 && errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name)
+                                                    : kestrel__error_set(KESTREL_ENOTFOUND, "%s has no alias %s", name, alias);
+    }
+    if (rc == 0)
+        *version = strtoll(b.ptr, NULL, 10);
+    kestrel_buf_dispose(&b);
+    return rc;
+}
+
+int kestrel__store_alias_get(kestrel__store *s, const char *name, const char *alias, int64_t *version)
+{
+    return alias_read(s, name, alias, version);
+}
+
+int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Manifest *m, int64_t *version_out)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 64];
+    char **aliases = m->aliases, *alias = m->alias;
+    size_t naliases = m->n_aliases;
+    kestrel_buf text = KESTREL_BUF_INIT;
+    int64_t next;
+    int rc;
+    model_dir(s, name, "versions", dir, sizeof(dir));
+    if (kestrel__mkdirs(dir, 0755) < 0)
+        return io_error("cannot create", dir);
+    if ((rc = kestrel__store_sync(s)) < 0)   /* every chunk durable before the manifest names it */
+        return rc;
+    next = highest_ever(dir) + 1;   /* a deleted number is never given out again */
+    m->aliases = NULL;   /* what points at a version is the aliases folder's, not the manifest's */
+    m->n_aliases = 0;
+    m->alias = (char *)protobuf_c_empty_string;
+    for (;; next++) {
+        m->version = next;
+        text.size = 0;
+        if ((rc = kestrel__wire_to_json(&text, &m->base, 0)) < 0)
+            break;
+        snprintf(path, sizeof(path), "%s/%lld.json", dir, (long long)next);
+        if ((rc = write_temp(path, text.ptr, text.size, tmp, sizeof(tmp), 1)) < 0)
+            break;
+        /* link() fails when the name exists: two writers never share a version number */
+        if (link(tmp, path) == 0) {
+            char tomb[PATH_MAX + 16];
+            unlink(tmp);
+            snprintf(tomb, sizeof(tomb), "%s/%lld.deleted", dir, (long long)next);
+            if (access(tomb, F_OK) != 0)
+                break;
+            unlink(path);   /* the number was taken and deleted meanwhile: take the next */
+            continue;
+        }
+        rc = errno;
+        unlink(tmp);
+        if (rc != EEXIST) {
+            errno = rc;
+            rc = io_error("cannot commit", path);
+            break;
+        }
+        rc = 0;
+    }
+    m->aliases = aliases;
+    m->n_aliases = naliases;
+    m->alias = alias;
+    kestrel_buf_dispose(&text);
+    if (rc < 0)
+        return rc;
+    {   /* the new directory entry is durable too */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+    }
+    if (version_out)
+        *version_out = next;
+    return alias_write(s, name, "latest", next);
+}
+
+int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Manifest **out)
+{
+    char name[256];
+    const char *at = strrchr(ref, '@');
+    int64_t version = 0;
+    int rc;
+    snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
+    if (!kestrel__repo_name_valid(name))
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", name);
+    if (at && at[1] >= '0' && at[1] <= '9') {
+        char *end;
+        version = strtoll(at + 1, &end, 10);
+        if (*end || version <= 0)
+            return kestrel__error_set(KESTREL_EINVALID, "bad version in '%.64s'", ref);
+    } else {
+        const char *alias = at ? at + 1 : "latest";
+        if (!kestrel__alias_valid(alias))
+            return kestrel__error_set(KESTREL_EINVALID, "bad alias in '%.64s'", ref);
+        if (!strcmp(alias, "latest")) {
+            /* the newest committed version, whatever the alias file says: a kill between a
+             * version's commit and the move of "latest" must not hide it (or the model) */
+            int64_t *vs = NULL;
+            size_t n = 0;
+            if ((rc = kestrel__store_versions(s, name, &vs, &n)) < 0)
+                return rc;
+            version = n ? vs[n - 1] : 0;
+            free(vs);
+            if (version == 0)
+                return kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name);
+        } else if ((rc = alias_read(s, name, alias, &version)) < 0) {
+            return rc;
+        }
+    }
+    return kestrel__store_manifest(s, name, version, out);
+}
+
+int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t version, kestrel_buf *out)
+{
+    char dir[PATH_MAX];
+    DIR *d;
+    struct dirent *e;
+    int rc = kestrel__buf_puts(out, "");
+    model_dir(s, name, "aliases", dir, sizeof(dir));
+    if ((d = opendir(dir)) == NULL)
+        return rc;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        int64_t v;
+        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") || alias_read(s, name, e->d_name, &v) < 0)
+            continue;
+        if (v == version)
+            rc = kestrel__buf_printf(out, "%s%s", out->size ? "," : "", e->d_name);
+    }
+    closedir(d);
+    kestrel_error_clear();
+    return rc;
+}
+
+int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *alias, int64_t version)
+{
+    char path[PATH_MAX];
+    if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s' (and 'latest' follows pushes)", alias ? alias : "");
+    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
+    if (access(path, F_OK) != 0)
+        return kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
+    return alias_write(s, name, alias, version);
+}
+
+int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias)
+{
+    char path[PATH_MAX];
+    if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s'", alias ? alias : "");
+    snprintf(path, sizeof(path), "%s/models/%s/aliases/%s", s->root, name, alias);
+    if (unlink(path) < 0)
+        return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "%s has no alias %s", name, alias)
+                               : io_error("cannot delete", path);
+    return 0;
+}
+
+int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
+{
+    char path[PATH_MAX], dir[PATH_MAX];
+    kestrel_buf aliases = KESTREL_BUF_INIT;
+    int64_t *versions = NULL;
+    size_t n = 0;
+    int rc;
+    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
+    if ((rc = kestrel__store_aliases_of(s, name, version, &aliases)) < 0)
+        return rc;
+    snprintf(dir, sizeof(dir), "%s/models/%s/versions/%lld.deleted", s->root, name, (long long)version);
+    /* a tombstone keeps the number from ever being given out again */
+    if ((link(path, dir) < 0 && errno != EEXIST) || unlink(path) < 0) {
+        kestrel_buf_dispose(&aliases);
+        return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
+                               : io_error("cannot delete", path);
+    }
+    for (char *a = aliases.ptr, *next; a && *a; a = next) {   /* its aliases go with it */
+        next = strchr(a, ',');
+        if (next)
+            *next++ = '\0';
+        snprintf(dir, sizeof(dir), "%s/models/%s/aliases/%s", s->root, name, a);
+        unlink(dir);
+    }
+    kestrel_buf_dispose(&aliases);
+    /* "latest" goes back to the newest version left */
+    if (kestrel__store_versions(s, name, &versions, &n) == 0 && n)
+        rc = alias_write(s, name, "latest", versions[n - 1]);
+    kestrel_error_clear();
+    free(versions);
+    return rc;
+}
+
+/* A model exists once a version of it committed: a kill during its first commit leaves only a
+ * versions folder (and a temp file), which is no model. */
+static int has_version(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name), k = strspn(e->d_name, "0123456789");
+        found = k > 0 && n == k + 5 && !strcmp(e->d_name + k, ".json");
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static int list_dir(const char *root, const char *prefix, kestrel_buf *out)
+{
+    char path[PATH_MAX];
+    DIR *d;
+    struct dirent *e;
+    int rc = 0;
+    snprintf(path, sizeof(path), "%s/%s", root, prefix);
+    if ((d = opendir(path)) == NULL)
+        return 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        char sub[PATH_MAX];
+        struct stat st;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof(sub), "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
+        if (!strcmp(e->d_name, "versions")) {
+            snprintf(path, sizeof(path), "%s/%s", root, sub);
+            if (has_version(path))
+                rc = kestrel__buf_printf(out, "%s\n", prefix);   /* a model: prefix holds its name */
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", root, sub);
+        if (strcmp(e->d_name, "aliases") && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = list_dir(root, sub, out);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_lines(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int kestrel__store_list(kestrel__store *s, kestrel_buf *out)
+{
+    char root[PATH_MAX];
+    kestrel_buf raw = KESTREL_BUF_INIT;
+    char **lines = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    snprintf(root, sizeof(root), "%s/models", s->root);
+    rc = list_dir(root, "", &raw);
+    for (char *save = NULL, *line = raw.ptr ? strtok_r(raw.ptr, "\n", &save) : NULL; rc == 0 && line;
+         line = strtok_r(NULL, "\n", &save))
+        if ((rc = kestrel__array_grow(&lines, &cap, n + 1, sizeof(*lines))) == 0)
+            lines[n++] = line;
+    if (n > 1)
+        qsort(lines, n, sizeof(*lines), cmp_lines);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = kestrel__buf_printf(out, "%s\n", lines[i]);
+    if (rc == 0 && n == 0)
+        rc = kestrel__buf_puts(out, "");
+    free(lines);
+    kestrel_buf_dispose(&raw);
+    return rc;
+}

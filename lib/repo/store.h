@@ -1,0 +1,92 @@
+/* lib/repo/store.h - the content-addressed repository store on a filesystem. One implementation for
+ * file:// URLs in the library and (later) for kestreld, so both share one on-disk format:
+ *   ROOT/chunks/ab/cdef...            chunk bytes, named by their SHA-256
+ *   ROOT/models/NAME/versions/N.json  immutable manifests: the proto3 JSON of Kestrel__V1__Manifest
+ *                                     (lib/wire.c); stores before format 2 kept another JSON form,
+ *                                     read by store_legacy.c and rewritten once by kestreld's claim
+ *   ROOT/models/NAME/aliases/ALIAS    the version an alias points at
+ * Every file is written to a temp name and renamed (manifests are link()ed so that two writers
+ * can never take the same version number); chunks are synced once, before the manifest commits. */
+#ifndef KESTREL_STORE_H
+#define KESTREL_STORE_H
+
+#include <sys/types.h>
+#include "internal.h"
+#include "wire.h"
+
+typedef struct kestrel__store kestrel__store;
+
+#define KESTREL__HEX_LEN 64
+
+/* mkdir -p: 0, or -1 with errno. */
+int kestrel__mkdirs(const char *path, mode_t mode);
+/* Write data to path: a temp name next to it, fsync, chmod mode, rename. 0 or an error. */
+int kestrel__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* rm -rf path (best effort: what cannot be removed stays). */
+void kestrel__rm_tree(const char *path);
+
+int kestrel__store_open(kestrel__store **out, const char *root);
+void kestrel__store_close(kestrel__store *s);
+/* "team/resnet": lowercase [a-z0-9._-] segments starting with a letter or digit, <= 200 bytes. */
+int kestrel__repo_name_valid(const char *name);
+int kestrel__alias_valid(const char *alias);
+
+void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1]);
+int kestrel__store_has_chunk(kestrel__store *s, const char *hex);
+int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len);
+/* Read a chunk and check its hash (KESTREL_EIO on a mismatch: a damaged store). */
+int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out);
+/* Make every chunk written so far durable (one syncfs, not one fsync per chunk). */
+int kestrel__store_sync(kestrel__store *s);
+/* 1 when s is 64 lowercase hex digits (a chunk's or a file's SHA-256). */
+int kestrel__is_sha256_hex(const char *s);
+/* Re-hash a stored chunk: 0 intact (or absent), 1 damaged and moved to ROOT/quarantine (so it no
+ * longer counts as stored), < 0 on error. */
+int kestrel__store_check_chunk(kestrel__store *s, const char *hex);
+/* SHA-256 over chunks hexes[0..n) as stored, each checked to hold sizes[i] bytes (KESTREL_EINVALID
+ * with why when one is missing or of another size). Their own digests were checked as they came. */
+int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n,
+                                 char out[KESTREL__HEX_LEN + 1]);
+/* Declare this process the store's only writer (kestreld over its data directory): after one
+ * sync now, a sync is skipped when this process wrote no chunk since the last one. */
+int kestrel__store_claim(kestrel__store *s);
+/* Commit m (its version is set here; aliases and alias are not stored) as the next version of name;
+ * moves "latest". */
+int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Manifest *m, int64_t *version_out);
+/* "name", "name@N", "name@alias" -> the manifest (owned: kestrel__manifest_free). */
+int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Manifest **out);
+int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
+/* m as readers see it: file_count, its aliases, metadata_json "{}" when it has none. */
+int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m);
+/* name@version as listings show it: chunks and files left out (file_count says how many files), its
+ * aliases filled in, metadata_json "{}" when it has none. */
+int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
+/* Rewrite, once, the manifests of a store before format 2 in the current form (ROOT/format says
+ * which a store has; store_legacy.c). kestrel__store_claim calls it. */
+int kestrel__store_migrate(kestrel__store *s);
+/* A manifest in the JSON form of stores before format 2 (store_legacy.c). */
+int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out);
+/* Versions of name in ascending order (owned array) and the alias of each ("a,b"). */
+int kestrel__store_versions(kestrel__store *s, const char *name, int64_t **out, size_t *n);
+int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t version, kestrel_buf *out);
+int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *alias, int64_t version);
+/* The version alias points at, even when that version is gone (KESTREL_ENOTFOUND: no such alias). */
+int kestrel__store_alias_get(kestrel__store *s, const char *name, const char *alias, int64_t *version);
+int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias);
+int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version);
+int kestrel__store_list(kestrel__store *s, kestrel_buf *out);
+const char *kestrel__store_root(const kestrel__store *s);
+
+/* What a collection did. */
+typedef struct {
+    int64_t chunks_live;      /* chunk references in committed manifests */
+    int64_t chunks_removed;
+    int64_t temps_removed;    /* temp files of killed writers */
+    int64_t bytes_freed;
+} kestrel__store_gc_stats;
+
+/* Remove chunks no committed version names and temp files, both only once older than grace_s
+ * (lib/store_gc.c explains why this is safe beside concurrent pushes). */
+int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats);
+
+#endif

@@ -1,0 +1,140 @@
+/* lib/repo/store_gc.c - reclaiming chunks no version needs, safely beside concurrent pushes.
+ *
+ * Mark: every chunk named by a committed manifest. Sweep: a chunk that is not marked is removed
+ * only if it is older than the grace period. A push relies on a chunk either because it wrote it
+ * (its mtime is fresh) or because the store told it the chunk was there (kestrel__store_has_chunk
+ * refreshes the mtime), so nothing a running push depends on is ever old enough to go; and a
+ * commit checks that every chunk exists, so even a push slower than the grace period fails
+ * cleanly instead of committing a version with a hole. Temp files left by a killed writer go
+ * after the same grace period. Marking goes through the store's own listing (models, versions,
+ * manifests), sweeping through chunks/XX/. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "repo.h"
+#include "store.h"
+
+typedef struct {
+    char (*hex)[KESTREL__HEX_LEN + 1];
+    size_t n, cap;
+} mark_set;
+
+static int add_mark(mark_set *m, const char *hex)
+{
+    int rc;
+    if (strlen(hex) != KESTREL__HEX_LEN)
+        return 0;
+    if ((rc = kestrel__array_grow(&m->hex, &m->cap, m->n + 1, sizeof(*m->hex))) < 0)
+        return rc;
+    memcpy(m->hex[m->n++], hex, KESTREL__HEX_LEN + 1);
+    return 0;
+}
+
+/* Every chunk of every committed version, through the store's own listing. A manifest that
+ * cannot be read stops the collection: better keep garbage than lose a version's chunks. */
+static int mark_all(kestrel__store *s, mark_set *m)
+{
+    kestrel_buf names = KESTREL_BUF_INIT;
+    int rc = kestrel__store_list(s, &names);
+    for (char *save = NULL, *name = rc == 0 && names.ptr ? strtok_r(names.ptr, "\n", &save) : NULL; rc == 0 && name;
+         name = strtok_r(NULL, "\n", &save)) {
+        int64_t *versions = NULL;
+        size_t n = 0;
+        if (kestrel__store_versions(s, name, &versions, &n) < 0) {
+            kestrel_error_clear();   /* every version deleted meanwhile */
+            continue;
+        }
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            Kestrel__V1__Manifest *doc;
+            if ((rc = kestrel__store_manifest(s, name, versions[i], &doc)) == KESTREL_ENOTFOUND) {
+                kestrel_error_clear();   /* deleted meanwhile */
+                rc = 0;
+                continue;
+            }
+            if (rc < 0)
+                break;
+            for (size_t k = 0; k < doc->n_chunks && rc == 0; k++)
+                rc = add_mark(m, doc->chunks[k]->digest);
+            kestrel__manifest_free(doc);
+        }
+        free(versions);
+    }
+    kestrel_buf_dispose(&names);
+    return rc;
+}
+
+static int hex_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* chunks/ab/cdef...: remove what is old enough and either a temp file or not marked. */
+static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cutoff, kestrel__store_gc_stats *st)
+{
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
+    char hex[KESTREL__HEX_LEN + 8];
+    if (d == NULL) {
+        close(dfd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct stat sb;
+        int temp = strstr(e->d_name, ".tmp.") != NULL;
+        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(sb.st_mode) || sb.st_mtime > cutoff)
+            continue;
+        if (!temp) {
+            if (strlen(e->d_name) != KESTREL__HEX_LEN - 2)
+                continue;   /* not ours */
+            snprintf(hex, sizeof(hex), "%s%s", prefix, e->d_name);
+            if (m->n && bsearch(hex, m->hex, m->n, sizeof(*m->hex), hex_cmp))   /* none marked: NULL array */
+                continue;
+        }
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
+            st->chunks_removed += !temp;
+            st->temps_removed += temp;
+            st->bytes_freed += sb.st_size;
+        }
+    }
+    closedir(d);
+}
+
+int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats)
+{
+    char path[PATH_MAX];
+    mark_set marks = { NULL, 0, 0 };
+    kestrel__store_gc_stats local = { 0, 0, 0, 0 };
+    /* the cutoff is taken before marking: a chunk written after it is never swept this round */
+    time_t cutoff = time(NULL) - (time_t)grace_s;
+    DIR *top;
+    struct dirent *e;
+    int rc = mark_all(s, &marks);
+    if (rc == 0) {
+        local.chunks_live = (int64_t)marks.n;
+        if (marks.n > 1)
+            qsort(marks.hex, marks.n, sizeof(*marks.hex), hex_cmp);
+        snprintf(path, sizeof(path), "%s/chunks", kestrel__store_root(s));
+        if ((top = opendir(path)) == NULL)
+            rc = kestrel__error_set(KESTREL_EIO, "cannot list %s: %s", path, strerror(errno));
+        while (top && (e = readdir(top)) != NULL) {
+            int dfd;
+            if (strlen(e->d_name) == 2 && e->d_name[0] != '.' &&
+                (dfd = openat(dirfd(top), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
+                sweep_dir(dfd, e->d_name, &marks, cutoff, &local);
+        }
+        if (top)
+            closedir(top);
+    }
+    free(marks.hex);
+    if (stats)
+        *stats = local;
+    return rc;
+}

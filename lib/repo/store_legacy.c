@@ -1,0 +1,154 @@
+/* lib/repo/store_legacy.c - stores before format 2 kept each manifest in a JSON form of their own:
+ *   {"chunks": [[HEX, LEN], ...], "files": [[PATH, SIZE, SHA256, MODE, CHUNKS], ...], "name", "size",
+ *    "sha256", "created_ms", "metadata": {...}, "version"}
+ * Read here (the one reader of that form), and rewritten once as Kestrel__V1__Manifest's JSON when
+ * kestreld claims the store; ROOT/format then says 2. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "repo.h"
+#include "store.h"
+
+#define FORMAT "2\n"
+
+static char *dup_or_empty(const char *s)
+{
+    return kestrel__strdup(s ? s : "");
+}
+
+int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out)
+{
+    cJSON *doc = cJSON_Parse(json), *e;
+    const cJSON *chunks = cJSON_GetObjectItemCaseSensitive(doc, "chunks");
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(doc, "files");
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(doc, "metadata");
+    Kestrel__V1__Manifest *m = kestrel__manifest_new();
+    int ok = m && cJSON_IsObject(doc) && cJSON_IsArray(chunks);
+    if (ok) {
+        m->name = dup_or_empty(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "name")));
+        m->sha256 = dup_or_empty(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "sha256")));
+        m->metadata_json = cJSON_IsObject(meta) ? cJSON_PrintUnformatted(meta) : kestrel__strdup("");
+        m->size = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "size"));
+        m->created_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "created_ms"));
+        m->version = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "version"));
+        ok = m->name && m->sha256 && m->metadata_json;
+        if (!m->name) m->name = (char *)protobuf_c_empty_string;
+        if (!m->sha256) m->sha256 = (char *)protobuf_c_empty_string;
+        if (!m->metadata_json) m->metadata_json = (char *)protobuf_c_empty_string;
+        m->chunks = calloc((size_t)cJSON_GetArraySize(chunks) + 1, sizeof(*m->chunks));
+        ok = ok && m->chunks;
+    }
+    if (ok)
+        cJSON_ArrayForEach(e, chunks) {
+            Kestrel__V1__ChunkRef *c = malloc(sizeof(*c));
+            const char *hex = cJSON_GetStringValue(cJSON_GetArrayItem(e, 0));
+            if (c == NULL || hex == NULL) {
+                free(c);
+                ok = 0;
+                break;
+            }
+            kestrel__v1__chunk_ref__init(c);
+            m->chunks[m->n_chunks++] = c;
+            if ((c->digest = kestrel__strdup(hex)) == NULL) {
+                c->digest = (char *)protobuf_c_empty_string;
+                ok = 0;
+                break;
+            }
+            c->size = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(e, 1));
+        }
+    if (ok && cJSON_IsArray(files)) {
+        ok = (m->files = calloc((size_t)cJSON_GetArraySize(files) + 1, sizeof(*m->files))) != NULL;
+        if (ok)
+            cJSON_ArrayForEach(e, files) {
+                Kestrel__V1__TreeFile *f = malloc(sizeof(*f));
+                const char *path = cJSON_GetStringValue(cJSON_GetArrayItem(e, 0));
+                const char *sha = cJSON_GetStringValue(cJSON_GetArrayItem(e, 2));
+                if (f == NULL || path == NULL || sha == NULL) {
+                    free(f);
+                    ok = 0;
+                    break;
+                }
+                kestrel__v1__tree_file__init(f);
+                m->files[m->n_files++] = f;
+                f->path = kestrel__strdup(path);
+                f->sha256 = kestrel__strdup(sha);
+                if (!f->path || !f->sha256) {
+                    if (!f->path) f->path = (char *)protobuf_c_empty_string;
+                    if (!f->sha256) f->sha256 = (char *)protobuf_c_empty_string;
+                    ok = 0;
+                    break;
+                }
+                f->size = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(e, 1));
+                f->mode = (uint32_t)cJSON_GetNumberValue(cJSON_GetArrayItem(e, 3));
+                f->chunks = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(e, 4));
+            }
+    }
+    cJSON_Delete(doc);
+    if (!ok) {
+        kestrel__manifest_free(m);
+        return kestrel__error_set(KESTREL_EIO, "a manifest is damaged");
+    }
+    m->file_count = (int64_t)m->n_files;
+    *out = m;
+    return 0;
+}
+
+/* Rewrite name@version in the current form when it is in the old one. */
+static int migrate_one(kestrel__store *s, const char *name, int64_t version)
+{
+    char path[PATH_MAX], buf[65536];
+    Kestrel__V1__Manifest *m = NULL;
+    ProtobufCMessage *cur = NULL;
+    kestrel_buf text = KESTREL_BUF_INIT;
+    size_t r;
+    FILE *f;
+    int rc = 0;
+    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", kestrel__store_root(s), name, (long long)version);
+    if ((f = fopen(path, "rb")) == NULL)
+        return 0;   /* deleted meanwhile */
+    while (rc == 0 && (r = fread(buf, 1, sizeof(buf), f)) > 0)
+        rc = kestrel__buf_put(&text, buf, r);
+    fclose(f);
+    if (rc == 0 && kestrel__wire_from_json(&cur, &kestrel__v1__manifest__descriptor, text.ptr ? text.ptr : "", text.size) == 0) {
+        protobuf_c_message_free_unpacked(cur, NULL);   /* already in the current form */
+    } else if (rc == 0 && text.ptr && (rc = kestrel__store_legacy_manifest(text.ptr, &m)) == 0) {
+        m->version = version;
+        text.size = 0;
+        if ((rc = kestrel__wire_to_json(&text, &m->base, 0)) == 0)
+            rc = kestrel__write_file_atomic(path, text.ptr, text.size, 0644);
+        kestrel__manifest_free(m);
+    }
+    kestrel_buf_dispose(&text);
+    if (rc < 0)
+        fprintf(stderr, "kestrel: cannot migrate %s@%lld: %s\n", name, (long long)version, kestrel_error_last()->message);
+    return 0;   /* a damaged manifest stays as it is: readers say so, fsck lists it */
+}
+
+int kestrel__store_migrate(kestrel__store *s)
+{
+    char path[PATH_MAX];
+    kestrel_buf names = KESTREL_BUF_INIT;
+    int rc;
+    snprintf(path, sizeof(path), "%s/format", kestrel__store_root(s));
+    if (access(path, F_OK) == 0)
+        return 0;
+    rc = kestrel__store_list(s, &names);
+    for (char *save = NULL, *n = rc == 0 && names.ptr ? strtok_r(names.ptr, "\n", &save) : NULL; rc == 0 && n;
+         n = strtok_r(NULL, "\n", &save)) {
+        int64_t *vs = NULL;
+        size_t k = 0;
+        if (kestrel__store_versions(s, n, &vs, &k) < 0) {
+            kestrel_error_clear();
+            continue;
+        }
+        for (size_t i = 0; i < k && rc == 0; i++)
+            rc = migrate_one(s, n, vs[i]);
+        free(vs);
+    }
+    kestrel_buf_dispose(&names);
+    return rc < 0 ? rc : kestrel__write_file_atomic(path, FORMAT, strlen(FORMAT), 0644);
+}

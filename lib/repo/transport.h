@@ -1,0 +1,63 @@
+/* lib/repo/transport.h - where a repository lives, behind one small interface: the store opened
+ * in-process for file:// (transport_local.c) or kestreld over HTTP (transport_http.c). Push and pull
+ * (push.c, pull.c) are written once against it; a transport moves chunks and manifests and never
+ * decides anything about them (every check of what arrives is the pull's, and kestreld's). */
+#ifndef KESTREL_TRANSPORT_H
+#define KESTREL_TRANSPORT_H
+
+#include "repo.h"
+
+typedef struct kestrel__transport kestrel__transport;
+
+/* One chunk a pull wants: its digest and size, and its index in the manifest. */
+typedef struct {
+    const char *digest;
+    int64_t size;
+    size_t idx;
+} kestrel__want;
+
+/* A fetched chunk, not yet verified: the pull checks it. data is the transport's until it returns. */
+typedef int (*kestrel__fetched)(void *ctx, const kestrel__want *w, const void *data, size_t len);
+
+typedef struct {
+    /* The manifest of "name", "name@N" or "name@alias", with its chunks and files. */
+    int (*resolve)(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest **out);
+    /* Set missing on the refs (sorted by digest, a digest possibly repeated) the repository lacks. */
+    int (*missing)(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n);
+    /* Store these chunks (each digest once), read from paths[ref->file]; progress counts them as new. */
+    int (*send)(kestrel__transport *t, const char *const *paths, kestrel__chunk_ref *const *todo, size_t n,
+                kestrel__progress *pr);
+    /* Commit m (its chunks all stored) as the next version of m->name; *version is the number given. */
+    int (*commit)(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version);
+    /* Fetch the wanted chunks, in any order, each handed to got as it arrives. */
+    int (*fetch)(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx);
+    /* A chunk arrived damaged: let the repository re-check its copy (best effort). */
+    void (*damaged)(kestrel__transport *t, const char *digest);
+    /* Every version of name, chunk lists left out, aliases filled in. */
+    int (*versions)(kestrel__transport *t, const char *name, Kestrel__V1__ManifestList **out);
+    /* The model names, one a line. */
+    int (*list)(kestrel__transport *t, kestrel_buf *out);
+    int (*alias_set)(kestrel__transport *t, const char *name, const char *alias, int64_t version);
+    int (*alias_delete)(kestrel__transport *t, const char *name, const char *alias);
+    int (*remove)(kestrel__transport *t, const char *name, int64_t version);
+    void (*close)(kestrel__transport *t);
+} kestrel__transport_ops;
+
+struct kestrel__transport {
+    const kestrel__transport_ops *ops;
+};
+
+/* The transport of client c: the store of a file:// client, else its kestreld. */
+int kestrel__transport_open(kestrel__transport **out, kestrel_client *c);
+int kestrel__transport_local(kestrel__transport **out, const char *root);
+int kestrel__transport_http(kestrel__transport **out, kestrel_client *c);
+void kestrel__transport_close(kestrel__transport *t);
+
+/* The one push (push.c): path (a file, or a directory: all its files, or those of select) as the
+ * next version of name; *version is its number. */
+int kestrel__push(kestrel__transport *t, const char *name, const char *path, char *const *select, size_t nselect,
+                  const kestrel_transfer_options *o, kestrel__progress *pr, int64_t *version);
+/* The one pull (pull.c): ref's version at dest (a file, or a directory), verified, or nothing. */
+int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kestrel__progress *pr);
+
+#endif

@@ -1,0 +1,446 @@
+/* lib/repo/transport_http.c - a repository behind kestreld. One connection pool a transfer (a curl
+ * multi handle kept for the transport's life) and at most STREAMS transfers at once, whatever the
+ * number of files: which chunks are missing is asked in batches of QUERY_BATCH digests; missing
+ * chunks go up in packs of up to PACK_MAX bytes read straight from their files (kestreld verifies
+ * each as it streams and never buffers a pack); chunks come down STREAMS at a time. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "http.h"
+#include "store.h"
+#include "transport.h"
+
+#define STREAMS 4
+#define PACK_MAX (32u << 20)
+#define STALL_S 60
+#define QUERY_BATCH 10000
+
+typedef struct {
+    kestrel__transport base;
+    kestrel_client *c;
+    CURLM *multi;   /* the connection pool of this transfer */
+} http;
+
+#define CLIENT(t) (((http *)(t))->c)
+
+static size_t collect(char *data, size_t size, size_t n, void *payload)
+{
+    return kestrel__buf_put(payload, data, size * n) < 0 ? 0 : size * n;
+}
+
+/* A new transfer on the pool: the client's token and TLS settings; it gives up when nothing moves
+ * for STALL_S seconds (a hung server or network), never because it is slow. */
+static CURL *transfer(http *h, const char *url, struct curl_slist **hdrs, const char *content_type, kestrel_buf *resp)
+{
+    CURL *e = curl_easy_init();
+    if (e == NULL || (*hdrs = kestrel__http_headers(h->c, content_type)) == NULL) {
+        if (e)
+            curl_easy_cleanup(e);
+        return NULL;
+    }
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, *hdrs);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     h->c->opts.connect_timeout_ms ? h->c->opts.connect_timeout_ms : 10000L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)STALL_S);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, resp);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    kestrel__http_tls(e);
+    return e;
+}
+
+static int finish_transfer(CURL *e, CURLcode cc, kestrel_buf *resp, const char *what)
+{
+    long status = 0;
+    char *ctype = NULL;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ctype);
+    if (cc != CURLE_OK) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s: %s", what, curl_easy_strerror(cc));
+        return cc == CURLE_ABORTED_BY_CALLBACK ? kestrel__error_set(KESTREL_EIO, "%s: a file changed while it was sent", what)
+                                               : kestrel__error_set_net((int)cc, msg);
+    }
+    return (status < 200 || status >= 300) ? kestrel__http_failure(status, ctype, resp) : 0;
+}
+
+/* ---- streams: up to STREAMS transfers on the pool, started by next() and ended by done() ------ */
+
+typedef struct {
+    CURL *e;
+    struct curl_slist *hdrs;
+    kestrel_buf resp;
+    void *job;
+} stream;
+
+/* start: begin the next transfer on s (0: nothing left, 1: started, < 0: error); end: it finished. */
+typedef int (*stream_start)(void *ctx, http *h, stream *s);
+typedef int (*stream_end)(void *ctx, stream *s, CURLcode cc);
+
+static void stream_drop(http *h, stream *s)
+{
+    if (s->e) {
+        curl_multi_remove_handle(h->multi, s->e);
+        curl_easy_cleanup(s->e);
+    }
+    curl_slist_free_all(s->hdrs);
+    s->e = NULL;
+    s->hdrs = NULL;
+    s->resp.size = 0;
+}
+
+static int run_streams(http *h, stream_start start, stream_end end, void *ctx)
+{
+    stream st[STREAMS];
+    int rc = 0, more = 1;
+    memset(st, 0, sizeof(st));
+    for (;;) {
+        int active = 0, running = 0;
+        CURLMsg *msg;
+        int left;
+        for (int i = 0; i < STREAMS && rc == 0; i++) {
+            if (!st[i].e && more) {
+                int r = start(ctx, h, &st[i]);
+                if (r < 0)
+                    rc = r;
+                else if (r == 0)
+                    more = 0;
+                else if (curl_multi_add_handle(h->multi, st[i].e) != CURLM_OK)
+                    rc = kestrel__error_oom();
+            }
+            active += st[i].e != NULL;
+        }
+        if (active == 0 || rc < 0)
+            break;
+        curl_multi_perform(h->multi, &running);
+        while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
+            int i;
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            for (i = 0; i < STREAMS && st[i].e != msg->easy_handle; i++)
+                ;
+            if (i == STREAMS)
+                continue;
+            if (rc == 0)
+                rc = end(ctx, &st[i], msg->data.result);
+            stream_drop(h, &st[i]);
+        }
+        if (rc < 0)
+            break;
+        if (running)
+            curl_multi_poll(h->multi, NULL, 0, 100, NULL);
+    }
+    for (int i = 0; i < STREAMS; i++) {   /* on an error: stop the others */
+        stream_drop(h, &st[i]);
+        kestrel_buf_dispose(&st[i].resp);
+    }
+    return rc;
+}
+
+/* ---- push ----------------------------------------------------------------------------------- */
+
+static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
+{
+    int rc = 0;
+    for (size_t off = 0; off < n && rc == 0; off += QUERY_BATCH) {
+        size_t k = n - off < QUERY_BATCH ? n - off : QUERY_BATCH, nq = 0;
+        Kestrel__V1__ChunkQuery q = KESTREL__V1__CHUNK_QUERY__INIT;
+        kestrel__request req = { "POST", "/api/v1/chunks/missing", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
+                                 NULL };
+        ProtobufCMessage *res;
+        const Kestrel__V1__ChunkQueryResult *qr;
+        size_t at = 0;
+        if ((q.digests = malloc(k * sizeof(char *))) == NULL)
+            return kestrel__error_oom();
+        for (size_t i = 0; i < k; i++)
+            if (nq == 0 || strcmp(q.digests[nq - 1], refs[off + i].hex))
+                q.digests[nq++] = refs[off + i].hex;   /* each digest once */
+        q.n_digests = nq;
+        rc = kestrel__http_call(&res, CLIENT(t), &req);
+        free(q.digests);
+        if (rc < 0)
+            break;
+        qr = (const Kestrel__V1__ChunkQueryResult *)res;
+        for (size_t i = 0; i < k; i++) {   /* both sorted: one walk */
+            while (at < qr->n_missing && strcmp(qr->missing[at], refs[off + i].hex) < 0)
+                at++;
+            refs[off + i].missing = at < qr->n_missing && !strcmp(qr->missing[at], refs[off + i].hex);
+        }
+        protobuf_c_message_free_unpacked(res, NULL);
+    }
+    return rc;
+}
+
+typedef struct {
+    const char *const *paths;
+    kestrel__chunk_ref *const *todo;
+    size_t n, i;         /* the pack's chunks: todo[first, n) of the pack */
+    int fd;
+    uint32_t fd_file;
+    uint8_t head[36];
+    size_t in_head, in_chunk;
+} pack_upload;
+
+typedef struct {
+    const char *const *paths;
+    kestrel__chunk_ref *const *todo;
+    size_t n, next;
+    kestrel__progress *pr;
+    char url[2200];
+} packs;
+
+static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
+{
+    pack_upload *u = payload;
+    size_t room = size * nitems, done = 0;
+    while (done < room && u->i < u->n) {
+        const kestrel__chunk_ref *c = u->todo[u->i];
+        if (u->in_head < 36) {
+            size_t take;
+            if (u->in_head == 0) {
+                for (int k = 0; k < 32; k++) {
+                    unsigned v;
+                    sscanf(c->hex + 2 * k, "%2x", &v);
+                    u->head[k] = (uint8_t)v;
+                }
+                u->head[32] = (uint8_t)(c->len >> 24);
+                u->head[33] = (uint8_t)(c->len >> 16);
+                u->head[34] = (uint8_t)(c->len >> 8);
+                u->head[35] = (uint8_t)c->len;
+            }
+            take = 36 - u->in_head < room - done ? 36 - u->in_head : room - done;
+            memcpy(buf + done, u->head + u->in_head, take);
+            u->in_head += take;
+            done += take;
+            continue;
+        }
+        if (u->fd < 0 || u->fd_file != c->file) {
+            if (u->fd >= 0)
+                close(u->fd);
+            u->fd_file = c->file;
+            if ((u->fd = open(u->paths[c->file], O_RDONLY | O_CLOEXEC)) < 0)
+                return CURL_READFUNC_ABORT;
+        }
+        {
+            size_t want = c->len - u->in_chunk, take = want < room - done ? want : room - done;
+            ssize_t r = take ? pread(u->fd, buf + done, take, c->offset + (off_t)u->in_chunk) : 0;
+            if (r <= 0 && take)
+                return CURL_READFUNC_ABORT;   /* unreadable, or the file shrank under us */
+            u->in_chunk += (size_t)r;
+            done += (size_t)r;
+            if (u->in_chunk == c->len) {
+                u->i++;
+                u->in_head = u->in_chunk = 0;
+            }
+        }
+    }
+    return done;
+}
+
+static int pack_start(void *ctx, http *h, stream *s)
+{
+    packs *p = ctx;
+    pack_upload *u;
+    size_t first = p->next;
+    int64_t bytes = 0, total = 0;
+    if (p->next >= p->n)
+        return 0;
+    while (p->next < p->n && (p->next == first || bytes + p->todo[p->next]->len <= PACK_MAX))
+        bytes += p->todo[p->next++]->len;
+    if ((u = calloc(1, sizeof(*u))) == NULL)
+        return kestrel__error_oom();
+    *u = (pack_upload){ p->paths, p->todo + first, p->next - first, 0, -1, 0, { 0 }, 0, 0 };
+    for (size_t i = 0; i < u->n; i++)
+        total += 36 + u->todo[i]->len;
+    if ((s->e = transfer(h, p->url, &s->hdrs, "application/octet-stream", &s->resp)) == NULL) {
+        free(u);
+        return kestrel__error_oom();
+    }
+    s->job = u;
+    curl_easy_setopt(s->e, CURLOPT_POST, 1L);
+    curl_easy_setopt(s->e, CURLOPT_READFUNCTION, pack_read);
+    curl_easy_setopt(s->e, CURLOPT_READDATA, u);
+    curl_easy_setopt(s->e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)total);
+    curl_easy_setopt(s->e, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);   /* the 64 KiB default halves throughput */
+    return 1;
+}
+
+static int pack_end(void *ctx, stream *s, CURLcode cc)
+{
+    packs *p = ctx;
+    pack_upload *u = s->job;
+    int rc = finish_transfer(s->e, cc, &s->resp, "pack upload");
+    if (rc == 0) {
+        for (size_t i = 0; i < u->n; i++)
+            p->pr->p.bytes_new += u->todo[i]->len;
+        p->pr->p.chunks_new += (int64_t)u->n;
+        rc = kestrel__progress_report(p->pr, 0);
+    }
+    if (u->fd >= 0)
+        close(u->fd);
+    free(u);
+    s->job = NULL;
+    return rc;
+}
+
+static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel__chunk_ref *const *todo, size_t n,
+                       kestrel__progress *pr)
+{
+    packs p = { paths, todo, n, 0, pr, "" };
+    snprintf(p.url, sizeof(p.url), "%s/api/v1/chunks/pack", CLIENT(t)->url);
+    return run_streams((http *)t, pack_start, pack_end, &p);
+}
+
+static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)
+{
+    char path[600];
+    ProtobufCMessage *resp = NULL;
+    kestrel__request req = { "POST", path, &m->base, &kestrel__v1__manifest__descriptor, 0, 0, NULL };
+    int rc;
+    snprintf(path, sizeof(path), "/api/v1/models/%s/versions", m->name);
+    if ((rc = kestrel__http_call(&resp, CLIENT(t), &req)) < 0)
+        return rc;
+    *version = ((Kestrel__V1__Manifest *)resp)->version;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return 0;
+}
+
+/* ---- pull ----------------------------------------------------------------------------------- */
+
+static int resolve(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest **out)
+{
+    char name[256], path[700];
+    const char *at;
+    kestrel__request req = { "GET", path, NULL, &kestrel__v1__manifest__descriptor, 1, 0, NULL };
+    int rc = kestrel__ref_split(ref, name, sizeof(name), &at);
+    if (rc < 0)
+        return rc;
+    snprintf(path, sizeof(path), "/api/v1/models/%s/versions/%s", name, at);
+    return kestrel__http_call((ProtobufCMessage **)out, CLIENT(t), &req);
+}
+
+typedef struct {
+    const kestrel__want *want;
+    size_t n, next;
+    kestrel__fetched got;
+    void *ctx;
+} fetches;
+
+static int fetch_start(void *ctx, http *h, stream *s)
+{
+    fetches *f = ctx;
+    char url[2300];
+    if (f->next >= f->n)
+        return 0;
+    snprintf(url, sizeof(url), "%s/api/v1/chunks/%s", h->c->url, f->want[f->next].digest);
+    if ((s->e = transfer(h, url, &s->hdrs, NULL, &s->resp)) == NULL)
+        return kestrel__error_oom();
+    curl_easy_setopt(s->e, CURLOPT_BUFFERSIZE, 512L * 1024);
+    s->job = (void *)&f->want[f->next++];
+    return 1;
+}
+
+static int fetch_end(void *ctx, stream *s, CURLcode cc)
+{
+    fetches *f = ctx;
+    int rc = finish_transfer(s->e, cc, &s->resp, "chunk download");
+    return rc < 0 ? rc : f->got(f->ctx, s->job, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
+}
+
+static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx)
+{
+    fetches f = { want, n, 0, got, ctx };
+    return run_streams((http *)t, fetch_start, fetch_end, &f);
+}
+
+/* kestreld re-hashes its copy and quarantines it when the stored bytes are wrong, so the next push
+ * heals every version using it (a network fault changes nothing there). */
+static void damaged(kestrel__transport *t, const char *digest)
+{
+    char path[128];
+    kestrel__request req = { "POST", path, NULL, NULL, 0, 0, NULL };
+    snprintf(path, sizeof(path), "/api/v1/chunks/%s/verify", digest);
+    kestrel__http_call(NULL, CLIENT(t), &req);   /* the pull sets its own error after this */
+}
+
+/* ---- the rest of the repository API ------------------------------------------------------------ */
+
+static int versions(kestrel__transport *t, const char *name, Kestrel__V1__ManifestList **out)
+{
+    char path[600];
+    kestrel__request req = { "GET", path, NULL, &kestrel__v1__manifest_list__descriptor, 1, 0, NULL };
+    snprintf(path, sizeof(path), "/api/v1/models/%s/versions", name);
+    return kestrel__http_call((ProtobufCMessage **)out, CLIENT(t), &req);
+}
+
+static int list(kestrel__transport *t, kestrel_buf *out)
+{
+    kestrel__request req = { "GET", "/api/v1/models", NULL, &kestrel__v1__model_list__descriptor, 1, 0, NULL };
+    ProtobufCMessage *m;
+    int rc = kestrel__http_call(&m, CLIENT(t), &req);
+    if (rc < 0)
+        return rc;
+    rc = kestrel__buf_puts(out, "");
+    for (size_t i = 0; rc == 0 && i < ((Kestrel__V1__ModelList *)m)->n_names; i++)
+        rc = kestrel__buf_printf(out, "%s\n", ((Kestrel__V1__ModelList *)m)->names[i]);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+}
+
+static int alias_call(kestrel__transport *t, const char *name, const char *alias, int64_t version, int del)
+{
+    char path[700];
+    Kestrel__V1__AliasUpdate u = KESTREL__V1__ALIAS_UPDATE__INIT;
+    kestrel__request req = { del ? "DELETE" : "PUT", path, del ? NULL : &u.base, NULL, 1, 0, NULL };
+    u.version = version;
+    snprintf(path, sizeof(path), "/api/v1/models/%s/aliases/%s", name, alias);
+    return kestrel__http_call(NULL, CLIENT(t), &req);
+}
+
+static int alias_set(kestrel__transport *t, const char *name, const char *alias, int64_t version)
+{
+    return alias_call(t, name, alias, version, 0);
+}
+
+static int alias_delete(kestrel__transport *t, const char *name, const char *alias)
+{
+    return alias_call(t, name, alias, 0, 1);
+}
+
+static int remove_version(kestrel__transport *t, const char *name, int64_t version)
+{
+    char path[700];
+    kestrel__request req = { "DELETE", path, NULL, NULL, 1, 0, NULL };
+    snprintf(path, sizeof(path), "/api/v1/models/%s/versions/%" PRId64, name, version);
+    return kestrel__http_call(NULL, CLIENT(t), &req);
+}
+
+static void close_http(kestrel__transport *t)
+{
+    curl_multi_cleanup(((http *)t)->multi);
+    free(t);
+}
+
+static const kestrel__transport_ops ops = {
+    resolve, missing, send_chunks, commit, fetch, damaged, versions, list, alias_set, alias_delete, remove_version,
+    close_http,
+};
+
+int kestrel__transport_http(kestrel__transport **out, kestrel_client *c)
+{
+    http *h = calloc(1, sizeof(*h));
+    if (h == NULL || (h->multi = curl_multi_init()) == NULL) {
+        free(h);
+        return kestrel__error_oom();
+    }
+    h->base.ops = &ops;
+    h->c = c;
+    *out = &h->base;
+    return 0;
+}

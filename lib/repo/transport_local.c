@@ -1,0 +1,183 @@
+/* lib/repo/transport_local.c - a file:// repository: the store (store.c) opened in this process, no
+ * daemon. Chunks are read back from the pushed files and checked against their digests before they
+ * are stored (the file may have changed since it was hashed). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "chunk.h"
+#include "store.h"
+#include "transport.h"
+
+typedef struct {
+    kestrel__transport base;
+    kestrel__store *s;
+} local;
+
+#define STORE(t) (((local *)(t))->s)
+
+static int resolve(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest **out)
+{
+    return kestrel__store_resolve(STORE(t), ref, out);
+}
+
+static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        refs[i].missing = (i && !strcmp(refs[i].hex, refs[i - 1].hex)) ? refs[i - 1].missing
+                                                                        : !kestrel__store_has_chunk(STORE(t), refs[i].hex);
+    return 0;
+}
+
+static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel__chunk_ref *const *todo, size_t n,
+                       kestrel__progress *pr)
+{
+    uint8_t *buf = malloc(KESTREL__CHUNK_MAX);
+    int fd = -1, rc = 0;
+    uint32_t open_file = UINT32_MAX;
+    if (buf == NULL)
+        return kestrel__error_oom();
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const kestrel__chunk_ref *c = todo[i];
+        char got[KESTREL__HEX_LEN + 1];
+        ssize_t r;
+        if (c->file != open_file) {
+            if (fd >= 0)
+                close(fd);
+            open_file = c->file;
+            if ((fd = open(paths[c->file], O_RDONLY | O_CLOEXEC)) < 0) {
+                rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", paths[c->file], strerror(errno));
+                break;
+            }
+        }
+        r = pread(fd, buf, c->len, c->offset);
+        if (r >= 0)
+            kestrel__sha256_hex(buf, (size_t)r, got);
+        if (r != (ssize_t)c->len || strcmp(got, c->hex)) {
+            rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed", paths[c->file]);
+            break;
+        }
+        if ((rc = kestrel__store_put_chunk(STORE(t), c->hex, buf, c->len)) < 0)
+            break;
+        pr->p.bytes_new += c->len;
+        pr->p.chunks_new++;
+        rc = kestrel__progress_report(pr, 0);
+    }
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return rc;
+}
+
+static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)
+{
+    int rc;
+    for (size_t i = 0; i < m->n_chunks; i++)   /* a chunk collected since the push asked */
+        if (!kestrel__store_has_chunk(STORE(t), m->chunks[i]->digest))
+            return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored: push again",
+                                      m->chunks[i]->digest);
+    if ((rc = kestrel__store_commit(STORE(t), m->name, m, version)) < 0)
+        return rc;
+    return m->alias[0] ? kestrel__store_alias_set(STORE(t), m->name, m->alias, *version) : 0;
+}
+
+static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char path[4200];
+        FILE *f;
+        snprintf(path, sizeof(path), "%s/chunks/%.2s/%s", kestrel__store_root(STORE(t)), want[i].digest, want[i].digest + 2);
+        if ((f = fopen(path, "rb")) == NULL) {
+            rc = errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "chunk %.12s is not in the repository", want[i].digest)
+                                 : kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+            break;
+        }
+        b.size = 0;
+        if ((rc = kestrel__buf_grow(&b, (size_t)want[i].size + 1)) == 0) {
+            b.size = fread(b.ptr, 1, (size_t)want[i].size + 1, f);   /* one byte more: a longer chunk is damaged */
+            rc = got(ctx, &want[i], b.ptr, b.size);
+        }
+        fclose(f);
+    }
+    kestrel_buf_dispose(&b);
+    return rc;
+}
+
+static void damaged(kestrel__transport *t, const char *digest)
+{
+    kestrel__store_check_chunk(STORE(t), digest);   /* quarantined when the stored bytes are wrong */
+}
+
+static int versions(kestrel__transport *t, const char *name, Kestrel__V1__ManifestList **out)
+{
+    Kestrel__V1__ManifestList *l = malloc(sizeof(*l));
+    int64_t *vs = NULL;
+    size_t n = 0;
+    int rc;
+    if (l == NULL)
+        return kestrel__error_oom();
+    kestrel__v1__manifest_list__init(l);
+    if ((rc = kestrel__store_versions(STORE(t), name, &vs, &n)) < 0 ||
+        (l->versions = calloc(n + 1, sizeof(*l->versions))) == NULL) {
+        free(l);
+        free(vs);
+        return rc < 0 ? rc : kestrel__error_oom();
+    }
+    for (size_t i = 0; i < n; i++)
+        if (kestrel__store_listing(STORE(t), name, vs[i], &l->versions[l->n_versions]) == 0)
+            l->n_versions++;   /* else deleted meanwhile */
+    kestrel_error_clear();
+    free(vs);
+    *out = l;
+    return 0;
+}
+
+static int list(kestrel__transport *t, kestrel_buf *out)
+{
+    return kestrel__store_list(STORE(t), out);
+}
+
+static int alias_set(kestrel__transport *t, const char *name, const char *alias, int64_t version)
+{
+    return kestrel__store_alias_set(STORE(t), name, alias, version);
+}
+
+static int alias_delete(kestrel__transport *t, const char *name, const char *alias)
+{
+    return kestrel__store_alias_delete(STORE(t), name, alias);
+}
+
+static int remove_version(kestrel__transport *t, const char *name, int64_t version)
+{
+    return kestrel__store_delete(STORE(t), name, version);
+}
+
+static void close_local(kestrel__transport *t)
+{
+    kestrel__store_close(STORE(t));
+    free(t);
+}
+
+static const kestrel__transport_ops ops = {
+    resolve, missing, send_chunks, commit, fetch, damaged, versions, list, alias_set, alias_delete, remove_version,
+    close_local,
+};
+
+int kestrel__transport_local(kestrel__transport **out, const char *root)
+{
+    local *l = calloc(1, sizeof(*l));
+    int rc;
+    if (l == NULL)
+        return kestrel__error_oom();
+    if ((rc = kestrel__store_open(&l->s, root)) < 0) {
+        free(l);
+        return rc;
+    }
+    l->base.ops = &ops;
+    *out = &l->base;
+    return 0;
+}
