@@ -70,6 +70,14 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
         assert c.execute("PRAGMA user_version").fetchone()[0] == 6
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE((old_dir / "data" / "repo").stat().st_mode) == 0o700
+    # the store was migrated once to format 2: every manifest is Manifest's proto3 JSON now
+    repo = old_dir / "data" / "repo"
+    assert (repo / "format").read_text() == "2\n"
+    manifests = list((repo / "models").rglob("versions/*.json"))
+    assert manifests
+    for m in manifests:
+        doc = json.loads(m.read_text())
+        assert doc["name"] and all(set(c) == {"digest", "size"} for c in doc["chunks"]), m
 
 
 def test_a_newer_catalog_is_refused(old_dir):
