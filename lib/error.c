@@ -51,6 +51,11 @@ int kestrel__error_set_http(int code, int http_status, const char *message)
     return record(code, http_status, 0, message);
 }
 
+int kestrel__error_restore(const kestrel_error *e)
+{
+    return record(e->code, e->http_status, e->transport_code, e->message);
+}
+
 int kestrel__error_set_net(int transport_code, const char *message)
 {
     return record(KESTREL_ENET, 0, transport_code, message);

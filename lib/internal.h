@@ -29,6 +29,8 @@ __attribute__((format(printf, 2, 3)))
 int kestrel__error_set(int code, const char *fmt, ...);
 int kestrel__error_set_http(int code, int http_status, const char *message);
 int kestrel__error_set_net(int transport_code, const char *message);
+/* Record e (another thread's error, copied) as this thread's; returns its code. */
+int kestrel__error_restore(const kestrel_error *e);
 int kestrel__error_oom(void);
 /* Misuse check for a handle: returns 0 when h is non-NULL and alive. */
 int kestrel__check_handle(const void *h, uint32_t magic, uint32_t expected, const char *what);

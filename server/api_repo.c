@@ -1,6 +1,7 @@
 /* server/api_repo.c - the model repository over HTTP, on the same store as file:// URLs
  * (lib/repo/store.c): chunk queries, streamed and verified packs, manifests, versions, aliases. */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +199,19 @@ static char *commit_metadata(kd_req *r, const char *json, char *msg, size_t n)
     return out;
 }
 
+/* The sync of the store, on its own thread: the disk flushes while bytes_match hashes. */
+struct store_sync {
+    kestrel__store *s;
+    int rc;
+};
+
+static void *store_sync_main(void *arg)
+{
+    struct store_sync *w = arg;
+    w->rc = kestrel__store_sync(w->s);
+    return NULL;
+}
+
 static enum MHD_Result commit(kd_req *r, const char *name)
 {
     enum MHD_Result reply = MHD_NO;
@@ -230,9 +244,17 @@ static enum MHD_Result commit(kd_req *r, const char *name)
             reply = kd_reply_error(r, 400, "invalid_argument", msg);
             goto out;
         }
-    if (bytes_match(r, in, msg, sizeof(msg)) < 0 || (s = commit_metadata(r, in->metadata_json, msg, sizeof(msg))) == NULL) {
-        reply = kd_reply_error(r, 400, "invalid_argument", msg);
-        goto out;
+    {   /* the chunks are made durable (the commit's sync then has nothing left) while they are hashed */
+        struct store_sync w = { r->e->store, 0 };
+        pthread_t th;
+        int threaded = pthread_create(&th, NULL, store_sync_main, &w) == 0;
+        rc = bytes_match(r, in, msg, sizeof(msg));
+        if (threaded)
+            pthread_join(th, NULL);
+        if (rc < 0 || (s = commit_metadata(r, in->metadata_json, msg, sizeof(msg))) == NULL) {
+            reply = kd_reply_error(r, 400, "invalid_argument", msg);
+            goto out;
+        }
     }
     if (in->metadata_json != protobuf_c_empty_string)
         free(in->metadata_json);

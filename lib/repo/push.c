@@ -3,6 +3,7 @@
  * repository which chunks it lacks (all of them at once, in batches), send those, commit the
  * manifest. The repository checks what it receives; nothing is visible before the commit. */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -19,15 +20,40 @@
 #include "transport.h"
 
 #define READ_BUF (8u * 1024 * 1024)
+#define BATCH_BYTES (64u * 1024 * 1024)   /* hashed bytes handed to the sender at once */
+#define BATCH_CHUNKS 4096
+
+/* The sender: a thread that asks which of the chunks hashed so far the repository lacks and sends
+ * those, batch after batch, while the push goes on hashing the next ones. */
+typedef struct {
+    kestrel__transport *t;
+    const char *const *paths;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    kestrel__chunk_ref *q;      /* handed over, not yet taken */
+    size_t nq, capq;
+    int closing;
+    int rc;                     /* its first failure (atomic), and that failure's error: */
+    kestrel_error err;
+    char msg[1024];
+    kestrel__progress pr;       /* what it sent (no callback: the push reports) */
+    pthread_t th;
+    int running;
+} sender;
 
 typedef struct {
     kestrel__progress *pr;
+    sender *out;
+    size_t handed, counted;     /* refs [0, handed) are the sender's; [handed, counted) add up to pending */
+    int64_t pending;
     kestrel__pushcache cache;
     kestrel__chunk_ref *refs;   /* every file's chunks, in manifest order */
     size_t n, cap;
     uint8_t *buf;               /* READ_BUF, reused file after file */
     int64_t done;               /* bytes of the files before the current one */
 } push_state;
+
+static int handover(push_state *ps, int final);
 
 static int64_t now_ns(void)
 {
@@ -101,7 +127,7 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
         }
         ps->pr->p.bytes_done = ps->done + offset;
         ps->pr->p.chunks_done = (int64_t)ps->n;
-        if ((rc = kestrel__progress_report(ps->pr, 0)) < 0)
+        if ((rc = handover(ps, 0)) < 0 || (rc = kestrel__progress_report(ps->pr, 0)) < 0)
             break;
         memmove(ps->buf, ps->buf + off, have - off);
         have -= off;
@@ -147,6 +173,8 @@ static int chunk_one(push_state *ps, const char *path, const char *abs, uint32_t
         *chunks = (int64_t)k;
         ps->pr->p.bytes_done = ps->done + (int64_t)st.st_size;
         ps->pr->p.chunks_done = (int64_t)ps->n;
+        if (rc == 0)
+            rc = handover(ps, 0);
         return rc < 0 ? rc : kestrel__progress_report(ps->pr, 0);
     }
     started = now_ns() - 1000000000;   /* timestamps are coarse */
@@ -172,29 +200,134 @@ static int by_place(const void *a, const void *b)
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-/* Ask which chunks the repository lacks, then send each of those once, in file order. */
-static int send_missing(kestrel__transport *t, push_state *ps, const char *const *paths)
+/* Ask which of refs the repository lacks, then send each of those once, in file order. */
+static int send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs, size_t n, const char *const *paths,
+                        kestrel__progress *pr)
 {
-    kestrel__chunk_ref *sorted = malloc((ps->n + 1) * sizeof(*sorted)), **todo = NULL;
+    kestrel__chunk_ref *sorted = malloc((n + 1) * sizeof(*sorted)), **todo = NULL;
     size_t ntodo = 0;
     int rc;
     if (sorted == NULL)
         return kestrel__error_oom();
-    if (ps->n)
-        memcpy(sorted, ps->refs, ps->n * sizeof(*sorted));
-    if (ps->n > 1)
-        qsort(sorted, ps->n, sizeof(*sorted), by_digest);
-    if ((rc = t->ops->missing(t, sorted, ps->n)) == 0 && (todo = malloc((ps->n + 1) * sizeof(*todo))) == NULL)
+    if (n)
+        memcpy(sorted, refs, n * sizeof(*sorted));
+    if (n > 1)
+        qsort(sorted, n, sizeof(*sorted), by_digest);
+    if ((rc = t->ops->missing(t, sorted, n)) == 0 && (todo = malloc((n + 1) * sizeof(*todo))) == NULL)
         rc = kestrel__error_oom();
-    for (size_t i = 0; rc == 0 && i < ps->n; i++)
+    for (size_t i = 0; rc == 0 && i < n; i++)
         if (sorted[i].missing && (ntodo == 0 || strcmp(todo[ntodo - 1]->hex, sorted[i].hex)))
             todo[ntodo++] = &sorted[i];   /* one copy of each digest */
     if (rc == 0 && ntodo > 1)
         qsort(todo, ntodo, sizeof(*todo), by_place);   /* read each file front to back */
     if (rc == 0 && ntodo)
-        rc = t->ops->send(t, paths, todo, ntodo, ps->pr);
+        rc = t->ops->send(t, paths, todo, ntodo, pr);
     free(todo);
     free(sorted);
+    return rc;
+}
+
+static void *sender_main(void *arg)
+{
+    sender *s = arg;
+    for (;;) {
+        kestrel__chunk_ref *batch;
+        size_t n;
+        int rc;
+        pthread_mutex_lock(&s->mu);
+        while (s->nq == 0 && !s->closing)
+            pthread_cond_wait(&s->cv, &s->mu);
+        batch = s->q;
+        n = s->nq;
+        s->q = NULL;
+        s->nq = s->capq = 0;
+        pthread_mutex_unlock(&s->mu);
+        if (n == 0) {
+            free(batch);
+            break;   /* closing, and everything sent */
+        }
+        rc = send_missing(s->t, batch, n, s->paths, &s->pr);
+        free(batch);
+        if (rc < 0) {   /* keep the error for the push's thread, which stops at its next hand-over */
+            const kestrel_error *e = kestrel_error_last();
+            snprintf(s->msg, sizeof(s->msg), "%s", e->message);
+            s->err = *e;
+            s->err.message = s->msg;
+            __atomic_store_n(&s->rc, rc, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int sender_failed(sender *s)
+{
+    int rc = __atomic_load_n(&s->rc, __ATOMIC_ACQUIRE);
+    return rc < 0 ? kestrel__error_restore(&s->err) : 0;
+}
+
+/* Hand the chunks hashed since the last hand-over to the sender once they make a batch (final:
+ * whatever is left); report progress, and the sender's failure if it had one. */
+static int handover(push_state *ps, int final)
+{
+    sender *s = ps->out;
+    int rc;
+    for (; ps->counted < ps->n; ps->counted++)
+        ps->pending += ps->refs[ps->counted].len;
+    ps->pr->p.bytes_new = __atomic_load_n(&s->pr.p.bytes_new, __ATOMIC_RELAXED);
+    ps->pr->p.chunks_new = __atomic_load_n(&s->pr.p.chunks_new, __ATOMIC_RELAXED);
+    if ((rc = sender_failed(s)) < 0)
+        return rc;
+    if (ps->n == ps->handed || (!final && ps->pending < (int64_t)BATCH_BYTES && ps->n - ps->handed < BATCH_CHUNKS))
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    rc = kestrel__array_grow(&s->q, &s->capq, s->nq + (ps->n - ps->handed) + 1, sizeof(*s->q));
+    if (rc == 0) {
+        memcpy(s->q + s->nq, ps->refs + ps->handed, (ps->n - ps->handed) * sizeof(*s->q));
+        s->nq += ps->n - ps->handed;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc < 0)
+        return rc;
+    ps->handed = ps->n;
+    ps->pending = 0;
+    return 0;
+}
+
+static int sender_start(sender *s, kestrel__transport *t, const char *const *paths)
+{
+    memset(s, 0, sizeof(*s));
+    s->t = t;
+    s->paths = paths;
+    s->pr.p.version = 1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->th, NULL, sender_main, s) != 0)
+        return kestrel__error_set(KESTREL_ENOMEM, "cannot start the sender thread");
+    s->running = 1;
+    return 0;
+}
+
+/* Wait for the sender to send what it has (stop: tell it to give up first), then free it. */
+static int sender_finish(sender *s, int stop)
+{
+    int rc = 0;
+    if (s->running) {
+        pthread_mutex_lock(&s->mu);
+        if (stop)
+            s->nq = 0;   /* what it is sending now is the last */
+        s->closing = 1;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+        s->running = 0;
+        rc = stop ? 0 : sender_failed(s);
+    }
+    free(s->q);
+    s->q = NULL;
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
     return rc;
 }
 
@@ -202,6 +335,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
                   const kestrel_transfer_options *o, kestrel__progress *pr, int64_t *version)
 {
     push_state ps;
+    sender out;
     Kestrel__V1__Manifest *m = kestrel__manifest_new();
     char **paths = NULL, root[PATH_MAX], sha[65] = "", abs[PATH_MAX + 4200];
     size_t npaths = 0;
@@ -234,17 +368,20 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         rc = kestrel__error_oom();
         goto done;
     }
+    for (size_t i = 0; i < npaths; i++) {
+        if (m->n_files ? asprintf(&paths[i], "%s/%s", path, m->files[i]->path) < 0 : !(paths[i] = kestrel__strdup(path)))
+            paths[i] = NULL;
+        if (paths[i] == NULL) {
+            rc = kestrel__error_oom();
+            goto done;
+        }
+    }
+    if ((rc = sender_start(&out, t, (const char *const *)paths)) < 0)
+        goto done;
+    ps.out = &out;
     for (size_t i = 0; i < npaths && rc == 0; i++) {
         Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
         int64_t chunks = 0;
-        if (f && asprintf(&paths[i], "%s/%s", path, f->path) < 0)
-            paths[i] = NULL;
-        else if (!f)
-            paths[i] = kestrel__strdup(path);
-        if (paths[i] == NULL) {
-            rc = kestrel__error_oom();
-            break;
-        }
         snprintf(abs, sizeof(abs), "%s%s%s", root, f ? "/" : "", f ? f->path : "");
         if ((rc = chunk_one(&ps, paths[i], abs, (uint32_t)i, f ? f->size : -1, sha, &chunks)) < 0)
             break;
@@ -257,6 +394,14 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
             ps.done += f->size;
         }
     }
+    if (rc == 0)
+        rc = handover(&ps, 1);
+    {
+        int r = sender_finish(&out, rc < 0);   /* everything sent, or the first failure */
+        rc = rc < 0 ? rc : r;
+    }
+    pr->p.bytes_new = out.pr.p.bytes_new;
+    pr->p.chunks_new = out.pr.p.chunks_new;
     if (rc < 0)
         goto done;
     if (m->n_files)
@@ -270,7 +415,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         goto done;
     }
     m->created_ms = kestrel__now_ms();
-    if ((rc = send_missing(t, &ps, (const char *const *)paths)) < 0 || (rc = t->ops->commit(t, m, version)) < 0)
+    if ((rc = t->ops->commit(t, m, version)) < 0)
         goto done;
     pr->p.bytes_done = pr->p.bytes_total;
     rc = kestrel__progress_report(pr, 1);

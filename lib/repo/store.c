@@ -165,6 +165,8 @@ static int write_temp(const char *final, const void *data, size_t len, char *tmp
         p += w;
         len -= (size_t)w;
     }
+    if (!do_fsync)   /* a chunk: start writing it back now, so the sync before the commit finds little left */
+        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     if ((do_fsync && fsync(fd) < 0) || close(fd) < 0) {
         int rc = io_error("cannot sync", tmp);
         unlink(tmp);
