@@ -46,7 +46,7 @@ typedef struct {
     sender *out;
     size_t handed, counted;     /* refs [0, handed) are the sender's; [handed, counted) add up to pending */
     int64_t pending;
-    kestrel__pushcache cache;
+    kestrel__pushcache *cache;  /* NULL: none */
     kestrel__chunk_ref *refs;   /* every file's chunks, in manifest order */
     size_t n, cap;
     uint8_t *buf;               /* READ_BUF, reused file after file */
@@ -145,8 +145,9 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
 }
 
 /* One file of the push: from the stat cache when it is unchanged since an earlier push read it,
- * else read and hashed. abs: its absolute path (the cache's key); chunks: how many it has. */
-static int chunk_one(push_state *ps, const char *path, const char *abs, uint32_t file, int64_t want_size, char sha[65],
+ * else read and hashed. rel: its path in the pushed directory ("" for a pushed file); chunks: how
+ * many it has. */
+static int chunk_one(push_state *ps, const char *path, const char *rel, uint32_t file, int64_t want_size, char sha[65],
                      int64_t *chunks)
 {
     kestrel__chunk_ref *cached = NULL;
@@ -160,7 +161,7 @@ static int chunk_one(push_state *ps, const char *path, const char *abs, uint32_t
         close(fd);
         return kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed", path);
     }
-    if (kestrel__pushcache_lookup(&ps->cache, abs, &st, &cached, &k, sha)) {
+    if (kestrel__pushcache_lookup(ps->cache, rel, &st, &cached, &k, sha)) {
         /* its chunks and digest hold (the repository still checks every chunk it receives) */
         if ((rc = kestrel__array_grow(&ps->refs, &ps->cap, ps->n + k + 1, sizeof(*ps->refs))) == 0) {
             for (size_t i = 0; i < k; i++)
@@ -183,7 +184,7 @@ static int chunk_one(push_state *ps, const char *path, const char *abs, uint32_t
     if (rc < 0)
         return rc;
     *chunks = (int64_t)(ps->n - before);
-    kestrel__pushcache_store(&ps->cache, abs, &st, started, ps->refs + before, ps->n - before, sha);
+    kestrel__pushcache_remember(ps->cache, rel, &st, started, ps->refs + before, ps->n - before, sha);
     return 0;
 }
 
@@ -337,7 +338,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     push_state ps;
     sender out;
     Kestrel__V1__Manifest *m = kestrel__manifest_new();
-    char **paths = NULL, root[PATH_MAX], sha[65] = "", abs[PATH_MAX + 4200];
+    char **paths = NULL, root[PATH_MAX], sha[65] = "";
     size_t npaths = 0;
     struct stat st;
     int rc = 0;
@@ -351,9 +352,9 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
         goto done;
     }
-    kestrel__pushcache_open(&ps.cache);
     if (realpath(path, root) == NULL)
         snprintf(root, sizeof(root), "%s", path);
+    ps.cache = kestrel__pushcache_open(root);
     if (S_ISDIR(st.st_mode)) {
         if ((rc = kestrel__tree_list(path, select, nselect, m)) < 0)
             goto done;
@@ -382,8 +383,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     for (size_t i = 0; i < npaths && rc == 0; i++) {
         Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
         int64_t chunks = 0;
-        snprintf(abs, sizeof(abs), "%s%s%s", root, f ? "/" : "", f ? f->path : "");
-        if ((rc = chunk_one(&ps, paths[i], abs, (uint32_t)i, f ? f->size : -1, sha, &chunks)) < 0)
+        if ((rc = chunk_one(&ps, paths[i], f ? f->path : "", (uint32_t)i, f ? f->size : -1, sha, &chunks)) < 0)
             break;
         if (f) {
             f->chunks = chunks;
@@ -423,6 +423,7 @@ done:
     for (size_t i = 0; paths && i < npaths; i++)
         free(paths[i]);
     free(paths);
+    kestrel__pushcache_close(ps.cache);
     free(ps.refs);
     free(ps.buf);
     if (m) {   /* fields never set stay the shared empty string */

@@ -1,8 +1,8 @@
-/* lib/repo/push_cache.c - the stat cache of pushed files (see push_cache.h). One small text file per path:
- *   kestrel-stat 1 DEV INO SIZE MTIME_NS CTIME_NS STARTED_NS SHA256 NCHUNKS
- *   HEX LEN            (one line per chunk, in file order)                                       */
+/* lib/repo/push_cache.c - the stat cache of pushes (see push_cache.h). One file an entry:
+ *   kestrel-stat 2 NFILES
+ *   then for each file: "F PATHLEN DEV INO SIZE MTIME_NS CTIME_NS STARTED_NS SHA256 NCHUNKS\n", the
+ *   path's bytes and "\n", then one "HEX LEN\n" line per chunk, in file order. */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,94 +14,196 @@
 #include "store.h"
 
 #define MAX_ENTRY_CHUNKS (64u << 20)
+#define MAX_PATH_LEN 4096
+
+typedef struct {
+    char *path;
+    unsigned long long dev, ino;
+    long long size, mtime, ctime, started;
+    char sha[65];
+    size_t first, n;         /* its chunks: refs[first, first + n) */
+} record;
+
+typedef struct {
+    record *r;
+    size_t n, cap;
+    kestrel__chunk_ref *refs;
+    size_t nrefs, caprefs;
+} record_set;
+
+struct kestrel__pushcache {
+    char file[2300];
+    record_set old, now;     /* as loaded (sorted by path), and this push's */
+    int changed;
+};
 
 static int64_t ns(struct timespec t)
 {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-void kestrel__pushcache_open(kestrel__pushcache *pc)
+static void set_free(record_set *s)
 {
-    if (!kestrel__cache_dir(pc->dir, sizeof(pc->dir), ".stat", "stat") || kestrel__mkdirs(pc->dir, 0700) < 0)
-        pc->dir[0] = '\0';
+    for (size_t i = 0; i < s->n; i++)
+        free(s->r[i].path);
+    free(s->r);
+    free(s->refs);
+    memset(s, 0, sizeof(*s));
 }
 
-/* The entry's file for abs ("" when there is no cache). */
-static void entry_path(const kestrel__pushcache *pc, const char *abs, char *out, size_t n)
+static int by_path(const void *a, const void *b)
 {
-    char key[KESTREL__HEX_LEN + 1];
-    out[0] = '\0';
-    if (!pc->dir[0])
+    return strcmp(((const record *)a)->path, ((const record *)b)->path);
+}
+
+/* Read the entry: whatever is damaged or missing just means a cold cache. */
+static void load(kestrel__pushcache *pc)
+{
+    unsigned long long nfiles;
+    FILE *f = fopen(pc->file, "r");
+    int ok;
+    if (f == NULL)
         return;
-    kestrel__sha256_hex(abs, strlen(abs), key);
-    snprintf(out, n, "%s/%s", pc->dir, key);
-}
-
-int kestrel__pushcache_lookup(const kestrel__pushcache *pc, const char *abs, const struct stat *st,
-                              kestrel__chunk_ref **refs, size_t *n, char sha[65])
-{
-    char file[2300], hex[KESTREL__HEX_LEN + 1];
-    unsigned long long dev, ino, nchunks;
-    long long size, mtime, ctime, started, offset = 0, total = 0;
-    kestrel__chunk_ref *v = NULL;
-    FILE *f;
-    int ok = 0;
-    entry_path(pc, abs, file, sizeof(file));
-    if (!file[0] || (f = fopen(file, "r")) == NULL)
-        return 0;
-    if (fscanf(f, "kestrel-stat 1 %llu %llu %lld %lld %lld %lld %64s %llu\n", &dev, &ino, &size, &mtime, &ctime,
-               &started, hex, &nchunks) == 8 &&
-        dev == (unsigned long long)st->st_dev && ino == (unsigned long long)st->st_ino && size == (long long)st->st_size &&
-        mtime == ns(st->st_mtim) && ctime == ns(st->st_ctim) && mtime < started && strlen(hex) == 64 &&
-        nchunks <= MAX_ENTRY_CHUNKS && (v = malloc((nchunks + 1) * sizeof(*v))) != NULL) {
-        ok = 1;
-        for (unsigned long long i = 0; i < nchunks && ok; i++) {
-            unsigned long len;
-            ok = fscanf(f, "%64s %lu\n", v[i].hex, &len) == 2 && strlen(v[i].hex) == 64 && len > 0 &&
-                 len <= KESTREL__CHUNK_MAX;
-            v[i].offset = offset;
-            v[i].len = (uint32_t)len;
-            v[i].missing = 0;
-            v[i].file = 0;
-            offset += (long long)len;
-            total += (long long)len;
+    ok = fscanf(f, "kestrel-stat 2 %llu\n", &nfiles) == 1;
+    for (unsigned long long k = 0; ok && k < nfiles; k++) {
+        record r;
+        unsigned long long nchunks;
+        size_t len;
+        long long offset = 0;
+        memset(&r, 0, sizeof(r));
+        ok = fscanf(f, "F %zu %llu %llu %lld %lld %lld %lld %64s %llu", &len, &r.dev, &r.ino, &r.size, &r.mtime, &r.ctime,
+                    &r.started, r.sha, &nchunks) == 9 && fgetc(f) == '\n' && len <= MAX_PATH_LEN &&
+             nchunks <= MAX_ENTRY_CHUNKS && strlen(r.sha) == 64 && (r.path = malloc(len + 1)) != NULL;
+        if (ok) {
+            ok = fread(r.path, 1, len, f) == len && fgetc(f) == '\n';
+            r.path[len] = '\0';
         }
-        ok = ok && total == size;
+        ok = ok && kestrel__array_grow(&pc->old.refs, &pc->old.caprefs, pc->old.nrefs + nchunks + 1,
+                                       sizeof(*pc->old.refs)) == 0;
+        r.first = pc->old.nrefs;
+        r.n = (size_t)nchunks;
+        for (unsigned long long i = 0; ok && i < nchunks; i++) {
+            kestrel__chunk_ref *c = &pc->old.refs[pc->old.nrefs++];
+            unsigned long l;
+            ok = fscanf(f, "%64s %lu\n", c->hex, &l) == 2 && strlen(c->hex) == 64 && l > 0 && l <= KESTREL__CHUNK_MAX;
+            c->offset = offset;
+            c->len = (uint32_t)l;
+            c->file = 0;
+            c->missing = 0;
+            offset += (long long)l;
+        }
+        ok = ok && offset == r.size && kestrel__array_grow(&pc->old.r, &pc->old.cap, pc->old.n + 1, sizeof(*pc->old.r)) == 0;
+        if (ok)
+            pc->old.r[pc->old.n++] = r;
+        else
+            free(r.path);
     }
     fclose(f);
-    if (!ok) {
-        free(v);
+    if (!ok)
+        set_free(&pc->old);
+    else if (pc->old.n > 1)
+        qsort(pc->old.r, pc->old.n, sizeof(*pc->old.r), by_path);
+}
+
+kestrel__pushcache *kestrel__pushcache_open(const char *abs)
+{
+    char dir[2100], key[KESTREL__HEX_LEN + 1];
+    kestrel__pushcache *pc;
+    if (!kestrel__cache_dir(dir, sizeof(dir), ".stat", "stat") || kestrel__mkdirs(dir, 0700) < 0 ||
+        (pc = calloc(1, sizeof(*pc))) == NULL)
+        return NULL;
+    kestrel__sha256_hex(abs, strlen(abs), key);
+    snprintf(pc->file, sizeof(pc->file), "%s/%s", dir, key);
+    load(pc);
+    return pc;
+}
+
+int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const struct stat *st,
+                              kestrel__chunk_ref **refs, size_t *n, char sha[65])
+{
+    record key, *r;
+    kestrel__chunk_ref *v;
+    if (pc == NULL || pc->old.n == 0)
         return 0;
-    }
-    memcpy(sha, hex, 65);
+    key.path = (char *)rel;
+    if ((r = bsearch(&key, pc->old.r, pc->old.n, sizeof(*pc->old.r), by_path)) == NULL)
+        return 0;
+    if (r->dev != (unsigned long long)st->st_dev || r->ino != (unsigned long long)st->st_ino ||
+        r->size != (long long)st->st_size || r->mtime != ns(st->st_mtim) || r->ctime != ns(st->st_ctim) ||
+        r->mtime >= r->started || (v = malloc((r->n + 1) * sizeof(*v))) == NULL)
+        return 0;
+    memcpy(v, pc->old.refs + r->first, r->n * sizeof(*v));
+    memcpy(sha, r->sha, 65);
     *refs = v;
-    *n = (size_t)nchunks;
+    *n = r->n;
+    kestrel__pushcache_remember(pc, rel, st, r->started, v, r->n, sha);
+    pc->changed--;   /* carried over, not new */
     return 1;
 }
 
-void kestrel__pushcache_store(const kestrel__pushcache *pc, const char *abs, const struct stat *st, int64_t started_ns,
-                              const kestrel__chunk_ref *refs, size_t n, const char sha[65])
+void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
+                                 const kestrel__chunk_ref *refs, size_t n, const char sha[65])
 {
-    char file[2300], tmp[2400];
-    FILE *f;
-    int fd, ok;
-    entry_path(pc, abs, file, sizeof(file));
-    if (!file[0] || ns(st->st_mtim) >= started_ns)   /* modified while we read it: never trusted */
+    record r;
+    if (pc == NULL || ns(st->st_mtim) >= started_ns)   /* modified while we read it: never trusted */
         return;
-    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", file);
-    if ((fd = mkstemp(tmp)) < 0 || (f = fdopen(fd, "w")) == NULL) {
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
+    if (kestrel__array_grow(&pc->now.r, &pc->now.cap, pc->now.n + 1, sizeof(*pc->now.r)) < 0 ||
+        kestrel__array_grow(&pc->now.refs, &pc->now.caprefs, pc->now.nrefs + n + 1, sizeof(*pc->now.refs)) < 0 ||
+        (r.path = kestrel__strdup(rel)) == NULL) {
+        kestrel_error_clear();
         return;
     }
-    ok = fprintf(f, "kestrel-stat 1 %llu %llu %lld %lld %lld %lld %s %zu\n", (unsigned long long)st->st_dev,
-                 (unsigned long long)st->st_ino, (long long)st->st_size, (long long)ns(st->st_mtim),
-                 (long long)ns(st->st_ctim), (long long)started_ns, sha, n) > 0;
-    for (size_t i = 0; i < n && ok; i++)
-        ok = fprintf(f, "%s %lu\n", refs[i].hex, (unsigned long)refs[i].len) > 0;
-    if (fclose(f) == 0 && ok && rename(tmp, file) == 0)
-        return;
+    r.dev = (unsigned long long)st->st_dev;
+    r.ino = (unsigned long long)st->st_ino;
+    r.size = (long long)st->st_size;
+    r.mtime = ns(st->st_mtim);
+    r.ctime = ns(st->st_ctim);
+    r.started = started_ns;
+    memcpy(r.sha, sha, 65);
+    r.first = pc->now.nrefs;
+    r.n = n;
+    if (n)
+        memcpy(pc->now.refs + pc->now.nrefs, refs, n * sizeof(*refs));
+    pc->now.nrefs += n;
+    pc->now.r[pc->now.n++] = r;
+    pc->changed++;
+}
+
+static int save(const kestrel__pushcache *pc)
+{
+    char tmp[2400];
+    FILE *f;
+    int fd, ok;
+    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", pc->file);
+    if ((fd = mkstemp(tmp)) < 0)
+        return -1;
+    if ((f = fdopen(fd, "w")) == NULL) {
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    ok = fprintf(f, "kestrel-stat 2 %zu\n", pc->now.n) > 0;
+    for (size_t i = 0; ok && i < pc->now.n; i++) {
+        const record *r = &pc->now.r[i];
+        ok = fprintf(f, "F %zu %llu %llu %lld %lld %lld %lld %s %zu\n", strlen(r->path), r->dev, r->ino, r->size, r->mtime,
+                     r->ctime, r->started, r->sha, r->n) > 0 &&
+             fprintf(f, "%s\n", r->path) > 0;
+        for (size_t k = 0; ok && k < r->n; k++)
+            ok = fprintf(f, "%s %lu\n", pc->now.refs[r->first + k].hex, (unsigned long)pc->now.refs[r->first + k].len) > 0;
+    }
+    if (fclose(f) == 0 && ok && rename(tmp, pc->file) == 0)
+        return 0;
     unlink(tmp);
+    return -1;
+}
+
+void kestrel__pushcache_close(kestrel__pushcache *pc)
+{
+    if (pc == NULL)
+        return;
+    if (pc->changed > 0 || pc->now.n != pc->old.n)
+        (void)save(pc);
+    set_free(&pc->old);
+    set_free(&pc->now);
+    free(pc);
 }

@@ -1,26 +1,27 @@
-/* lib/repo/push_cache.h - what a push learned about a file (its chunks and whole-file SHA-256), kept
- * next to the chunk cache (KESTREL_CACHE_DIR + ".stat") and keyed by the file's absolute path. A
- * later push of the same path reuses it only when device, inode, size, mtime and ctime are all
- * unchanged and the file was last modified before that push began reading it (git's rule against
- * racy timestamps), so re-pushing an unchanged checkpoint or dataset costs a stat, not a hash. */
+/* lib/repo/push_cache.h - what a push learned about its files (each one's chunks and SHA-256), kept
+ * beside the chunk cache (KESTREL_CACHE_DIR + ".stat") in one entry a pushed path (a file, or a
+ * directory with all its files), keyed by its absolute path. A later push of the same path reuses a
+ * file's result only when its device, inode, size, mtime and ctime are all unchanged and it was last
+ * modified before that push began reading it (git's rule against racy timestamps), so re-pushing
+ * an unchanged checkpoint or dataset costs a stat a file and one read of the entry, not a hash. */
 #ifndef KESTREL_PUSH_CACHE_H
 #define KESTREL_PUSH_CACHE_H
 
 #include <sys/stat.h>
 #include "repo.h"
 
-typedef struct {
-    char dir[2100];   /* "" when there is no cache */
-} kestrel__pushcache;
+typedef struct kestrel__pushcache kestrel__pushcache;
 
-/* Find (and make, once a push) the cache's folder. */
-void kestrel__pushcache_open(kestrel__pushcache *pc);
-/* 1 with the chunk list (malloc'd) and digest when the earlier result for abs (an absolute path)
- * still holds, else 0. */
-int kestrel__pushcache_lookup(const kestrel__pushcache *pc, const char *abs, const struct stat *st,
+/* The entry of abs (the pushed path, absolute), loaded. NULL when there is no cache (or memory). */
+kestrel__pushcache *kestrel__pushcache_open(const char *abs);
+/* 1 with the chunk list (malloc'd, file index 0) and digest when the earlier result for rel (the
+ * file's path relative to the pushed directory, "" for a pushed file) still holds, else 0. */
+int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const struct stat *st,
                               kestrel__chunk_ref **refs, size_t *n, char sha[65]);
-/* Remember the result of chunking abs, read from started_ns on (best effort). */
-void kestrel__pushcache_store(const kestrel__pushcache *pc, const char *abs, const struct stat *st, int64_t started_ns,
-                              const kestrel__chunk_ref *refs, size_t n, const char sha[65]);
+/* Remember rel's result (read from started_ns on) for the next push. */
+void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
+                                 const kestrel__chunk_ref *refs, size_t n, const char sha[65]);
+/* Write what this push remembered as the path's entry (temp name, rename: best effort), then free. */
+void kestrel__pushcache_close(kestrel__pushcache *pc);
 
 #endif

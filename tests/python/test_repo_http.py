@@ -466,7 +466,7 @@ def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld,
     os.utime(src, (old, old))
     c.push("team/ckpt", str(src), progress=seen.append)
     entries = list((tmp_path / "cache.stat").glob("*"))
-    assert len(entries) == 1 and entries[0].read_text().startswith("kestrel-stat 1 ")
+    assert len(entries) == 1 and entries[0].read_text().startswith("kestrel-stat 2 1\n")
     assert c.push("team/ckpt", str(src), progress=seen.append) == 3 and seen[-1].bytes_new == 0
     # same size, same mtime, new bytes: the ctime moved, so it is hashed again and sent
     data = bytearray(src.read_bytes())
@@ -476,3 +476,14 @@ def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld,
     assert c.push("team/ckpt", str(src), progress=seen.append) == 4 and seen[-1].bytes_new > 0
     c.pull("team/ckpt@4", str(tmp_path / "out.bin"))
     assert (tmp_path / "out.bin").read_bytes() == bytes(data)
+    # a directory is one entry, whatever its files: 50 files, one file written
+    tree = tmp_path / "tree"
+    for i in range(50):
+        (tree / f"d{i % 5}").mkdir(parents=True, exist_ok=True)
+        (tree / f"d{i % 5}" / f"f{i}").write_bytes(os.urandom(1000 + i))
+        os.utime(tree / f"d{i % 5}" / f"f{i}", (old, old))
+    c.push("team/tree", str(tree))
+    entries = list((tmp_path / "cache.stat").glob("*"))
+    assert len(entries) == 2 and sum(e.read_text().startswith("kestrel-stat 2 50\n") for e in entries) == 1
+    (tree / "d0" / "f0").write_bytes(b"changed")   # one file changed: only its bytes are sent
+    assert c.push("team/tree", str(tree), progress=seen.append) == 2 and seen[-1].bytes_new == len(b"changed")
