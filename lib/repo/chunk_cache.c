@@ -1,7 +1,10 @@
 /* lib/repo/chunk_cache.c - the local content cache of pulled chunks, as packs (see chunk_cache.h).
  *   DIR/packs/ID      a hard link to a pulled file (or a pulled directory's blob)
  *   DIR/packs/ID.idx  "kestrel-pack 1 SIZE" then one "HEX OFFSET LEN" line per chunk; its mtime is
- *                     the pack's last use */
+ *                     the pack's last use
+ *   DIR/packs/ID.tree a pulled directory where it was put: "kestrel-tree 1 NFILES ROOTLEN", the root's
+ *                     bytes and "\n", then for each file "F SIZE NCHUNKS PATHLEN", its path and "\n",
+ *                     and one "HEX LEN" line per chunk of it */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +19,8 @@
 #include "store.h"
 
 #define DEFAULT_MAX (10ll << 30)
+#define TREE_PACKS_MAX 32
+#define TREE_PATH_MAX 8192
 
 int kestrel__chunk_verified(const char *hex, const kestrel_buf *b, int64_t size)
 {
@@ -67,11 +72,19 @@ void kestrel__cache_open(kestrel__chunk_cache *cache)
 
 void kestrel__cache_close(kestrel__chunk_cache *cache)
 {
+    for (size_t i = 0; i < cache->npacks; i++)
+        free(cache->roots[i]);
+    for (size_t i = 0; i < cache->npaths; i++)
+        free(cache->paths[i]);
     free(cache->ents);
     free(cache->packs);
+    free(cache->roots);
+    free(cache->paths);
     cache->ents = NULL;
     cache->packs = NULL;
-    cache->nents = cache->npacks = 0;
+    cache->roots = cache->paths = NULL;
+    cache->nents = cache->npacks = cache->npaths = 0;
+    cache->cap_packs = cache->cap_paths = 0;
     cache->loaded = 0;
 }
 
@@ -91,11 +104,110 @@ static int is_pack_id(const char *s)
     return 1;
 }
 
+/* A new pack (root: a tree pack's directory, owned; NULL a file pack); its index or -1. */
+static int new_pack(kestrel__chunk_cache *cache, const char *id, char *root)
+{
+    size_t cap = cache->cap_packs;
+    if (kestrel__array_grow(&cache->packs, &cache->cap_packs, cache->npacks + 1, sizeof(*cache->packs)) < 0 ||
+        kestrel__array_grow(&cache->roots, &cap, cache->npacks + 1, sizeof(*cache->roots)) < 0) {
+        free(root);
+        return -1;
+    }
+    snprintf(cache->packs[cache->npacks], sizeof(cache->packs[0]), "%s", id);
+    cache->roots[cache->npacks] = root;
+    return (int)cache->npacks++;
+}
+
+static int add_entry(kestrel__chunk_cache *cache, size_t *cap, const char *hex, int pack, int path, int64_t off,
+                     uint32_t len)
+{
+    kestrel__cache_entry *e;
+    if (kestrel__array_grow(&cache->ents, cap, cache->nents + 1, sizeof(*cache->ents)) < 0)
+        return -1;
+    e = &cache->ents[cache->nents++];
+    snprintf(e->hex, sizeof(e->hex), "%s", hex);
+    e->pack = pack;
+    e->path = path;
+    e->offset = off;
+    e->len = len;
+    return 0;
+}
+
+/* A file pack's index: "kestrel-pack 1 SIZE" then "HEX OFFSET LEN" lines. */
+static void load_file_pack(kestrel__chunk_cache *cache, size_t *cap, FILE *f, const char *id)
+{
+    char line[160];
+    long long size;
+    int pack;
+    if (!fgets(line, sizeof(line), f) || sscanf(line, "kestrel-pack 1 %lld", &size) != 1 ||
+        (pack = new_pack(cache, id, NULL)) < 0)
+        return;
+    while (fgets(line, sizeof(line), f)) {
+        char hex[65];
+        long long off;
+        unsigned long l;
+        if (sscanf(line, "%64s %lld %lu", hex, &off, &l) == 3 && strlen(hex) == 64 &&
+            add_entry(cache, cap, hex, pack, -1, off, (uint32_t)l) < 0)
+            break;
+    }
+}
+
+/* A length-prefixed name: len bytes, then a newline. */
+static char *read_name(FILE *f, size_t len, const char *prefix)
+{
+    size_t pl = prefix ? strlen(prefix) + 1 : 0;
+    char *s;
+    if (len == 0 || len > TREE_PATH_MAX || (s = malloc(pl + len + 1)) == NULL)
+        return NULL;
+    if (prefix)
+        snprintf(s, pl + 1, "%s/", prefix);
+    if (fread(s + pl, 1, len, f) != len || fgetc(f) != '\n' || memchr(s + pl, '\0', len)) {
+        free(s);
+        return NULL;
+    }
+    s[pl + len] = '\0';
+    return s;
+}
+
+/* A tree pack's index (format at the top). */
+static void load_tree_pack(kestrel__chunk_cache *cache, size_t *cap, FILE *f, const char *id)
+{
+    unsigned long long nfiles;
+    size_t rootlen;
+    char *root;
+    int pack;
+    if (fscanf(f, "kestrel-tree 1 %llu %zu", &nfiles, &rootlen) != 2 || fgetc(f) != '\n' ||
+        (root = read_name(f, rootlen, NULL)) == NULL || (pack = new_pack(cache, id, root)) < 0)
+        return;
+    for (unsigned long long k = 0; k < nfiles; k++) {
+        long long size, off = 0;
+        unsigned long long nchunks;
+        size_t plen;
+        char *path;
+        if (fscanf(f, "F %lld %llu %zu", &size, &nchunks, &plen) != 3 || fgetc(f) != '\n' ||
+            (path = read_name(f, plen, root)) == NULL)
+            return;
+        if (kestrel__array_grow(&cache->paths, &cache->cap_paths, cache->npaths + 1, sizeof(*cache->paths)) < 0) {
+            free(path);
+            return;
+        }
+        cache->paths[cache->npaths++] = path;
+        for (unsigned long long i = 0; i < nchunks; i++) {
+            char hex[65];
+            unsigned long l;
+            if (fscanf(f, "%64s %lu\n", hex, &l) != 2 || strlen(hex) != 64 ||
+                add_entry(cache, cap, hex, pack, (int)cache->npaths - 1, off, (uint32_t)l) < 0)
+                return;
+            off += (long long)l;
+        }
+    }
+}
+
 /* Read every pack's index once per pull. */
 static void load(kestrel__chunk_cache *cache)
 {
     char packs[2100];
-    size_t cap_e = 0, cap_p = 0;
+    size_t cap_e = 0;
     struct dirent *de;
     DIR *d;
     cache->loaded = 1;
@@ -103,37 +215,26 @@ static void load(kestrel__chunk_cache *cache)
     if ((d = opendir(packs)) == NULL)
         return;
     while ((de = readdir(d)) != NULL) {
-        char id[40], line[160];
+        char id[40];
         size_t len = strlen(de->d_name);
-        long long size;
+        int tree = len > 5 && !strcmp(de->d_name + len - 5, ".tree");
         FILE *f;
         int fd;
-        if (len < 5 || len - 4 >= sizeof(id) || strcmp(de->d_name + len - 4, ".idx"))
+        if (!tree && (len < 5 || strcmp(de->d_name + len - 4, ".idx")))
             continue;
-        snprintf(id, sizeof(id), "%.*s", (int)(len - 4), de->d_name);
+        if (len - 4 - (size_t)tree >= sizeof(id))
+            continue;
+        snprintf(id, sizeof(id), "%.*s", (int)(len - 4 - (size_t)tree), de->d_name);
         if (!is_pack_id(id) || (fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC)) < 0)
             continue;
         if ((f = fdopen(fd, "r")) == NULL) {
             close(fd);
             continue;
         }
-        if (fgets(line, sizeof(line), f) && sscanf(line, "kestrel-pack 1 %lld", &size) == 1 &&
-            kestrel__array_grow(&cache->packs, &cap_p, cache->npacks + 1, sizeof(*cache->packs)) == 0) {
-            int pack = (int)cache->npacks++;
-            memcpy(cache->packs[pack], id, sizeof(id));
-            while (fgets(line, sizeof(line), f)) {
-                kestrel__cache_entry e;
-                long long off;
-                unsigned long l;
-                if (sscanf(line, "%64s %lld %lu", e.hex, &off, &l) != 3 || strlen(e.hex) != 64 ||
-                    kestrel__array_grow(&cache->ents, &cap_e, cache->nents + 1, sizeof(*cache->ents)) < 0)
-                    continue;
-                e.pack = pack;
-                e.offset = off;
-                e.len = (uint32_t)l;
-                cache->ents[cache->nents++] = e;
-            }
-        }
+        if (tree)
+            load_tree_pack(cache, &cap_e, f, id);
+        else
+            load_file_pack(cache, &cap_e, f, id);
         fclose(f);
     }
     closedir(d);
@@ -145,10 +246,15 @@ static void load(kestrel__chunk_cache *cache)
 static void drop_pack(kestrel__chunk_cache *cache, int pack)
 {
     char path[2200];
-    snprintf(path, sizeof(path), "%s/packs/%s.idx", cache->dir, cache->packs[pack]);
-    unlink(path);
-    path[strlen(path) - 4] = '\0';
-    unlink(path);
+    if (cache->roots[pack]) {   /* a tree pack: its index only, never the files it points at */
+        snprintf(path, sizeof(path), "%s/packs/%s.tree", cache->dir, cache->packs[pack]);
+        unlink(path);
+    } else {
+        snprintf(path, sizeof(path), "%s/packs/%s.idx", cache->dir, cache->packs[pack]);
+        unlink(path);
+        path[strlen(path) - 4] = '\0';
+        unlink(path);
+    }
     for (size_t i = 0; i < cache->nents; i++)
         if (cache->ents[i].pack == pack)
             cache->ents[i].pack = -1;
@@ -167,13 +273,20 @@ int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t siz
     while (e > cache->ents && !strcmp(e[-1].hex, hex))
         e--;
     for (; e < cache->ents + cache->nents && !strcmp(e->hex, hex); e++) {
-        char path[2200];
+        char path[TREE_PATH_MAX + 2200];
+        struct stat st;
         ssize_t r;
         int fd;
         if (e->pack < 0 || (int64_t)e->len != size)
             continue;
-        snprintf(path, sizeof(path), "%s/packs/%s", cache->dir, cache->packs[e->pack]);
-        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        if (e->path >= 0)
+            snprintf(path, sizeof(path), "%s", cache->paths[e->path]);
+        else
+            snprintf(path, sizeof(path), "%s/packs/%s", cache->dir, cache->packs[e->pack]);
+        if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0 ||
+            !S_ISREG(st.st_mode)) {
+            if (fd >= 0)
+                close(fd);
             drop_pack(cache, e->pack);
             continue;
         }
@@ -189,26 +302,22 @@ int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t siz
             drop_pack(cache, e->pack);
             continue;
         }
-        strcat(path, ".idx");
+        snprintf(path, sizeof(path), "%s/packs/%s.%s", cache->dir, cache->packs[e->pack], e->path >= 0 ? "tree" : "idx");
         utimensat(AT_FDCWD, path, NULL, 0);   /* recently used: evicted last */
         return 1;
     }
     return 0;
 }
 
-void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kestrel__cache_item *items, size_t n,
-                        int take)
+void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kestrel__cache_item *items, size_t n)
 {
     char id[40], seed[4200], pack[2200], idx[2300], tmp[2400];
     struct timespec now;
     int64_t off = 0;
     FILE *f;
     int fd, ok;
-    if (!cache->on) {
-        if (take)
-            unlink(path);
+    if (!cache->on)
         return;
-    }
     clock_gettime(CLOCK_REALTIME, &now);
     snprintf(seed, sizeof(seed), "%s %lld %ld %d", path, (long long)now.tv_sec, now.tv_nsec, (int)getpid());
     {
@@ -218,11 +327,8 @@ void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kes
     }
     snprintf(pack, sizeof(pack), "%s/packs/%s", cache->dir, id);
     snprintf(idx, sizeof(idx), "%s.idx", pack);
-    if ((take ? rename(path, pack) : link(path, pack)) < 0) {   /* another filesystem: not cached */
-        if (take)
-            unlink(path);
+    if (link(path, pack) < 0)   /* another filesystem: not cached */
         return;
-    }
     snprintf(tmp, sizeof(tmp), "%s.tmp", idx);
     if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 || (f = fdopen(fd, "w")) == NULL) {
         if (fd >= 0)
@@ -244,6 +350,46 @@ void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kes
     }
 }
 
+void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, const Kestrel__V1__Manifest *m)
+{
+    char id[40], seed[4200], idx[2300], tmp[2400], root[TREE_PATH_MAX];
+    struct timespec now;
+    size_t chunk = 0;
+    FILE *f;
+    int fd, ok;
+    if (!cache->on || realpath(dest, root) == NULL)
+        return;
+    if (!cache->loaded)
+        load(cache);
+    for (size_t p = 0; p < cache->npacks; p++)   /* the same directory pulled before: that pack is stale */
+        if (cache->roots[p] && !strcmp(cache->roots[p], root))
+            drop_pack(cache, (int)p);
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(seed, sizeof(seed), "%s %lld %ld %d", root, (long long)now.tv_sec, now.tv_nsec, (int)getpid());
+    {
+        char hex[KESTREL__HEX_LEN + 1];
+        kestrel__sha256_hex(seed, strlen(seed), hex);
+        snprintf(id, sizeof(id), "%.32s", hex);
+    }
+    snprintf(idx, sizeof(idx), "%s/packs/%s.tree", cache->dir, id);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", idx);
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 || (f = fdopen(fd, "w")) == NULL) {
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+        return;
+    }
+    ok = fprintf(f, "kestrel-tree 1 %zu %zu\n%s\n", m->n_files, strlen(root), root) > 0;
+    for (size_t j = 0; j < m->n_files && ok; j++) {
+        const Kestrel__V1__TreeFile *t = m->files[j];
+        ok = fprintf(f, "F %lld %lld %zu\n%s\n", (long long)t->size, (long long)t->chunks, strlen(t->path), t->path) > 0;
+        for (int64_t k = 0; k < t->chunks && ok && chunk < m->n_chunks; k++, chunk++)
+            ok = fprintf(f, "%s %lld\n", m->chunks[chunk]->digest, (long long)m->chunks[chunk]->size) > 0;
+    }
+    if (fclose(f) != 0 || !ok || rename(tmp, idx) < 0)
+        unlink(tmp);
+}
+
 typedef struct {
     char id[40];
     int64_t size;
@@ -261,8 +407,8 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
     char packs[2100];
     DIR *d;
     struct dirent *e;
-    pack_use *v = NULL;
-    size_t n = 0, cap = 0;
+    pack_use *v = NULL, *trees = NULL;
+    size_t n = 0, cap = 0, ntrees = 0, cap_t = 0;
     int64_t total = 0;
     if (!cache->on)
         return;
@@ -273,6 +419,15 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
         struct stat si, sp;
         char id[40];
         size_t len = strlen(e->d_name);
+        if (len > 5 && len - 5 < sizeof(id) && !strcmp(e->d_name + len - 5, ".tree")) {
+            if (fstatat(dirfd(d), e->d_name, &si, AT_SYMLINK_NOFOLLOW) == 0 &&
+                kestrel__array_grow(&trees, &cap_t, ntrees + 1, sizeof(*trees)) == 0) {
+                snprintf(trees[ntrees].id, sizeof(trees[ntrees].id), "%.*s", (int)(len - 5), e->d_name);
+                trees[ntrees].size = 0;
+                trees[ntrees++].used_ns = (int64_t)si.st_mtim.tv_sec * 1000000000 + si.st_mtim.tv_nsec;
+            }
+            continue;
+        }
         if (len < 5 || len - 4 >= sizeof(id) || strcmp(e->d_name + len - 4, ".idx"))
             continue;
         snprintf(id, sizeof(id), "%.*s", (int)(len - 4), e->d_name);
@@ -300,6 +455,15 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
                 total -= v[i].size;
         }
     }
+    if (ntrees > TREE_PACKS_MAX) {   /* they hold no bytes: only their number is bounded */
+        qsort(trees, ntrees, sizeof(*trees), older_first);
+        for (size_t i = 0; i + TREE_PACKS_MAX < ntrees; i++) {
+            char name[48];
+            snprintf(name, sizeof(name), "%s.tree", trees[i].id);
+            unlinkat(dirfd(d), name, 0);
+        }
+    }
     closedir(d);
     free(v);
+    free(trees);
 }

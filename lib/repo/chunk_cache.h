@@ -1,22 +1,25 @@
 /* lib/repo/chunk_cache.h - the local content cache of pulled chunks. A pull does not write its chunks a
  * second time: once the file is in place, the cache keeps a hard link to it (a "pack") and an index
- * of where each chunk lies in it; a pulled directory's assembled blob is moved in as its pack.
+ * of where each chunk lies in it.
  * Chunks are read back from packs and verified on every read (a pack changed in place is dropped).
  * Lives in KESTREL_CACHE_DIR (default $XDG_CACHE_HOME/kestrel/chunks or ~/.cache/kestrel/chunks;
  * "" turns it off), bounded by KESTREL_CACHE_MAX (bytes, with an optional K/M/G/T suffix; default
  * 10G; 0 turns it off), enforced after each pull: least recently used packs go first. A pull to
- * another filesystem than the cache's is not cached (a hard link cannot cross). */
+ * another filesystem than the cache's is not cached (a hard link cannot cross). A pulled directory is
+ * kept as a tree pack (kestrel__cache_add_tree). */
 #ifndef KESTREL_CHUNK_CACHE_H
 #define KESTREL_CHUNK_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include "kestrel.h"
+#include "wire.h"
 
 typedef struct {
     char hex[65];
     int pack;           /* index into packs, -1 once the pack was dropped */
-    int64_t offset;
+    int path;           /* a tree pack's file: index into paths; -1: the pack's own file */
+    int64_t offset;     /* in that file */
     uint32_t len;
 } kestrel__cache_entry;
 
@@ -28,7 +31,10 @@ typedef struct {
     kestrel__cache_entry *ents;   /* sorted by hex */
     size_t nents;
     char (*packs)[40];
-    size_t npacks;
+    char **roots;                 /* a tree pack's directory (owned), NULL for a file pack */
+    size_t npacks, cap_packs;
+    char **paths;                 /* the files of tree packs (owned) */
+    size_t npaths, cap_paths;
 } kestrel__chunk_cache;
 
 /* One chunk of a pulled file, in file order. */
@@ -48,11 +54,15 @@ void kestrel__cache_open(kestrel__chunk_cache *cache);
 void kestrel__cache_close(kestrel__chunk_cache *cache);
 /* A verified chunk from the cache (1), or 0: missing, or damaged (its pack is then dropped). */
 int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t size, kestrel_buf *out);
-/* Keep the pulled file at path, whose chunks are items (in order), as a pack: a hard link to it, or
- * (take) the file itself moved in. Best effort: without it a later pull only downloads more. */
-void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kestrel__cache_item *items, size_t n,
-                        int take);
-/* Evict least recently used packs until the cache fits its bound. */
+/* Keep the pulled file at path, whose chunks are items (in order), as a pack: a hard link to it.
+ * Best effort: without it a later pull only downloads more. */
+void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kestrel__cache_item *items, size_t n);
+/* Keep the pulled directory dest (absolute; its files m's) as a tree pack: an index of where each
+ * chunk lies in its files, no copy of them (they are read, and verified, where they are; a pack whose
+ * files changed or went is dropped). Replaces an earlier tree pack of the same directory. */
+void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, const Kestrel__V1__Manifest *m);
+/* Evict least recently used packs until the cache fits its bound (tree packs hold no bytes of their
+ * own: the newest TREE_PACKS_MAX of them are kept). */
 void kestrel__cache_trim(kestrel__chunk_cache *cache);
 
 #endif

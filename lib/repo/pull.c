@@ -1,8 +1,9 @@
 /* lib/repo/pull.c - the one pull, over any transport: resolve the version, check its manifest (a
  * repository's answer is input too), take what the local cache has, fetch the rest (each chunk
  * verified against its digest as it arrives, placed at every offset it occupies while a helper
- * hashes the file as it fills in), then check the whole and install it: a file by rename, a
- * directory split and verified file by file. Nothing half-written is ever left at dest.
+ * hashes the file as it fills in), then check the whole and install it: a file by rename; a
+ * directory's chunks go straight into its files in a fresh directory, each file checked against its
+ * digest, then renamed over dest. Nothing half-written is ever left at dest.
  * One error code per failure kind, whatever the transport: data that does not match its digest
  * (a chunk, the file, a directory's file or listing) is KESTREL_EPROTO; a local file that cannot be
  * written is KESTREL_EIO; what the repository lacks is KESTREL_ENOTFOUND. */
@@ -61,21 +62,17 @@ static int arrived(void *ctx, const kestrel__want *w, const void *data, size_t l
     return kestrel__progress_report(ps->pr, 0);
 }
 
-/* Keep the pulled file (or blob) at path in the chunk cache as a pack, then bound the cache. */
-static void keep_pack(kestrel__chunk_cache *cache, const char *path, const Kestrel__V1__Manifest *mf, int take,
-                      int64_t downloaded)
+/* Keep the pulled file at path in the chunk cache as a pack (a hard link), then bound the cache. */
+static void keep_pack(kestrel__chunk_cache *cache, const char *path, const Kestrel__V1__Manifest *mf, int64_t downloaded)
 {
     kestrel__cache_item *items = downloaded ? calloc(mf->n_chunks + 1, sizeof(*items)) : NULL;
-    if (items == NULL) {   /* all of it came from the cache already (or no memory): nothing new to keep */
-        if (take)
-            unlink(path);
+    if (items == NULL)   /* all of it came from the cache already (or no memory): nothing new to keep */
         return;
-    }
     for (size_t i = 0; i < mf->n_chunks; i++) {
         items[i].hex = mf->chunks[i]->digest;
         items[i].len = mf->chunks[i]->size;
     }
-    kestrel__cache_add(cache, path, items, mf->n_chunks, take);
+    kestrel__cache_add(cache, path, items, mf->n_chunks);
     free(items);
     kestrel__cache_trim(cache);
 }
@@ -109,6 +106,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
 {
     Kestrel__V1__Manifest *mf = NULL;
     kestrel__chunk_cache cache;
+    kestrel__tree_out *tree = NULL;
     kestrel__want *want = NULL;
     pull_state ps = { t, NULL, pr, 0 };
     char tmp[4096] = "", sha[65];
@@ -124,30 +122,40 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     }
     pr->p.bytes_total = mf->size;
     kestrel__cache_open(&cache);
-    snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
-    if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
-        tmp[0] = '\0';
-        rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
-        goto done;
-    }
     if ((want = calloc(mf->n_chunks + 1, sizeof(*want))) == NULL) {
         rc = kestrel__error_oom();
         goto done;
     }
-    if ((rc = kestrel__layout_new(&ps.lay, mf, fd)) < 0 || (rc = from_cache(&ps, &cache, mf, want, &nwant)) < 0 ||
+    if (mf->n_files) {   /* a directory: each chunk written straight into its file(s) */
+        if ((rc = kestrel__tree_out_new(&tree, mf, dest)) < 0 ||
+            (rc = kestrel__layout_new(&ps.lay, mf, -1, kestrel__tree_out_write, tree)) < 0)
+            goto done;
+    } else {             /* a file: a temp file beside dest, hashed as it fills in */
+        snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
+        if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
+            tmp[0] = '\0';
+            rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
+            goto done;
+        }
+        if ((rc = kestrel__layout_new(&ps.lay, mf, fd, NULL, NULL)) < 0)
+            goto done;
+    }
+    if ((rc = from_cache(&ps, &cache, mf, want, &nwant)) < 0 ||
         (nwant && (rc = t->ops->fetch(t, want, nwant, arrived, &ps)) < 0))
         goto done;
-    rc = kestrel__layout_finish(ps.lay, sha);   /* the whole, hashed beside the download as it filled in */
+    rc = kestrel__layout_finish(ps.lay, sha);
     ps.lay = NULL;
     if (rc < 0)
         goto done;
-    if (mf->n_files) {   /* a directory: its files' concatenation, split and verified file by file */
-        if ((rc = kestrel__tree_install(fd, mf, dest)) < 0)
+    if (tree) {
+        rc = kestrel__tree_out_finish(tree, dest);   /* every file checked, then renamed to dest */
+        tree = NULL;
+        if (rc < 0)
             goto done;
-        close(fd);
-        fd = -1;
-        keep_pack(&cache, tmp, mf, 1, ps.downloaded);   /* the blob itself becomes the pack */
-        tmp[0] = '\0';
+        if (ps.downloaded) {
+            kestrel__cache_add_tree(&cache, dest, mf);   /* its files are the pack: nothing written twice */
+            kestrel__cache_trim(&cache);
+        }
     } else {
         if (strcmp(sha, mf->sha256)) {
             rc = kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
@@ -164,7 +172,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
             goto done;
         }
         tmp[0] = '\0';
-        keep_pack(&cache, dest, mf, 0, ps.downloaded);   /* a hard link: no byte is written twice */
+        keep_pack(&cache, dest, mf, ps.downloaded);   /* a hard link: no byte is written twice */
     }
     rc = kestrel__progress_report(pr, 1);
 done:
@@ -172,7 +180,8 @@ done:
         close(fd);
     if (rc < 0 && tmp[0])
         unlink(tmp);   /* never leave half a file behind */
-    kestrel__layout_free(ps.lay);
+    kestrel__layout_free(ps.lay);   /* before the directory it writes into goes */
+    kestrel__tree_out_abandon(tree);
     kestrel__cache_close(&cache);
     free(want);
     kestrel__manifest_free(mf);

@@ -20,6 +20,8 @@ struct kestrel__layout {
     unsigned char *placed;
     size_t front;            /* chunks [0, front) are all written */
     kestrel__filehash *hash;
+    kestrel__layout_sink sink;   /* fd < 0: where the bytes go */
+    void *sink_ctx;
 };
 
 static int ref_cmp(const void *a, const void *b)
@@ -29,7 +31,8 @@ static int ref_cmp(const void *a, const void *b)
     return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
-int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd)
+int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd, kestrel__layout_sink sink,
+                        void *sink_ctx)
 {
     size_t n = mf->n_chunks;
     kestrel__layout *l = calloc(1, sizeof(*l));
@@ -43,6 +46,8 @@ int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, 
     }
     l->mf = mf;
     l->fd = fd;
+    l->sink = sink;
+    l->sink_ctx = sink_ctx;
     for (size_t i = 0; i < n; i++) {
         l->off[i] = i ? l->off[i - 1] + mf->chunks[i - 1]->size : 0;
         l->sorted[i] = (ref_ix){ mf->chunks[i]->digest, i };
@@ -51,7 +56,7 @@ int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, 
         qsort(l->sorted, n, sizeof(*l->sorted), ref_cmp);
     for (size_t k = 0; k < n; k++)
         l->slot[l->sorted[k].i] = k;
-    if ((rc = kestrel__filehash_follow(&l->hash, fd)) < 0) {
+    if (fd >= 0 && (rc = kestrel__filehash_follow(&l->hash, fd)) < 0) {
         kestrel__layout_free(l);
         return rc;
     }
@@ -86,10 +91,13 @@ int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t
     const char *digest = l->mf->chunks[i]->digest;
     int rc;
     for (size_t k = l->slot[i]; k < n && !strcmp(l->sorted[k].digest, digest); k++) {
-        if ((rc = write_at(l->fd, data, len, l->off[l->sorted[k].i])) < 0)
+        if ((rc = l->fd >= 0 ? write_at(l->fd, data, len, l->off[l->sorted[k].i])
+                             : l->sink(l->sink_ctx, l->off[l->sorted[k].i], data, len)) < 0)
             return rc;
         l->placed[l->sorted[k].i] = 1;
     }
+    if (l->hash == NULL)
+        return 0;
     while (l->front < n && l->placed[l->front])
         l->front++;
     kestrel__filehash_advance(l->hash, l->front < n ? l->off[l->front] : l->mf->size);
@@ -98,7 +106,10 @@ int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t
 
 int kestrel__layout_finish(kestrel__layout *l, char sha[65])
 {
-    int rc = kestrel__filehash_finish(l->hash, l->mf->size, sha);
+    int rc = 0;
+    sha[0] = '\0';
+    if (l->hash)
+        rc = kestrel__filehash_finish(l->hash, l->mf->size, sha);
     l->hash = NULL;
     kestrel__layout_free(l);
     return rc;

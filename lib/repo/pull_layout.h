@@ -9,13 +9,18 @@
 
 typedef struct kestrel__layout kestrel__layout;
 
-/* Plan mf's chunks into the (empty) file fd and start hashing it. */
-int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd);
+/* Where the bytes of a directory go: write len bytes at offset at of the files' concatenation. */
+typedef int (*kestrel__layout_sink)(void *ctx, int64_t at, const void *data, size_t len);
+
+/* Plan mf's chunks into the (empty) file fd and start hashing it; or (fd < 0) hand every placement
+ * to sink (a directory: no hash of the whole, each file is checked on its own). */
+int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd, kestrel__layout_sink sink,
+                        void *sink_ctx);
 /* Chunk i is the first with its digest (the only one to fetch). */
 int kestrel__layout_first(const kestrel__layout *l, size_t i);
 /* Write the verified bytes of chunk i wherever its digest occurs. */
 int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t len);
-/* Everything placed: wait for the hash of the whole file (hex) and free l. */
+/* Everything placed: wait for the hash of the whole file (hex; "" with a sink) and free l. */
 int kestrel__layout_finish(kestrel__layout *l, char sha[65]);
 /* Abandon (error paths); NULL is fine. */
 void kestrel__layout_free(kestrel__layout *l);

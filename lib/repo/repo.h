@@ -63,10 +63,17 @@ int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at);
 /* The regular files under root (select NULL), or those of select (relative paths), as m's sorted
  * listing (sha256 and chunk counts still empty). Symlinks and special files are an error. */
 int kestrel__tree_list(const char *root, char *const *select, size_t nselect, Kestrel__V1__Manifest *m);
-/* Split the verified concatenation of m's files (blob) into a fresh directory beside dest, each file
- * checked against its digest, made durable once (one syncfs), then renamed to dest (an existing
- * directory there is replaced). */
-int kestrel__tree_install(int blob, const Kestrel__V1__Manifest *m, const char *dest);
+/* A directory being pulled: a fresh one beside dest that m's files are written into as their chunks
+ * arrive (kestrel__tree_out_write: a pull layout's sink, at an offset of the files' concatenation). */
+typedef struct kestrel__tree_out kestrel__tree_out;
+int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *m, const char *dest);
+int kestrel__tree_out_write(void *ctx, int64_t at, const void *data, size_t len);
+/* Every chunk placed: check each file against its digest (a file of one chunk is that chunk,
+ * verified as it came; a longer one is read back and hashed), make them durable at once (one
+ * syncfs), rename the directory to dest (an existing directory there is replaced). Frees t. */
+int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest);
+/* Remove the half-made directory and free t (NULL is fine). */
+void kestrel__tree_out_abandon(kestrel__tree_out *t);
 
 /* ---- front.c ------------------------------------------------------------------------------- */
 

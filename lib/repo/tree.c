@@ -129,80 +129,177 @@ static int parents(const char *root, const char *rel, char *made, size_t n)
     return 0;
 }
 
-/* Copy one file's bytes out of the blob, hashing them; the file must match its digest. */
-static int extract(int blob, int64_t at, const Kestrel__V1__TreeFile *f, const char *dir, uint8_t *buf, char *made)
+struct kestrel__tree_out {
+    const Kestrel__V1__Manifest *m;
+    char tmp[4200];
+    char made[4200];
+    int64_t *start;          /* where file j begins in the files' concatenation */
+    unsigned char *created;
+    int fd;                  /* the open file, and which */
+    size_t fd_file;
+};
+
+int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *m, const char *dest)
 {
-    char path[8400], hex[65];
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdn = 0;
-    int64_t left = f->size;
-    int fd, rc = 0;
-    snprintf(path, sizeof(path), "%s/%s", dir, f->path);
-    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(ctx);
+    kestrel__tree_out *t = calloc(1, sizeof(*t));
+    struct stat st;
+    int64_t at = 0;
+    if (t == NULL || (t->start = calloc(m->n_files + 1, sizeof(*t->start))) == NULL ||
+        (t->created = calloc(m->n_files + 1, 1)) == NULL) {
+        if (t)
+            free(t->start);
+        free(t);
         return kestrel__error_oom();
     }
-    if ((rc = parents(dir, f->path, made, 4200)) < 0 ||
-        (fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, f->mode ? f->mode : 0644)) < 0) {
-        EVP_MD_CTX_free(ctx);
-        return rc < 0 ? rc : kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
+    t->m = m;
+    t->fd = -1;
+    for (size_t j = 0; j < m->n_files; j++) {
+        t->start[j] = at;
+        at += m->files[j]->size;
     }
-    while (left > 0 && rc == 0) {
-        size_t want = left < (int64_t)COPY_BUF ? (size_t)left : COPY_BUF;
-        ssize_t r = pread(blob, buf, want, at);
+    if (lstat(dest, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        kestrel__tree_out_abandon(t);
+        return kestrel__error_set(KESTREL_EEXISTS, "%s exists and is not a directory", dest);
+    }
+    snprintf(t->tmp, sizeof(t->tmp), "%s.kestrel-tmp.XXXXXX", dest);
+    if (mkdtemp(t->tmp) == NULL) {
+        t->tmp[0] = '\0';
+        kestrel__tree_out_abandon(t);
+        return kestrel__error_set(KESTREL_EIO, "cannot create a directory next to %s: %s", dest, strerror(errno));
+    }
+    *out = t;
+    return 0;
+}
+
+/* Open file j for writing (made on first use: owner-writable until finish sets its mode). */
+static int open_file(kestrel__tree_out *t, size_t j)
+{
+    const Kestrel__V1__TreeFile *f = t->m->files[j];
+    char path[8400];
+    int rc;
+    if (t->fd >= 0 && t->fd_file == j)
+        return 0;
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    snprintf(path, sizeof(path), "%s/%s", t->tmp, f->path);
+    if (!t->created[j] && (rc = parents(t->tmp, f->path, t->made, sizeof(t->made))) < 0)
+        return rc;
+    t->fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | (t->created[j] ? 0 : O_CREAT | O_EXCL), (f->mode | 0200) & 0777);
+    if (t->fd < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
+    t->created[j] = 1;
+    t->fd_file = j;
+    return 0;
+}
+
+int kestrel__tree_out_write(void *ctx, int64_t at, const void *data, size_t len)
+{
+    kestrel__tree_out *t = ctx;
+    size_t lo = 0, hi = t->m->n_files;
+    const char *p = data;
+    int rc;
+    while (hi - lo > 1) {   /* the last file starting at or before at */
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->start[mid] <= at)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    while (lo < t->m->n_files && t->m->files[lo]->size == 0)   /* empty files share their offset */
+        lo++;
+    if (lo >= t->m->n_files || at + (int64_t)len > t->start[lo] + t->m->files[lo]->size)
+        return kestrel__error_set(KESTREL_EPROTO, "a chunk crosses the end of its file");
+    if ((rc = open_file(t, lo)) < 0)
+        return rc;
+    at -= t->start[lo];
+    while (len > 0) {
+        ssize_t w = pwrite(t->fd, p, len, at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return kestrel__error_set(KESTREL_EIO, "cannot write %s/%s: %s", t->tmp, t->m->files[lo]->path,
+                                      strerror(errno));
+        p += w;
+        len -= (size_t)w;
+        at += w;
+    }
+    return 0;
+}
+
+/* A file of several chunks, read back and hashed; one chunk is that chunk (verified as it came), no
+ * chunk the empty file. */
+static int file_matches(const kestrel__tree_out *t, size_t j, size_t first_chunk, uint8_t **buf)
+{
+    const Kestrel__V1__TreeFile *f = t->m->files[j];
+    char path[8400], hex[65];
+    EVP_MD_CTX *ctx;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdn = 0;
+    int64_t at = 0;
+    int fd, rc = 0;
+    if (f->chunks == 1)
+        return !strcmp(t->m->chunks[first_chunk]->digest, f->sha256) ? 0 : KESTREL_EPROTO;
+    if (f->chunks == 0) {
+        kestrel__sha256_hex("", 0, hex);
+        return !strcmp(hex, f->sha256) ? 0 : KESTREL_EPROTO;
+    }
+    snprintf(path, sizeof(path), "%s/%s", t->tmp, f->path);
+    if ((*buf == NULL && (*buf = malloc(COPY_BUF)) == NULL) || (ctx = EVP_MD_CTX_new()) == NULL)
+        return kestrel__error_oom();
+    if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+        EVP_MD_CTX_free(ctx);
+        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+    }
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    while (at < f->size) {
+        ssize_t r = pread(fd, *buf, COPY_BUF, at);
         if (r <= 0) {
-            rc = kestrel__error_set(KESTREL_EIO, "the pulled data ends early (%s)", f->path);
+            rc = kestrel__error_set(KESTREL_EIO, "cannot read %s", path);
             break;
         }
-        EVP_DigestUpdate(ctx, buf, (size_t)r);
-        for (ssize_t done = 0; done < r && rc == 0;) {
-            ssize_t w = write(fd, buf + done, (size_t)(r - done));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                rc = kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", path, strerror(errno));
-            else
-                done += w;
-        }
+        EVP_DigestUpdate(ctx, *buf, (size_t)r);
         at += r;
-        left -= r;
     }
-    if (close(fd) < 0 && rc == 0)
-        rc = kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", path, strerror(errno));
+    close(fd);
     EVP_DigestFinal_ex(ctx, md, &mdn);
     EVP_MD_CTX_free(ctx);
     for (unsigned int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    if (rc == 0 && strcmp(hex, f->sha256))
-        rc = kestrel__error_set(KESTREL_EPROTO, "%s does not match its digest", f->path);
-    return rc;
+    return rc < 0 ? rc : !strcmp(hex, f->sha256) ? 0 : KESTREL_EPROTO;
 }
 
-int kestrel__tree_install(int blob, const Kestrel__V1__Manifest *m, const char *dest)
+int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
 {
-    char tmp[4200], old[4200] = "", made[4200] = "";
+    char old[4200] = "";
     uint8_t *buf = NULL;
-    int64_t at = 0;
+    size_t chunk = 0;
     struct stat st;
     int rc = 0, dfd;
-    if (lstat(dest, &st) == 0 && !S_ISDIR(st.st_mode))
-        return kestrel__error_set(KESTREL_EEXISTS, "%s exists and is not a directory", dest);
-    snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
-    if (mkdtemp(tmp) == NULL)
-        return kestrel__error_set(KESTREL_EIO, "cannot create a directory next to %s: %s", dest, strerror(errno));
-    if ((buf = malloc(COPY_BUF)) == NULL)
-        rc = kestrel__error_oom();
-    for (size_t i = 0; i < m->n_files && rc == 0; i++) {
-        rc = extract(blob, at, m->files[i], tmp, buf, made);
-        at += m->files[i]->size;
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    for (size_t j = 0; j < t->m->n_files && rc == 0; j++) {
+        const Kestrel__V1__TreeFile *f = t->m->files[j];
+        char path[8400];
+        if (!t->created[j] && (rc = open_file(t, j)) < 0)   /* an empty file */
+            break;
+        if ((rc = file_matches(t, j, chunk, &buf)) == KESTREL_EPROTO)
+            rc = kestrel__error_set(KESTREL_EPROTO, "%s does not match its digest", f->path);
+        chunk += (size_t)f->chunks;
+        snprintf(path, sizeof(path), "%s/%s", t->tmp, f->path);
+        if (rc == 0 && !(f->mode & 0200) && chmod(path, f->mode & 0777) < 0)
+            rc = kestrel__error_set(KESTREL_EIO, "cannot chmod %s: %s", path, strerror(errno));
     }
     free(buf);
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
     /* every file and folder durable at once: one syncfs instead of an fsync a file */
-    if (rc == 0 && (dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
-        chmod(tmp, 0755);   /* mkdtemp made it 0700 */
+    if (rc == 0 && (dfd = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+        chmod(t->tmp, 0755);   /* mkdtemp made it 0700 */
         if (syncfs(dfd) < 0)
-            rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
+            rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", t->tmp, strerror(errno));
         close(dfd);
     }
     if (rc == 0 && lstat(dest, &st) == 0) {   /* replace an existing directory: move it aside first */
@@ -214,15 +311,29 @@ int kestrel__tree_install(int blob, const Kestrel__V1__Manifest *m, const char *
             old[0] = '\0';
         }
     }
-    if (rc == 0 && rename(tmp, dest) < 0) {
+    if (rc == 0 && rename(t->tmp, dest) < 0) {
         rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
         if (old[0])
             rename(old, dest);   /* put the old one back */
         old[0] = '\0';
     }
-    if (rc < 0)
-        kestrel__rm_tree(tmp);
+    if (rc == 0)
+        t->tmp[0] = '\0';   /* it is dest now */
     if (old[0])
         kestrel__rm_tree(old);
+    kestrel__tree_out_abandon(t);
     return rc;
+}
+
+void kestrel__tree_out_abandon(kestrel__tree_out *t)
+{
+    if (t == NULL)
+        return;
+    if (t->fd >= 0)
+        close(t->fd);
+    if (t->tmp[0])
+        kestrel__rm_tree(t->tmp);   /* never half a directory */
+    free(t->start);
+    free(t->created);
+    free(t);
 }

@@ -296,6 +296,55 @@ def test_the_pull_cache_is_bounded_least_recently_used_first(kestreld, tmp_path,
     assert (tmp_path / "a4.out").stat().st_nlink == 1
 
 
+def test_a_pulled_directory_is_its_own_pack_in_the_pull_cache(kestreld, tmp_path, monkeypatch):
+    """A directory's chunks go straight into its files; the cache keeps an index of them where they
+    are (a tree pack), no second copy; what changed there since is never trusted."""
+    from faultproxy import FaultProxy
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(cache))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    src = tmp_path / "src"
+    for i in range(40):
+        (src / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (src / f"d{i % 4}" / f"f{i}").write_bytes(os.urandom(30000 + 1000 * i))
+    (src / "big.bin").write_bytes(os.urandom(3 << 20))   # several chunks: read back and hashed
+    (src / "empty").write_bytes(b"")
+    c.push("team/ds", str(src))
+    c.pull("team/ds", str(tmp_path / "a"))
+    assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "a")]).returncode == 0
+    trees = list((cache / "packs").glob("*.tree"))
+    assert len(trees) == 1 and not list((cache / "packs").glob("*.idx"))   # no copy of the bytes
+    # pulled again elsewhere through a proxy that damages every chunk it passes: all from the pack
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "corrupt")
+    try:
+        kestrel.Client(proxy.url, kestreld.token).pull("team/ds", str(tmp_path / "b"))
+        assert proxy.damaged == 0
+    finally:
+        proxy.close()
+    assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "b")]).returncode == 0
+    # a file of the pack changed in place: the pack is dropped, the chunks come from the server
+    with open(tmp_path / "a" / "d1" / "f1", "r+b") as f:
+        f.write(b"\0" * 16)
+    c.pull("team/ds", str(tmp_path / "c"))
+    assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "c")]).returncode == 0
+    assert (tmp_path / "a" / "d1" / "f1").read_bytes()[:16] == b"\0" * 16   # the user's file untouched
+    assert [t.read_text().split("\n")[1] for t in (cache / "packs").glob("*.tree")] == [str(tmp_path / "c")]
+    # a pull over an existing directory replaces it whole, and leaves nothing beside it
+    c.pull("team/ds", str(tmp_path / "c"))
+    assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "c")]).returncode == 0
+    assert not [p.name for p in tmp_path.iterdir() if ".kestrel-" in p.name]
+    # no cache, every chunk damaged on the way: an error, dest untouched, no half directory beside it
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "corrupt")
+    try:
+        with pytest.raises(kestrel.ProtocolError, match="damaged"):
+            kestrel.Client(proxy.url, kestreld.token).pull("team/ds", str(tmp_path / "c"))
+    finally:
+        proxy.close()
+    assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "c")]).returncode == 0
+    assert not [p.name for p in tmp_path.iterdir() if ".kestrel-" in p.name]
+
+
 def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_path):
     """SIGINT (Ctrl-C, a kernel interrupt) during a push stops it through the progress callback;
     KeyboardInterrupt comes back as itself and no version is created."""
