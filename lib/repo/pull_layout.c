@@ -1,10 +1,13 @@
 /* lib/repo/pull_layout.c - placing pulled chunks (see pull_layout.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "filehash.h"
 #include "pull_layout.h"
+
+#define KICK_BYTES (32 << 20)
 
 typedef struct {
     const char *digest;
@@ -20,6 +23,7 @@ struct kestrel__layout {
     unsigned char *placed;
     size_t front;            /* chunks [0, front) are all written */
     kestrel__filehash *hash;
+    int64_t kicked;          /* bytes [0, kicked) of the file are being written back already */
     kestrel__layout_sink sink;   /* fd < 0: where the bytes go */
     void *sink_ctx;
 };
@@ -100,7 +104,14 @@ int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t
         return 0;
     while (l->front < n && l->placed[l->front])
         l->front++;
-    kestrel__filehash_advance(l->hash, l->front < n ? l->off[l->front] : l->mf->size);
+    {
+        int64_t ready = l->front < n ? l->off[l->front] : l->mf->size;
+        kestrel__filehash_advance(l->hash, ready);
+        if (ready - l->kicked >= KICK_BYTES) {   /* the disk writes beside the download, not all at the end */
+            (void)sync_file_range(l->fd, l->kicked, ready - l->kicked, SYNC_FILE_RANGE_WRITE);
+            l->kicked = ready;
+        }
+    }
     return 0;
 }
 
