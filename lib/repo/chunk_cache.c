@@ -309,22 +309,26 @@ int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t siz
     return 0;
 }
 
+/* A new pack's name: 32 hex digits, from what it holds, the time and this process. */
+static void pack_id(const char *what, char id[40])
+{
+    char seed[8400], hex[KESTREL__HEX_LEN + 1];
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(seed, sizeof(seed), "%s %lld %ld %d", what, (long long)now.tv_sec, now.tv_nsec, (int)getpid());
+    kestrel__sha256_hex(seed, strlen(seed), hex);
+    snprintf(id, 40, "%.32s", hex);
+}
+
 void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kestrel__cache_item *items, size_t n)
 {
-    char id[40], seed[4200], pack[2200], idx[2300], tmp[2400];
-    struct timespec now;
+    char id[40], pack[2200], idx[2300], tmp[2400];
     int64_t off = 0;
     FILE *f;
     int fd, ok;
     if (!cache->on)
         return;
-    clock_gettime(CLOCK_REALTIME, &now);
-    snprintf(seed, sizeof(seed), "%s %lld %ld %d", path, (long long)now.tv_sec, now.tv_nsec, (int)getpid());
-    {
-        char hex[KESTREL__HEX_LEN + 1];
-        kestrel__sha256_hex(seed, strlen(seed), hex);
-        snprintf(id, sizeof(id), "%.32s", hex);
-    }
+    pack_id(path, id);
     snprintf(pack, sizeof(pack), "%s/packs/%s", cache->dir, id);
     snprintf(idx, sizeof(idx), "%s.idx", pack);
     if (link(path, pack) < 0)   /* another filesystem: not cached */
@@ -352,8 +356,7 @@ void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kes
 
 void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, const Kestrel__V1__Manifest *m)
 {
-    char id[40], seed[4200], idx[2300], tmp[2400], root[TREE_PATH_MAX];
-    struct timespec now;
+    char id[40], idx[2300], tmp[2400], root[TREE_PATH_MAX];
     size_t chunk = 0;
     FILE *f;
     int fd, ok;
@@ -364,13 +367,7 @@ void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, cons
     for (size_t p = 0; p < cache->npacks; p++)   /* the same directory pulled before: that pack is stale */
         if (cache->roots[p] && !strcmp(cache->roots[p], root))
             drop_pack(cache, (int)p);
-    clock_gettime(CLOCK_REALTIME, &now);
-    snprintf(seed, sizeof(seed), "%s %lld %ld %d", root, (long long)now.tv_sec, now.tv_nsec, (int)getpid());
-    {
-        char hex[KESTREL__HEX_LEN + 1];
-        kestrel__sha256_hex(seed, strlen(seed), hex);
-        snprintf(id, sizeof(id), "%.32s", hex);
-    }
+    pack_id(root, id);
     snprintf(idx, sizeof(idx), "%s/packs/%s.tree", cache->dir, id);
     snprintf(tmp, sizeof(tmp), "%s.tmp", idx);
     if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 || (f = fdopen(fd, "w")) == NULL) {
