@@ -258,6 +258,13 @@ static enum MHD_Result commit(kd_req *r, const char *name)
             goto out;
         }
     }
+    if ((s = commit_metadata(r, in->metadata_json, msg, sizeof(msg))) == NULL) {
+        reply = kd_reply_error(r, 400, "invalid_argument", msg);
+        goto out;
+    }
+    if (in->metadata_json != protobuf_c_empty_string)
+        free(in->metadata_json);
+    in->metadata_json = s;
     /* complete before commit: every chunk is stored, and its bytes are the manifest's */
     for (size_t i = 0; i < in->n_chunks; i++)
         if (!kestrel__store_has_chunk(r->e->store, in->chunks[i]->digest)) {
@@ -272,14 +279,21 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         rc = same_as_latest(r, name, in) ? 0 : bytes_match(r, in, msg, sizeof(msg));
         if (threaded)
             pthread_join(th, NULL);
-        if (rc < 0 || (s = commit_metadata(r, in->metadata_json, msg, sizeof(msg))) == NULL) {
+        else
+            w.rc = kestrel__store_sync(r->e->store);
+        if (rc < 0 && rc != KESTREL_EINVALID) {   /* the server's trouble (memory, the disk), not the input's */
+            reply = kd_reply_failure(r, rc);
+            goto out;
+        }
+        if (rc < 0) {
             reply = kd_reply_error(r, 400, "invalid_argument", msg);
             goto out;
         }
+        if (w.rc < 0) {   /* the chunks may not be durable: no version may name them */
+            reply = kd_reply_failure(r, kestrel__error_set(w.rc, "the store could not make the pushed chunks durable"));
+            goto out;
+        }
     }
-    if (in->metadata_json != protobuf_c_empty_string)
-        free(in->metadata_json);
-    in->metadata_json = s;
     if ((s = kestrel__strdup(name)) == NULL) {
         reply = kd_reply_error(r, 500, "internal", "out of memory");
         goto out;

@@ -20,6 +20,7 @@
 
 #define DEFAULT_MAX (10ll << 30)
 #define TREE_PACKS_MAX 32
+#define ENTRY_MAX (4u << 20)   /* a chunk is at most 1 MiB; kestreld takes up to 4 */
 #define TREE_PATH_MAX 8192
 
 int kestrel__chunk_verified(const char *hex, const kestrel_buf *b, int64_t size)
@@ -84,7 +85,7 @@ void kestrel__cache_close(kestrel__chunk_cache *cache)
     cache->packs = NULL;
     cache->roots = cache->paths = NULL;
     cache->nents = cache->npacks = cache->npaths = 0;
-    cache->cap_packs = cache->cap_paths = 0;
+    cache->cap_packs = cache->cap_roots = cache->cap_paths = 0;
     cache->loaded = 0;
 }
 
@@ -107,9 +108,8 @@ static int is_pack_id(const char *s)
 /* A new pack (root: a tree pack's directory, owned; NULL a file pack); its index or -1. */
 static int new_pack(kestrel__chunk_cache *cache, const char *id, char *root)
 {
-    size_t cap = cache->cap_packs;
     if (kestrel__array_grow(&cache->packs, &cache->cap_packs, cache->npacks + 1, sizeof(*cache->packs)) < 0 ||
-        kestrel__array_grow(&cache->roots, &cap, cache->npacks + 1, sizeof(*cache->roots)) < 0) {
+        kestrel__array_grow(&cache->roots, &cache->cap_roots, cache->npacks + 1, sizeof(*cache->roots)) < 0) {
         free(root);
         return -1;
     }
@@ -146,8 +146,10 @@ static void load_file_pack(kestrel__chunk_cache *cache, size_t *cap, FILE *f, co
         char hex[65];
         long long off;
         unsigned long l;
-        if (sscanf(line, "%64s %lld %lu", hex, &off, &l) == 3 && strlen(hex) == 64 &&
-            add_entry(cache, cap, hex, pack, -1, off, (uint32_t)l) < 0)
+        if (sscanf(line, "%64s %lld %lu", hex, &off, &l) != 3 || !kestrel__is_sha256_hex(hex) || off < 0 ||
+            off > size || l == 0 || l > ENTRY_MAX)
+            continue;   /* a damaged line: that chunk is not cached */
+        if (add_entry(cache, cap, hex, pack, -1, off, (uint32_t)l) < 0)
             break;
     }
 }
@@ -195,8 +197,8 @@ static void load_tree_pack(kestrel__chunk_cache *cache, size_t *cap, FILE *f, co
         for (unsigned long long i = 0; i < nchunks; i++) {
             char hex[65];
             unsigned long l;
-            if (fscanf(f, "%64s %lu\n", hex, &l) != 2 || strlen(hex) != 64 ||
-                add_entry(cache, cap, hex, pack, (int)cache->npaths - 1, off, (uint32_t)l) < 0)
+            if (fscanf(f, "%64s %lu\n", hex, &l) != 2 || !kestrel__is_sha256_hex(hex) || l == 0 || l > ENTRY_MAX ||
+                (long long)l > size - off || add_entry(cache, cap, hex, pack, (int)cache->npaths - 1, off, (uint32_t)l) < 0)
                 return;
             off += (long long)l;
         }

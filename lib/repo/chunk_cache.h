@@ -32,7 +32,7 @@ typedef struct {
     size_t nents;
     char (*packs)[40];
     char **roots;                 /* a tree pack's directory (owned), NULL for a file pack */
-    size_t npacks, cap_packs;
+    size_t npacks, cap_packs, cap_roots;
     char **paths;                 /* the files of tree packs (owned) */
     size_t npaths, cap_paths;
 } kestrel__chunk_cache;

@@ -71,6 +71,13 @@ int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at)
         return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': lowercase [a-z0-9._-] segments joined by '/'",
                                   name);
     *at = a && a[1] ? a + 1 : "latest";
+    if (**at >= '0' && **at <= '9') {   /* a version number */
+        size_t digits = strspn(*at, "0123456789");
+        if ((*at)[digits] || digits > 18 || **at == '0')
+            return kestrel__error_set(KESTREL_EINVALID, "bad version in '%.64s'", ref);
+    } else if (!kestrel__alias_valid(*at)) {
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias in '%.64s'", ref);
+    }
     return 0;
 }
 
@@ -114,10 +121,11 @@ static int tree_check(const Kestrel__V1__Manifest *m)
             return kestrel__error_set(KESTREL_EINVALID, "field 'files': bad entry '%.100s'", f->path);
         if (!kestrel__is_sha256_hex(f->sha256))
             return kestrel__error_set(KESTREL_EINVALID, "field 'files': the sha256 of '%.100s' is not 64 hex digits", f->path);
+        if (f->chunks > (int64_t)m->n_chunks - chunks || f->size > m->size - total)   /* never past the ends */
+            return kestrel__error_set(KESTREL_EINVALID,
+                                      "field 'files': the files do not add up to the version's size and chunks");
         total += f->size;
         chunks += f->chunks;
-        if (chunks > (int64_t)m->n_chunks)
-            break;
         for (int64_t k = 0; k < f->chunks; k++)
             sum += m->chunks[at++]->size;
         if (sum != f->size)
@@ -146,6 +154,8 @@ int kestrel__manifest_check(const Kestrel__V1__Manifest *m)
         if (c->size <= 0 || c->size > (int64_t)KESTREL__CHUNK_MAX * 4)
             return kestrel__error_set(KESTREL_EINVALID, "field 'chunks': a chunk holds 1 byte to 4 MiB");
         total += c->size;
+        if (total > m->size)
+            break;
     }
     if (total != m->size)
         return kestrel__error_set(KESTREL_EINVALID, "field 'size': the chunks do not add up to it");

@@ -161,12 +161,14 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
             rc = kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
             goto done;
         }
-        if (fsync(fd) < 0 || close(fd) < 0) {
+        {
+            int synced = fsync(fd) == 0, closed = close(fd) == 0;
             fd = -1;
-            rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
-            goto done;
+            if (!synced || !closed) {
+                rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
+                goto done;
+            }
         }
-        fd = -1;
         if (rename(tmp, dest) < 0) {
             rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
             goto done;

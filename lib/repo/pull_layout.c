@@ -58,8 +58,14 @@ int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, 
     }
     if (n > 1)
         qsort(l->sorted, n, sizeof(*l->sorted), ref_cmp);
-    for (size_t k = 0; k < n; k++)
+    for (size_t k = 0; k < n; k++) {
         l->slot[l->sorted[k].i] = k;
+        if (k && !strcmp(l->sorted[k - 1].digest, l->sorted[k].digest) &&
+            mf->chunks[l->sorted[k - 1].i]->size != mf->chunks[l->sorted[k].i]->size) {
+            kestrel__layout_free(l);
+            return kestrel__error_set(KESTREL_EPROTO, "the manifest gives chunk %.12s two sizes", l->sorted[k].digest);
+        }
+    }
     if (fd >= 0 && (rc = kestrel__filehash_follow(&l->hash, fd)) < 0) {
         kestrel__layout_free(l);
         return rc;
@@ -119,8 +125,13 @@ int kestrel__layout_finish(kestrel__layout *l, char sha[65])
 {
     int rc = 0;
     sha[0] = '\0';
-    if (l->hash)
-        rc = kestrel__filehash_finish(l->hash, l->mf->size, sha);
+    for (size_t i = 0; i < l->mf->n_chunks && rc == 0; i++)
+        if (!l->placed[i])
+            rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s never arrived", l->mf->chunks[i]->digest);
+    if (l->hash) {
+        int r = kestrel__filehash_finish(l->hash, rc < 0 ? -1 : l->mf->size, sha);
+        rc = rc < 0 ? rc : r;
+    }
     l->hash = NULL;
     kestrel__layout_free(l);
     return rc;

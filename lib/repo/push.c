@@ -36,7 +36,9 @@ typedef struct {
     int rc;                     /* its first failure (atomic), and that failure's error: */
     kestrel_error err;
     char msg[1024];
-    kestrel__progress pr;       /* what it sent (no callback: the push reports) */
+    kestrel__progress pr;       /* what it sent (its callback only says whether to stop) */
+    int abort;                  /* set (atomic): stop sending at the next chunk or pack */
+    int done;                   /* set under mu when the thread ends */
     pthread_t th;
     int running;
 } sender;
@@ -249,16 +251,28 @@ static void *sender_main(void *arg)
         }
         rc = send_missing(s->t, batch, n, s->paths, &s->pr);
         free(batch);
-        if (rc < 0) {   /* keep the error for the push's thread, which stops at its next hand-over */
+        if (rc < 0 && !__atomic_load_n(&s->abort, __ATOMIC_ACQUIRE)) {   /* kept for the push's thread */
             const kestrel_error *e = kestrel_error_last();
             snprintf(s->msg, sizeof(s->msg), "%s", e->message);
             s->err = *e;
             s->err.message = s->msg;
             __atomic_store_n(&s->rc, rc, __ATOMIC_RELEASE);
-            break;
         }
+        if (rc < 0)
+            break;
     }
+    pthread_mutex_lock(&s->mu);
+    s->done = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* The sender's progress callback: stop once the push was told to. */
+static int sender_stop(const kestrel_progress *p, void *payload)
+{
+    (void)p;
+    return __atomic_load_n(&((sender *)payload)->abort, __ATOMIC_ACQUIRE);
 }
 
 static int sender_failed(sender *s)
@@ -302,6 +316,8 @@ static int sender_start(sender *s, kestrel__transport *t, const char *const *pat
     s->t = t;
     s->paths = paths;
     s->pr.p.version = 1;
+    s->pr.cb = sender_stop;
+    s->pr.payload = s;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->th, NULL, sender_main, s) != 0)
@@ -310,20 +326,42 @@ static int sender_start(sender *s, kestrel__transport *t, const char *const *pat
     return 0;
 }
 
-/* Wait for the sender to send what it has (stop: tell it to give up first), then free it. */
-static int sender_finish(sender *s, int stop)
+/* Wait for the sender to send what it has (stop: tell it to give up first), reporting its progress
+ * on this thread as it goes (a callback that says stop stops it), then free it. */
+static int sender_finish(sender *s, int stop, kestrel__progress *pr)
 {
     int rc = 0;
     if (s->running) {
         pthread_mutex_lock(&s->mu);
-        if (stop)
-            s->nq = 0;   /* what it is sending now is the last */
+        if (stop) {
+            s->nq = 0;
+            __atomic_store_n(&s->abort, 1, __ATOMIC_RELEASE);
+        }
         s->closing = 1;
-        pthread_cond_signal(&s->cv);
+        pthread_cond_broadcast(&s->cv);
+        while (!s->done) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 100000000;
+            if (until.tv_nsec >= 1000000000) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&s->cv, &s->mu, &until);
+            if (s->done || stop || rc < 0)
+                continue;
+            pthread_mutex_unlock(&s->mu);
+            pr->p.bytes_new = __atomic_load_n(&s->pr.p.bytes_new, __ATOMIC_RELAXED);
+            pr->p.chunks_new = __atomic_load_n(&s->pr.p.chunks_new, __ATOMIC_RELAXED);
+            if ((rc = kestrel__progress_report(pr, 0)) < 0)   /* cancelled: the sender stops at its next chunk */
+                __atomic_store_n(&s->abort, 1, __ATOMIC_RELEASE);
+            pthread_mutex_lock(&s->mu);
+        }
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);
         s->running = 0;
-        rc = stop ? 0 : sender_failed(s);
+        if (rc == 0 && !stop)
+            rc = sender_failed(s);
     }
     free(s->q);
     s->q = NULL;
@@ -397,7 +435,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     if (rc == 0)
         rc = handover(&ps, 1);
     {
-        int r = sender_finish(&out, rc < 0);   /* everything sent, or the first failure */
+        int r = sender_finish(&out, rc < 0, pr);   /* everything sent, or the first failure */
         rc = rc < 0 ? rc : r;
     }
     pr->p.bytes_new = out.pr.p.bytes_new;

@@ -13,7 +13,6 @@
 #include "chunk_cache.h"
 #include "store.h"
 
-#define MAX_ENTRY_CHUNKS (64u << 20)
 #define MAX_PATH_LEN 4096
 
 typedef struct {
@@ -73,7 +72,8 @@ static void load(kestrel__pushcache *pc)
         memset(&r, 0, sizeof(r));
         ok = fscanf(f, "F %zu %llu %llu %lld %lld %lld %lld %64s %llu", &len, &r.dev, &r.ino, &r.size, &r.mtime, &r.ctime,
                     &r.started, r.sha, &nchunks) == 9 && fgetc(f) == '\n' && len <= MAX_PATH_LEN &&
-             nchunks <= MAX_ENTRY_CHUNKS && strlen(r.sha) == 64 && (r.path = malloc(len + 1)) != NULL;
+             r.size >= 0 && nchunks <= (unsigned long long)r.size / KESTREL__CHUNK_MIN + 1 &&
+             kestrel__is_sha256_hex(r.sha) && (r.path = malloc(len + 1)) != NULL;
         if (ok) {
             ok = fread(r.path, 1, len, f) == len && fgetc(f) == '\n';
             r.path[len] = '\0';
@@ -85,7 +85,8 @@ static void load(kestrel__pushcache *pc)
         for (unsigned long long i = 0; ok && i < nchunks; i++) {
             kestrel__chunk_ref *c = &pc->old.refs[pc->old.nrefs++];
             unsigned long l;
-            ok = fscanf(f, "%64s %lu\n", c->hex, &l) == 2 && strlen(c->hex) == 64 && l > 0 && l <= KESTREL__CHUNK_MAX;
+            ok = fscanf(f, "%64s %lu\n", c->hex, &l) == 2 && kestrel__is_sha256_hex(c->hex) && l > 0 &&
+                 l <= KESTREL__CHUNK_MAX;
             c->offset = offset;
             c->len = (uint32_t)l;
             c->file = 0;

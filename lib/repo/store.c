@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ struct kestrel__store {
     int fd;             /* for syncfs */
     int sole_writer;    /* this process is the only writer (kestreld): sync only what it wrote */
     long unsynced;      /* chunks written since the last sync (atomic) */
+    pthread_mutex_t sync_mu;
 };
 
 int kestrel__mkdirs(const char *path, mode_t mode)
@@ -96,6 +98,7 @@ int kestrel__store_open(kestrel__store **out, const char *root)
         free(s);
         return rc;
     }
+    pthread_mutex_init(&s->sync_mu, NULL);
     *out = s;
     return 0;
 }
@@ -103,6 +106,7 @@ int kestrel__store_open(kestrel__store **out, const char *root)
 void kestrel__store_close(kestrel__store *s)
 {
     if (s) {
+        pthread_mutex_destroy(&s->sync_mu);
         close(s->fd);
         free(s);
     }
@@ -326,14 +330,18 @@ int kestrel__store_check_chunk(kestrel__store *s, const char *hex)
 
 int kestrel__store_sync(kestrel__store *s)
 {
-    long taken = __atomic_exchange_n(&s->unsynced, 0, __ATOMIC_ACQ_REL);
-    if (s->sole_writer && taken == 0)
-        return 0;   /* every chunk is durable already: nothing written since the last sync */
-    if (syncfs(s->fd) < 0) {
-        __atomic_add_fetch(&s->unsynced, taken, __ATOMIC_ACQ_REL);
-        return io_error("cannot sync", s->root);
+    long taken;
+    int rc = 0;
+    /* one sync at a time: a caller that finds nothing left to sync returns only once the sync that
+     * took its chunks has finished (and failed over to it, when it failed) */
+    pthread_mutex_lock(&s->sync_mu);
+    taken = __atomic_exchange_n(&s->unsynced, 0, __ATOMIC_ACQ_REL);
+    if ((!s->sole_writer || taken != 0) && syncfs(s->fd) < 0) {
+        __atomic_add_fetch(&s->unsynced, taken ? taken : 1, __ATOMIC_ACQ_REL);
+        rc = io_error("cannot sync", s->root);
     }
-    return 0;
+    pthread_mutex_unlock(&s->sync_mu);
+    return rc;
 }
 
 static int alias_write(kestrel__store *s, const char *name, const char *alias, int64_t version);
@@ -484,6 +492,11 @@ int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
             return kestrel__error_oom();
         }
     }
+    for (size_t i = 0; i < m->n_aliases; i++)   /* a manifest never stores them: whatever one holds goes */
+        free(m->aliases[i]);
+    free(m->aliases);
+    m->aliases = NULL;
+    m->n_aliases = 0;
     if ((rc = kestrel__store_aliases_of(s, m->name, m->version, &aliases)) == 0 && aliases.size) {
         size_t k = 2;
         for (const char *q = aliases.ptr; *q; q++)

@@ -20,6 +20,19 @@ static char *dup_or_empty(const char *s)
     return kestrel__strdup(s ? s : "");
 }
 
+/* A whole number in [lo, hi], 0 when absent (JSON numbers are doubles: anything else clears *ok). */
+static int64_t num(const cJSON *v, double lo, double hi, int *ok)
+{
+    double d = cJSON_GetNumberValue(v);
+    if (v == NULL)
+        return 0;
+    if (!cJSON_IsNumber(v) || !(d >= lo && d <= hi) || d != (double)(int64_t)d) {
+        *ok = 0;
+        return 0;
+    }
+    return (int64_t)d;
+}
+
 int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out)
 {
     cJSON *doc = cJSON_Parse(json), *e;
@@ -32,10 +45,10 @@ int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out
         m->name = dup_or_empty(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "name")));
         m->sha256 = dup_or_empty(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "sha256")));
         m->metadata_json = cJSON_IsObject(meta) ? cJSON_PrintUnformatted(meta) : kestrel__strdup("");
-        m->size = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "size"));
-        m->created_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "created_ms"));
-        m->version = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "version"));
         ok = m->name && m->sha256 && m->metadata_json;
+        m->size = num(cJSON_GetObjectItemCaseSensitive(doc, "size"), 0, 9e15, &ok);
+        m->created_ms = num(cJSON_GetObjectItemCaseSensitive(doc, "created_ms"), 0, 9e15, &ok);
+        m->version = num(cJSON_GetObjectItemCaseSensitive(doc, "version"), 0, 9e15, &ok);
         if (!m->name) m->name = (char *)protobuf_c_empty_string;
         if (!m->sha256) m->sha256 = (char *)protobuf_c_empty_string;
         if (!m->metadata_json) m->metadata_json = (char *)protobuf_c_empty_string;
@@ -58,7 +71,7 @@ int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out
                 ok = 0;
                 break;
             }
-            c->size = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(e, 1));
+            c->size = num(cJSON_GetArrayItem(e, 1), 1, 4 << 20, &ok);
         }
     if (ok && cJSON_IsArray(files)) {
         ok = (m->files = calloc((size_t)cJSON_GetArraySize(files) + 1, sizeof(*m->files))) != NULL;
@@ -82,9 +95,9 @@ int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out
                     ok = 0;
                     break;
                 }
-                f->size = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(e, 1));
-                f->mode = (uint32_t)cJSON_GetNumberValue(cJSON_GetArrayItem(e, 3));
-                f->chunks = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(e, 4));
+                f->size = num(cJSON_GetArrayItem(e, 1), 0, 9e15, &ok);
+                f->mode = (uint32_t)num(cJSON_GetArrayItem(e, 3), 0, 0777, &ok);
+                f->chunks = num(cJSON_GetArrayItem(e, 4), 0, 9e15, &ok);
             }
     }
     cJSON_Delete(doc);
@@ -125,14 +138,14 @@ static int migrate_one(kestrel__store *s, const char *name, int64_t version)
     kestrel_buf_dispose(&text);
     if (rc < 0)
         fprintf(stderr, "kestrel: cannot migrate %s@%lld: %s\n", name, (long long)version, kestrel_error_last()->message);
-    return 0;   /* a damaged manifest stays as it is: readers say so, fsck lists it */
+    return rc < 0 ? 1 : 0;   /* it stays as it is (readers say so, fsck lists it); the next start tries again */
 }
 
 int kestrel__store_migrate(kestrel__store *s)
 {
     char path[PATH_MAX];
     kestrel_buf names = KESTREL_BUF_INIT;
-    int rc;
+    int rc, left = 0;
     snprintf(path, sizeof(path), "%s/format", kestrel__store_root(s));
     if (access(path, F_OK) == 0)
         return 0;
@@ -145,10 +158,12 @@ int kestrel__store_migrate(kestrel__store *s)
             kestrel_error_clear();
             continue;
         }
-        for (size_t i = 0; i < k && rc == 0; i++)
-            rc = migrate_one(s, n, vs[i]);
+        for (size_t i = 0; i < k; i++)
+            left += migrate_one(s, n, vs[i]);
         free(vs);
     }
     kestrel_buf_dispose(&names);
-    return rc < 0 ? rc : kestrel__write_file_atomic(path, FORMAT, strlen(FORMAT), 0644);
+    if (rc < 0 || left)
+        return 0;   /* best effort: the store reads both forms */
+    return kestrel__write_file_atomic(path, FORMAT, strlen(FORMAT), 0644);
 }

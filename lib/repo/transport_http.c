@@ -27,32 +27,46 @@ typedef struct {
 
 #define CLIENT(t) (((http *)(t))->c)
 
+/* One transfer on the pool: its handle, and the answer, at most max bytes. */
+typedef struct {
+    CURL *e;
+    struct curl_slist *hdrs;
+    kestrel_buf resp;
+    size_t max;
+    void *job;
+} stream;
+
 static size_t collect(char *data, size_t size, size_t n, void *payload)
 {
-    return kestrel__buf_put(payload, data, size * n) < 0 ? 0 : size * n;
+    stream *s = payload;
+    if (size * n > s->max - s->resp.size)   /* more than asked for: the transfer fails, nothing is kept */
+        return 0;
+    return kestrel__buf_put(&s->resp, data, size * n) < 0 ? 0 : size * n;
 }
 
-/* A new transfer on the pool: the client's token and TLS settings; it gives up when nothing moves
- * for STALL_S seconds (a hung server or network), never because it is slow. */
-static CURL *transfer(http *h, const char *url, struct curl_slist **hdrs, const char *content_type, kestrel_buf *resp)
+/* A new transfer on the pool into s: the client's token and TLS settings; it gives up when nothing
+ * moves for STALL_S seconds (a hung server or network), never because it is slow. */
+static int transfer(http *h, stream *s, const char *url, const char *content_type, size_t max)
 {
-    CURL *e = curl_easy_init();
-    if (e == NULL || (*hdrs = kestrel__http_headers(h->c, content_type)) == NULL) {
-        if (e)
-            curl_easy_cleanup(e);
-        return NULL;
+    s->resp.size = 0;
+    s->max = max;
+    if ((s->e = curl_easy_init()) == NULL || (s->hdrs = kestrel__http_headers(h->c, content_type)) == NULL) {
+        if (s->e)
+            curl_easy_cleanup(s->e);
+        s->e = NULL;
+        return kestrel__error_oom();
     }
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, *hdrs);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+    curl_easy_setopt(s->e, CURLOPT_URL, url);
+    curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, s->hdrs);
+    curl_easy_setopt(s->e, CURLOPT_CONNECTTIMEOUT_MS,
                      h->c->opts.connect_timeout_ms ? h->c->opts.connect_timeout_ms : 10000L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)STALL_S);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, resp);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    kestrel__http_tls(e);
-    return e;
+    curl_easy_setopt(s->e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(s->e, CURLOPT_LOW_SPEED_TIME, (long)STALL_S);
+    curl_easy_setopt(s->e, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(s->e, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(s->e, CURLOPT_NOSIGNAL, 1L);
+    kestrel__http_tls(s->e);
+    return 0;
 }
 
 static int finish_transfer(CURL *e, CURLcode cc, kestrel_buf *resp, const char *what)
@@ -72,30 +86,29 @@ static int finish_transfer(CURL *e, CURLcode cc, kestrel_buf *resp, const char *
 
 /* ---- streams: up to STREAMS transfers on the pool, started by next() and ended by done() ------ */
 
-typedef struct {
-    CURL *e;
-    struct curl_slist *hdrs;
-    kestrel_buf resp;
-    void *job;
-} stream;
 
-/* start: begin the next transfer on s (0: nothing left, 1: started, < 0: error); end: it finished. */
+/* start: begin the next transfer on s (0: nothing left, 1: started, < 0: error); end: it finished;
+ * release: free what start gave s->job (every started transfer gets end or release, never both). */
 typedef int (*stream_start)(void *ctx, http *h, stream *s);
 typedef int (*stream_end)(void *ctx, stream *s, CURLcode cc);
+typedef void (*stream_release)(stream *s);
 
-static void stream_drop(http *h, stream *s)
+static void stream_drop(http *h, stream *s, stream_release release)
 {
     if (s->e) {
         curl_multi_remove_handle(h->multi, s->e);
         curl_easy_cleanup(s->e);
+        if (release && s->job)
+            release(s);
     }
     curl_slist_free_all(s->hdrs);
     s->e = NULL;
     s->hdrs = NULL;
+    s->job = NULL;
     s->resp.size = 0;
 }
 
-static int run_streams(http *h, stream_start start, stream_end end, void *ctx)
+static int run_streams(http *h, stream_start start, stream_end end, stream_release release, void *ctx)
 {
     stream st[STREAMS];
     int rc = 0, more = 1;
@@ -111,8 +124,10 @@ static int run_streams(http *h, stream_start start, stream_end end, void *ctx)
                     rc = r;
                 else if (r == 0)
                     more = 0;
-                else if (curl_multi_add_handle(h->multi, st[i].e) != CURLM_OK)
+                else if (curl_multi_add_handle(h->multi, st[i].e) != CURLM_OK) {
+                    stream_drop(h, &st[i], release);
                     rc = kestrel__error_oom();
+                }
             }
             active += st[i].e != NULL;
         }
@@ -127,9 +142,11 @@ static int run_streams(http *h, stream_start start, stream_end end, void *ctx)
                 ;
             if (i == STREAMS)
                 continue;
-            if (rc == 0)
+            if (rc == 0) {
                 rc = end(ctx, &st[i], msg->data.result);
-            stream_drop(h, &st[i]);
+                st[i].job = NULL;   /* end has it */
+            }
+            stream_drop(h, &st[i], release);
         }
         if (rc < 0)
             break;
@@ -137,7 +154,7 @@ static int run_streams(http *h, stream_start start, stream_end end, void *ctx)
             curl_multi_poll(h->multi, NULL, 0, 100, NULL);
     }
     for (int i = 0; i < STREAMS; i++) {   /* on an error: stop the others */
-        stream_drop(h, &st[i]);
+        stream_drop(h, &st[i], release);
         kestrel_buf_dispose(&st[i].resp);
     }
     return rc;
@@ -258,9 +275,9 @@ static int pack_start(void *ctx, http *h, stream *s)
     *u = (pack_upload){ p->paths, p->todo + first, p->next - first, 0, -1, 0, { 0 }, 0, 0 };
     for (size_t i = 0; i < u->n; i++)
         total += 36 + u->todo[i]->len;
-    if ((s->e = transfer(h, p->url, &s->hdrs, "application/octet-stream", &s->resp)) == NULL) {
+    if (transfer(h, s, p->url, "application/octet-stream", 1u << 20) < 0) {
         free(u);
-        return kestrel__error_oom();
+        return KESTREL_ENOMEM;
     }
     s->job = u;
     curl_easy_setopt(s->e, CURLOPT_POST, 1L);
@@ -271,21 +288,33 @@ static int pack_start(void *ctx, http *h, stream *s)
     return 1;
 }
 
+static void pack_release(stream *s)
+{
+    pack_upload *u = s->job;
+    if (u->fd >= 0)
+        close(u->fd);
+    free(u);
+}
+
 static int pack_end(void *ctx, stream *s, CURLcode cc)
 {
     packs *p = ctx;
     pack_upload *u = s->job;
     int rc = finish_transfer(s->e, cc, &s->resp, "pack upload");
+    if (rc == KESTREL_EINVALID) {   /* a chunk did not match its bytes: they changed since they were hashed */
+        char why[300];
+        snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
+        rc = kestrel__error_set(KESTREL_EIO, "a file changed while it was pushed (kestreld: %s)", why);
+    }
     if (rc == 0) {
+        int64_t bytes = 0;
         for (size_t i = 0; i < u->n; i++)
-            p->pr->p.bytes_new += u->todo[i]->len;
-        p->pr->p.chunks_new += (int64_t)u->n;
+            bytes += u->todo[i]->len;
+        __atomic_fetch_add(&p->pr->p.bytes_new, bytes, __ATOMIC_RELAXED);   /* read by the push's thread */
+        __atomic_fetch_add(&p->pr->p.chunks_new, (int64_t)u->n, __ATOMIC_RELAXED);
         rc = kestrel__progress_report(p->pr, 0);
     }
-    if (u->fd >= 0)
-        close(u->fd);
-    free(u);
-    s->job = NULL;
+    pack_release(s);
     return rc;
 }
 
@@ -294,7 +323,7 @@ static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel_
 {
     packs p = { paths, todo, n, 0, pr, "" };
     snprintf(p.url, sizeof(p.url), "%s/api/v1/chunks/pack", CLIENT(t)->url);
-    return run_streams((http *)t, pack_start, pack_end, &p);
+    return run_streams((http *)t, pack_start, pack_end, pack_release, &p);
 }
 
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)
@@ -339,8 +368,8 @@ static int fetch_start(void *ctx, http *h, stream *s)
     if (f->next >= f->n)
         return 0;
     snprintf(url, sizeof(url), "%s/api/v1/chunks/%s", h->c->url, f->want[f->next].digest);
-    if ((s->e = transfer(h, url, &s->hdrs, NULL, &s->resp)) == NULL)
-        return kestrel__error_oom();
+    if (transfer(h, s, url, NULL, (size_t)f->want[f->next].size) < 0)
+        return KESTREL_ENOMEM;
     curl_easy_setopt(s->e, CURLOPT_BUFFERSIZE, 512L * 1024);
     s->job = (void *)&f->want[f->next++];
     return 1;
@@ -349,14 +378,19 @@ static int fetch_start(void *ctx, http *h, stream *s)
 static int fetch_end(void *ctx, stream *s, CURLcode cc)
 {
     fetches *f = ctx;
-    int rc = finish_transfer(s->e, cc, &s->resp, "chunk download");
+    const kestrel__want *w = s->job;
+    int rc;
+    if (cc == CURLE_WRITE_ERROR)   /* more bytes than the chunk holds: collect() stopped it */
+        return kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (more than its %lld bytes)", w->digest,
+                                  (long long)w->size);
+    rc = finish_transfer(s->e, cc, &s->resp, "chunk download");
     return rc < 0 ? rc : f->got(f->ctx, s->job, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
 }
 
 static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx)
 {
     fetches f = { want, n, 0, got, ctx };
-    return run_streams((http *)t, fetch_start, fetch_end, &f);
+    return run_streams((http *)t, fetch_start, fetch_end, NULL, &f);
 }
 
 /* kestreld re-hashes its copy and quarantines it when the stored bytes are wrong, so the next push

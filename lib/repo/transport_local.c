@@ -61,8 +61,8 @@ static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel_
         }
         if ((rc = kestrel__store_put_chunk(STORE(t), c->hex, buf, c->len)) < 0)
             break;
-        pr->p.bytes_new += c->len;
-        pr->p.chunks_new++;
+        __atomic_fetch_add(&pr->p.bytes_new, (int64_t)c->len, __ATOMIC_RELAXED);   /* read by the push's thread */
+        __atomic_fetch_add(&pr->p.chunks_new, 1, __ATOMIC_RELAXED);
         rc = kestrel__progress_report(pr, 0);
     }
     if (fd >= 0)

@@ -227,6 +227,11 @@ static void bad_input(void **state)
     assert_int_equal(kestrel_job_get(&j, C, 1), KESTREL_EUNSUPPORTED);   /* jobs need a kestreld */
     assert_int_equal(kestrel_client_new(&http, "http://127.0.0.1:1", NULL), 0);
     assert_int_equal(kestrel_model_push(NULL, http, "ok", f, NULL), KESTREL_ENET);   /* over HTTP: nobody listens */
+    /* a reference's version or alias is checked before it goes anywhere near a URL or a path */
+    assert_int_equal(kestrel_model_pull(http, "ok@../../jobs", out, NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_model_pull(http, "ok@1?x=2", out, NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_model_pull(http, "ok@0", out, NULL), KESTREL_EINVALID);
+    assert_int_equal(kestrel_model_pull(C, "ok@a#b", out, NULL), KESTREL_EINVALID);
     kestrel_client_free(http);
 }
 
@@ -376,6 +381,12 @@ static void tree_paths_and_listings(void **state)
     f[2].path = "b/e";                                                /* and names */
     kestrel__manifest_tree_digest(fp, 3, d2);
     assert_string_not_equal(d1, d2);
+    f[2].path = "b/d";
+    assert_int_equal(kestrel__manifest_check(&m), 0);
+    f[0].chunks = 1, f[1].chunks = 0, f[2].chunks = INT64_MAX;        /* counts that wrap: refused, never read past */
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+    f[2].chunks = 2, f[2].size = INT64_MAX;                           /* sizes that wrap */
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
 }
 
 int main(void)
