@@ -296,6 +296,30 @@ def test_the_pull_cache_is_bounded_least_recently_used_first(kestreld, tmp_path,
     assert (tmp_path / "a4.out").stat().st_nlink == 1
 
 
+@pytest.mark.parametrize("where", ["http", "file"])
+def test_a_file_that_changes_while_it_is_pushed_is_an_error_and_no_version(kestreld, tmp_path, monkeypatch, where):
+    """The push reads a file twice (hashing, then sending what the repository lacks, on another
+    thread): a change between the two is found, by the push or by kestreld, and nothing commits."""
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    url = kestreld.url if where == "http" else f"file://{tmp_path / 'store'}"
+    c = kestrel.Client(url, kestreld.token)
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(96 << 20))
+    changed = []
+
+    def change(p):
+        if p.bytes_done > 0 and not changed:   # the first 8 MiB are hashed: rewrite some of them
+            with open(src, "r+b") as f:
+                f.write(os.urandom(4 << 20))
+            changed.append(p.bytes_done)
+    with pytest.raises(kestrel.KestrelError) as info:
+        c.push("team/moving", str(src), progress=change)
+    assert changed and isinstance(info.value, kestrel.KestrelIOError) and "changed" in str(info.value), info.value
+    with pytest.raises(kestrel.NotFoundError):
+        c.versions("team/moving")
+    assert c.push("team/moving", str(src)) == 1   # left alone, it pushes
+
+
 def test_a_pulled_directory_is_its_own_pack_in_the_pull_cache(kestreld, tmp_path, monkeypatch):
     """A directory's chunks go straight into its files; the cache keeps an index of them where they
     are (a tree pack), no second copy; what changed there since is never trusted."""
