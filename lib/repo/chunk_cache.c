@@ -205,6 +205,19 @@ static void load_tree_pack(kestrel__chunk_cache *cache, size_t *cap, FILE *f, co
     }
 }
 
+/* One pack's index (tree: a tree pack's), from its bytes. */
+static void parse_index(kestrel__chunk_cache *cache, size_t *cap, const char *id, int tree, const char *data, size_t len)
+{
+    FILE *f = len ? fmemopen((void *)data, len, "r") : NULL;
+    if (f == NULL)
+        return;
+    if (tree)
+        load_tree_pack(cache, cap, f, id);
+    else
+        load_file_pack(cache, cap, f, id);
+    fclose(f);
+}
+
 /* Read every pack's index once per pull. */
 static void load(kestrel__chunk_cache *cache)
 {
@@ -233,15 +246,27 @@ static void load(kestrel__chunk_cache *cache)
             close(fd);
             continue;
         }
-        if (tree)
-            load_tree_pack(cache, &cap_e, f, id);
-        else
-            load_file_pack(cache, &cap_e, f, id);
+        {
+            kestrel_buf b = KESTREL_BUF_INIT;
+            char chunk[65536];
+            size_t r;
+            while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0 && kestrel__buf_put(&b, chunk, r) == 0)
+                ;
+            parse_index(cache, &cap_e, id, tree, b.ptr, b.size);
+            kestrel_buf_dispose(&b);
+        }
         fclose(f);
     }
     closedir(d);
     if (cache->nents > 1)
         qsort(cache->ents, cache->nents, sizeof(*cache->ents), by_hex);
+}
+
+int kestrel__cache_parse_index(kestrel__chunk_cache *cache, const char *id, int tree, const char *data, size_t len)
+{
+    size_t cap = cache->nents;   /* the entries array may have spare room: grow from its count */
+    parse_index(cache, &cap, id, tree, data, len);
+    return (int)cache->nents;
 }
 
 /* A pack that failed a check goes, with its index. */

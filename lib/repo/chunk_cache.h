@@ -49,6 +49,9 @@ typedef struct {
 int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *leaf);
 /* The chunk's bytes match its SHA-256 and size. */
 int kestrel__chunk_verified(const char *hex, const kestrel_buf *b, int64_t size);
+/* Parse one pack's index (tree: a tree pack's) from its bytes into cache: the entries it adds to
+ * cache->nents, the pack to cache->packs. The loader's parser, for the fuzzer. */
+int kestrel__cache_parse_index(kestrel__chunk_cache *cache, const char *id, int tree, const char *data, size_t len);
 /* Locate (and create) the cache; cache->on is 0 when there is none. */
 void kestrel__cache_open(kestrel__chunk_cache *cache);
 void kestrel__cache_close(kestrel__chunk_cache *cache);

@@ -55,14 +55,13 @@ static int by_path(const void *a, const void *b)
     return strcmp(((const record *)a)->path, ((const record *)b)->path);
 }
 
-/* Read the entry: whatever is damaged or missing just means a cold cache. */
-static void load(kestrel__pushcache *pc)
+int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t size)
 {
     unsigned long long nfiles;
-    FILE *f = fopen(pc->file, "r");
+    FILE *f = size ? fmemopen((void *)data, size, "r") : NULL;
     int ok;
     if (f == NULL)
-        return;
+        return 0;
     ok = fscanf(f, "kestrel-stat 2 %llu\n", &nfiles) == 1;
     for (unsigned long long k = 0; ok && k < nfiles; k++) {
         record r;
@@ -104,6 +103,30 @@ static void load(kestrel__pushcache *pc)
         set_free(&pc->old);
     else if (pc->old.n > 1)
         qsort(pc->old.r, pc->old.n, sizeof(*pc->old.r), by_path);
+    return (int)pc->old.n;
+}
+
+/* Read the entry: whatever is damaged or missing just means a cold cache. */
+static void load(kestrel__pushcache *pc)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    char chunk[65536];
+    size_t r;
+    FILE *f = fopen(pc->file, "r");
+    if (f == NULL)
+        return;
+    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        if (kestrel__buf_put(&b, chunk, r) < 0)
+            break;
+    fclose(f);
+    kestrel__pushcache_parse(pc, b.ptr, b.size);
+    kestrel_buf_dispose(&b);
+    kestrel_error_clear();
+}
+
+kestrel__pushcache *kestrel__pushcache_new(void)
+{
+    return calloc(1, sizeof(kestrel__pushcache));
 }
 
 kestrel__pushcache *kestrel__pushcache_open(const char *abs)
@@ -202,7 +225,7 @@ void kestrel__pushcache_close(kestrel__pushcache *pc)
 {
     if (pc == NULL)
         return;
-    if (pc->changed > 0 || pc->now.n != pc->old.n)
+    if (pc->file[0] && (pc->changed > 0 || pc->now.n != pc->old.n))
         (void)save(pc);
     set_free(&pc->old);
     set_free(&pc->now);

@@ -21,6 +21,10 @@ int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const str
 /* Remember rel's result (read from started_ns on) for the next push. */
 void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
                                  const kestrel__chunk_ref *refs, size_t n, const char sha[65]);
+/* An empty cache tied to no file (kestrel__pushcache_close frees it, writing nothing), and the
+ * parser of an entry's bytes into it (the number of files it holds; damaged: 0). For the fuzzer. */
+kestrel__pushcache *kestrel__pushcache_new(void);
+int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t size);
 /* Write what this push remembered as the path's entry (temp name, rename: best effort), then free. */
 void kestrel__pushcache_close(kestrel__pushcache *pc);
 
