@@ -1,0 +1,140 @@
+/* lib/repo/store_list.c - what the store lists: the model names (a folder holding a committed
+ * version is a model) and a version as listings show it (store.h). */
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "repo.h"
+#include "store.h"
+
+int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
+{
+    kestrel_buf aliases = KESTREL_BUF_INIT;
+    int rc;
+    m->file_count = (int64_t)m->n_files;
+    if (!m->metadata_json[0]) {
+        if (m->metadata_json != protobuf_c_empty_string)
+            free(m->metadata_json);
+        if ((m->metadata_json = kestrel__strdup("{}")) == NULL) {
+            m->metadata_json = (char *)protobuf_c_empty_string;
+            return kestrel__error_oom();
+        }
+    }
+    for (size_t i = 0; i < m->n_aliases; i++)   /* a manifest never stores them: whatever one holds goes */
+        free(m->aliases[i]);
+    free(m->aliases);
+    m->aliases = NULL;
+    m->n_aliases = 0;
+    if ((rc = kestrel__store_aliases_of(s, m->name, m->version, &aliases)) == 0 && aliases.size) {
+        size_t k = 2;
+        for (const char *q = aliases.ptr; *q; q++)
+            k += *q == ',';
+        if ((m->aliases = calloc(k, sizeof(char *))) == NULL)
+            rc = kestrel__error_oom();
+        for (char *save = NULL, *a = strtok_r(aliases.ptr, ",", &save); rc == 0 && a; a = strtok_r(NULL, ",", &save))
+            if ((m->aliases[m->n_aliases] = kestrel__strdup(a)) == NULL)
+                rc = kestrel__error_oom();
+            else
+                m->n_aliases++;
+    }
+    kestrel_buf_dispose(&aliases);
+    return rc;
+}
+
+int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
+{
+    Kestrel__V1__Manifest *m;
+    int rc = kestrel__store_manifest(s, name, version, &m);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < m->n_chunks; i++)
+        protobuf_c_message_free_unpacked(&m->chunks[i]->base, NULL);
+    m->n_chunks = 0;
+    if ((rc = kestrel__store_decorate(s, m)) == 0) {
+        for (size_t i = 0; i < m->n_files; i++)
+            protobuf_c_message_free_unpacked(&m->files[i]->base, NULL);
+        m->n_files = 0;
+    }
+    if (rc < 0) {
+        kestrel__manifest_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+/* A model exists once a version of it committed: a kill during its first commit leaves only a
+ * versions folder (and a temp file), which is no model. */
+static int has_version(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name), k = strspn(e->d_name, "0123456789");
+        found = k > 0 && n == k + 5 && !strcmp(e->d_name + k, ".json");
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static int list_dir(const char *root, const char *prefix, kestrel_buf *out)
+{
+    char path[PATH_MAX];
+    DIR *d;
+    struct dirent *e;
+    int rc = 0;
+    snprintf(path, sizeof(path), "%s/%s", root, prefix);
+    if ((d = opendir(path)) == NULL)
+        return 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        char sub[PATH_MAX];
+        struct stat st;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof(sub), "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
+        if (!strcmp(e->d_name, "versions")) {
+            snprintf(path, sizeof(path), "%s/%s", root, sub);
+            if (has_version(path))
+                rc = kestrel__buf_printf(out, "%s\n", prefix);   /* a model: prefix holds its name */
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", root, sub);
+        if (strcmp(e->d_name, "aliases") && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = list_dir(root, sub, out);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_lines(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int kestrel__store_list(kestrel__store *s, kestrel_buf *out)
+{
+    char root[PATH_MAX];
+    kestrel_buf raw = KESTREL_BUF_INIT;
+    char **lines = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    snprintf(root, sizeof(root), "%s/models", kestrel__store_root(s));
+    rc = list_dir(root, "", &raw);
+    for (char *save = NULL, *line = raw.ptr ? strtok_r(raw.ptr, "\n", &save) : NULL; rc == 0 && line;
+         line = strtok_r(NULL, "\n", &save))
+        if ((rc = kestrel__array_grow(&lines, &cap, n + 1, sizeof(*lines))) == 0)
+            lines[n++] = line;
+    if (n > 1)
+        qsort(lines, n, sizeof(*lines), cmp_lines);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = kestrel__buf_printf(out, "%s\n", lines[i]);
+    if (rc == 0 && n == 0)
+        rc = kestrel__buf_puts(out, "");
+    free(lines);
+    kestrel_buf_dispose(&raw);
+    return rc;
+}
