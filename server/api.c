@@ -169,7 +169,7 @@ static enum MHD_Result dispatch(kd_req *r)
         return kd_reply_error(r, 404, "not_found", "no such endpoint");
     if (r->too_large) {
         char msg[96];
-        snprintf(msg, sizeof(msg), "request body over the limit of %zu bytes", r->e->cfg->max_body);
+        snprintf(msg, sizeof(msg), "request body over the limit of %zu bytes", r->body_max);
         return kd_reply_error(r, 413, "too_large", msg);
     }
     if (rt.area == KD_AREA_CONSOLE)
@@ -232,6 +232,17 @@ static kd_req *new_req(struct kd_api *api, struct MHD_Connection *conn, const ch
     return r;
 }
 
+/* A commit's manifest lists every file of a directory version (a million at most) and every chunk:
+ * it has its own bound, --max-manifest; every other body --max-body. */
+static size_t body_limit(const kd_config *cfg, const char *method, const char *url)
+{
+    size_t n = strlen(url);
+    if (!strcmp(method, "POST") && !strncmp(url, "/api/v1/models/", 15) && n > 24 && !strcmp(url + n - 9, "/versions") &&
+        cfg->max_manifest > cfg->max_body)
+        return cfg->max_manifest;
+    return cfg->max_body;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **state)
 {
@@ -244,6 +255,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         r->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         r->want_json = wants_json(conn);
+        r->body_max = body_limit(api->cfg, method, url);
         r->waiters = api->waiters;
         r->console = api->console;
         if (!strcmp(url, "/api/v1/chunks/pack") && !strcmp(method, "POST")) {
@@ -264,7 +276,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->started = 0;
             return MHD_YES;
         }
-        if (cl && strtoull(cl, NULL, 10) > api->cfg->max_body) {
+        if (cl && strtoull(cl, NULL, 10) > r->body_max) {
             /* refuse before reading the body */
             r->too_large = 1;
             r->started = 1;
@@ -282,7 +294,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return kd_pack_finish(r, r->pack);
     }
     if (*upload_size) {
-        if (!r->too_large && r->body.size + *upload_size > api->cfg->max_body) {
+        if (!r->too_large && r->body.size + *upload_size > r->body_max) {
             r->too_large = 1;
             kestrel_buf_dispose(&r->body);
         }

@@ -19,6 +19,7 @@ typedef struct kd_req {
     const char *content_type;
     int want_json;              /* reply encoding, from Accept (default JSON) */
     kestrel_buf body;
+    size_t body_max;            /* its bound: --max-body, or --max-manifest for a commit */
     int too_large;
     int started;
     kd_principal who;

@@ -58,6 +58,7 @@ typedef struct {
     const char *webhook_secret_file;   /* their HMAC key (default DATA/webhook.secret, made when missing) */
     char **log_policies;       /* --log-policy NAME:ACTIONS=REGEX (besides the built-ins) */
     size_t nlog_policies;
+    size_t max_manifest;       /* a commit's body limit (413 above) */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };

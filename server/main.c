@@ -41,6 +41,8 @@ static void usage(FILE *f)
         "      --grace-period SECS  SIGTERM -> SIGKILL delay for cancelled and stopped jobs (default 60)\n"
         "      --max-jobs N         jobs running at once (default 64)\n"
         "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
+        "      --max-manifest BYTES largest version manifest a push may commit (a directory of N files needs\n"
+        "                           about 200 N bytes; default 268435456)\n"
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
@@ -459,12 +461,13 @@ int main(int argc, char **argv)
         { "env-build-timeout", required_argument, NULL, 27 }, { "metrics-listen", required_argument, NULL, 28 },
         { "gpu-sample-interval", required_argument, NULL, 29 }, { "idle-gpu-after", required_argument, NULL, 30 },
         { "webhook", required_argument, NULL, 31 }, { "webhook-secret-file", required_argument, NULL, 32 },
-        { "log-policy", required_argument, NULL, 33 },
+        { "log-policy", required_argument, NULL, 33 }, { "max-manifest", required_argument, NULL, 34 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
                       NULL, NULL, 0, 10, { "normal", "high", "urgent" }, 250 };
     const char *quota_args[64];
+    cfg.max_manifest = 256u << 20;
     size_t nquota_args = 0;
     int gpus_given = 0, check_only = 0;
     char data_dir[PATH_MAX], db[PATH_MAX + 16], portbuf[32];
@@ -552,6 +555,7 @@ int main(int argc, char **argv)
             cfg.log_policies[cfg.nlog_policies++] = optarg;
             break;
         }
+        case 34: if (parse_int("--max-manifest", optarg, 1024, 1L << 32, &v) < 0) return 2; cfg.max_manifest = (size_t)v; break;
         case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {

@@ -320,6 +320,33 @@ def test_a_file_that_changes_while_it_is_pushed_is_an_error_and_no_version(kestr
     assert c.push("team/moving", str(src)) == 1   # left alone, it pushes
 
 
+def test_a_commit_has_its_own_bound_above_the_body_limit(tmp_path, monkeypatch):
+    """A directory's manifest grows with its files (200,000 of them are ~40 MB): a commit is bounded
+    by --max-manifest, not --max-body; past it, 413 and no version."""
+    from conftest import Daemon
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    d = Daemon(tmp_path / "d", "--max-body", "72000", "--max-manifest", "120000")
+    try:
+        c = kestrel.Client(d.url, d.token)
+        for n in (500, 1000):
+            src = tmp_path / f"src{n}"
+            for i in range(n):
+                (src / f"d{i // 100}").mkdir(parents=True, exist_ok=True)
+                (src / f"d{i // 100}" / f"f{i}").write_bytes(os.urandom(64) + str(i).encode())
+            if n == 500:   # ~80 KB of manifest: over --max-body, within --max-manifest
+                assert c.push("team/many", str(src)) == 1
+                c.pull("team/many", str(tmp_path / "out"))
+                assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "out")]).returncode == 0
+            else:          # ~160 KB: over it
+                with pytest.raises(kestrel.TooLargeError, match="limit of 120000"):
+                    c.push("team/many", str(src))
+                assert [v.version for v in c.versions("team/many")] == [1]
+        status, _ = raw(d, "POST", "/api/v1/tokens", b"x" * 80000)   # any other body keeps --max-body
+        assert status == 413
+    finally:
+        assert d.stop() == 0
+
+
 def test_a_pulled_directory_is_its_own_pack_in_the_pull_cache(kestreld, tmp_path, monkeypatch):
     """A directory's chunks go straight into its files; the cache keeps an index of them where they
     are (a tree pack), no second copy; what changed there since is never trusted."""
