@@ -20,22 +20,6 @@
 #include "store.h"
 #include "transport.h"
 
-int kestrel__open_regular(const char *path, struct stat *st)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, st) < 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st->st_mode)) {
-        close(fd);
-        return kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
-    }
-    return fd;
-}
-
 typedef struct {
     kestrel__transport *t;
     kestrel__layout *lay;

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <openssl/evp.h>
 #include "chunk.h"
 #include "filehash.h"
 #include "push_cache.h"
@@ -79,10 +78,21 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
     return 0;
 }
 
-static void hex_of(const unsigned char *md, char hex[65])
+/* Open path for reading; it must be a regular file. Returns the fd or a negative error. */
+static int open_regular(const char *path, struct stat *st)
 {
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, st) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
+    }
+    return fd;
 }
 
 /* Chunk and hash the open file fd: its chunks appended to ps->refs (file index file), its SHA-256.
@@ -118,14 +128,10 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
             break;
         kestrel__hash_chunks(ps->buf, buf_at, ps->refs + first, ps->n - first);
         if (small && eof) {   /* the whole file is in the buffer */
-            if (ps->n - first_ref == 1) {
+            if (ps->n - first_ref == 1)
                 memcpy(sha, ps->refs[first_ref].hex, 65);
-            } else {
-                unsigned char md[EVP_MAX_MD_SIZE];
-                unsigned int mdn = 0;
-                EVP_Digest(ps->buf, have, md, &mdn, EVP_sha256(), NULL);
-                hex_of(md, sha);
-            }
+            else
+                kestrel__sha256_hex(ps->buf, have, sha);
         }
         ps->pr->p.bytes_done = ps->done + offset;
         ps->pr->p.chunks_done = (int64_t)ps->n;
@@ -156,7 +162,7 @@ static int chunk_one(push_state *ps, const char *path, const char *rel, uint32_t
     size_t k = 0, before = ps->n;
     struct stat st;
     int64_t started;
-    int fd = kestrel__open_regular(path, &st), rc = 0;
+    int fd = open_regular(path, &st), rc = 0;
     if (fd < 0)
         return fd;
     if (want_size >= 0 && (int64_t)st.st_size != want_size) {

@@ -81,10 +81,4 @@ void kestrel__tree_out_abandon(kestrel__tree_out *t);
 int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                         const kestrel_transfer_options *in, char *const *select, size_t nselect);
 
-/* ---- small file helpers (pull.c) ----------------------------------------------------------- */
-
-struct stat;
-/* Open path for reading; it must be a regular file. Returns the fd or a negative error. */
-int kestrel__open_regular(const char *path, struct stat *st);
-
 #endif

@@ -11,11 +11,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <openssl/evp.h>
+#include "filehash.h"
 #include "repo.h"
 #include "store.h"
 
-#define COPY_BUF (1u << 20)
 #define MAX_FILES 1000000
 
 static int by_path(const void *a, const void *b)
@@ -227,17 +226,14 @@ int kestrel__tree_out_write(void *ctx, int64_t at, const void *data, size_t len)
     return 0;
 }
 
-/* A file of several chunks, read back and hashed; one chunk is that chunk (verified as it came), no
- * chunk the empty file. */
-static int file_matches(const kestrel__tree_out *t, size_t j, size_t first_chunk, uint8_t **buf)
+/* A file of several chunks, read back and hashed (filehash.c: its size is checked too); one chunk is
+ * that chunk (verified as it came), no chunk the empty file. */
+static int file_matches(const kestrel__tree_out *t, size_t j, size_t first_chunk)
 {
     const Kestrel__V1__TreeFile *f = t->m->files[j];
+    kestrel__filehash *h;
     char path[8400], hex[65];
-    EVP_MD_CTX *ctx;
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdn = 0;
-    int64_t at = 0;
-    int fd, rc = 0;
+    int rc;
     if (f->chunks == 1)
         return !strcmp(t->m->chunks[first_chunk]->digest, f->sha256) ? 0 : KESTREL_EPROTO;
     if (f->chunks == 0) {
@@ -245,34 +241,14 @@ static int file_matches(const kestrel__tree_out *t, size_t j, size_t first_chunk
         return !strcmp(hex, f->sha256) ? 0 : KESTREL_EPROTO;
     }
     snprintf(path, sizeof(path), "%s/%s", t->tmp, f->path);
-    if ((*buf == NULL && (*buf = malloc(COPY_BUF)) == NULL) || (ctx = EVP_MD_CTX_new()) == NULL)
-        return kestrel__error_oom();
-    if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-        EVP_MD_CTX_free(ctx);
-        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
-    }
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    while (at < f->size) {
-        ssize_t r = pread(fd, *buf, COPY_BUF, at);
-        if (r <= 0) {
-            rc = kestrel__error_set(KESTREL_EIO, "cannot read %s", path);
-            break;
-        }
-        EVP_DigestUpdate(ctx, *buf, (size_t)r);
-        at += r;
-    }
-    close(fd);
-    EVP_DigestFinal_ex(ctx, md, &mdn);
-    EVP_MD_CTX_free(ctx);
-    for (unsigned int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    return rc < 0 ? rc : !strcmp(hex, f->sha256) ? 0 : KESTREL_EPROTO;
+    if ((rc = kestrel__filehash_start(&h, path)) < 0 || (rc = kestrel__filehash_finish(h, f->size, hex)) < 0)
+        return rc;
+    return !strcmp(hex, f->sha256) ? 0 : KESTREL_EPROTO;
 }
 
 int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
 {
     char old[4200] = "";
-    uint8_t *buf = NULL;
     size_t chunk = 0;
     struct stat st;
     int rc = 0, dfd;
@@ -284,14 +260,13 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
         char path[8400];
         if (!t->created[j] && (rc = open_file(t, j)) < 0)   /* an empty file */
             break;
-        if ((rc = file_matches(t, j, chunk, &buf)) == KESTREL_EPROTO)
+        if ((rc = file_matches(t, j, chunk)) == KESTREL_EPROTO)
             rc = kestrel__error_set(KESTREL_EPROTO, "%s does not match its digest", f->path);
         chunk += (size_t)f->chunks;
         snprintf(path, sizeof(path), "%s/%s", t->tmp, f->path);
         if (rc == 0 && !(f->mode & 0200) && chmod(path, f->mode & 0777) < 0)
             rc = kestrel__error_set(KESTREL_EIO, "cannot chmod %s: %s", path, strerror(errno));
     }
-    free(buf);
     if (t->fd >= 0)
         close(t->fd);
     t->fd = -1;
