@@ -236,7 +236,7 @@ static void *store_sync_main(void *arg)
 static enum MHD_Result commit(kd_req *r, const char *name)
 {
     enum MHD_Result reply = MHD_NO;
-    Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply), *pb;
+    Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply);
     char msg[400], *s;
     int64_t version = 0;
     int rc;
@@ -311,8 +311,20 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     if (r->who.job_id && kd_catalog_lineage_add(r->e->cat, r->who.job_id, name, version) < 0)   /* the job page's list */
         fprintf(stderr, "kestreld: %s@%lld: cannot record that job %lld pushed it: %s\n", name, (long long)version,
                 (long long)r->who.job_id, kestrel_error_last()->message);
-    reply = (rc = kestrel__store_listing(r->e->store, name, version, &pb)) < 0 ? kd_reply_failure(r, rc)
-                                                                              : kd_reply_owned(r, 201, &pb->base);
+    {   /* the reply is the version as a listing shows it, made from what was committed (not read back) */
+        Kestrel__V1__Manifest shown = *in;
+        shown.chunks = NULL, shown.n_chunks = 0, shown.files = NULL, shown.n_files = 0;
+        shown.aliases = NULL, shown.n_aliases = 0, shown.alias = (char *)protobuf_c_empty_string;
+        shown.version = version;
+        shown.file_count = (int64_t)in->n_files;
+        if (!shown.metadata_json[0])
+            shown.metadata_json = (char *)"{}";
+        reply = (rc = kestrel__store_aliases(r->e->store, &shown)) < 0 ? kd_reply_failure(r, rc)
+                                                                       : kd_reply_msg(r, 201, &shown.base);
+        for (size_t i = 0; i < shown.n_aliases; i++)
+            free(shown.aliases[i]);
+        free(shown.aliases);
+    }
 out:
     protobuf_c_message_free_unpacked(&in->base, NULL);
     return reply;

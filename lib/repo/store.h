@@ -56,6 +56,8 @@ int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Mani
 /* "name", "name@N", "name@alias" -> the manifest (owned: kestrel__manifest_free). */
 int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Manifest **out);
 int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
+/* m's aliases (m->name@m->version's, as the aliases folder says; whatever m held is freed). */
+int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m);
 /* m as readers see it: file_count, its aliases, metadata_json "{}" when it has none. */
 int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m);
 /* name@version as listings show it: chunks and files left out (file_count says how many files), its

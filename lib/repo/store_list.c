@@ -9,19 +9,10 @@
 #include "repo.h"
 #include "store.h"
 
-int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
+int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m)
 {
     kestrel_buf aliases = KESTREL_BUF_INIT;
     int rc;
-    m->file_count = (int64_t)m->n_files;
-    if (!m->metadata_json[0]) {
-        if (m->metadata_json != protobuf_c_empty_string)
-            free(m->metadata_json);
-        if ((m->metadata_json = kestrel__strdup("{}")) == NULL) {
-            m->metadata_json = (char *)protobuf_c_empty_string;
-            return kestrel__error_oom();
-        }
-    }
     for (size_t i = 0; i < m->n_aliases; i++)   /* a manifest never stores them: whatever one holds goes */
         free(m->aliases[i]);
     free(m->aliases);
@@ -41,6 +32,20 @@ int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
     }
     kestrel_buf_dispose(&aliases);
     return rc;
+}
+
+int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
+{
+    m->file_count = (int64_t)m->n_files;
+    if (!m->metadata_json[0]) {
+        if (m->metadata_json != protobuf_c_empty_string)
+            free(m->metadata_json);
+        if ((m->metadata_json = kestrel__strdup("{}")) == NULL) {
+            m->metadata_json = (char *)protobuf_c_empty_string;
+            return kestrel__error_oom();
+        }
+    }
+    return kestrel__store_aliases(s, m);
 }
 
 int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
