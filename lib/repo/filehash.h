@@ -1,6 +1,6 @@
-/* lib/repo/filehash.h - the whole-file SHA-256 of a push, computed on a helper thread while the caller
- * chunks and hashes each chunk: the two SHA-256 passes run on two cores instead of one after the
- * other, so a push hashes at about the speed of one pass. */
+/* lib/repo/filehash.h - the whole-file SHA-256 of a file on disk, on a helper thread: a pull's file,
+ * followed as its chunks are written (so the check runs beside the download), or read back whole.
+ * (A push hashes the bytes it already read instead: chunk_hash.c.) */
 #ifndef KESTREL_FILEHASH_H
 #define KESTREL_FILEHASH_H
 

@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 #include "chunk.h"
-#include "filehash.h"
 #include "push_cache.h"
 #include "store.h"
 #include "transport.h"
@@ -96,19 +96,19 @@ static int open_regular(const char *path, struct stat *st)
 }
 
 /* Chunk and hash the open file fd: its chunks appended to ps->refs (file index file), its SHA-256.
- * A file that fits the buffer is hashed whole from memory (one chunk: the chunk's own digest);
- * a larger one on a helper thread reading beside (filehash.c). */
+ * The file is read once: each buffer's chunks are hashed on this thread while a helper advances the
+ * whole-file SHA-256 over the same bytes (a file of one chunk: that chunk's digest). */
 static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int64_t size, char sha[65])
 {
-    kestrel__filehash *whole = NULL;
+    EVP_MD_CTX *whole = NULL;
     size_t have = 0, first_ref = ps->n;
-    int64_t offset = 0;
-    int eof = 0, rc = 0, small = size < (int64_t)READ_BUF;
-    if (!small && (rc = kestrel__filehash_start(&whole, path)) < 0)
-        return rc;
+    int64_t offset = 0, fed = 0;   /* fed: the bytes the whole-file hash has had */
+    int eof = 0, rc = 0;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     for (;;) {
-        size_t off = 0, first = ps->n;
+        size_t off = 0, first = ps->n, wlen = 0;
         int64_t buf_at = offset;   /* the file offset of buf[0] */
+        const uint8_t *wp = NULL;
         if ((rc = fill(fd, ps->buf, &have, &eof, path)) < 0)
             break;
         while (off < have && (eof || have - off >= KESTREL__CHUNK_MAX)) {
@@ -126,13 +126,17 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
         }
         if (rc < 0)
             break;
-        kestrel__hash_chunks(ps->buf, buf_at, ps->refs + first, ps->n - first);
-        if (small && eof) {   /* the whole file is in the buffer */
-            if (ps->n - first_ref == 1)
-                memcpy(sha, ps->refs[first_ref].hex, 65);
-            else
-                kestrel__sha256_hex(ps->buf, have, sha);
+        if (!(eof && buf_at == 0 && ps->n - first_ref == 1)) {   /* more than one chunk: hash the whole too */
+            if (whole == NULL && ((whole = EVP_MD_CTX_new()) == NULL || EVP_DigestInit_ex(whole, EVP_sha256(), NULL) != 1)) {
+                rc = kestrel__error_oom();
+                break;
+            }
+            wp = ps->buf + (fed - buf_at);
+            wlen = (size_t)(buf_at + (int64_t)have - fed);
+            fed += (int64_t)wlen;
         }
+        if ((rc = kestrel__hash_chunks(ps->buf, buf_at, ps->refs + first, ps->n - first, whole, wp, wlen)) < 0)
+            break;
         ps->pr->p.bytes_done = ps->done + offset;
         ps->pr->p.chunks_done = (int64_t)ps->n;
         if ((rc = handover(ps, 0)) < 0 || (rc = kestrel__progress_report(ps->pr, 0)) < 0)
@@ -145,10 +149,17 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
     if (rc == 0 && offset != size)
         rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (%lld bytes, then %lld)", path,
                                 (long long)size, (long long)offset);
-    if (whole) {
-        int r = kestrel__filehash_finish(whole, rc < 0 ? -1 : offset, sha);
-        rc = rc < 0 ? rc : r;
+    if (rc == 0 && whole == NULL)
+        memcpy(sha, ps->refs[first_ref].hex, 65);
+    else if (rc == 0) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int n = 0;
+        if (EVP_DigestFinal_ex(whole, md, &n) != 1)
+            rc = kestrel__error_oom();
+        for (unsigned i = 0; rc == 0 && i < 32; i++)
+            snprintf(sha + 2 * i, 3, "%02x", md[i]);
     }
+    EVP_MD_CTX_free(whole);
     return rc;
 }
 

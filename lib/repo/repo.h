@@ -35,9 +35,13 @@ typedef struct {
     int missing;
 } kestrel__chunk_ref;
 
+struct evp_md_ctx_st;
 /* Fill in the hex digest of count chunks that lie in buf (buf[0] is file offset buf_at), the
- * work split across the caller's thread and one helper when there is enough of it (chunk_hash.c). */
-void kestrel__hash_chunks(const uint8_t *buf, int64_t buf_at, kestrel__chunk_ref *refs, size_t count);
+ * work split across the caller's thread and one helper (chunk_hash.c). whole (NULL: none): a
+ * whole-file SHA-256 to advance by whole_len bytes at whole_bytes at the same time, on the helper.
+ * Fails only when OpenSSL does (out of memory). */
+int kestrel__hash_chunks(const uint8_t *buf, int64_t buf_at, kestrel__chunk_ref *refs, size_t count,
+                         struct evp_md_ctx_st *whole, const uint8_t *whole_bytes, size_t whole_len);
 
 /* ---- manifest.c ---------------------------------------------------------------------------- */
 
