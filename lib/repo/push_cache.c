@@ -1,7 +1,8 @@
 /* lib/repo/push_cache.c - the stat cache of pushes (see push_cache.h). One file an entry:
- *   kestrel-stat 2 NFILES
+ *   kestrel-stat 2 NFILES   (written as 20 digits, filled in once the push's files are counted)
  *   then for each file: "F PATHLEN DEV INO SIZE MTIME_NS CTIME_NS STARTED_NS SHA256 NCHUNKS\n", the
  *   path's bytes and "\n", then one "HEX LEN\n" line per chunk, in file order. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +33,12 @@ typedef struct {
 
 struct kestrel__pushcache {
     char file[2300];
-    record_set old, now;     /* as loaded (sorted by path), and this push's */
-    int changed;
+    record_set old;          /* as loaded, sorted by path */
+    FILE *out;               /* this push's entry, written as it goes (memory does not grow with it) */
+    char tmp[2400];          /* its temp name */
+    size_t written;          /* files in it */
+    int changed;             /* files remembered anew (not carried over) */
+    int failed;              /* the entry could not be written: it is dropped */
 };
 
 static int64_t ns(struct timespec t)
@@ -129,6 +134,26 @@ kestrel__pushcache *kestrel__pushcache_new(void)
     return calloc(1, sizeof(kestrel__pushcache));
 }
 
+/* Remove the temp entries of key that a push killed mid-way left (a live push writes to its own
+ * as it goes: one untouched for an hour is dead). */
+static void sweep_temps(const char *dir, const char *key)
+{
+    char prefix[80], path[2400];
+    struct dirent *e;
+    struct stat st;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    snprintf(prefix, sizeof(prefix), "%s.tmp.", key);
+    while ((e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, prefix, strlen(prefix))) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime < time(NULL) - 3600)
+                unlink(path);
+        }
+    closedir(d);
+}
+
 kestrel__pushcache *kestrel__pushcache_open(const char *abs)
 {
     char dir[2100], key[KESTREL__HEX_LEN + 1];
@@ -138,6 +163,7 @@ kestrel__pushcache *kestrel__pushcache_open(const char *abs)
         return NULL;
     kestrel__sha256_hex(abs, strlen(abs), key);
     snprintf(pc->file, sizeof(pc->file), "%s/%s", dir, key);
+    sweep_temps(dir, key);
     load(pc);
     return pc;
 }
@@ -165,69 +191,57 @@ int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const str
     return 1;
 }
 
+/* The temp file this push's entry is written to, with a header whose count is filled in at the end. */
+static int out_open(kestrel__pushcache *pc)
+{
+    int fd;
+    snprintf(pc->tmp, sizeof(pc->tmp), "%s.tmp.XXXXXX", pc->file);
+    if ((fd = mkstemp(pc->tmp)) < 0)
+        return -1;
+    if ((pc->out = fdopen(fd, "w")) == NULL) {
+        close(fd);
+        unlink(pc->tmp);
+        return -1;
+    }
+    return fprintf(pc->out, "kestrel-stat 2 %020zu\n", (size_t)0) > 0 ? 0 : -1;
+}
+
 void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
                                  const kestrel__chunk_ref *refs, size_t n, const char sha[65])
 {
-    record r;
-    if (pc == NULL || ns(st->st_mtim) >= started_ns)   /* modified while we read it: never trusted */
+    int ok;
+    if (pc == NULL || !pc->file[0] || pc->failed || ns(st->st_mtim) >= started_ns)   /* modified while read: never trusted */
         return;
-    if (kestrel__array_grow(&pc->now.r, &pc->now.cap, pc->now.n + 1, sizeof(*pc->now.r)) < 0 ||
-        kestrel__array_grow(&pc->now.refs, &pc->now.caprefs, pc->now.nrefs + n + 1, sizeof(*pc->now.refs)) < 0 ||
-        (r.path = kestrel__strdup(rel)) == NULL) {
-        kestrel_error_clear();
+    ok = (pc->out || out_open(pc) == 0) &&
+         fprintf(pc->out, "F %zu %llu %llu %lld %lld %lld %lld %s %zu\n%s\n", strlen(rel), (unsigned long long)st->st_dev,
+                 (unsigned long long)st->st_ino, (long long)st->st_size, (long long)ns(st->st_mtim),
+                 (long long)ns(st->st_ctim), (long long)started_ns, sha, n, rel) > 0;
+    for (size_t k = 0; ok && k < n; k++)
+        ok = fprintf(pc->out, "%s %lu\n", refs[k].hex, (unsigned long)refs[k].len) > 0;
+    if (!ok) {
+        pc->failed = 1;
         return;
     }
-    r.dev = (unsigned long long)st->st_dev;
-    r.ino = (unsigned long long)st->st_ino;
-    r.size = (long long)st->st_size;
-    r.mtime = ns(st->st_mtim);
-    r.ctime = ns(st->st_ctim);
-    r.started = started_ns;
-    memcpy(r.sha, sha, 65);
-    r.first = pc->now.nrefs;
-    r.n = n;
-    if (n)
-        memcpy(pc->now.refs + pc->now.nrefs, refs, n * sizeof(*refs));
-    pc->now.nrefs += n;
-    pc->now.r[pc->now.n++] = r;
+    pc->written++;
     pc->changed++;
-}
-
-static int save(const kestrel__pushcache *pc)
-{
-    char tmp[2400];
-    FILE *f;
-    int fd, ok;
-    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", pc->file);
-    if ((fd = mkstemp(tmp)) < 0)
-        return -1;
-    if ((f = fdopen(fd, "w")) == NULL) {
-        close(fd);
-        unlink(tmp);
-        return -1;
-    }
-    ok = fprintf(f, "kestrel-stat 2 %zu\n", pc->now.n) > 0;
-    for (size_t i = 0; ok && i < pc->now.n; i++) {
-        const record *r = &pc->now.r[i];
-        ok = fprintf(f, "F %zu %llu %llu %lld %lld %lld %lld %s %zu\n", strlen(r->path), r->dev, r->ino, r->size, r->mtime,
-                     r->ctime, r->started, r->sha, r->n) > 0 &&
-             fprintf(f, "%s\n", r->path) > 0;
-        for (size_t k = 0; ok && k < r->n; k++)
-            ok = fprintf(f, "%s %lu\n", pc->now.refs[r->first + k].hex, (unsigned long)pc->now.refs[r->first + k].len) > 0;
-    }
-    if (fclose(f) == 0 && ok && rename(tmp, pc->file) == 0)
-        return 0;
-    unlink(tmp);
-    return -1;
 }
 
 void kestrel__pushcache_close(kestrel__pushcache *pc)
 {
+    char head[40];
+    int keep;
     if (pc == NULL)
         return;
-    if (pc->file[0] && (pc->changed > 0 || pc->now.n != pc->old.n))
-        (void)save(pc);
+    keep = !pc->failed && (pc->changed > 0 || pc->written != pc->old.n);
+    if (pc->out == NULL && keep)   /* nothing to remember any more */
+        unlink(pc->file);
+    if (pc->out) {   /* the count in place, then the entry under its name (best effort) */
+        snprintf(head, sizeof(head), "kestrel-stat 2 %020zu\n", pc->written);
+        keep = keep && fflush(pc->out) == 0 && pwrite(fileno(pc->out), head, strlen(head), 0) == (ssize_t)strlen(head);
+        keep = fclose(pc->out) == 0 && keep && rename(pc->tmp, pc->file) == 0;
+        if (!keep)
+            unlink(pc->tmp);
+    }
     set_free(&pc->old);
-    set_free(&pc->now);
     free(pc);
 }

@@ -18,14 +18,16 @@ kestrel__pushcache *kestrel__pushcache_open(const char *abs);
  * file's path relative to the pushed directory, "" for a pushed file) still holds, else 0. */
 int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const struct stat *st,
                               kestrel__chunk_ref **refs, size_t *n, char sha[65]);
-/* Remember rel's result (read from started_ns on) for the next push. */
+/* Remember rel's result (read from started_ns on) for the next push: written to the entry's temp
+ * file at once, so a push of many files holds none of them in memory for the cache. */
 void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
                                  const kestrel__chunk_ref *refs, size_t n, const char sha[65]);
 /* An empty cache tied to no file (kestrel__pushcache_close frees it, writing nothing), and the
  * parser of an entry's bytes into it (the number of files it holds; damaged: 0). For the fuzzer. */
 kestrel__pushcache *kestrel__pushcache_new(void);
 int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t size);
-/* Write what this push remembered as the path's entry (temp name, rename: best effort), then free. */
+/* Make what this push remembered the path's entry (its count filled in, then renamed over the old
+ * one: best effort; a temp a killed push left is removed by a later open after an hour), then free. */
 void kestrel__pushcache_close(kestrel__pushcache *pc);
 
 #endif
