@@ -470,6 +470,10 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         goto done;
     }
     m->created_ms = kestrel__now_ms();
+    free(ps.refs);   /* the manifest holds the chunks now: what only the hashing needed goes before the commit */
+    free(ps.buf);
+    ps.refs = NULL;
+    ps.buf = NULL;
     if ((rc = t->ops->commit(t, m, version)) < 0)
         goto done;
     pr->p.bytes_done = pr->p.bytes_total;

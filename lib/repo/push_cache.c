@@ -60,13 +60,11 @@ static int by_path(const void *a, const void *b)
     return strcmp(((const record *)a)->path, ((const record *)b)->path);
 }
 
-int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t size)
+/* Read an entry from f into pc->old (closes f). */
+static int parse_stream(kestrel__pushcache *pc, FILE *f)
 {
     unsigned long long nfiles;
-    FILE *f = size ? fmemopen((void *)data, size, "r") : NULL;
     int ok;
-    if (f == NULL)
-        return 0;
     ok = fscanf(f, "kestrel-stat 2 %llu\n", &nfiles) == 1;
     for (unsigned long long k = 0; ok && k < nfiles; k++) {
         record r;
@@ -111,21 +109,19 @@ int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t si
     return (int)pc->old.n;
 }
 
-/* Read the entry: whatever is damaged or missing just means a cold cache. */
+int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t size)
+{
+    FILE *f = size ? fmemopen((void *)data, size, "r") : NULL;
+    return f ? parse_stream(pc, f) : 0;
+}
+
+/* Read the entry (streamed, never whole in memory): whatever is damaged or missing just means a
+ * cold cache. */
 static void load(kestrel__pushcache *pc)
 {
-    kestrel_buf b = KESTREL_BUF_INIT;
-    char chunk[65536];
-    size_t r;
     FILE *f = fopen(pc->file, "r");
-    if (f == NULL)
-        return;
-    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        if (kestrel__buf_put(&b, chunk, r) < 0)
-            break;
-    fclose(f);
-    kestrel__pushcache_parse(pc, b.ptr, b.size);
-    kestrel_buf_dispose(&b);
+    if (f)
+        parse_stream(pc, f);
     kestrel_error_clear();
 }
 
