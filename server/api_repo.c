@@ -134,65 +134,33 @@ void kd_pack_free(kd_pack *p)
 
 /* ---- commits ------------------------------------------------------------------------------- */
 
-/* The bytes behind a manifest are what it says: each chunk holds its declared size, and the
- * SHA-256 of the file (or of each file of a directory) over its chunks is the declared one. The
- * server computes it from the store (one read of the version), so nothing unpullable commits. */
-static int bytes_match(kd_req *r, const Kestrel__V1__Manifest *in, char *msg, size_t n)
-{
-    char **hex = calloc(in->n_chunks + 1, sizeof(*hex)), got[KESTREL__HEX_LEN + 1];
-    int64_t *size = calloc(in->n_chunks + 1, sizeof(*size));
-    size_t at = 0;
-    int rc = 0;
-    if (hex == NULL || size == NULL) {
-        rc = kestrel__error_oom();
-        snprintf(msg, n, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < in->n_chunks; i++) {
-        hex[i] = in->chunks[i]->digest;
-        size[i] = in->chunks[i]->size;
-    }
-    for (size_t i = 0; rc == 0 && i < (in->n_files ? in->n_files : 1); i++) {
-        const Kestrel__V1__TreeFile *f = in->n_files ? in->files[i] : NULL;
-        size_t k = f ? (size_t)f->chunks : in->n_chunks;
-        const char *want = f ? f->sha256 : in->sha256;
-        if ((rc = kestrel__store_digest_chunks(r->e->store, hex + at, size + at, k, got)) < 0) {
-            snprintf(msg, n, "%s", kestrel_error_last()->message);
-        } else if (strcmp(got, want)) {
-            if (f)
-                snprintf(msg, n, "field 'files': the chunks of '%.100s' hash to %.12s, not its sha256 %.12s",
-                         f->path, got, want);
-            else
-                snprintf(msg, n, "field 'sha256': the chunks hash to %.12s, not %.12s", got, want);
-            rc = KESTREL_EINVALID;
-        }
-        at += k;
-    }
-out:
-    free(hex);
-    free(size);
-    return rc;
-}
-
-/* The same bytes as the model's latest version (a re-push of unchanged data): its chunks and digests
- * were hashed when that version committed, so they are not read again. */
-static int same_as_latest(kd_req *r, const char *name, const Kestrel__V1__Manifest *in)
+/* The same files as the model's latest version (a re-push of unchanged data): the same chunks, and
+ * for a directory the same paths, sizes and modes. Their digests were computed when that version
+ * committed, so the bytes are not read again: the digests in is given must be those, and the ones it
+ * leaves empty are taken from it. 1 when so (in filled in), 0 when not the same, < 0 out of memory. */
+static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in)
 {
     Kestrel__V1__Manifest *l = NULL;
-    int same;
+    int same, rc = 0;
     if (kestrel__store_resolve(r->e->store, name, &l) < 0) {
         kestrel_error_clear();
         return 0;
     }
-    same = l->size == in->size && !strcmp(l->sha256, in->sha256) && l->n_chunks == in->n_chunks &&
-           l->n_files == in->n_files;
+    same = l->size == in->size && l->n_chunks == in->n_chunks && l->n_files == in->n_files &&
+           (!in->sha256[0] || !strcmp(l->sha256, in->sha256));
     for (size_t i = 0; same && i < in->n_chunks; i++)
         same = l->chunks[i]->size == in->chunks[i]->size && !strcmp(l->chunks[i]->digest, in->chunks[i]->digest);
     for (size_t i = 0; same && i < in->n_files; i++)
         same = l->files[i]->size == in->files[i]->size && l->files[i]->chunks == in->files[i]->chunks &&
-               !strcmp(l->files[i]->sha256, in->files[i]->sha256);
+               l->files[i]->mode == in->files[i]->mode && !strcmp(l->files[i]->path, in->files[i]->path) &&
+               (!in->files[i]->sha256[0] || !strcmp(l->files[i]->sha256, in->files[i]->sha256));
+    for (size_t i = 0; same && rc == 0 && i < in->n_files; i++)
+        if (!in->files[i]->sha256[0])
+            rc = kestrel__manifest_set_digest(&in->files[i]->sha256, l->files[i]->sha256);
+    if (same && rc == 0 && !in->sha256[0])
+        rc = kestrel__manifest_set_digest(&in->sha256, l->sha256);
     kestrel__manifest_free(l);
-    return same;
+    return rc < 0 ? rc : same;
 }
 
 /* The metadata of a commit: the client's object, lineage the server's word (set from the job for a
@@ -220,7 +188,7 @@ static char *commit_metadata(kd_req *r, const char *json, char *msg, size_t n)
     return out;
 }
 
-/* The sync of the store, on its own thread: the disk flushes while bytes_match hashes. */
+/* The sync of the store, on its own thread: the disk flushes while the files are hashed. */
 struct store_sync {
     kestrel__store *s;
     int rc;
@@ -242,7 +210,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     int rc;
     if (in == NULL)
         return reply;
-    if (kestrel__manifest_check(in) < 0) {
+    if (kestrel__manifest_check_commit(in) < 0) {   /* whole-file digests may be left to us */
         reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
         goto out;
     }
@@ -276,7 +244,15 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         struct store_sync w = { r->e->store, 0 };
         pthread_t th;
         int threaded = pthread_create(&th, NULL, store_sync_main, &w) == 0;
-        rc = same_as_latest(r, name, in) ? 0 : bytes_match(r, in, msg, sizeof(msg));
+        /* every file's SHA-256 from the stored chunks: checked where the client gave it, else filled in */
+        if ((rc = same_as_latest(r, name, in)) == 0)
+            rc = kestrel__store_fill_digests(r->e->store, in, msg, sizeof(msg));
+        else if (rc > 0)
+            rc = 0;
+        if (rc == 0 && kestrel__manifest_check(in) < 0) {   /* whole now: a given listing digest must hold */
+            snprintf(msg, sizeof(msg), "%s", kestrel_error_last()->message);
+            rc = KESTREL_EINVALID;
+        }
         if (threaded)
             pthread_join(th, NULL);
         else
@@ -484,6 +460,7 @@ static enum MHD_Result missing(kd_req *r)
         if (!kestrel__store_has_chunk(r->e->store, q->digests[i]))
             res.missing[res.n_missing++] = q->digests[i];
     }
+    res.fills_digests = 1;   /* a commit may leave whole-file digests to this server */
     reply = kd_reply_msg(r, 200, &res.base);
     free(res.missing);
     protobuf_c_message_free_unpacked(&q->base, NULL);

@@ -103,8 +103,9 @@ void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *f, size_t n, ch
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
 }
 
-static int tree_check(const Kestrel__V1__Manifest *m)
+static int tree_check(const Kestrel__V1__Manifest *m, int open)
 {
+    int unknown = !m->sha256[0];
     int64_t total = 0, chunks = 0;
     size_t at = 0;
     char hex[65];
@@ -119,7 +120,9 @@ static int tree_check(const Kestrel__V1__Manifest *m)
             return kestrel__error_set(KESTREL_EINVALID, "field 'files': '%.100s' is both a file and a directory", p->path);
         if (f->size < 0 || f->chunks < 0 || (f->size > 0) != (f->chunks > 0) || (f->mode & ~0777u))
             return kestrel__error_set(KESTREL_EINVALID, "field 'files': bad entry '%.100s'", f->path);
-        if (!kestrel__is_sha256_hex(f->sha256))
+        if (open && !f->sha256[0])
+            unknown = 1;   /* left for the repository to compute */
+        else if (!kestrel__is_sha256_hex(f->sha256))
             return kestrel__error_set(KESTREL_EINVALID, "field 'files': the sha256 of '%.100s' is not 64 hex digits", f->path);
         if (f->chunks > (int64_t)m->n_chunks - chunks || f->size > m->size - total)   /* never past the ends */
             return kestrel__error_set(KESTREL_EINVALID,
@@ -134,16 +137,18 @@ static int tree_check(const Kestrel__V1__Manifest *m)
     }
     if (total != m->size || chunks != (int64_t)m->n_chunks)
         return kestrel__error_set(KESTREL_EINVALID, "field 'files': the files do not add up to the version's size and chunks");
+    if (open && unknown)
+        return 0;   /* checked once the repository has filled the digests in */
     kestrel__manifest_tree_digest(m->files, m->n_files, hex);
     if (strcmp(hex, m->sha256))
         return kestrel__error_set(KESTREL_EINVALID, "field 'sha256': not the digest of the listed files");
     return 0;
 }
 
-int kestrel__manifest_check(const Kestrel__V1__Manifest *m)
+static int check(const Kestrel__V1__Manifest *m, int open)
 {
     int64_t total = 0;
-    if (!kestrel__is_sha256_hex(m->sha256))
+    if (!(open && !m->sha256[0]) && !kestrel__is_sha256_hex(m->sha256))
         return kestrel__error_set(KESTREL_EINVALID, "field 'sha256': 64 lowercase hex digits");
     if (m->size < 0)
         return kestrel__error_set(KESTREL_EINVALID, "field 'size': negative");
@@ -159,5 +164,23 @@ int kestrel__manifest_check(const Kestrel__V1__Manifest *m)
     }
     if (total != m->size)
         return kestrel__error_set(KESTREL_EINVALID, "field 'size': the chunks do not add up to it");
-    return m->n_files ? tree_check(m) : 0;
+    return m->n_files ? tree_check(m, open) : 0;
+}
+
+int kestrel__manifest_check(const Kestrel__V1__Manifest *m)
+{
+    return check(m, 0);
+}
+
+int kestrel__manifest_check_commit(const Kestrel__V1__Manifest *m)
+{
+    return check(m, 1);
+}
+
+int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m)
+{
+    for (size_t i = 0; i < m->n_files; i++)
+        if (!m->files[i]->sha256[0])
+            return 1;
+    return !m->sha256[0];
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "chunk.h"
+#include "filehash.h"
 #include "push_cache.h"
 #include "store.h"
 #include "transport.h"
@@ -51,6 +52,7 @@ typedef struct {
     kestrel__chunk_ref *refs;   /* every file's chunks, in manifest order */
     size_t n, cap;
     uint8_t *buf;               /* READ_BUF, reused file after file */
+    int hash_whole;             /* hash each whole file too (else its digest is left to the repository) */
     int64_t done;               /* bytes of the files before the current one */
 } push_state;
 
@@ -97,7 +99,8 @@ static int open_regular(const char *path, struct stat *st)
 
 /* Chunk and hash the open file fd: its chunks appended to ps->refs (file index file), its SHA-256.
  * The file is read once: each buffer's chunks are hashed on this thread while a helper advances the
- * whole-file SHA-256 over the same bytes (a file of one chunk: that chunk's digest). */
+ * whole-file SHA-256 over the same bytes (a file of one chunk: that chunk's digest). When the
+ * repository computes whole-file digests itself (kestreld), a file of several chunks gets "". */
 static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int64_t size, char sha[65])
 {
     EVP_MD_CTX *whole = NULL;
@@ -126,7 +129,7 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
         }
         if (rc < 0)
             break;
-        if (!(eof && buf_at == 0 && ps->n - first_ref == 1)) {   /* more than one chunk: hash the whole too */
+        if (ps->hash_whole && !(eof && buf_at == 0 && ps->n - first_ref == 1)) {   /* more than one chunk */
             if (whole == NULL && ((whole = EVP_MD_CTX_new()) == NULL || EVP_DigestInit_ex(whole, EVP_sha256(), NULL) != 1)) {
                 rc = kestrel__error_oom();
                 break;
@@ -149,8 +152,14 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
     if (rc == 0 && offset != size)
         rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (%lld bytes, then %lld)", path,
                                 (long long)size, (long long)offset);
-    if (rc == 0 && whole == NULL)
-        memcpy(sha, ps->refs[first_ref].hex, 65);
+    if (rc == 0 && whole == NULL) {
+        if (ps->n - first_ref == 1)
+            memcpy(sha, ps->refs[first_ref].hex, 65);
+        else if (ps->n == first_ref)
+            kestrel__sha256_hex("", 0, sha);   /* an empty file */
+        else
+            sha[0] = '\0';   /* left to the repository */
+    }
     else if (rc == 0) {
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int n = 0;
@@ -387,6 +396,23 @@ static int sender_finish(sender *s, int stop, kestrel__progress *pr)
     return rc;
 }
 
+/* The whole-file digests the push left to a repository that does not compute them (a kestreld
+ * older than fills_digests): each such file read back and hashed. sha: a pushed file's. */
+static int digests_here(Kestrel__V1__Manifest *m, const char *const *paths, int64_t size, char sha[65])
+{
+    kestrel__filehash *h;
+    char hex[65];
+    int rc = 0;
+    if (m->n_files == 0 && !sha[0] &&
+        ((rc = kestrel__filehash_start(&h, paths[0])) < 0 || (rc = kestrel__filehash_finish(h, size, sha)) < 0))
+        return rc;
+    for (size_t i = 0; i < m->n_files && rc == 0; i++)
+        if (!m->files[i]->sha256[0] && (rc = kestrel__filehash_start(&h, paths[i])) == 0 &&
+            (rc = kestrel__filehash_finish(h, m->files[i]->size, hex)) == 0)
+            rc = kestrel__manifest_set_digest(&m->files[i]->sha256, hex);
+    return rc;
+}
+
 int kestrel__push(kestrel__transport *t, const char *name, const char *path, char *const *select, size_t nselect,
                   const kestrel_transfer_options *o, kestrel__progress *pr, int64_t *version)
 {
@@ -399,6 +425,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     int rc = 0;
     memset(&ps, 0, sizeof(ps));
     ps.pr = pr;
+    ps.hash_whole = t->hash_whole;
     if (m == NULL || (ps.buf = malloc(READ_BUF)) == NULL) {
         rc = kestrel__error_oom();
         goto done;
@@ -457,10 +484,17 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     }
     pr->p.bytes_new = out.pr.p.bytes_new;
     pr->p.chunks_new = out.pr.p.chunks_new;
-    if (rc < 0)
+    if (rc < 0 || (!t->fills_digests && (rc = digests_here(m, (const char *const *)paths, pr->p.bytes_total, sha)) < 0))
         goto done;
-    if (m->n_files)
-        kestrel__manifest_tree_digest(m->files, m->n_files, sha);
+    if (m->n_files) {   /* the listing's digest, once every file's is known (else the repository's) */
+        int open = 0;
+        for (size_t i = 0; i < m->n_files; i++)
+            open |= !m->files[i]->sha256[0];
+        if (open)
+            sha[0] = '\0';
+        else
+            kestrel__manifest_tree_digest(m->files, m->n_files, sha);
+    }
     m->size = pr->p.bytes_total;
     if ((m->name = kestrel__strdup(name)) == NULL || (m->sha256 = kestrel__strdup(sha)) == NULL ||
         (m->metadata_json = kestrel__strdup(o->metadata_json ? o->metadata_json : "")) == NULL ||

@@ -1,6 +1,7 @@
 /* lib/repo/push_cache.c - the stat cache of pushes (see push_cache.h). One file an entry:
  *   kestrel-stat 2 NFILES   (written as 20 digits, filled in once the push's files are counted)
- *   then for each file: "F PATHLEN DEV INO SIZE MTIME_NS CTIME_NS STARTED_NS SHA256 NCHUNKS\n", the
+ *   then for each file: "F PATHLEN DEV INO SIZE MTIME_NS CTIME_NS STARTED_NS SHA256 NCHUNKS\n" (SHA256 "-"
+ *   when the push left it to kestreld), the
  *   path's bytes and "\n", then one "HEX LEN\n" line per chunk, in file order. */
 #include <dirent.h>
 #include <errno.h>
@@ -75,7 +76,9 @@ static int parse_stream(kestrel__pushcache *pc, FILE *f)
         ok = fscanf(f, "F %zu %llu %llu %lld %lld %lld %lld %64s %llu", &len, &r.dev, &r.ino, &r.size, &r.mtime, &r.ctime,
                     &r.started, r.sha, &nchunks) == 9 && fgetc(f) == '\n' && len <= MAX_PATH_LEN &&
              r.size >= 0 && nchunks <= (unsigned long long)r.size / KESTREL__CHUNK_MIN + 1 &&
-             kestrel__is_sha256_hex(r.sha) && (r.path = malloc(len + 1)) != NULL;
+             (kestrel__is_sha256_hex(r.sha) || !strcmp(r.sha, "-")) && (r.path = malloc(len + 1)) != NULL;
+        if (ok && r.sha[0] == '-')
+            r.sha[0] = '\0';   /* the digest the repository computed, not known here */
         if (ok) {
             ok = fread(r.path, 1, len, f) == len && fgetc(f) == '\n';
             r.path[len] = '\0';
@@ -211,7 +214,7 @@ void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const 
     ok = (pc->out || out_open(pc) == 0) &&
          fprintf(pc->out, "F %zu %llu %llu %lld %lld %lld %lld %s %zu\n%s\n", strlen(rel), (unsigned long long)st->st_dev,
                  (unsigned long long)st->st_ino, (long long)st->st_size, (long long)ns(st->st_mtim),
-                 (long long)ns(st->st_ctim), (long long)started_ns, sha, n, rel) > 0;
+                 (long long)ns(st->st_ctim), (long long)started_ns, sha[0] ? sha : "-", n, rel) > 0;
     for (size_t k = 0; ok && k < n; k++)
         ok = fprintf(pc->out, "%s %lu\n", refs[k].hex, (unsigned long)refs[k].len) > 0;
     if (!ok) {

@@ -55,6 +55,12 @@ int kestrel__manifest_add_chunks(Kestrel__V1__Manifest *m, const kestrel__chunk_
  * file's chunks add up to its size and the listing's digest is sha256. KESTREL_EINVALID with a
  * message naming the field when not. A manifest from the server or the store is checked too. */
 int kestrel__manifest_check(const Kestrel__V1__Manifest *m);
+/* The same for a manifest offered for commit, where whole-file digests (the version's, a listed
+ * file's) may be empty: the repository fills them in (kestrel__store_fill_digests), then the
+ * manifest must pass kestrel__manifest_check. */
+int kestrel__manifest_check_commit(const Kestrel__V1__Manifest *m);
+/* 1 when a whole-file digest of m is left empty. */
+int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m);
 /* A directory version's digest: SHA-256 over "mode size sha256 path\0" per file, in order. */
 void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *files, size_t n, char hex[65]);
 /* A relative, '/'-separated path without empty, '.' or '..' segments, at most 4000 bytes. */

@@ -45,6 +45,9 @@ typedef struct {
 
 struct kestrel__transport {
     const kestrel__transport_ops *ops;
+    int hash_whole;      /* a push hashes each whole file as it reads it (file://); else the repository does */
+    int fills_digests;   /* the repository fills in a whole-file digest a commit leaves empty (file://;
+                            kestreld says so in its answer to missing, sending sets it) */
 };
 
 /* The transport of client c: the store of a file:// client, else its kestreld. */

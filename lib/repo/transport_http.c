@@ -184,6 +184,8 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
         if (rc < 0)
             break;
         qr = (const Kestrel__V1__ChunkQueryResult *)res;
+        if (qr->fills_digests)   /* kestreld computes each file's digest at commit anyway: the push need not */
+            t->fills_digests = 1;
         for (size_t i = 0; i < k; i++) {   /* both sorted: one walk */
             while (at < qr->n_missing && strcmp(qr->missing[at], refs[off + i].hex) < 0)
                 at++;

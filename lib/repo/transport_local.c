@@ -78,6 +78,11 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *vers
         if (!kestrel__store_has_chunk(STORE(t), m->chunks[i]->digest))
             return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored: push again",
                                       m->chunks[i]->digest);
+    if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (from its stat cache) */
+        char msg[300];
+        if ((rc = kestrel__store_fill_digests(STORE(t), m, msg, sizeof(msg))) < 0)
+            return rc;
+    }
     if ((rc = kestrel__store_commit(STORE(t), m->name, m, version)) < 0)
         return rc;
     return m->alias[0] ? kestrel__store_alias_set(STORE(t), m->name, m->alias, *version) : 0;
@@ -178,6 +183,8 @@ int kestrel__transport_local(kestrel__transport **out, const char *root)
         return rc;
     }
     l->base.ops = &ops;
+    l->base.hash_whole = 1;   /* in process: hashing beside the read costs less than reading the chunks back */
+    l->base.fills_digests = 1;
     *out = &l->base;
     return 0;
 }

@@ -1,5 +1,6 @@
 /* tests/fuzz/tree_fuzzer.c - a manifest (JSON or protobuf) as a client would commit it, through
- * the checks kestreld makes before a version commits (kestrel__manifest_check), and the store's
+ * the checks kestreld makes before a version commits (kestrel__manifest_check_commit, then
+ * kestrel__manifest_check once the digests are filled in), and the store's
  * form on disk (its proto3 JSON): no crash, no leak; what passes the checks round-trips through
  * that JSON with the same listing digest and passes them again. The same bytes also go through the
  * reader of the store's form before format 2 (store_legacy.c). */
@@ -32,6 +33,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         kestrel__wire_unpack(&m, &kestrel__v1__manifest__descriptor, data, len) != 0)
         return 0;
     mf = (Kestrel__V1__Manifest *)m;
+    {   /* the check of a commit, where whole-file digests may be open, is never stricter than the full
+         * one, and with none open it is the full one */
+        int full = kestrel__manifest_check(mf) == 0, commit = kestrel__manifest_check_commit(mf) == 0;
+        if ((full && !commit) || (commit && !full && !kestrel__manifest_digests_open(mf)))
+            abort();
+    }
     if (kestrel__manifest_check(mf) == 0 && kestrel__wire_to_json(&j, m, 0) == 0) {
         if (kestrel__wire_from_json(&back, &kestrel__v1__manifest__descriptor, j.ptr, j.size) != 0)
             abort();

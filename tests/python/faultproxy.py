@@ -1,6 +1,9 @@
 """A fault proxy for broken transports: forwards loopback TCP to a real kestreld, and damages the
 responses to chunk downloads ("GET /api/v1/chunks/...") - flips one body byte ("corrupt") or cuts
-the connection halfway through the body ("truncate"). Everything else passes through untouched.
+the connection halfway through the body ("truncate"). "older" plays a kestreld from before
+ChunkQueryResult.fills_digests (it drops that field from the answers to /api/v1/chunks/missing);
+"pass" changes nothing. Everything else passes through untouched, and what clients send is kept
+in `sent`.
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
 sides is the real libcurl and libmicrohttpd."""
 import socket
@@ -12,6 +15,7 @@ class FaultProxy:
         self.upstream = ("127.0.0.1", upstream_port)
         self.mode = mode
         self.damaged = 0
+        self.sent = bytearray()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -33,13 +37,16 @@ class FaultProxy:
 
     def _serve(self, client):
         up = socket.create_connection(self.upstream)
-        state = {"chunk_request": False}
+        state = {"chunk_request": False, "missing_request": False}
 
         def requests():   # client -> server; notes whether the latest request fetches a chunk
             try:
                 while (data := client.recv(65536)):
                     if data.startswith(b"GET /api/v1/chunks/") and not data.startswith(b"GET /api/v1/chunks/missing"):
-                        state["chunk_request"] = True
+                        state["chunk_request"] = self.mode in ("corrupt", "truncate")
+                    if data.startswith(b"POST /api/v1/chunks/missing"):
+                        state["missing_request"] = self.mode == "older"
+                    self.sent += data
                     up.sendall(data)
             except OSError:
                 pass
@@ -50,6 +57,23 @@ class FaultProxy:
         pending = b""
         try:
             while (data := up.recv(65536)):
+                if state["missing_request"]:   # the whole answer, then without fills_digests (field 2: 0x10 0x01)
+                    pending += data
+                    head = pending.find(b"\r\n\r\n")
+                    if head < 0:
+                        continue
+                    lines = pending[:head].split(b"\r\n")
+                    length = next(int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length:"))
+                    if len(pending) < head + 4 + length:
+                        continue
+                    state["missing_request"] = False
+                    body, rest = pending[head + 4:head + 4 + length], pending[head + 4 + length:]
+                    if body.endswith(b"\x10\x01"):
+                        body = body[:-2]
+                        self.damaged += 1
+                    lines = [h for h in lines if not h.lower().startswith(b"content-length:")]
+                    lines.append(b"Content-Length: %d" % len(body))
+                    data, pending = b"\r\n".join(lines) + b"\r\n\r\n" + body + rest, b""
                 if state["chunk_request"]:
                     pending += data
                     head = pending.find(b"\r\n\r\n")

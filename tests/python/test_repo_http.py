@@ -551,6 +551,17 @@ def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path
     assert [v.version for v in c.versions("team/tree")] == [1]
     status, _ = commit(good)                                       # the same manifest, untouched: accepted
     assert status == 201
+    # whole-file digests left empty are kestreld's to compute, from the chunks (a new model: hashed, not
+    # taken from an earlier version); a listing digest given beside them must still hold
+    blank = {k: v for k, v in good.items() if k not in ("version", "created_ms", "aliases", "file_count", "sha256")}
+    blank["files"] = [{k: v for k, v in f.items() if k != "sha256"} for f in good["files"]]
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/blank/versions",
+                       json.dumps(dict(blank, sha256="0" * 64)).encode())
+    assert status == 400 and "digest of the listed files" in json.loads(body)["message"], body
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/blank/versions", json.dumps(blank).encode())
+    assert status == 201 and json.loads(body)["sha256"] == good["sha256"], body
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/blank/versions/1")
+    assert [f["sha256"] for f in json.loads(body)["files"]] == [f["sha256"] for f in good["files"]]
 
 
 def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld, tmp_path, monkeypatch):
@@ -599,3 +610,45 @@ def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld,
     assert c.push("team/tree", str(tree)) == 3
     assert not dead.exists() and live.exists()
     assert sorted(e.name for e in (tmp_path / "cache.stat").iterdir() if ".tmp." in e.name) == [live.name]
+
+
+@pytest.mark.parametrize("server", ["current", "older"])
+def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, monkeypatch, server):
+    """kestreld computes every file's SHA-256 from the chunks at commit (to check the client's word), so a
+    push to it leaves the digest of a file of several chunks to it and reads each file once. A kestreld
+    that does not say it fills them in (an older one, played by a proxy that drops fills_digests from
+    its answers) gets them from the push, which reads those files back. Either way the version holds
+    the true digests."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    big, tree = tmp_path / "big.bin", tmp_path / "tree"
+    big.write_bytes(os.urandom(12 << 20))
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "w.bin").write_bytes(os.urandom(5 << 20))
+    (tree / "a.txt").write_bytes(b"small")
+    want = hashlib.sha256(big.read_bytes()).hexdigest()
+    want_w = hashlib.sha256((tree / "sub" / "w.bin").read_bytes()).hexdigest()
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older" if server == "older" else "pass")
+    try:
+        c = kestrel.Client(proxy.url, kestreld.token)
+        assert c.push(f"team/whole-{server}", str(big)) == 1
+        assert c.push(f"team/wtree-{server}", str(tree)) == 1
+        sent = bytes(proxy.sent)
+        assert (want.encode() in sent) == (server == "older") and (want_w.encode() in sent) == (server == "older")
+        assert (proxy.damaged > 0) == (server == "older")
+    finally:
+        proxy.close()
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    assert c.versions(f"team/whole-{server}")[-1].sha256 == want
+    status, body = raw(kestreld, "GET", f"/api/v1/models/team/wtree-{server}/versions/1")
+    assert status == 200 and {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["sub/w.bin"] == want_w
+    c.pull(f"team/wtree-{server}", str(tmp_path / "out"))   # the pull checks every digest
+    assert subprocess.run(["diff", "-r", str(tree), str(tmp_path / "out")]).returncode == 0
+    # file:// hashes beside its read, and fills in a digest that a stat cache entry from kestreld lacks
+    old = time.time() - 60
+    os.utime(big, (old, old))
+    c.push(f"team/whole-{server}", str(big))                # remembered now, its digest left to kestreld
+    entry = tmp_path / "cache.stat" / hashlib.sha256(os.path.realpath(big).encode()).hexdigest()
+    assert entry.read_text().split("\n")[1].split()[8] == "-"
+    store = kestrel.Client(f"file://{tmp_path / 'store'}", "")
+    assert store.push("team/local", str(big)) == 1 and store.versions("team/local")[-1].sha256 == want

@@ -387,6 +387,30 @@ static void tree_paths_and_listings(void **state)
     assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
     f[2].chunks = 2, f[2].size = INT64_MAX;                           /* sizes that wrap */
     assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+    f[2].size = 5;
+    /* a commit may leave whole-file digests to the repository; a stored or pulled manifest may not */
+    f[2].sha256 = "";
+    m.sha256 = "";
+    assert_int_equal(kestrel__manifest_check_commit(&m), 0);
+    assert_true(kestrel__manifest_digests_open(&m));
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+    m.sha256 = d1;                                                    /* a listing digest beside an open one: */
+    assert_int_equal(kestrel__manifest_check_commit(&m), 0);          /* checked once the repository filled it */
+    f[2].sha256 = sha[2];
+    assert_int_equal(kestrel__manifest_check_commit(&m), 0);
+    assert_false(kestrel__manifest_digests_open(&m));
+    m.sha256 = "";                                                    /* the listing's own, open */
+    assert_int_equal(kestrel__manifest_check_commit(&m), 0);
+    assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+    m.sha256 = d1;
+    f[1].path = "../b";                                               /* an open digest excuses nothing else */
+    f[2].sha256 = "";
+    assert_int_equal(kestrel__manifest_check_commit(&m), KESTREL_EINVALID);
+    f[1].path = "b/c";
+    f[2].sha256 = "xyz";                                              /* given, it must be a SHA-256 */
+    assert_int_equal(kestrel__manifest_check_commit(&m), KESTREL_EINVALID);
+    f[2].sha256 = sha[2];
+    assert_int_equal(kestrel__manifest_check(&m), 0);
 }
 
 int main(void)
