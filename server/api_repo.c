@@ -15,6 +15,7 @@
 #include "stage.h"
 #include "route.h"
 #include "repo_acl.h"
+#include "repo_runs.h"
 #include "chunk.h"
 #include "store.h"
 #include "repo.h"
@@ -28,17 +29,23 @@ struct kd_pack {
     uint8_t head[36];
     size_t head_len;
     uint32_t want;          /* bytes of the current chunk */
-    kestrel_buf chunk;      /* at most one chunk in memory, never the pack */
+    kestrel_buf chunk;      /* at most one chunk in memory (and a few its run has), never the pack */
+    kd_run_feed *run;       /* the run the pack advances (NULL: none) */
     int64_t stored, bytes;
     int full;               /* the store's disk is full: 507, not the client's fault */
     char error[256];
 };
 
-kd_pack *kd_pack_begin(kd_engine *e)
+kd_pack *kd_pack_begin(kd_engine *e, int64_t user, const char *run, const char *at)
 {
     kd_pack *p = calloc(1, sizeof(*p));
-    if (p)
-        p->store = e->store;
+    char *end = NULL;
+    long long off = at ? strtoll(at, &end, 10) : -1;
+    if (p == NULL)
+        return NULL;
+    p->store = e->store;
+    if (run && end && end != at && *end == '\0' && off >= 0)
+        p->run = kd_run_feed_begin(e->repo_runs, user, run, off);
     return p;
 }
 
@@ -69,6 +76,8 @@ static void chunk_done(kd_pack *p)
             p->stored++;
     }
     p->bytes += (int64_t)p->chunk.size;
+    if (p->run && !p->error[0])   /* its bytes hashed into the run on the run's thread (the buffer swapped) */
+        kd_run_feed_chunk(p->run, want, &p->chunk);
     p->chunk.size = 0;
     p->head_len = 0;
 }
@@ -112,6 +121,8 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
     enum MHD_Result reply;
     if (!p->error[0] && (p->head_len || p->chunk.size))
         pack_fail(p, "the pack ends in the middle of a chunk");
+    kd_run_feed_end(p->run, !p->error[0]);
+    p->run = NULL;
     if (p->error[0]) {
         reply = p->full ? kd_reply_error(r, 507, "insufficient_storage", p->error)
                         : kd_reply_error(r, 400, "invalid_argument", p->error);
@@ -127,6 +138,7 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
 void kd_pack_free(kd_pack *p)
 {
     if (p) {
+        kd_run_feed_end(p->run, 0);   /* a pack cut short: its run is dropped */
         kestrel_buf_dispose(&p->chunk);
         free(p);
     }
@@ -161,6 +173,46 @@ static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in
         rc = kestrel__manifest_set_digest(&in->sha256, l->sha256);
     kestrel__manifest_free(l);
     return rc < 0 ? rc : same;
+}
+
+/* The digests of in's files that runs computed as their chunks streamed in (repo_runs.h): set
+ * where empty, checked where given; known[i] marks each. 0, KESTREL_EINVALID (msg says why) or
+ * out of memory. */
+static int digests_from_runs(kd_req *r, Kestrel__V1__Manifest *in, unsigned char *known, char *msg, size_t n)
+{
+    char **hex = calloc(in->n_chunks + 1, sizeof(*hex)), got[KESTREL__HEX_LEN + 1];
+    int64_t *size = calloc(in->n_chunks + 1, sizeof(*size));
+    size_t at = 0;
+    int rc = 0;
+    if (hex == NULL || size == NULL)
+        rc = kestrel__error_oom();
+    for (size_t i = 0; rc == 0 && i < in->n_chunks; i++) {
+        hex[i] = in->chunks[i]->digest;
+        size[i] = in->chunks[i]->size;
+    }
+    for (size_t i = 0; rc == 0 && i < (in->n_files ? in->n_files : 1); i++) {
+        Kestrel__V1__TreeFile *f = in->n_files ? in->files[i] : NULL;
+        size_t k = f ? (size_t)f->chunks : in->n_chunks;
+        char **want = f ? &f->sha256 : &in->sha256;
+        if (k > 1 && kd_runs_take(r->e->repo_runs, r->who.user_id, hex + at, size + at, k, got)) {
+            known[i] = 1;
+            kd_metrics_repo_digests(r->e->metrics, 0, (uint64_t)(f ? f->size : in->size));
+            if (!(*want)[0])
+                rc = kestrel__manifest_set_digest(want, got);
+            else if (strcmp(*want, got)) {
+                if (f)
+                    snprintf(msg, n, "field 'files': the chunks of '%.100s' hash to %.12s, not its sha256 %.12s", f->path,
+                             got, *want);
+                else
+                    snprintf(msg, n, "field 'sha256': the chunks hash to %.12s, not %.12s", got, *want);
+                rc = KESTREL_EINVALID;
+            }
+        }
+        at += k;
+    }
+    free(hex);
+    free(size);
+    return rc;
 }
 
 /* The metadata of a commit: the client's object, lineage the server's word (set from the job for a
@@ -245,10 +297,19 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         pthread_t th;
         int threaded = pthread_create(&th, NULL, store_sync_main, &w) == 0;
         /* every file's SHA-256 from the stored chunks: checked where the client gave it, else filled in */
-        if ((rc = same_as_latest(r, name, in)) == 0)
-            rc = kestrel__store_fill_digests(r->e->store, in, msg, sizeof(msg));
+        unsigned char *known = calloc(in->n_files + 1, 1);   /* from runs: not read back */
+        if (known == NULL)
+            rc = kestrel__error_oom();
+        else if ((rc = same_as_latest(r, name, in)) == 0 && (rc = digests_from_runs(r, in, known, msg, sizeof(msg))) == 0) {
+            uint64_t read = 0;
+            for (size_t i = 0; i < (in->n_files ? in->n_files : 1); i++)
+                read += known[i] ? 0 : (uint64_t)(in->n_files ? in->files[i]->size : in->size);
+            kd_metrics_repo_digests(r->e->metrics, 1, read);
+            rc = kestrel__store_fill_digests(r->e->store, in, known, msg, sizeof(msg));
+        }
         else if (rc > 0)
             rc = 0;
+        free(known);
         if (rc == 0 && kestrel__manifest_check(in) < 0) {   /* whole now: a given listing digest must hold */
             snprintf(msg, sizeof(msg), "%s", kestrel_error_last()->message);
             rc = KESTREL_EINVALID;

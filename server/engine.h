@@ -156,6 +156,7 @@ struct kd_engine {
     size_t nwaits;
     uint64_t passes;            /* scheduling passes completed */
     struct kestrel__store *store;   /* the model repository (DATA/repo) */
+    struct kd_runs *repo_runs;  /* files' digests computed as their chunks stream in (repo_runs.h) */
     kestrel_gpu_list *gpus;     /* live memory and utilisation of real GPUs (NULL: none) */
     int64_t gpus_ms;
     pthread_t sched_thread;

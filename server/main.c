@@ -20,6 +20,7 @@
 #include "envs.h"
 #include "policy.h"
 #include "stage.h"
+#include "repo_runs.h"
 
 static void usage(FILE *f)
 {
@@ -660,6 +661,7 @@ int main(int argc, char **argv)
         kd_catalog_close(cat);
         return 1;
     }
+    engine.repo_runs = kd_runs_new();   /* NULL: every commit reads its files back instead */
     kd_stage_reset(&engine);   /* no job runs yet: nothing is being staged */
     if (kd_envs_new(&engine.envs, &engine) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
@@ -708,6 +710,7 @@ int main(int argc, char **argv)
     kd_api_stop(api);
     kd_engine_stop(&engine);
     kd_envs_free(engine.envs);
+    kd_runs_free(engine.repo_runs);   /* the API is stopped: no pack feeds one */
     kestrel__store_close(engine.store);
     kd_engine_fini(&engine);
     kd_catalog_close(cat);

@@ -39,6 +39,7 @@ struct kd_metrics {
     struct { const char *route; histo h; } routes[MAX_ROUTES];
     size_t nroutes;
     uint64_t pushed, pulled, log_lines;
+    uint64_t digest_bytes[2];   /* file bytes a commit's digests came from: as they streamed, read back */
 };
 
 const char *kd_metrics_class(int cls)
@@ -173,6 +174,15 @@ void kd_metrics_repo_bytes(kd_metrics *m, int pushed, uint64_t bytes)
         return;
     pthread_mutex_lock(&m->mu);
     *(pushed ? &m->pushed : &m->pulled) += bytes;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kd_metrics_repo_digests(kd_metrics *m, int read_back, uint64_t bytes)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->digest_bytes[read_back != 0] += bytes;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -350,6 +360,13 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
     if (rc == 0 && (rc = kd_expo_family(out, "kestrel_repo_pull_bytes_total", "counter",
                                         "Chunk bytes sent to pulls.")) == 0)
         rc = kd_expo_sample(out, "kestrel_repo_pull_bytes_total", NULL, (double)m->pulled);
+    if (rc == 0 && (rc = kd_expo_family(out, "kestrel_repo_commit_digest_bytes_total", "counter",
+                                        "Bytes of the files whose whole-file SHA-256 a commit computed: from the chunks "
+                                        "as they streamed in (source=stream) or read back from the store (source=store).")) == 0) {
+        const char *stream[] = { "source", "stream", NULL }, *store[] = { "source", "store", NULL };
+        if ((rc = kd_expo_sample(out, "kestrel_repo_commit_digest_bytes_total", stream, (double)m->digest_bytes[0])) == 0)
+            rc = kd_expo_sample(out, "kestrel_repo_commit_digest_bytes_total", store, (double)m->digest_bytes[1]);
+    }
     if (rc == 0 && (rc = kd_expo_family(out, "kestrel_log_lines_total", "counter",
                                         "Job log lines stored (and indexed for search).")) == 0)
         rc = kd_expo_sample(out, "kestrel_log_lines_total", NULL, (double)m->log_lines);

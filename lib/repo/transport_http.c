@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <openssl/rand.h>
 #include "http.h"
 #include "store.h"
 #include "transport.h"
@@ -23,6 +24,11 @@ typedef struct {
     kestrel__transport base;
     kestrel_client *c;
     CURLM *multi;   /* the connection pool of this transfer */
+    /* the run of the file being sent (kestreld hashes a file's chunks sent in order as they come,
+     * so its commit need not read them back): which file, its id, where its next pack starts */
+    uint32_t run_file;
+    char run_id[33];
+    int64_t run_next;
 } http;
 
 #define CLIENT(t) (((http *)(t))->c)
@@ -262,22 +268,56 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
     return done;
 }
 
+/* todo[i] and todo[i + 1]: the same file, one right after the other. */
+static int follows(kestrel__chunk_ref *const *todo, size_t n, size_t i)
+{
+    return i + 1 < n && todo[i + 1]->file == todo[i]->file && todo[i + 1]->offset == todo[i]->offset + todo[i]->len;
+}
+
+/* todo[i] starts a run: the first of a file's several chunks, or the next one of the current run. */
+static int run_starts(const http *h, kestrel__chunk_ref *const *todo, size_t n, size_t i)
+{
+    const kestrel__chunk_ref *c = todo[i];
+    return (c->offset == 0 && follows(todo, n, i)) || (h->run_id[0] && c->file == h->run_file && c->offset == h->run_next);
+}
+
 static int pack_start(void *ctx, http *h, stream *s)
 {
     packs *p = ctx;
     pack_upload *u;
     size_t first = p->next;
     int64_t bytes = 0, total = 0;
+    char url[sizeof(p->url) + 80];
     if (p->next >= p->n)
         return 0;
-    while (p->next < p->n && (p->next == first || bytes + p->todo[p->next]->len <= PACK_MAX))
-        bytes += p->todo[p->next++]->len;
+    snprintf(url, sizeof(url), "%s", p->url);
+    if (run_starts(h, p->todo, p->n, first)) {
+        /* a file's chunks in order, all of this batch's in one pack (so one pack of a run is in flight
+         * at a time): kestreld hashes the file as they come (?run=ID&at=its bytes before this pack) */
+        const kestrel__chunk_ref *c = p->todo[first];
+        if (c->offset == 0 || c->file != h->run_file) {
+            unsigned char id[16];
+            if (RAND_bytes(id, sizeof(id)) != 1)
+                return kestrel__error_oom();
+            for (int i = 0; i < 16; i++)
+                snprintf(h->run_id + 2 * i, 3, "%02x", id[i]);
+            h->run_file = c->file;
+        }
+        while (p->next == first || (p->next < p->n && follows(p->todo, p->n, p->next - 1)))
+            bytes += p->todo[p->next++]->len;
+        h->run_next = p->todo[p->next - 1]->offset + p->todo[p->next - 1]->len;
+        snprintf(url + strlen(url), sizeof(url) - strlen(url), "?run=%s&at=%lld", h->run_id, (long long)c->offset);
+    } else {   /* other chunks: packs of up to PACK_MAX, each ending before a run */
+        while (p->next < p->n && (p->next == first || (bytes + p->todo[p->next]->len <= PACK_MAX &&
+                                                        !run_starts(h, p->todo, p->n, p->next))))
+            bytes += p->todo[p->next++]->len;
+    }
     if ((u = calloc(1, sizeof(*u))) == NULL)
         return kestrel__error_oom();
     *u = (pack_upload){ p->paths, p->todo + first, p->next - first, 0, -1, 0, { 0 }, 0, 0 };
     for (size_t i = 0; i < u->n; i++)
         total += 36 + u->todo[i]->len;
-    if (transfer(h, s, p->url, "application/octet-stream", 1u << 20) < 0) {
+    if (transfer(h, s, url, "application/octet-stream", 1u << 20) < 0) {
         free(u);
         return KESTREL_ENOMEM;
     }

@@ -80,7 +80,7 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *vers
                                       m->chunks[i]->digest);
     if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (from its stat cache) */
         char msg[300];
-        if ((rc = kestrel__store_fill_digests(STORE(t), m, msg, sizeof(msg))) < 0)
+        if ((rc = kestrel__store_fill_digests(STORE(t), m, NULL, msg, sizeof(msg))) < 0)
             return rc;
     }
     if ((rc = kestrel__store_commit(STORE(t), m->name, m, version)) < 0)

@@ -1,10 +1,12 @@
 /* tests/fuzz/pack_fuzzer.c - any byte stream as the body of POST /api/v1/chunks/pack, fed to the
- * streaming verifier in two pieces split anywhere: no crash, no leak, at most one chunk in memory,
- * and only chunks whose bytes match their digest are ever stored. */
+ * streaming verifier in two pieces split anywhere: no crash, no leak, at most one chunk in memory
+ * (and the few its run hashes), and only chunks whose bytes match their digest are ever stored.
+ * Inputs with an odd first byte also advance a run (repo_runs.h) with what they verify. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "api.h"
+#include "repo_runs.h"
 #include "store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
@@ -19,8 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         char dir[] = "/tmp/kestrel-pack-fuzz-XXXXXX";
         if (mkdtemp(dir) == NULL || kestrel__store_open(&engine.store, dir) < 0)
             abort();
+        engine.repo_runs = kd_runs_new();
     }
-    if ((p = kd_pack_begin(&engine)) == NULL)
+    if ((p = kd_pack_begin(&engine, 1, "00112233445566778899aabbccddeeff", len && (data[0] & 1) ? "0" : NULL)) == NULL)
         return 0;
     kd_pack_feed(p, (const char *)data, cut);
     kd_pack_feed(p, (const char *)data + cut, len - cut);

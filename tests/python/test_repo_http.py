@@ -652,3 +652,63 @@ def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, mo
     assert entry.read_text().split("\n")[1].split()[8] == "-"
     store = kestrel.Client(f"file://{tmp_path / 'store'}", "")
     assert store.push("team/local", str(big)) == 1 and store.versions("team/local")[-1].sha256 == want
+
+
+def digest_bytes(d):
+    """kestrel_repo_commit_digest_bytes_total by source, from /metrics."""
+    text = raw(d, "GET", "/metrics")[1].decode()
+    return {src: float(line.split()[-1]) for line in text.splitlines()
+            for src in ("stream", "store") if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
+
+
+def pack(*chunks):
+    return b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks)
+
+
+def test_a_commit_takes_a_files_digest_from_its_chunks_as_they_streamed(kestreld, tmp_path, monkeypatch):
+    """kestreld hashes a file whose new chunks a push sends in order (packs of one run) as they come,
+    so its commit does not read them back; a commit of chunks that were stored already reads them
+    back. A run is its user's only: another user can neither extend it nor use it."""
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(80 << 20))                  # two batches: the run spans two packs
+    before = digest_bytes(kestreld)
+    assert c.push("team/streamed", str(src)) == 1
+    after = digest_bytes(kestreld)
+    assert after["stream"] - before["stream"] == 80 << 20 and after["store"] == before["store"], (before, after)
+    assert c.versions("team/streamed")[-1].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
+    # 5 % changed: most chunks are stored already, so no run covers the file: read back
+    data = bytearray(src.read_bytes())
+    data[40 << 20:(40 << 20) + (4 << 20)] = os.urandom(4 << 20)
+    src.write_bytes(data)
+    assert c.push("team/streamed", str(src)) == 2
+    again = digest_bytes(kestreld)
+    assert again["store"] - after["store"] == 80 << 20 and again["stream"] == after["stream"], (after, again)
+    assert c.versions("team/streamed")[-1].sha256 == hashlib.sha256(bytes(data)).hexdigest()
+
+    # by hand: alice's run of two chunks; bob tries to extend it, then to use it
+    alice = json.loads(raw(kestreld, "POST", "/api/v1/tokens", json.dumps({"user": "alice"}).encode())[1])["token"]
+    bob = json.loads(raw(kestreld, "POST", "/api/v1/tokens", json.dumps({"user": "bob"}).encode())[1])["token"]
+    x1, x2, y = os.urandom(100000), os.urandom(70000), os.urandom(5000)
+    run = "0123456789abcdef0123456789abcdef"
+    octet = "application/octet-stream"
+    assert raw(kestreld, "POST", f"/api/v1/chunks/pack?run={run}&at=0", pack(x1, x2), octet, alice)[0] == 200
+    assert raw(kestreld, "POST", f"/api/v1/chunks/pack?run={run}&at=170000", pack(y), octet, bob)[0] == 200
+
+    def commit(name, token):
+        m = {"size": "170000", "chunks": [{"digest": hashlib.sha256(x).hexdigest(), "size": str(len(x))} for x in (x1, x2)]}
+        status, body = raw(kestreld, "POST", f"/api/v1/models/{name}/versions", json.dumps(m).encode(), token=token)
+        assert status == 201, body
+        return json.loads(body)["sha256"]
+
+    want = hashlib.sha256(x1 + x2).hexdigest()
+    b0 = digest_bytes(kestreld)
+    assert commit("bob/copy", bob) == want                 # not from alice's run: read back
+    b1 = digest_bytes(kestreld)
+    assert b1["store"] - b0["store"] == 170000 and b1["stream"] == b0["stream"]
+    assert commit("alice/file", alice) == want             # alice's run, untouched by bob: from the stream
+    b2 = digest_bytes(kestreld)
+    assert b2["stream"] - b1["stream"] == 170000 and b2["store"] == b1["store"]
+    assert commit("alice/again", alice) == want            # a run is used once
+    assert digest_bytes(kestreld)["store"] - b2["store"] == 170000

@@ -1,0 +1,250 @@
+/* server/repo_runs.c - runs: a file's whole SHA-256 as its chunks stream in (see repo_runs.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <openssl/evp.h>
+#include "repo_runs.h"
+
+#define MAX_RUNS 64
+#define DEPTH 4   /* chunks a pack may hand its helper ahead of it */
+
+typedef struct {
+    char id[33];            /* "" : a free slot */
+    int64_t user;
+    EVP_MD_CTX *whole;      /* the chunks' bytes, in order */
+    EVP_MD_CTX *list;       /* "HEX SIZE\n" per chunk: which chunks, in which order */
+    int64_t bytes, chunks;
+    char list_hex[65];      /* list's digest as the last pack left it */
+    int busy;               /* a pack is feeding it */
+    int64_t used;           /* when last touched (a counter): the least recent gives way */
+} run;
+
+struct kd_runs {
+    pthread_mutex_t mu;
+    run r[MAX_RUNS];
+    int64_t tick;
+};
+
+struct kd_run_feed {
+    kd_runs *runs;
+    run *r;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    kestrel_buf q[DEPTH];   /* ring: [head, head + n) to hash */
+    char hex[DEPTH][65];
+    size_t head, n;
+    kestrel_buf spare[DEPTH + 1];   /* hashed, ready to be handed back */
+    size_t nspare;
+    int closing, failed;
+};
+
+static void hex_of(const unsigned char *md, char out[65])
+{
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+static void slot_clear(run *r)
+{
+    EVP_MD_CTX_free(r->whole);
+    EVP_MD_CTX_free(r->list);
+    memset(r, 0, sizeof(*r));
+}
+
+kd_runs *kd_runs_new(void)
+{
+    kd_runs *runs = calloc(1, sizeof(*runs));
+    if (runs)
+        pthread_mutex_init(&runs->mu, NULL);
+    return runs;
+}
+
+void kd_runs_free(kd_runs *runs)
+{
+    if (runs == NULL)
+        return;
+    for (int i = 0; i < MAX_RUNS; i++)
+        slot_clear(&runs->r[i]);
+    pthread_mutex_destroy(&runs->mu);
+    free(runs);
+}
+
+static void *feed_main(void *arg)
+{
+    kd_run_feed *f = arg;
+    for (;;) {
+        kestrel_buf b;
+        char hex[65], line[96];
+        int len;
+        pthread_mutex_lock(&f->mu);
+        while (f->n == 0 && !f->closing)
+            pthread_cond_wait(&f->cv, &f->mu);
+        if (f->n == 0) {
+            pthread_mutex_unlock(&f->mu);
+            break;
+        }
+        b = f->q[f->head];
+        memcpy(hex, f->hex[f->head], 65);
+        pthread_mutex_unlock(&f->mu);
+        len = snprintf(line, sizeof(line), "%s %zu\n", hex, b.size);
+        if (EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
+            EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1)
+            f->failed = 1;
+        f->r->bytes += (int64_t)b.size;
+        f->r->chunks++;
+        pthread_mutex_lock(&f->mu);
+        b.size = 0;
+        f->spare[f->nspare++] = b;
+        f->head = (f->head + 1) % DEPTH;
+        f->n--;
+        pthread_cond_broadcast(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+    }
+    return NULL;
+}
+
+static int is_hex32(const char *s)
+{
+    size_t n = s ? strspn(s, "0123456789abcdef") : 0;
+    return n == 32 && s[32] == '\0';
+}
+
+kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at)
+{
+    kd_run_feed *f;
+    run *r = NULL;
+    if (runs == NULL || !is_hex32(id) || at < 0 || (f = calloc(1, sizeof(*f))) == NULL)
+        return NULL;
+    pthread_mutex_lock(&runs->mu);
+    for (int i = 0; i < MAX_RUNS && r == NULL; i++)
+        if (runs->r[i].id[0] && runs->r[i].user == user && !strcmp(runs->r[i].id, id))
+            r = &runs->r[i];
+    if (r && (r->busy || (at > 0 && r->bytes != at)))
+        r = NULL;   /* another pack has it, or this pack does not follow its last one */
+    else if (r == NULL && at == 0) {   /* a new run: a free slot, else the least recently used idle one */
+        for (int i = 0; i < MAX_RUNS; i++)
+            if (!runs->r[i].busy && (r == NULL || !runs->r[i].id[0] || (r->id[0] && runs->r[i].used < r->used)))
+                r = &runs->r[i];
+    }
+    if (r && at == 0) {
+        slot_clear(r);
+        snprintf(r->id, sizeof(r->id), "%s", id);
+        r->user = user;
+        if ((r->whole = EVP_MD_CTX_new()) == NULL || (r->list = EVP_MD_CTX_new()) == NULL ||
+            EVP_DigestInit_ex(r->whole, EVP_sha256(), NULL) != 1 || EVP_DigestInit_ex(r->list, EVP_sha256(), NULL) != 1) {
+            slot_clear(r);
+            r = NULL;
+        }
+    }
+    if (r) {
+        r->busy = 1;
+        r->used = ++runs->tick;
+    }
+    pthread_mutex_unlock(&runs->mu);
+    f->runs = runs;
+    f->r = r;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    if (r == NULL || pthread_create(&f->th, NULL, feed_main, f) != 0) {
+        if (r) {
+            pthread_mutex_lock(&runs->mu);
+            slot_clear(r);
+            pthread_mutex_unlock(&runs->mu);
+        }
+        pthread_mutex_destroy(&f->mu);
+        pthread_cond_destroy(&f->cv);
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk)
+{
+    kestrel_buf fresh = KESTREL_BUF_INIT;
+    pthread_mutex_lock(&f->mu);
+    while (f->n == DEPTH)
+        pthread_cond_wait(&f->cv, &f->mu);
+    f->q[(f->head + f->n) % DEPTH] = *chunk;
+    snprintf(f->hex[(f->head + f->n) % DEPTH], 65, "%s", hex);
+    f->n++;
+    if (f->nspare)
+        fresh = f->spare[--f->nspare];
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    *chunk = fresh;   /* a buffer already grown to a chunk's size, or a new one */
+}
+
+void kd_run_feed_end(kd_run_feed *f, int ok)
+{
+    kd_runs *runs;
+    run *r;
+    if (f == NULL)
+        return;
+    runs = f->runs;
+    r = f->r;
+    pthread_mutex_lock(&f->mu);
+    f->closing = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->th, NULL);
+    pthread_mutex_lock(&runs->mu);
+    if (ok && !f->failed) {   /* the list's digest so far, for a commit to find the run by */
+        EVP_MD_CTX *c = EVP_MD_CTX_new();
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int n = 0;
+        if (c && EVP_MD_CTX_copy_ex(c, r->list) == 1 && EVP_DigestFinal_ex(c, md, &n) == 1) {
+            hex_of(md, r->list_hex);
+            r->busy = 0;
+            r->used = ++runs->tick;
+        } else
+            slot_clear(r);
+        EVP_MD_CTX_free(c);
+    } else
+        slot_clear(r);
+    pthread_mutex_unlock(&runs->mu);
+    for (size_t i = 0; i < f->nspare; i++)
+        kestrel_buf_dispose(&f->spare[i]);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f);
+}
+
+int kd_runs_take(kd_runs *runs, int64_t user, char *const *hex, const int64_t *size, size_t k, char out[65])
+{
+    EVP_MD_CTX *list = EVP_MD_CTX_new(), *whole = NULL;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    char want[65];
+    int found = 0;
+    if (runs == NULL || list == NULL || k == 0 || EVP_DigestInit_ex(list, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(list);
+        return 0;
+    }
+    for (size_t i = 0; i < k; i++) {
+        char line[96];
+        int len = snprintf(line, sizeof(line), "%s %lld\n", hex[i], (long long)size[i]);
+        EVP_DigestUpdate(list, line, (size_t)len);
+    }
+    EVP_DigestFinal_ex(list, md, &n);
+    EVP_MD_CTX_free(list);
+    hex_of(md, want);
+    pthread_mutex_lock(&runs->mu);
+    for (int i = 0; i < MAX_RUNS && !found; i++) {
+        run *r = &runs->r[i];
+        if (!r->id[0] || r->busy || r->user != user || r->chunks != (int64_t)k || strcmp(r->list_hex, want))
+            continue;
+        if ((whole = EVP_MD_CTX_new()) != NULL && EVP_MD_CTX_copy_ex(whole, r->whole) == 1 &&
+            EVP_DigestFinal_ex(whole, md, &n) == 1) {
+            hex_of(md, out);
+            found = 1;
+        }
+        EVP_MD_CTX_free(whole);
+        slot_clear(r);   /* used up (or useless) */
+    }
+    pthread_mutex_unlock(&runs->mu);
+    return found;
+}
