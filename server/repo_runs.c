@@ -7,7 +7,7 @@
 #include <openssl/evp.h>
 #include "repo_runs.h"
 
-#define MAX_RUNS 64
+#define MAX_RUNS 1024   /* about 0.5 KiB each */
 #define DEPTH 4   /* chunks a pack may hand its helper ahead of it */
 
 typedef struct {

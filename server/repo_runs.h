@@ -7,7 +7,7 @@
  * exactly a run's chunks takes the file's digest from the run instead of reading those chunks back
  * and hashing them after the upload: the server computed it from bytes it verified itself, so
  * nothing is taken on the client's word. A run is the user's who started it, used once, and the
- * table is bounded (the least recently used run gives way); without a run, the commit reads back. */
+ * table is bounded (1024 runs; the least recently used gives way); without a run, the commit reads back. */
 #ifndef KD_REPO_RUNS_H
 #define KD_REPO_RUNS_H
 

@@ -50,7 +50,8 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
 /* The whole-file digests of m (the version's, or each listed file's and then the listing's) from
  * its chunks as stored (store_digests.c): an empty one is filled in, a given one must match
  * (KESTREL_EINVALID). known (NULL: none) marks the files (index 0 for a file version) whose digest
- * the caller already set from bytes it verified: not read. msg receives why it failed. */
+ * is not to be read (kestreld: set from a run; file://: given by this process's own push). msg
+ * receives why it failed. */
 int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, char *msg,
                                 size_t n);
 /* Replace a manifest's string field (malloc'd, or protobuf-c's empty string) with a copy of hex. */

@@ -1,7 +1,8 @@
 /* lib/repo/store_digests.c - a version's whole-file digests, from the chunks in the store: checked
  * where the manifest gives them, filled in where it leaves them empty. kestreld's commit runs it on
- * every new version (so nothing unverifiable commits, and a client need not hash each file twice);
- * a file:// commit runs it only for the digests a push left empty. */
+ * every new version (so nothing unverifiable commits, and a client need not hash each file twice),
+ * except for files hashed as they streamed in; a file:// commit, only for the digests a push left
+ * empty. */
 #include <stdlib.h>
 #include <string.h>
 #include "repo.h"
@@ -38,7 +39,7 @@ int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, con
         Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
         size_t k = f ? (size_t)f->chunks : m->n_chunks;
         char **want = f ? &f->sha256 : &m->sha256;
-        if (known && known[i]) {   /* the caller had it from bytes it verified */
+        if (known && known[i]) {   /* the caller vouches for it */
             at += k;
             continue;
         }

@@ -17,10 +17,12 @@
 
 #define STREAMS 4
 #define PACK_MAX (32u << 20)
+#define RUN_PACK_MAX (256u << 20)   /* a pack of a run (well under kestreld's 1 GiB a pack) */
+#define RUN_MIN (16u << 20)         /* fewer bytes of a file in a batch, ending in it: no run, read back */
 #define STALL_S 60
 #define QUERY_BATCH 10000
 
-typedef struct {
+typedef struct http_ {
     kestrel__transport base;
     kestrel_client *c;
     CURLM *multi;   /* the connection pool of this transfer */
@@ -29,6 +31,7 @@ typedef struct {
     uint32_t run_file;
     char run_id[33];
     int64_t run_next;
+    int run_busy;   /* a pack of the run is in flight: its next one waits for it */
 } http;
 
 #define CLIENT(t) (((http *)(t))->c)
@@ -93,8 +96,9 @@ static int finish_transfer(CURL *e, CURLcode cc, kestrel_buf *resp, const char *
 /* ---- streams: up to STREAMS transfers on the pool, started by next() and ended by done() ------ */
 
 
-/* start: begin the next transfer on s (0: nothing left, 1: started, < 0: error); end: it finished;
- * release: free what start gave s->job (every started transfer gets end or release, never both). */
+/* start: begin the next transfer on s (0: nothing left, 1: started, 2: nothing until a transfer in
+ * flight ends, < 0: error); end: it finished; release: free what start gave s->job (every started
+ * transfer gets end or release, never both). */
 typedef int (*stream_start)(void *ctx, http *h, stream *s);
 typedef int (*stream_end)(void *ctx, stream *s, CURLcode cc);
 typedef void (*stream_release)(stream *s);
@@ -120,16 +124,18 @@ static int run_streams(http *h, stream_start start, stream_end end, stream_relea
     int rc = 0, more = 1;
     memset(st, 0, sizeof(st));
     for (;;) {
-        int active = 0, running = 0;
+        int active = 0, running = 0, later = 0;
         CURLMsg *msg;
         int left;
         for (int i = 0; i < STREAMS && rc == 0; i++) {
-            if (!st[i].e && more) {
+            if (!st[i].e && more && !later) {
                 int r = start(ctx, h, &st[i]);
                 if (r < 0)
                     rc = r;
                 else if (r == 0)
                     more = 0;
+                else if (r == 2)
+                    later = 1;   /* nothing to start until a transfer in flight ends (start says so only then) */
                 else if (curl_multi_add_handle(h->multi, st[i].e) != CURLM_OK) {
                     stream_drop(h, &st[i], release);
                     rc = kestrel__error_oom();
@@ -210,6 +216,7 @@ typedef struct {
     uint32_t fd_file;
     uint8_t head[36];
     size_t in_head, in_chunk;
+    struct http_ *run;   /* a pack of the transport's run: it is busy until this one ends */
 } pack_upload;
 
 typedef struct {
@@ -274,11 +281,23 @@ static int follows(kestrel__chunk_ref *const *todo, size_t n, size_t i)
     return i + 1 < n && todo[i + 1]->file == todo[i]->file && todo[i + 1]->offset == todo[i]->offset + todo[i]->len;
 }
 
-/* todo[i] starts a run: the first of a file's several chunks, or the next one of the current run. */
+/* todo[i] goes in a pack of a run: it is the next chunk of the current run, or the first of a
+ * file's chunks that make at least RUN_MIN bytes here or go on to the batch's end (and maybe past
+ * it). A smaller file's chunks go in plain packs, and kestreld reads it back at commit. */
 static int run_starts(const http *h, kestrel__chunk_ref *const *todo, size_t n, size_t i)
 {
     const kestrel__chunk_ref *c = todo[i];
-    return (c->offset == 0 && follows(todo, n, i)) || (h->run_id[0] && c->file == h->run_file && c->offset == h->run_next);
+    int64_t bytes = 0;
+    if (h->run_id[0] && c->file == h->run_file && c->offset == h->run_next)
+        return 1;
+    if (c->offset != 0 || !follows(todo, n, i))
+        return 0;
+    for (;; i++) {
+        bytes += todo[i]->len;
+        if (bytes >= (int64_t)RUN_MIN || !follows(todo, n, i))
+            break;
+    }
+    return bytes >= (int64_t)RUN_MIN || i + 1 == n;
 }
 
 static int pack_start(void *ctx, http *h, stream *s)
@@ -288,13 +307,16 @@ static int pack_start(void *ctx, http *h, stream *s)
     size_t first = p->next;
     int64_t bytes = 0, total = 0;
     char url[sizeof(p->url) + 80];
+    http *run = NULL;
     if (p->next >= p->n)
         return 0;
     snprintf(url, sizeof(url), "%s", p->url);
     if (run_starts(h, p->todo, p->n, first)) {
-        /* a file's chunks in order, all of this batch's in one pack (so one pack of a run is in flight
-         * at a time): kestreld hashes the file as they come (?run=ID&at=its bytes before this pack) */
+        /* a file's chunks in order, up to RUN_PACK_MAX of this batch's in one pack, one pack of a run in
+         * flight at a time: kestreld hashes the file as they come (?run=ID&at=its bytes before this pack) */
         const kestrel__chunk_ref *c = p->todo[first];
+        if (h->run_busy)
+            return 2;   /* its last pack is still in flight: the run's bytes must arrive in order */
         if (c->offset == 0 || c->file != h->run_file) {
             unsigned char id[16];
             if (RAND_bytes(id, sizeof(id)) != 1)
@@ -303,9 +325,11 @@ static int pack_start(void *ctx, http *h, stream *s)
                 snprintf(h->run_id + 2 * i, 3, "%02x", id[i]);
             h->run_file = c->file;
         }
-        while (p->next == first || (p->next < p->n && follows(p->todo, p->n, p->next - 1)))
+        while (p->next == first || (p->next < p->n && follows(p->todo, p->n, p->next - 1) &&
+                                    bytes + p->todo[p->next]->len <= RUN_PACK_MAX))
             bytes += p->todo[p->next++]->len;
         h->run_next = p->todo[p->next - 1]->offset + p->todo[p->next - 1]->len;
+        run = h;
         snprintf(url + strlen(url), sizeof(url) - strlen(url), "?run=%s&at=%lld", h->run_id, (long long)c->offset);
     } else {   /* other chunks: packs of up to PACK_MAX, each ending before a run */
         while (p->next < p->n && (p->next == first || (bytes + p->todo[p->next]->len <= PACK_MAX &&
@@ -314,7 +338,7 @@ static int pack_start(void *ctx, http *h, stream *s)
     }
     if ((u = calloc(1, sizeof(*u))) == NULL)
         return kestrel__error_oom();
-    *u = (pack_upload){ p->paths, p->todo + first, p->next - first, 0, -1, 0, { 0 }, 0, 0 };
+    *u = (pack_upload){ p->paths, p->todo + first, p->next - first, 0, -1, 0, { 0 }, 0, 0, run };
     for (size_t i = 0; i < u->n; i++)
         total += 36 + u->todo[i]->len;
     if (transfer(h, s, url, "application/octet-stream", 1u << 20) < 0) {
@@ -322,6 +346,8 @@ static int pack_start(void *ctx, http *h, stream *s)
         return KESTREL_ENOMEM;
     }
     s->job = u;
+    if (run)
+        run->run_busy = 1;
     curl_easy_setopt(s->e, CURLOPT_POST, 1L);
     curl_easy_setopt(s->e, CURLOPT_READFUNCTION, pack_read);
     curl_easy_setopt(s->e, CURLOPT_READDATA, u);
@@ -333,6 +359,8 @@ static int pack_start(void *ctx, http *h, stream *s)
 static void pack_release(stream *s)
 {
     pack_upload *u = s->job;
+    if (u->run)
+        u->run->run_busy = 0;
     if (u->fd >= 0)
         close(u->fd);
     free(u);
@@ -365,6 +393,7 @@ static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel_
 {
     packs p = { paths, todo, n, 0, pr, "" };
     snprintf(p.url, sizeof(p.url), "%s/api/v1/chunks/pack", CLIENT(t)->url);
+    ((http *)t)->run_busy = 0;
     return run_streams((http *)t, pack_start, pack_end, pack_release, &p);
 }
 

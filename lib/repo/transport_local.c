@@ -79,8 +79,15 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *vers
             return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored: push again",
                                       m->chunks[i]->digest);
     if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (from its stat cache) */
+        unsigned char *given = calloc(m->n_files + 1, 1);   /* only the empty ones are read */
         char msg[300];
-        if ((rc = kestrel__store_fill_digests(STORE(t), m, NULL, msg, sizeof(msg))) < 0)
+        if (given == NULL)
+            return kestrel__error_oom();
+        for (size_t i = 0; i < (m->n_files ? m->n_files : 1); i++)
+            given[i] = (m->n_files ? m->files[i]->sha256 : m->sha256)[0] != '\0';
+        rc = kestrel__store_fill_digests(STORE(t), m, given, msg, sizeof(msg));
+        free(given);
+        if (rc < 0 || (rc = kestrel__manifest_check(m)) < 0)   /* whole now: a listing digest given must hold */
             return rc;
     }
     if ((rc = kestrel__store_commit(STORE(t), m->name, m, version)) < 0)

@@ -3,6 +3,7 @@ chunks it lacks), pull (verified, cached), versions, aliases; bad packs and mani
 import hashlib
 import json
 import os
+import re
 import struct
 import signal
 import sys
@@ -712,3 +713,33 @@ def test_a_commit_takes_a_files_digest_from_its_chunks_as_they_streamed(kestreld
     assert b2["stream"] - b1["stream"] == 170000 and b2["store"] == b1["store"]
     assert commit("alice/again", alice) == want            # a run is used once
     assert digest_bytes(kestreld)["store"] - b2["store"] == 170000
+
+
+def test_a_file_handed_over_at_once_streams_in_packs_of_one_run_in_order(kestreld, tmp_path, monkeypatch):
+    """A file the stat cache vouches for is handed to the sender whole: pushed to a kestreld that has
+    none of it, its run goes in several packs (each well under kestreld's 1 GiB a pack), one after
+    the other, and kestreld still hashes the whole file as it streams in."""
+    from conftest import Daemon
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(300 << 20))
+    old = time.time() - 60
+    os.utime(src, (old, old))
+    assert kestrel.Client(kestreld.url, kestreld.token).push("team/handed", str(src)) == 1   # remembered
+    d = Daemon(tmp_path / "d")
+    proxy = FaultProxy(int(d.url.rsplit(":", 1)[1]), "pass")
+    try:
+        before = digest_bytes(d)
+        assert kestrel.Client(proxy.url, d.token).push("team/handed", str(src)) == 1
+        after = digest_bytes(d)
+        heads = re.findall(rb"POST (/api/v1/chunks/pack\S*) HTTP/1", bytes(proxy.sent))
+        runs = [dict(kv.split(b"=") for kv in h.split(b"?")[1].split(b"&")) for h in heads if b"?run=" in h]
+        assert len(runs) >= 2 and len({r[b"run"] for r in runs}) == 1, heads
+        assert [int(r[b"at"]) for r in runs] == sorted(int(r[b"at"]) for r in runs) and int(runs[0][b"at"]) == 0
+        assert after["stream"] - before["stream"] == 300 << 20 and after["store"] == before["store"], (before, after)
+        assert kestrel.Client(d.url, d.token).versions("team/handed")[-1].sha256 == \
+            hashlib.sha256(src.read_bytes()).hexdigest()
+    finally:
+        proxy.close()
+        d.stop()
