@@ -469,6 +469,17 @@ static int validate(const ProtobufCMessage *m, const char *path)
     return 0;
 }
 
+int kestrel__wire_set_string(char **field, const char *v)
+{
+    char *copy = kestrel__strdup(v);
+    if (copy == NULL)
+        return kestrel__error_oom();
+    if (*field != protobuf_c_empty_string)
+        free(*field);
+    *field = copy;
+    return 0;
+}
+
 int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);

@@ -15,6 +15,8 @@ int kestrel__wire_to_json(kestrel_buf *out, const ProtobufCMessage *msg, int pre
  * Unknown fields, wrong types, unknown enum names, bad UTF-8: KESTREL_EINVALID with a message. */
 int kestrel__wire_from_json(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                             const char *data, size_t len);
+/* Replace a string field of a message (malloc'd, or protobuf-c's shared empty string) with a copy of v. */
+int kestrel__wire_set_string(char **field, const char *v);
 /* Serialise msg as protobuf. */
 int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg);
 /* Parse protobuf into a new message and validate it (known enum values, UTF-8 strings). */

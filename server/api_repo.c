@@ -168,9 +168,9 @@ static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in
                (!in->files[i]->sha256[0] || !strcmp(l->files[i]->sha256, in->files[i]->sha256));
     for (size_t i = 0; same && rc == 0 && i < in->n_files; i++)
         if (!in->files[i]->sha256[0])
-            rc = kestrel__manifest_set_digest(&in->files[i]->sha256, l->files[i]->sha256);
+            rc = kestrel__wire_set_string(&in->files[i]->sha256, l->files[i]->sha256);
     if (same && rc == 0 && !in->sha256[0])
-        rc = kestrel__manifest_set_digest(&in->sha256, l->sha256);
+        rc = kestrel__wire_set_string(&in->sha256, l->sha256);
     kestrel__manifest_free(l);
     return rc < 0 ? rc : same;
 }
@@ -180,37 +180,20 @@ static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in
  * out of memory. */
 static int digests_from_runs(kd_req *r, Kestrel__V1__Manifest *in, unsigned char *known, char *msg, size_t n)
 {
-    char **hex = calloc(in->n_chunks + 1, sizeof(*hex)), got[KESTREL__HEX_LEN + 1];
-    int64_t *size = calloc(in->n_chunks + 1, sizeof(*size));
+    char **hex, got[KESTREL__HEX_LEN + 1];
+    int64_t *size;
     size_t at = 0;
-    int rc = 0;
-    if (hex == NULL || size == NULL)
-        rc = kestrel__error_oom();
-    for (size_t i = 0; rc == 0 && i < in->n_chunks; i++) {
-        hex[i] = in->chunks[i]->digest;
-        size[i] = in->chunks[i]->size;
-    }
+    int rc = kestrel__manifest_chunk_arrays(in, &hex, &size);
     for (size_t i = 0; rc == 0 && i < (in->n_files ? in->n_files : 1); i++) {
-        Kestrel__V1__TreeFile *f = in->n_files ? in->files[i] : NULL;
-        size_t k = f ? (size_t)f->chunks : in->n_chunks;
-        char **want = f ? &f->sha256 : &in->sha256;
+        size_t k = in->n_files ? (size_t)in->files[i]->chunks : in->n_chunks;
         if (k > 1 && kd_runs_take(r->e->repo_runs, r->who.user_id, hex + at, size + at, k, got)) {
             known[i] = 1;
-            kd_metrics_repo_digests(r->e->metrics, 0, (uint64_t)(f ? f->size : in->size));
-            if (!(*want)[0])
-                rc = kestrel__manifest_set_digest(want, got);
-            else if (strcmp(*want, got)) {
-                if (f)
-                    snprintf(msg, n, "field 'files': the chunks of '%.100s' hash to %.12s, not its sha256 %.12s", f->path,
-                             got, *want);
-                else
-                    snprintf(msg, n, "field 'sha256': the chunks hash to %.12s, not %.12s", got, *want);
-                rc = KESTREL_EINVALID;
-            }
+            kd_metrics_repo_digests(r->e->metrics, 0, (uint64_t)(in->n_files ? in->files[i]->size : in->size));
+            rc = kestrel__manifest_settle_digest(in, i, got, msg, n);
         }
         at += k;
     }
-    free(hex);
+    free(hex);   /* NULL when they could not be made */
     free(size);
     return rc;
 }

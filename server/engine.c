@@ -188,6 +188,9 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
     pthread_mutex_lock(&e->mu);
     term = run->term;
     pthread_mutex_unlock(&e->mu);
+    /* the run's token dies before anyone can see that the run ended (a client that saw the end, then
+     * used the token, found it alive for a moment) */
+    kd_catalog_token_drop_job(e->cat, run->id);
     if (kind == KD_END_EXITED) {
         t.set_exit = 1;
         t.exit_code = code;
@@ -247,7 +250,6 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
 release:
     kd_policies_run_end(e, run->id, NULL, 0);   /* each run starts with no policy matched */
-    kd_catalog_token_drop_job(e->cat, run->id);
     pthread_mutex_lock(&e->mu);
     kd_engine_release_locked(e, run);
     e->gen++;
@@ -528,6 +530,7 @@ int kd_engine_recover(kd_engine *e)
     for (size_t i = 0; i < n; i++) {
         const kd_job_row *r = &rows[i];
         kd_transition t = { kestrel__now_ms(), NULL, 0, 0, NULL, 0 };
+        kd_catalog_token_drop_job(e->cat, r->id);   /* before the run is seen to end */
         /* the process group outlived its daemon: its output went nowhere, stop it */
         if (r->pid > 0 && kd_proc_start_time((pid_t)r->pid) == r->pid_start)
             killpg((pid_t)r->pid, SIGKILL);
@@ -540,7 +543,6 @@ int kd_engine_recover(kd_engine *e)
             t.bump_restart = 1;
             rc = kd_catalog_job_transition(e->cat, r->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_QUEUED, &t);
         }
-        kd_catalog_token_drop_job(e->cat, r->id);
         if (rc < 0)
             break;
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)r->id, t.reason);

@@ -98,8 +98,8 @@ static int slurm_cancel(kd_engine *e, int64_t id, const char *by)
         /* nothing runs: the job ends now (a running one ends when Slurm has stopped it) */
         kd_transition t = { kestrel__now_ms(), reason, 0, 0, NULL, 0, NULL };
         snprintf(reason, sizeof(reason), "cancelled by %s", by);
+        kd_catalog_token_drop_job(e->cat, id);   /* dead before anyone can see the job ended */
         kd_catalog_job_transition(e->cat, id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_CANCELLED, &t);
-        kd_catalog_token_drop_job(e->cat, id);
         kd_engine_changed(e);
     }
     pthread_mutex_lock(&s->mu);
@@ -422,6 +422,7 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
         return 0;
 
     pthread_mutex_unlock(&s->mu);
+    kd_catalog_token_drop_job(e->cat, j->id);   /* dead before anyone can see the job ended */
     t.set_exit = 1;
     t.exit_code = v->exit_signal ? 128 + v->exit_signal : v->exit_code;
     if (!strcmp(v->state, "COMPLETED")) {
@@ -453,7 +454,6 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
                      v->reason[0] ? ", " : "", v->reason);
         kd_catalog_job_transition(e->cat, j->id, -1, KESTREL_JOB_STATE_FAILED, &t);
     }
-    kd_catalog_token_drop_job(e->cat, j->id);
     kd_engine_changed(e);
     kd_engine_kick(e);   /* dependents in local pools */
     pthread_mutex_lock(&s->mu);

@@ -229,13 +229,7 @@ void kestrel_job_spec_free(kestrel_job_spec *s)
 /* Replace a string field of the spec with a copy of v. */
 int kestrel__spec_set_string(char **field, const char *v)
 {
-    char *copy = kestrel__strdup(v);
-    if (copy == NULL)
-        return kestrel__error_oom();
-    if (*field != protobuf_c_empty_string)
-        free(*field);
-    *field = copy;
-    return 0;
+    return kestrel__wire_set_string(field, v);
 }
 
 int kestrel_job_spec_set_argv(kestrel_job_spec *s, const char *const *argv, size_t argc)

@@ -409,7 +409,7 @@ static int digests_here(Kestrel__V1__Manifest *m, const char *const *paths, int6
     for (size_t i = 0; i < m->n_files && rc == 0; i++)
         if (!m->files[i]->sha256[0] && (rc = kestrel__filehash_start(&h, paths[i])) == 0 &&
             (rc = kestrel__filehash_finish(h, m->files[i]->size, hex)) == 0)
-            rc = kestrel__manifest_set_digest(&m->files[i]->sha256, hex);
+            rc = kestrel__wire_set_string(&m->files[i]->sha256, hex);
     return rc;
 }
 

@@ -54,8 +54,11 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
  * receives why it failed. */
 int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, char *msg,
                                 size_t n);
-/* Replace a manifest's string field (malloc'd, or protobuf-c's empty string) with a copy of hex. */
-int kestrel__manifest_set_digest(char **field, const char *hex);
+/* m's chunk digests and sizes, in order, as two arrays (free both). */
+int kestrel__manifest_chunk_arrays(const Kestrel__V1__Manifest *m, char ***hex, int64_t **size);
+/* got, the SHA-256 of file i of m (0 for a file version), computed from its chunks: set where m
+ * leaves it empty; where m gives one, they must be equal (KESTREL_EINVALID, msg naming the field). */
+int kestrel__manifest_settle_digest(Kestrel__V1__Manifest *m, size_t i, const char *got, char *msg, size_t n);
 /* Declare this process the store's only writer (kestreld over its data directory): after one
  * sync now, a sync is skipped when this process wrote no chunk since the last one. */
 int kestrel__store_claim(kestrel__store *s);

@@ -8,62 +8,69 @@
 #include "repo.h"
 #include "store.h"
 
-int kestrel__manifest_set_digest(char **field, const char *hex)
+int kestrel__manifest_chunk_arrays(const Kestrel__V1__Manifest *m, char ***hex, int64_t **size)
 {
-    char *s = kestrel__strdup(hex);
-    if (s == NULL)
+    *hex = calloc(m->n_chunks + 1, sizeof(**hex));
+    *size = calloc(m->n_chunks + 1, sizeof(**size));
+    if (*hex == NULL || *size == NULL) {
+        free(*hex);
+        free(*size);
+        *hex = NULL;
+        *size = NULL;
         return kestrel__error_oom();
-    if (*field != protobuf_c_empty_string)
-        free(*field);
-    *field = s;
+    }
+    for (size_t i = 0; i < m->n_chunks; i++) {
+        (*hex)[i] = m->chunks[i]->digest;
+        (*size)[i] = m->chunks[i]->size;
+    }
     return 0;
+}
+
+int kestrel__manifest_settle_digest(Kestrel__V1__Manifest *m, size_t i, const char *got, char *msg, size_t n)
+{
+    Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
+    char **want = f ? &f->sha256 : &m->sha256;
+    if (!(*want)[0]) {
+        int rc = kestrel__wire_set_string(want, got);
+        if (rc < 0)
+            snprintf(msg, n, "out of memory");
+        return rc;
+    }
+    if (!strcmp(got, *want))
+        return 0;
+    if (f)
+        snprintf(msg, n, "field 'files': the chunks of '%.100s' hash to %.12s, not its sha256 %.12s", f->path, got, *want);
+    else
+        snprintf(msg, n, "field 'sha256': the chunks hash to %.12s, not %.12s", got, *want);
+    return kestrel__error_set(KESTREL_EINVALID, "%s", msg);
 }
 
 int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, char *msg,
                                 size_t n)
 {
-    char **hex = calloc(m->n_chunks + 1, sizeof(*hex)), got[KESTREL__HEX_LEN + 1];
-    int64_t *size = calloc(m->n_chunks + 1, sizeof(*size));
+    char **hex, got[KESTREL__HEX_LEN + 1];
+    int64_t *size;
     size_t at = 0;
-    int rc = 0;
-    if (hex == NULL || size == NULL) {
-        rc = kestrel__error_oom();
+    int rc = kestrel__manifest_chunk_arrays(m, &hex, &size);
+    if (rc < 0) {
         snprintf(msg, n, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < m->n_chunks; i++) {
-        hex[i] = m->chunks[i]->digest;
-        size[i] = m->chunks[i]->size;
+        return rc;
     }
     for (size_t i = 0; rc == 0 && i < (m->n_files ? m->n_files : 1); i++) {
-        Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
-        size_t k = f ? (size_t)f->chunks : m->n_chunks;
-        char **want = f ? &f->sha256 : &m->sha256;
-        if (known && known[i]) {   /* the caller vouches for it */
-            at += k;
-            continue;
-        }
-        if ((rc = kestrel__store_digest_chunks(s, hex + at, size + at, k, got)) < 0) {
-            snprintf(msg, n, "%s", kestrel_error_last()->message);
-        } else if (!(*want)[0]) {
-            if ((rc = kestrel__manifest_set_digest(want, got)) < 0)
-                snprintf(msg, n, "out of memory");
-        } else if (strcmp(got, *want)) {
-            if (f)
-                snprintf(msg, n, "field 'files': the chunks of '%.100s' hash to %.12s, not its sha256 %.12s",
-                         f->path, got, *want);
+        size_t k = m->n_files ? (size_t)m->files[i]->chunks : m->n_chunks;
+        if (!(known && known[i])) {   /* else the caller vouches for it */
+            if ((rc = kestrel__store_digest_chunks(s, hex + at, size + at, k, got)) < 0)
+                snprintf(msg, n, "%s", kestrel_error_last()->message);
             else
-                snprintf(msg, n, "field 'sha256': the chunks hash to %.12s, not %.12s", got, *want);
-            rc = kestrel__error_set(KESTREL_EINVALID, "%s", msg);
+                rc = kestrel__manifest_settle_digest(m, i, got, msg, n);
         }
         at += k;
     }
     if (rc == 0 && m->n_files && !m->sha256[0]) {   /* the listing's digest, from the files' */
         kestrel__manifest_tree_digest(m->files, m->n_files, got);
-        if ((rc = kestrel__manifest_set_digest(&m->sha256, got)) < 0)
+        if ((rc = kestrel__wire_set_string(&m->sha256, got)) < 0)
             snprintf(msg, n, "out of memory");
     }
-out:
     free(hex);
     free(size);
     return rc;
