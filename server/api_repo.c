@@ -504,7 +504,9 @@ static enum MHD_Result missing(kd_req *r)
         if (!kestrel__store_has_chunk(r->e->store, q->digests[i]))
             res.missing[res.n_missing++] = q->digests[i];
     }
-    res.fills_digests = 1;   /* a commit may leave whole-file digests to this server */
+    /* a commit may leave whole-file digests to this server: said only to a client that asks, since an
+     * older one refuses a field it does not know */
+    res.fills_digests = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "fills_digests") != NULL;
     reply = kd_reply_msg(r, 200, &res.base);
     free(res.missing);
     protobuf_c_message_free_unpacked(&q->base, NULL);

@@ -180,7 +180,9 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
     for (size_t off = 0; off < n && rc == 0; off += QUERY_BATCH) {
         size_t k = n - off < QUERY_BATCH ? n - off : QUERY_BATCH, nq = 0;
         Kestrel__V1__ChunkQuery q = KESTREL__V1__CHUNK_QUERY__INIT;
-        kestrel__request req = { "POST", "/api/v1/chunks/missing", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
+        /* ?fills_digests=1: an answer may say so (a kestreld that does not know it ignores the query,
+         * and one that does sets the field only when asked: an older client refuses unknown fields) */
+        kestrel__request req = { "POST", "/api/v1/chunks/missing?fills_digests=1", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
                                  NULL };
         ProtobufCMessage *res;
         const Kestrel__V1__ChunkQueryResult *qr;

@@ -743,3 +743,20 @@ def test_a_file_handed_over_at_once_streams_in_packs_of_one_run_in_order(kestrel
     finally:
         proxy.close()
         d.stop()
+
+
+def test_an_older_client_is_never_sent_fills_digests(kestreld):
+    """Older clients refuse a field they do not know: kestreld says fills_digests (ChunkQueryResult
+    field 2) only to a client that asks with ?fills_digests=1; an older kestreld ignores the query."""
+    digest = hashlib.sha256(b"never stored").hexdigest().encode()
+    query = b"\x0a\x40" + digest                      # ChunkQuery{digests: [digest]}, as protobuf
+
+    def ask(path):
+        req = urllib.request.Request(kestreld.url + path, data=query, method="POST",
+                                     headers={"Authorization": f"Bearer {kestreld.token}",
+                                              "Content-Type": "application/x-protobuf",
+                                              "Accept": "application/x-protobuf"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read()
+    assert ask("/api/v1/chunks/missing") == query     # missing: [digest], and nothing else
+    assert ask("/api/v1/chunks/missing?fills_digests=1") == query + b"\x10\x01"
