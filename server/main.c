@@ -665,12 +665,14 @@ int main(int argc, char **argv)
     kd_stage_reset(&engine);   /* no job runs yet: nothing is being staged */
     if (kd_envs_new(&engine.envs, &engine) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        kd_runs_free(engine.repo_runs);
         kestrel__store_close(engine.store);
         kd_catalog_close(cat);
         return 1;
     }
     if (kd_api_start(&api, &engine, &cfg, &port) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        kd_runs_free(engine.repo_runs);
         kestrel__store_close(engine.store);
         kd_engine_fini(&engine);
         kd_catalog_close(cat);
