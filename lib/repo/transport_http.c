@@ -321,8 +321,9 @@ static int pack_start(void *ctx, http *h, stream *s)
             return 2;   /* its last pack is still in flight: the run's bytes must arrive in order */
         if (c->offset == 0 || c->file != h->run_file) {
             unsigned char id[16];
-            if (RAND_bytes(id, sizeof(id)) != 1)
-                return kestrel__error_oom();
+            if (RAND_bytes(id, sizeof(id)) != 1)   /* OpenSSL's generator is not seeded: the system's entropy */
+                return kestrel__error_set(KESTREL_EIO, "cannot pick a run id: OpenSSL has no random bytes "
+                                                      "(check /dev/urandom and the getrandom system call)");
             for (int i = 0; i < 16; i++)
                 snprintf(h->run_id + 2 * i, 3, "%02x", id[i]);
             h->run_file = c->file;
