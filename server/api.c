@@ -234,11 +234,15 @@ static kd_req *new_req(struct kd_api *api, struct MHD_Connection *conn, const ch
 
 /* A commit's manifest lists every file of a directory version (a million at most) and every chunk:
  * it has its own bound, --max-manifest; every other body --max-body. */
+/* A commit (POST /api/v1/models/NAME/versions) may carry a manifest up to --max-manifest; any other
+ * body is bounded by --max-body. The path is read by the route grammar (route.c), as the handler does. */
 static size_t body_limit(const kd_config *cfg, const char *method, const char *url)
 {
-    size_t n = strlen(url);
-    if (!strcmp(method, "POST") && !strncmp(url, "/api/v1/models/", 15) && n > 24 && !strcmp(url + n - 9, "/versions") &&
-        cfg->max_manifest > cfg->max_body)
+    char name[256];
+    kd_model_part part;
+    const char *arg;
+    if (!strcmp(method, "POST") && !strncmp(url, "/api/v1/models/", 15) && cfg->max_manifest > cfg->max_body &&
+        kd_route_model(url + 15, name, sizeof(name), &part, &arg) == 0 && part == KD_MODEL_VERSIONS)
         return cfg->max_manifest;
     return cfg->max_body;
 }

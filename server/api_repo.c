@@ -189,9 +189,10 @@ static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in
 }
 
 /* The digests of in's files that runs computed as their chunks streamed in (repo_runs.h): set
- * where empty, checked where given; known[i] marks each. 0, KESTREL_EINVALID (msg says why) or
- * out of memory. */
-static int digests_from_runs(kd_req *r, Kestrel__V1__Manifest *in, unsigned char *known, char *msg, size_t n)
+ * where empty, checked where given; known[i] marks each, *streamed counts their bytes. 0,
+ * KESTREL_EINVALID (msg says why) or out of memory. */
+static int digests_from_runs(kd_req *r, Kestrel__V1__Manifest *in, unsigned char *known, uint64_t *streamed,
+                             char *msg, size_t n)
 {
     char **hex, got[KESTREL__HEX_LEN + 1];
     int64_t *size;
@@ -201,7 +202,7 @@ static int digests_from_runs(kd_req *r, Kestrel__V1__Manifest *in, unsigned char
         size_t k = in->n_files ? (size_t)in->files[i]->chunks : in->n_chunks;
         if (k > 1 && kd_runs_take(r->e->repo_runs, r->who.user_id, hex + at, size + at, k, got)) {
             known[i] = 1;
-            kd_metrics_repo_digests(r->e->metrics, 0, (uint64_t)(in->n_files ? in->files[i]->size : in->size));
+            *streamed += (uint64_t)(in->n_files ? in->files[i]->size : in->size);
             rc = kestrel__manifest_settle_digest(in, i, got, msg, n);
         }
         at += k;
@@ -294,13 +295,13 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         int threaded = pthread_create(&th, NULL, store_sync_main, &w) == 0;
         /* every file's SHA-256 from the stored chunks: checked where the client gave it, else filled in */
         unsigned char *known = calloc(in->n_files + 1, 1);   /* from runs: not read back */
+        uint64_t streamed = 0;
         if (known == NULL)
             rc = kestrel__error_oom();
-        else if ((rc = same_as_latest(r, name, in)) == 0 && (rc = digests_from_runs(r, in, known, msg, sizeof(msg))) == 0) {
-            uint64_t read = 0;
-            for (size_t i = 0; i < (in->n_files ? in->n_files : 1); i++)
-                read += known[i] ? 0 : (uint64_t)(in->n_files ? in->files[i]->size : in->size);
-            kd_metrics_repo_digests(r->e->metrics, 1, read);
+        else if ((rc = same_as_latest(r, name, in)) == 0 &&
+                 (rc = digests_from_runs(r, in, known, &streamed, msg, sizeof(msg))) == 0) {
+            kd_metrics_repo_digests(r->e->metrics, 0, streamed);
+            kd_metrics_repo_digests(r->e->metrics, 1, (uint64_t)in->size - streamed);   /* the rest is read back */
             rc = kestrel__store_fill_digests(r->e->store, in, known, msg, sizeof(msg));
         }
         else if (rc > 0)

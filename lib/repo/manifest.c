@@ -177,10 +177,15 @@ int kestrel__manifest_check_commit(const Kestrel__V1__Manifest *m)
     return check(m, 1);
 }
 
-int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m)
+int kestrel__manifest_file_digests_open(const Kestrel__V1__Manifest *m)
 {
     for (size_t i = 0; i < m->n_files; i++)
         if (!m->files[i]->sha256[0])
             return 1;
-    return !m->sha256[0];
+    return 0;
+}
+
+int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m)
+{
+    return kestrel__manifest_file_digests_open(m) || !m->sha256[0];
 }

@@ -487,10 +487,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     if (rc < 0 || (!t->fills_digests && (rc = digests_here(m, (const char *const *)paths, pr->p.bytes_total, sha)) < 0))
         goto done;
     if (m->n_files) {   /* the listing's digest, once every file's is known (else the repository's) */
-        int open = 0;
-        for (size_t i = 0; i < m->n_files; i++)
-            open |= !m->files[i]->sha256[0];
-        if (open)
+        if (kestrel__manifest_file_digests_open(m))
             sha[0] = '\0';
         else
             kestrel__manifest_tree_digest(m->files, m->n_files, sha);
