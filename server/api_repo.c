@@ -16,7 +16,6 @@
 #include "route.h"
 #include "repo_acl.h"
 #include "repo_runs.h"
-#include "pack_writer.h"
 #include "chunk.h"
 #include "store.h"
 #include "repo.h"
@@ -30,9 +29,8 @@ struct kd_pack {
     uint8_t head[36];
     size_t head_len;
     uint32_t want;          /* bytes of the current chunk */
-    kestrel_buf chunk;      /* at most one chunk in memory (and a few its writers have), never the pack */
+    kestrel_buf chunk;      /* at most one chunk in memory (and a few its run has), never the pack */
     kd_run_feed *run;       /* the run the pack advances (NULL: none) */
-    kd_pack_writer *writer; /* a run pack's: stores its chunks (NULL: none, stored on this thread) */
     int64_t stored, bytes;
     int full;               /* the store's disk is full: 507, not the client's fault */
     char error[256];
@@ -46,11 +44,8 @@ kd_pack *kd_pack_begin(kd_engine *e, int64_t user, const char *run, const char *
     if (p == NULL)
         return NULL;
     p->store = e->store;
-    if (run && end && end != at && *end == '\0' && off >= 0) {
+    if (run && end && end != at && *end == '\0' && off >= 0)
         p->run = kd_run_feed_begin(e->repo_runs, user, run, off);
-        if (p->run)
-            p->writer = kd_pack_writer_start(p->store);
-    }
     return p;
 }
 
@@ -71,21 +66,18 @@ static void chunk_done(kd_pack *p)
         snprintf(msg, sizeof(msg), "chunk %.12s does not match its bytes (they hash to %.12s): nothing stored for it",
                  want, got);
         pack_fail(p, msg);
-    } else {
-        int store_it = !kestrel__store_has_chunk(p->store, want);
-        p->bytes += (int64_t)p->chunk.size;
-        if (p->run)
-            kd_run_feed_chunk(p->run, want, p->chunk.ptr, p->chunk.size);
-        if (store_it && p->writer) {   /* stored on a writer's thread: the buffer swapped */
-            if (kd_pack_writer_put(p->writer, want, &p->chunk) < 0)
-                pack_fail(p, "a chunk could not be stored");   /* the writer's reason replaces it at the end */
-        } else if (store_it && kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0) {
+    } else if (!kestrel__store_has_chunk(p->store, want)) {
+        if (kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0) {
             const char *m = kestrel_error_last()->message;
-            p->full = kestrel__store_error_full(m);
+            p->full = strstr(m, strerror(ENOSPC)) || strstr(m, strerror(EDQUOT)) || strstr(m, strerror(EFBIG));
             pack_fail(p, m);
         }
-        p->stored += store_it;
+        else
+            p->stored++;
     }
+    p->bytes += (int64_t)p->chunk.size;
+    if (p->run && !p->error[0])   /* its bytes hashed into the run on the run's thread (the buffer swapped) */
+        kd_run_feed_chunk(p->run, want, &p->chunk);
     p->chunk.size = 0;
     p->head_len = 0;
 }
@@ -129,9 +121,6 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
     enum MHD_Result reply;
     if (!p->error[0] && (p->head_len || p->chunk.size))
         pack_fail(p, "the pack ends in the middle of a chunk");
-    if (p->writer)   /* when a chunk could not be stored, p->error now says why */
-        (void)kd_pack_writer_end(p->writer, p->error, sizeof(p->error), &p->full);
-    p->writer = NULL;
     kd_run_feed_end(p->run, !p->error[0]);
     p->run = NULL;
     if (p->error[0]) {
@@ -149,8 +138,6 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
 void kd_pack_free(kd_pack *p)
 {
     if (p) {
-        if (p->writer)
-            (void)kd_pack_writer_end(p->writer, p->error, sizeof(p->error), &p->full);
         kd_run_feed_end(p->run, 0);   /* a pack cut short: its run is dropped */
         kestrel_buf_dispose(&p->chunk);
         free(p);

@@ -8,6 +8,7 @@
 #include "repo_runs.h"
 
 #define MAX_RUNS 1024   /* about 0.5 KiB each */
+#define DEPTH 4   /* chunks a pack may hand its helper ahead of it */
 
 typedef struct {
     char id[33];            /* "" : a free slot */
@@ -29,7 +30,15 @@ struct kd_runs {
 struct kd_run_feed {
     kd_runs *runs;
     run *r;
-    int failed;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    kestrel_buf q[DEPTH];   /* ring: [head, head + n) to hash */
+    char hex[DEPTH][65];
+    size_t head, n;
+    kestrel_buf spare[DEPTH + 1];   /* hashed, ready to be handed back */
+    size_t nspare;
+    int closing, failed;
 };
 
 static void hex_of(const unsigned char *md, char out[65])
@@ -61,6 +70,40 @@ void kd_runs_free(kd_runs *runs)
         slot_clear(&runs->r[i]);
     pthread_mutex_destroy(&runs->mu);
     free(runs);
+}
+
+static void *feed_main(void *arg)
+{
+    kd_run_feed *f = arg;
+    for (;;) {
+        kestrel_buf b;
+        char hex[65], line[96];
+        int len;
+        pthread_mutex_lock(&f->mu);
+        while (f->n == 0 && !f->closing)
+            pthread_cond_wait(&f->cv, &f->mu);
+        if (f->n == 0) {
+            pthread_mutex_unlock(&f->mu);
+            break;
+        }
+        b = f->q[f->head];
+        memcpy(hex, f->hex[f->head], 65);
+        pthread_mutex_unlock(&f->mu);
+        len = snprintf(line, sizeof(line), "%s %zu\n", hex, b.size);
+        if (EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
+            EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1)
+            f->failed = 1;
+        f->r->bytes += (int64_t)b.size;
+        f->r->chunks++;
+        pthread_mutex_lock(&f->mu);
+        b.size = 0;
+        f->spare[f->nspare++] = b;
+        f->head = (f->head + 1) % DEPTH;
+        f->n--;
+        pthread_cond_broadcast(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+    }
+    return NULL;
 }
 
 static int is_hex32(const char *s)
@@ -101,23 +144,38 @@ kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int6
         r->used = ++runs->tick;
     }
     pthread_mutex_unlock(&runs->mu);
-    if (r == NULL) {
+    f->runs = runs;
+    f->r = r;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    if (r == NULL || pthread_create(&f->th, NULL, feed_main, f) != 0) {
+        if (r) {
+            pthread_mutex_lock(&runs->mu);
+            slot_clear(r);
+            pthread_mutex_unlock(&runs->mu);
+        }
+        pthread_mutex_destroy(&f->mu);
+        pthread_cond_destroy(&f->cv);
         free(f);
         return NULL;
     }
-    f->runs = runs;
-    f->r = r;
     return f;
 }
 
-void kd_run_feed_chunk(kd_run_feed *f, const char *hex, const void *data, size_t len)
+void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk)
 {
-    char line[96];
-    int n = snprintf(line, sizeof(line), "%s %zu\n", hex, len);
-    if (EVP_DigestUpdate(f->r->whole, data ? data : "", len) != 1 || EVP_DigestUpdate(f->r->list, line, (size_t)n) != 1)
-        f->failed = 1;
-    f->r->bytes += (int64_t)len;
-    f->r->chunks++;
+    kestrel_buf fresh = KESTREL_BUF_INIT;
+    pthread_mutex_lock(&f->mu);
+    while (f->n == DEPTH)
+        pthread_cond_wait(&f->cv, &f->mu);
+    f->q[(f->head + f->n) % DEPTH] = *chunk;
+    snprintf(f->hex[(f->head + f->n) % DEPTH], 65, "%s", hex);
+    f->n++;
+    if (f->nspare)
+        fresh = f->spare[--f->nspare];
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    *chunk = fresh;   /* a buffer already grown to a chunk's size, or a new one */
 }
 
 void kd_run_feed_end(kd_run_feed *f, int ok)
@@ -128,6 +186,11 @@ void kd_run_feed_end(kd_run_feed *f, int ok)
         return;
     runs = f->runs;
     r = f->r;
+    pthread_mutex_lock(&f->mu);
+    f->closing = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->th, NULL);
     pthread_mutex_lock(&runs->mu);
     if (ok && !f->failed) {   /* the list's digest so far, for a commit to find the run by */
         EVP_MD_CTX *c = EVP_MD_CTX_new();
@@ -143,6 +206,10 @@ void kd_run_feed_end(kd_run_feed *f, int ok)
     } else
         slot_clear(r);
     pthread_mutex_unlock(&runs->mu);
+    for (size_t i = 0; i < f->nspare; i++)
+        kestrel_buf_dispose(&f->spare[i]);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
     free(f);
 }
 

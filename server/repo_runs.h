@@ -3,7 +3,7 @@
  * A push sends a big file's new chunks in file order, in packs that name one run
  * (POST /api/v1/chunks/pack?run=ID&at=BYTES: ID 32 hex digits the client picked, BYTES the run's
  * length before this pack). Each chunk of such a pack that the server verified also advances the
- * run's SHA-256, right after the verification, while the pack's writers store the chunks (pack_writer.h). A commit whose file is
+ * run's SHA-256, on a helper thread of the pack beside the verification. A commit whose file is
  * exactly a run's chunks takes the file's digest from the run instead of reading those chunks back
  * and hashing them after the upload: the server computed it from bytes it verified itself, so
  * nothing is taken on the client's word. A run is the user's who started it, used once, and the
@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <kestrel/buffer.h>
 
 typedef struct kd_runs kd_runs;
 typedef struct kd_run_feed kd_run_feed;
@@ -24,10 +25,11 @@ void kd_runs_free(kd_runs *runs);
  * digits, a run to continue that is not there or not at `at`, one busy with another pack, memory);
  * the pack is stored all the same. */
 kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at);
-/* A chunk of the pack, verified: its digest and bytes, hashed into the run (one thread at a time). */
-void kd_run_feed_chunk(kd_run_feed *f, const char *hex, const void *data, size_t len);
+/* A chunk of the pack, verified: its digest and bytes. The bytes go to the helper: *chunk is
+ * swapped for a buffer the helper is done with (empty), so no chunk is copied. */
+void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk);
 /* The pack ended (ok: every chunk verified and stored): the run keeps what it was fed, or is
- * dropped. Frees f. */
+ * dropped. Waits for the helper; frees f. */
 void kd_run_feed_end(kd_run_feed *f, int ok);
 /* When a run of user holds exactly the chunks (hex[i], size[i]), i < k, in this order: 1 with
  * their SHA-256 in out, and the run is used up; else 0. */

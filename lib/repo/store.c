@@ -19,7 +19,6 @@ struct kestrel__store {
     int fd;             /* for syncfs */
     int sole_writer;    /* this process is the only writer (kestreld): sync only what it wrote */
     long unsynced;      /* chunks written since the last sync (atomic) */
-    int no_direct;      /* the file system refused O_DIRECT: chunks go through the page cache (atomic) */
     pthread_mutex_t sync_mu;
 };
 
@@ -140,69 +139,13 @@ int kestrel__store_has_chunk(kestrel__store *s, const char *hex)
     return utimensat(AT_FDCWD, path, NULL, 0) == 0 || (errno != ENOENT && access(path, F_OK) == 0);
 }
 
-static int write_all(int fd, const char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-#define DIRECT_ALIGN 4096   /* a file system block: O_DIRECT's bound on offsets, lengths and addresses */
-
-/* Writes a new chunk's whole blocks around the page cache (O_DIRECT), its last partial block through
- * it. A chunk is written once and rarely read soon, and on a virtual machine whose host takes free
- * pages back, filling the page cache cost three times the CPU of the rest of the write (perf, in
- * kestreld's push; dd conv=fdatasync spends 80 % of its time there). The blocks pass through the
- * writer's aligned scratch buffer: a copy costs little beside the hash the chunk was checked with.
- * Returns 0 written, 1 not written (the file system refuses O_DIRECT: *no_direct is set, and the
- * caller writes through the cache), -1 with errno. The commit's syncfs makes both parts durable. */
-static int write_direct(int fd, const char *data, size_t len, int *no_direct, kestrel__store_scratch *scratch)
-{
-    size_t head = len & ~(size_t)(DIRECT_ALIGN - 1);
-    int fl, r, err;
-    if (head == 0 || __atomic_load_n(no_direct, __ATOMIC_RELAXED))
-        return 1;
-    if (scratch->cap < head) {
-        void *p = NULL;
-        if (posix_memalign(&p, DIRECT_ALIGN, head) != 0)
-            return 1;
-        free(scratch->ptr);
-        scratch->ptr = p;
-        scratch->cap = head;
-    }
-    if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl | O_DIRECT) < 0) {
-        if (errno == EINVAL)
-            __atomic_store_n(no_direct, 1, __ATOMIC_RELAXED);
-        return 1;
-    }
-    memcpy(scratch->ptr, data, head);
-    r = write_all(fd, scratch->ptr, head);
-    err = errno;
-    if (fcntl(fd, F_SETFL, fl) < 0)
-        return -1;
-    if (r < 0 && err == EINVAL) {   /* accepted at fcntl, refused at write (an alignment this code does not know) */
-        __atomic_store_n(no_direct, 1, __ATOMIC_RELAXED);
-        return ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0 ? -1 : 1;
-    }
-    errno = err;
-    return r < 0 ? -1 : write_all(fd, data + head, len - head);
-}
-
 /* Write data to a unique temp file next to final; returns its fd (caller renames/links). */
 /* flags: bit 0 fsync; the bits above it, when not 0, the file's mode (set on the descriptor, so a
- * name swapped meanwhile in a folder someone else may write is never followed). scratch: NULL, or
- * a chunk's writer's, to write around the page cache (write_direct: no_direct is its store's flag) */
-static int write_temp(const char *final, const void *data, size_t len, char *tmp, size_t tn, int flags,
-                      int *no_direct, kestrel__store_scratch *scratch)
+ * name swapped meanwhile in a folder someone else may write is never followed) */
+static int write_temp(const char *final, const void *data, size_t len, char *tmp, size_t tn, int flags)
 {
-    int fd, do_fsync = flags & 1, r = 1;
+    const char *p = data;
+    int fd, do_fsync = flags & 1;
     mode_t mode = (mode_t)(flags >> 1);
     snprintf(tmp, tn, "%s.tmp.XXXXXX", final);
     if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
@@ -213,17 +156,20 @@ static int write_temp(const char *final, const void *data, size_t len, char *tmp
         unlink(tmp);
         return rc;
     }
-    if (scratch)
-        r = write_direct(fd, data, len, no_direct, scratch);
-    if (r == 1)
-        r = write_all(fd, data, len);
-    if (r < 0) {
-        int rc = io_error("cannot write", tmp);
-        close(fd);
-        unlink(tmp);
-        return rc;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int rc = io_error("cannot write", tmp);
+            close(fd);
+            unlink(tmp);
+            return rc;
+        }
+        p += w;
+        len -= (size_t)w;
     }
-    if (!do_fsync)   /* a chunk: start writing back what went through the cache, so the commit's sync finds little left */
+    if (!do_fsync)   /* a chunk: start writing it back now, so the sync before the commit finds little left */
         (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     if ((do_fsync && fsync(fd) < 0) || close(fd) < 0) {
         int rc = io_error("cannot sync", tmp);
@@ -236,7 +182,7 @@ static int write_temp(const char *final, const void *data, size_t len, char *tmp
 int kestrel__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode)
 {
     char tmp[PATH_MAX + 16];
-    int rc = write_temp(path, data, len, tmp, sizeof(tmp), 1 | (int)(mode << 1), NULL, NULL);
+    int rc = write_temp(path, data, len, tmp, sizeof(tmp), 1 | (int)(mode << 1));
     if (rc < 0)
         return rc;
     if (rename(tmp, path) < 0) {
@@ -257,7 +203,7 @@ void kestrel__rm_tree(const char *path)
     nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static int put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len, kestrel__store_scratch *scratch)
+int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len)
 {
     char path[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX + 16];
     int rc;
@@ -265,7 +211,7 @@ static int put_chunk(kestrel__store *s, const char *hex, const void *data, size_
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return io_error("cannot create", dir);
     chunk_path(s, hex, path, sizeof(path));
-    if ((rc = write_temp(path, data, len, tmp, sizeof(tmp), 0, &s->no_direct, scratch)) < 0)
+    if ((rc = write_temp(path, data, len, tmp, sizeof(tmp), 0)) < 0)
         return rc;
     if (rename(tmp, path) < 0) {   /* same content under the same name: a concurrent writer is harmless */
         rc = io_error("cannot store", path);
@@ -274,22 +220,6 @@ static int put_chunk(kestrel__store *s, const char *hex, const void *data, size_
     }
     __atomic_add_fetch(&s->unsynced, 1, __ATOMIC_ACQ_REL);
     return 0;
-}
-
-int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len)
-{
-    return put_chunk(s, hex, data, len, NULL);
-}
-
-int kestrel__store_put_chunk_direct(kestrel__store *s, const char *hex, const void *data, size_t len,
-                                    kestrel__store_scratch *scratch)
-{
-    return put_chunk(s, hex, data, len, scratch);
-}
-
-int kestrel__store_error_full(const char *message)
-{
-    return strstr(message, strerror(ENOSPC)) || strstr(message, strerror(EDQUOT)) || strstr(message, strerror(EFBIG));
 }
 
 int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out)
@@ -558,7 +488,7 @@ static int alias_write(kestrel__store *s, const char *name, const char *alias, i
         return io_error("cannot create", dir);
     snprintf(path, sizeof(path), "%s/%s", dir, alias);
     snprintf(text, sizeof(text), "%lld\n", (long long)version);
-    if ((rc = write_temp(path, text, strlen(text), tmp, sizeof(tmp), 1, NULL, NULL)) < 0)
+    if ((rc = write_temp(path, text, strlen(text), tmp, sizeof(tmp), 1)) < 0)
         return rc;
     if (rename(tmp, path) < 0) {
         rc = io_error("cannot set alias", path);
@@ -614,7 +544,7 @@ int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Mani
         if ((rc = kestrel__wire_to_json(&text, &m->base, 0)) < 0)
             break;
         snprintf(path, sizeof(path), "%s/%lld.json", dir, (long long)next);
-        if ((rc = write_temp(path, text.ptr, text.size, tmp, sizeof(tmp), 1, NULL, NULL)) < 0)
+        if ((rc = write_temp(path, text.ptr, text.size, tmp, sizeof(tmp), 1)) < 0)
             break;
         /* link() fails when the name exists: two writers never share a version number */
         if (link(tmp, path) == 0) {

@@ -33,21 +33,7 @@ int kestrel__alias_valid(const char *alias);
 
 void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1]);
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex);
-/* Store a chunk (data hashes to hex): a temp file renamed into place, its writeback started at once;
- * durable at the next kestrel__store_sync. */
 int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len);
-/* The same, its whole blocks written around the page cache (O_DIRECT, where the file system allows
- * it; else as above). It waits for the disk, so it is for a writer beside the thread that receives
- * (kestreld's run packs, server/pack_writer.c): it spares the CPU that filling the page cache costs.
- * scratch: the writer's aligned buffer, kept between its calls ({NULL, 0} at first; free(ptr) at the end). */
-typedef struct {
-    void *ptr;
-    size_t cap;
-} kestrel__store_scratch;
-int kestrel__store_put_chunk_direct(kestrel__store *s, const char *hex, const void *data, size_t len,
-                                    kestrel__store_scratch *scratch);
-/* 1 when a store error's message says the disk or the quota is full (ENOSPC, EDQUOT, EFBIG). */
-int kestrel__store_error_full(const char *message);
 /* Read a chunk and check its hash (KESTREL_EIO on a mismatch: a damaged store). */
 int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out);
 /* Make every chunk written so far durable (one syncfs, not one fsync per chunk). */

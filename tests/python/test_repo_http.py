@@ -745,43 +745,6 @@ def test_a_file_handed_over_at_once_streams_in_packs_of_one_run_in_order(kestrel
         d.stop()
 
 
-def test_a_run_packs_chunks_go_around_the_page_cache(tmp_path):
-    """kestreld writes a run pack's chunks (a big file's, in order) on the pack's writer thread with
-    O_DIRECT, so filling the page cache costs it no CPU: afterwards at most each chunk's last partial
-    page is cached (fincore), while a small file's chunk (no run) went through the cache. The version
-    still pulls byte for byte."""
-    from conftest import Daemon
-    probe = tmp_path / "probe"
-    try:
-        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT)
-        os.close(fd)
-    except OSError:
-        pytest.skip("this file system refuses O_DIRECT: kestreld writes through the page cache here")
-    d = Daemon(tmp_path / "d")
-    try:
-        big, small = tmp_path / "big.bin", tmp_path / "small.bin"
-        big.write_bytes(os.urandom(48 << 20))
-        small.write_bytes(os.urandom(200 << 10))
-        c = kestrel.Client(d.url, d.token)
-        assert c.push("team/big", str(big)) == 1 and c.push("team/small", str(small)) == 1
-
-        def cached(files):
-            out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE"] + [str(f) for f in files],
-                                 check=True, capture_output=True, text=True).stdout.split()
-            return sum(int(x) for x in out[0::2]), sum(int(x) for x in out[1::2])
-        chunks = {p.parent.name + p.name: p for p in (d.data / "repo" / "chunks").rglob("*") if p.is_file()}
-        small_chunk = chunks.pop(hashlib.sha256(small.read_bytes()).hexdigest())
-        res, size = cached(chunks.values())
-        assert size == 48 << 20 and len(chunks) >= 48, (size, len(chunks))
-        assert res <= len(chunks) * 4096, (res, len(chunks))     # only the tails went through the cache
-        assert cached([small_chunk])[0] > 0
-        out = tmp_path / "back.bin"
-        c.pull("team/big", str(out))
-        assert out.read_bytes() == big.read_bytes()
-    finally:
-        d.stop()
-
-
 def test_an_older_client_is_never_sent_fills_digests(kestreld):
     """Older clients refuse a field they do not know: kestreld says fills_digests (ChunkQueryResult
     field 2) only to a client that asks with ?fills_digests=1; an older kestreld ignores the query."""
