@@ -17,6 +17,7 @@ typedef struct {
     char token_hash[65];
     char csrf[65];
     int64_t expires_ms;
+    uint64_t born;      /* creation order: of two sessions ending in the same millisecond, the older goes first */
 } kd_session;
 
 /* A one-time login code (kestrel ui): good for KD_LOGIN_CODE_TTL_MS, once. */
@@ -30,6 +31,7 @@ struct kd_console {
     pthread_mutex_t mu;
     kd_session *s;
     size_t n;
+    uint64_t births;    /* sessions created so far */
     kd_login_code codes[KD_LOGIN_CODES_MAX];
     size_t ncodes;
     int secure;
@@ -128,7 +130,8 @@ static long oldest_locked(kd_console *c, const char *token_hash, size_t *count)
     for (size_t i = 0; i < c->n; i++)
         if (token_hash == NULL || !memcmp(c->s[i].token_hash, token_hash, 64)) {
             (*count)++;
-            if (oldest < 0 || c->s[i].expires_ms < c->s[oldest].expires_ms)
+            if (oldest < 0 || c->s[i].expires_ms < c->s[oldest].expires_ms ||
+                (c->s[i].expires_ms == c->s[oldest].expires_ms && c->s[i].born < c->s[oldest].born))
                 oldest = (long)i;
         }
     return oldest;
@@ -171,6 +174,7 @@ static int session_create(kd_console *c, const char *token_hash, char sid[65])
         drop_locked(c, (size_t)victim);
     else if (c->n == KD_SESSIONS_MAX && (victim = oldest_locked(c, NULL, &count)) >= 0)
         drop_locked(c, (size_t)victim);
+    s.born = ++c->births;
     c->s[c->n++] = s;
     pthread_mutex_unlock(&c->mu);
     OPENSSL_cleanse(&s, sizeof(s));
