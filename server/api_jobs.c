@@ -226,7 +226,7 @@ static enum MHD_Result rerun(kd_req *r, int64_t id)
         return kd_reply_error(r, 500, "internal", "cannot copy the job's spec");
     }
     kestrel_buf_dispose(&b);
-    if (old->git_commit[0] && spec->git_url[0] && kestrel__spec_set_string(&spec->git_ref, old->git_commit) < 0) {
+    if (old->git_commit[0] && spec->git_url[0] && kestrel__wire_set_string(&spec->git_ref, old->git_commit) < 0) {
         protobuf_c_message_free_unpacked(&old->base, NULL);
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return kd_reply_error(r, 500, "internal", "out of memory");

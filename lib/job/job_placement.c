@@ -17,7 +17,7 @@ int kestrel_job_spec_set_gpu_type(kestrel_job_spec *s, const char *type)
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if ((rc = short_name(type, "gpu type")) < 0)
         return rc;
-    return kestrel__spec_set_string(&s->pb->gpu_type, type ? type : "");
+    return kestrel__wire_set_string(&s->pb->gpu_type, type ? type : "");
 }
 
 int kestrel_job_spec_set_min_gpu_memory(kestrel_job_spec *s, int64_t mb)
@@ -37,7 +37,7 @@ int kestrel_job_spec_set_min_compute_capability(kestrel_job_spec *s, int major, 
         return kestrel__error_set(KESTREL_EINVALID, "compute capability must be 0..99 . 0..9");
     if (major || minor)
         snprintf(cc, sizeof(cc), "%d.%d", major, minor);
-    return kestrel__spec_set_string(&s->pb->min_compute_capability, cc);
+    return kestrel__wire_set_string(&s->pb->min_compute_capability, cc);
 }
 
 int kestrel_job_spec_set_pool(kestrel_job_spec *s, const char *pool)
@@ -46,7 +46,7 @@ int kestrel_job_spec_set_pool(kestrel_job_spec *s, const char *pool)
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if ((rc = short_name(pool, "pool")) < 0)
         return rc;
-    return kestrel__spec_set_string(&s->pb->pool, pool ? pool : "");
+    return kestrel__wire_set_string(&s->pb->pool, pool ? pool : "");
 }
 
 int kestrel_job_spec_add_dependency(kestrel_job_spec *s, int64_t job_id, int kind)
@@ -75,7 +75,7 @@ int kestrel_job_spec_set_affinity(kestrel_job_spec *s, int64_t job_id, const cha
         return kestrel__error_set(KESTREL_EINVALID, "affinity takes a job id or a group, not both");
     if ((rc = short_name(group, "affinity group")) < 0)
         return rc;
-    if ((rc = kestrel__spec_set_string(&s->pb->affinity_group, group ? group : "")) < 0)
+    if ((rc = kestrel__wire_set_string(&s->pb->affinity_group, group ? group : "")) < 0)
         return rc;
     s->pb->affinity_job = job_id;
     s->pb->affinity_required = required != 0;
@@ -88,7 +88,7 @@ int kestrel_job_spec_set_group(kestrel_job_spec *s, const char *group)
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if ((rc = short_name(group, "group")) < 0)
         return rc;
-    return kestrel__spec_set_string(&s->pb->group, group ? group : "");
+    return kestrel__wire_set_string(&s->pb->group, group ? group : "");
 }
 
 int kestrel_job_spec_set_preemptible(kestrel_job_spec *s, int preemptible)

@@ -116,9 +116,9 @@ int kestrel_job_spec_add_log_policy(kestrel_job_spec *s, const char *name, const
         return kestrel__error_oom();
     }
     kestrel__v1__log_policy__init(p);
-    rc = kestrel__spec_set_string(&p->name, name);
+    rc = kestrel__wire_set_string(&p->name, name);
     if (rc == 0)
-        rc = kestrel__spec_set_string(&p->pattern, pattern);
+        rc = kestrel__wire_set_string(&p->pattern, pattern);
     for (char *a = strtok_r(copy, ",", &save); rc == 0 && a; a = strtok_r(NULL, ",", &save)) {
         char **g = realloc(p->actions, (p->n_actions + 1) * sizeof(*g));
         if (g == NULL || (g[p->n_actions] = kestrel__strdup(a)) == NULL) {

@@ -34,9 +34,6 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *spec);
 /* Initialise dst over pb (events are decoded). */
 int kestrel__job_init(struct kestrel_job *dst, Kestrel__V1__Job *pb, int owns_pb);
 void kestrel__job_fini(struct kestrel_job *job);
-/* Replace a spec string field with a copy of v. */
-int kestrel__spec_set_string(char **field, const char *v);
-
 /* Log policies, retries, excluded nodes (job_policy.c). */
 int kestrel__log_policy_action_valid(const char *action);
 /* A regex whose compile and match costs are bounded: no back-references, {m,n} bounds whose

@@ -226,12 +226,6 @@ void kestrel_job_spec_free(kestrel_job_spec *s)
     free(s);
 }
 
-/* Replace a string field of the spec with a copy of v. */
-int kestrel__spec_set_string(char **field, const char *v)
-{
-    return kestrel__wire_set_string(field, v);
-}
-
 int kestrel_job_spec_set_argv(kestrel_job_spec *s, const char *const *argv, size_t argc)
 {
     char **copy;
@@ -264,12 +258,12 @@ static int set_kv(Kestrel__V1__KeyValue ***arr, size_t *n, const char *key, cons
     Kestrel__V1__KeyValue *kv, **grown;
     for (size_t i = 0; i < *n; i++) {
         if (!strcmp((*arr)[i]->key, key))
-            return kestrel__spec_set_string(&(*arr)[i]->value, value);
+            return kestrel__wire_set_string(&(*arr)[i]->value, value);
     }
     if ((kv = malloc(sizeof(*kv))) == NULL)
         return kestrel__error_oom();
     kestrel__v1__key_value__init(kv);
-    if (kestrel__spec_set_string(&kv->key, key) < 0 || kestrel__spec_set_string(&kv->value, value) < 0 ||
+    if (kestrel__wire_set_string(&kv->key, key) < 0 || kestrel__wire_set_string(&kv->value, value) < 0 ||
         (grown = realloc(*arr, (*n + 1) * sizeof(*grown))) == NULL) {
         protobuf_c_message_free_unpacked(&kv->base, NULL);
         return kestrel__error_oom();
@@ -307,7 +301,7 @@ int kestrel_job_spec_set_name(kestrel_job_spec *s, const char *name)
     if (name == NULL || !kestrel__text_is_clean(name, KESTREL__NAME_MAX))
         return kestrel__error_set(KESTREL_EINVALID, "job name must be printable UTF-8, at most %d bytes",
                                   KESTREL__NAME_MAX);
-    return kestrel__spec_set_string(&s->pb->name, name);
+    return kestrel__wire_set_string(&s->pb->name, name);
 }
 
 int kestrel_job_spec_set_label(kestrel_job_spec *s, const char *key, const char *value)
@@ -354,9 +348,9 @@ int kestrel_job_spec_set_git(kestrel_job_spec *s, const char *url, const char *r
         return kestrel__error_set(KESTREL_EINVALID, "bad git URL");
     if (ref && (ref[0] == '-' || !kestrel__text_is_clean(ref, KESTREL__NAME_MAX)))
         return kestrel__error_set(KESTREL_EINVALID, "bad git ref");
-    if ((rc = kestrel__spec_set_string(&s->pb->git_url, url)) < 0)
+    if ((rc = kestrel__wire_set_string(&s->pb->git_url, url)) < 0)
         return rc;
-    return kestrel__spec_set_string(&s->pb->git_ref, ref ? ref : "");
+    return kestrel__wire_set_string(&s->pb->git_ref, ref ? ref : "");
 }
 
 int kestrel_job_spec_set_workdir(kestrel_job_spec *s, const char *subdir)
@@ -364,7 +358,7 @@ int kestrel_job_spec_set_workdir(kestrel_job_spec *s, const char *subdir)
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if (subdir == NULL || !workdir_ok(subdir))
         return kestrel__error_set(KESTREL_EINVALID, "workdir must be a relative path inside the job");
-    return kestrel__spec_set_string(&s->pb->workdir, subdir);
+    return kestrel__wire_set_string(&s->pb->workdir, subdir);
 }
 
 int kestrel_job_spec_set_param(kestrel_job_spec *s, const char *key, const char *value)
@@ -390,7 +384,7 @@ int kestrel_job_spec_set_code(kestrel_job_spec *s, const char *ref)
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if (ref == NULL || !ref[0] || ref[0] == '-' || !kestrel__text_is_clean(ref, 400))
         return kestrel__error_set(KESTREL_EINVALID, "bad code reference '%.64s' (NAME@VERSION)", ref ? ref : "");
-    return kestrel__spec_set_string(&s->pb->code, ref);
+    return kestrel__wire_set_string(&s->pb->code, ref);
 }
 
 int kestrel_job_spec_add_data(kestrel_job_spec *s, const char *ref, const char *path)
@@ -407,7 +401,7 @@ int kestrel_job_spec_add_data(kestrel_job_spec *s, const char *ref, const char *
     if ((d = malloc(sizeof(*d))) == NULL)
         return kestrel__error_oom();
     kestrel__v1__data_mount__init(d);
-    if (kestrel__spec_set_string(&d->ref, ref) < 0 || kestrel__spec_set_string(&d->path, path) < 0 ||
+    if (kestrel__wire_set_string(&d->ref, ref) < 0 || kestrel__wire_set_string(&d->path, path) < 0 ||
         (grown = realloc(s->pb->data, (s->pb->n_data + 1) * sizeof(*grown))) == NULL) {
         protobuf_c_message_free_unpacked(&d->base, NULL);
         return kestrel__error_oom();
@@ -422,7 +416,7 @@ int kestrel_job_spec_set_environment(kestrel_job_spec *s, const char *name)
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
     if (name == NULL || !name[0] || !kestrel__text_is_clean(name, 64) || strchr(name, ' '))
         return kestrel__error_set(KESTREL_EINVALID, "bad environment name '%.64s'", name ? name : "");
-    return kestrel__spec_set_string(&s->pb->environment, name);
+    return kestrel__wire_set_string(&s->pb->environment, name);
 }
 
 int kestrel_job_spec_set_requirements(kestrel_job_spec *s, const char *text)
@@ -433,7 +427,7 @@ int kestrel_job_spec_set_requirements(kestrel_job_spec *s, const char *text)
     if (strlen(text) > KESTREL__REQUIREMENTS_MAX)
         return kestrel__error_set(KESTREL_ETOOLARGE, "requirements of %zu bytes, at most %d", strlen(text),
                                   KESTREL__REQUIREMENTS_MAX);
-    return kestrel__spec_set_string(&s->pb->requirements, text);
+    return kestrel__wire_set_string(&s->pb->requirements, text);
 }
 
 int kestrel_job_spec_set_retry(kestrel_job_spec *s, int retry)
