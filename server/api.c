@@ -232,10 +232,9 @@ static kd_req *new_req(struct kd_api *api, struct MHD_Connection *conn, const ch
     return r;
 }
 
-/* A commit's manifest lists every file of a directory version (a million at most) and every chunk:
- * it has its own bound, --max-manifest; every other body --max-body. */
-/* A commit (POST /api/v1/models/NAME/versions) may carry a manifest up to --max-manifest; any other
- * body is bounded by --max-body. The path is read by the route grammar (route.c), as the handler does. */
+/* A commit's manifest (POST /api/v1/models/NAME/versions) lists every file of a directory version
+ * (a million at most) and every chunk: it has its own bound, --max-manifest; every other body
+ * --max-body. The path is read by the route grammar (route.c), as the handler reads it. */
 static size_t body_limit(const kd_config *cfg, const char *method, const char *url)
 {
     char name[256];

@@ -507,7 +507,10 @@ static enum MHD_Result missing(kd_req *r)
     }
     /* a commit may leave whole-file digests to this server: said only to a client that asks, since an
      * older one refuses a field it does not know */
-    res.fills_digests = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "fills_digests") != NULL;
+    {
+        const char *ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "fills_digests");
+        res.fills_digests = ask && !strcmp(ask, "1");
+    }
     reply = kd_reply_msg(r, 200, &res.base);
     free(res.missing);
     protobuf_c_message_free_unpacked(&q->base, NULL);

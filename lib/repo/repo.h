@@ -59,9 +59,9 @@ int kestrel__manifest_check(const Kestrel__V1__Manifest *m);
  * file's) may be empty: the repository fills them in (kestrel__store_fill_digests), then the
  * manifest must pass kestrel__manifest_check. */
 int kestrel__manifest_check_commit(const Kestrel__V1__Manifest *m);
-/* 1 when a whole-file digest of m is left empty: any (the version's or a listed file's), or a
- * listed file's. */
+/* 1 when a whole-file digest of m is left empty: the version's or a listed file's. */
 int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m);
+/* 1 when a listed file's digest is left empty. */
 int kestrel__manifest_file_digests_open(const Kestrel__V1__Manifest *m);
 /* A directory version's digest: SHA-256 over "mode size sha256 path\0" per file, in order. */
 void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *files, size_t n, char hex[65]);

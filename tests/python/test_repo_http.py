@@ -759,4 +759,5 @@ def test_an_older_client_is_never_sent_fills_digests(kestreld):
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.read()
     assert ask("/api/v1/chunks/missing") == query     # missing: [digest], and nothing else
+    assert ask("/api/v1/chunks/missing?fills_digests=0") == query
     assert ask("/api/v1/chunks/missing?fills_digests=1") == query + b"\x10\x01"
