@@ -17,7 +17,7 @@ typedef struct {
     char token_hash[65];
     char csrf[65];
     int64_t expires_ms;
-    uint64_t born;      /* creation order: of two sessions ending in the same millisecond, the older goes first */
+    uint64_t born;      /* creation order (each lives KD_SESSION_TTL_MS: the first born ends first) */
 } kd_session;
 
 /* A one-time login code (kestrel ui): good for KD_LOGIN_CODE_TTL_MS, once. */
@@ -122,7 +122,9 @@ int kd_console_session(kd_console *c, kd_req *r, char token_hash[65], int *csrf_
     return i >= 0 ? 0 : -1;
 }
 
-/* The session of token_hash nearest its end (any token's when token_hash is NULL), or -1. */
+/* The session of token_hash nearest its end (any token's when token_hash is NULL), or -1: the one
+ * created first, since all live as long (creation order, not the clock: logins in one millisecond
+ * tie on expires_ms, and the table's order changes as sessions drop). */
 static long oldest_locked(kd_console *c, const char *token_hash, size_t *count)
 {
     long oldest = -1;
@@ -130,8 +132,7 @@ static long oldest_locked(kd_console *c, const char *token_hash, size_t *count)
     for (size_t i = 0; i < c->n; i++)
         if (token_hash == NULL || !memcmp(c->s[i].token_hash, token_hash, 64)) {
             (*count)++;
-            if (oldest < 0 || c->s[i].expires_ms < c->s[oldest].expires_ms ||
-                (c->s[i].expires_ms == c->s[oldest].expires_ms && c->s[i].born < c->s[oldest].born))
+            if (oldest < 0 || c->s[i].born < c->s[oldest].born)
                 oldest = (long)i;
         }
     return oldest;
