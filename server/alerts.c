@@ -139,8 +139,7 @@ static int load_secret(struct kd_alerts *a, const kd_config *cfg)
         char hex[65];
         if (RAND_bytes(raw, sizeof(raw)) != 1)
             return kestrel__error_set(KESTREL_ERROR, "--webhook: no random bytes for a secret");
-        for (int i = 0; i < 32; i++)
-            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+        kestrel__hex(raw, 32, hex);
         if (kestrel__write_file_atomic(path, hex, 64, 0600) < 0)
             return KESTREL_EIO;
         fprintf(stderr, "kestreld: --webhook: signing with a new secret in %s (give it to the receiver)\n", path);

@@ -58,8 +58,7 @@ static void pack_fail(kd_pack *p, const char *msg)
 static void chunk_done(kd_pack *p)
 {
     char want[KESTREL__HEX_LEN + 1], got[KESTREL__HEX_LEN + 1];
-    for (int i = 0; i < 32; i++)
-        snprintf(want + 2 * i, 3, "%02x", p->head[i]);
+    kestrel__hex(p->head, 32, want);
     kestrel__sha256_hex(p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size, got);
     if (strcmp(want, got)) {
         char msg[200];
@@ -287,9 +286,13 @@ static enum MHD_Result commit(kd_req *r, const char *name)
             rc = kestrel__error_oom();
         else if ((rc = same_as_latest(r, name, in)) == 0 &&
                  (rc = digests_from_runs(r, in, known, &streamed, msg, sizeof(msg))) == 0) {
-            kd_metrics_repo_digests(r->e->metrics, 0, streamed);
-            kd_metrics_repo_digests(r->e->metrics, 1, (uint64_t)in->size - streamed);   /* the rest is read back */
-            rc = kestrel__store_fill_digests(r->e->store, in, known, msg, sizeof(msg));
+            uint64_t read = 0;
+            rc = kestrel__store_fill_digests(r->e->store, in, known, &read, msg, sizeof(msg));
+            if (rc == 0) {
+                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STREAM, streamed);
+                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STORE, read);
+                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_CHUNK, (uint64_t)in->size - streamed - read);
+            }
         }
         else if (rc > 0)
             rc = 0;

@@ -39,7 +39,7 @@ struct kd_metrics {
     struct { const char *route; histo h; } routes[MAX_ROUTES];
     size_t nroutes;
     uint64_t pushed, pulled, log_lines;
-    uint64_t digest_bytes[2];   /* file bytes a commit's digests came from: as they streamed, read back */
+    uint64_t digest_bytes[KD_DIGEST_SOURCES];   /* file bytes a commit's digests came from, by source */
 };
 
 const char *kd_metrics_class(int cls)
@@ -177,12 +177,12 @@ void kd_metrics_repo_bytes(kd_metrics *m, int pushed, uint64_t bytes)
     pthread_mutex_unlock(&m->mu);
 }
 
-void kd_metrics_repo_digests(kd_metrics *m, int read_back, uint64_t bytes)
+void kd_metrics_repo_digests(kd_metrics *m, enum kd_digest_source from, uint64_t bytes)
 {
-    if (m == NULL)
+    if (m == NULL || (unsigned)from >= KD_DIGEST_SOURCES)
         return;
     pthread_mutex_lock(&m->mu);
-    m->digest_bytes[read_back != 0] += bytes;
+    m->digest_bytes[from] += bytes;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -361,11 +361,14 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
                                         "Chunk bytes sent to pulls.")) == 0)
         rc = kd_expo_sample(out, "kestrel_repo_pull_bytes_total", NULL, (double)m->pulled);
     if (rc == 0 && (rc = kd_expo_family(out, "kestrel_repo_commit_digest_bytes_total", "counter",
-                                        "Bytes of the files whose whole-file SHA-256 a commit computed: from the chunks "
-                                        "as they streamed in (source=stream) or read back from the store (source=store).")) == 0) {
-        const char *stream[] = { "source", "stream", NULL }, *store[] = { "source", "store", NULL };
-        if ((rc = kd_expo_sample(out, "kestrel_repo_commit_digest_bytes_total", stream, (double)m->digest_bytes[0])) == 0)
-            rc = kd_expo_sample(out, "kestrel_repo_commit_digest_bytes_total", store, (double)m->digest_bytes[1]);
+                                        "Bytes of the files whose whole-file SHA-256 a commit settled: hashed as their "
+                                        "chunks streamed in (source=stream), read back from the store (source=store), or "
+                                        "a file of one chunk, whose digest is that chunk's (source=chunk).")) == 0) {
+        static const char *const sources[KD_DIGEST_SOURCES] = { "stream", "store", "chunk" };
+        for (int i = 0; rc == 0 && i < KD_DIGEST_SOURCES; i++) {
+            const char *labels[] = { "source", sources[i], NULL };
+            rc = kd_expo_sample(out, "kestrel_repo_commit_digest_bytes_total", labels, (double)m->digest_bytes[i]);
+        }
     }
     if (rc == 0 && (rc = kd_expo_family(out, "kestrel_log_lines_total", "counter",
                                         "Job log lines stored (and indexed for search).")) == 0)

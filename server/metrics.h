@@ -36,8 +36,14 @@ void kd_metrics_gpu_sample(kd_metrics *m, double seconds);
 /* route: a template from kd_route_template(); method and code as sent. */
 void kd_metrics_http(kd_metrics *m, const char *route, const char *method, int code, double seconds);
 void kd_metrics_repo_bytes(kd_metrics *m, int pushed, uint64_t bytes);
-/* A commit's whole-file digests over bytes: from a run (read_back 0) or read back from the store. */
-void kd_metrics_repo_digests(kd_metrics *m, int read_back, uint64_t bytes);
+/* Where a commit's whole-file digests over bytes came from. */
+enum kd_digest_source {
+    KD_DIGEST_STREAM,   /* hashed as the chunks streamed in (a run) */
+    KD_DIGEST_STORE,    /* read back from the store */
+    KD_DIGEST_CHUNK,    /* a file of one chunk: that chunk's digest, nothing read */
+    KD_DIGEST_SOURCES
+};
+void kd_metrics_repo_digests(kd_metrics *m, enum kd_digest_source from, uint64_t bytes);
 void kd_metrics_log_lines(kd_metrics *m, uint64_t lines);
 
 /* Append the counters and histograms to out. */

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <openssl/evp.h>
 #include "repo_runs.h"
+#include "internal.h"
 
 #define MAX_RUNS 1024   /* about 0.5 KiB each */
 #define DEPTH 4   /* chunks a pack may hand its helper ahead of it */
@@ -40,12 +41,6 @@ struct kd_run_feed {
     size_t nspare;
     int closing, failed;
 };
-
-static void hex_of(const unsigned char *md, char out[65])
-{
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
 
 static void slot_clear(run *r)
 {
@@ -197,7 +192,7 @@ void kd_run_feed_end(kd_run_feed *f, int ok)
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int n = 0;
         if (c && EVP_MD_CTX_copy_ex(c, r->list) == 1 && EVP_DigestFinal_ex(c, md, &n) == 1) {
-            hex_of(md, r->list_hex);
+            kestrel__hex(md, 32, r->list_hex);
             r->busy = 0;
             r->used = ++runs->tick;
         } else
@@ -231,7 +226,7 @@ int kd_runs_take(kd_runs *runs, int64_t user, char *const *hex, const int64_t *s
     }
     EVP_DigestFinal_ex(list, md, &n);
     EVP_MD_CTX_free(list);
-    hex_of(md, want);
+    kestrel__hex(md, 32, want);
     pthread_mutex_lock(&runs->mu);
     for (int i = 0; i < MAX_RUNS && !found; i++) {
         run *r = &runs->r[i];
@@ -239,7 +234,7 @@ int kd_runs_take(kd_runs *runs, int64_t user, char *const *hex, const int64_t *s
             continue;
         if ((whole = EVP_MD_CTX_new()) != NULL && EVP_MD_CTX_copy_ex(whole, r->whole) == 1 &&
             EVP_DigestFinal_ex(whole, md, &n) == 1) {
-            hex_of(md, out);
+            kestrel__hex(md, 32, out);
             found = 1;
         }
         EVP_MD_CTX_free(whole);

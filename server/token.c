@@ -10,9 +10,7 @@ void kd_token_hash(const char *token, char hex[65])
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
     EVP_Digest(token, strlen(token), md, &n, EVP_sha256(), NULL);
-    for (unsigned int i = 0; i < n && i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    hex[64] = '\0';
+    kestrel__hex(md, 32, hex);
 }
 
 /* A new random token for t (its hint is set here); t->created_ms is now when 0. */

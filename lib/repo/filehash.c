@@ -146,8 +146,7 @@ int kestrel__filehash_finish(kestrel__filehash *h, long long expect_size, char h
         rc = kestrel__error_set(KESTREL_EIO, "the file changed while it was pushed (%lld bytes, then %lld)",
                                 expect_size, h->size);
     else
-        for (int i = 0; i < 32; i++)
-            snprintf(hex + 2 * i, 3, "%02x", h->md[i]);
+        kestrel__hex(h->md, 32, hex);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h);

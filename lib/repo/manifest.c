@@ -99,8 +99,7 @@ void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *f, size_t n, ch
     }
     EVP_DigestFinal_ex(ctx, md, &mdn);
     EVP_MD_CTX_free(ctx);
-    for (unsigned int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    kestrel__hex(md, 32, hex);
 }
 
 static int tree_check(const Kestrel__V1__Manifest *m, int open)

@@ -20,6 +20,14 @@
 #include "transport.h"
 
 #define READ_BUF (8u * 1024 * 1024)
+/* Read-ahead for many small files: the disk serves many reads at once, but one reader waits for
+ * each in turn. So the files after the one being hashed are opened early and their reads started
+ * (POSIX_FADV_WILLNEED), up to AHEAD_FILES files and AHEAD_BYTES bytes ahead (of a larger file, its
+ * first AHEAD_FILE_MAX bytes: its own reads are sequential then). Files the stat cache vouches for
+ * are opened ahead but not read. */
+#define AHEAD_FILES 64
+#define AHEAD_BYTES (16 * 1024 * 1024)
+#define AHEAD_FILE_MAX (1024 * 1024)
 #define BATCH_BYTES (64u * 1024 * 1024)   /* hashed bytes handed to the sender at once */
 #define BATCH_CHUNKS 4096
 
@@ -80,10 +88,12 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
     return 0;
 }
 
-/* Open path for reading; it must be a regular file. Returns the fd or a negative error. */
-static int open_regular(const char *path, struct stat *st)
+/* Open path for reading (fd >= 0: opened already); it must be a regular file. Returns the fd or a
+ * negative error. */
+static int open_regular(int fd, const char *path, struct stat *st)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, st) < 0) {
         int e = errno;
         if (fd >= 0)
@@ -165,24 +175,25 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
         unsigned int n = 0;
         if (EVP_DigestFinal_ex(whole, md, &n) != 1)
             rc = kestrel__error_oom();
-        for (unsigned i = 0; rc == 0 && i < 32; i++)
-            snprintf(sha + 2 * i, 3, "%02x", md[i]);
+        if (rc == 0)
+            kestrel__hex(md, 32, sha);
     }
     EVP_MD_CTX_free(whole);
     return rc;
 }
 
 /* One file of the push: from the stat cache when it is unchanged since an earlier push read it,
- * else read and hashed. rel: its path in the pushed directory ("" for a pushed file); chunks: how
- * many it has. */
-static int chunk_one(push_state *ps, const char *path, const char *rel, uint32_t file, int64_t want_size, char sha[65],
-                     int64_t *chunks)
+ * else read and hashed. fd: the file opened ahead (closed here), or -1; rel: its path in the pushed
+ * directory ("" for a pushed file); chunks: how many it has. */
+static int chunk_one(push_state *ps, int fd, const char *path, const char *rel, uint32_t file, int64_t want_size,
+                     char sha[65], int64_t *chunks)
 {
     kestrel__chunk_ref *cached = NULL;
     size_t k = 0, before = ps->n;
     struct stat st;
     int64_t started;
-    int fd = open_regular(path, &st), rc = 0;
+    int rc = 0;
+    fd = open_regular(fd, path, &st);
     if (fd < 0)
         return fd;
     if (want_size >= 0 && (int64_t)st.st_size != want_size) {
@@ -214,6 +225,59 @@ static int chunk_one(push_state *ps, const char *path, const char *rel, uint32_t
     *chunks = (int64_t)(ps->n - before);
     kestrel__pushcache_remember(ps->cache, rel, &st, started, ps->refs + before, ps->n - before, sha);
     return 0;
+}
+
+/* The files opened ahead of the one being hashed: file i's descriptor in fd[i % AHEAD_FILES]. */
+typedef struct {
+    int fd[AHEAD_FILES];        /* -1: not opened (the hasher opens it, and says why it cannot) */
+    int64_t started[AHEAD_FILES];   /* the bytes whose read it started */
+    size_t next;                /* the first file not opened ahead yet */
+    int64_t bytes;              /* started and not yet hashed */
+} ahead;
+
+/* Open the files after file cur ahead, and start the reads of those the stat cache does not hold. */
+static void ahead_fill(ahead *a, push_state *ps, size_t cur, char *const *paths, size_t n,
+                       const Kestrel__V1__Manifest *m)
+{
+    if (a->next <= cur)
+        a->next = cur + 1;
+    while (a->next < n && a->next - cur < AHEAD_FILES && a->bytes < AHEAD_BYTES) {
+        size_t i = a->next++, slot = i % AHEAD_FILES;
+        int64_t size = m->n_files ? m->files[i]->size : 0, len = size < AHEAD_FILE_MAX ? size : AHEAD_FILE_MAX;
+        struct stat st;
+        int fd = open(paths[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO put there since: no wait */
+        a->fd[slot] = fd;
+        a->started[slot] = 0;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+            kestrel__pushcache_holds(ps->cache, m->files[i]->path, &st))
+            continue;
+        if (posix_fadvise(fd, 0, (off_t)len, POSIX_FADV_WILLNEED) == 0) {
+            a->started[slot] = len;
+            a->bytes += len;
+        }
+    }
+}
+
+/* File i's descriptor opened ahead (-1: none), no longer the read-ahead's. */
+static int ahead_take(ahead *a, size_t i)
+{
+    size_t slot = i % AHEAD_FILES;
+    int fd;
+    if (i >= a->next)
+        return -1;
+    fd = a->fd[slot];
+    a->fd[slot] = -1;
+    a->bytes -= a->started[slot];
+    a->started[slot] = 0;
+    return fd;
+}
+
+/* Close what a failed push left opened ahead. */
+static void ahead_close(ahead *a)
+{
+    for (size_t i = 0; i < AHEAD_FILES; i++)
+        if (a->fd[i] >= 0)
+            close(a->fd[i]);
 }
 
 static int by_digest(const void *a, const void *b)
@@ -418,12 +482,16 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
 {
     push_state ps;
     sender out;
+    ahead ra;
     Kestrel__V1__Manifest *m = kestrel__manifest_new();
     char **paths = NULL, root[PATH_MAX], sha[65] = "";
     size_t npaths = 0;
     struct stat st;
     int rc = 0;
     memset(&ps, 0, sizeof(ps));
+    memset(&ra, 0, sizeof(ra));
+    for (size_t i = 0; i < AHEAD_FILES; i++)
+        ra.fd[i] = -1;
     ps.pr = pr;
     ps.hash_whole = t->hash_whole;
     if (m == NULL || (ps.buf = malloc(READ_BUF)) == NULL) {
@@ -465,7 +533,10 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     for (size_t i = 0; i < npaths && rc == 0; i++) {
         Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
         int64_t chunks = 0;
-        if ((rc = chunk_one(&ps, paths[i], f ? f->path : "", (uint32_t)i, f ? f->size : -1, sha, &chunks)) < 0)
+        if (f)
+            ahead_fill(&ra, &ps, i, paths, npaths, m);
+        if ((rc = chunk_one(&ps, ahead_take(&ra, i), paths[i], f ? f->path : "", (uint32_t)i, f ? f->size : -1, sha,
+                            &chunks)) < 0)
             break;
         if (f) {
             f->chunks = chunks;
@@ -510,6 +581,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     pr->p.bytes_done = pr->p.bytes_total;
     rc = kestrel__progress_report(pr, 1);
 done:
+    ahead_close(&ra);
     for (size_t i = 0; paths && i < npaths; i++)
         free(paths[i]);
     free(paths);

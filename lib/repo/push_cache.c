@@ -167,19 +167,34 @@ kestrel__pushcache *kestrel__pushcache_open(const char *abs)
     return pc;
 }
 
+/* The earlier push's record of rel when it still holds for st, else NULL. */
+static const record *holding(const kestrel__pushcache *pc, const char *rel, const struct stat *st)
+{
+    record key;
+    const record *r;
+    if (pc == NULL || pc->old.n == 0)
+        return NULL;
+    key.path = (char *)rel;
+    if ((r = bsearch(&key, pc->old.r, pc->old.n, sizeof(*pc->old.r), by_path)) == NULL)
+        return NULL;
+    if (r->dev != (unsigned long long)st->st_dev || r->ino != (unsigned long long)st->st_ino ||
+        r->size != (long long)st->st_size || r->mtime != ns(st->st_mtim) || r->ctime != ns(st->st_ctim) ||
+        r->mtime >= r->started)
+        return NULL;
+    return r;
+}
+
+int kestrel__pushcache_holds(const kestrel__pushcache *pc, const char *rel, const struct stat *st)
+{
+    return holding(pc, rel, st) != NULL;
+}
+
 int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const struct stat *st,
                               kestrel__chunk_ref **refs, size_t *n, char sha[65])
 {
-    record key, *r;
+    const record *r = holding(pc, rel, st);
     kestrel__chunk_ref *v;
-    if (pc == NULL || pc->old.n == 0)
-        return 0;
-    key.path = (char *)rel;
-    if ((r = bsearch(&key, pc->old.r, pc->old.n, sizeof(*pc->old.r), by_path)) == NULL)
-        return 0;
-    if (r->dev != (unsigned long long)st->st_dev || r->ino != (unsigned long long)st->st_ino ||
-        r->size != (long long)st->st_size || r->mtime != ns(st->st_mtim) || r->ctime != ns(st->st_ctim) ||
-        r->mtime >= r->started || (v = malloc((r->n + 1) * sizeof(*v))) == NULL)
+    if (r == NULL || (v = malloc((r->n + 1) * sizeof(*v))) == NULL)
         return 0;
     memcpy(v, pc->old.refs + r->first, r->n * sizeof(*v));
     memcpy(sha, r->sha, 65);

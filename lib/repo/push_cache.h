@@ -18,6 +18,9 @@ kestrel__pushcache *kestrel__pushcache_open(const char *abs);
  * file's path relative to the pushed directory, "" for a pushed file) still holds, else 0. */
 int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const struct stat *st,
                               kestrel__chunk_ref **refs, size_t *n, char sha[65]);
+/* Whether kestrel__pushcache_lookup would find rel's earlier result (and nothing more: no copy, no
+ * record carried over). */
+int kestrel__pushcache_holds(const kestrel__pushcache *pc, const char *rel, const struct stat *st);
 /* Remember rel's result (read from started_ns on) for the next push: written to the entry's temp
  * file at once, so a push of many files holds none of them in memory for the cache. */
 void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "repo.h"
+#include "chunk.h"
 #include "store.h"
 
 struct kestrel__store {
@@ -75,8 +76,7 @@ void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
     EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
-    for (unsigned int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    kestrel__hex(md, 32, hex);
 }
 
 int kestrel__store_open(kestrel__store **out, const char *root)
@@ -122,7 +122,6 @@ const char *kestrel__store_root(const kestrel__store *s)
     return s->root;
 }
 
-/* Refreshes the chunk's mtime: a push that now relies on it keeps it from the collector. */
 int kestrel__is_sha256_hex(const char *s)
 {
     size_t i = 0;
@@ -132,6 +131,7 @@ int kestrel__is_sha256_hex(const char *s)
     return i == KESTREL__HEX_LEN;
 }
 
+/* Refreshes the chunk's mtime: a push that now relies on it keeps it from the collector. */
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex)
 {
     char path[PATH_MAX];
@@ -169,7 +169,11 @@ static int write_temp(const char *final, const void *data, size_t len, char *tmp
         p += w;
         len -= (size_t)w;
     }
-    if (!do_fsync)   /* a chunk: start writing it back now, so the sync before the commit finds little left */
+    /* A chunk: start writing it back now, so the sync before the commit finds little left. Not a
+     * chunk under the smallest cut (a small file's only chunk, or a file's tail): those are left to
+     * that sync, which writes many at once. Kicked one by one, the 20,000 files of 8-56 KB of
+     * bench-repo's dataset cost kestreld 0.8 s more CPU (3.5 s, not 2.7) for the same push time. */
+    if (!do_fsync && len >= KESTREL__CHUNK_MIN)
         (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     if ((do_fsync && fsync(fd) < 0) || close(fd) < 0) {
         int rc = io_error("cannot sync", tmp);
@@ -246,6 +250,22 @@ int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_l
     return 0;
 }
 
+/* The digest of one stored chunk as a file's: its name, once its size is the one expected. */
+static int chunk_sized(kestrel__store *s, const char *hex, int64_t size, char out[KESTREL__HEX_LEN + 1])
+{
+    char path[PATH_MAX];
+    struct stat st;
+    chunk_path(s, hex, path, sizeof(path));
+    if (stat(path, &st) < 0)
+        return errno == ENOENT ? kestrel__error_set(KESTREL_EINVALID, "chunk %.12s is not stored: push it first", hex)
+                               : io_error("cannot read", path);
+    if ((int64_t)st.st_size != size)
+        return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s holds %lld bytes, not the %lld the manifest says", hex,
+                                  (long long)st.st_size, (long long)size);
+    memcpy(out, hex, KESTREL__HEX_LEN + 1);
+    return 0;
+}
+
 int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n,
                                  char out[KESTREL__HEX_LEN + 1])
 {
@@ -253,6 +273,11 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
     unsigned char md[EVP_MAX_MD_SIZE], *buf = malloc(1 << 20);
     unsigned int mdlen = 0;
     int rc = 0;
+    if (n == 1) {   /* its bytes hash to its name: checked as they came, so only its size is read */
+        EVP_MD_CTX_free(ctx);
+        free(buf);
+        return chunk_sized(s, hexes[0], sizes[0], out);
+    }
     if (ctx == NULL || buf == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
         rc = kestrel__error_oom();
         goto out;
@@ -278,9 +303,7 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
     }
     if (rc == 0) {
         EVP_DigestFinal_ex(ctx, md, &mdlen);
-        for (unsigned int i = 0; i < mdlen && i < 32; i++)
-            snprintf(out + 2 * i, 3, "%02x", md[i]);
-        out[KESTREL__HEX_LEN] = '\0';
+        kestrel__hex(md, 32, out);
     }
 out:
     EVP_MD_CTX_free(ctx);
@@ -313,9 +336,7 @@ int kestrel__store_check_chunk(kestrel__store *s, const char *hex)
     EVP_DigestFinal_ex(ctx, md, &mdlen);
     EVP_MD_CTX_free(ctx);
     free(buf);
-    for (unsigned int i = 0; i < mdlen && i < 32; i++)
-        snprintf(got + 2 * i, 3, "%02x", md[i]);
-    got[KESTREL__HEX_LEN] = '\0';
+    kestrel__hex(md, 32, got);
     if (!strcmp(got, hex))
         return 0;
     /* aside, under its name and when: no longer stored, so the next push sends it again */

@@ -44,16 +44,18 @@ int kestrel__is_sha256_hex(const char *s);
  * longer counts as stored), < 0 on error. */
 int kestrel__store_check_chunk(kestrel__store *s, const char *hex);
 /* SHA-256 over chunks hexes[0..n) as stored, each checked to hold sizes[i] bytes (KESTREL_EINVALID
- * with why when one is missing or of another size). Their own digests were checked as they came. */
+ * with why when one is missing or of another size). Their own digests were checked as they came, so
+ * the digest of a single chunk is its name: only its size is looked at (stat), nothing read. */
 int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n,
                                  char out[KESTREL__HEX_LEN + 1]);
 /* The whole-file digests of m (the version's, or each listed file's and then the listing's) from
  * its chunks as stored (store_digests.c): an empty one is filled in, a given one must match
  * (KESTREL_EINVALID). known (NULL: none) marks the files (index 0 for a file version) whose digest
- * is not to be read (kestreld: set from a run; file://: given by this process's own push). msg
- * receives why it failed. */
-int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, char *msg,
-                                size_t n);
+ * is not to be read (kestreld: set from a run; file://: given by this process's own push). A file
+ * of one chunk takes that chunk's digest (kestrel__store_digest_chunks). *read (NULL: not wanted)
+ * receives the bytes of the files read back and hashed; msg, why it failed. */
+int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, uint64_t *read,
+                                char *msg, size_t n);
 /* m's chunk digests and sizes, in order, as two arrays (free both). */
 int kestrel__manifest_chunk_arrays(const Kestrel__V1__Manifest *m, char ***hex, int64_t **size);
 /* got, the SHA-256 of file i of m (0 for a file version), computed from its chunks: set where m

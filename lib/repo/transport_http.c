@@ -324,8 +324,7 @@ static int pack_start(void *ctx, http *h, stream *s)
             if (RAND_bytes(id, sizeof(id)) != 1)   /* OpenSSL's generator is not seeded: the system's entropy */
                 return kestrel__error_set(KESTREL_EIO, "cannot pick a run id: OpenSSL has no random bytes "
                                                       "(check /dev/urandom and the getrandom system call)");
-            for (int i = 0; i < 16; i++)
-                snprintf(h->run_id + 2 * i, 3, "%02x", id[i]);
+            kestrel__hex(id, 16, h->run_id);
             h->run_file = c->file;
         }
         while (p->next == first || (p->next < p->n && follows(p->todo, p->n, p->next - 1) &&

@@ -85,7 +85,7 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *vers
             return kestrel__error_oom();
         for (size_t i = 0; i < (m->n_files ? m->n_files : 1); i++)
             given[i] = (m->n_files ? m->files[i]->sha256 : m->sha256)[0] != '\0';
-        rc = kestrel__store_fill_digests(STORE(t), m, given, msg, sizeof(msg));
+        rc = kestrel__store_fill_digests(STORE(t), m, given, NULL, msg, sizeof(msg));
         free(given);
         if (rc < 0 || (rc = kestrel__manifest_check(m)) < 0)   /* whole now: a listing digest given must hold */
             return rc;

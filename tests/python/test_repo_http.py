@@ -659,7 +659,13 @@ def digest_bytes(d):
     """kestrel_repo_commit_digest_bytes_total by source, from /metrics."""
     text = raw(d, "GET", "/metrics")[1].decode()
     return {src: float(line.split()[-1]) for line in text.splitlines()
-            for src in ("stream", "store") if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
+            for src in ("stream", "store", "chunk") if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
+
+
+def kestreld_manifest(d, name, version):
+    status, body = raw(d, "GET", f"/api/v1/models/{name}/versions/{version}")
+    assert status == 200, body
+    return json.loads(body)
 
 
 def pack(*chunks):
@@ -669,7 +675,8 @@ def pack(*chunks):
 def test_a_commit_takes_a_files_digest_from_its_chunks_as_they_streamed(kestreld, tmp_path, monkeypatch):
     """kestreld hashes a file whose new chunks a push sends in order (packs of one run) as they come,
     so its commit does not read them back; a commit of chunks that were stored already reads them
-    back. A run is its user's only: another user can neither extend it nor use it."""
+    back. A run is its user's only: another user can neither extend it nor use it. A file of one chunk
+    takes that chunk's digest: nothing read back."""
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     c = kestrel.Client(kestreld.url, kestreld.token)
     src = tmp_path / "big.bin"
@@ -713,6 +720,21 @@ def test_a_commit_takes_a_files_digest_from_its_chunks_as_they_streamed(kestreld
     assert b2["stream"] - b1["stream"] == 170000 and b2["store"] == b1["store"]
     assert commit("alice/again", alice) == want            # a run is used once
     assert digest_bytes(kestreld)["store"] - b2["store"] == 170000
+
+    # files of one chunk: each one's digest is its chunk's (checked as it came in), nothing read back
+    tree = tmp_path / "small"
+    for i in range(20):
+        (tree / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
+        (tree / f"d{i % 3}" / f"f{i}.bin").write_bytes(os.urandom(1000 + 997 * i))
+    (tree / "empty").write_bytes(b"")
+    b3 = digest_bytes(kestreld)
+    assert c.push("team/small", str(tree)) == 1
+    b4 = digest_bytes(kestreld)
+    size = sum(1000 + 997 * i for i in range(20))
+    assert b4["chunk"] - b3["chunk"] == size and b4["store"] == b3["store"] and b4["stream"] == b3["stream"], (b3, b4)
+    got = {f["path"]: f["sha256"] for f in kestreld_manifest(kestreld, "team/small", 1)["files"]}
+    assert got == {str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
+                   for p in tree.rglob("*") if p.is_file()}
 
 
 def test_a_file_handed_over_at_once_streams_in_packs_of_one_run_in_order(kestreld, tmp_path, monkeypatch):

@@ -1,0 +1,69 @@
+"""What a directory push reads from the disk. It starts the reads of the files after the one it
+hashes (read-ahead: a disk serves many small reads at once), but never of a file the stat cache
+vouches for: an identical re-push reads none of their bytes."""
+import ctypes
+import mmap
+import os
+import time
+
+import pytest
+
+kestrel = pytest.importorskip("kestrel")
+
+
+def cached(path):
+    """Whether any page of the file is in the page cache (mincore: looking starts no read)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    size = os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        vec = ctypes.create_string_buffer(pages)
+        rc = libc.mincore(addr, size, vec)
+        libc.munmap(addr, size)
+        assert rc == 0, os.strerror(ctypes.get_errno())
+        return any(b & 1 for b in vec.raw)
+    finally:
+        os.close(fd)
+
+
+def evict(paths):
+    os.sync()
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def test_a_push_does_not_read_ahead_what_the_stat_cache_vouches_for(kestreld, tmp_path, monkeypatch):
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    tree, old = tmp_path / "tree", time.time() - 60
+    files = []
+    for i in range(200):
+        p = tree / f"d{i % 4}" / f"f{i:03d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(os.urandom(20000 + 37 * i))
+        os.utime(p, (old, old))
+        files.append(p)
+    assert c.push("team/tree", str(tree)) == 1                     # read, hashed, remembered
+    evict(files)
+    if any(cached(p) for p in files):
+        pytest.skip("this file system keeps the files in memory (tmpfs?): nothing to observe")
+    seen = []
+    assert c.push("team/tree", str(tree), progress=seen.append) == 2 and seen[-1].bytes_new == 0
+    assert [p.name for p in files if cached(p)] == []              # stat, not read: not even ahead
+
+    # the same files changed: read (and the ones after each read ahead), pushed, pulled back the same
+    for p in files:
+        p.write_bytes(os.urandom(20000 + 37 * int(p.stem[1:])))
+    evict(files)
+    assert c.push("team/tree", str(tree), progress=seen.append) == 3 and seen[-1].bytes_new > 0
+    c.pull("team/tree@3", str(tmp_path / "back"))
+    assert all((tmp_path / "back" / p.relative_to(tree)).read_bytes() == p.read_bytes() for p in files)
