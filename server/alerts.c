@@ -74,8 +74,7 @@ static int post(struct kd_alerts *a, const Kestrel__V1__Alert *al)
         kestrel_buf_dispose(&signed_);
     }
     snprintf(sig, sizeof(sig), "X-Kestrel-Signature: t=%s,v1=", ts);
-    for (unsigned i = 0; i < maclen; i++)
-        snprintf(sig + strlen(sig), 3, "%02x", mac[i]);
+    kestrel__hex(mac, maclen, sig + strlen(sig));   /* sig has room for EVP_MAX_MD_SIZE bytes in hex */
     if ((c = curl_easy_init()) != NULL) {
         h = curl_slist_append(h, "Content-Type: application/json");
         h = curl_slist_append(h, sig);

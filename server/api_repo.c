@@ -286,16 +286,19 @@ static enum MHD_Result commit(kd_req *r, const char *name)
             rc = kestrel__error_oom();
         else if ((rc = same_as_latest(r, name, in)) == 0 &&
                  (rc = digests_from_runs(r, in, known, &streamed, msg, sizeof(msg))) == 0) {
-            uint64_t read = 0;
-            rc = kestrel__store_fill_digests(r->e->store, in, known, &read, msg, sizeof(msg));
-            if (rc == 0) {
+            uint64_t read_back = 0, size = (uint64_t)in->size;
+            rc = kestrel__store_fill_digests(r->e->store, in, known, &read_back, msg, sizeof(msg));
+            if (rc == 0) {   /* the rest: files of one chunk (manifest_check held size = sum of the files) */
                 kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STREAM, streamed);
-                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STORE, read);
-                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_CHUNK, (uint64_t)in->size - streamed - read);
+                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STORE, read_back);
+                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_CHUNK,
+                                        size >= streamed + read_back ? size - streamed - read_back : 0);
             }
         }
-        else if (rc > 0)
+        else if (rc > 0) {
+            kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_LATEST, (uint64_t)in->size);
             rc = 0;
+        }
         free(known);
         if (rc == 0 && kestrel__manifest_check(in) < 0) {   /* whole now: a given listing digest must hold */
             snprintf(msg, sizeof(msg), "%s", kestrel_error_last()->message);

@@ -362,9 +362,10 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
         rc = kd_expo_sample(out, "kestrel_repo_pull_bytes_total", NULL, (double)m->pulled);
     if (rc == 0 && (rc = kd_expo_family(out, "kestrel_repo_commit_digest_bytes_total", "counter",
                                         "Bytes of the files whose whole-file SHA-256 a commit settled: hashed as their "
-                                        "chunks streamed in (source=stream), read back from the store (source=store), or "
-                                        "a file of one chunk, whose digest is that chunk's (source=chunk).")) == 0) {
-        static const char *const sources[KD_DIGEST_SOURCES] = { "stream", "store", "chunk" };
+                                        "chunks streamed in (source=stream), read back from the store (source=store), "
+                                        "a file of one chunk, whose digest is that chunk's (source=chunk), or the same "
+                                        "files as the latest version, whose digests it has (source=latest).")) == 0) {
+        static const char *const sources[KD_DIGEST_SOURCES] = { "stream", "store", "chunk", "latest" };
         for (int i = 0; rc == 0 && i < KD_DIGEST_SOURCES; i++) {
             const char *labels[] = { "source", sources[i], NULL };
             rc = kd_expo_sample(out, "kestrel_repo_commit_digest_bytes_total", labels, (double)m->digest_bytes[i]);

@@ -7,7 +7,8 @@
  * exactly a run's chunks takes the file's digest from the run instead of reading those chunks back
  * and hashing them after the upload: the server computed it from bytes it verified itself, so
  * nothing is taken on the client's word. A run is the user's who started it, used once, and the
- * table is bounded (1024 runs; the least recently used gives way); without a run, the commit reads back. */
+ * table is bounded (1024 runs; the least recently used gives way); without a run, the commit reads
+ * back a file of several chunks (a file of one chunk has that chunk's digest). */
 #ifndef KD_REPO_RUNS_H
 #define KD_REPO_RUNS_H
 

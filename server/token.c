@@ -9,7 +9,10 @@ void kd_token_hash(const char *token, char hex[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    EVP_Digest(token, strlen(token), md, &n, EVP_sha256(), NULL);
+    if (EVP_Digest(token, strlen(token), md, &n, EVP_sha256(), NULL) != 1 || n != 32) {
+        hex[0] = '\0';   /* matches no stored hash */
+        return;
+    }
     kestrel__hex(md, 32, hex);
 }
 
@@ -24,8 +27,8 @@ int kd_token_issue_for(kd_catalog *cat, kd_token *t, char *out, size_t outlen, i
     if (RAND_bytes(raw, sizeof(raw)) != 1)
         return kestrel__error_set(KESTREL_ERROR, "no randomness for a token");
     k = (size_t)snprintf(out, outlen, t->job_id ? "ksj_" : "kst_");
-    for (size_t i = 0; i < sizeof(raw); i++)
-        k += (size_t)snprintf(out + k, outlen - k, "%02x", raw[i]);
+    kestrel__hex(raw, sizeof(raw), out + k);   /* outlen holds it: checked above */
+    k += 2 * sizeof(raw);
     snprintf(t->hint, sizeof(t->hint), "%s", out + k - 4);
     if (t->created_ms == 0)
         t->created_ms = kestrel__now_ms();

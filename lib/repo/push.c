@@ -73,6 +73,23 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* Open path to read it: without waiting (a FIFO put there since the listing is refused by the
+ * caller, never waited on), never as a controlling terminal, and for a member of a directory without
+ * following a symbolic link. The regular file it must be is then read in blocking mode. */
+static int open_member(const char *path, int member, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (member ? O_NOFOLLOW : 0));
+    if (fd >= 0 && fstat(fd, st) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (fd >= 0 && S_ISREG(st->st_mode))
+        (void)fcntl(fd, F_SETFL, 0);   /* O_NONBLOCK off: a FUSE file system may honour it */
+    return fd;
+}
+
 /* Top the read buffer up to READ_BUF bytes (fewer at the end of the file: *eof). */
 static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
 {
@@ -89,17 +106,23 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
 }
 
 /* Open path for reading (fd >= 0: opened already); it must be a regular file. Returns the fd or a
- * negative error. */
-static int open_regular(int fd, const char *path, struct stat *st)
+ * negative error. member: a file of a pushed directory, where a symbolic link is refused (the
+ * listing refused them; one put there since is not followed). */
+static int open_regular(int fd, const char *path, int member, struct stat *st)
 {
     if (fd < 0)
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, st) < 0) {
+        fd = open_member(path, member, st);
+    else if (fstat(fd, st) < 0) {
         int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(e));
+        close(fd);
+        errno = e;
+        fd = -1;
     }
+    if (fd < 0 && member && errno == ELOOP)
+        return kestrel__error_set(KESTREL_EINVALID, "%s is a symbolic link now (a pushed directory's files are "
+                                  "pushed as they are, links refused)", path);
+    if (fd < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
     if (!S_ISREG(st->st_mode)) {
         close(fd);
         return kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
@@ -193,7 +216,7 @@ static int chunk_one(push_state *ps, int fd, const char *path, const char *rel, 
     struct stat st;
     int64_t started;
     int rc = 0;
-    fd = open_regular(fd, path, &st);
+    fd = open_regular(fd, path, rel[0] != '\0', &st);
     if (fd < 0)
         return fd;
     if (want_size >= 0 && (int64_t)st.st_size != want_size) {
@@ -235,20 +258,24 @@ typedef struct {
     int64_t bytes;              /* started and not yet hashed */
 } ahead;
 
-/* Open the files after file cur ahead, and start the reads of those the stat cache does not hold. */
+/* Open the files after file cur ahead (file cur taken already), and start the reads of those the
+ * stat cache does not hold. Out of descriptors, it stops there: the hasher opens the rest itself. */
 static void ahead_fill(ahead *a, push_state *ps, size_t cur, char *const *paths, size_t n,
                        const Kestrel__V1__Manifest *m)
 {
     if (a->next <= cur)
         a->next = cur + 1;
-    while (a->next < n && a->next - cur < AHEAD_FILES && a->bytes < AHEAD_BYTES) {
-        size_t i = a->next++, slot = i % AHEAD_FILES;
-        int64_t size = m->n_files ? m->files[i]->size : 0, len = size < AHEAD_FILE_MAX ? size : AHEAD_FILE_MAX;
+    while (a->next < n && a->next - cur <= AHEAD_FILES && a->bytes < AHEAD_BYTES) {
+        size_t i = a->next, slot = i % AHEAD_FILES;
+        int64_t size = m->files[i]->size, len = size < AHEAD_FILE_MAX ? size : AHEAD_FILE_MAX;
         struct stat st;
-        int fd = open(paths[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO put there since: no wait */
+        int fd = open_member(paths[i], 1, &st);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+            break;
+        a->next++;
         a->fd[slot] = fd;
         a->started[slot] = 0;
-        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+        if (fd < 0 || len == 0 || !S_ISREG(st.st_mode) ||
             kestrel__pushcache_holds(ps->cache, m->files[i]->path, &st))
             continue;
         if (posix_fadvise(fd, 0, (off_t)len, POSIX_FADV_WILLNEED) == 0) {
@@ -533,10 +560,10 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     for (size_t i = 0; i < npaths && rc == 0; i++) {
         Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
         int64_t chunks = 0;
+        int fd = ahead_take(&ra, i);
         if (f)
             ahead_fill(&ra, &ps, i, paths, npaths, m);
-        if ((rc = chunk_one(&ps, ahead_take(&ra, i), paths[i], f ? f->path : "", (uint32_t)i, f ? f->size : -1, sha,
-                            &chunks)) < 0)
+        if ((rc = chunk_one(&ps, fd, paths[i], f ? f->path : "", (uint32_t)i, f ? f->size : -1, sha, &chunks)) < 0)
             break;
         if (f) {
             f->chunks = chunks;

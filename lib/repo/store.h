@@ -52,10 +52,10 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
  * its chunks as stored (store_digests.c): an empty one is filled in, a given one must match
  * (KESTREL_EINVALID). known (NULL: none) marks the files (index 0 for a file version) whose digest
  * is not to be read (kestreld: set from a run; file://: given by this process's own push). A file
- * of one chunk takes that chunk's digest (kestrel__store_digest_chunks). *read (NULL: not wanted)
+ * of one chunk takes that chunk's digest (kestrel__store_digest_chunks). *read_back (NULL: none)
  * receives the bytes of the files read back and hashed; msg, why it failed. */
-int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, uint64_t *read,
-                                char *msg, size_t n);
+int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known,
+                                uint64_t *read_back, char *msg, size_t n);
 /* m's chunk digests and sizes, in order, as two arrays (free both). */
 int kestrel__manifest_chunk_arrays(const Kestrel__V1__Manifest *m, char ***hex, int64_t **size);
 /* got, the SHA-256 of file i of m (0 for a file version), computed from its chunks: set where m

@@ -1,7 +1,7 @@
 /* lib/repo/store_digests.c - a version's whole-file digests, from the chunks in the store: checked
  * where the manifest gives them, filled in where it leaves them empty. kestreld's commit runs it on
  * every new version (so nothing unverifiable commits, and a client need not hash each file twice),
- * except for files hashed as they streamed in; a file:// commit, only for the digests a push left
+ * except for files hashed as they streamed in and a re-push of the latest version's files; a file:// commit, only for the digests a push left
  * empty. A file of one chunk is not read: its digest is the chunk's, checked when it was stored. */
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +45,8 @@ int kestrel__manifest_settle_digest(Kestrel__V1__Manifest *m, size_t i, const ch
     return kestrel__error_set(KESTREL_EINVALID, "%s", msg);
 }
 
-int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, uint64_t *read,
-                                char *msg, size_t n)
+int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known,
+                                uint64_t *read_back, char *msg, size_t n)
 {
     char **hex, got[KESTREL__HEX_LEN + 1];
     int64_t *size;
@@ -63,8 +63,8 @@ int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, con
                 snprintf(msg, n, "%s", kestrel_error_last()->message);
             else
                 rc = kestrel__manifest_settle_digest(m, i, got, msg, n);
-            if (read && k > 1)
-                *read += (uint64_t)(m->n_files ? m->files[i]->size : m->size);
+            if (read_back && k > 1)
+                *read_back += (uint64_t)(m->n_files ? m->files[i]->size : m->size);
         }
         at += k;
     }

@@ -659,7 +659,7 @@ def digest_bytes(d):
     """kestrel_repo_commit_digest_bytes_total by source, from /metrics."""
     text = raw(d, "GET", "/metrics")[1].decode()
     return {src: float(line.split()[-1]) for line in text.splitlines()
-            for src in ("stream", "store", "chunk") if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
+            for src in ("stream", "store", "chunk", "latest") if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
 
 
 def kestreld_manifest(d, name, version):
@@ -735,6 +735,9 @@ def test_a_commit_takes_a_files_digest_from_its_chunks_as_they_streamed(kestreld
     got = {f["path"]: f["sha256"] for f in kestreld_manifest(kestreld, "team/small", 1)["files"]}
     assert got == {str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
                    for p in tree.rglob("*") if p.is_file()}
+    assert c.push("team/small", str(tree)) == 2                    # the latest version's files: its digests
+    b5 = digest_bytes(kestreld)
+    assert b5["latest"] - b4["latest"] == size and all(b5[k] == b4[k] for k in ("stream", "store", "chunk")), (b4, b5)
 
 
 def test_a_file_handed_over_at_once_streams_in_packs_of_one_run_in_order(kestreld, tmp_path, monkeypatch):
