@@ -71,6 +71,30 @@ static void chunks_have_bounded_sizes_and_survive_an_insertion(void **state)
     free(ins);
 }
 
+/* The cuts of fixed pseudo-random data, as every build since the first made them: a store's chunks
+ * dedupe against a re-push only if the same bytes are cut the same way. Sizes around the minimum,
+ * the average and the maximum, even and odd. */
+static void the_cuts_are_those_of_every_earlier_build(void **state)
+{
+    static const size_t sizes[] = { 16u << 20, (64u << 10) + 1, (64u << 10) + 2, 200001, 262144, 300003,
+                                    (1u << 20) + 1, (3u << 20) + 7 };
+    uint64_t h = 14695981039346656037ull;   /* FNV-1a over every cut offset */
+    size_t total = 0;
+    (void)state;
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        size_t cuts[512], k;
+        uint8_t *data = random_bytes(sizes[s], 7 + s);
+        k = cut_all(data, sizes[s], cuts, 512);
+        for (size_t i = 0; i < k; i++) {
+            h = (h ^ (uint64_t)cuts[i]) * 1099511628211ull;
+            total++;
+        }
+        free(data);
+    }
+    assert_int_equal(total, 81);
+    assert_int_equal(h, 0xc2fd274ed4e0223cull);
+}
+
 static int setup(void **state)
 {
     kestrel_client_options o = KESTREL_CLIENT_OPTIONS_INIT;
@@ -417,6 +441,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chunks_have_bounded_sizes_and_survive_an_insertion),
+        cmocka_unit_test(the_cuts_are_those_of_every_earlier_build),
         cmocka_unit_test(tree_paths_and_listings),
         cmocka_unit_test_setup_teardown(directory_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(push_pull_versions_aliases_and_dedupe, setup, teardown),
