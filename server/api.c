@@ -130,8 +130,9 @@ static int authenticate(kd_req *r, enum MHD_Result *reply)
     } else if (h == NULL || strncmp(h, "Bearer ", 7) || !h[7]) {
         *reply = kd_reply_error(r, 401, "unauthenticated", "missing 'Authorization: Bearer <token>' header");
         return -1;
-    } else {
-        kd_token_hash(h + 7, hash);
+    } else if (kd_token_hash(h + 7, hash) < 0) {
+        *reply = kd_reply_failure(r, KESTREL_ERROR);
+        return -1;
     }
     if (kd_catalog_token_find(r->e->cat, hash, kestrel__now_ms(), &r->who) < 0) {
         if (r->via_cookie)   /* its token was revoked or expired: the session ends with it */

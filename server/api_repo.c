@@ -279,7 +279,8 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         struct store_sync w = { r->e->store, 0 };
         pthread_t th;
         int threaded = pthread_create(&th, NULL, store_sync_main, &w) == 0;
-        /* every file's SHA-256 from the stored chunks: checked where the client gave it, else filled in */
+        /* every file's SHA-256 (the latest version's, a run's, a one-chunk file's chunk's, or read back
+         * from the stored chunks): checked where the client gave it, else filled in */
         unsigned char *known = calloc(in->n_files + 1, 1);   /* from runs: not read back */
         uint64_t streamed = 0;
         if (known == NULL)

@@ -284,7 +284,8 @@ static enum MHD_Result login(kd_console *c, kd_req *r, const char *token)
     char hash[65];
     if (token == NULL || !*token || strlen(token) > KD_LOGIN_TOKEN_MAX)
         return redirect(c, r, "/?error=token", NULL, 0);
-    kd_token_hash(token, hash);
+    if (kd_token_hash(token, hash) < 0)
+        return redirect(c, r, "/?error=token", NULL, 0);
     return login_hash(c, r, hash);
 }
 
@@ -328,7 +329,8 @@ static enum MHD_Result make_login_code(kd_console *c, kd_req *r)
     enum MHD_Result ok;
     if (h == NULL || strncmp(h, "Bearer ", 7) || !h[7])
         return kd_reply_error(r, 401, "unauthenticated", "missing 'Authorization: Bearer <token>' header");
-    kd_token_hash(h + 7, hash);
+    if (kd_token_hash(h + 7, hash) < 0)
+        return kd_reply_failure(r, KESTREL_ERROR);
     if (kd_catalog_token_find(r->e->cat, hash, now, &who) < 0)
         return kd_reply_error(r, 401, "unauthenticated", kestrel_error_last()->message);
     if (who.job_id || who.scope == KD_SCOPE_METRICS)

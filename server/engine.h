@@ -252,7 +252,8 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
 int kd_token_issue(kd_catalog *cat, int64_t user_id, int64_t job_id, char *out, size_t outlen);
 /* A token as t describes it (scope, expiry, name; hint and created_ms filled); *id_out its id. */
 int kd_token_issue_for(kd_catalog *cat, kd_token *t, char *out, size_t outlen, int64_t *id_out);
-/* SHA-256 hex of a token. */
-void kd_token_hash(const char *token, char hex[65]);
+/* SHA-256 hex of a token: 0, or KESTREL_ERROR (OpenSSL failed; hex is then "", to be looked up
+ * nowhere). */
+int kd_token_hash(const char *token, char hex[65]);
 
 #endif

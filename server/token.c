@@ -5,15 +5,16 @@
 #include <openssl/rand.h>
 #include "engine.h"
 
-void kd_token_hash(const char *token, char hex[65])
+int kd_token_hash(const char *token, char hex[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
     if (EVP_Digest(token, strlen(token), md, &n, EVP_sha256(), NULL) != 1 || n != 32) {
-        hex[0] = '\0';   /* matches no stored hash */
-        return;
+        hex[0] = '\0';
+        return kestrel__error_set(KESTREL_ERROR, "OpenSSL could not hash a token");
     }
     kestrel__hex(md, 32, hex);
+    return 0;
 }
 
 /* A new random token for t (its hint is set here); t->created_ms is now when 0. */
@@ -32,7 +33,8 @@ int kd_token_issue_for(kd_catalog *cat, kd_token *t, char *out, size_t outlen, i
     snprintf(t->hint, sizeof(t->hint), "%s", out + k - 4);
     if (t->created_ms == 0)
         t->created_ms = kestrel__now_ms();
-    kd_token_hash(out, hash);
+    if (kd_token_hash(out, hash) < 0)
+        return KESTREL_ERROR;
     return kd_catalog_token_insert(cat, hash, t, id_out);
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <openssl/evp.h>
+#include "file_open.h"
 #include "filehash.h"
 #include "internal.h"
 
@@ -96,10 +97,15 @@ static int start(kestrel__filehash **out, int fd, int follow)
 
 int kestrel__filehash_start(kestrel__filehash **out, const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = kestrel__file_open(path, 0, &st);
     *out = NULL;
     if (fd < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return kestrel__error_set(KESTREL_EIO, "%s is no longer a regular file", path);
+    }
     return start(out, fd, 0);
 }
 

@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "chunk.h"
+#include "file_open.h"
 #include "filehash.h"
 #include "push_cache.h"
 #include "store.h"
@@ -22,9 +24,9 @@
 #define READ_BUF (8u * 1024 * 1024)
 /* Read-ahead for many small files: the disk serves many reads at once, but one reader waits for
  * each in turn. So the files after the one being hashed are opened early and their reads started
- * (POSIX_FADV_WILLNEED), up to AHEAD_FILES files and AHEAD_BYTES bytes ahead (of a larger file, its
- * first AHEAD_FILE_MAX bytes: its own reads are sequential then). Files the stat cache vouches for
- * are opened ahead but not read. */
+ * (POSIX_FADV_WILLNEED), up to AHEAD_FILES files and about AHEAD_BYTES bytes ahead (of a larger
+ * file, its first AHEAD_FILE_MAX bytes: its own reads are sequential then). Files the stat cache
+ * vouches for are opened ahead but not read; empty ones not either. */
 #define AHEAD_FILES 64
 #define AHEAD_BYTES (16 * 1024 * 1024)
 #define AHEAD_FILE_MAX (1024 * 1024)
@@ -73,23 +75,6 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Open path to read it: without waiting (a FIFO put there since the listing is refused by the
- * caller, never waited on), never as a controlling terminal, and for a member of a directory without
- * following a symbolic link. The regular file it must be is then read in blocking mode. */
-static int open_member(const char *path, int member, struct stat *st)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (member ? O_NOFOLLOW : 0));
-    if (fd >= 0 && fstat(fd, st) < 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    if (fd >= 0 && S_ISREG(st->st_mode))
-        (void)fcntl(fd, F_SETFL, 0);   /* O_NONBLOCK off: a FUSE file system may honour it */
-    return fd;
-}
-
 /* Top the read buffer up to READ_BUF bytes (fewer at the end of the file: *eof). */
 static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
 {
@@ -111,7 +96,7 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
 static int open_regular(int fd, const char *path, int member, struct stat *st)
 {
     if (fd < 0)
-        fd = open_member(path, member, st);
+        fd = kestrel__file_open(path, member, st);
     else if (fstat(fd, st) < 0) {
         int e = errno;
         close(fd);
@@ -256,22 +241,52 @@ typedef struct {
     int64_t started[AHEAD_FILES];   /* the bytes whose read it started */
     size_t next;                /* the first file not opened ahead yet */
     int64_t bytes;              /* started and not yet hashed */
+    size_t window;              /* files opened ahead at most (0: none) */
 } ahead;
 
+/* Nothing opened; a window of AHEAD_FILES, less where the process may open few descriptors (a
+ * sixteenth of them at most: the senders, the connections and the caller's own need the rest). */
+static void ahead_init(ahead *a)
+{
+    struct rlimit lim;
+    memset(a, 0, sizeof(*a));
+    for (size_t i = 0; i < AHEAD_FILES; i++)
+        a->fd[i] = -1;
+    a->window = AHEAD_FILES;
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur / 16 < AHEAD_FILES)
+        a->window = (size_t)(lim.rlim_cur / 16);
+}
+
+/* Close every descriptor opened ahead (the hasher opens those files itself). */
+static void ahead_close(ahead *a)
+{
+    for (size_t i = 0; i < AHEAD_FILES; i++) {
+        if (a->fd[i] >= 0)
+            close(a->fd[i]);
+        a->fd[i] = -1;
+        a->started[i] = 0;
+    }
+    a->bytes = 0;
+}
+
 /* Open the files after file cur ahead (file cur taken already), and start the reads of those the
- * stat cache does not hold. Out of descriptors, it stops there: the hasher opens the rest itself. */
+ * stat cache does not hold. Out of descriptors, it gives back all it holds and stops for the rest of
+ * the push: the hasher opens each file itself. */
 static void ahead_fill(ahead *a, push_state *ps, size_t cur, char *const *paths, size_t n,
                        const Kestrel__V1__Manifest *m)
 {
     if (a->next <= cur)
         a->next = cur + 1;
-    while (a->next < n && a->next - cur <= AHEAD_FILES && a->bytes < AHEAD_BYTES) {
+    while (a->next < n && a->next - cur <= a->window && a->bytes < AHEAD_BYTES) {
         size_t i = a->next, slot = i % AHEAD_FILES;
         int64_t size = m->files[i]->size, len = size < AHEAD_FILE_MAX ? size : AHEAD_FILE_MAX;
         struct stat st;
-        int fd = open_member(paths[i], 1, &st);
-        if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+        int fd = kestrel__file_open(paths[i], 1, &st);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+            ahead_close(a);
+            a->window = 0;
             break;
+        }
         a->next++;
         a->fd[slot] = fd;
         a->started[slot] = 0;
@@ -297,14 +312,6 @@ static int ahead_take(ahead *a, size_t i)
     a->bytes -= a->started[slot];
     a->started[slot] = 0;
     return fd;
-}
-
-/* Close what a failed push left opened ahead. */
-static void ahead_close(ahead *a)
-{
-    for (size_t i = 0; i < AHEAD_FILES; i++)
-        if (a->fd[i] >= 0)
-            close(a->fd[i]);
 }
 
 static int by_digest(const void *a, const void *b)
@@ -516,9 +523,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     struct stat st;
     int rc = 0;
     memset(&ps, 0, sizeof(ps));
-    memset(&ra, 0, sizeof(ra));
-    for (size_t i = 0; i < AHEAD_FILES; i++)
-        ra.fd[i] = -1;
+    ahead_init(&ra);
     ps.pr = pr;
     ps.hash_whole = t->hash_whole;
     if (m == NULL || (ps.buf = malloc(READ_BUF)) == NULL) {

@@ -75,8 +75,10 @@ void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
-    kestrel__hex(md, 32, hex);
+    if (EVP_Digest(data, len, md, &n, EVP_sha256(), NULL) != 1 || n != 32)
+        hex[0] = '\0';   /* OpenSSL failed: equal to no digest, so nothing is taken for checked */
+    else
+        kestrel__hex(md, 32, hex);
 }
 
 int kestrel__store_open(kestrel__store **out, const char *root)

@@ -31,6 +31,7 @@ void kestrel__store_close(kestrel__store *s);
 int kestrel__repo_name_valid(const char *name);
 int kestrel__alias_valid(const char *alias);
 
+/* SHA-256 of data in lowercase hex; "" when OpenSSL fails (it then equals no digest). */
 void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1]);
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex);
 int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len);

@@ -1,8 +1,9 @@
 /* lib/repo/store_digests.c - a version's whole-file digests, from the chunks in the store: checked
  * where the manifest gives them, filled in where it leaves them empty. kestreld's commit runs it on
  * every new version (so nothing unverifiable commits, and a client need not hash each file twice),
- * except for files hashed as they streamed in and a re-push of the latest version's files; a file:// commit, only for the digests a push left
- * empty. A file of one chunk is not read: its digest is the chunk's, checked when it was stored. */
+ * except for files hashed as they streamed in and a re-push of the latest version's files; a
+ * file:// commit, only for the digests a push left empty. A file of one chunk is not read: its
+ * digest is the chunk's, checked when it was stored. */
 #include <stdlib.h>
 #include <string.h>
 #include "repo.h"

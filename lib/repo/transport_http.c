@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <openssl/rand.h>
+#include "file_open.h"
 #include "http.h"
 #include "store.h"
 #include "transport.h"
@@ -255,10 +256,15 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
             continue;
         }
         if (u->fd < 0 || u->fd_file != c->file) {
+            struct stat st;
             if (u->fd >= 0)
                 close(u->fd);
             u->fd_file = c->file;
-            if ((u->fd = open(u->paths[c->file], O_RDONLY | O_CLOEXEC)) < 0)
+            if ((u->fd = kestrel__file_open(u->paths[c->file], 0, &st)) >= 0 && !S_ISREG(st.st_mode)) {
+                close(u->fd);   /* no longer the file that was hashed (a FIFO would never end) */
+                u->fd = -1;
+            }
+            if (u->fd < 0)
                 return CURL_READFUNC_ABORT;
         }
         {

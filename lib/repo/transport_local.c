@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "chunk.h"
+#include "file_open.h"
 #include "store.h"
 #include "transport.h"
 
@@ -47,8 +48,14 @@ static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel_
             if (fd >= 0)
                 close(fd);
             open_file = c->file;
-            if ((fd = open(paths[c->file], O_RDONLY | O_CLOEXEC)) < 0) {
+            struct stat st;
+            if ((fd = kestrel__file_open(paths[c->file], 0, &st)) < 0) {
                 rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", paths[c->file], strerror(errno));
+                break;
+            }
+            if (!S_ISREG(st.st_mode)) {
+                rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (no longer a regular file)",
+                                        paths[c->file]);
                 break;
             }
         }

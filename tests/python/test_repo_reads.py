@@ -1,12 +1,16 @@
 """What a directory push reads from the disk. It starts the reads of the files after the one it
 hashes (read-ahead: a disk serves many small reads at once), but never of a file the stat cache
-vouches for: an identical re-push reads none of their bytes."""
+vouches for: an identical re-push reads none of their bytes. Read-ahead holds descriptors, so it
+takes few where the process may open few, and gives them all back when they run out."""
 import ctypes
 import mmap
 import os
+import subprocess
 import time
 
 import pytest
+
+from conftest import KESTREL_CLI
 
 kestrel = pytest.importorskip("kestrel")
 
@@ -52,6 +56,7 @@ def test_a_push_does_not_read_ahead_what_the_stat_cache_vouches_for(kestreld, tm
         p.write_bytes(os.urandom(20000 + 37 * i))
         os.utime(p, (old, old))
         files.append(p)
+    (tree / "empty").write_bytes(b"")                              # nothing to read ahead
     assert c.push("team/tree", str(tree)) == 1                     # read, hashed, remembered
     evict(files)
     if any(cached(p) for p in files):
@@ -73,3 +78,26 @@ def test_a_push_does_not_read_ahead_what_the_stat_cache_vouches_for(kestreld, tm
     assert c.push("team/tree", str(tree), progress=seen.append) == 3 and seen[-1].bytes_new > 0
     c.pull("team/tree@3", str(tmp_path / "back"))
     assert all((tmp_path / "back" / p.relative_to(tree)).read_bytes() == p.read_bytes() for p in files)
+
+
+@pytest.mark.parametrize("held", [0, 238])
+@pytest.mark.parametrize("door", ["http", "file"])
+def test_a_push_works_with_few_descriptors_free(kestreld, tmp_path, held, door):
+    """Under `ulimit -n 64` the window is 4 files; under 256 with all but about 15 descriptors taken
+    already, read-ahead runs out, gives back what it holds, and the push goes on without it."""
+    tree = tmp_path / "tree"
+    for i in range(300):
+        p = tree / f"d{i % 3}" / f"f{i:03d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(os.urandom(3000 + i))
+    env = dict(os.environ, KESTREL_CACHE_DIR=str(tmp_path / "cache"), KESTREL_TOKEN=kestreld.token,
+               KESTREL_URL=kestreld.url if door == "http" else f"file://{tmp_path / 'store'}")
+    limit = 256 if held else 64
+    script = (f"ulimit -n {limit} && for i in $(seq {held}); do exec {{fd}}</dev/null; done; "
+              f"exec '{KESTREL_CLI}' push team/few '{tree}'")
+    r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "pushed team/few@1" in r.stdout, (r.stdout, r.stderr)
+    r = subprocess.run([KESTREL_CLI, "pull", "team/few", "--dest", str(tmp_path / "back")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert all((tmp_path / "back" / p.relative_to(tree)).read_bytes() == p.read_bytes() for p in tree.rglob("*.bin"))

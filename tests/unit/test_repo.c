@@ -1,15 +1,19 @@
 /* Unit tests: content-defined chunking and the repository through file:// URLs. */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "chunk.h"
+#include "file_open.h"
 #include "store.h"
 #include "repo.h"
 
@@ -71,28 +75,37 @@ static void chunks_have_bounded_sizes_and_survive_an_insertion(void **state)
     free(ins);
 }
 
-/* The cuts of fixed pseudo-random data, as every build since the first made them: a store's chunks
- * dedupe against a re-push only if the same bytes are cut the same way. Sizes around the minimum,
- * the average and the maximum, even and odd. */
+/* The cuts of fixed data, as every build since the first made them: a store's chunks dedupe against
+ * a re-push only if the same bytes are cut the same way. Pseudo-random data of sizes at, around and
+ * below the minimum, the average and the maximum (even and odd), and data without any cut point
+ * (zeros, ones, a short repeated pattern: zero-filled runs are common in model files), where every
+ * cut is a forced one at the maximum. The fold is FNV-1a's, over 64-bit offsets. */
 static void the_cuts_are_those_of_every_earlier_build(void **state)
 {
     static const size_t sizes[] = { 16u << 20, (64u << 10) + 1, (64u << 10) + 2, 200001, 262144, 300003,
-                                    (1u << 20) + 1, (3u << 20) + 7 };
-    uint64_t h = 14695981039346656037ull;   /* FNV-1a over every cut offset */
-    size_t total = 0;
+                                    (1u << 20) + 1, (3u << 20) + 7, 64u << 10, 1000 };
+    static const size_t flat = (3u << 20) + 5;
+    uint64_t h = 14695981039346656037ull;
+    size_t total = 0, cuts[512], k;
     (void)state;
-    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-        size_t cuts[512], k;
-        uint8_t *data = random_bytes(sizes[s], 7 + s);
-        k = cut_all(data, sizes[s], cuts, 512);
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]) + 3; s++) {
+        size_t n = s < sizeof(sizes) / sizeof(sizes[0]) ? sizes[s] : flat;
+        uint8_t *data = random_bytes(n, 7 + s);
+        size_t kind = s - sizeof(sizes) / sizeof(sizes[0]);   /* past the sizes: 0 zeros, 1 ones, 2 a pattern */
+        for (size_t i = 0; s >= sizeof(sizes) / sizeof(sizes[0]) && i < n; i++)
+            data[i] = kind == 0 ? 0 : kind == 1 ? 0xff : (uint8_t)"kestrel-pattern"[i % 15];
+        k = cut_all(data, n, cuts, 512);
+        if (s >= sizeof(sizes) / sizeof(sizes[0]))   /* no cut point: 1 MiB, 1 MiB, 1 MiB, the rest */
+            for (size_t i = 0; i < k; i++)
+                assert_int_equal(cuts[i], i + 1 < k ? (i + 1) * KESTREL__CHUNK_MAX : n);
         for (size_t i = 0; i < k; i++) {
             h = (h ^ (uint64_t)cuts[i]) * 1099511628211ull;
             total++;
         }
         free(data);
     }
-    assert_int_equal(total, 81);
-    assert_int_equal(h, 0xc2fd274ed4e0223cull);
+    assert_int_equal(total, 95);
+    assert_int_equal(h, 0xad7274577f74152bull);
 }
 
 static int setup(void **state)
@@ -142,6 +155,58 @@ static int same_file(const char *a, const char *b)
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", a, b);
     return system(cmd) == 0;
+}
+
+/* A push reads a file 8 MiB at a time: its chunks are still the whole file's cuts, across windows. */
+static void a_push_cuts_a_file_as_the_chunker_does(void **state)
+{
+    size_t n = 20u << 20, cuts[256], k;
+    uint8_t *data = random_bytes(n, 11);
+    char f[128], root[128];
+    kestrel__store *s;
+    Kestrel__V1__Manifest *m = NULL;
+    kestrel_progress st;
+    (void)state;
+    snprintf(f, sizeof(f), "%s/windows.bin", dir);
+    write_file(f, data, n);
+    k = cut_all(data, n, cuts, 256);
+    assert_true(push("team/windows", f, &st, NULL) >= 1);
+    snprintf(root, sizeof(root), "%s/store", dir);
+    assert_int_equal(kestrel__store_open(&s, root), 0);
+    assert_int_equal(kestrel__store_resolve(s, "team/windows", &m), 0);
+    assert_int_equal(m->n_chunks, k);
+    for (size_t i = 0; i < k; i++)
+        assert_int_equal(m->chunks[i]->size, cuts[i] - (i ? cuts[i - 1] : 0));
+    kestrel__manifest_free(m);
+    kestrel__store_close(s);
+    free(data);
+}
+
+/* A file a push reads is opened without waiting (a FIFO put there is no regular file, at once),
+ * a directory's member without following a link, and a regular file ends up in blocking mode. */
+static void a_file_a_push_reads_is_opened_without_surprises(void **state)
+{
+    char fifo[128], link[128], file[128];
+    struct stat st;
+    int fd;
+    (void)state;
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(link, sizeof(link), "%s/link", dir);
+    snprintf(file, sizeof(file), "%s/plain", dir);
+    write_file(file, "abc", 3);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink(file, link), 0);
+    fd = kestrel__file_open(fifo, 1, &st);   /* no writer: a blocking open would never return */
+    assert_true(fd >= 0 && S_ISFIFO(st.st_mode));
+    close(fd);
+    assert_int_equal(kestrel__file_open(link, 1, &st), -1);
+    assert_int_equal(errno, ELOOP);
+    fd = kestrel__file_open(link, 0, &st);   /* a pushed file's own path may be a link */
+    assert_true(fd >= 0 && S_ISREG(st.st_mode) && !(fcntl(fd, F_GETFL) & O_NONBLOCK));
+    close(fd);
+    unlink(fifo);
+    unlink(link);
+    unlink(file);
 }
 
 static void push_pull_versions_aliases_and_dedupe(void **state)
@@ -443,6 +508,8 @@ int main(void)
         cmocka_unit_test(chunks_have_bounded_sizes_and_survive_an_insertion),
         cmocka_unit_test(the_cuts_are_those_of_every_earlier_build),
         cmocka_unit_test(tree_paths_and_listings),
+        cmocka_unit_test_setup_teardown(a_push_cuts_a_file_as_the_chunker_does, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_file_a_push_reads_is_opened_without_surprises, setup, teardown),
         cmocka_unit_test_setup_teardown(directory_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(push_pull_versions_aliases_and_dedupe, setup, teardown),
         cmocka_unit_test_setup_teardown(damaged_chunk_is_an_error_never_a_wrong_file, setup, teardown),

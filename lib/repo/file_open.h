@@ -1,0 +1,14 @@
+/* lib/repo/file_open.h - opening a file a push reads (the hasher, both senders, the read-back). */
+#ifndef KESTREL_FILE_OPEN_H
+#define KESTREL_FILE_OPEN_H
+
+#include <sys/stat.h>
+
+/* Open path for reading without waiting: a FIFO put where a file was is opened at once (and is
+ * then no regular file: the caller refuses it), never as a controlling terminal, and with nofollow
+ * (a member of a pushed directory, whose listing refused links) a symbolic link is refused (ELOOP).
+ * A regular file is then in blocking mode. Returns the descriptor with *st filled in (the caller
+ * checks S_ISREG), or -1 with errno. */
+int kestrel__file_open(const char *path, int nofollow, struct stat *st);
+
+#endif
