@@ -98,7 +98,7 @@ static int start(kestrel__filehash **out, int fd, int follow)
 int kestrel__filehash_start(kestrel__filehash **out, const char *path)
 {
     struct stat st;
-    int fd = kestrel__file_open(path, 0, &st);
+    int fd = kestrel__file_open(path, 1, &st);
     *out = NULL;
     if (fd < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));

@@ -6,7 +6,8 @@
 
 typedef struct kestrel__filehash kestrel__filehash;
 
-/* Start hashing path (read through its own descriptor). */
+/* Start hashing path (read through its own descriptor; a symbolic link or other than a regular file
+ * is refused: a push hands its pushed file's resolved path). */
 int kestrel__filehash_start(kestrel__filehash **out, const char *path);
 /* Follow a file being written (fd is duplicated): hash its bytes in order, up to what
  * kestrel__filehash_advance says is written, so the hash of a download runs beside it. */

@@ -552,7 +552,8 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         goto done;
     }
     for (size_t i = 0; i < npaths; i++) {
-        if (m->n_files ? asprintf(&paths[i], "%s/%s", path, m->files[i]->path) < 0 : !(paths[i] = kestrel__strdup(path)))
+        /* a pushed file by its resolved path: every later open refuses a link (file_open.h) */
+        if (m->n_files ? asprintf(&paths[i], "%s/%s", path, m->files[i]->path) < 0 : !(paths[i] = kestrel__strdup(root)))
             paths[i] = NULL;
         if (paths[i] == NULL) {
             rc = kestrel__error_oom();

@@ -217,6 +217,7 @@ typedef struct {
     size_t n, i;         /* the pack's chunks: todo[first, n) of the pack */
     int fd;
     uint32_t fd_file;
+    int open_errno;      /* why its file could not be read again (EINVAL: no longer a regular file) */
     uint8_t head[36];
     size_t in_head, in_chunk;
     struct http_ *run;   /* a pack of the transport's run: it is busy until this one ends */
@@ -260,9 +261,12 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
             if (u->fd >= 0)
                 close(u->fd);
             u->fd_file = c->file;
-            if ((u->fd = kestrel__file_open(u->paths[c->file], 0, &st)) >= 0 && !S_ISREG(st.st_mode)) {
+            if ((u->fd = kestrel__file_open(u->paths[c->file], 1, &st)) < 0)
+                u->open_errno = errno;
+            else if (!S_ISREG(st.st_mode)) {
                 close(u->fd);   /* no longer the file that was hashed (a FIFO would never end) */
                 u->fd = -1;
+                u->open_errno = EINVAL;
             }
             if (u->fd < 0)
                 return CURL_READFUNC_ABORT;
@@ -346,7 +350,7 @@ static int pack_start(void *ctx, http *h, stream *s)
     }
     if ((u = calloc(1, sizeof(*u))) == NULL)
         return kestrel__error_oom();
-    *u = (pack_upload){ p->paths, p->todo + first, p->next - first, 0, -1, 0, { 0 }, 0, 0, run };
+    *u = (pack_upload){ .paths = p->paths, .todo = p->todo + first, .n = p->next - first, .fd = -1, .run = run };
     for (size_t i = 0; i < u->n; i++)
         total += 36 + u->todo[i]->len;
     if (transfer(h, s, url, "application/octet-stream", 1u << 20) < 0) {
@@ -379,7 +383,15 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
     packs *p = ctx;
     pack_upload *u = s->job;
     int rc = finish_transfer(s->e, cc, &s->resp, "pack upload");
-    if (rc == KESTREL_EINVALID) {   /* a chunk did not match its bytes: they changed since they were hashed */
+    if (rc < 0 && u->open_errno) {   /* say why the file could not be read again, not "changed" */
+        const char *path = u->paths[u->fd_file];
+        rc = u->open_errno == EINVAL
+                 ? kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (no longer a regular file)", path)
+                 : u->open_errno == ELOOP
+                 ? kestrel__error_set(KESTREL_EINVALID, "%s is a symbolic link now (a pushed directory's files are "
+                                      "pushed as they are, links refused)", path)
+                 : kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(u->open_errno));
+    } else if (rc == KESTREL_EINVALID) {   /* a chunk did not match its bytes: they changed since they were hashed */
         char why[300];
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         rc = kestrel__error_set(KESTREL_EIO, "a file changed while it was pushed (kestreld: %s)", why);

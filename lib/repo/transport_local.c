@@ -49,7 +49,7 @@ static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel_
                 close(fd);
             open_file = c->file;
             struct stat st;
-            if ((fd = kestrel__file_open(paths[c->file], 0, &st)) < 0) {
+            if ((fd = kestrel__file_open(paths[c->file], 1, &st)) < 0) {
                 rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", paths[c->file], strerror(errno));
                 break;
             }
