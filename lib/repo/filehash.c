@@ -98,15 +98,9 @@ static int start(kestrel__filehash **out, int fd, int follow)
 int kestrel__filehash_start(kestrel__filehash **out, const char *path)
 {
     struct stat st;
-    int fd = kestrel__file_open(path, 1, &st);
+    int fd = kestrel__file_open_regular(-1, path, 1, &st);
     *out = NULL;
-    if (fd < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return kestrel__error_set(KESTREL_EIO, "%s is no longer a regular file", path);
-    }
-    return start(out, fd, 0);
+    return fd < 0 ? fd : start(out, fd, 0);
 }
 
 int kestrel__filehash_follow(kestrel__filehash **out, int fd)

@@ -90,31 +90,6 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
     return 0;
 }
 
-/* Open path for reading (fd >= 0: opened already); it must be a regular file. Returns the fd or a
- * negative error. member: a file of a pushed directory, where a symbolic link is refused (the
- * listing refused them; one put there since is not followed). */
-static int open_regular(int fd, const char *path, int member, struct stat *st)
-{
-    if (fd < 0)
-        fd = kestrel__file_open(path, member, st);
-    else if (fstat(fd, st) < 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        fd = -1;
-    }
-    if (fd < 0 && member && errno == ELOOP)
-        return kestrel__error_set(KESTREL_EINVALID, "%s is a symbolic link now (a pushed directory's files are "
-                                  "pushed as they are, links refused)", path);
-    if (fd < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
-    if (!S_ISREG(st->st_mode)) {
-        close(fd);
-        return kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
-    }
-    return fd;
-}
-
 /* Chunk and hash the open file fd: its chunks appended to ps->refs (file index file), its SHA-256.
  * The file is read once: each buffer's chunks are hashed on this thread while a helper advances the
  * whole-file SHA-256 over the same bytes (a file of one chunk: that chunk's digest). When the
@@ -201,7 +176,7 @@ static int chunk_one(push_state *ps, int fd, const char *path, const char *rel, 
     struct stat st;
     int64_t started;
     int rc = 0;
-    fd = open_regular(fd, path, rel[0] != '\0', &st);
+    fd = kestrel__file_open_regular(fd, path, rel[0] != '\0', &st);
     if (fd < 0)
         return fd;
     if (want_size >= 0 && (int64_t)st.st_size != want_size) {

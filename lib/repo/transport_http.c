@@ -217,7 +217,8 @@ typedef struct {
     size_t n, i;         /* the pack's chunks: todo[first, n) of the pack */
     int fd;
     uint32_t fd_file;
-    int open_errno;      /* why its file could not be read again (EINVAL: no longer a regular file) */
+    int open_rc;         /* its file could not be read again: the error, and why */
+    char open_why[512];
     uint8_t head[36];
     size_t in_head, in_chunk;
     struct http_ *run;   /* a pack of the transport's run: it is busy until this one ends */
@@ -261,15 +262,12 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
             if (u->fd >= 0)
                 close(u->fd);
             u->fd_file = c->file;
-            if ((u->fd = kestrel__file_open(u->paths[c->file], 1, &st)) < 0)
-                u->open_errno = errno;
-            else if (!S_ISREG(st.st_mode)) {
-                close(u->fd);   /* no longer the file that was hashed (a FIFO would never end) */
+            if ((u->fd = kestrel__file_open_regular(-1, u->paths[c->file], 1, &st)) < 0) {
+                u->open_rc = u->fd;   /* kept for pack_end (curl sets its own error meanwhile) */
+                snprintf(u->open_why, sizeof(u->open_why), "%s", kestrel_error_last()->message);
                 u->fd = -1;
-                u->open_errno = EINVAL;
-            }
-            if (u->fd < 0)
                 return CURL_READFUNC_ABORT;
+            }
         }
         {
             size_t want = c->len - u->in_chunk, take = want < room - done ? want : room - done;
@@ -383,14 +381,8 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
     packs *p = ctx;
     pack_upload *u = s->job;
     int rc = finish_transfer(s->e, cc, &s->resp, "pack upload");
-    if (rc < 0 && u->open_errno) {   /* say why the file could not be read again, not "changed" */
-        const char *path = u->paths[u->fd_file];
-        rc = u->open_errno == EINVAL
-                 ? kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (no longer a regular file)", path)
-                 : u->open_errno == ELOOP
-                 ? kestrel__error_set(KESTREL_EINVALID, "%s is a symbolic link now (a pushed directory's files are "
-                                      "pushed as they are, links refused)", path)
-                 : kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(u->open_errno));
+    if (rc < 0 && u->open_rc < 0) {   /* say why the file could not be read again, not "changed" */
+        rc = kestrel__error_set(u->open_rc, "%s", u->open_why);
     } else if (rc == KESTREL_EINVALID) {   /* a chunk did not match its bytes: they changed since they were hashed */
         char why[300];
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);

@@ -49,13 +49,8 @@ static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel_
                 close(fd);
             open_file = c->file;
             struct stat st;
-            if ((fd = kestrel__file_open(paths[c->file], 1, &st)) < 0) {
-                rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", paths[c->file], strerror(errno));
-                break;
-            }
-            if (!S_ISREG(st.st_mode)) {
-                rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (no longer a regular file)",
-                                        paths[c->file]);
+            if ((fd = kestrel__file_open_regular(-1, paths[c->file], 1, &st)) < 0) {
+                rc = fd;
                 break;
             }
         }
