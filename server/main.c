@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "api.h"
 #include "config.h"
+#include "data_lock.h"
 #include "exec_local.h"
 #include "identity.h"
 #include "slurm.h"
@@ -33,7 +34,8 @@ static void usage(FILE *f)
         "Options:\n"
         "  -l, --listen ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
         "  -p, --port N             TCP port; 0 picks a free one (default 7070)\n"
-        "  -d, --data-dir DIR       catalog, job work dirs and admin token (default ./kestrel-data)\n"
+        "  -d, --data-dir DIR       catalog, job work dirs and admin token (default ./kestrel-data); one\n"
+        "                           kestreld a data dir: a second is refused (DATA/kestreld.lock)\n"
         "  -g, --gpus N             virtual GPU devices of the default node 'local' (default: this host's\n"
         "                           GPUs through NVML; none when there is no driver)\n"
         "      --node NAME:KEY=V,.. declare a node instead (repeatable): gpus=N, pool=P, type=T,\n"
@@ -631,7 +633,7 @@ int main(int argc, char **argv)
         return 1;
     }
     cfg.data_dir = data_dir;
-    if (kd_ident_secure_data_dir(data_dir) < 0) {
+    if (kd_data_dir_lock(data_dir) < 0 || kd_ident_secure_data_dir(data_dir) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         return 1;
     }

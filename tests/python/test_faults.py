@@ -1,6 +1,7 @@
 """Faults with the real daemon: a full disk during a push and during a job's log writes gives a
 clear error, leaves nothing half-written, and kestreld keeps serving; a kill -9 during a commit
-leaves no model name without versions, and a kill loop amid pushes and jobs loses nothing."""
+leaves no model name without versions, and a kill loop amid pushes and jobs loses nothing; a
+second kestreld on a data dir in use is refused and changes nothing there."""
 import os
 import subprocess
 import time
@@ -90,3 +91,27 @@ def test_kill_9_during_pushes_and_jobs_loses_nothing(daemon, tmp_path):
     assert committed and len(committed) < 20, "the kills should land both before and after some commits"
     restarts = [d.api("GET", f"/api/v1/jobs/{x}")[1]["restart_count"] for x in jobs]
     assert max(restarts) > 0, "some kill should land while a job runs"
+
+
+def test_a_second_kestreld_on_the_same_data_dir_is_refused_and_changes_nothing(daemon, tmp_path):
+    """Two daemons on one data dir would each take the other's running jobs for orphans. The second
+    is refused, naming the first's pid, before it touches anything: the first's job keeps running,
+    its catalog and port file are the first's. A kill -9 frees the lock (a job still running from
+    before does not hold it), so a restart after a crash needs no cleaning up."""
+    d = daemon("--gpus", "0")
+    jid = d.submit("--", "sleep", "60")
+    d.wait_state(jid, "RUNNING")
+    catalog = [(p.name, p.stat().st_mtime_ns) for p in sorted(d.data.glob("catalog.db*"))]
+    second = subprocess.run([os.environ["KESTRELD"], "--port", "0", "--data-dir", str(d.data), "--port-file",
+                             str(tmp_path / "port2")], capture_output=True, text=True, timeout=30)
+    assert second.returncode == 1, second
+    assert f"{d.data} is in use by another kestreld (pid {d.proc.pid})" in second.stderr, second.stderr
+    assert not (tmp_path / "port2").exists()
+    assert [(p.name, p.stat().st_mtime_ns) for p in sorted(d.data.glob("catalog.db*"))] == catalog
+    assert d.job(jid)["state"] == "RUNNING" and d.job(jid)["restart_count"] == 0
+    d.proc.kill()   # the job's sleep outlives its daemon: it must not hold the lock
+    d.proc.wait()
+    d.restart()
+    assert (d.data / "kestreld.lock").read_text().strip() == str(d.proc.pid)
+    assert d.api("GET", f"/api/v1/jobs/{jid}")[0] == 200
+    d.cli("cancel", str(jid))

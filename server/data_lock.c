@@ -1,0 +1,39 @@
+/* server/data_lock.c - one kestreld a data dir (see data_lock.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include "data_lock.h"
+#include "internal.h"
+
+int kd_data_dir_lock(const char *data_dir)
+{
+    char path[PATH_MAX + 32], pid[32], held[24] = "";
+    int fd, n;
+    snprintf(path, sizeof(path), "%s/kestreld.lock", data_dir);
+    if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        ssize_t got = e == EWOULDBLOCK ? pread(fd, held, sizeof(held) - 1, 0) : -1;
+        close(fd);
+        if (e != EWOULDBLOCK)
+            return kestrel__error_set(KESTREL_EIO, "cannot lock %s: %s", path, strerror(e));
+        held[got > 0 ? got : 0] = '\0';
+        held[strspn(held, "0123456789")] = '\0';   /* the pid, if the holder has written it yet */
+        return kestrel__error_set(KESTREL_EEXISTS,
+                                  "%s is in use by another kestreld%s%s%s: stop that one first, or give this one "
+                                  "its own --data-dir",
+                                  data_dir, held[0] ? " (pid " : "", held, held[0] ? ")" : "");
+    }
+    n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        int rc = kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    return fd;
+}

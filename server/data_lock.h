@@ -1,0 +1,15 @@
+/* server/data_lock.h - one kestreld a data dir.
+ *
+ * Two daemons on one data dir would each recover the other's running jobs as orphans, collect
+ * chunks the other's pushes rely on and sync only what they themselves wrote. So kestreld takes
+ * DATA/kestreld.lock (flock, exclusive) before it touches anything there and keeps it until it
+ * exits: the kernel frees it when the process ends, kill -9 included, so a crash never leaves a
+ * stale lock. The file holds the holder's pid, for the second daemon's error. */
+#ifndef KD_DATA_LOCK_H
+#define KD_DATA_LOCK_H
+
+/* The lock's descriptor (kept open, close-on-exec: jobs never hold it), or < 0 with the error set:
+ * KESTREL_EEXISTS when another process holds it, KESTREL_EIO when the file cannot be opened. */
+int kd_data_dir_lock(const char *data_dir);
+
+#endif
