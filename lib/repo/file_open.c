@@ -1,17 +1,41 @@
 /* lib/repo/file_open.c - see file_open.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/openat2.h>
 #include "file_open.h"
 #include "internal.h"
 
+/* nofollow: no link anywhere in the path (openat2's RESOLVE_NO_SYMLINKS), so a folder of a pushed
+ * directory swapped for a link since the listing is not followed out of it either. Where openat2 is
+ * missing (Linux before 5.6, or a seccomp filter that refuses it), O_NOFOLLOW: the file itself. */
+static int open_flags(const char *path, int flags, int nofollow)
+{
+    if (nofollow) {
+#ifdef SYS_openat2
+        struct open_how how;
+        int fd;
+        memset(&how, 0, sizeof(how));
+        how.flags = (uint64_t)flags;
+        how.resolve = RESOLVE_NO_SYMLINKS;
+        fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+        if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+            return fd;
+#endif
+        flags |= O_NOFOLLOW;
+    }
+    return open(path, flags);
+}
+
 int kestrel__file_open(const char *path, int nofollow, struct stat *st)
 {
-    int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | (nofollow ? O_NOFOLLOW : 0);
-    int fd = open(path, flags | O_NONBLOCK), nonblocking = 1;
+    int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY;
+    int fd = open_flags(path, flags | O_NONBLOCK, nofollow), nonblocking = 1;
     if (fd < 0 && errno == EAGAIN) {   /* a lease held by another (Samba, NFS): wait for it to break */
-        fd = open(path, flags);
+        fd = open_flags(path, flags, nofollow);
         nonblocking = 0;
     }
     if (fd >= 0 && fstat(fd, st) < 0) {
@@ -36,8 +60,8 @@ int kestrel__file_open_regular(int fd, const char *path, int nofollow, struct st
         fd = -1;
     }
     if (fd < 0 && nofollow && errno == ELOOP)
-        return kestrel__error_set(KESTREL_EINVALID, "%s is a symbolic link now (a pushed directory's files are "
-                                  "pushed as they are, links refused)", path);
+        return kestrel__error_set(KESTREL_EINVALID, "%s, or a folder in its path, is a symbolic link now (a pushed "
+                                  "directory's files are pushed as they are, links refused)", path);
     if (fd < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
     if (!S_ISREG(st->st_mode)) {

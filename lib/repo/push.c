@@ -527,8 +527,9 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         goto done;
     }
     for (size_t i = 0; i < npaths; i++) {
-        /* a pushed file by its resolved path: every later open refuses a link (file_open.h) */
-        if (m->n_files ? asprintf(&paths[i], "%s/%s", path, m->files[i]->path) < 0 : !(paths[i] = kestrel__strdup(root)))
+        /* by the resolved path of the pushed file or directory: every later open refuses a link in
+         * it (file_open.h) */
+        if (m->n_files ? asprintf(&paths[i], "%s/%s", root, m->files[i]->path) < 0 : !(paths[i] = kestrel__strdup(root)))
             paths[i] = NULL;
         if (paths[i] == NULL) {
             rc = kestrel__error_oom();

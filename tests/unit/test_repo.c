@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -182,6 +184,14 @@ static void a_push_cuts_a_file_as_the_chunker_does(void **state)
     free(data);
 }
 
+/* openat2 (Linux 5.6): with it, a link anywhere in a member's path is refused */
+static int has_openat2(void)
+{
+    struct utsname u;
+    int major = 0, minor = 0;
+    return uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 && (major > 5 || (major == 5 && minor >= 6));
+}
+
 /* A file a push reads is opened without waiting (a FIFO put there is no regular file, at once),
  * a directory's member without following a link, and a regular file ends up in blocking mode. */
 static void a_file_a_push_reads_is_opened_without_surprises(void **state)
@@ -204,6 +214,33 @@ static void a_file_a_push_reads_is_opened_without_surprises(void **state)
     fd = kestrel__file_open(link, 0, &st);   /* a pushed file's own path may be a link */
     assert_true(fd >= 0 && S_ISREG(st.st_mode) && !(fcntl(fd, F_GETFL) & O_NONBLOCK));
     close(fd);
+    {   /* a folder of a pushed directory swapped for a link to another: not followed out of the tree */
+        char real[PATH_MAX], sub[PATH_MAX + 8], member[PATH_MAX + 16], other[PATH_MAX + 16];
+        assert_non_null(realpath(dir, real));   /* members are opened by the tree's resolved path */
+        snprintf(sub, sizeof(sub), "%s/sub", real);
+        snprintf(other, sizeof(other), "%s/other", real);
+        assert_int_equal(mkdir(other, 0700), 0);
+        snprintf(member, sizeof(member), "%s/other/plain", real);
+        write_file(member, "secret", 6);
+        assert_int_equal(symlink("other", sub), 0);
+        snprintf(member, sizeof(member), "%s/sub/plain", real);
+        fd = kestrel__file_open(member, 0, &st);   /* followed where links are allowed */
+        assert_true(fd >= 0);
+        close(fd);
+        fd = kestrel__file_open(member, 1, &st);
+        if (has_openat2()) {   /* the link in the path is refused, with the push's error */
+            assert_int_equal(fd, -1);
+            assert_int_equal(errno, ELOOP);
+            assert_int_equal(kestrel__file_open_regular(-1, member, 1, &st), KESTREL_EINVALID);
+            assert_non_null(strstr(kestrel_error_last()->message, "or a folder in its path, is a symbolic link"));
+        } else if (fd >= 0) {   /* Linux < 5.6: only the file itself is checked */
+            close(fd);
+        }
+        unlink(sub);
+        snprintf(member, sizeof(member), "%s/other/plain", real);
+        unlink(member);
+        rmdir(other);
+    }
     unlink(fifo);
     unlink(link);
     unlink(file);
