@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,29 +21,148 @@
 #include "store.h"
 #include "transport.h"
 
+/* Chunks received and not yet verified and placed: the transport goes on receiving while the
+ * placer thread hashes and writes (each at most a chunk's size; 4 MiB or so in all). */
+#define QUEUED 4
+
+typedef struct {
+    kestrel_buf buf;
+    const kestrel__want *w;
+} queued;
+
 typedef struct {
     kestrel__transport *t;
     kestrel__layout *lay;
     kestrel__progress *pr;
     int64_t downloaded;
+    /* the placer: verifies each fetched chunk and places it, on its own thread */
+    pthread_t th;
+    int running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    queued q[QUEUED];
+    size_t head, n;             /* q[head .. head + n) waits; q[head] is being placed */
+    int closing, abandon;       /* no more will come; drop what waits (the fetch failed) */
+    int rc;                     /* the placer's first failure, and its error: */
+    kestrel_error err;
+    char msg[1024];
+    char damaged[KESTREL__HEX_LEN + 1];   /* a chunk that arrived damaged: the transport is told */
+    int64_t bytes_placed, chunks_placed;  /* atomic: read by the fetching thread for progress */
+    int64_t bytes_before, chunks_before;  /* progress before the fetch (the cache's share) */
 } pull_state;
 
-/* A chunk from the transport: verified, then placed. */
-static int arrived(void *ctx, const kestrel__want *w, const void *data, size_t len)
+/* Verify a fetched chunk, then place it. */
+static int place(pull_state *ps, const kestrel__want *w, const void *data, size_t len)
 {
-    pull_state *ps = ctx;
     kestrel_buf b = { (char *)data, len, 0 };
     int rc;
     if (!kestrel__chunk_verified(w->digest, &b, w->size)) {
-        ps->t->ops->damaged(ps->t, w->digest);
+        snprintf(ps->damaged, sizeof(ps->damaged), "%s", w->digest);
         return kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged or truncated (%zu of %" PRId64 " bytes)",
                                   w->digest, len, w->size);
     }
     if ((rc = kestrel__layout_place(ps->lay, w->idx, data, len)) < 0)
         return rc;
-    ps->downloaded++;
-    ps->pr->p.bytes_done += w->size;
-    ps->pr->p.chunks_done++;
+    __atomic_add_fetch(&ps->bytes_placed, w->size, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&ps->chunks_placed, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static void *placer_main(void *arg)
+{
+    pull_state *ps = arg;
+    for (;;) {
+        queued *c;
+        int rc;
+        pthread_mutex_lock(&ps->mu);
+        while (ps->n == 0 && !ps->closing)
+            pthread_cond_wait(&ps->cv, &ps->mu);
+        if (ps->n == 0 || ps->abandon) {
+            pthread_mutex_unlock(&ps->mu);
+            break;
+        }
+        c = &ps->q[ps->head];
+        pthread_mutex_unlock(&ps->mu);
+        rc = place(ps, c->w, c->buf.ptr ? c->buf.ptr : "", c->buf.size);
+        pthread_mutex_lock(&ps->mu);
+        ps->head = (ps->head + 1) % QUEUED;
+        ps->n--;
+        if (rc < 0) {   /* kept for the fetching thread */
+            const kestrel_error *e = kestrel_error_last();
+            snprintf(ps->msg, sizeof(ps->msg), "%s", e->message);
+            ps->err = *e;
+            ps->err.message = ps->msg;
+            ps->rc = rc;
+        }
+        pthread_cond_broadcast(&ps->cv);
+        pthread_mutex_unlock(&ps->mu);
+        if (rc < 0)
+            break;
+    }
+    return NULL;
+}
+
+static int placer_start(pull_state *ps)
+{
+    ps->bytes_before = ps->pr->p.bytes_done;
+    ps->chunks_before = ps->pr->p.chunks_done;
+    if (pthread_create(&ps->th, NULL, placer_main, ps) != 0)
+        return kestrel__error_set(KESTREL_ENOMEM, "cannot start the thread that places pulled chunks");
+    ps->running = 1;
+    return 0;
+}
+
+static void progress_sync(pull_state *ps)
+{
+    ps->pr->p.bytes_done = ps->bytes_before + __atomic_load_n(&ps->bytes_placed, __ATOMIC_RELAXED);
+    ps->pr->p.chunks_done = ps->chunks_before + __atomic_load_n(&ps->chunks_placed, __ATOMIC_RELAXED);
+}
+
+/* Wait for the placer to place what it has (fetch_rc < 0: to drop it), then end it; its failure,
+ * if it had one, becomes this thread's error, after the transport is told of a damaged chunk. */
+static int placer_finish(pull_state *ps, int fetch_rc)
+{
+    int rc;
+    if (!ps->running)
+        return fetch_rc;
+    pthread_mutex_lock(&ps->mu);
+    ps->closing = 1;
+    ps->abandon = fetch_rc < 0;
+    pthread_cond_broadcast(&ps->cv);
+    pthread_mutex_unlock(&ps->mu);
+    pthread_join(ps->th, NULL);
+    ps->running = 0;
+    progress_sync(ps);
+    ps->downloaded += __atomic_load_n(&ps->chunks_placed, __ATOMIC_RELAXED);
+    if (ps->damaged[0])
+        ps->t->ops->damaged(ps->t, ps->damaged);   /* before the error is restored: it may set its own */
+    if ((rc = ps->rc) < 0)
+        return kestrel__error_restore(&ps->err);
+    return fetch_rc;
+}
+
+/* A chunk from the transport: queued for the placer (copied: the transport reuses its buffer). */
+static int arrived(void *ctx, const kestrel__want *w, const void *data, size_t len)
+{
+    pull_state *ps = ctx;
+    int rc = 0;
+    pthread_mutex_lock(&ps->mu);
+    while (ps->n == QUEUED && ps->rc == 0)
+        pthread_cond_wait(&ps->cv, &ps->mu);
+    if (ps->rc == 0) {
+        queued *c = &ps->q[(ps->head + ps->n) % QUEUED];
+        c->buf.size = 0;
+        c->w = w;
+        if ((rc = kestrel__buf_put(&c->buf, data, len)) == 0) {
+            ps->n++;
+            pthread_cond_broadcast(&ps->cv);
+        }
+    } else
+        rc = KESTREL_ERROR;   /* the placer failed: the fetch stops, placer_finish says why */
+    pthread_mutex_unlock(&ps->mu);
+    if (rc < 0)
+        return rc;
+    progress_sync(ps);
     return kestrel__progress_report(ps->pr, 0);
 }
 
@@ -92,17 +212,22 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     kestrel__chunk_cache cache;
     kestrel__tree_out *tree = NULL;
     kestrel__want *want = NULL;
-    pull_state ps = { t, NULL, pr, 0 };
+    pull_state ps;
     char tmp[4096] = "", sha[65];
     size_t nwant = 0;
     int fd = -1, rc;
 
+    memset(&ps, 0, sizeof(ps));
+    memset(&cache, 0, sizeof(cache));   /* closed at the end, opened or not */
+    ps.t = t;
+    ps.pr = pr;
+    pthread_mutex_init(&ps.mu, NULL);
+    pthread_cond_init(&ps.cv, NULL);
     if ((rc = t->ops->resolve(t, ref, &mf)) < 0)
-        return rc;
+        goto done;
     if (kestrel__manifest_check(mf) < 0) {
         rc = kestrel__error_set(KESTREL_EPROTO, "the manifest of %s is damaged: %s", ref, kestrel_error_last()->message);
-        kestrel__manifest_free(mf);
-        return rc;
+        goto done;
     }
     pr->p.bytes_total = mf->size;
     kestrel__cache_open(&cache);
@@ -124,9 +249,15 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
         if ((rc = kestrel__layout_new(&ps.lay, mf, fd, NULL, NULL)) < 0)
             goto done;
     }
-    if ((rc = from_cache(&ps, &cache, mf, want, &nwant)) < 0 ||
-        (nwant && (rc = t->ops->fetch(t, want, nwant, arrived, &ps)) < 0))
+    if ((rc = from_cache(&ps, &cache, mf, want, &nwant)) < 0)
         goto done;
+    if (nwant) {
+        if ((rc = placer_start(&ps)) < 0)
+            goto done;
+        rc = t->ops->fetch(t, want, nwant, arrived, &ps);
+        if ((rc = placer_finish(&ps, rc)) < 0)
+            goto done;
+    }
     rc = kestrel__layout_finish(ps.lay, sha);
     ps.lay = NULL;
     if (rc < 0)
@@ -162,6 +293,11 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     }
     rc = kestrel__progress_report(pr, 1);
 done:
+    placer_finish(&ps, rc < 0 ? rc : -1);   /* ended already unless this pull failed on the way */
+    for (size_t i = 0; i < QUEUED; i++)
+        kestrel_buf_dispose(&ps.q[i].buf);
+    pthread_mutex_destroy(&ps.mu);
+    pthread_cond_destroy(&ps.cv);
     if (fd >= 0)
         close(fd);
     if (rc < 0 && tmp[0])
