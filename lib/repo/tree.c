@@ -41,17 +41,28 @@ static int add_file(Kestrel__V1__Manifest *m, size_t *cap, const char *path, con
     return 0;
 }
 
+/* One directory at a time: its files are listed and its folders' names kept while it is open, then
+ * it is closed before those folders are walked, so a walk holds one descriptor however deep the
+ * tree. A folder is opened without following a link (one swapped in since its parent was read). */
 static int walk(const char *root, const char *rel, Kestrel__V1__Manifest *m, size_t *cap, int depth)
 {
-    char dir[8192];
-    DIR *d;
+    char dir[8192], **subs = NULL;
+    size_t nsubs = 0, capsubs = 0;
+    DIR *d = NULL;
     struct dirent *de;
-    int rc = 0;
+    int rc = 0, fd;
     if (depth > 64)
         return kestrel__error_set(KESTREL_EINVALID, "%s: directories nested too deep", root);
     snprintf(dir, sizeof(dir), "%s%s%s", root, rel[0] ? "/" : "", rel);
-    if ((d = opendir(dir)) == NULL)
-        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", dir, strerror(errno));
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (rel[0] ? O_NOFOLLOW : 0))) < 0 ||
+        (d = fdopendir(fd)) == NULL) {
+        rc = errno == ELOOP || (errno == ENOTDIR && rel[0])
+                 ? kestrel__error_set(KESTREL_EINVALID, "%s: '%s' is no longer a directory", root, rel)
+                 : kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", dir, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
     while (rc == 0 && (de = readdir(d)) != NULL) {
         char sub[4200];
         struct stat st;
@@ -64,15 +75,24 @@ static int walk(const char *root, const char *rel, Kestrel__V1__Manifest *m, siz
         }
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
             rc = kestrel__error_set(KESTREL_EIO, "cannot read %s/%s: %s", root, sub, strerror(errno));
-        else if (S_ISDIR(st.st_mode))
-            rc = walk(root, sub, m, cap, depth + 1);
-        else if (S_ISREG(st.st_mode))
+        else if (S_ISDIR(st.st_mode)) {
+            if ((rc = kestrel__array_grow(&subs, &capsubs, nsubs + 1, sizeof(*subs))) == 0 &&
+                (subs[nsubs] = kestrel__strdup(sub)) == NULL)
+                rc = kestrel__error_oom();
+            nsubs += rc == 0;
+        } else if (S_ISREG(st.st_mode))
             rc = add_file(m, cap, sub, &st);
         else
             rc = kestrel__error_set(KESTREL_EINVALID, "%s: '%s' is not a regular file or directory (symlinks and "
                                     "special files are not stored)", root, sub);
     }
     closedir(d);
+    for (size_t i = 0; i < nsubs; i++) {
+        if (rc == 0)
+            rc = walk(root, subs[i], m, cap, depth + 1);
+        free(subs[i]);
+    }
+    free(subs);
     return rc;
 }
 

@@ -84,12 +84,18 @@ def test_a_push_does_not_read_ahead_what_the_stat_cache_vouches_for(kestreld, tm
 @pytest.mark.parametrize("door", ["http", "file"])
 def test_a_push_works_with_few_descriptors_free(kestreld, tmp_path, held, door):
     """Under `ulimit -n 64` the window is 4 files; under 256 with all but about 15 descriptors taken
-    already, read-ahead runs out, gives back what it holds, and the push goes on without it."""
+    already, read-ahead runs out, gives back what it holds, and the push goes on without it. The
+    listing holds one directory open at a time: a tree 60 folders deep is no harder."""
     tree = tmp_path / "tree"
     for i in range(300):
         p = tree / f"d{i % 3}" / f"f{i:03d}.bin"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(os.urandom(3000 + i))
+    deep = tree / "deep"
+    for level in range(60):
+        deep = deep / f"l{level:02d}"
+        deep.mkdir(parents=True)
+        (deep / "f.bin").write_bytes(os.urandom(100 + level))
     env = dict(os.environ, KESTREL_CACHE_DIR=str(tmp_path / "cache"), KESTREL_TOKEN=kestreld.token,
                KESTREL_URL=kestreld.url if door == "http" else f"file://{tmp_path / 'store'}")
     limit = 256 if held else 64
