@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "data_lock.h"
 #include "internal.h"
@@ -12,10 +13,15 @@
 int kd_data_dir_lock(const char *data_dir)
 {
     char path[PATH_MAX + 32], pid[32], held[24] = "";
+    struct stat st;
     int fd, n;
     snprintf(path, sizeof(path), "%s/kestreld.lock", data_dir);
-    if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+    if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600)) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot open %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
+        close(fd);   /* not a file of ours alone: never truncated */
+        return kestrel__error_set(KESTREL_EIO, "%s is not a plain file of this account's (remove it)", path);
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
         ssize_t got = e == EWOULDBLOCK ? pread(fd, held, sizeof(held) - 1, 0) : -1;

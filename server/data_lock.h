@@ -4,7 +4,10 @@
  * chunks the other's pushes rely on and sync only what they themselves wrote. So kestreld takes
  * DATA/kestreld.lock (flock, exclusive) before it touches anything there and keeps it until it
  * exits: the kernel frees it when the process ends, kill -9 included, so a crash never leaves a
- * stale lock. The file holds the holder's pid, for the second daemon's error. */
+ * stale lock. The file holds the holder's pid, for the second daemon's error.
+ * Limits: on NFS flock becomes a POSIX lock (no lock daemon: kestreld does not start, "No locks
+ * available"; a mount with local_lock or nolock excludes only daemons on the same host); a job
+ * of the daemon's own account (kestreld not root) could remove the file under a running daemon. */
 #ifndef KD_DATA_LOCK_H
 #define KD_DATA_LOCK_H
 

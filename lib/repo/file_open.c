@@ -5,9 +5,18 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#if defined(SYS_openat2) && defined(__has_include)
+#if __has_include(<linux/openat2.h>)   /* Linux headers of 5.6 and later */
 #include <linux/openat2.h>
+#define HAVE_OPENAT2 1
+#endif
+#endif
 #include "file_open.h"
 #include "internal.h"
+
+#ifndef O_LARGEFILE
+#define O_LARGEFILE 0
+#endif
 
 /* nofollow: no link anywhere in the path (openat2's RESOLVE_NO_SYMLINKS), so a folder of a pushed
  * directory swapped for a link since the listing is not followed out of it either. Where openat2 is
@@ -15,15 +24,20 @@
 static int open_flags(const char *path, int flags, int nofollow)
 {
     if (nofollow) {
-#ifdef SYS_openat2
-        struct open_how how;
-        int fd;
-        memset(&how, 0, sizeof(how));
-        how.flags = (uint64_t)flags;
-        how.resolve = RESOLVE_NO_SYMLINKS;
-        fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
-        if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
-            return fd;
+#ifdef HAVE_OPENAT2
+        static int missing;   /* set once this kernel had no openat2: not asked again (atomic) */
+        if (!__atomic_load_n(&missing, __ATOMIC_RELAXED)) {
+            struct open_how how;
+            int fd;
+            memset(&how, 0, sizeof(how));
+            how.flags = (uint64_t)(flags | O_LARGEFILE);   /* which open() adds by itself */
+            how.resolve = RESOLVE_NO_SYMLINKS;
+            fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+            if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+                return fd;
+            if (errno == ENOSYS)   /* EPERM (a seccomp filter, or this file) is asked again */
+                __atomic_store_n(&missing, 1, __ATOMIC_RELAXED);
+        }
 #endif
         flags |= O_NOFOLLOW;
     }

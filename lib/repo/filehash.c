@@ -95,10 +95,10 @@ static int start(kestrel__filehash **out, int fd, int follow)
     return 0;
 }
 
-int kestrel__filehash_start(kestrel__filehash **out, const char *path)
+int kestrel__filehash_start(kestrel__filehash **out, const char *path, int nofollow)
 {
     struct stat st;
-    int fd = kestrel__file_open_regular(-1, path, 1, &st);
+    int fd = kestrel__file_open_regular(-1, path, nofollow, &st);
     *out = NULL;
     return fd < 0 ? fd : start(out, fd, 0);
 }

@@ -6,9 +6,10 @@
 
 typedef struct kestrel__filehash kestrel__filehash;
 
-/* Start hashing path (read through its own descriptor; a symbolic link or other than a regular file
- * is refused: a push hands its pushed file's resolved path). */
-int kestrel__filehash_start(kestrel__filehash **out, const char *path);
+/* Start hashing path (read through its own descriptor; other than a regular file is refused, and with
+ * nofollow a link in its path too: a push hands its files' resolved paths; a pull checks files it
+ * wrote itself, wherever the user's dest leads). */
+int kestrel__filehash_start(kestrel__filehash **out, const char *path, int nofollow);
 /* Follow a file being written (fd is duplicated): hash its bytes in order, up to what
  * kestrel__filehash_advance says is written, so the hash of a download runs beside it. */
 int kestrel__filehash_follow(kestrel__filehash **out, int fd);

@@ -22,12 +22,13 @@
 #include "transport.h"
 
 /* Chunks received and not yet verified and placed: the transport goes on receiving while the
- * placer thread hashes and writes (each at most a chunk's size; 4 MiB or so in all). */
+ * placer thread hashes and writes (each buffer holds a chunk: 1 MiB at most as Kestrel cuts them,
+ * so about 4 MiB in all; a repository's chunk of up to 4 MiB is refused by its size first). */
 #define QUEUED 4
 
 typedef struct {
     kestrel_buf buf;
-    const kestrel__want *w;
+    kestrel__want w;
 } queued;
 
 typedef struct {
@@ -83,7 +84,7 @@ static void *placer_main(void *arg)
         }
         c = &ps->q[ps->head];
         pthread_mutex_unlock(&ps->mu);
-        rc = place(ps, c->w, c->buf.ptr ? c->buf.ptr : "", c->buf.size);
+        rc = place(ps, &c->w, c->buf.ptr ? c->buf.ptr : "", c->buf.size);
         pthread_mutex_lock(&ps->mu);
         ps->head = (ps->head + 1) % QUEUED;
         ps->n--;
@@ -118,11 +119,12 @@ static void progress_sync(pull_state *ps)
     ps->pr->p.chunks_done = ps->chunks_before + __atomic_load_n(&ps->chunks_placed, __ATOMIC_RELAXED);
 }
 
-/* Wait for the placer to place what it has (fetch_rc < 0: to drop it), then end it; its failure,
- * if it had one, becomes this thread's error, after the transport is told of a damaged chunk. */
+/* Wait for the placer to place what it has (fetch_rc < 0: to drop it), then end it. Its failure,
+ * if it had one, becomes this thread's error (after the transport is told of a damaged chunk),
+ * unless the fetch failed for a reason of its own (a cancel by the progress callback, the
+ * network): KESTREL_ERROR is arrived()'s word for "the placer failed". */
 static int placer_finish(pull_state *ps, int fetch_rc)
 {
-    int rc;
     if (!ps->running)
         return fetch_rc;
     pthread_mutex_lock(&ps->mu);
@@ -136,32 +138,36 @@ static int placer_finish(pull_state *ps, int fetch_rc)
     ps->downloaded += __atomic_load_n(&ps->chunks_placed, __ATOMIC_RELAXED);
     if (ps->damaged[0])
         ps->t->ops->damaged(ps->t, ps->damaged);   /* before the error is restored: it may set its own */
-    if ((rc = ps->rc) < 0)
-        return kestrel__error_restore(&ps->err);
+    if (ps->rc < 0 && (fetch_rc >= 0 || fetch_rc == KESTREL_ERROR)) {
+        kestrel__error_restore(&ps->err);
+        return ps->rc;
+    }
     return fetch_rc;
 }
 
-/* A chunk from the transport: queued for the placer (copied: the transport reuses its buffer). */
+/* A chunk from the transport: queued for the placer (copied: the transport reuses its buffer). The
+ * slot after the queue's last is this thread's alone until n counts it, so it is filled unlocked. */
 static int arrived(void *ctx, const kestrel__want *w, const void *data, size_t len)
 {
     pull_state *ps = ctx;
-    int rc = 0;
+    queued *c;
+    int rc;
     pthread_mutex_lock(&ps->mu);
     while (ps->n == QUEUED && ps->rc == 0)
         pthread_cond_wait(&ps->cv, &ps->mu);
-    if (ps->rc == 0) {
-        queued *c = &ps->q[(ps->head + ps->n) % QUEUED];
-        c->buf.size = 0;
-        c->w = w;
-        if ((rc = kestrel__buf_put(&c->buf, data, len)) == 0) {
-            ps->n++;
-            pthread_cond_broadcast(&ps->cv);
-        }
-    } else
-        rc = KESTREL_ERROR;   /* the placer failed: the fetch stops, placer_finish says why */
+    rc = ps->rc;
+    c = &ps->q[(ps->head + ps->n) % QUEUED];
     pthread_mutex_unlock(&ps->mu);
-    if (rc < 0)
+    if (rc < 0)   /* the placer failed: the fetch stops; placer_finish gives the placer's error */
+        return KESTREL_ERROR;
+    c->buf.size = 0;
+    c->w = *w;
+    if ((rc = kestrel__buf_put(&c->buf, data, len)) < 0)
         return rc;
+    pthread_mutex_lock(&ps->mu);
+    ps->n++;
+    pthread_cond_broadcast(&ps->cv);
+    pthread_mutex_unlock(&ps->mu);
     progress_sync(ps);
     return kestrel__progress_report(ps->pr, 0);
 }
@@ -293,7 +299,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     }
     rc = kestrel__progress_report(pr, 1);
 done:
-    placer_finish(&ps, rc < 0 ? rc : -1);   /* ended already unless this pull failed on the way */
+    placer_finish(&ps, rc < 0 ? rc : -1);   /* a safety net: every path above has ended it already */
     for (size_t i = 0; i < QUEUED; i++)
         kestrel_buf_dispose(&ps.q[i].buf);
     pthread_mutex_destroy(&ps.mu);

@@ -477,10 +477,10 @@ static int digests_here(Kestrel__V1__Manifest *m, const char *const *paths, int6
     char hex[65];
     int rc = 0;
     if (m->n_files == 0 && !sha[0] &&
-        ((rc = kestrel__filehash_start(&h, paths[0])) < 0 || (rc = kestrel__filehash_finish(h, size, sha)) < 0))
+        ((rc = kestrel__filehash_start(&h, paths[0], 1)) < 0 || (rc = kestrel__filehash_finish(h, size, sha)) < 0))
         return rc;
     for (size_t i = 0; i < m->n_files && rc == 0; i++)
-        if (!m->files[i]->sha256[0] && (rc = kestrel__filehash_start(&h, paths[i])) == 0 &&
+        if (!m->files[i]->sha256[0] && (rc = kestrel__filehash_start(&h, paths[i], 1)) == 0 &&
             (rc = kestrel__filehash_finish(h, m->files[i]->size, hex)) == 0)
             rc = kestrel__wire_set_string(&m->files[i]->sha256, hex);
     return rc;
@@ -509,8 +509,10 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
         goto done;
     }
-    if (realpath(path, root) == NULL)
-        snprintf(root, sizeof(root), "%s", path);
+    if (realpath(path, root) == NULL) {   /* its files are opened by this path, refusing links in it */
+        rc = kestrel__error_set(KESTREL_EIO, "cannot resolve %s: %s", path, strerror(errno));
+        goto done;
+    }
     ps.cache = kestrel__pushcache_open(root);
     if (S_ISDIR(st.st_mode)) {
         if ((rc = kestrel__tree_list(path, select, nselect, m)) < 0)

@@ -261,7 +261,7 @@ static int file_matches(const kestrel__tree_out *t, size_t j, size_t first_chunk
         return !strcmp(hex, f->sha256) ? 0 : KESTREL_EPROTO;
     }
     snprintf(path, sizeof(path), "%s/%s", t->tmp, f->path);
-    if ((rc = kestrel__filehash_start(&h, path)) < 0 || (rc = kestrel__filehash_finish(h, f->size, hex)) < 0)
+    if ((rc = kestrel__filehash_start(&h, path, 0)) < 0 || (rc = kestrel__filehash_finish(h, f->size, hex)) < 0)
         return rc;
     return !strcmp(hex, f->sha256) ? 0 : KESTREL_EPROTO;
 }

@@ -115,3 +115,24 @@ def test_a_second_kestreld_on_the_same_data_dir_is_refused_and_changes_nothing(d
     assert (d.data / "kestreld.lock").read_text().strip() == str(d.proc.pid)
     assert d.api("GET", f"/api/v1/jobs/{jid}")[0] == 200
     d.cli("cancel", str(jid))
+
+
+def test_a_pull_onto_a_full_disk_fails_cleanly(daemon, small_fs, tmp_path):
+    """The pull's placer thread writes what arrives: a disk that fills up under it is the error the
+    caller sees (a file and a directory), and nothing half-written is left where the pull wrote."""
+    d = daemon("--gpus", "0")
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(32 << 20))    # more than the filesystem holds
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(2):
+        (tree / f"part{i}.bin").write_bytes(os.urandom(16 << 20))
+    d.cli("push", "admin/big", str(big))
+    d.cli("push", "admin/tree", str(tree))
+    env = d.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    for ref, dest in (("admin/big", small_fs / "big.bin"), ("admin/tree", small_fs / "tree")):
+        r = d.cli("pull", ref, "--dest", str(dest), check=False, env=env)
+        assert r.returncode != 0 and "No space left" in r.stderr, r.stderr
+        assert list(small_fs.iterdir()) == [], list(small_fs.iterdir())   # no temp file, no half directory
+    r = d.cli("pull", "admin/big", "--dest", str(tmp_path / "back.bin"), env=env)
+    assert (tmp_path / "back.bin").read_bytes() == big.read_bytes()

@@ -397,6 +397,30 @@ def test_a_pulled_directory_is_its_own_pack_in_the_pull_cache(kestreld, tmp_path
     assert not [p.name for p in tmp_path.iterdir() if ".kestrel-" in p.name]
 
 
+def test_a_progress_callback_that_raises_stops_a_pull_with_its_exception(kestreld, tmp_path, monkeypatch):
+    """Chunks are placed on a thread of the pull's own while the next ones arrive: a callback that
+    stops the pull still stops it with its own exception (not the placer's), and leaves nothing."""
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "m.bin"
+    src.write_bytes(os.urandom(256 << 20))   # reports come every 100 ms: several before the end
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.push("team/stopped", str(src))
+    seen = []
+
+    def progress(p):
+        seen.append(p.bytes_done)
+        if 0 < p.bytes_done < p.bytes_total:
+            raise LookupError("enough")
+
+    out = tmp_path / "out.bin"
+    with pytest.raises(LookupError, match="enough"):
+        c.pull("team/stopped", str(out), progress=progress)
+    assert 0 < seen[-1] < src.stat().st_size
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if "kestrel-tmp" in p.name]
+    c.pull("team/stopped", str(out))
+    assert out.read_bytes() == src.read_bytes()
+
+
 def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_path):
     """SIGINT (Ctrl-C, a kernel interrupt) during a push stops it through the progress callback;
     KeyboardInterrupt comes back as itself and no version is created."""

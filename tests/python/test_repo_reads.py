@@ -107,3 +107,26 @@ def test_a_push_works_with_few_descriptors_free(kestreld, tmp_path, held, door):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert all((tmp_path / "back" / p.relative_to(tree)).read_bytes() == p.read_bytes() for p in tree.rglob("*.bin"))
+
+
+@pytest.mark.parametrize("door", ["http", "file"])
+def test_links_above_the_pushed_tree_and_the_pull_dest_are_followed(kestreld, tmp_path, door):
+    """Links are refused inside a pushed tree, never above it: a tree reached through a linked folder
+    (a home on /scratch, say) pushes, and a directory version pulls through a linked folder, its
+    files of several chunks checked where they were written."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to("real")
+    tree = tmp_path / "real" / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "big.bin").write_bytes(os.urandom(3 << 20))   # several chunks
+    (tree / "small.bin").write_bytes(os.urandom(5000))
+    env = dict(os.environ, KESTREL_CACHE_DIR=str(tmp_path / "cache"), KESTREL_TOKEN=kestreld.token,
+               KESTREL_URL=kestreld.url if door == "http" else f"file://{tmp_path / 'store'}")
+    r = subprocess.run([KESTREL_CLI, "push", "team/linked", str(tmp_path / "via" / "tree")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "pushed team/linked@1" in r.stdout, (r.stdout, r.stderr)
+    r = subprocess.run([KESTREL_CLI, "pull", "team/linked", "--dest", str(tmp_path / "via" / "back")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for p in ("sub/big.bin", "small.bin"):
+        assert (tmp_path / "real" / "back" / p).read_bytes() == (tree / p).read_bytes()
