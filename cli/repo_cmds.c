@@ -1,6 +1,7 @@
 /* cli/repo_cmds.c - push, pull, models, alias, rm. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,13 +13,52 @@
 /* The last progress report: the figures a push or pull ends with. */
 static kestrel_progress last;
 
-/* A one-line progress bar on a terminal (stderr), silent otherwise. */
+/* SIGINT or SIGTERM during a push or pull: its number. The transfer stops at its next progress
+ * report (about every 100 ms while bytes move), which removes what it had half-written (a pull's
+ * temp file or directory; a push commits nothing), then kestrel ends by that signal. A second one
+ * ends it at once (the handler is reset by the first). */
+static volatile sig_atomic_t stopped_by;
+
+static void on_stop(int sig)
+{
+    stopped_by = sig;
+}
+
+static void stop_on_signals(void)
+{
+    static const int sigs[] = { SIGINT, SIGTERM };
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        struct sigaction sa, old;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_stop;
+        sa.sa_flags = SA_RESETHAND | SA_RESTART;   /* the library's threads see no EINTR */
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)   /* ignored (nohup, &): stays so */
+            sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* A transfer that failed: said as usual, or, when a signal stopped it, ended by that signal. */
+static int transfer_failed(const char *what, int rc)
+{
+    int sig = stopped_by;
+    if (!sig)
+        return cli_fail(what, rc);
+    fprintf(stderr, "\nkestrel: %s: stopped by %s; nothing half-written is left\n", what, strsignal(sig));
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return 128 + sig;
+}
+
+/* A one-line progress bar on a terminal (stderr), silent otherwise; stops the transfer on a signal. */
 static int bar(const kestrel_progress *p, void *payload)
 {
     const char *what = payload;
     double frac = p->bytes_total > 0 ? (double)p->bytes_done / (double)p->bytes_total : 1;
     int fill = (int)(frac * 30);
     last = *p;
+    if (stopped_by)
+        return 1;
     if (!isatty(2))
         return 0;
     fprintf(stderr, "\r%s [%-30.*s] %5.1f%%  %" PRId64 " MiB", what, fill, "##############################", 100 * frac,
@@ -96,10 +136,11 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
     o.metadata_json = nmeta ? meta : NULL;
     o.progress = bar;
     o.progress_payload = "push";
+    stop_on_signals();
     rc = kestrel_model_push(&v, ctx->client, argv[optind], argv[optind + 1], &o);
     free(meta);
     if (rc < 0)
-        return cli_fail("push", rc);
+        return transfer_failed("push", rc);
     if (ctx->json)
         printf("{\"name\":\"%s\",\"version\":%" PRId64 ",\"bytes\":%" PRId64 ",\"bytes_new\":%" PRId64
                ",\"chunks\":%" PRId64 ",\"chunks_new\":%" PRId64 "}\n",
@@ -194,8 +235,9 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     }
     o.progress = bar;
     o.progress_payload = "pull";
+    stop_on_signals();
     if ((rc = kestrel_model_pull(ctx->client, argv[optind], dest, &o)) < 0)
-        return cli_fail("pull", rc);
+        return transfer_failed("pull", rc);
     printf("%s\n", dest);
     return 0;
 }

@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -10,6 +12,23 @@
 #include "data_lock.h"
 #include "internal.h"
 
+/* The pid in the lock file of a daemon holding it, or "": it writes the file just after it takes the
+ * lock, so a pid not yet written, or an earlier holder's that is gone, is read again for a while. */
+static void holder_pid(int fd, char *held, size_t n)
+{
+    for (int tries = 0; tries < 50; tries++) {
+        ssize_t got = pread(fd, held, n - 1, 0);
+        long pid;
+        held[got > 0 ? got : 0] = '\0';
+        held[strspn(held, "0123456789")] = '\0';
+        pid = atol(held);
+        if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+            return;
+        usleep(10000);
+    }
+    held[0] = '\0';
+}
+
 int kd_data_dir_lock(const char *data_dir)
 {
     char path[PATH_MAX + 32], pid[32], held[24] = "";
@@ -17,26 +36,27 @@ int kd_data_dir_lock(const char *data_dir)
     int fd, n;
     snprintf(path, sizeof(path), "%s/kestreld.lock", data_dir);
     if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600)) < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot open %s: %s", path, strerror(errno));
+        return errno == ELOOP ? kestrel__error_set(KESTREL_EIO, "%s is a symbolic link (remove it)", path)
+                              : kestrel__error_set(KESTREL_EIO, "cannot open %s: %s", path, strerror(errno));
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
         close(fd);   /* not a file of ours alone: never truncated */
         return kestrel__error_set(KESTREL_EIO, "%s is not a plain file of this account's (remove it)", path);
     }
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
-        ssize_t got = e == EWOULDBLOCK ? pread(fd, held, sizeof(held) - 1, 0) : -1;
+        if (e == EWOULDBLOCK)
+            holder_pid(fd, held, sizeof(held));
         close(fd);
         if (e != EWOULDBLOCK)
             return kestrel__error_set(KESTREL_EIO, "cannot lock %s: %s", path, strerror(e));
-        held[got > 0 ? got : 0] = '\0';
-        held[strspn(held, "0123456789")] = '\0';   /* the pid, if the holder has written it yet */
         return kestrel__error_set(KESTREL_EEXISTS,
                                   "%s is in use by another kestreld%s%s%s: stop that one first, or give this one "
                                   "its own --data-dir",
                                   data_dir, held[0] ? " (pid " : "", held, held[0] ? ")" : "");
     }
-    n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+    /* one write of a fixed width, then the tail of a longer old one cut: never empty meanwhile */
+    n = snprintf(pid, sizeof(pid), "%-20ld\n", (long)getpid());
+    if (pwrite(fd, pid, (size_t)n, 0) != n || ftruncate(fd, n) < 0) {
         int rc = kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", path, strerror(errno));
         close(fd);
         return rc;

@@ -243,7 +243,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     }
     if (mf->n_files) {   /* a directory: each chunk written straight into its file(s) */
         if ((rc = kestrel__tree_out_new(&tree, mf, dest)) < 0 ||
-            (rc = kestrel__layout_new(&ps.lay, mf, -1, kestrel__tree_out_write, tree)) < 0)
+            (rc = kestrel__layout_new(&ps.lay, mf, -1, NULL, kestrel__tree_out_write, tree)) < 0)
             goto done;
     } else {             /* a file: a temp file beside dest, hashed as it fills in */
         snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
@@ -252,7 +252,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
             rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
             goto done;
         }
-        if ((rc = kestrel__layout_new(&ps.lay, mf, fd, NULL, NULL)) < 0)
+        if ((rc = kestrel__layout_new(&ps.lay, mf, fd, tmp, NULL, NULL)) < 0)
             goto done;
     }
     if ((rc = from_cache(&ps, &cache, mf, want, &nwant)) < 0)

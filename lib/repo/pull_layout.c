@@ -17,6 +17,7 @@ typedef struct {
 struct kestrel__layout {
     const Kestrel__V1__Manifest *mf;
     int fd;
+    const char *name;        /* the file fd writes, for errors */
     int64_t *off;            /* offset of chunk i */
     ref_ix *sorted;          /* (digest, i), sorted: the occurrences of a digest are adjacent */
     size_t *slot;            /* where chunk i sits in sorted */
@@ -35,8 +36,8 @@ static int ref_cmp(const void *a, const void *b)
     return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
-int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd, kestrel__layout_sink sink,
-                        void *sink_ctx)
+int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd, const char *name,
+                        kestrel__layout_sink sink, void *sink_ctx)
 {
     size_t n = mf->n_chunks;
     kestrel__layout *l = calloc(1, sizeof(*l));
@@ -50,6 +51,7 @@ int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, 
     }
     l->mf = mf;
     l->fd = fd;
+    l->name = name;
     l->sink = sink;
     l->sink_ctx = sink_ctx;
     for (size_t i = 0; i < n; i++) {
@@ -80,14 +82,14 @@ int kestrel__layout_first(const kestrel__layout *l, size_t i)
     return k == 0 || strcmp(l->sorted[k - 1].digest, l->sorted[k].digest) != 0;
 }
 
-static int write_at(int fd, const char *p, size_t left, int64_t at)
+static int write_at(int fd, const char *name, const char *p, size_t left, int64_t at)
 {
     while (left > 0) {
         ssize_t w = pwrite(fd, p, left, at);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot write: %s", strerror(errno));
+            return kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", name, strerror(errno));
         p += w;
         left -= (size_t)w;
         at += w;
@@ -101,7 +103,7 @@ int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t
     const char *digest = l->mf->chunks[i]->digest;
     int rc;
     for (size_t k = l->slot[i]; k < n && !strcmp(l->sorted[k].digest, digest); k++) {
-        if ((rc = l->fd >= 0 ? write_at(l->fd, data, len, l->off[l->sorted[k].i])
+        if ((rc = l->fd >= 0 ? write_at(l->fd, l->name, data, len, l->off[l->sorted[k].i])
                              : l->sink(l->sink_ctx, l->off[l->sorted[k].i], data, len)) < 0)
             return rc;
         l->placed[l->sorted[k].i] = 1;

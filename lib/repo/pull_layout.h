@@ -12,10 +12,10 @@ typedef struct kestrel__layout kestrel__layout;
 /* Where the bytes of a directory go: write len bytes at offset at of the files' concatenation. */
 typedef int (*kestrel__layout_sink)(void *ctx, int64_t at, const void *data, size_t len);
 
-/* Plan mf's chunks into the (empty) file fd and start hashing it; or (fd < 0) hand every placement
- * to sink (a directory: no hash of the whole, each file is checked on its own). */
-int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd, kestrel__layout_sink sink,
-                        void *sink_ctx);
+/* Plan mf's chunks into the (empty) file fd, named name in errors, and start hashing it; or (fd < 0)
+ * hand every placement to sink (a directory: no hash of the whole, each file is checked on its own). */
+int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, int fd, const char *name,
+                        kestrel__layout_sink sink, void *sink_ctx);
 /* Chunk i is the first with its digest (the only one to fetch). */
 int kestrel__layout_first(const kestrel__layout *l, size_t i);
 /* Write the verified bytes of chunk i wherever its digest occurs. */

@@ -95,20 +95,21 @@ def test_kill_9_during_pushes_and_jobs_loses_nothing(daemon, tmp_path):
 
 def test_a_second_kestreld_on_the_same_data_dir_is_refused_and_changes_nothing(daemon, tmp_path):
     """Two daemons on one data dir would each take the other's running jobs for orphans. The second
-    is refused, naming the first's pid, before it touches anything: the first's job keeps running,
-    its catalog and port file are the first's. A kill -9 frees the lock (a job still running from
-    before does not hold it), so a restart after a crash needs no cleaning up."""
+    is refused, naming the first's pid, before it touches anything: the first's job keeps running
+    (not requeued), the lock file still names the first, no port file is written. A kill -9 frees
+    the lock (a job still running from before does not hold it): a restart after a crash needs no
+    cleaning up."""
     d = daemon("--gpus", "0")
     jid = d.submit("--", "sleep", "60")
     d.wait_state(jid, "RUNNING")
-    catalog = [(p.name, p.stat().st_mtime_ns) for p in sorted(d.data.glob("catalog.db*"))]
     second = subprocess.run([os.environ["KESTRELD"], "--port", "0", "--data-dir", str(d.data), "--port-file",
                              str(tmp_path / "port2")], capture_output=True, text=True, timeout=30)
     assert second.returncode == 1, second
     assert f"{d.data} is in use by another kestreld (pid {d.proc.pid})" in second.stderr, second.stderr
     assert not (tmp_path / "port2").exists()
-    assert [(p.name, p.stat().st_mtime_ns) for p in sorted(d.data.glob("catalog.db*"))] == catalog
-    assert d.job(jid)["state"] == "RUNNING" and d.job(jid)["restart_count"] == 0
+    job = d.job(jid)   # a second daemon that ran would have taken it for an orphan and requeued it
+    assert job["state"] == "RUNNING" and job["restart_count"] == 0, job
+    assert (d.data / "kestreld.lock").read_text().strip() == str(d.proc.pid)
     d.proc.kill()   # the job's sleep outlives its daemon: it must not hold the lock
     d.proc.wait()
     d.restart()
@@ -136,3 +137,26 @@ def test_a_pull_onto_a_full_disk_fails_cleanly(daemon, small_fs, tmp_path):
         assert list(small_fs.iterdir()) == [], list(small_fs.iterdir())   # no temp file, no half directory
     r = d.cli("pull", "admin/big", "--dest", str(tmp_path / "back.bin"), env=env)
     assert (tmp_path / "back.bin").read_bytes() == big.read_bytes()
+
+
+def test_two_kestrelds_started_at_once_on_one_data_dir(tmp_path):
+    """Started at the same instant: exactly one runs, and the other names its pid (the pid is read
+    again while the winner has not written it yet)."""
+    for round_ in range(5):
+        data = tmp_path / f"data{round_}"
+        procs = [subprocess.Popen([os.environ["KESTRELD"], "--port", "0", "--gpus", "0", "--data-dir", str(data),
+                                   "--port-file", str(tmp_path / f"port{round_}.{i}")],
+                                  stderr=subprocess.PIPE, text=True) for i in range(2)]
+        deadline = time.time() + 30
+        while all(p.poll() is None for p in procs) and time.time() < deadline:
+            time.sleep(0.01)
+        lost = [p for p in procs if p.poll() is not None]
+        won = [p for p in procs if p.poll() is None]
+        try:
+            assert len(lost) == 1 and len(won) == 1, [p.returncode for p in procs]
+            err = lost[0].communicate(timeout=10)[1]
+            assert lost[0].returncode == 1 and f"in use by another kestreld (pid {won[0].pid})" in err, err
+        finally:
+            for p in won:
+                p.terminate()
+                p.wait(timeout=30)

@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import struct
 import signal
 import sys
@@ -419,6 +420,37 @@ def test_a_progress_callback_that_raises_stops_a_pull_with_its_exception(kestrel
     assert not out.exists() and not [p for p in tmp_path.iterdir() if "kestrel-tmp" in p.name]
     c.pull("team/stopped", str(out))
     assert out.read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_cli_pull_and_leaves_nothing(kestreld, tmp_path, sig):
+    """kestrel pull stopped by Ctrl-C or SIGTERM while bytes move (a file, and a directory): the pull
+    stops at its next progress report, removes its temp file or directory, and the CLI ends by that
+    signal (a shell sees 130 or 143). Before, the temp was left beside dest, the size of what came."""
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(2):
+        (tree / f"part{i}.bin").write_bytes(os.urandom(128 << 20))
+    subprocess.run([KESTREL_CLI, "push", "team/sig", str(tree)], env=env, check=True, capture_output=True)
+    subprocess.run([KESTREL_CLI, "push", "team/sigfile", str(tree / "part0.bin")], env=env, check=True,
+                   capture_output=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    for ref in ("team/sigfile", "team/sig"):
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+        dest = out / ref.split("/")[1]
+        p = subprocess.Popen([KESTREL_CLI, "pull", ref, "--dest", str(dest)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while not [q for q in out.iterdir() if ".kestrel-tmp." in q.name] and time.time() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == -sig, (p.returncode, err)
+        assert "stopped by" in err and "nothing half-written is left" in err, err
+        assert list(out.iterdir()) == [], list(out.iterdir())
 
 
 def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_path):
