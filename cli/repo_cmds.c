@@ -114,6 +114,13 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
             path[--len] = '\0';
         base = path ? strrchr(path, '/') : NULL;
         base = base ? base + 1 : path;
+        if (base && (!strcmp(base, ".") || !strcmp(base, ".."))) {   /* "tree/.", "..": the folder's own name */
+            char *real = realpath(path, NULL);
+            free(path);
+            path = real;
+            base = path ? strrchr(path, '/') : NULL;
+            base = base ? base + 1 : path;
+        }
         if (base && *base && strcmp(base, ".") && strcmp(base, "..")) {
             fputs(nmeta++ ? "," : "{", mf);
             cli_json_string(mf, "filename");

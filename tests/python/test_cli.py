@@ -389,6 +389,9 @@ def test_repository_commands_on_a_file_url(tmp_path):
     assert k("pull", "team/m@production").stdout.strip() == "weights.keras"
     assert (tmp_path / "weights.keras").read_bytes() == src.read_bytes()
     assert k("pull", "team/m@1", "a.keras").stdout.strip() == "a.keras"
+    # a folder pushed as "src/." (or "." from inside it) keeps its own name
+    k("push", "team/dir", f"{tmp_path / 'src'}/.")
+    assert json.loads(k("-o", "json", "models", "team/dir").stdout)[0]["metadata"] == {"filename": "src"}
     assert k("pull", "team/m", "--dest", "b.keras").stdout.strip() == "b.keras"
     p = k("pull", "team/m", "-o", "c.keras")   # the old spelling still works, and says the new one
     assert p.stdout.strip() == "c.keras" and "kestrel pull REF PATH" in p.stderr
