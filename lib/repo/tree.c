@@ -307,7 +307,9 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
         }
     }
     if (rc == 0 && rename(t->tmp, dest) < 0) {
-        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+        int e = errno;
+        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s%s", dest, strerror(e),
+                                e == ENOTEMPTY || e == EEXIST ? " (it was made meanwhile: another pull to the same place?)" : "");
         if (old[0])
             rename(old, dest);   /* put the old one back */
         old[0] = '\0';
