@@ -626,15 +626,18 @@ int main(int argc, char **argv)
     }
     if (mkdir(cfg.data_dir, 0700) < 0 && errno != EEXIST) {
         fprintf(stderr, "kestreld: cannot create %s: %s\n", cfg.data_dir, strerror(errno));
+        free_config(&cfg);
         return 1;
     }
     if (realpath(cfg.data_dir, data_dir) == NULL) {
         fprintf(stderr, "kestreld: %s: %s\n", cfg.data_dir, strerror(errno));
+        free_config(&cfg);
         return 1;
     }
     cfg.data_dir = data_dir;
     if (kd_data_dir_lock(data_dir) < 0 || kd_ident_secure_data_dir(data_dir) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
+        free_config(&cfg);
         return 1;
     }
 
