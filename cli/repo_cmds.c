@@ -15,8 +15,9 @@ static kestrel_progress last;
 
 /* SIGINT or SIGTERM during a push or pull: its number. The transfer stops at its next progress
  * report (about every 100 ms while bytes move), which removes what it had half-written (a pull's
- * temp file or directory; a push commits nothing), then kestrel ends by that signal. A second one
- * ends it at once (the handler is reset by the first). */
+ * temp file or directory; a push commits nothing), then kestrel ends by that signal. One that comes
+ * after the last report (the version committed, dest in place) cannot stop it: kestrel prints the
+ * result, then ends by the signal. A second one ends it at once (the handler is reset by the first). */
 static volatile sig_atomic_t stopped_by;
 
 static void on_stop(int sig)
@@ -38,16 +39,29 @@ static void stop_on_signals(void)
     }
 }
 
-/* A transfer that failed: said as usual, or, when a signal stopped it, ended by that signal. */
-static int transfer_failed(const char *what, int rc)
+/* End by the signal that came during the transfer, as its default action would (a shell running
+ * kestrel in a script then stops too), after what was printed is out. */
+static void end_by_signal(void)
 {
     int sig = stopped_by;
     if (!sig)
-        return cli_fail(what, rc);
-    fprintf(stderr, "\nkestrel: %s: stopped by %s; nothing half-written is left\n", what, strsignal(sig));
+        return;
+    fflush(stdout);
     signal(sig, SIG_DFL);
     raise(sig);
-    return 128 + sig;
+}
+
+/* A transfer that failed: said as usual (a failure of its own, though a signal came too), or, when
+ * the signal stopped it, said so; then ended by the signal if one came. */
+static int transfer_failed(const char *what, int rc)
+{
+    int code = 128 + stopped_by;
+    if (!stopped_by || rc != KESTREL_ECANCELLED)
+        code = cli_fail(what, rc);
+    else
+        fprintf(stderr, "\nkestrel: %s: stopped by %s; nothing half-written is left\n", what, strsignal(stopped_by));
+    end_by_signal();
+    return code;
 }
 
 /* A one-line progress bar on a terminal (stderr), silent otherwise; stops the transfer on a signal. */
@@ -155,6 +169,7 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
     else
         printf("pushed %s@%" PRId64 " (%.1f MiB, %.1f MiB new)\n", argv[optind], v, (double)last.bytes_total / (1 << 20),
                (double)last.bytes_new / (1 << 20));
+    end_by_signal();   /* one that came too late to stop it: the version is there, said above */
     return 0;
 }
 
@@ -246,6 +261,7 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     if ((rc = kestrel_model_pull(ctx->client, argv[optind], dest, &o)) < 0)
         return transfer_failed("pull", rc);
     printf("%s\n", dest);
+    end_by_signal();   /* one that came too late to stop it: dest is in place, said above */
     return 0;
 }
 

@@ -33,7 +33,9 @@ typedef struct kestrel_progress {
     int64_t chunks_new;
 } kestrel_progress;
 
-/** Called on the caller's thread, at most every 100 ms plus once at the end. Non-zero cancels. */
+/** Called on the caller's thread, at most every 100 ms plus once at the end. Non-zero cancels, except
+ *  at the end: that report comes once the version is committed (push) or dest is in place (pull), and
+ *  what it returns is ignored. */
 typedef int KESTREL_CALLBACK(kestrel_progress_cb)(const kestrel_progress *progress, void *payload);
 
 /** Options of push and pull. Initialise with KESTREL_TRANSFER_OPTIONS_INIT. */

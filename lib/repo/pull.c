@@ -297,7 +297,8 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
         tmp[0] = '\0';
         keep_pack(&cache, dest, mf, ps.downloaded);   /* a hard link: no byte is written twice */
     }
-    rc = kestrel__progress_report(pr, 1);
+    (void)kestrel__progress_report(pr, 1);   /* dest is in place: too late to cancel (repo.h) */
+    rc = 0;
 done:
     placer_finish(&ps, rc < 0 ? rc : -1);   /* a safety net: every path above has ended it already */
     for (size_t i = 0; i < QUEUED; i++)

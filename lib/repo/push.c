@@ -590,7 +590,8 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     if ((rc = t->ops->commit(t, m, version)) < 0)
         goto done;
     pr->p.bytes_done = pr->p.bytes_total;
-    rc = kestrel__progress_report(pr, 1);
+    (void)kestrel__progress_report(pr, 1);   /* the version exists: too late to cancel (repo.h) */
+    rc = 0;
 done:
     ahead_close(&ra);
     for (size_t i = 0; paths && i < npaths; i++)

@@ -310,8 +310,9 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
         int e = errno;
         rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s%s", dest, strerror(e),
                                 e == ENOTEMPTY || e == EEXIST ? " (it was made meanwhile: another pull to the same place?)" : "");
-        if (old[0])
-            rename(old, dest);   /* put the old one back */
+        if (old[0] && rename(old, dest) < 0)   /* put the old one back; else say where it is */
+            rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s; the directory that was there is now %s",
+                                    dest, strerror(e), old);
         old[0] = '\0';
     }
     if (rc == 0)

@@ -426,7 +426,9 @@ def test_a_progress_callback_that_raises_stops_a_pull_with_its_exception(kestrel
 def test_a_signal_stops_the_cli_pull_and_leaves_nothing(kestreld, tmp_path, sig):
     """kestrel pull stopped by Ctrl-C or SIGTERM while bytes move (a file, and a directory): the pull
     stops at its next progress report, removes its temp file or directory, and the CLI ends by that
-    signal (a shell sees 130 or 143). Before, the temp was left beside dest, the size of what came."""
+    signal (a shell sees 130 or 143). Before, the temp was left beside dest, the size of what came.
+    (A signal after the last report cannot stop it: dest is complete, printed, then the signal ends
+    kestrel all the same.)"""
     env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -447,10 +449,13 @@ def test_a_signal_stops_the_cli_pull_and_leaves_nothing(kestreld, tmp_path, sig)
             time.sleep(0.005)
         time.sleep(0.05)
         p.send_signal(sig)
-        _, err = p.communicate(timeout=60)
+        printed, err = p.communicate(timeout=60)
         assert p.returncode == -sig, (p.returncode, err)
-        assert "stopped by" in err and "nothing half-written is left" in err, err
-        assert list(out.iterdir()) == [], list(out.iterdir())
+        if "stopped by" in err:   # as good as always: the pull takes about a second
+            assert "nothing half-written is left" in err, err
+            assert list(out.iterdir()) == [], list(out.iterdir())
+        else:   # the signal came after the last report: dest is complete and said, then kestrel ends by it
+            assert printed.strip() == str(dest) and list(out.iterdir()) == [dest], (printed, err)
 
 
 def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_path):

@@ -91,6 +91,15 @@ def _options(progress: Optional[Callable[[Progress], None]], keep: List[Any], me
     return opts, payload, bar
 
 
+def _raise_stored(payload: object) -> None:
+    """An exception the progress callback raised at the last report, which comes once the transfer is
+    complete (the version committed, dest in place) and so could not stop it, still comes back."""
+    stored = getattr(payload, "stored_exception", None)
+    if stored is not None:
+        setattr(payload, "stored_exception", None)
+        raise stored
+
+
 def push(client: "Client", name: str, path: str, *, alias: Optional[str] = None, metadata: Optional[Dict[str, Any]] = None,
          progress: Optional[Callable[[Progress], None]] = None) -> int:
     """Push path (a file or a directory) as the next version of name; only chunks the server lacks travel. Returns the new version number."""
@@ -101,6 +110,7 @@ def push(client: "Client", name: str, path: str, *, alias: Optional[str] = None,
         with client._lock:
             rc = C.kestrel_model_push(out, client._p(), name.encode(), str(path).encode(), opts)
         check(rc, payload)
+        _raise_stored(payload)
     finally:
         if bar is not None:
             bar.close()
@@ -135,6 +145,7 @@ def pull(client: "Client", ref: str, dest: str, *, progress: Optional[Callable[[
         with client._lock:
             rc = C.kestrel_model_pull(client._p(), ref.encode(), str(dest).encode(), opts)
         check(rc, payload)
+        _raise_stored(payload)
     finally:
         if bar is not None:
             bar.close()
