@@ -4,10 +4,8 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import struct
 import signal
-import sys
 import subprocess
 import time
 import urllib.request
@@ -396,100 +394,6 @@ def test_a_pulled_directory_is_its_own_pack_in_the_pull_cache(kestreld, tmp_path
         proxy.close()
     assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "c")]).returncode == 0
     assert not [p.name for p in tmp_path.iterdir() if ".kestrel-" in p.name]
-
-
-def test_a_progress_callback_that_raises_stops_a_pull_with_its_exception(kestreld, tmp_path, monkeypatch):
-    """Chunks are placed on a thread of the pull's own while the next ones arrive: a callback that
-    stops the pull still stops it with its own exception (not the placer's), and leaves nothing."""
-    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
-    src = tmp_path / "m.bin"
-    src.write_bytes(os.urandom(256 << 20))   # reports come every 100 ms: several before the end
-    c = kestrel.Client(kestreld.url, kestreld.token)
-    c.push("team/stopped", str(src))
-    seen = []
-
-    def progress(p):
-        seen.append(p.bytes_done)
-        if 0 < p.bytes_done < p.bytes_total:
-            raise LookupError("enough")
-
-    out = tmp_path / "out.bin"
-    with pytest.raises(LookupError, match="enough"):
-        c.pull("team/stopped", str(out), progress=progress)
-    assert 0 < seen[-1] < src.stat().st_size
-    assert not out.exists() and not [p for p in tmp_path.iterdir() if "kestrel-tmp" in p.name]
-    c.pull("team/stopped", str(out))
-    assert out.read_bytes() == src.read_bytes()
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_the_cli_pull_and_leaves_nothing(kestreld, tmp_path, sig):
-    """kestrel pull stopped by Ctrl-C or SIGTERM while bytes move (a file, and a directory): the pull
-    stops at its next progress report, removes its temp file or directory, and the CLI ends by that
-    signal (a shell sees 130 or 143). Before, the temp was left beside dest, the size of what came.
-    (A signal after the last report cannot stop it: dest is complete, printed, then the signal ends
-    kestrel all the same.)"""
-    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    for i in range(2):
-        (tree / f"part{i}.bin").write_bytes(os.urandom(128 << 20))
-    subprocess.run([KESTREL_CLI, "push", "team/sig", str(tree)], env=env, check=True, capture_output=True)
-    subprocess.run([KESTREL_CLI, "push", "team/sigfile", str(tree / "part0.bin")], env=env, check=True,
-                   capture_output=True)
-    out = tmp_path / "out"
-    out.mkdir()
-    for ref in ("team/sigfile", "team/sig"):
-        shutil.rmtree(tmp_path / "cache", ignore_errors=True)
-        dest = out / ref.split("/")[1]
-        p = subprocess.Popen([KESTREL_CLI, "pull", ref, "--dest", str(dest)], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 30
-        while not [q for q in out.iterdir() if ".kestrel-tmp." in q.name] and time.time() < deadline:
-            time.sleep(0.005)
-        time.sleep(0.05)
-        p.send_signal(sig)
-        printed, err = p.communicate(timeout=60)
-        assert p.returncode == -sig, (p.returncode, err)
-        if "stopped by" in err:   # as good as always: the pull takes about a second
-            assert "nothing half-written is left" in err, err
-            assert list(out.iterdir()) == [], list(out.iterdir())
-        else:   # the signal came after the last report: dest is complete and said, then kestrel ends by it
-            assert printed.strip() == str(dest) and list(out.iterdir()) == [dest], (printed, err)
-
-
-def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_path):
-    """SIGINT (Ctrl-C, a kernel interrupt) during a push stops it through the progress callback;
-    KeyboardInterrupt comes back as itself and no version is created."""
-    src = tmp_path / "big.bin"
-    src.write_bytes(os.urandom(256 << 20))
-    script = tmp_path / "push.py"
-    script.write_text(
-        "import sys, kestrel\n"
-        "c = kestrel.Client(sys.argv[1], sys.argv[2])\n"
-        "seen = []\n"
-        "def progress(p):\n"
-        "    seen.append(p)\n"                     # before the print: the interrupt may land inside it
-        "    if len(seen) == 1:\n"
-        "        print('started', flush=True)\n"
-        "try:\n"
-        "    c.push('team/interrupted', sys.argv[3], progress=progress)\n"
-        "except KeyboardInterrupt:\n"
-        "    print('interrupted after', seen[-1].bytes_done, 'of', seen[-1].bytes_total, flush=True)\n"
-        "    sys.exit(130)\n"
-        "except BaseException as e:\n"
-        "    print('other', type(e).__name__, e, flush=True)\n"
-        "    sys.exit(3)\n")
-    p = subprocess.Popen([sys.executable, str(script), kestreld.url, kestreld.token, str(src)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
-    assert p.stdout.readline().strip() == "started"
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 130, out + err
-    done, total = (int(w) for w in out.split()[2::2])
-    assert done < total                                  # it stopped before the end
-    status, _ = raw(kestreld, "GET", "/api/v1/models/team/interrupted/versions")
-    assert status == 404
 
 
 def make_tree(root):
