@@ -3,8 +3,6 @@
 #include <string.h>
 #include "internal.h"
 
-#define KESTREL__MSG_MAX 512
-
 typedef struct {
     kestrel_error pub;
     char message[KESTREL__MSG_MAX];
@@ -54,6 +52,14 @@ int kestrel__error_set_http(int code, int http_status, const char *message)
 int kestrel__error_restore(const kestrel_error *e)
 {
     return record(e->code, e->http_status, e->transport_code, e->message);
+}
+
+void kestrel__error_keep(kestrel__error_kept *k)
+{
+    const kestrel_error *e = kestrel_error_last();
+    snprintf(k->msg, sizeof(k->msg), "%s", e->message ? e->message : "");
+    k->err = *e;
+    k->err.message = k->msg;
 }
 
 int kestrel__error_set_net(int transport_code, const char *message)

@@ -31,6 +31,14 @@ int kestrel__error_set_http(int code, int http_status, const char *message);
 int kestrel__error_set_net(int transport_code, const char *message);
 /* Record e (another thread's error, copied) as this thread's; returns its code. */
 int kestrel__error_restore(const kestrel_error *e);
+#define KESTREL__MSG_MAX 512
+/* A helper thread's error, kept for the thread that reports it (the last error is per thread):
+ * kestrel__error_keep on the helper, kestrel__error_restore(&kept.err) on the other. */
+typedef struct {
+    kestrel_error err;
+    char msg[KESTREL__MSG_MAX];
+} kestrel__error_kept;
+void kestrel__error_keep(kestrel__error_kept *k);
 int kestrel__error_oom(void);
 /* Misuse check for a handle: returns 0 when h is non-NULL and alive. */
 int kestrel__check_handle(const void *h, uint32_t magic, uint32_t expected, const char *what);

@@ -35,7 +35,6 @@ typedef struct {
     kestrel__transport *t;
     kestrel__layout *lay;
     kestrel__progress *pr;
-    int64_t downloaded;
     /* the placer: verifies each fetched chunk and places it, on its own thread */
     pthread_t th;
     int running;
@@ -44,11 +43,11 @@ typedef struct {
     queued q[QUEUED];
     size_t head, n;             /* q[head .. head + n) waits; q[head] is being placed */
     int closing, abandon;       /* no more will come; drop what waits (the fetch failed) */
-    int rc;                     /* the placer's first failure, and its error: */
-    kestrel_error err;
-    char msg[1024];
+    int rc;                     /* the placer's first failure, and its error */
+    kestrel__error_kept err;
     char damaged[KESTREL__HEX_LEN + 1];   /* a chunk that arrived damaged: the transport is told */
-    int64_t bytes_placed, chunks_placed;  /* atomic: read by the fetching thread for progress */
+    int64_t bytes_placed, chunks_placed;  /* atomic: read by the fetching thread for progress; after
+                                           * the fetch, chunks_placed is what was downloaded */
     int64_t bytes_before, chunks_before;  /* progress before the fetch (the cache's share) */
 } pull_state;
 
@@ -89,10 +88,7 @@ static void *placer_main(void *arg)
         ps->head = (ps->head + 1) % QUEUED;
         ps->n--;
         if (rc < 0) {   /* kept for the fetching thread */
-            const kestrel_error *e = kestrel_error_last();
-            snprintf(ps->msg, sizeof(ps->msg), "%s", e->message);
-            ps->err = *e;
-            ps->err.message = ps->msg;
+            kestrel__error_keep(&ps->err);
             ps->rc = rc;
         }
         pthread_cond_broadcast(&ps->cv);
@@ -135,11 +131,10 @@ static int placer_finish(pull_state *ps, int fetch_rc)
     pthread_join(ps->th, NULL);
     ps->running = 0;
     progress_sync(ps);
-    ps->downloaded += __atomic_load_n(&ps->chunks_placed, __ATOMIC_RELAXED);
     if (ps->damaged[0])
         ps->t->ops->damaged(ps->t, ps->damaged);   /* before the error is restored: it may set its own */
     if (ps->rc < 0 && (fetch_rc >= 0 || fetch_rc == KESTREL_ERROR)) {
-        kestrel__error_restore(&ps->err);
+        kestrel__error_restore(&ps->err.err);
         return ps->rc;
     }
     return fetch_rc;
@@ -273,7 +268,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
         tree = NULL;
         if (rc < 0)
             goto done;
-        if (ps.downloaded) {
+        if (ps.chunks_placed) {
             kestrel__cache_add_tree(&cache, dest, mf);   /* its files are the pack: nothing written twice */
             kestrel__cache_trim(&cache);
         }
@@ -295,12 +290,11 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
             goto done;
         }
         tmp[0] = '\0';
-        keep_pack(&cache, dest, mf, ps.downloaded);   /* a hard link: no byte is written twice */
+        keep_pack(&cache, dest, mf, ps.chunks_placed);   /* a hard link: no byte is written twice */
     }
     (void)kestrel__progress_report(pr, 1);   /* dest is in place: too late to cancel (repo.h) */
     rc = 0;
 done:
-    placer_finish(&ps, rc < 0 ? rc : -1);   /* a safety net: every path above has ended it already */
     for (size_t i = 0; i < QUEUED; i++)
         kestrel_buf_dispose(&ps.q[i].buf);
     pthread_mutex_destroy(&ps.mu);

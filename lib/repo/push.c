@@ -44,8 +44,7 @@ typedef struct {
     size_t nq, capq;
     int closing;
     int rc;                     /* its first failure (atomic), and that failure's error: */
-    kestrel_error err;
-    char msg[1024];
+    kestrel__error_kept err;
     kestrel__progress pr;       /* what it sent (its callback only says whether to stop) */
     int abort;                  /* set (atomic): stop sending at the next chunk or pack */
     int done;                   /* set under mu when the thread ends */
@@ -351,10 +350,7 @@ static void *sender_main(void *arg)
         rc = send_missing(s->t, batch, n, s->paths, &s->pr);
         free(batch);
         if (rc < 0 && !__atomic_load_n(&s->abort, __ATOMIC_ACQUIRE)) {   /* kept for the push's thread */
-            const kestrel_error *e = kestrel_error_last();
-            snprintf(s->msg, sizeof(s->msg), "%s", e->message);
-            s->err = *e;
-            s->err.message = s->msg;
+            kestrel__error_keep(&s->err);
             __atomic_store_n(&s->rc, rc, __ATOMIC_RELEASE);
         }
         if (rc < 0)
@@ -377,7 +373,7 @@ static int sender_stop(const kestrel_progress *p, void *payload)
 static int sender_failed(sender *s)
 {
     int rc = __atomic_load_n(&s->rc, __ATOMIC_ACQUIRE);
-    return rc < 0 ? kestrel__error_restore(&s->err) : 0;
+    return rc < 0 ? kestrel__error_restore(&s->err.err) : 0;
 }
 
 /* Hand the chunks hashed since the last hand-over to the sender once they make a batch (final:

@@ -217,8 +217,8 @@ typedef struct {
     size_t n, i;         /* the pack's chunks: todo[first, n) of the pack */
     int fd;
     uint32_t fd_file;
-    int open_rc;         /* its file could not be read again: the error, and why */
-    char open_why[512];
+    int open_rc;         /* its file could not be read again: the error, kept (curl sets its own) */
+    kestrel__error_kept open_err;
     uint8_t head[36];
     size_t in_head, in_chunk;
     struct http_ *run;   /* a pack of the transport's run: it is busy until this one ends */
@@ -263,8 +263,8 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
                 close(u->fd);
             u->fd_file = c->file;
             if ((u->fd = kestrel__file_open_regular(-1, u->paths[c->file], 1, &st)) < 0) {
-                u->open_rc = u->fd;   /* kept for pack_end (curl sets its own error meanwhile) */
-                snprintf(u->open_why, sizeof(u->open_why), "%s", kestrel_error_last()->message);
+                u->open_rc = u->fd;   /* for pack_end */
+                kestrel__error_keep(&u->open_err);
                 u->fd = -1;
                 return CURL_READFUNC_ABORT;
             }
@@ -382,7 +382,7 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
     pack_upload *u = s->job;
     int rc = finish_transfer(s->e, cc, &s->resp, "pack upload");
     if (rc < 0 && u->open_rc < 0) {   /* say why the file could not be read again, not "changed" */
-        rc = kestrel__error_set(u->open_rc, "%s", u->open_why);
+        rc = kestrel__error_restore(&u->open_err.err);
     } else if (rc == KESTREL_EINVALID) {   /* a chunk did not match its bytes: they changed since they were hashed */
         char why[300];
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
