@@ -84,6 +84,13 @@ static int bar(const kestrel_progress *p, void *payload)
     return 0;
 }
 
+/* The last name of a path (the whole of one without '/'). */
+static char *last_name(char *path)
+{
+    char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
 static int push_usage(void)
 {
     return cli_usage_error("push");
@@ -126,15 +133,12 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
         size_t len = path ? strlen(path) : 0;
         while (len > 1 && path[len - 1] == '/')
             path[--len] = '\0';
-        base = path ? strrchr(path, '/') : NULL;
-        base = base ? base + 1 : path;
-        if (base && (!strcmp(base, ".") || !strcmp(base, ".."))) {   /* "tree/.", "..": the folder's own name */
-            char *real = realpath(path, NULL);
+        if (path && (!strcmp(last_name(path), ".") || !strcmp(last_name(path), ".."))) {
+            char *real = realpath(path, NULL);   /* "tree/.", "..": the folder's own name */
             free(path);
             path = real;
-            base = path ? strrchr(path, '/') : NULL;
-            base = base ? base + 1 : path;
         }
+        base = path ? last_name(path) : NULL;
         if (base && *base && strcmp(base, ".") && strcmp(base, "..")) {
             fputs(nmeta++ ? "," : "{", mf);
             cli_json_string(mf, "filename");

@@ -110,6 +110,7 @@ def test_a_second_kestreld_on_the_same_data_dir_is_refused_and_changes_nothing(d
     job = d.job(jid)   # a second daemon that ran would have taken it for an orphan and requeued it
     assert job["state"] == "RUNNING" and job["restart_count"] == 0, job
     assert (d.data / "kestreld.lock").read_text().strip() == str(d.proc.pid)
+    assert (d.data / "kestreld.lock").stat().st_mode & 0o777 == 0o600   # no one else may write it
     d.proc.kill()   # the job's sleep outlives its daemon: it must not hold the lock
     d.proc.wait()
     d.restart()
