@@ -139,8 +139,8 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
                !strcmp(path, "/api/v1/repo/gc")) {
         out->area = KD_AREA_REPO;
         rest = path;
-        if (post && !strcmp(path, "/api/v1/chunks/missing"))
-            out->read_ok = 1;
+        if (post && (!strcmp(path, "/api/v1/chunks/missing") || !strcmp(path, "/api/v1/chunks/fetch")))
+            out->read_ok = 1;   /* a question, and a download: a read-scoped token may */
     }
     out->rest = rest;
 }
@@ -200,7 +200,7 @@ const char *kd_route_template(const char *path)
     static const char *const fixed[] = { "/healthz", "/metrics", "/api/v1/jobs", "/api/v1/tokens", "/api/v1/queue",
                                          "/api/v1/nodes", "/api/v1/whoami", "/api/v1/environments",
                                          "/api/v1/logs/search", "/api/v1/alerts", "/api/v1/admin/backup", "/api/v1/admin/fsck",
-                                         "/api/v1/chunks/pack", "/api/v1/chunks/missing", "/api/v1/models",
+                                         "/api/v1/chunks/pack", "/api/v1/chunks/missing", "/api/v1/chunks/fetch", "/api/v1/models",
                                          "/api/v1/repo/gc", NULL };
     static const char *const job_subs[] = { "/cancel", "/logs", "/metrics", "/explain", "/priority", "/rerun",
                                             "/checkpoint", "/gpu", "/models", NULL };

@@ -2,7 +2,8 @@
  * multi handle kept for the transport's life) and at most STREAMS transfers at once, whatever the
  * number of files: which chunks are missing is asked in batches of QUERY_BATCH digests; missing
  * chunks go up in packs of up to PACK_MAX bytes read straight from their files (kestreld verifies
- * each as it streams and never buffers a pack); chunks come down STREAMS at a time. */
+ * each as it streams and never buffers a pack); chunks come down STREAMS requests at a time, the
+ * small ones in batches (fetch_start). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -33,6 +34,7 @@ typedef struct http_ {
     char run_id[33];
     int64_t run_next;
     int run_busy;   /* a pack of the run is in flight: its next one waits for it */
+    int no_batch;   /* kestreld refused a batch of downloads: one chunk a request from then on */
 } http;
 
 #define CLIENT(t) (((http *)(t))->c)
@@ -437,43 +439,222 @@ static int resolve(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest
     return kestrel__http_call((ProtobufCMessage **)out, CLIENT(t), &req);
 }
 
+/* A pull's downloads. Chunks up to FETCH_SMALL come FETCH_BATCH (or FETCH_BATCH_BYTES) at a time
+ * in one POST /api/v1/chunks/fetch (server/repo_fetch.c), each handed on as soon as its bytes are in;
+ * larger ones come one GET each (kestreld sends those with sendfile). A kestreld that does not
+ * know the route (older: 404 or 405; 403 for a read-scoped token) is asked one chunk at a time
+ * from then on, and the chunks of the refused batch with them: a chunk that is not stored gets the
+ * answer it always had. */
+#define FETCH_SMALL (256u << 10)
+#define FETCH_BATCH 256
+#define FETCH_BATCH_BYTES (8u << 20)
+
 typedef struct {
     const kestrel__want *want;
     size_t n, next;
     kestrel__fetched got;
     void *ctx;
+    size_t redo[STREAMS][2];   /* want[first, first + count) of batches refused: fetched one by one */
+    size_t inflight;           /* downloads started and not ended: one may yet be refused */
+    http *h;
 } fetches;
+
+typedef struct {
+    fetches *f;
+    size_t first, count, done;   /* want[first, first + count); done of them handed on */
+    int batch;                   /* a POST of several (else one GET) */
+    kestrel_buf query;           /* the batch's ChunkQuery, sent from here */
+    uint8_t head[36];
+    size_t in_head;
+    kestrel_buf chunk;           /* the chunk being received when curl split it */
+    long status;
+    int rc;                      /* got()'s failure, or a framing error, kept for fetch_end */
+} download;
+
+static void download_free(download *d)
+{
+    kestrel_buf_dispose(&d->query);
+    kestrel_buf_dispose(&d->chunk);
+    free(d);
+}
+
+static void download_release(stream *s)
+{
+    download_free(s->job);
+}
+
+static int nibble(char c)
+{
+    return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+/* The chunk the batch is at is whole: hand it on. */
+static int deliver(download *d, const void *data, size_t len)
+{
+    const kestrel__want *w = &d->f->want[d->first + d->done];
+    d->done++;
+    d->in_head = 0;
+    d->chunk.size = 0;
+    return d->f->got(d->f->ctx, w, data, len);
+}
+
+/* A batch's answer as curl hands it over: each chunk's head checked against what was asked, then
+ * its bytes (straight from curl's buffer when it holds them whole). An error answer is collected. */
+static size_t batch_write(char *data, size_t size, size_t nitems, void *payload)
+{
+    stream *s = payload;
+    download *d = s->job;
+    size_t len = size * nitems, left = len;
+    if (d->status == 0)
+        curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &d->status);
+    if (d->status != 200)
+        return collect(data, size, nitems, s);
+    while (left > 0) {
+        const kestrel__want *w;
+        size_t take;
+        if (d->done == d->count) {
+            d->rc = kestrel__error_set(KESTREL_EPROTO, "chunk download: kestreld sent more than the %zu chunks asked for",
+                                       d->count);
+            return 0;
+        }
+        w = &d->f->want[d->first + d->done];
+        if (d->in_head < 36) {
+            uint32_t n;
+            int same = 1;
+            take = 36 - d->in_head < left ? 36 - d->in_head : left;
+            memcpy(d->head + d->in_head, data, take);
+            d->in_head += take;
+            data += take;
+            left -= take;
+            if (d->in_head < 36)
+                break;
+            n = (uint32_t)d->head[32] << 24 | (uint32_t)d->head[33] << 16 | (uint32_t)d->head[34] << 8 | d->head[35];
+            for (int j = 0; j < 32 && same; j++)
+                same = d->head[j] == (uint8_t)(nibble(w->digest[2 * j]) << 4 | nibble(w->digest[2 * j + 1]));
+            if (!same || (int64_t)n != w->size) {
+                d->rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (its place in the batch holds "
+                                           "another chunk, or another size: %u of %lld bytes)", w->digest, n,
+                                           (long long)w->size);
+                return 0;
+            }
+            if (n == 0 && (d->rc = deliver(d, "", 0)) < 0)
+                return 0;
+            continue;
+        }
+        take = (size_t)w->size - d->chunk.size < left ? (size_t)w->size - d->chunk.size : left;
+        if (d->chunk.size == 0 && take == (size_t)w->size) {
+            d->rc = deliver(d, data, take);   /* whole in curl's buffer: no copy */
+        } else if ((d->rc = kestrel__buf_put(&d->chunk, data, take)) == 0 && d->chunk.size == (size_t)w->size) {
+            d->rc = deliver(d, d->chunk.ptr, d->chunk.size);
+        }
+        if (d->rc < 0)
+            return 0;
+        data += take;
+        left -= take;
+    }
+    return len;
+}
 
 static int fetch_start(void *ctx, http *h, stream *s)
 {
     fetches *f = ctx;
+    download *d;
     char url[2300];
-    if (f->next >= f->n)
-        return 0;
-    snprintf(url, sizeof(url), "%s/api/v1/chunks/%s", h->c->url, f->want[f->next].digest);
-    if (transfer(h, s, url, NULL, (size_t)f->want[f->next].size) < 0)
-        return KESTREL_ENOMEM;
+    size_t first = f->next, count = 1;
+    int64_t bytes = 0;
+    for (int i = 0; i < STREAMS && first == f->next; i++)
+        if (f->redo[i][1]) {   /* a chunk of a refused batch */
+            first = f->redo[i][0]++;
+            f->redo[i][1]--;
+        }
+    if (first == f->next) {
+        if (f->next >= f->n)
+            return f->inflight ? 2 : 0;   /* all asked for: unless a batch in flight is refused */
+        count = 0;
+        while (!h->no_batch && first + count < f->n && count < FETCH_BATCH && f->want[first + count].size <= FETCH_SMALL &&
+               bytes + f->want[first + count].size <= FETCH_BATCH_BYTES)
+            bytes += f->want[first + count++].size;
+        count = count < 2 ? 1 : count;
+        f->next += count;
+    }
+    if ((d = calloc(1, sizeof(*d))) == NULL)
+        return kestrel__error_oom();
+    d->f = f;
+    d->first = first;
+    d->count = count;
+    d->batch = count > 1;
+    if (d->batch) {
+        Kestrel__V1__ChunkQuery q = KESTREL__V1__CHUNK_QUERY__INIT;
+        int rc;
+        if ((q.digests = malloc(count * sizeof(char *))) == NULL) {
+            download_free(d);
+            return kestrel__error_oom();
+        }
+        for (size_t i = 0; i < count; i++)
+            q.digests[i] = (char *)f->want[first + i].digest;
+        q.n_digests = count;
+        rc = kestrel__wire_pack(&d->query, &q.base);
+        free(q.digests);
+        snprintf(url, sizeof(url), "%s/api/v1/chunks/fetch", h->c->url);
+        if (rc < 0 || transfer(h, s, url, KESTREL__CT_PROTOBUF, 64u << 10) < 0) {
+            download_free(d);
+            return rc < 0 ? rc : kestrel__error_oom();
+        }
+        curl_easy_setopt(s->e, CURLOPT_POST, 1L);
+        curl_easy_setopt(s->e, CURLOPT_POSTFIELDS, d->query.ptr);
+        curl_easy_setopt(s->e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)d->query.size);
+        curl_easy_setopt(s->e, CURLOPT_WRITEFUNCTION, batch_write);
+    } else {
+        snprintf(url, sizeof(url), "%s/api/v1/chunks/%s", h->c->url, f->want[first].digest);
+        if (transfer(h, s, url, NULL, (size_t)f->want[first].size) < 0) {
+            download_free(d);
+            return kestrel__error_oom();
+        }
+    }
     curl_easy_setopt(s->e, CURLOPT_BUFFERSIZE, 512L * 1024);
-    s->job = (void *)&f->want[f->next++];
+    s->job = d;
+    f->inflight++;
     return 1;
 }
 
 static int fetch_end(void *ctx, stream *s, CURLcode cc)
 {
     fetches *f = ctx;
-    const kestrel__want *w = s->job;
-    int rc;
-    if (cc == CURLE_WRITE_ERROR)   /* more bytes than the chunk holds: collect() stopped it */
-        return kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (more than its %lld bytes)", w->digest,
-                                  (long long)w->size);
-    rc = finish_transfer(s->e, cc, &s->resp, "chunk download");
-    return rc < 0 ? rc : f->got(f->ctx, s->job, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
+    download *d = s->job;
+    const kestrel__want *w = &f->want[d->first];
+    int rc = d->rc;
+    f->inflight--;
+    if (rc == 0 && d->status == 0)
+        curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &d->status);
+    if (rc == 0 && d->batch && d->done == 0 && (d->status == 403 || d->status == 404 || d->status == 405)) {
+        int i = 0;   /* an older kestreld, or a chunk not stored: one by one (at most STREAMS batches refused) */
+        while (i < STREAMS && f->redo[i][1])
+            i++;
+        if (i == STREAMS)
+            rc = kestrel__error_set(KESTREL_ERROR, "chunk download: more batches refused than streams");
+        else {
+            f->redo[i][0] = d->first;
+            f->redo[i][1] = d->count;
+            f->h->no_batch = 1;
+        }
+    } else if (rc == 0 && !d->batch && cc == CURLE_WRITE_ERROR) {   /* more bytes than the chunk holds */
+        rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (more than its %lld bytes)", w->digest,
+                                (long long)w->size);
+    } else if (rc == 0 && (rc = finish_transfer(s->e, cc, &s->resp, "chunk download")) == 0) {
+        if (!d->batch)
+            rc = f->got(f->ctx, w, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
+        else if (d->done < d->count)
+            rc = kestrel__error_set(KESTREL_EPROTO, "chunk download: kestreld's answer ended after %zu of %zu chunks",
+                                    d->done, d->count);
+    }
+    download_free(d);
+    return rc;
 }
 
 static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx)
 {
-    fetches f = { want, n, 0, got, ctx };
-    return run_streams((http *)t, fetch_start, fetch_end, NULL, &f);
+    fetches f = { want, n, 0, got, ctx, { { 0, 0 } }, 0, (http *)t };
+    return run_streams((http *)t, fetch_start, fetch_end, download_release, &f);
 }
 
 /* kestreld re-hashes its copy and quarantines it when the stored bytes are wrong, so the next push

@@ -1,8 +1,9 @@
 """A fault proxy for broken transports: forwards loopback TCP to a real kestreld, and damages the
-responses to chunk downloads ("GET /api/v1/chunks/...") - flips one body byte ("corrupt") or cuts
-the connection halfway through the body ("truncate"). "older" plays a kestreld from before
-ChunkQueryResult.fills_digests (it drops that field from the answers to /api/v1/chunks/missing);
-"pass" changes nothing. Everything else passes through untouched, and what clients send is kept
+responses to chunk downloads ("GET /api/v1/chunks/SHA" and the batches of "POST /api/v1/chunks/fetch")
+- flips one body byte ("corrupt") or cuts the connection halfway through the body ("truncate").
+"older" plays a kestreld from before ChunkQueryResult.fills_digests (it drops that field from the
+answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
+kestreld then answers 404, as an older one does); "pass" changes nothing. Everything else passes through untouched, and what clients send is kept
 in `sent`.
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
 sides is the real libcurl and libmicrohttpd."""
@@ -42,8 +43,12 @@ class FaultProxy:
         def requests():   # client -> server; notes whether the latest request fetches a chunk
             try:
                 while (data := client.recv(65536)):
-                    if data.startswith(b"GET /api/v1/chunks/") and not data.startswith(b"GET /api/v1/chunks/missing"):
+                    if (data.startswith(b"GET /api/v1/chunks/") and not data.startswith(b"GET /api/v1/chunks/missing")) \
+                            or data.startswith(b"POST /api/v1/chunks/fetch "):
                         state["chunk_request"] = self.mode in ("corrupt", "truncate")
+                    if data.startswith(b"POST /api/v1/chunks/fetch ") and self.mode == "older":
+                        data = b"POST /api/v1/chunks/fetcx " + data[len(b"POST /api/v1/chunks/fetch "):]
+                        self.damaged += 1
                     if data.startswith(b"POST /api/v1/chunks/missing"):
                         state["missing_request"] = self.mode == "older"
                     self.sent += data

@@ -1,0 +1,180 @@
+/* server/repo_fetch.c - POST /api/v1/chunks/fetch: many stored chunks in one answer.
+ *
+ * A pull of a dataset of small files wants thousands of chunks of a few KiB. One GET each cost
+ * kestreld about ten system calls and two TCP segments a chunk (headers, then the bytes), and a
+ * synchronous read of each cold file in turn. Here one request names up to FETCH_MAX chunks
+ * (a ChunkQuery) and the answer carries them all, in the order asked, each in the framing of a pack
+ * (POST /api/v1/chunks/pack): 32 bytes of digest, its length in 4 bytes (big-endian), its bytes.
+ *
+ * Every chunk is looked up before the answer starts: one that is not stored is a 404 that names it,
+ * and nothing is sent. The bytes are read as the answer goes out, AHEAD files opened ahead with
+ * their reads started (POSIX_FADV_WILLNEED), so the disk serves many at once; the answer is never
+ * in memory whole. A chunk removed or cut short meanwhile (the collector) ends the answer early:
+ * the client sees a transfer cut short, and the bytes it has are verified one chunk at a time.
+ *
+ * Who may: whoever may GET /api/v1/chunks/{sha256}, every authenticated caller (a read-scoped
+ * token too: route.c), since a chunk is named by its content. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "api.h"
+#include "metrics.h"
+#include "chunk.h"
+#include "store.h"
+
+#define FETCH_MAX 4096          /* chunks a request may name */
+#define AHEAD 16                /* chunk files open ahead of the one being sent */
+#define BLOCK (256u * 1024)     /* what libmicrohttpd asks of the reader at once */
+
+typedef struct {
+    char root[4096];
+    size_t n, i;                /* the chunks; the one being sent */
+    char (*hex)[KESTREL__HEX_LEN + 1];
+    uint32_t *size;
+    size_t at;                  /* bytes of chunk i sent, its 36 bytes of head included */
+    size_t opened;              /* chunks [0, opened) were opened (ahead) */
+    int fd[AHEAD];              /* chunk k's in fd[k % AHEAD] while k is in [i, opened); -1: could not */
+} fetch_answer;
+
+static int nibble(char c)
+{
+    return c <= '9' ? c - '0' : c - 'a' + 10;   /* lowercase hex: checked at the lookup */
+}
+
+static void chunk_file(const fetch_answer *a, size_t k, char *path, size_t n)
+{
+    snprintf(path, n, "%s/chunks/%.2s/%s", a->root, a->hex[k], a->hex[k] + 2);
+}
+
+/* Open the chunks after i up to AHEAD of it, and start their reads. */
+static void open_ahead(fetch_answer *a)
+{
+    while (a->opened < a->n && a->opened < a->i + AHEAD) {
+        char path[4200];
+        int fd;
+        chunk_file(a, a->opened, path, sizeof(path));
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0 && a->size[a->opened] > 0)
+            (void)posix_fadvise(fd, 0, a->size[a->opened], POSIX_FADV_WILLNEED);
+        a->fd[a->opened % AHEAD] = fd;
+        a->opened++;
+    }
+}
+
+static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    fetch_answer *a = cls;
+    size_t out = 0;
+    (void)pos;   /* libmicrohttpd reads the answer once, front to back */
+    while (out < max && a->i < a->n) {
+        size_t k = a->i, take;
+        int fd;
+        if (a->at < 36) {
+            uint8_t head[36];
+            for (int j = 0; j < 32; j++)
+                head[j] = (uint8_t)(nibble(a->hex[k][2 * j]) << 4 | nibble(a->hex[k][2 * j + 1]));
+            head[32] = (uint8_t)(a->size[k] >> 24);
+            head[33] = (uint8_t)(a->size[k] >> 16);
+            head[34] = (uint8_t)(a->size[k] >> 8);
+            head[35] = (uint8_t)a->size[k];
+            take = 36 - a->at < max - out ? 36 - a->at : max - out;
+            memcpy(buf + out, head + a->at, take);
+            out += take;
+            a->at += take;
+        } else {
+            ssize_t r;
+            open_ahead(a);
+            if ((fd = a->fd[k % AHEAD]) < 0)
+                return MHD_CONTENT_READER_END_WITH_ERROR;   /* collected since the lookup */
+            take = a->size[k] - (a->at - 36) < max - out ? a->size[k] - (a->at - 36) : max - out;
+            do
+                r = take ? pread(fd, buf + out, take, (off_t)(a->at - 36)) : 0;
+            while (r < 0 && errno == EINTR);
+            if (r < 0 || (r == 0 && take))
+                return MHD_CONTENT_READER_END_WITH_ERROR;   /* unreadable, or cut short since */
+            out += (size_t)r;
+            a->at += (size_t)r;
+        }
+        if (a->at == 36 + (size_t)a->size[k]) {
+            if (a->opened > k && a->fd[k % AHEAD] >= 0)
+                close(a->fd[k % AHEAD]);
+            if (a->opened > k)
+                a->fd[k % AHEAD] = -1;
+            a->i++;
+            a->at = 0;
+        }
+    }
+    return out ? (ssize_t)out : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void answer_free(void *cls)
+{
+    fetch_answer *a = cls;
+    for (size_t k = a->i; k < a->opened; k++)
+        if (a->fd[k % AHEAD] >= 0)
+            close(a->fd[k % AHEAD]);
+    free(a->hex);
+    free(a->size);
+    free(a);
+}
+
+enum MHD_Result kd_repo_fetch(kd_req *r)
+{
+    enum MHD_Result reply = MHD_NO;
+    Kestrel__V1__ChunkQuery *q = (Kestrel__V1__ChunkQuery *)kd_body(r, &kestrel__v1__chunk_query__descriptor, &reply);
+    struct MHD_Response *resp;
+    fetch_answer *a;
+    uint64_t total = 0, bytes;
+    char msg[200];
+    if (q == NULL)
+        return reply;
+    if (q->n_digests == 0 || q->n_digests > FETCH_MAX) {
+        protobuf_c_message_free_unpacked(&q->base, NULL);
+        return kd_reply_error(r, 400, "invalid_argument", "field 'digests': 1 to 4096 chunks per fetch");
+    }
+    if ((a = calloc(1, sizeof(*a))) == NULL || (a->hex = calloc(q->n_digests, sizeof(*a->hex))) == NULL ||
+        (a->size = calloc(q->n_digests, sizeof(*a->size))) == NULL) {
+        protobuf_c_message_free_unpacked(&q->base, NULL);
+        if (a)
+            answer_free(a);
+        return kd_reply_error(r, 500, "internal", "out of memory");
+    }
+    snprintf(a->root, sizeof(a->root), "%s", kd_store_root(r->e));
+    a->n = q->n_digests;
+    for (size_t k = 0; k < a->n; k++) {
+        char path[4200];
+        struct stat st;
+        if (!kestrel__is_sha256_hex(q->digests[k])) {
+            protobuf_c_message_free_unpacked(&q->base, NULL);
+            answer_free(a);
+            return kd_reply_error(r, 400, "invalid_argument", "field 'digests': 64 lowercase hex digits each");
+        }
+        memcpy(a->hex[k], q->digests[k], KESTREL__HEX_LEN + 1);
+        chunk_file(a, k, path, sizeof(path));
+        if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 4 * (off_t)KESTREL__CHUNK_MAX) {
+            snprintf(msg, sizeof(msg), "no such chunk: %.12s is not stored", a->hex[k]);
+            protobuf_c_message_free_unpacked(&q->base, NULL);
+            answer_free(a);
+            return kd_reply_error(r, 404, "not_found", msg);
+        }
+        a->size[k] = (uint32_t)st.st_size;
+        total += 36 + (uint64_t)st.st_size;
+    }
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    bytes = total - 36 * (uint64_t)a->n;
+    if ((resp = MHD_create_response_from_callback(total, BLOCK, answer_read, a, answer_free)) == NULL) {
+        answer_free(a);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+    reply = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    if (reply == MHD_YES) {
+        r->status = 200;
+        kd_metrics_repo_bytes(r->e->metrics, 0, bytes);
+    }
+    return reply;
+}
