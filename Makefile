@@ -101,5 +101,5 @@ fuzz:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; }
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DKESTREL_FUZZ=ON -DKESTREL_SANITIZE=address,undefined -DKESTREL_WERROR=OFF \
 	  -DKESTREL_PYTHON= -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target wire_fuzzer tree_fuzzer index_fuzzer slurm_fuzzer pack_fuzzer config_fuzzer route_fuzzer
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target wire_fuzzer tree_fuzzer index_fuzzer slurm_fuzzer pack_fuzzer config_fuzzer route_fuzzer batch_fuzzer
 	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)

@@ -8,7 +8,7 @@ set -eu
 B=$1
 S=$2
 shift 2
-T=${*:-wire tree index slurm pack config route}
+T=${*:-wire tree index slurm pack config route batch}
 cd "$(dirname "$0")/.."
 mkdir -p tests/fuzz/crashes
 for t in $T; do

@@ -581,8 +581,8 @@ enum MHD_Result kd_route_repo(kd_req *r)
     int get_ = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
     if (!strcmp(p, "/api/v1/chunks/missing") && post)
         return missing(r);
-    if (!strcmp(p, "/api/v1/chunks/fetch") && post)
-        return kd_repo_fetch(r);
+    if (!strcmp(p, "/api/v1/chunks/fetch"))
+        return post ? kd_repo_fetch(r) : kd_reply_error(r, 405, "method_not_allowed", "POST a ChunkQuery");
     if (!strncmp(p, "/api/v1/chunks/", 15) && get_)
         return chunk_get(r, p + 15);
     if (!strcmp(p, "/api/v1/repo/gc") && post)

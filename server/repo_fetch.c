@@ -12,6 +12,8 @@
  * in memory whole. A chunk removed or cut short meanwhile (the collector) ends the answer early:
  * the client sees a transfer cut short, and the bytes it has are verified one chunk at a time.
  *
+ * An answer holds at most AHEAD descriptors while it goes out (a GET holds one), and only then.
+ *
  * Who may: whoever may GET /api/v1/chunks/{sha256}, every authenticated caller (a read-scoped
  * token too: route.c), since a chunk is named by its content. */
 #include <errno.h>
@@ -27,7 +29,7 @@
 #include "store.h"
 
 #define FETCH_MAX 4096          /* chunks a request may name */
-#define AHEAD 16                /* chunk files open ahead of the one being sent */
+#define AHEAD 8                 /* chunk files open ahead of the one being sent */
 #define BLOCK (256u * 1024)     /* what libmicrohttpd asks of the reader at once */
 
 typedef struct {
@@ -50,14 +52,17 @@ static void chunk_file(const fetch_answer *a, size_t k, char *path, size_t n)
     snprintf(path, n, "%s/chunks/%.2s/%s", a->root, a->hex[k], a->hex[k] + 2);
 }
 
-/* Open the chunks after i up to AHEAD of it, and start their reads. */
+/* Open the chunks from i on, up to AHEAD of them, and start their reads (an empty one is not
+ * opened: it has nothing to read). */
 static void open_ahead(fetch_answer *a)
 {
+    if (a->opened < a->i)
+        a->opened = a->i;   /* empty chunks were sent past it */
     while (a->opened < a->n && a->opened < a->i + AHEAD) {
         char path[4200];
-        int fd;
+        int fd = -1;
         chunk_file(a, a->opened, path, sizeof(path));
-        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0 && a->size[a->opened] > 0)
+        if (a->size[a->opened] > 0 && (fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0)
             (void)posix_fadvise(fd, 0, a->size[a->opened], POSIX_FADV_WILLNEED);
         a->fd[a->opened % AHEAD] = fd;
         a->opened++;
@@ -99,9 +104,9 @@ static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max)
             a->at += (size_t)r;
         }
         if (a->at == 36 + (size_t)a->size[k]) {
-            if (a->opened > k && a->fd[k % AHEAD] >= 0)
+            if (k < a->opened && a->fd[k % AHEAD] >= 0)   /* k's slot is its own only while k < opened */
                 close(a->fd[k % AHEAD]);
-            if (a->opened > k)
+            if (k < a->opened)
                 a->fd[k % AHEAD] = -1;
             a->i++;
             a->at = 0;

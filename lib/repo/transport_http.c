@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <openssl/rand.h>
+#include "fetch_batch.h"
 #include "file_open.h"
 #include "http.h"
 #include "store.h"
@@ -461,12 +462,10 @@ typedef struct {
 
 typedef struct {
     fetches *f;
-    size_t first, count, done;   /* want[first, first + count); done of them handed on */
+    size_t first, count;         /* want[first, first + count) */
     int batch;                   /* a POST of several (else one GET) */
     kestrel_buf query;           /* the batch's ChunkQuery, sent from here */
-    uint8_t head[36];
-    size_t in_head;
-    kestrel_buf chunk;           /* the chunk being received when curl split it */
+    kestrel__batch parse;        /* its answer as it comes */
     long status;
     int rc;                      /* got()'s failure, or a framing error, kept for fetch_end */
 } download;
@@ -474,7 +473,7 @@ typedef struct {
 static void download_free(download *d)
 {
     kestrel_buf_dispose(&d->query);
-    kestrel_buf_dispose(&d->chunk);
+    kestrel__batch_dispose(&d->parse);
     free(d);
 }
 
@@ -483,76 +482,17 @@ static void download_release(stream *s)
     download_free(s->job);
 }
 
-static int nibble(char c)
-{
-    return c <= '9' ? c - '0' : c - 'a' + 10;
-}
-
-/* The chunk the batch is at is whole: hand it on. */
-static int deliver(download *d, const void *data, size_t len)
-{
-    const kestrel__want *w = &d->f->want[d->first + d->done];
-    d->done++;
-    d->in_head = 0;
-    d->chunk.size = 0;
-    return d->f->got(d->f->ctx, w, data, len);
-}
-
-/* A batch's answer as curl hands it over: each chunk's head checked against what was asked, then
- * its bytes (straight from curl's buffer when it holds them whole). An error answer is collected. */
+/* A batch's answer as curl hands it over (fetch_batch.h); an error answer is collected. */
 static size_t batch_write(char *data, size_t size, size_t nitems, void *payload)
 {
     stream *s = payload;
     download *d = s->job;
-    size_t len = size * nitems, left = len;
     if (d->status == 0)
         curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &d->status);
     if (d->status != 200)
         return collect(data, size, nitems, s);
-    while (left > 0) {
-        const kestrel__want *w;
-        size_t take;
-        if (d->done == d->count) {
-            d->rc = kestrel__error_set(KESTREL_EPROTO, "chunk download: kestreld sent more than the %zu chunks asked for",
-                                       d->count);
-            return 0;
-        }
-        w = &d->f->want[d->first + d->done];
-        if (d->in_head < 36) {
-            uint32_t n;
-            int same = 1;
-            take = 36 - d->in_head < left ? 36 - d->in_head : left;
-            memcpy(d->head + d->in_head, data, take);
-            d->in_head += take;
-            data += take;
-            left -= take;
-            if (d->in_head < 36)
-                break;
-            n = (uint32_t)d->head[32] << 24 | (uint32_t)d->head[33] << 16 | (uint32_t)d->head[34] << 8 | d->head[35];
-            for (int j = 0; j < 32 && same; j++)
-                same = d->head[j] == (uint8_t)(nibble(w->digest[2 * j]) << 4 | nibble(w->digest[2 * j + 1]));
-            if (!same || (int64_t)n != w->size) {
-                d->rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (its place in the batch holds "
-                                           "another chunk, or another size: %u of %lld bytes)", w->digest, n,
-                                           (long long)w->size);
-                return 0;
-            }
-            if (n == 0 && (d->rc = deliver(d, "", 0)) < 0)
-                return 0;
-            continue;
-        }
-        take = (size_t)w->size - d->chunk.size < left ? (size_t)w->size - d->chunk.size : left;
-        if (d->chunk.size == 0 && take == (size_t)w->size) {
-            d->rc = deliver(d, data, take);   /* whole in curl's buffer: no copy */
-        } else if ((d->rc = kestrel__buf_put(&d->chunk, data, take)) == 0 && d->chunk.size == (size_t)w->size) {
-            d->rc = deliver(d, d->chunk.ptr, d->chunk.size);
-        }
-        if (d->rc < 0)
-            return 0;
-        data += take;
-        left -= take;
-    }
-    return len;
+    d->rc = kestrel__batch_feed(&d->parse, (const uint8_t *)data, size * nitems);
+    return d->rc < 0 ? 0 : size * nitems;
 }
 
 static int fetch_start(void *ctx, http *h, stream *s)
@@ -583,6 +523,7 @@ static int fetch_start(void *ctx, http *h, stream *s)
     d->first = first;
     d->count = count;
     d->batch = count > 1;
+    kestrel__batch_init(&d->parse, f->want + first, count, f->got, f->ctx);
     if (d->batch) {
         Kestrel__V1__ChunkQuery q = KESTREL__V1__CHUNK_QUERY__INIT;
         int rc;
@@ -617,6 +558,16 @@ static int fetch_start(void *ctx, http *h, stream *s)
     return 1;
 }
 
+/* Whether kestreld refused a batch as one that does not serve them would: an older kestreld
+ * (404 "no such endpoint", 405), a read-scoped token there (403), a request over its --max-body
+ * (413). A 404 for a chunk it does not store is an answer: the pull fails as a GET would have. */
+static int refused(long status, const kestrel_buf *body)
+{
+    if (status == 404)
+        return !(body->ptr && memmem(body->ptr, body->size, "no such chunk", 13));
+    return status == 403 || status == 405 || status == 413;
+}
+
 static int fetch_end(void *ctx, stream *s, CURLcode cc)
 {
     fetches *f = ctx;
@@ -626,8 +577,8 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
     f->inflight--;
     if (rc == 0 && d->status == 0)
         curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &d->status);
-    if (rc == 0 && d->batch && d->done == 0 && (d->status == 403 || d->status == 404 || d->status == 405)) {
-        int i = 0;   /* an older kestreld, or a chunk not stored: one by one (at most STREAMS batches refused) */
+    if (rc == 0 && d->batch && refused(d->status, &s->resp)) {
+        int i = 0;   /* one by one from now on (at most STREAMS batches refused: no new one after the first) */
         while (i < STREAMS && f->redo[i][1])
             i++;
         if (i == STREAMS)
@@ -641,11 +592,7 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (more than its %lld bytes)", w->digest,
                                 (long long)w->size);
     } else if (rc == 0 && (rc = finish_transfer(s->e, cc, &s->resp, "chunk download")) == 0) {
-        if (!d->batch)
-            rc = f->got(f->ctx, w, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
-        else if (d->done < d->count)
-            rc = kestrel__error_set(KESTREL_EPROTO, "chunk download: kestreld's answer ended after %zu of %zu chunks",
-                                    d->done, d->count);
+        rc = d->batch ? kestrel__batch_end(&d->parse) : f->got(f->ctx, w, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
     }
     download_free(d);
     return rc;

@@ -12,9 +12,10 @@ import threading
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, mode):
+    def __init__(self, upstream_port, mode, at=None):
         self.upstream = ("127.0.0.1", upstream_port)
         self.mode = mode
+        self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
         self.sock = socket.socket()
@@ -82,16 +83,16 @@ class FaultProxy:
                 if state["chunk_request"]:
                     pending += data
                     head = pending.find(b"\r\n\r\n")
-                    if head < 0 or len(pending) < head + 4 + 4096:
+                    if head < 0 or len(pending) < head + 4 + max(4096, self.at + 1):
                         continue
                     state["chunk_request"] = False
                     self.damaged += 1
                     body = head + 4
                     if self.mode == "truncate":
-                        client.sendall(pending[:body + 2048])
+                        client.sendall(pending[:body + self.at])
                         break
                     flipped = bytearray(pending)
-                    flipped[body + 1000] ^= 0xFF
+                    flipped[body + self.at] ^= 0xFF
                     data, pending = bytes(flipped), b""
                 client.sendall(data)
         except OSError:

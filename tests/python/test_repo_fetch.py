@@ -10,23 +10,17 @@ import urllib.request
 
 import pytest
 
+from test_repo_http import raw
+
 kestrel = pytest.importorskip("kestrel")
 
 
-def raw(d, path, body, token=None, ctype="application/json"):
-    headers = {"Content-Type": ctype}
-    if token != "":
-        headers["Authorization"] = f"Bearer {token or d.token}"
-    req = urllib.request.Request(d.url + path, data=body, method="POST", headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+def fetch(d, body, token=None, ctype="application/json"):
+    return raw(d, "POST", "/api/v1/chunks/fetch", body, ctype=ctype, token=token)
 
 
 def token(d, user, scope):
-    status, body = raw(d, "/api/v1/tokens", json.dumps({"user": user, "scope": scope}).encode())
+    status, body = raw(d, "POST", "/api/v1/tokens", json.dumps({"user": user, "scope": scope}).encode())
     assert status in (200, 201), body
     return json.loads(body)["token"]
 
@@ -64,8 +58,11 @@ def test_a_pull_of_many_small_files_fetches_them_in_batches(kestreld, tmp_path, 
         assert batches >= 1 and proxy.damaged >= 1 and gets >= 300, (batches, gets)
 
 
-@pytest.mark.parametrize("mode", ["corrupt", "truncate"])
-def test_a_damaged_or_cut_batch_is_an_error_and_leaves_nothing(kestreld, tmp_path, monkeypatch, mode):
+# where the proxy strikes the first batch's answer: a chunk's bytes, the first head's digest and
+# length, a cut inside the first chunk and one after several chunks were handed on
+@pytest.mark.parametrize("mode,at", [("corrupt", 1000), ("corrupt", 5), ("corrupt", 33), ("truncate", 2048),
+                                     ("truncate", 30000)])
+def test_a_damaged_or_cut_batch_is_an_error_and_leaves_nothing(kestreld, tmp_path, monkeypatch, mode, at):
     from faultproxy import FaultProxy
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     src = tmp_path / "src"
@@ -73,7 +70,7 @@ def test_a_damaged_or_cut_batch_is_an_error_and_leaves_nothing(kestreld, tmp_pat
         src.mkdir(exist_ok=True)
         (src / f"f{i}").write_bytes(os.urandom(6000 + i))
     kestrel.Client(kestreld.url, kestreld.token).push("team/small", str(src))
-    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), mode)
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), mode, at)
     try:
         with pytest.raises(kestrel.KestrelError) as info:
             kestrel.Client(proxy.url, kestreld.token).pull("team/small", str(tmp_path / "out"))
@@ -97,7 +94,7 @@ def test_the_fetch_route_answers_in_order_with_bounds_and_to_whom(kestreld, tmp_
     digests = [hashlib.sha256(b).hexdigest() for b in blobs]
     by_digest = dict(zip(digests, blobs))
     ask = list(reversed(digests)) + [digests[2]]   # any order, a digest twice
-    status, body = raw(kestreld, "/api/v1/chunks/fetch", json.dumps({"digests": ask}).encode())
+    status, body = fetch(kestreld, json.dumps({"digests": ask}).encode())
     assert status == 200, body
     at, got = 0, []
     while at < len(body):
@@ -106,18 +103,61 @@ def test_the_fetch_route_answers_in_order_with_bounds_and_to_whom(kestreld, tmp_
         at += 36 + n
     assert got == [(d, by_digest[d]) for d in ask]
     # a read-scoped token may (a download); a metrics token, no token: refused
-    assert raw(kestreld, "/api/v1/chunks/fetch", json.dumps({"digests": digests[:2]}).encode(),
+    assert fetch(kestreld, json.dumps({"digests": digests[:2]}).encode(),
                token=token(kestreld, "reader", "read"))[0] == 200
-    assert raw(kestreld, "/api/v1/chunks/fetch", json.dumps({"digests": digests[:2]}).encode(),
+    assert fetch(kestreld, json.dumps({"digests": digests[:2]}).encode(),
                token=token(kestreld, "prometheus", "metrics"))[0] == 403
-    assert raw(kestreld, "/api/v1/chunks/fetch", json.dumps({"digests": digests[:2]}).encode(), token="")[0] == 401
+    with pytest.raises(urllib.error.HTTPError) as no_token:
+        urllib.request.urlopen(urllib.request.Request(kestreld.url + "/api/v1/chunks/fetch", method="POST",
+                                                      data=json.dumps({"digests": digests[:2]}).encode()), timeout=30)
+    assert no_token.value.code == 401
     # a chunk not stored: 404 naming it, and nothing of the others sent
     absent = hashlib.sha256(b"not pushed").hexdigest()
-    status, body = raw(kestreld, "/api/v1/chunks/fetch", json.dumps({"digests": [digests[0], absent]}).encode())
+    status, body = fetch(kestreld, json.dumps({"digests": [digests[0], absent]}).encode())
     assert status == 404 and absent[:12] in json.loads(body)["message"], body
     # bounds: 1 to 4096 digests, each 64 lowercase hex digits; a body that is no ChunkQuery
     for bad in ([], [digests[0]] * 4097, ["abc"], [digests[0].upper()], ["../" + digests[0][3:]]):
-        status, body = raw(kestreld, "/api/v1/chunks/fetch", json.dumps({"digests": bad}).encode())
+        status, body = fetch(kestreld, json.dumps({"digests": bad}).encode())
         assert status == 400, (bad[:1], body)
-    assert raw(kestreld, "/api/v1/chunks/fetch", b"\xff\xfe not protobuf", ctype="application/x-protobuf")[0] == 400
-    assert raw(kestreld, "/api/v1/chunks/fetch", b"{\"digests\": 5}")[0] == 400
+    assert fetch(kestreld, b"\xff\xfe not protobuf", ctype="application/x-protobuf")[0] == 400
+    assert fetch(kestreld, b"{\"digests\": 5}")[0] == 400
+
+
+def test_a_kestreld_with_a_small_body_limit_is_asked_one_chunk_at_a_time(daemon, tmp_path, monkeypatch):
+    """256 digests (about 17 KB) are over --max-body 8192: the batch is refused (413), the pull goes on
+    with one GET a chunk."""
+    from conftest import Daemon
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    d = daemon()
+    src = tmp_path / "src"
+    for i in range(300):
+        src.mkdir(exist_ok=True)
+        (src / f"f{i}").write_bytes(os.urandom(1000 + i))
+    kestrel.Client(d.url, d.token).push("team/limited", str(src))   # its query of 300 digests needs the default limit
+    assert d.stop() == 0
+    (d.root / "port").unlink()
+    limited = Daemon(d.root, "--max-body", "8192")
+    try:
+        kestrel.Client(limited.url, limited.token).pull("team/limited", str(tmp_path / "out"))
+    finally:
+        assert limited.stop() == 0
+    assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "out")]).returncode == 0
+
+
+def test_empty_chunks_in_a_batch_cost_no_descriptor(kestreld):
+    """An empty chunk (stored by a pack) is sent from its head alone; 4,095 of them before a real one
+    leave kestreld with the descriptors it had."""
+    from test_repo_http import pack
+    blob = os.urandom(5000)
+    assert raw(kestreld, "POST", "/api/v1/chunks/pack", pack(b"", blob), ctype="application/octet-stream")[0] == 200
+    empty, full = hashlib.sha256(b"").hexdigest(), hashlib.sha256(blob).hexdigest()
+    fds = lambda: len(os.listdir(f"/proc/{kestreld.proc.pid}/fd"))
+    before = fds()
+    for ask in ([empty] * 4095 + [full], [empty, full] * 2048, [full, empty] * 20):
+        status, body = fetch(kestreld, json.dumps({"digests": ask}).encode())
+        want = b"".join(bytes.fromhex(d) + struct.pack(">I", 0 if d == empty else len(blob)) + (b"" if d == empty else blob)
+                        for d in ask)
+        assert status == 200 and body == want
+    assert fds() <= before + 2, (before, fds())
+    status, body = raw(kestreld, "GET", "/api/v1/chunks/fetch")
+    assert status == 405, body
