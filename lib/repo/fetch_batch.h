@@ -14,13 +14,16 @@ typedef struct {
     void *ctx;
     uint8_t head[36];
     size_t in_head;
+    uint32_t expect;            /* the length its head gives the chunk being received */
     kestrel_buf chunk;          /* the chunk being received, when it came in pieces */
 } kestrel__batch;
 
-/* Ready to parse the answer for want[0, count), each chunk handed to got(ctx, ...) once whole. */
+/* Ready to parse the answer for want[0, count), each chunk handed to got(ctx, ...) once whole: the
+ * bytes its head announces (at most 4 MiB, what kestreld stores), which got() checks as it checks a
+ * chunk from a GET: a stored copy of another size is a damaged chunk the repository is told of. */
 void kestrel__batch_init(kestrel__batch *b, const kestrel__want *want, size_t count, kestrel__fetched got, void *ctx);
-/* The next len bytes of the answer. 0; got()'s failure; or KESTREL_EPROTO when a head does not
- * hold the digest and size of the chunk asked for at its place, or bytes come after the last. */
+/* The next len bytes of the answer. 0; got()'s failure; or KESTREL_EPROTO when a head names another
+ * chunk than the one asked for at its place, announces more than 4 MiB, or bytes come after the last. */
 int kestrel__batch_feed(kestrel__batch *b, const uint8_t *data, size_t len);
 /* The answer ended: 0 when every chunk came whole, else KESTREL_EPROTO. */
 int kestrel__batch_end(const kestrel__batch *b);

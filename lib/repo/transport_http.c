@@ -558,6 +558,8 @@ static int fetch_start(void *ctx, http *h, stream *s)
     return 1;
 }
 
+static void damaged(kestrel__transport *t, const char *digest);
+
 /* Whether kestreld refused a batch as one that does not serve them would: an older kestreld
  * (404 "no such endpoint", 405), a read-scoped token there (403), a request over its --max-body
  * (413). A 404 for a chunk it does not store is an answer: the pull fails as a GET would have. */
@@ -589,6 +591,7 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
             f->h->no_batch = 1;
         }
     } else if (rc == 0 && !d->batch && cc == CURLE_WRITE_ERROR) {   /* more bytes than the chunk holds */
+        damaged(&f->h->base, w->digest);   /* its stored copy grew: kestreld re-checks it */
         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (more than its %lld bytes)", w->digest,
                                 (long long)w->size);
     } else if (rc == 0 && (rc = finish_transfer(s->e, cc, &s->resp, "chunk download")) == 0) {

@@ -161,3 +161,35 @@ def test_empty_chunks_in_a_batch_cost_no_descriptor(kestreld):
     assert fds() <= before + 2, (before, fds())
     status, body = raw(kestreld, "GET", "/api/v1/chunks/fetch")
     assert status == 405, body
+
+
+# a stored copy of the wrong size (shrunk, emptied or grown on kestreld's disk), fetched in a batch or
+# by a GET (an "older" kestreld, played by the proxy): the pull says damaged and reports it, kestreld
+# quarantines it, a re-push heals it
+@pytest.mark.parametrize("how", ["shrunk", "emptied", "grown"])
+@pytest.mark.parametrize("path", ["batch", "get"])
+def test_a_stored_chunk_of_the_wrong_size_is_reported_and_healed(kestreld, tmp_path, monkeypatch, how, path):
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(30):
+        (src / f"f{i}").write_bytes(os.urandom(2000 + i))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.push("team/sized", str(src))
+    digest = hashlib.sha256((src / "f7").read_bytes()).hexdigest()
+    victim = kestreld.data / "repo" / "chunks" / digest[:2] / digest[2:]
+    data = victim.read_bytes()
+    victim.write_bytes({"shrunk": data[:1000], "emptied": b"", "grown": data + b"more"}[how])
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older" if path == "get" else "pass")
+    try:
+        with pytest.raises(kestrel.ProtocolError, match="damaged"):
+            kestrel.Client(proxy.url, kestreld.token).pull("team/sized", str(tmp_path / "out"))
+        assert requests_seen(proxy)[1] >= (1 if path == "get" else 0)
+    finally:
+        proxy.close()
+    assert not (tmp_path / "out").exists() and not victim.exists()   # quarantined
+    assert list((kestreld.data / "repo" / "quarantine").iterdir())
+    c.push("team/sized", str(src))
+    c.pull("team/sized", str(tmp_path / "out"))
+    assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "out")]).returncode == 0
