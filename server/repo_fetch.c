@@ -92,14 +92,14 @@ static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max)
         } else {
             ssize_t r;
             open_ahead(a);
-            if ((fd = a->fd[k % AHEAD]) < 0)
-                return MHD_CONTENT_READER_END_WITH_ERROR;   /* collected since the lookup */
+            if ((fd = a->fd[k % AHEAD]) < 0)   /* collected since the lookup: what is read goes first */
+                return out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;
             take = a->size[k] - (a->at - 36) < max - out ? a->size[k] - (a->at - 36) : max - out;
             do
                 r = take ? pread(fd, buf + out, take, (off_t)(a->at - 36)) : 0;
             while (r < 0 && errno == EINTR);
-            if (r < 0 || (r == 0 && take))
-                return MHD_CONTENT_READER_END_WITH_ERROR;   /* unreadable, or cut short since */
+            if (r < 0 || (r == 0 && take))   /* unreadable, or cut short since */
+                return out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;
             out += (size_t)r;
             a->at += (size_t)r;
         }
@@ -159,6 +159,9 @@ enum MHD_Result kd_repo_fetch(kd_req *r)
         }
         memcpy(a->hex[k], q->digests[k], KESTREL__HEX_LEN + 1);
         chunk_file(a, k, path, sizeof(path));
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 4 * (off_t)KESTREL__CHUNK_MAX &&
+            kestrel__store_check_chunk(r->e->store, a->hex[k]) == 1)   /* no chunk is that large: aside */
+            fprintf(stderr, "kestreld: chunk %.12s is over 4 MiB on disk, damaged: quarantined\n", a->hex[k]);
         if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 4 * (off_t)KESTREL__CHUNK_MAX) {
             snprintf(msg, sizeof(msg), "no such chunk: %.12s is not stored", a->hex[k]);
             protobuf_c_message_free_unpacked(&q->base, NULL);

@@ -46,14 +46,24 @@ typedef struct {
     struct curl_slist *hdrs;
     kestrel_buf resp;
     size_t max;
+    int over;        /* a 2xx answer brought more than max: the transfer failed for that */
     void *job;
 } stream;
+
+#define ERROR_MAX (64u << 10)   /* what an error answer may bring, whatever max is */
 
 static size_t collect(char *data, size_t size, size_t n, void *payload)
 {
     stream *s = payload;
-    if (size * n > s->max - s->resp.size)   /* more than asked for: the transfer fails, nothing is kept */
+    long status = 0;
+    size_t cap = s->max;
+    curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &status);
+    if ((status < 200 || status >= 300) && cap < ERROR_MAX)
+        cap = ERROR_MAX;
+    if (size * n > cap - s->resp.size) {   /* more than asked for: the transfer fails, nothing is kept */
+        s->over = status >= 200 && status < 300;
         return 0;
+    }
     return kestrel__buf_put(&s->resp, data, size * n) < 0 ? 0 : size * n;
 }
 
@@ -63,6 +73,7 @@ static int transfer(http *h, stream *s, const char *url, const char *content_typ
 {
     s->resp.size = 0;
     s->max = max;
+    s->over = 0;
     if ((s->e = curl_easy_init()) == NULL || (s->hdrs = kestrel__http_headers(h->c, content_type)) == NULL) {
         if (s->e)
             curl_easy_cleanup(s->e);
@@ -590,7 +601,7 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
             f->redo[i][1] = d->count;
             f->h->no_batch = 1;
         }
-    } else if (rc == 0 && !d->batch && cc == CURLE_WRITE_ERROR) {   /* more bytes than the chunk holds */
+    } else if (rc == 0 && !d->batch && cc == CURLE_WRITE_ERROR && s->over) {   /* more bytes than the chunk holds */
         damaged(&f->h->base, w->digest);   /* its stored copy grew: kestreld re-checks it */
         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (more than its %lld bytes)", w->digest,
                                 (long long)w->size);

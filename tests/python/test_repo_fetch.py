@@ -163,6 +163,26 @@ def test_empty_chunks_in_a_batch_cost_no_descriptor(kestreld):
     assert status == 405, body
 
 
+def stored_tree(d, tmp_path, name, size_of):
+    """30 files (f7 of size_of(7) bytes...) pushed as name: the client, the tree and f7's chunk file in
+    kestreld's store."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(30):
+        (src / f"f{i}").write_bytes(os.urandom(size_of(i)))
+    c = kestrel.Client(d.url, d.token)
+    c.push(name, str(src))
+    digest = hashlib.sha256((src / "f7").read_bytes()).hexdigest()
+    return c, src, d.data / "repo" / "chunks" / digest[:2] / digest[2:]
+
+
+def heals(c, name, src, out):
+    """A re-push sends what kestreld put aside; the pull is whole again."""
+    c.push(name, str(src))
+    c.pull(name, str(out))
+    assert subprocess.run(["diff", "-r", str(src), str(out)]).returncode == 0
+
+
 # a stored copy of the wrong size (shrunk, emptied or grown on kestreld's disk), fetched in a batch or
 # by a GET (an "older" kestreld, played by the proxy): the pull says damaged and reports it, kestreld
 # quarantines it, a re-push heals it
@@ -171,25 +191,48 @@ def test_empty_chunks_in_a_batch_cost_no_descriptor(kestreld):
 def test_a_stored_chunk_of_the_wrong_size_is_reported_and_healed(kestreld, tmp_path, monkeypatch, how, path):
     from faultproxy import FaultProxy
     monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
-    src = tmp_path / "src"
-    src.mkdir()
-    for i in range(30):
-        (src / f"f{i}").write_bytes(os.urandom(2000 + i))
-    c = kestrel.Client(kestreld.url, kestreld.token)
-    c.push("team/sized", str(src))
-    digest = hashlib.sha256((src / "f7").read_bytes()).hexdigest()
-    victim = kestreld.data / "repo" / "chunks" / digest[:2] / digest[2:]
+    c, src, victim = stored_tree(kestreld, tmp_path, "team/sized", lambda i: 2000 + i)
     data = victim.read_bytes()
     victim.write_bytes({"shrunk": data[:1000], "emptied": b"", "grown": data + b"more"}[how])
     proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older" if path == "get" else "pass")
     try:
         with pytest.raises(kestrel.ProtocolError, match="damaged"):
             kestrel.Client(proxy.url, kestreld.token).pull("team/sized", str(tmp_path / "out"))
-        assert requests_seen(proxy)[1] >= (1 if path == "get" else 0)
+        batches, gets = requests_seen(proxy)
+        assert (batches >= 1 and gets == 0) if path == "batch" else gets >= 1, (batches, gets)
     finally:
         proxy.close()
     assert not (tmp_path / "out").exists() and not victim.exists()   # quarantined
     assert list((kestreld.data / "repo" / "quarantine").iterdir())
-    c.push("team/sized", str(src))
-    c.pull("team/sized", str(tmp_path / "out"))
-    assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "out")]).returncode == 0
+    heals(c, "team/sized", src, tmp_path / "out")
+
+
+@pytest.mark.parametrize("path", ["batch", "get"])
+def test_a_chunk_missing_from_the_store_is_not_found_and_names_no_damage(kestreld, tmp_path, monkeypatch, path):
+    """A 404 for a chunk kestreld does not store is the pull's answer (no fallback to GETs, no report
+    of damage), even for a chunk smaller than the error's own body."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    _, _, victim = stored_tree(kestreld, tmp_path, "team/holes", lambda i: 10 if i == 7 else 3000 + i)
+    victim.unlink()
+    digest = victim.parent.name + victim.name
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older" if path == "get" else "pass")
+    try:
+        with pytest.raises(kestrel.NotFoundError) as info:
+            kestrel.Client(proxy.url, kestreld.token).pull("team/holes", str(tmp_path / "out"))
+        batches, gets = requests_seen(proxy)
+        assert "damaged" not in str(info.value) and b"/verify" not in bytes(proxy.sent)
+        assert (batches >= 1 and gets == 0 and digest[:12] in str(info.value)) if path == "batch" else gets >= 1
+    finally:
+        proxy.close()
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_stored_chunk_over_4_mib_is_quarantined_when_a_batch_asks_for_it(kestreld, tmp_path, monkeypatch):
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    c, src, victim = stored_tree(kestreld, tmp_path, "team/huge", lambda i: 3000 + i)
+    victim.write_bytes(victim.read_bytes() + os.urandom(4 << 20))
+    with pytest.raises(kestrel.NotFoundError):
+        c.pull("team/huge", str(tmp_path / "out"))
+    assert not victim.exists() and list((kestreld.data / "repo" / "quarantine").iterdir())
+    heals(c, "team/huge", src, tmp_path / "out")
