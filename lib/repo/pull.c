@@ -236,6 +236,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
         rc = kestrel__error_oom();
         goto done;
     }
+    kestrel__pull_sweep(dest);   /* what killed pulls to dest left beside it */
     if (mf->n_files) {   /* a directory: each chunk written straight into its file(s) */
         if ((rc = kestrel__tree_out_new(&tree, mf, dest)) < 0 ||
             (rc = kestrel__layout_new(&ps.lay, mf, -1, NULL, kestrel__tree_out_write, tree)) < 0)
@@ -247,6 +248,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
             rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
             goto done;
         }
+        (void)kestrel__pull_temp_lock(fd);   /* ours while this process lives (pull_sweep.c) */
         if ((rc = kestrel__layout_new(&ps.lay, mf, fd, tmp, NULL, NULL)) < 0)
             goto done;
     }

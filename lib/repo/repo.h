@@ -87,6 +87,14 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest);
 /* Remove the half-made directory and free t (NULL is fine). */
 void kestrel__tree_out_abandon(kestrel__tree_out *t);
 
+/* ---- pull_sweep.c -------------------------------------------------------------------------- */
+
+/* A pull's temp (a file, or a directory: fd open on it) is locked while the pull lives. */
+int kestrel__pull_temp_lock(int fd);
+/* Remove what killed pulls left beside dest (DEST.kestrel-tmp.XXXXXX no process holds, an hour
+ * old): best effort, before a pull to dest makes its own. */
+void kestrel__pull_sweep(const char *dest);
+
 /* ---- front.c ------------------------------------------------------------------------------- */
 
 /* kestrel_model_push of a directory's selected files only (select NULL: all of them; kestrel_code_push). */

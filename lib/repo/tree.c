@@ -156,6 +156,7 @@ struct kestrel__tree_out {
     unsigned char *created;
     int fd;                  /* the open file, and which */
     size_t fd_file;
+    int lock;                /* open on tmp, locked while this process lives (pull_sweep.c) */
 };
 
 int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *m, const char *dest)
@@ -172,6 +173,7 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *
     }
     t->m = m;
     t->fd = -1;
+    t->lock = -1;
     for (size_t j = 0; j < m->n_files; j++) {
         t->start[j] = at;
         at += m->files[j]->size;
@@ -186,6 +188,8 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *
         kestrel__tree_out_abandon(t);
         return kestrel__error_set(KESTREL_EIO, "cannot create a directory next to %s: %s", dest, strerror(errno));
     }
+    if ((t->lock = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
+        (void)kestrel__pull_temp_lock(t->lock);
     *out = t;
     return 0;
 }
@@ -331,6 +335,8 @@ void kestrel__tree_out_abandon(kestrel__tree_out *t)
         close(t->fd);
     if (t->tmp[0])
         kestrel__rm_tree(t->tmp);   /* never half a directory */
+    if (t->lock >= 0)
+        close(t->lock);
     free(t->start);
     free(t->created);
     free(t);

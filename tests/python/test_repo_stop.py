@@ -106,3 +106,48 @@ def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_p
     done, total = (int(w) for w in out.split()[2::2])
     assert done < total                                  # it stopped before the end
     assert kestreld.api("GET", "/api/v1/models/team/interrupted/versions")[0] == 404
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path, monkeypatch, what):
+    """kill -9 leaves DEST.kestrel-tmp.XXXXXX; the next pull to DEST removes those an hour old that no
+    live pull holds (each pull locks its temp), and nothing else: not a fresh one, not one a process
+    holds, not a link named so (nor what it points at), not another destination's, not another name."""
+    import fcntl
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    src = tmp_path / "src"
+    if what == "file":
+        src.write_bytes(os.urandom(3 << 20))
+    else:
+        (src / "sub").mkdir(parents=True)
+        (src / "sub" / "a").write_bytes(os.urandom(5000))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.push("team/swept", str(src))
+    work = tmp_path / "work"
+    work.mkdir()
+    old = time.time() - 7200
+    (work / "out.kestrel-tmp.Aa1Bb2").write_bytes(b"half a file")           # stale: removed
+    stale_dir = work / "out.kestrel-tmp.Cc3Dd4"                              # stale directory: removed
+    (stale_dir / "x" / "y").mkdir(parents=True)
+    (stale_dir / "x" / "y" / "z").write_bytes(b"z")
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me")
+    os.symlink(target, stale_dir / "x" / "link")                            # removed as a link, not followed
+    kept = ["out.kestrel-tmp.Ee5Ff6", "out.kestrel-tmp.Gg7Hh8", "out.kestrel-tmp.Ii9Jj0", "other.kestrel-tmp.Kk1Ll2",
+            "out.kestrel-tmp.Mm3Nn4O", "out.kestrel-old.Pp5Qq6"]
+    (work / kept[0]).write_bytes(b"fresh")                                  # written a moment ago: a live pull
+    (work / kept[1]).write_bytes(b"held")                                    # locked: a live pull
+    os.symlink(target, work / kept[2])                                       # a link named like a temp
+    for name in kept[3:]:
+        (work / name).write_bytes(b"not ours to judge")
+    for p in [work / "out.kestrel-tmp.Aa1Bb2", stale_dir, *(work / k for k in kept[1:])]:
+        os.utime(p, (old, old), follow_symlinks=False)
+    holder = open(work / kept[1], "rb")
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        c.pull("team/swept", str(work / "out"))
+    finally:
+        holder.close()
+    assert sorted(p.name for p in work.iterdir()) == sorted(["out"] + kept)
+    assert target.read_bytes() == b"keep me"
+    assert subprocess.run(["diff", "-r", str(src), str(work / "out")]).returncode == 0
