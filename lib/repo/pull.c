@@ -216,7 +216,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     pull_state ps;
     char tmp[4096] = "", sha[65];
     size_t nwant = 0;
-    int fd = -1, rc;
+    int fd = -1, hold = -1, rc;
 
     memset(&ps, 0, sizeof(ps));
     memset(&cache, 0, sizeof(cache));   /* closed at the end, opened or not */
@@ -242,13 +242,14 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
             (rc = kestrel__layout_new(&ps.lay, mf, -1, NULL, kestrel__tree_out_write, tree)) < 0)
             goto done;
     } else {             /* a file: a temp file beside dest, hashed as it fills in */
-        snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.XXXXXX", dest);
+        snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.v2.XXXXXX", dest);
         if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
             tmp[0] = '\0';
             rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
             goto done;
         }
-        (void)kestrel__pull_temp_lock(fd);   /* ours while this process lives (pull_sweep.c) */
+        if (kestrel__pull_temp_lock(fd) == 0)   /* ours while this process lives (pull_sweep.c), */
+            hold = dup(fd);                      /* until it is renamed, not only until it is closed */
         if ((rc = kestrel__layout_new(&ps.lay, mf, fd, tmp, NULL, NULL)) < 0)
             goto done;
     }
@@ -305,6 +306,8 @@ done:
         close(fd);
     if (rc < 0 && tmp[0])
         unlink(tmp);   /* never leave half a file behind */
+    if (hold >= 0)
+        close(hold);
     kestrel__layout_free(ps.lay);   /* before the directory it writes into goes */
     kestrel__tree_out_abandon(tree);
     kestrel__cache_close(&cache);

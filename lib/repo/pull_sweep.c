@@ -1,9 +1,12 @@
-/* lib/repo/pull_sweep.c - what a killed pull left beside its destination: DEST.kestrel-tmp.XXXXXX, a
- * file or a directory (a pull stopped any other way removes its own). A pull holds a lock on its
- * temp (flock, released by the kernel when the process ends, kill -9 included), so the next pull to
- * DEST removes those no process holds, once they are SWEEP_AGE_S old: one an older client is still
- * writing (it takes no lock) changes within a minute or fails. Only names of exactly that form, of
- * this user, a plain file or a directory (never a link, never followed) are touched. */
+/* lib/repo/pull_sweep.c - what a killed pull left beside its destination (a pull stopped any other
+ * way removes its own). A pull's temp is DEST.kestrel-tmp.v2.XXXXXX, a file or a directory; the pull
+ * holds a lock on it (flock, dropped by the kernel when the process ends, kill -9 included) and
+ * keeps its mtime fresh (a file's with every write, a directory's at least every TOUCH_S seconds:
+ * kestrel__pull_temp_touch). The next pull to DEST removes each such temp no process holds that is
+ * SWEEP_AGE_S old. A temp of the older form, DEST.kestrel-tmp.XXXXXX, is never touched: its client
+ * took no lock and did not keep a directory's mtime fresh. Only names of exactly the form, of this
+ * user, a plain file or a directory, are touched; removal goes through descriptors checked to be
+ * the ones examined, and never follows a link. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,26 +18,71 @@
 #include <time.h>
 #include <unistd.h>
 #include "repo.h"
-#include "store.h"
 
 #define SWEEP_AGE_S 3600
-#define SUFFIX "XXXXXX"
+#define TOUCH_S 30
+#define SUFFIX_LEN 6   /* mkstemp's XXXXXX */
 
 int kestrel__pull_temp_lock(int fd)
 {
     return flock(fd, LOCK_EX | LOCK_NB);
 }
 
+void kestrel__pull_temp_touch(int fd, int64_t *last)
+{
+    int64_t now = (int64_t)time(NULL);
+    if (fd >= 0 && now - *last >= TOUCH_S && futimens(fd, NULL) == 0)
+        *last = now;
+}
+
+static int same(int fd, const struct stat *st)
+{
+    struct stat now;
+    return fstat(fd, &now) == 0 && now.st_ino == st->st_ino && now.st_dev == st->st_dev;
+}
+
+/* Remove everything in the directory open as dfd (closed here): files and links unlinked, folders
+ * opened without following a link and emptied first. Best effort. */
+static void empty_dir(int dfd)
+{
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
+    if (d == NULL) {
+        close(dfd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        int sub;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (!S_ISDIR(st.st_mode)) {
+            unlinkat(dirfd(d), e->d_name, 0);
+            continue;
+        }
+        if ((sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+            continue;
+        if (same(sub, &st)) {
+            empty_dir(sub);
+            unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+        } else {
+            close(sub);
+        }
+    }
+    closedir(d);
+}
+
 void kestrel__pull_sweep(const char *dest)
 {
     const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
-    char dir[PATH_MAX], prefix[NAME_MAX + 16];
+    char dir[PATH_MAX], prefix[NAME_MAX + 24];
     size_t plen;
     time_t now = time(NULL);
     DIR *d;
     struct dirent *e;
     int dfd;
-    if (!*base || (size_t)snprintf(prefix, sizeof(prefix), "%s.kestrel-tmp.", base) >= sizeof(prefix))
+    if (!*base || (size_t)snprintf(prefix, sizeof(prefix), "%s.kestrel-tmp.v2.", base) >= sizeof(prefix))
         return;
     plen = strlen(prefix);
     if (slash == NULL)
@@ -52,22 +100,30 @@ void kestrel__pull_sweep(const char *dest)
         return;
     }
     while ((e = readdir(d)) != NULL) {
-        struct stat st, held;
-        char path[PATH_MAX + NAME_MAX + 2];
-        int fd;
-        if (strncmp(e->d_name, prefix, plen) || strlen(e->d_name) != plen + sizeof(SUFFIX) - 1 ||
+        struct stat st;
+        int fd, isdir;
+        if (strncmp(e->d_name, prefix, plen) || strlen(e->d_name) != plen + SUFFIX_LEN ||
             fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_uid != geteuid() ||
             !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) || now - st.st_mtime < SWEEP_AGE_S)
             continue;
-        fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (S_ISDIR(st.st_mode) ? O_DIRECTORY : 0));
+        isdir = S_ISDIR(st.st_mode);
+        fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (isdir ? O_DIRECTORY : 0));
         if (fd < 0)
             continue;
-        if (fstat(fd, &held) == 0 && held.st_ino == st.st_ino && held.st_dev == st.st_dev &&
-            kestrel__pull_temp_lock(fd) == 0) {   /* no live pull holds it */
-            if (S_ISREG(st.st_mode))
-                unlinkat(dfd, e->d_name, 0);
-            else if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) < sizeof(path))
-                kestrel__rm_tree(path);   /* links inside it removed, never followed */
+        if (!same(fd, &st) || kestrel__pull_temp_lock(fd) < 0) {   /* swapped meanwhile, or a live pull's */
+            close(fd);
+            continue;
+        }
+        if (isdir) {
+            int inner = dup(fd);
+            if (inner >= 0)
+                empty_dir(inner);
+        }
+        {
+            struct stat again;   /* still the one examined and locked: remove the name */
+            if (fstatat(dfd, e->d_name, &again, AT_SYMLINK_NOFOLLOW) == 0 && again.st_ino == st.st_ino &&
+                again.st_dev == st.st_dev)
+                unlinkat(dfd, e->d_name, isdir ? AT_REMOVEDIR : 0);
         }
         close(fd);
     }

@@ -89,10 +89,13 @@ void kestrel__tree_out_abandon(kestrel__tree_out *t);
 
 /* ---- pull_sweep.c -------------------------------------------------------------------------- */
 
-/* A pull's temp (a file, or a directory: fd open on it) is locked while the pull lives. */
+/* A pull's temp is named DEST.kestrel-tmp.v2.XXXXXX (a file, or a directory: fd open on it); it is
+ * locked while the pull lives, and a directory's mtime kept fresh (touch: at most every 30 s, *last
+ * the time of the last touch). */
 int kestrel__pull_temp_lock(int fd);
-/* Remove what killed pulls left beside dest (DEST.kestrel-tmp.XXXXXX no process holds, an hour
- * old): best effort, before a pull to dest makes its own. */
+void kestrel__pull_temp_touch(int fd, int64_t *last);
+/* Remove what killed pulls left beside dest (such temps no process holds, an hour old): best
+ * effort, before a pull to dest makes its own. */
 void kestrel__pull_sweep(const char *dest);
 
 /* ---- front.c ------------------------------------------------------------------------------- */

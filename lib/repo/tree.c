@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "filehash.h"
 #include "repo.h"
@@ -157,6 +158,7 @@ struct kestrel__tree_out {
     int fd;                  /* the open file, and which */
     size_t fd_file;
     int lock;                /* open on tmp, locked while this process lives (pull_sweep.c) */
+    int64_t touched;         /* when tmp's mtime was last made fresh */
 };
 
 int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *m, const char *dest)
@@ -182,7 +184,7 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *
         kestrel__tree_out_abandon(t);
         return kestrel__error_set(KESTREL_EEXISTS, "%s exists and is not a directory", dest);
     }
-    snprintf(t->tmp, sizeof(t->tmp), "%s.kestrel-tmp.XXXXXX", dest);
+    snprintf(t->tmp, sizeof(t->tmp), "%s.kestrel-tmp.v2.XXXXXX", dest);
     if (mkdtemp(t->tmp) == NULL) {
         t->tmp[0] = '\0';
         kestrel__tree_out_abandon(t);
@@ -190,6 +192,7 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *
     }
     if ((t->lock = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
         (void)kestrel__pull_temp_lock(t->lock);
+    t->touched = (int64_t)time(NULL);
     *out = t;
     return 0;
 }
@@ -222,6 +225,7 @@ int kestrel__tree_out_write(void *ctx, int64_t at, const void *data, size_t len)
     size_t lo = 0, hi = t->m->n_files;
     const char *p = data;
     int rc;
+    kestrel__pull_temp_touch(t->lock, &t->touched);   /* a live pull's temp never looks stale */
     while (hi - lo > 1) {   /* the last file starting at or before at */
         size_t mid = lo + (hi - lo) / 2;
         if (t->start[mid] <= at)

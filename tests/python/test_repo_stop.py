@@ -110,9 +110,10 @@ def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_p
 
 @pytest.mark.parametrize("what", ["file", "directory"])
 def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path, monkeypatch, what):
-    """kill -9 leaves DEST.kestrel-tmp.XXXXXX; the next pull to DEST removes those an hour old that no
-    live pull holds (each pull locks its temp), and nothing else: not a fresh one, not one a process
-    holds, not a link named so (nor what it points at), not another destination's, not another name."""
+    """kill -9 leaves DEST.kestrel-tmp.v2.XXXXXX; the next pull to DEST removes those an hour old that
+    no live pull holds (each pull locks its temp), and nothing else: not a fresh one, not one a
+    process holds, not the older form (its client took no lock), not a link or a FIFO named so (nor
+    what a link points at), not another destination's, not another name."""
     import fcntl
     monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
     src = tmp_path / "src"
@@ -126,21 +127,23 @@ def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path,
     work = tmp_path / "work"
     work.mkdir()
     old = time.time() - 7200
-    (work / "out.kestrel-tmp.Aa1Bb2").write_bytes(b"half a file")           # stale: removed
-    stale_dir = work / "out.kestrel-tmp.Cc3Dd4"                              # stale directory: removed
+    (work / "out.kestrel-tmp.v2.Aa1Bb2").write_bytes(b"half a file")        # stale: removed
+    stale_dir = work / "out.kestrel-tmp.v2.Cc3Dd4"                           # stale directory: removed
     (stale_dir / "x" / "y").mkdir(parents=True)
     (stale_dir / "x" / "y" / "z").write_bytes(b"z")
     target = tmp_path / "precious"
     target.write_bytes(b"keep me")
     os.symlink(target, stale_dir / "x" / "link")                            # removed as a link, not followed
-    kept = ["out.kestrel-tmp.Ee5Ff6", "out.kestrel-tmp.Gg7Hh8", "out.kestrel-tmp.Ii9Jj0", "other.kestrel-tmp.Kk1Ll2",
-            "out.kestrel-tmp.Mm3Nn4O", "out.kestrel-old.Pp5Qq6"]
+    kept = ["out.kestrel-tmp.v2.Ee5Ff6", "out.kestrel-tmp.v2.Gg7Hh8", "out.kestrel-tmp.v2.Ii9Jj0",
+            "out.kestrel-tmp.v2.Rr7Ss8", "out.kestrel-tmp.Tt9Uu0", "other.kestrel-tmp.v2.Kk1Ll2",
+            "out.kestrel-tmp.v2.Mm3Nn4O", "out.kestrel-old.Pp5Qq6"]
     (work / kept[0]).write_bytes(b"fresh")                                  # written a moment ago: a live pull
     (work / kept[1]).write_bytes(b"held")                                    # locked: a live pull
     os.symlink(target, work / kept[2])                                       # a link named like a temp
-    for name in kept[3:]:
+    os.mkfifo(work / kept[3])                                                # a FIFO named like a temp
+    for name in kept[4:]:
         (work / name).write_bytes(b"not ours to judge")
-    for p in [work / "out.kestrel-tmp.Aa1Bb2", stale_dir, *(work / k for k in kept[1:])]:
+    for p in [work / "out.kestrel-tmp.v2.Aa1Bb2", stale_dir, *(work / k for k in kept[1:])]:
         os.utime(p, (old, old), follow_symlinks=False)
     holder = open(work / kept[1], "rb")
     fcntl.flock(holder, fcntl.LOCK_EX)
@@ -151,3 +154,39 @@ def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path,
     assert sorted(p.name for p in work.iterdir()) == sorted(["out"] + kept)
     assert target.read_bytes() == b"keep me"
     assert subprocess.run(["diff", "-r", str(src), str(work / "out")]).returncode == 0
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_live_pulls_temp_is_never_swept(kestreld, tmp_path, monkeypatch, what):
+    """While a pull runs, its temp aged by hand, a second pull to the same DEST (another process) leaves
+    it alone: the first pull holds its lock; both complete."""
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    src = tmp_path / "src"
+    if what == "file":
+        src.write_bytes(os.urandom(96 << 20))
+    else:
+        (src / "d").mkdir(parents=True)
+        for i in range(12):
+            (src / "d" / f"f{i}").write_bytes(os.urandom(8 << 20))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.push("team/live", str(src))
+    work = tmp_path / "work"
+    work.mkdir()
+    seen = []
+
+    def progress(p):
+        temps = [t for t in work.iterdir() if ".kestrel-tmp.v2." in t.name]
+        if seen or not temps or p.bytes_done >= p.bytes_total:
+            return
+        old = time.time() - 7200
+        os.utime(temps[0], (old, old))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KESTREL_")}
+        env.update(KESTREL_URL=kestreld.url, KESTREL_TOKEN=kestreld.token, KESTREL_CACHE_MAX="0")
+        second = subprocess.run([KESTREL_CLI, "pull", "team/live", str(work / "out")], env=env,
+                                capture_output=True, text=True, timeout=120)
+        seen.append((temps[0].name, temps[0].exists(), second.returncode, second.stderr))
+
+    c.pull("team/live", str(work / "out"), progress=progress)
+    assert seen and seen[0][1] and seen[0][2] == 0, seen     # the first pull's temp survived the second pull
+    assert subprocess.run(["diff", "-r", str(src), str(work / "out")]).returncode == 0
+    assert [p.name for p in work.iterdir()] == ["out"]
