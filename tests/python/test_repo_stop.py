@@ -108,6 +108,20 @@ def test_ctrl_c_cancels_a_transfer_and_raises_keyboard_interrupt(kestreld, tmp_p
     assert kestreld.api("GET", "/api/v1/models/team/interrupted/versions")[0] == 404
 
 
+def pushed_source(d, tmp_path, name, what, file_bytes, files, file_each):
+    """A file of file_bytes, or a directory of `files` files of file_each bytes, pushed as name."""
+    src = tmp_path / "src"
+    if what == "file":
+        src.write_bytes(os.urandom(file_bytes))
+    else:
+        (src / "d").mkdir(parents=True)
+        for i in range(files):
+            (src / "d" / f"f{i}").write_bytes(os.urandom(file_each))
+    c = kestrel.Client(d.url, d.token)
+    c.push(name, str(src))
+    return c, src
+
+
 @pytest.mark.parametrize("what", ["file", "directory"])
 def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path, monkeypatch, what):
     """kill -9 leaves DEST.kestrel-tmp.v2.XXXXXX; the next pull to DEST removes those an hour old that
@@ -116,14 +130,7 @@ def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path,
     what a link points at), not another destination's, not another name."""
     import fcntl
     monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
-    src = tmp_path / "src"
-    if what == "file":
-        src.write_bytes(os.urandom(3 << 20))
-    else:
-        (src / "sub").mkdir(parents=True)
-        (src / "sub" / "a").write_bytes(os.urandom(5000))
-    c = kestrel.Client(kestreld.url, kestreld.token)
-    c.push("team/swept", str(src))
+    c, src = pushed_source(kestreld, tmp_path, "team/swept", what, 3 << 20, 1, 5000)
     work = tmp_path / "work"
     work.mkdir()
     old = time.time() - 7200
@@ -161,15 +168,7 @@ def test_a_live_pulls_temp_is_never_swept(kestreld, tmp_path, monkeypatch, what)
     """While a pull runs, its temp aged by hand, a second pull to the same DEST (another process) leaves
     it alone: the first pull holds its lock; both complete."""
     monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
-    src = tmp_path / "src"
-    if what == "file":
-        src.write_bytes(os.urandom(96 << 20))
-    else:
-        (src / "d").mkdir(parents=True)
-        for i in range(12):
-            (src / "d" / f"f{i}").write_bytes(os.urandom(8 << 20))
-    c = kestrel.Client(kestreld.url, kestreld.token)
-    c.push("team/live", str(src))
+    c, src = pushed_source(kestreld, tmp_path, "team/live", what, 96 << 20, 12, 8 << 20)
     work = tmp_path / "work"
     work.mkdir()
     seen = []
