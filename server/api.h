@@ -89,6 +89,8 @@ enum MHD_Result kd_route_nodes(kd_req *r);
 enum MHD_Result kd_route_repo(kd_req *r);
 /* POST /api/v1/chunks/fetch: many chunks in one answer (repo_fetch.c). */
 enum MHD_Result kd_repo_fetch(kd_req *r);
+/* Queue resp (freed here) as a 200 answer of chunk bytes, bytes of them counted in the metrics. */
+enum MHD_Result kd_reply_chunks(kd_req *r, struct MHD_Response *resp, uint64_t bytes);
 /* A pack of user's (run, at: its ?run= and ?at=, NULL when absent: see repo_runs.h). */
 kd_pack *kd_pack_begin(kd_engine *e, int64_t user, const char *run, const char *at);
 void kd_pack_feed(kd_pack *p, const char *data, size_t len);

@@ -462,16 +462,28 @@ static enum MHD_Result settings(kd_req *r, const char *name)
     return kd_reply_msg(r, 200, &out.base);
 }
 
+enum MHD_Result kd_reply_chunks(kd_req *r, struct MHD_Response *resp, uint64_t bytes)
+{
+    enum MHD_Result ok;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+    ok = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    if (ok == MHD_YES) {
+        r->status = 200;
+        kd_metrics_repo_bytes(r->e->metrics, 0, bytes);
+    }
+    return ok;
+}
+
 static enum MHD_Result chunk_get(kd_req *r, const char *hex)
 {
     char path[4200];
     struct stat st;
     struct MHD_Response *resp;
-    enum MHD_Result ok;
     int fd;
     if (!kestrel__is_sha256_hex(hex))
         return kd_reply_error(r, 400, "invalid_argument", "a chunk is named by 64 lowercase hex digits");
-    snprintf(path, sizeof(path), "%s/chunks/%.2s/%s", kd_store_root(r->e), hex, hex + 2);
+    kestrel__store_chunk_path(r->e->store, hex, path, sizeof(path));
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
         if (fd >= 0)
             close(fd);
@@ -481,14 +493,7 @@ static enum MHD_Result chunk_get(kd_req *r, const char *hex)
         close(fd);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-    ok = MHD_queue_response(r->conn, 200, resp);
-    MHD_destroy_response(resp);
-    if (ok == MHD_YES) {
-        r->status = 200;
-        kd_metrics_repo_bytes(r->e->metrics, 0, (uint64_t)st.st_size);
-    }
-    return ok;
+    return kd_reply_chunks(r, resp, (uint64_t)st.st_size);
 }
 
 static enum MHD_Result missing(kd_req *r)

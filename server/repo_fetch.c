@@ -23,8 +23,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <openssl/crypto.h>
 #include "api.h"
-#include "metrics.h"
 #include "chunk.h"
 #include "store.h"
 
@@ -33,24 +33,15 @@
 #define BLOCK (256u * 1024)     /* what libmicrohttpd asks of the reader at once */
 
 typedef struct {
-    char root[4096];
+    kestrel__store *store;
     size_t n, i;                /* the chunks; the one being sent */
     char (*hex)[KESTREL__HEX_LEN + 1];
     uint32_t *size;
     size_t at;                  /* bytes of chunk i sent, its 36 bytes of head included */
+    uint8_t head[36];           /* chunk i's head, made when it starts */
     size_t opened;              /* chunks [0, opened) were opened (ahead) */
     int fd[AHEAD];              /* chunk k's in fd[k % AHEAD] while k is in [i, opened); -1: could not */
 } fetch_answer;
-
-static int nibble(char c)
-{
-    return c <= '9' ? c - '0' : c - 'a' + 10;   /* lowercase hex: checked at the lookup */
-}
-
-static void chunk_file(const fetch_answer *a, size_t k, char *path, size_t n)
-{
-    snprintf(path, n, "%s/chunks/%.2s/%s", a->root, a->hex[k], a->hex[k] + 2);
-}
 
 /* Open the chunks from i on, up to AHEAD of them, and start their reads (an empty one is not
  * opened: it has nothing to read). */
@@ -61,7 +52,7 @@ static void open_ahead(fetch_answer *a)
     while (a->opened < a->n && a->opened < a->i + AHEAD) {
         char path[4200];
         int fd = -1;
-        chunk_file(a, a->opened, path, sizeof(path));
+        kestrel__store_chunk_path(a->store, a->hex[a->opened], path, sizeof(path));
         if (a->size[a->opened] > 0 && (fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0)
             (void)posix_fadvise(fd, 0, a->size[a->opened], POSIX_FADV_WILLNEED);
         a->fd[a->opened % AHEAD] = fd;
@@ -78,15 +69,17 @@ static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max)
         size_t k = a->i, take;
         int fd;
         if (a->at < 36) {
-            uint8_t head[36];
-            for (int j = 0; j < 32; j++)
-                head[j] = (uint8_t)(nibble(a->hex[k][2 * j]) << 4 | nibble(a->hex[k][2 * j + 1]));
-            head[32] = (uint8_t)(a->size[k] >> 24);
-            head[33] = (uint8_t)(a->size[k] >> 16);
-            head[34] = (uint8_t)(a->size[k] >> 8);
-            head[35] = (uint8_t)a->size[k];
+            size_t len = 0;
+            if (a->at == 0 && !OPENSSL_hexstr2buf_ex(a->head, 32, &len, a->hex[k], '\0'))
+                return out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;   /* cannot be: checked hex */
+            if (a->at == 0) {
+                a->head[32] = (uint8_t)(a->size[k] >> 24);
+                a->head[33] = (uint8_t)(a->size[k] >> 16);
+                a->head[34] = (uint8_t)(a->size[k] >> 8);
+                a->head[35] = (uint8_t)a->size[k];
+            }
             take = 36 - a->at < max - out ? 36 - a->at : max - out;
-            memcpy(buf + out, head + a->at, take);
+            memcpy(buf + out, a->head + a->at, take);
             out += take;
             a->at += take;
         } else {
@@ -147,22 +140,26 @@ enum MHD_Result kd_repo_fetch(kd_req *r)
             answer_free(a);
         return kd_reply_error(r, 500, "internal", "out of memory");
     }
-    snprintf(a->root, sizeof(a->root), "%s", kd_store_root(r->e));
+    a->store = r->e->store;
     a->n = q->n_digests;
     for (size_t k = 0; k < a->n; k++) {
         char path[4200];
         struct stat st;
+        int found;
         if (!kestrel__is_sha256_hex(q->digests[k])) {
             protobuf_c_message_free_unpacked(&q->base, NULL);
             answer_free(a);
             return kd_reply_error(r, 400, "invalid_argument", "field 'digests': 64 lowercase hex digits each");
         }
         memcpy(a->hex[k], q->digests[k], KESTREL__HEX_LEN + 1);
-        chunk_file(a, k, path, sizeof(path));
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 4 * (off_t)KESTREL__CHUNK_MAX &&
-            kestrel__store_check_chunk(r->e->store, a->hex[k]) == 1)   /* no chunk is that large: aside */
-            fprintf(stderr, "kestreld: chunk %.12s is over 4 MiB on disk, damaged: quarantined\n", a->hex[k]);
-        if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 4 * (off_t)KESTREL__CHUNK_MAX) {
+        kestrel__store_chunk_path(a->store, a->hex[k], path, sizeof(path));
+        found = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        if (found && st.st_size > 4 * (off_t)KESTREL__CHUNK_MAX) {   /* no chunk is that large: put aside */
+            if (kestrel__store_check_chunk(a->store, a->hex[k]) == 1)
+                fprintf(stderr, "kestreld: chunk %.12s is over 4 MiB on disk, damaged: quarantined\n", a->hex[k]);
+            found = 0;
+        }
+        if (!found) {
             snprintf(msg, sizeof(msg), "no such chunk: %.12s is not stored", a->hex[k]);
             protobuf_c_message_free_unpacked(&q->base, NULL);
             answer_free(a);
@@ -177,12 +174,5 @@ enum MHD_Result kd_repo_fetch(kd_req *r)
         answer_free(a);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-    reply = MHD_queue_response(r->conn, 200, resp);
-    MHD_destroy_response(resp);
-    if (reply == MHD_YES) {
-        r->status = 200;
-        kd_metrics_repo_bytes(r->e->metrics, 0, bytes);
-    }
-    return reply;
+    return kd_reply_chunks(r, resp, bytes);
 }

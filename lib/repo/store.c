@@ -114,7 +114,7 @@ void kestrel__store_close(kestrel__store *s)
     }
 }
 
-static void chunk_path(const kestrel__store *s, const char *hex, char *out, size_t n)
+void kestrel__store_chunk_path(const kestrel__store *s, const char *hex, char *out, size_t n)
 {
     snprintf(out, n, "%s/chunks/%.2s/%s", s->root, hex, hex + 2);
 }
@@ -137,7 +137,7 @@ int kestrel__is_sha256_hex(const char *s)
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex)
 {
     char path[PATH_MAX];
-    chunk_path(s, hex, path, sizeof(path));
+    kestrel__store_chunk_path(s, hex, path, sizeof(path));
     return utimensat(AT_FDCWD, path, NULL, 0) == 0 || (errno != ENOENT && access(path, F_OK) == 0);
 }
 
@@ -217,7 +217,7 @@ int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *dat
     snprintf(dir, sizeof(dir), "%s/chunks/%.2s", s->root, hex);
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return io_error("cannot create", dir);
-    chunk_path(s, hex, path, sizeof(path));
+    kestrel__store_chunk_path(s, hex, path, sizeof(path));
     if ((rc = write_temp(path, data, len, tmp, sizeof(tmp), 0)) < 0)
         return rc;
     if (rename(tmp, path) < 0) {   /* same content under the same name: a concurrent writer is harmless */
@@ -235,7 +235,7 @@ int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_l
     FILE *f;
     size_t n;
     int rc;
-    chunk_path(s, hex, path, sizeof(path));
+    kestrel__store_chunk_path(s, hex, path, sizeof(path));
     if ((f = fopen(path, "rb")) == NULL)
         return errno == ENOENT ? kestrel__error_set(KESTREL_EIO, "chunk %.12s is missing from the store", hex)
                                : io_error("cannot read", path);
@@ -258,7 +258,7 @@ static int chunk_sized(kestrel__store *s, const char *hex, int64_t size, char ou
 {
     char path[PATH_MAX];
     struct stat st;
-    chunk_path(s, hex, path, sizeof(path));
+    kestrel__store_chunk_path(s, hex, path, sizeof(path));
     if (stat(path, &st) < 0)
         return errno == ENOENT ? kestrel__error_set(KESTREL_EINVALID, "chunk %.12s is not stored: push it first", hex)
                                : io_error("cannot read", path);
@@ -289,7 +289,7 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
         int64_t got = 0;
         size_t r;
         FILE *f;
-        chunk_path(s, hexes[i], path, sizeof(path));
+        kestrel__store_chunk_path(s, hexes[i], path, sizeof(path));
         if ((f = fopen(path, "rb")) == NULL) {
             rc = kestrel__error_set(KESTREL_EINVALID, "chunk %.12s is not stored: push it first", hexes[i]);
             break;
@@ -321,7 +321,7 @@ int kestrel__store_check_chunk(kestrel__store *s, const char *hex)
     unsigned int mdlen = 0;
     size_t r;
     FILE *f;
-    chunk_path(s, hex, path, sizeof(path));
+    kestrel__store_chunk_path(s, hex, path, sizeof(path));
     if ((f = fopen(path, "rb")) == NULL)
         return errno == ENOENT ? 0 : io_error("cannot read", path);
     ctx = EVP_MD_CTX_new();

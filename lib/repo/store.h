@@ -39,6 +39,8 @@ int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *dat
 int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out);
 /* Make every chunk written so far durable (one syncfs, not one fsync per chunk). */
 int kestrel__store_sync(kestrel__store *s);
+/* Where chunk hex lives: ROOT/chunks/ab/cdef... (hex: 64 lowercase hex digits, checked by the caller). */
+void kestrel__store_chunk_path(const kestrel__store *s, const char *hex, char *out, size_t n);
 /* 1 when s is 64 lowercase hex digits (a chunk's or a file's SHA-256). */
 int kestrel__is_sha256_hex(const char *s);
 /* Re-hash a stored chunk: 0 intact (or absent), 1 damaged and moved to ROOT/quarantine (so it no
