@@ -133,12 +133,13 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
         size_t len = path ? strlen(path) : 0;
         while (len > 1 && path[len - 1] == '/')
             path[--len] = '\0';
-        if (path && (!strcmp(last_name(path), ".") || !strcmp(last_name(path), ".."))) {
+        base = path ? last_name(path) : NULL;
+        if (base && (!strcmp(base, ".") || !strcmp(base, ".."))) {
             char *real = realpath(path, NULL);   /* "tree/.", "..": the folder's own name */
             free(path);
             path = real;
+            base = path ? last_name(path) : NULL;
         }
-        base = path ? last_name(path) : NULL;
         if (base && *base && strcmp(base, ".") && strcmp(base, "..")) {
             fputs(nmeta++ ? "," : "{", mf);
             cli_json_string(mf, "filename");

@@ -52,12 +52,18 @@ typedef struct {
 
 #define ERROR_MAX (64u << 10)   /* what an error answer may bring, whatever max is */
 
+static long status_of(const stream *s)
+{
+    long status = 0;
+    curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &status);
+    return status;
+}
+
 static size_t collect(char *data, size_t size, size_t n, void *payload)
 {
     stream *s = payload;
-    long status = 0;
+    long status = status_of(s);
     size_t cap = s->max;
-    curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &status);
     if ((status < 200 || status >= 300) && cap < ERROR_MAX)
         cap = ERROR_MAX;
     if (size * n > cap - s->resp.size) {   /* more than asked for: the transfer fails, nothing is kept */
@@ -451,12 +457,20 @@ static int resolve(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest
     return kestrel__http_call((ProtobufCMessage **)out, CLIENT(t), &req);
 }
 
+/* kestreld re-hashes its copy and quarantines it when the stored bytes are wrong, so the next push
+ * heals every version using it (a network fault changes nothing there). */
+static void damaged(kestrel__transport *t, const char *digest)
+{
+    char path[128];
+    kestrel__request req = { "POST", path, NULL, NULL, 0, 0, NULL };
+    snprintf(path, sizeof(path), "/api/v1/chunks/%s/verify", digest);
+    kestrel__http_call(NULL, CLIENT(t), &req);   /* the pull sets its own error after this */
+}
+
 /* A pull's downloads. Chunks up to FETCH_SMALL come FETCH_BATCH (or FETCH_BATCH_BYTES) at a time
  * in one POST /api/v1/chunks/fetch (server/repo_fetch.c), each handed on as soon as its bytes are in;
- * larger ones come one GET each (kestreld sends those with sendfile). A kestreld that does not
- * know the route (older: 404 or 405; 403 for a read-scoped token) is asked one chunk at a time
- * from then on, and the chunks of the refused batch with them: a chunk that is not stored gets the
- * answer it always had. */
+ * larger ones come one GET each (kestreld sends those with sendfile). A kestreld that refuses a
+ * batch (refused()) is asked one chunk at a time from then on, the refused batch's chunks too. */
 #define FETCH_SMALL (256u << 10)
 #define FETCH_BATCH 256
 #define FETCH_BATCH_BYTES (8u << 20)
@@ -473,13 +487,13 @@ typedef struct {
 
 typedef struct {
     fetches *f;
-    size_t first, count;         /* want[first, first + count) */
-    int batch;                   /* a POST of several (else one GET) */
-    kestrel_buf query;           /* the batch's ChunkQuery, sent from here */
+    size_t first, count;         /* want[first, first + count): a POST of several (a batch), or one GET */
+    kestrel_buf query;           /* a batch's ChunkQuery, sent from here */
     kestrel__batch parse;        /* its answer as it comes */
-    long status;
     int rc;                      /* got()'s failure, or a framing error, kept for fetch_end */
 } download;
+
+#define BATCH(d) ((d)->count > 1)
 
 static void download_free(download *d)
 {
@@ -498,9 +512,7 @@ static size_t batch_write(char *data, size_t size, size_t nitems, void *payload)
 {
     stream *s = payload;
     download *d = s->job;
-    if (d->status == 0)
-        curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &d->status);
-    if (d->status != 200)
+    if (status_of(s) != 200)
         return collect(data, size, nitems, s);
     d->rc = kestrel__batch_feed(&d->parse, (const uint8_t *)data, size * nitems);
     return d->rc < 0 ? 0 : size * nitems;
@@ -533,9 +545,8 @@ static int fetch_start(void *ctx, http *h, stream *s)
     d->f = f;
     d->first = first;
     d->count = count;
-    d->batch = count > 1;
     kestrel__batch_init(&d->parse, f->want + first, count, f->got, f->ctx);
-    if (d->batch) {
+    if (BATCH(d)) {
         Kestrel__V1__ChunkQuery q = KESTREL__V1__CHUNK_QUERY__INIT;
         int rc;
         if ((q.digests = malloc(count * sizeof(char *))) == NULL) {
@@ -548,7 +559,7 @@ static int fetch_start(void *ctx, http *h, stream *s)
         rc = kestrel__wire_pack(&d->query, &q.base);
         free(q.digests);
         snprintf(url, sizeof(url), "%s/api/v1/chunks/fetch", h->c->url);
-        if (rc < 0 || transfer(h, s, url, KESTREL__CT_PROTOBUF, 64u << 10) < 0) {
+        if (rc < 0 || transfer(h, s, url, KESTREL__CT_PROTOBUF, ERROR_MAX) < 0) {
             download_free(d);
             return rc < 0 ? rc : kestrel__error_oom();
         }
@@ -569,8 +580,6 @@ static int fetch_start(void *ctx, http *h, stream *s)
     return 1;
 }
 
-static void damaged(kestrel__transport *t, const char *digest);
-
 /* Whether kestreld refused a batch as one that does not serve them would: an older kestreld
  * (404 "no such endpoint", 405), a read-scoped token there (403), a request over its --max-body
  * (413). A 404 for a chunk it does not store is an answer: the pull fails as a GET would have. */
@@ -588,9 +597,7 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
     const kestrel__want *w = &f->want[d->first];
     int rc = d->rc;
     f->inflight--;
-    if (rc == 0 && d->status == 0)
-        curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &d->status);
-    if (rc == 0 && d->batch && refused(d->status, &s->resp)) {
+    if (rc == 0 && BATCH(d) && refused(status_of(s), &s->resp)) {
         int i = 0;   /* one by one from now on (at most STREAMS batches refused: no new one after the first) */
         while (i < STREAMS && f->redo[i][1])
             i++;
@@ -601,12 +608,12 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
             f->redo[i][1] = d->count;
             f->h->no_batch = 1;
         }
-    } else if (rc == 0 && !d->batch && cc == CURLE_WRITE_ERROR && s->over) {   /* more bytes than the chunk holds */
+    } else if (rc == 0 && !BATCH(d) && cc == CURLE_WRITE_ERROR && s->over) {   /* more bytes than the chunk holds */
         damaged(&f->h->base, w->digest);   /* its stored copy grew: kestreld re-checks it */
         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (more than its %lld bytes)", w->digest,
                                 (long long)w->size);
     } else if (rc == 0 && (rc = finish_transfer(s->e, cc, &s->resp, "chunk download")) == 0) {
-        rc = d->batch ? kestrel__batch_end(&d->parse) : f->got(f->ctx, w, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
+        rc = BATCH(d) ? kestrel__batch_end(&d->parse) : f->got(f->ctx, w, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
     }
     download_free(d);
     return rc;
@@ -616,16 +623,6 @@ static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kes
 {
     fetches f = { want, n, 0, got, ctx, { { 0, 0 } }, 0, (http *)t };
     return run_streams((http *)t, fetch_start, fetch_end, download_release, &f);
-}
-
-/* kestreld re-hashes its copy and quarantines it when the stored bytes are wrong, so the next push
- * heals every version using it (a network fault changes nothing there). */
-static void damaged(kestrel__transport *t, const char *digest)
-{
-    char path[128];
-    kestrel__request req = { "POST", path, NULL, NULL, 0, 0, NULL };
-    snprintf(path, sizeof(path), "/api/v1/chunks/%s/verify", digest);
-    kestrel__http_call(NULL, CLIENT(t), &req);   /* the pull sets its own error after this */
 }
 
 /* ---- the rest of the repository API ------------------------------------------------------------ */
