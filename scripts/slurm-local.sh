@@ -254,6 +254,27 @@ accounts() {
     done
 }
 
+# slurmctld resolves an association's user name to a uid when it starts (then only hourly, or at
+# `scontrol reconfigure`): a kestrel-* account that kestreld creates later is refused by sbatch with
+# "Invalid account or account/partition combination" for up to an hour. So the accounts the cluster
+# gives associations exist before slurmctld starts, made as kestreld makes them (server/identity.c:
+# a system account, its own group, no home, no login shell); kestreld then finds and uses them, as it
+# would on a real cluster whose admins made them (README: the identities must exist on every node).
+unix_accounts() {
+    local u made=0
+    [ "$(id -u)" = 0 ] || return 0   # kestreld makes no accounts either unless it runs as root
+    for u in kestrel-admin $SLURM_LOCAL_USERS; do
+        case "$u" in kestrel-*) ;; *) continue ;; esac
+        getent passwd "$u" >/dev/null && continue
+        useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+            --comment "Kestrel jobs of ${u#kestrel-}" "$u" || die "cannot create the Unix account $u"
+        made=1
+    done
+    if [ $made = 1 ] && alive "$D/run/slurmctld.pid"; then
+        SLURM_CONF=$CONF scontrol reconfigure || die "scontrol reconfigure failed (logs in $D/log)"
+    fi
+}
+
 node_state() { SLURM_CONF=$CONF sinfo -h -n "$1" -o '%T' 2>/dev/null | head -1; }
 
 # in_use PORT: something listens on 127.0.0.1:PORT
@@ -277,6 +298,7 @@ start() {
         wait_for 30 slurmdbd sh -c "SLURM_CONF=$CONF sacctmgr -n list cluster"
     fi
     accounts
+    unix_accounts
     alive "$D/run/slurmctld.pid" || slurmctld -f "$CONF"
     wait_for 30 slurmctld sh -c "SLURM_CONF=$CONF scontrol ping | grep -q UP"
     for i in $(seq 1 $NODES); do
