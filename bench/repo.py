@@ -10,6 +10,8 @@ Figures (each beside the limit or peer measured here, on the same disk and loopb
                                                and OpenSSL SHA-256 of them (goal >= 70 % of the lower
                                                of the two)
   (these two alternate Kestrel and its peers over KESTREL_BENCH_ROUNDS rounds, default 3: medians)
+  CPU of the push, client and kestreld        against the cores' time: how busy the push kept them, and
+                                               the push's floor on these cores beside dd
   identical re-push                           chunk bytes sent (goal 0) and time vs hashing the file
                                                (goal <= 1.5x)
   re-push after changing 5 % in 8 regions     bytes sent (goal <= 7 %)
@@ -18,6 +20,7 @@ Figures (each beside the limit or peer measured here, on the same disk and loopb
   4 clients pushing different files at once   aggregate vs dd conv=fdatasync of the same bytes (goal >= 80 %)
   datasets of many small files                bench/repo_dataset.py: push and pull vs tar (goal <= 1.5x)
 """
+import collections
 import json
 import os
 import shutil
@@ -33,9 +36,13 @@ MIB = 1 << 20
 MAX_CHUNK = 1 * MIB
 
 
+Ran = collections.namedtuple("Ran", "seconds out rss cpu")
+
+
 def run(argv, env=None, stdout=subprocess.PIPE):
-    """Run argv; return (seconds, stdout text, its peak RSS in KiB). The RSS is GNU time's figure for the
-    program itself (wait4's would count the pages of this Python process, shared until the exec)."""
+    """Run argv; return Ran(seconds, stdout text, its peak RSS in KiB, its CPU seconds, user + system, of
+    it and what it waited for). The RSS is GNU time's figure for the program itself (wait4's would count
+    the pages of this Python process, shared until the exec)."""
     rss_file, name = None, argv[0]
     if os.path.exists("/usr/bin/time"):
         fd, rss_file = tempfile.mkstemp(prefix="kestrel-bench-rss-")
@@ -56,7 +63,14 @@ def run(argv, env=None, stdout=subprocess.PIPE):
         rss = int(text[-1]) if text and text[-1].isdigit() else rss
     if p.returncode != 0:
         raise RuntimeError(f"{name} failed ({p.returncode}): {err.decode()[-2000:]}")
-    return dt, out.decode(), rss
+    return Ran(dt, out.decode(), rss, ru.ru_utime + ru.ru_stime)
+
+
+def cpu_seconds(pid):
+    """CPU seconds, user + system, that process pid has used so far (its threads included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def drop_page_cache():
@@ -195,7 +209,7 @@ def keras_case(cli, env, work):
 
     def save_push():
         model.save(path)
-        _, out, _ = run([cli, "-o", "json", "push", "bench/keras", path], env=env)
+        out = run([cli, "-o", "json", "push", "bench/keras", path], env=env).out
         return json.loads(out)
 
     first = save_push()
@@ -216,7 +230,19 @@ def keras_case(cli, env, work):
               f"its {v['bytes'] / MIB:.1f} MiB file (the optimizer state saved covers only trainable weights)")
 
 
-def concurrent_case(cli, env, work, mib):
+def where_cpu(t, client, server, peer, what="push"):
+    """Where a transfer's time went: the CPU it took, client and kestreld, against what these cores give
+    in its time; busy near 100 % means it waits on the processors, not on the disk, and the floor is the
+    time it would take with every core on it and nothing else to do, beside the peer's time."""
+    cores = os.cpu_count()
+    busy = (client + server) / (t * cores)
+    floor = (client + server) / cores
+    print(f"  CPU of the {what:<10} client {client:.2f} s + kestreld {server:.2f} s = {client + server:.2f} s on "
+          f"{cores} cores in {t:.2f} s: {100 * busy:.0f} % busy; at best {floor:.2f} s on these cores = "
+          f"{pct(peer, floor):.0f} % of the peer's {peer:.2f} s")
+
+
+def concurrent_case(cli, env, work, mib, server):
     """4 clients, each pushing its own new file of mib/4 MiB at once, beside dd of the same bytes."""
     each = max(1, mib // 4)
     files = [os.path.join(work, f"c{i}.bin") for i in range(4)]
@@ -228,11 +254,18 @@ def concurrent_case(cli, env, work, mib):
     for f in files:
         os.unlink(f + ".dd")
     drop_page_cache()
+    before = cpu_seconds(server.proc.pid)
     t0 = time.perf_counter()
     procs = [subprocess.Popen([cli, "-o", "json", "push", f"bench/c{i}", f], env=env, stdout=subprocess.PIPE)
              for i, f in enumerate(files)]
-    outs = [p.communicate()[0] for p in procs]
+    outs = [p.stdout.read() for p in procs]
+    client = 0.0
+    for p in procs:
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        client += ru.ru_utime + ru.ru_stime
     t = time.perf_counter() - t0
+    server_cpu = cpu_seconds(server.proc.pid) - before
     ok = all(p.returncode == 0 for p in procs) and all(json.loads(o)["bytes_new"] == each * MIB for o in outs)
     for f in files:
         os.unlink(f)
@@ -240,6 +273,7 @@ def concurrent_case(cli, env, work, mib):
     print(f"  kestrel, aggregate    {t:6.2f} s {rate(4 * each, t)}")
     print(f"  dd + sync, same bytes {t_dd:6.2f} s {rate(4 * each, t_dd)}   -> {pct(t_dd, t):.0f} % of the disk's "
           f"durable write (goal >= 80 %)")
+    where_cpu(t, client, server_cpu, t_dd, "pushes")
 
 
 def main():
@@ -265,6 +299,7 @@ def main():
         rounds = int(os.environ.get("KESTREL_BENCH_ROUNDS", "3"))
         digest = run(["openssl", "dgst", "-sha256", "-r", src])[1].split()[0]
         t_push, t_dd, t_reg, t_pull, t_sync, t_sha = [], [], [], [], [], []
+        cpu_push, cpu_pull = [], []   # (client, kestreld) CPU seconds of each round's push and pull
         push = rss = rss_pull = None
         for r in range(rounds):
             work = os.path.join(top, f"round{r}")
@@ -275,8 +310,10 @@ def main():
             server = Kestreld(kestreld_bin, work)
             env = server.env(os.path.join(work, "cache"))
             drop_page_cache()
-            t, out, rss = run([cli, "-o", "json", "push", "bench/big", src], env=env)
+            before = cpu_seconds(server.proc.pid)
+            t, out, rss, cpu = run([cli, "-o", "json", "push", "bench/big", src], env=env)
             t_push.append(t)
+            cpu_push.append((cpu, cpu_seconds(server.proc.pid) - before))
             push = json.loads(out)
             if os.path.exists(Registry.BINARY):
                 registry = Registry(work)
@@ -288,8 +325,10 @@ def main():
             # from a cold page cache, written, fdatasync'd) and SHA-256 of them (OpenSSL, cold cache)
             dest = os.path.join(work, "pulled.bin")
             drop_page_cache()
-            t, _, rss_pull = run([cli, "pull", "bench/big", dest], env=env)
+            before = cpu_seconds(server.proc.pid)
+            t, _, rss_pull, cpu = run([cli, "pull", "bench/big", dest], env=env)
             t_pull.append(t)
+            cpu_pull.append((cpu, cpu_seconds(server.proc.pid) - before))
             same = subprocess.run(["cmp", "-s", src, dest]).returncode == 0
             os.unlink(dest)
             drop_page_cache()
@@ -308,6 +347,7 @@ def main():
         print(f"  dd conv=fdatasync     {med(t_dd):6.2f} s {rate(mib, med(t_dd))}   "
               f"-> push at {pct(med(t_dd), med(t_push)):.0f} % of the disk's durable write (goal >= 80 %)   "
               f"(rounds: {', '.join(f'{t:.2f}' for t in t_dd)} s)")
+        where_cpu(med(t_push), med(c for c, _ in cpu_push), med(k for _, k in cpu_push), med(t_dd))
         if t_reg:
             print(f"  docker-registry blob  {med(t_reg):6.2f} s {rate(mib, med(t_reg))}   "
                   f"-> push is {med(t_reg) / med(t_push):.2f}x the OCI registry's speed (goal >= 2x)")
@@ -322,33 +362,34 @@ def main():
         print(f"  durable write         {med(t_sync):6.2f} s {rate(mib, med(t_sync))}   (dd conv=fdatasync of the same bytes)")
         print(f"  openssl sha256        {med(t_sha):6.2f} s {rate(mib, med(t_sha))}")
         print(f"  -> pull at {pct(limit, med(t_pull)):.0f} % of the lower of the two (goal >= 70 %)")
+        where_cpu(med(t_pull), med(c for c, _ in cpu_pull), med(k for _, k in cpu_pull), limit, "pull")
 
         # identical re-push, beside hashing the file under the same conditions: both read it from the
         # page cache (a cold read times this VM's disk, not the hashing)
         run(["cat", src], stdout=subprocess.DEVNULL)
         t_sha2 = run(["openssl", "dgst", "-sha256", "-r", src])[0]
-        t_re, out, _ = run([cli, "-o", "json", "push", "bench/big", src], env=env)
+        t_re, out, _, _ = run([cli, "-o", "json", "push", "bench/big", src], env=env)
         re = json.loads(out)
         print("identical re-push (file in the page cache, as for the hashing beside it)")
         print(f"  chunk bytes sent {re['bytes_new']} (goal 0); {t_re:.2f} s = {t_re / t_sha2:.2f}x hashing the file "
               f"with openssl, {t_sha2:.2f} s (goal <= 1.5x; unchanged since the last push: the stat cache)")
         past = time.time() - 120      # new timestamps: the stat cache no longer vouches, every byte is hashed
         os.utime(src, (past, past))
-        t_re2, out, _ = run([cli, "-o", "json", "push", "bench/big", src], env=env)
+        t_re2, out, _, _ = run([cli, "-o", "json", "push", "bench/big", src], env=env)
         print(f"  after touching it (hashed again): chunk bytes sent {json.loads(out)['bytes_new']}; {t_re2:.2f} s = "
               f"{t_re2 / t_sha2:.2f}x hashing the file")
 
         # 5 % changed in 8 regions
         mod = os.path.join(work, "mod.bin")
         changed = mutate(src, mod, 0.05, 8)
-        _, out, _ = run([cli, "-o", "json", "push", "bench/big", mod], env=env)
+        out = run([cli, "-o", "json", "push", "bench/big", mod], env=env).out
         mp = json.loads(out)
         os.unlink(mod)
         print("re-push after changing 5 % of the bytes in 8 regions")
         print(f"  changed {changed / MIB:.1f} MiB; sent {mp['bytes_new'] / MIB:.1f} MiB = "
               f"{pct(mp['bytes_new'], mp['bytes']):.1f} % of the file (goal <= 7 %)")
 
-        concurrent_case(cli, env, work, mib)
+        concurrent_case(cli, env, work, mib, server)
 
         print("keras")
         keras_case(cli, env, work)

@@ -52,12 +52,12 @@ def one_case(cli, env, work, label, name, count, sizes, seed, goal="goal <= 1.5x
     mib = total / MIB
     t_tar, t_tar_copy = tar_baselines(src, work)
     drop_page_cache()
-    t_push, out, rss_push = run([cli, "-o", "json", "push", f"bench/{name}", src], env=env)
+    t_push, out, rss_push, _ = run([cli, "-o", "json", "push", f"bench/{name}", src], env=env)
     pushed = json.loads(out)
     dest = os.path.join(work, name + ".pulled")
     shutil.rmtree(env["KESTREL_CACHE_DIR"], ignore_errors=True)
     drop_page_cache()
-    t_pull, _, rss_pull = run(["sh", "-c", f"'{cli}' pull bench/{name} --dest '{dest}' && sync"], env=env)
+    t_pull, _, rss_pull, _ = run(["sh", "-c", f"'{cli}' pull bench/{name} --dest '{dest}' && sync"], env=env)
     same = subprocess.run(["diff", "-rq", src, dest], stdout=subprocess.DEVNULL).returncode == 0
     # src and dest stay until the bench ends: thousands of files removed just before the next case
     # would make ext4 without a journal (this VM's) skip each freed inode for a minute, one lookup
