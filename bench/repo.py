@@ -10,8 +10,9 @@ Figures (each beside the limit or peer measured here, on the same disk and loopb
                                                and OpenSSL SHA-256 of them (goal >= 70 % of the lower
                                                of the two)
   (these two alternate Kestrel and its peers over KESTREL_BENCH_ROUNDS rounds, default 3: medians)
-  CPU of the push, client and kestreld        against the cores' time: how busy the push kept them, and
-                                               the push's floor on these cores beside dd
+  CPU of the client and of kestreld           for the push, the pull and the 4 concurrent pushes: how busy
+                                               they kept the cores, and the floor that CPU sets on these
+                                               cores beside the peer
   identical re-push                           chunk bytes sent (goal 0) and time vs hashing the file
                                                (goal <= 1.5x)
   re-push after changing 5 % in 8 regions     bytes sent (goal <= 7 %)
@@ -234,12 +235,18 @@ def where_cpu(t, client, server, peer, what="push"):
     """Where a transfer's time went: the CPU it took, client and kestreld, against what these cores give
     in its time; busy near 100 % means it waits on the processors, not on the disk, and the floor is the
     time it would take with every core on it and nothing else to do, beside the peer's time."""
-    cores = os.cpu_count()
+    cores = len(os.sched_getaffinity(0))
     busy = (client + server) / (t * cores)
     floor = (client + server) / cores
     print(f"  CPU of the {what:<10} client {client:.2f} s + kestreld {server:.2f} s = {client + server:.2f} s on "
-          f"{cores} cores in {t:.2f} s: {100 * busy:.0f} % busy; at best {floor:.2f} s on these cores = "
-          f"{pct(peer, floor):.0f} % of the peer's {peer:.2f} s")
+          f"{cores} cores in {t:.2f} s: {100 * busy:.0f} % busy; at best {floor:.2f} s on these cores, so at most "
+          f"{pct(peer, floor):.0f} % of the peer's speed ({peer:.2f} s)")
+
+
+def median_round(times, cpus):
+    """The round whose time is the median (the lower middle one for an even count): its time and CPU."""
+    i = sorted(range(len(times)), key=times.__getitem__)[(len(times) - 1) // 2]
+    return times[i], cpus[i][0], cpus[i][1]
 
 
 def concurrent_case(cli, env, work, mib, server):
@@ -258,7 +265,10 @@ def concurrent_case(cli, env, work, mib, server):
     t0 = time.perf_counter()
     procs = [subprocess.Popen([cli, "-o", "json", "push", f"bench/c{i}", f], env=env, stdout=subprocess.PIPE)
              for i, f in enumerate(files)]
-    outs = [p.stdout.read() for p in procs]
+    outs = []
+    for p in procs:
+        with p.stdout:
+            outs.append(p.stdout.read())
     client = 0.0
     for p in procs:
         _, status, ru = os.wait4(p.pid, 0)
@@ -347,7 +357,7 @@ def main():
         print(f"  dd conv=fdatasync     {med(t_dd):6.2f} s {rate(mib, med(t_dd))}   "
               f"-> push at {pct(med(t_dd), med(t_push)):.0f} % of the disk's durable write (goal >= 80 %)   "
               f"(rounds: {', '.join(f'{t:.2f}' for t in t_dd)} s)")
-        where_cpu(med(t_push), med(c for c, _ in cpu_push), med(k for _, k in cpu_push), med(t_dd))
+        where_cpu(*median_round(t_push, cpu_push), med(t_dd))
         if t_reg:
             print(f"  docker-registry blob  {med(t_reg):6.2f} s {rate(mib, med(t_reg))}   "
                   f"-> push is {med(t_reg) / med(t_push):.2f}x the OCI registry's speed (goal >= 2x)")
@@ -362,7 +372,7 @@ def main():
         print(f"  durable write         {med(t_sync):6.2f} s {rate(mib, med(t_sync))}   (dd conv=fdatasync of the same bytes)")
         print(f"  openssl sha256        {med(t_sha):6.2f} s {rate(mib, med(t_sha))}")
         print(f"  -> pull at {pct(limit, med(t_pull)):.0f} % of the lower of the two (goal >= 70 %)")
-        where_cpu(med(t_pull), med(c for c, _ in cpu_pull), med(k for _, k in cpu_pull), limit, "pull")
+        where_cpu(*median_round(t_pull, cpu_pull), limit, "pull")
 
         # identical re-push, beside hashing the file under the same conditions: both read it from the
         # page cache (a cold read times this VM's disk, not the hashing)

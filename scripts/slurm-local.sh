@@ -297,8 +297,8 @@ start() {
         SLURM_CONF=$CONF slurmdbd
         wait_for 30 slurmdbd sh -c "SLURM_CONF=$CONF sacctmgr -n list cluster"
     fi
-    accounts
     unix_accounts
+    accounts
     alive "$D/run/slurmctld.pid" || slurmctld -f "$CONF"
     wait_for 30 slurmctld sh -c "SLURM_CONF=$CONF scontrol ping | grep -q UP"
     for i in $(seq 1 $NODES); do
