@@ -23,7 +23,9 @@
 
 /* Chunks received and not yet verified and placed: the transport goes on receiving while the
  * placer thread hashes and writes (each buffer holds a chunk: 1 MiB at most as Kestrel cuts them,
- * so about 4 MiB in all; a repository's chunk of up to 4 MiB is refused by its size first). */
+ * so about 4 MiB in all; a stored copy that grew, up to the 4 MiB a repository holds, is refused
+ * by its size at a GET, and in a batch reaches the placer, which refuses it by its size: then one
+ * buffer holds up to 4 MiB, about 8 with its growth). */
 #define QUEUED 4
 
 typedef struct {

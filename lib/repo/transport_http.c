@@ -471,10 +471,11 @@ static void damaged(kestrel__transport *t, const char *digest)
 /* A pull's downloads. Chunks up to FETCH_SMALL, every chunk Kestrel cuts, come FETCH_BATCH (or
  * FETCH_BATCH_BYTES) at a time in one POST /api/v1/chunks/fetch (server/repo_fetch.c), each handed on
  * as soon as its bytes are in: kestreld reads the files of a batch ahead, so a cold store is read
- * with many reads in flight (a 1 GiB pull from a cold store, 3,600 chunks: 3.4-3.6 s with the chunks
- * over 256 KiB one GET each, 2.7-3.0 s batched; the same warm). Larger ones, which only another
- * client may have stored, come one GET each (kestreld sends those with sendfile). A kestreld that
- * refuses a batch (refused()) is asked one chunk at a time from then on, the refused batch's too. */
+ * with many reads in flight (a 1 GiB pull from a cold store, 3,600 chunks: 3.4-4.4 s with the chunks
+ * over 256 KiB one GET each, 2.7-3.0 s batched; the same warm). A chunk left alone (the last, or one
+ * beside a larger one) is one GET; so are larger ones, which only another client may have stored
+ * (kestreld sends those with sendfile). A kestreld that refuses a batch (refused()) is asked one
+ * chunk at a time from then on, the refused batch's too. */
 #define FETCH_SMALL KESTREL__CHUNK_MAX
 #define FETCH_BATCH 256
 #define FETCH_BATCH_BYTES (8u << 20)
