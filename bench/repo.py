@@ -74,6 +74,13 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_beside(server, argv, env):
+    """run() argv against kestreld server: (Ran, the CPU seconds kestreld spent meanwhile)."""
+    before = cpu_seconds(server.proc.pid)
+    ran = run(argv, env=env)
+    return ran, cpu_seconds(server.proc.pid) - before
+
+
 def drop_page_cache():
     """Best effort (root only): so that reads come from the disk the same way for every contender."""
     try:
@@ -320,10 +327,9 @@ def main():
             server = Kestreld(kestreld_bin, work)
             env = server.env(os.path.join(work, "cache"))
             drop_page_cache()
-            before = cpu_seconds(server.proc.pid)
-            t, out, rss, cpu = run([cli, "-o", "json", "push", "bench/big", src], env=env)
+            (t, out, rss, cpu), kd_cpu = run_beside(server, [cli, "-o", "json", "push", "bench/big", src], env)
             t_push.append(t)
-            cpu_push.append((cpu, cpu_seconds(server.proc.pid) - before))
+            cpu_push.append((cpu, kd_cpu))
             push = json.loads(out)
             if os.path.exists(Registry.BINARY):
                 registry = Registry(work)
@@ -335,10 +341,9 @@ def main():
             # from a cold page cache, written, fdatasync'd) and SHA-256 of them (OpenSSL, cold cache)
             dest = os.path.join(work, "pulled.bin")
             drop_page_cache()
-            before = cpu_seconds(server.proc.pid)
-            t, _, rss_pull, cpu = run([cli, "pull", "bench/big", dest], env=env)
+            (t, _, rss_pull, cpu), kd_cpu = run_beside(server, [cli, "pull", "bench/big", dest], env)
             t_pull.append(t)
-            cpu_pull.append((cpu, cpu_seconds(server.proc.pid) - before))
+            cpu_pull.append((cpu, kd_cpu))
             same = subprocess.run(["cmp", "-s", src, dest]).returncode == 0
             os.unlink(dest)
             drop_page_cache()
