@@ -63,8 +63,10 @@ KESTREL_API int kestrel_model_push(int64_t *version_out, kestrel_client *client,
                                    const kestrel_transfer_options *opts);
 
 /**
- * Pull ref ("name", "name@N", "name@alias") into dest: every chunk and the whole file are
- * verified; dest appears (by rename) only complete and verified, never half-written. A directory
+ * Pull ref ("name", "name@N", "name@alias") into dest: every byte is verified (a file against its
+ * whole digest, each chunk's own checked too when the whole does not match, to name the damaged one
+ * as KESTREL_EPROTO; a directory's chunks, files and listing each against theirs); dest appears (by
+ * rename) only complete and verified, never half-written. A directory
  * version becomes the directory dest (every file verified; an existing directory is replaced whole;
  * KESTREL_EEXISTS when dest is something else).
  */
