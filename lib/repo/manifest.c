@@ -23,12 +23,25 @@ void kestrel__manifest_free(Kestrel__V1__Manifest *m)
         protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
+/* Room for n chunk pointers as add_chunks keeps it: a power of two, so that a push adding a file's
+ * chunks at a time reallocates a few dozen times, not once a file. */
+static size_t chunks_room(size_t n)
+{
+    size_t c = 16;
+    while (c < n)
+        c <<= 1;
+    return c;
+}
+
 int kestrel__manifest_add_chunks(Kestrel__V1__Manifest *m, const kestrel__chunk_ref *refs, size_t n)
 {
-    Kestrel__V1__ChunkRef **arr = realloc(m->chunks, (m->n_chunks + n + 1) * sizeof(*arr));
-    if (arr == NULL)
-        return kestrel__error_oom();
-    m->chunks = arr;
+    Kestrel__V1__ChunkRef **arr = m->chunks;
+    size_t need = m->n_chunks + n + 1;
+    if (arr == NULL || need > chunks_room(m->n_chunks + 1)) {
+        if ((arr = realloc(m->chunks, chunks_room(need) * sizeof(*arr))) == NULL)
+            return kestrel__error_oom();
+        m->chunks = arr;
+    }
     for (size_t i = 0; i < n; i++) {
         Kestrel__V1__ChunkRef *c = malloc(sizeof(*c));
         if (c == NULL)

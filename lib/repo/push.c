@@ -31,13 +31,18 @@
 #define AHEAD_BYTES (16 * 1024 * 1024)
 #define AHEAD_FILE_MAX (1024 * 1024)
 #define BATCH_BYTES (64u * 1024 * 1024)   /* hashed bytes handed to the sender at once */
+#define FIRST_BATCH_BYTES (8u * 1024 * 1024)   /* the first time: the repository starts checking sooner */
 #define BATCH_CHUNKS 4096
+/* Chunks handed to the sender and not yet taken, at most (1.5 MiB of refs). 50,000 files of 4 KB,
+ * alternating 4 rounds: 4.9-5.4 s and 42-45 MiB peak RSS unbounded, 4.3-5.5 s and 35 MiB at 4
+ * batches, 5.7-6.9 s at 2 (the hashing waited on the sender too often). */
+#define QUEUED_MAX (4 * BATCH_CHUNKS)
 
 /* The sender: a thread that asks which of the chunks hashed so far the repository lacks and sends
  * those, batch after batch, while the push goes on hashing the next ones. */
 typedef struct {
     kestrel__transport *t;
-    const char *const *paths;
+    const kestrel__push_files *files;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     kestrel__chunk_ref *q;      /* handed over, not yet taken */
@@ -58,8 +63,9 @@ typedef struct {
     size_t handed, counted;     /* refs [0, handed) are the sender's; [handed, counted) add up to pending */
     int64_t pending;
     kestrel__pushcache *cache;  /* NULL: none */
-    kestrel__chunk_ref *refs;   /* every file's chunks, in manifest order */
+    kestrel__chunk_ref *refs;   /* the chunks not yet handed to the sender, and the current file's */
     size_t n, cap;
+    size_t dropped;             /* chunks before refs[0]: handed over, and in the manifest (refs_drop) */
     uint8_t *buf;               /* READ_BUF, reused file after file */
     int hash_whole;             /* hash each whole file too (else its digest is left to the repository) */
     int64_t done;               /* bytes of the files before the current one */
@@ -133,7 +139,7 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
         if ((rc = kestrel__hash_chunks(ps->buf, buf_at, ps->refs + first, ps->n - first, whole, wp, wlen)) < 0)
             break;
         ps->pr->p.bytes_done = ps->done + offset;
-        ps->pr->p.chunks_done = (int64_t)ps->n;
+        ps->pr->p.chunks_done = (int64_t)(ps->dropped + ps->n);
         if ((rc = handover(ps, 0)) < 0 || (rc = kestrel__progress_report(ps->pr, 0)) < 0)
             break;
         memmove(ps->buf, ps->buf + off, have - off);
@@ -194,7 +200,7 @@ static int chunk_one(push_state *ps, int fd, const char *path, const char *rel, 
         close(fd);
         *chunks = (int64_t)k;
         ps->pr->p.bytes_done = ps->done + (int64_t)st.st_size;
-        ps->pr->p.chunks_done = (int64_t)ps->n;
+        ps->pr->p.chunks_done = (int64_t)(ps->dropped + ps->n);
         if (rc == 0)
             rc = handover(ps, 0);
         return rc < 0 ? rc : kestrel__progress_report(ps->pr, 0);
@@ -246,16 +252,18 @@ static void ahead_close(ahead *a)
 /* Open the files after file cur ahead (file cur taken already), and start the reads of those the
  * stat cache does not hold. Out of descriptors, it gives back all it holds and stops for the rest of
  * the push: the hasher opens each file itself. */
-static void ahead_fill(ahead *a, push_state *ps, size_t cur, char *const *paths, size_t n,
-                       const Kestrel__V1__Manifest *m)
+static void ahead_fill(ahead *a, push_state *ps, size_t cur, const kestrel__push_files *files)
 {
+    const Kestrel__V1__Manifest *m = files->m;
+    size_t n = m->n_files;
     if (a->next <= cur)
         a->next = cur + 1;
     while (a->next < n && a->next - cur <= a->window && a->bytes < AHEAD_BYTES) {
         size_t i = a->next, slot = i % AHEAD_FILES;
         int64_t size = m->files[i]->size, len = size < AHEAD_FILE_MAX ? size : AHEAD_FILE_MAX;
         struct stat st;
-        int fd = kestrel__file_open(paths[i], 1, &st);
+        char path[KESTREL__PUSH_PATH_MAX];
+        int fd = kestrel__file_open(kestrel__push_file_path(files, (uint32_t)i, path), 1, &st);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
             ahead_close(a);
             a->window = 0;
@@ -288,6 +296,21 @@ static int ahead_take(ahead *a, size_t i)
     return fd;
 }
 
+/* Between files: the chunks handed to the sender (its copy) are in the manifest already, so they
+ * go, once they are a batch or all there is; refs then holds about a batch, whatever the count of
+ * files (a file's own chunks stay until it is done: the stat cache and the manifest take them). */
+static void refs_drop(push_state *ps)
+{
+    size_t k = ps->handed;
+    if (k == 0 || (k < ps->n && k < BATCH_CHUNKS))
+        return;
+    memmove(ps->refs, ps->refs + k, (ps->n - k) * sizeof(*ps->refs));
+    ps->n -= k;
+    ps->counted -= k;
+    ps->handed = 0;
+    ps->dropped += k;
+}
+
 static int by_digest(const void *a, const void *b)
 {
     return strcmp(((const kestrel__chunk_ref *)a)->hex, ((const kestrel__chunk_ref *)b)->hex);
@@ -302,8 +325,8 @@ static int by_place(const void *a, const void *b)
 }
 
 /* Ask which of refs the repository lacks, then send each of those once, in file order. */
-static int send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs, size_t n, const char *const *paths,
-                        kestrel__progress *pr)
+static int send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs, size_t n,
+                        const kestrel__push_files *files, kestrel__progress *pr)
 {
     kestrel__chunk_ref *sorted = malloc((n + 1) * sizeof(*sorted)), **todo = NULL;
     size_t ntodo = 0;
@@ -322,7 +345,7 @@ static int send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs, s
     if (rc == 0 && ntodo > 1)
         qsort(todo, ntodo, sizeof(*todo), by_place);   /* read each file front to back */
     if (rc == 0 && ntodo)
-        rc = t->ops->send(t, paths, todo, ntodo, pr);
+        rc = t->ops->send(t, files, todo, ntodo, pr);
     free(todo);
     free(sorted);
     return rc;
@@ -342,12 +365,13 @@ static void *sender_main(void *arg)
         n = s->nq;
         s->q = NULL;
         s->nq = s->capq = 0;
+        pthread_cond_broadcast(&s->cv);   /* the hashing may hand over more (handover) */
         pthread_mutex_unlock(&s->mu);
         if (n == 0) {
             free(batch);
             break;   /* closing, and everything sent */
         }
-        rc = send_missing(s->t, batch, n, s->paths, &s->pr);
+        rc = send_missing(s->t, batch, n, s->files, &s->pr);
         free(batch);
         if (rc < 0 && !__atomic_load_n(&s->abort, __ATOMIC_ACQUIRE)) {   /* kept for the push's thread */
             kestrel__error_keep(&s->err);
@@ -376,8 +400,33 @@ static int sender_failed(sender *s)
     return rc < 0 ? kestrel__error_restore(&s->err.err) : 0;
 }
 
+/* With s->mu held: wait for the sender for up to 100 ms, then (unless quiet, or it has ended) report
+ * its progress on this thread, s->mu released meanwhile. A callback that says stop: its error. */
+static int sender_tick(sender *s, kestrel__progress *pr, int quiet)
+{
+    struct timespec until;
+    int rc;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 100000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&s->cv, &s->mu, &until);
+    if (quiet || s->done)
+        return 0;
+    pthread_mutex_unlock(&s->mu);
+    pr->p.bytes_new = __atomic_load_n(&s->pr.p.bytes_new, __ATOMIC_RELAXED);
+    pr->p.chunks_new = __atomic_load_n(&s->pr.p.chunks_new, __ATOMIC_RELAXED);
+    rc = kestrel__progress_report(pr, 0);
+    pthread_mutex_lock(&s->mu);
+    return rc;
+}
+
 /* Hand the chunks hashed since the last hand-over to the sender once they make a batch (final:
- * whatever is left); report progress, and the sender's failure if it had one. */
+ * whatever is left); report progress, and the sender's failure if it had one. Where the sender has
+ * QUEUED_MAX chunks still to take, the hashing waits for it: what is handed over waits in memory,
+ * and hashing far ahead of a slow repository would hold a whole directory's chunks. */
 static int handover(push_state *ps, int final)
 {
     sender *s = ps->out;
@@ -388,14 +437,18 @@ static int handover(push_state *ps, int final)
     ps->pr->p.chunks_new = __atomic_load_n(&s->pr.p.chunks_new, __ATOMIC_RELAXED);
     if ((rc = sender_failed(s)) < 0)
         return rc;
-    if (ps->n == ps->handed || (!final && ps->pending < (int64_t)BATCH_BYTES && ps->n - ps->handed < BATCH_CHUNKS))
+    if (ps->n == ps->handed ||
+        (!final && ps->pending < (int64_t)(ps->handed ? BATCH_BYTES : FIRST_BATCH_BYTES) && ps->n - ps->handed < BATCH_CHUNKS))
         return 0;
     pthread_mutex_lock(&s->mu);
-    rc = kestrel__array_grow(&s->q, &s->capq, s->nq + (ps->n - ps->handed) + 1, sizeof(*s->q));
+    while (s->nq > 0 && s->nq + (ps->n - ps->handed) > QUEUED_MAX && !s->done && rc == 0)
+        rc = sender_tick(s, ps->pr, 0);
+    if (rc == 0)
+        rc = kestrel__array_grow(&s->q, &s->capq, s->nq + (ps->n - ps->handed) + 1, sizeof(*s->q));
     if (rc == 0) {
         memcpy(s->q + s->nq, ps->refs + ps->handed, (ps->n - ps->handed) * sizeof(*s->q));
         s->nq += ps->n - ps->handed;
-        pthread_cond_signal(&s->cv);
+        pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
     if (rc < 0)
@@ -405,11 +458,11 @@ static int handover(push_state *ps, int final)
     return 0;
 }
 
-static int sender_start(sender *s, kestrel__transport *t, const char *const *paths)
+static int sender_start(sender *s, kestrel__transport *t, const kestrel__push_files *files)
 {
     memset(s, 0, sizeof(*s));
     s->t = t;
-    s->paths = paths;
+    s->files = files;
     s->pr.p.version = 1;
     s->pr.cb = sender_stop;
     s->pr.payload = s;
@@ -435,22 +488,11 @@ static int sender_finish(sender *s, int stop, kestrel__progress *pr)
         s->closing = 1;
         pthread_cond_broadcast(&s->cv);
         while (!s->done) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += 100000000;
-            if (until.tv_nsec >= 1000000000) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&s->cv, &s->mu, &until);
-            if (s->done || stop || rc < 0)
-                continue;
-            pthread_mutex_unlock(&s->mu);
-            pr->p.bytes_new = __atomic_load_n(&s->pr.p.bytes_new, __ATOMIC_RELAXED);
-            pr->p.chunks_new = __atomic_load_n(&s->pr.p.chunks_new, __ATOMIC_RELAXED);
-            if ((rc = kestrel__progress_report(pr, 0)) < 0)   /* cancelled: the sender stops at its next chunk */
+            int r = sender_tick(s, pr, stop || rc < 0);
+            if (r < 0) {   /* cancelled: the sender stops at its next chunk */
+                rc = r;
                 __atomic_store_n(&s->abort, 1, __ATOMIC_RELEASE);
-            pthread_mutex_lock(&s->mu);
+            }
         }
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);
@@ -466,19 +508,26 @@ static int sender_finish(sender *s, int stop, kestrel__progress *pr)
 }
 
 /* The whole-file digests the push left to a repository that does not compute them (a kestreld
- * older than fills_digests): each such file read back and hashed. sha: a pushed file's. */
-static int digests_here(Kestrel__V1__Manifest *m, const char *const *paths, int64_t size, char sha[65])
+ * older than fills_digests): a file of one chunk takes its chunk's, the others are read back and
+ * hashed. sha: a pushed file's. */
+static int digests_here(Kestrel__V1__Manifest *m, const kestrel__push_files *files, int64_t size, char sha[65])
 {
     kestrel__filehash *h;
-    char hex[65];
+    char hex[65], path[KESTREL__PUSH_PATH_MAX];
     int rc = 0;
-    if (m->n_files == 0 && !sha[0] &&
-        ((rc = kestrel__filehash_start(&h, paths[0], 1)) < 0 || (rc = kestrel__filehash_finish(h, size, sha)) < 0))
+    if (m->n_files == 0 && !sha[0] && ((rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, 0, path), 1)) < 0 ||
+                                       (rc = kestrel__filehash_finish(h, size, sha)) < 0))
         return rc;
-    for (size_t i = 0; i < m->n_files && rc == 0; i++)
-        if (!m->files[i]->sha256[0] && (rc = kestrel__filehash_start(&h, paths[i], 1)) == 0 &&
-            (rc = kestrel__filehash_finish(h, m->files[i]->size, hex)) == 0)
-            rc = kestrel__wire_set_string(&m->files[i]->sha256, hex);
+    for (size_t i = 0, at = 0; i < m->n_files && rc == 0; at += (size_t)m->files[i]->chunks, i++) {
+        Kestrel__V1__TreeFile *f = m->files[i];
+        if (f->sha256[0])
+            continue;
+        if (f->chunks == 1)
+            rc = kestrel__wire_set_string(&f->sha256, m->chunks[at]->digest);
+        else if ((rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, (uint32_t)i, path), 1)) == 0 &&
+                 (rc = kestrel__filehash_finish(h, f->size, hex)) == 0)
+            rc = kestrel__wire_set_string(&f->sha256, hex);
+    }
     return rc;
 }
 
@@ -489,8 +538,9 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     sender out;
     ahead ra;
     Kestrel__V1__Manifest *m = kestrel__manifest_new();
-    char **paths = NULL, root[PATH_MAX], sha[65] = "";
-    size_t npaths = 0;
+    kestrel__push_files files = { NULL, NULL };
+    char root[PATH_MAX], sha[65] = "";
+    size_t nfiles = 0;
     struct stat st;
     int rc = 0;
     memset(&ps, 0, sizeof(ps));
@@ -513,41 +563,37 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     if (S_ISDIR(st.st_mode)) {
         if ((rc = kestrel__tree_list(path, select, nselect, m)) < 0)
             goto done;
-        npaths = m->n_files;
+        nfiles = m->n_files;
         for (size_t i = 0; i < m->n_files; i++)
             pr->p.bytes_total += m->files[i]->size;
     } else {
-        npaths = 1;
+        nfiles = 1;
         pr->p.bytes_total = (int64_t)st.st_size;
     }
-    if ((paths = calloc(npaths + 1, sizeof(*paths))) == NULL) {
-        rc = kestrel__error_oom();
-        goto done;
-    }
-    for (size_t i = 0; i < npaths; i++) {
-        /* by the resolved path of the pushed file or directory: every later open refuses a link in
-         * it (file_open.h) */
-        if (m->n_files ? asprintf(&paths[i], "%s/%s", root, m->files[i]->path) < 0 : !(paths[i] = kestrel__strdup(root)))
-            paths[i] = NULL;
-        if (paths[i] == NULL) {
-            rc = kestrel__error_oom();
-            goto done;
-        }
-    }
-    if ((rc = sender_start(&out, t, (const char *const *)paths)) < 0)
+    /* every file by the resolved path of the pushed file or directory: every later open refuses a
+     * link in it (file_open.h) */
+    files = (kestrel__push_files){ root, m };
+    if ((rc = sender_start(&out, t, &files)) < 0)
         goto done;
     ps.out = &out;
-    for (size_t i = 0; i < npaths && rc == 0; i++) {
+    for (size_t i = 0; i < nfiles && rc == 0; i++) {
         Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
+        char fpath[KESTREL__PUSH_PATH_MAX];
         int64_t chunks = 0;
+        size_t first = ps.n;
         int fd = ahead_take(&ra, i);
         if (f)
-            ahead_fill(&ra, &ps, i, paths, npaths, m);
-        if ((rc = chunk_one(&ps, fd, paths[i], f ? f->path : "", (uint32_t)i, f ? f->size : -1, sha, &chunks)) < 0)
+            ahead_fill(&ra, &ps, i, &files);
+        if ((rc = chunk_one(&ps, fd, kestrel__push_file_path(&files, (uint32_t)i, fpath), f ? f->path : "", (uint32_t)i,
+                            f ? f->size : -1, sha, &chunks)) < 0 ||
+            (rc = kestrel__manifest_add_chunks(m, ps.refs + first, ps.n - first)) < 0)
             break;
+        refs_drop(&ps);
         if (f) {
             f->chunks = chunks;
-            if ((f->sha256 = kestrel__strdup(sha)) == NULL) {
+            /* a file of one chunk: its digest is its chunk's, in the manifest already, which the
+             * repository (or digests_here) fills in: 200,000 small files do not hold it twice */
+            if (chunks != 1 && sha[0] && (f->sha256 = kestrel__strdup(sha)) == NULL) {
                 f->sha256 = (char *)protobuf_c_empty_string;
                 rc = kestrel__error_oom();
             }
@@ -562,7 +608,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     }
     pr->p.bytes_new = out.pr.p.bytes_new;
     pr->p.chunks_new = out.pr.p.chunks_new;
-    if (rc < 0 || (!t->fills_digests && (rc = digests_here(m, (const char *const *)paths, pr->p.bytes_total, sha)) < 0))
+    if (rc < 0 || (!t->fills_digests && (rc = digests_here(m, &files, pr->p.bytes_total, sha)) < 0))
         goto done;
     if (m->n_files) {   /* the listing's digest, once every file's is known (else the repository's) */
         if (kestrel__manifest_file_digests_open(m))
@@ -573,8 +619,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     m->size = pr->p.bytes_total;
     if ((m->name = kestrel__strdup(name)) == NULL || (m->sha256 = kestrel__strdup(sha)) == NULL ||
         (m->metadata_json = kestrel__strdup(o->metadata_json ? o->metadata_json : "")) == NULL ||
-        (m->alias = kestrel__strdup(o->alias ? o->alias : "")) == NULL ||
-        (rc = kestrel__manifest_add_chunks(m, ps.refs, ps.n)) < 0) {
+        (m->alias = kestrel__strdup(o->alias ? o->alias : "")) == NULL) {
         rc = rc < 0 ? rc : kestrel__error_oom();
         goto done;
     }
@@ -590,9 +635,6 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     rc = 0;
 done:
     ahead_close(&ra);
-    for (size_t i = 0; paths && i < npaths; i++)
-        free(paths[i]);
-    free(paths);
     kestrel__pushcache_close(ps.cache);
     free(ps.refs);
     free(ps.buf);

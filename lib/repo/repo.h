@@ -26,7 +26,7 @@ typedef struct {
 /* Call the progress callback (at most every 100 ms unless final); KESTREL_ECANCELLED / EUSER when it says stop. */
 int kestrel__progress_report(kestrel__progress *pr, int final);
 
-/* One chunk of a pushed file: its digest and where it lies (file: an index into the push's paths). */
+/* One chunk of a pushed file: its digest and where it lies (file: an index into the push's files). */
 typedef struct {
     char hex[65];
     int64_t offset;
@@ -48,7 +48,7 @@ int kestrel__hash_chunks(const uint8_t *buf, int64_t buf_at, kestrel__chunk_ref 
 /* A new, empty manifest (every field owned: free with kestrel__manifest_free). NULL: no memory. */
 Kestrel__V1__Manifest *kestrel__manifest_new(void);
 void kestrel__manifest_free(Kestrel__V1__Manifest *m);
-/* Append n chunks (digest, size) to m. */
+/* Append n chunks (digest, size) to m, whose chunks only this has added (it grows them by doubling). */
 int kestrel__manifest_add_chunks(Kestrel__V1__Manifest *m, const kestrel__chunk_ref *refs, size_t n);
 /* m is whole: sha256 and chunk digests are 64 hex digits, the chunks add up to size and, for a
  * directory, the listing is valid (tree paths, sorted, unique, no file also a directory), each
@@ -75,6 +75,16 @@ int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at);
 /* The regular files under root (select NULL), or those of select (relative paths), as m's sorted
  * listing (sha256 and chunk counts still empty). Symlinks and special files are an error. */
 int kestrel__tree_list(const char *root, char *const *select, size_t nselect, Kestrel__V1__Manifest *m);
+/* The files of a push: a pushed file (m lists none: root is the file), or a pushed directory (root,
+ * resolved) and its listing m. Each is opened by its path, made when it is needed (file_open.h: no
+ * link in it followed), so a push holds no path beside the listing's own. */
+typedef struct {
+    const char *root;
+    const Kestrel__V1__Manifest *m;
+} kestrel__push_files;
+#define KESTREL__PUSH_PATH_MAX 8200   /* a root (PATH_MAX), "/", a listed path (4000 at most) */
+/* File i's path (root, or root/its listed path) in buf. */
+const char *kestrel__push_file_path(const kestrel__push_files *f, uint32_t i, char buf[KESTREL__PUSH_PATH_MAX]);
 /* A directory being pulled: a fresh one beside dest that m's files are written into as their chunks
  * arrive (kestrel__tree_out_write: a pull layout's sink, at an offset of the files' concatenation). */
 typedef struct kestrel__tree_out kestrel__tree_out;

@@ -24,8 +24,9 @@ typedef struct {
     int (*resolve)(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest **out);
     /* Set missing on the refs (sorted by digest, a digest possibly repeated) the repository lacks. */
     int (*missing)(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n);
-    /* Store these chunks (each digest once), read from paths[ref->file]; progress counts them as new. */
-    int (*send)(kestrel__transport *t, const char *const *paths, kestrel__chunk_ref *const *todo, size_t n,
+    /* Store these chunks (each digest once), read from the push's file ref->file; progress counts them
+     * as new. */
+    int (*send)(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo, size_t n,
                 kestrel__progress *pr);
     /* Commit m (its chunks all stored) as the next version of m->name; *version is the number given. */
     int (*commit)(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version);

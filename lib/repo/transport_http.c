@@ -233,7 +233,7 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
 }
 
 typedef struct {
-    const char *const *paths;
+    const kestrel__push_files *files;
     kestrel__chunk_ref *const *todo;
     size_t n, i;         /* the pack's chunks: todo[first, n) of the pack */
     int fd;
@@ -246,7 +246,7 @@ typedef struct {
 } pack_upload;
 
 typedef struct {
-    const char *const *paths;
+    const kestrel__push_files *files;
     kestrel__chunk_ref *const *todo;
     size_t n, next;
     kestrel__progress *pr;
@@ -280,10 +280,11 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
         }
         if (u->fd < 0 || u->fd_file != c->file) {
             struct stat st;
+            char path[KESTREL__PUSH_PATH_MAX];
             if (u->fd >= 0)
                 close(u->fd);
             u->fd_file = c->file;
-            if ((u->fd = kestrel__file_open_regular(-1, u->paths[c->file], 1, &st)) < 0) {
+            if ((u->fd = kestrel__file_open_regular(-1, kestrel__push_file_path(u->files, c->file, path), 1, &st)) < 0) {
                 u->open_rc = u->fd;   /* for pack_end */
                 kestrel__error_keep(&u->open_err);
                 u->fd = -1;
@@ -369,7 +370,7 @@ static int pack_start(void *ctx, http *h, stream *s)
     }
     if ((u = calloc(1, sizeof(*u))) == NULL)
         return kestrel__error_oom();
-    *u = (pack_upload){ .paths = p->paths, .todo = p->todo + first, .n = p->next - first, .fd = -1, .run = run };
+    *u = (pack_upload){ .files = p->files, .todo = p->todo + first, .n = p->next - first, .fd = -1, .run = run };
     for (size_t i = 0; i < u->n; i++)
         total += 36 + u->todo[i]->len;
     if (transfer(h, s, url, "application/octet-stream", 1u << 20) < 0) {
@@ -421,10 +422,10 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
     return rc;
 }
 
-static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel__chunk_ref *const *todo, size_t n,
-                       kestrel__progress *pr)
+static int send_chunks(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo,
+                       size_t n, kestrel__progress *pr)
 {
-    packs p = { paths, todo, n, 0, pr, "" };
+    packs p = { files, todo, n, 0, pr, "" };
     snprintf(p.url, sizeof(p.url), "%s/api/v1/chunks/pack", CLIENT(t)->url);
     ((http *)t)->run_busy = 0;
     return run_streams((http *)t, pack_start, pack_end, pack_release, &p);

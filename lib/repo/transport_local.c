@@ -32,10 +32,11 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
     return 0;
 }
 
-static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel__chunk_ref *const *todo, size_t n,
-                       kestrel__progress *pr)
+static int send_chunks(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo,
+                       size_t n, kestrel__progress *pr)
 {
     uint8_t *buf = malloc(KESTREL__CHUNK_MAX);
+    char path[KESTREL__PUSH_PATH_MAX];
     int fd = -1, rc = 0;
     uint32_t open_file = UINT32_MAX;
     if (buf == NULL)
@@ -49,7 +50,7 @@ static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel_
                 close(fd);
             open_file = c->file;
             struct stat st;
-            if ((fd = kestrel__file_open_regular(-1, paths[c->file], 1, &st)) < 0) {
+            if ((fd = kestrel__file_open_regular(-1, kestrel__push_file_path(files, c->file, path), 1, &st)) < 0) {
                 rc = fd;
                 break;
             }
@@ -58,7 +59,7 @@ static int send_chunks(kestrel__transport *t, const char *const *paths, kestrel_
         if (r >= 0)
             kestrel__sha256_hex(buf, (size_t)r, got);
         if (r != (ssize_t)c->len || strcmp(got, c->hex)) {
-            rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed", paths[c->file]);
+            rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed", path);
             break;
         }
         if ((rc = kestrel__store_put_chunk(STORE(t), c->hex, buf, c->len)) < 0)

@@ -23,6 +23,15 @@ static int by_path(const void *a, const void *b)
     return strcmp((*(Kestrel__V1__TreeFile *const *)a)->path, (*(Kestrel__V1__TreeFile *const *)b)->path);
 }
 
+const char *kestrel__push_file_path(const kestrel__push_files *f, uint32_t i, char buf[KESTREL__PUSH_PATH_MAX])
+{
+    if (f->m->n_files == 0)
+        snprintf(buf, KESTREL__PUSH_PATH_MAX, "%s", f->root);
+    else
+        snprintf(buf, KESTREL__PUSH_PATH_MAX, "%s/%s", f->root, f->m->files[i]->path);
+    return buf;
+}
+
 /* Append a file (path copied) to m's listing. */
 static int add_file(Kestrel__V1__Manifest *m, size_t *cap, const char *path, const struct stat *st)
 {

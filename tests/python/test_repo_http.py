@@ -321,8 +321,9 @@ def test_a_file_that_changes_while_it_is_pushed_is_an_error_and_no_version(kestr
 
 
 def test_a_commit_has_its_own_bound_above_the_body_limit(tmp_path, monkeypatch):
-    """A directory's manifest grows with its files (200,000 of them are ~40 MB): a commit is bounded
-    by --max-manifest, not --max-body; past it, 413 and no version."""
+    """A directory's manifest grows with its files (200,000 small ones are ~20 MB as a push sends it,
+    a file of one chunk without its digest: kestreld fills it in): a commit is bounded by
+    --max-manifest, not --max-body; past it, 413 and no version."""
     from conftest import Daemon
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     d = Daemon(tmp_path / "d", "--max-body", "72000", "--max-manifest", "120000")
@@ -332,12 +333,14 @@ def test_a_commit_has_its_own_bound_above_the_body_limit(tmp_path, monkeypatch):
             src = tmp_path / f"src{n}"
             for i in range(n):
                 (src / f"d{i // 100}").mkdir(parents=True, exist_ok=True)
-                (src / f"d{i // 100}" / f"f{i}").write_bytes(os.urandom(64) + str(i).encode())
-            if n == 500:   # ~80 KB of manifest: over --max-body, within --max-manifest
+                # long names: a manifest grows with them, the query of which chunks kestreld lacks
+                # (66 bytes a chunk, 66 KB for 1,000) does not
+                (src / f"d{i // 100}" / f"f{i:04d}{'-long-name' * 9}").write_bytes(os.urandom(64) + str(i).encode())
+            if n == 500:   # ~90 KB of manifest: over --max-body, within --max-manifest
                 assert c.push("team/many", str(src)) == 1
                 c.pull("team/many", str(tmp_path / "out"))
                 assert subprocess.run(["diff", "-r", str(src), str(tmp_path / "out")]).returncode == 0
-            else:          # ~160 KB: over it
+            else:          # ~180 KB: over it
                 with pytest.raises(kestrel.TooLargeError, match="limit of 120000"):
                     c.push("team/many", str(src))
                 assert [v.version for v in c.versions("team/many")] == [1]
@@ -583,8 +586,9 @@ def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, mo
     """kestreld computes every file's SHA-256 from the chunks at commit (to check the client's word), so a
     push to it leaves the digest of a file of several chunks to it and reads each file once. A kestreld
     that does not say it fills them in (an older one, played by a proxy that drops fills_digests from
-    its answers) gets them from the push, which reads those files back. Either way the version holds
-    the true digests."""
+    its answers) gets them from the push, which reads those files back. A file of one chunk has its
+    chunk's digest, which only an older kestreld is sent twice (a push of 200,000 small files holds
+    each digest once). Either way the version holds the true digests."""
     from faultproxy import FaultProxy
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     big, tree = tmp_path / "big.bin", tmp_path / "tree"
@@ -594,6 +598,7 @@ def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, mo
     (tree / "a.txt").write_bytes(b"small")
     want = hashlib.sha256(big.read_bytes()).hexdigest()
     want_w = hashlib.sha256((tree / "sub" / "w.bin").read_bytes()).hexdigest()
+    want_a = hashlib.sha256(b"small").hexdigest()
     proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older" if server == "older" else "pass")
     try:
         c = kestrel.Client(proxy.url, kestreld.token)
@@ -601,6 +606,8 @@ def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, mo
         assert c.push(f"team/wtree-{server}", str(tree)) == 1
         sent = bytes(proxy.sent)
         assert (want.encode() in sent) == (server == "older") and (want_w.encode() in sent) == (server == "older")
+        # the missing query and the manifest name the chunk; only to an older kestreld does the file too
+        assert sent.count(want_a.encode()) == (3 if server == "older" else 2)
         assert (proxy.damaged > 0) == (server == "older")
     finally:
         proxy.close()
@@ -608,6 +615,7 @@ def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, mo
     assert c.versions(f"team/whole-{server}")[-1].sha256 == want
     status, body = raw(kestreld, "GET", f"/api/v1/models/team/wtree-{server}/versions/1")
     assert status == 200 and {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["sub/w.bin"] == want_w
+    assert {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["a.txt"] == want_a
     c.pull(f"team/wtree-{server}", str(tmp_path / "out"))   # the pull checks every digest
     assert subprocess.run(["diff", "-r", str(tree), str(tmp_path / "out")]).returncode == 0
     # file:// hashes beside its read, and fills in a digest that a stat cache entry from kestreld lacks
