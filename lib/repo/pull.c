@@ -24,8 +24,8 @@
 #include "store.h"
 #include "transport.h"
 
-/* Chunks received and not yet verified and placed: the transport goes on receiving while the
- * placer thread hashes and writes. Each buffer holds a chunk of its wanted size (1 MiB at most as
+/* Chunks received and not yet checked and placed: the transport goes on receiving while the
+ * placer thread checks (a directory's: hashes) and writes. Each buffer holds a chunk of its wanted size (1 MiB at most as
  * Kestrel cuts them, 2 MiB of buffer with its growth, so 32 MiB at most in all); a copy of another
  * size (one that grew on the repository's disk, up to the 4 MiB a batch may announce) is not kept,
  * only its length, and the placer refuses it. 16, not 4: a 1 GiB pull from a cold store, the
@@ -43,7 +43,7 @@ typedef struct {
     kestrel__transport *t;
     kestrel__layout *lay;
     kestrel__progress *pr;
-    /* the placer: verifies each fetched chunk and places it, on its own thread */
+    /* the placer: checks each fetched chunk (place()) and places it, on its own thread */
     pthread_t th;
     int running;
     pthread_mutex_t mu;
@@ -179,8 +179,9 @@ static int arrived(void *ctx, const kestrel__want *w, const void *data, size_t l
 }
 
 /* The assembled file fd does not match its digest: find the first chunk whose bytes there do not match
- * its own (read back: this costs a pass only when something is wrong), tell the repository, and say
- * which; when every chunk matches, the manifest contradicts itself. */
+ * its own (read back: this costs a pass only when something is wrong), tell the repository (one
+ * report a pull, as when chunks were checked as they came), and say which; when every chunk
+ * matches, the manifest contradicts itself. */
 static int whole_mismatch(pull_state *ps, const Kestrel__V1__Manifest *mf, int fd, const char *ref)
 {
     kestrel_buf b = KESTREL_BUF_INIT;
@@ -188,20 +189,22 @@ static int whole_mismatch(pull_state *ps, const Kestrel__V1__Manifest *mf, int f
     int rc = 0;
     for (size_t i = 0; i < mf->n_chunks && rc == 0; at += mf->chunks[i]->size, i++) {
         const Kestrel__V1__ChunkRef *r = mf->chunks[i];
-        ssize_t got;
         b.size = 0;
         if ((rc = kestrel__buf_grow(&b, (size_t)r->size)) < 0)
             break;
-        got = pread(fd, b.ptr, (size_t)r->size, at);
-        if (got < 0) {
-            rc = kestrel__error_set(KESTREL_EIO, "cannot read back the pulled file: %s", strerror(errno));
-            break;
+        while (b.size < (size_t)r->size) {
+            ssize_t got = pread(fd, b.ptr + b.size, (size_t)r->size - b.size, at + (int64_t)b.size);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got < 0)
+                rc = kestrel__error_set(KESTREL_EIO, "cannot read back %s: %s", ref, strerror(errno));
+            if (got <= 0)
+                break;
+            b.size += (size_t)got;
         }
-        b.size = (size_t)got;
-        if (!kestrel__chunk_verified(r->digest, &b, r->size)) {
+        if (rc == 0 && !kestrel__chunk_verified(r->digest, &b, r->size)) {
             ps->t->ops->damaged(ps->t, r->digest);
-            rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (%s does not match its digest)",
-                                    r->digest, ref);
+            rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s of %s arrived damaged", r->digest, ref);
         }
     }
     kestrel_buf_dispose(&b);

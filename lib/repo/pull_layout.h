@@ -18,7 +18,7 @@ int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, 
                         kestrel__layout_sink sink, void *sink_ctx);
 /* Chunk i is the first with its digest (the only one to fetch). */
 int kestrel__layout_first(const kestrel__layout *l, size_t i);
-/* Write the verified bytes of chunk i wherever its digest occurs. */
+/* Write the bytes of chunk i (checked as the pull's kind needs, pull.c) wherever its digest occurs. */
 int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t len);
 /* Everything placed: wait for the hash of the whole file (hex; "" with a sink) and free l. */
 int kestrel__layout_finish(kestrel__layout *l, char sha[65]);

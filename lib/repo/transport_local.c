@@ -81,7 +81,8 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *vers
         if (!kestrel__store_has_chunk(STORE(t), m->chunks[i]->digest))
             return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored: push again",
                                       m->chunks[i]->digest);
-    if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (from its stat cache) */
+    if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (a file of one
+                                                 * chunk's, one from the stat cache) */
         unsigned char *given = calloc(m->n_files + 1, 1);   /* only the empty ones are read */
         char msg[300];
         if (given == NULL)

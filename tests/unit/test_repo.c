@@ -337,6 +337,37 @@ static void damaged_chunk_is_an_error_never_a_wrong_file(void **state)
     free(data);
 }
 
+/* Every chunk as stored, but a version whose file digest says otherwise (a repository's answer is
+ * input too): the whole-file check refuses it, names no chunk, reports none, leaves nothing. */
+static void a_whole_that_does_not_match_is_an_error_even_when_every_chunk_does(void **state)
+{
+    size_t n = 3u << 20;
+    uint8_t *data = random_bytes(n, 11);
+    char f[128], out[128], path[256], json[8192], *at;
+    kestrel_progress st;
+    FILE *fp;
+    (void)state;
+    snprintf(f, sizeof(f), "%s/in.bin", dir);
+    snprintf(out, sizeof(out), "%s/pulled.bin", dir);
+    write_file(f, data, n);
+    push("w", f, &st, NULL);
+    /* the version's top-level digest (its first "sha256" field) turned into another valid one */
+    snprintf(path, sizeof(path), "%s/store/models/w/versions/1.json", dir);
+    assert_non_null(fp = fopen(path, "r+"));
+    json[fread(json, 1, sizeof(json) - 1, fp)] = '\0';
+    assert_non_null(at = strstr(json, "\"sha256\""));
+    assert_non_null(at = strchr(at + 8, '"'));
+    at[1] = at[1] == '0' ? '1' : '0';
+    assert_int_equal(fseek(fp, 0, SEEK_SET), 0);
+    assert_int_equal(fwrite(json, 1, strlen(json), fp), strlen(json));
+    assert_int_equal(fclose(fp), 0);
+    assert_int_equal(kestrel_model_pull(C, "w", out, NULL), KESTREL_EPROTO);
+    assert_non_null(strstr(kestrel_error_last()->message, "does not match its digest"));
+    assert_null(strstr(kestrel_error_last()->message, "damaged"));
+    assert_int_equal(access(out, F_OK), -1);
+    free(data);
+}
+
 static void bad_input(void **state)
 {
     kestrel_client *http;
@@ -558,6 +589,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(directory_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(push_pull_versions_aliases_and_dedupe, setup, teardown),
         cmocka_unit_test_setup_teardown(damaged_chunk_is_an_error_never_a_wrong_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_whole_that_does_not_match_is_an_error_even_when_every_chunk_does, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_writers_get_distinct_versions, setup, teardown),
     };
