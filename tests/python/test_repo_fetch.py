@@ -236,3 +236,41 @@ def test_a_stored_chunk_over_4_mib_is_quarantined_when_a_batch_asks_for_it(kestr
         c.pull("team/huge", str(tmp_path / "out"))
     assert not victim.exists() and list((kestreld.data / "repo" / "quarantine").iterdir())
     heals(c, "team/huge", src, tmp_path / "out")
+
+
+@pytest.mark.parametrize("shape", ["file", "tree"])
+def test_a_chunk_over_1_mib_another_client_cut_comes_by_one_get(kestreld, tmp_path, monkeypatch, shape):
+    """Kestrel's chunker never cuts a chunk over 1 MiB, but another client may store one (kestreld takes
+    chunks up to 4 MiB). A pull fetches it with one GET (sent with sendfile), the small chunks around
+    it in batches, and installs the bytes whole: a file alone (its whole digest covers every byte) and
+    in a directory (each chunk verified as it comes)."""
+    from faultproxy import FaultProxy
+    from test_repo_http import pack
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    s = [os.urandom(5000 + 1000 * i) for i in range(6)]
+    big = os.urandom((3 << 20) + 12345)
+    octet = "application/octet-stream"
+    assert raw(kestreld, "POST", "/api/v1/chunks/pack", pack(*s, big), octet)[0] == 200
+    first = [s[0], s[1], big, s[2], s[3]]
+
+    def entry(x):
+        return {"digest": hashlib.sha256(x).hexdigest(), "size": str(len(x))}
+    if shape == "file":
+        m = {"size": str(sum(map(len, first))), "chunks": [entry(x) for x in first]}
+        want = {"": b"".join(first)}
+    else:
+        m = {"size": str(sum(map(len, first + s[4:]))), "chunks": [entry(x) for x in first + s[4:]],
+             "files": [{"path": "a/big.bin", "size": str(sum(map(len, first))), "chunks": 5},
+                       {"path": "b.bin", "size": str(len(s[4]) + len(s[5])), "chunks": 2}]}
+        want = {"a/big.bin": b"".join(first), "b.bin": s[4] + s[5]}
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/foreign/versions", json.dumps(m).encode())
+    assert status == 201, body
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "pass")
+    try:
+        kestrel.Client(proxy.url, kestreld.token).pull("team/foreign", str(tmp_path / "out"))
+        batches, gets = requests_seen(proxy)
+    finally:
+        proxy.close()
+    assert batches >= 1 and gets == 1, (batches, gets)
+    for rel, data in want.items():
+        assert (tmp_path / "out" / rel if rel else tmp_path / "out").read_bytes() == data
