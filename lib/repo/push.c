@@ -171,6 +171,23 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
     return rc;
 }
 
+/* A file written to while it was read (same size): its chunks may be neither its old bytes nor its
+ * new ones, each of them true to its digest, so no check downstream would see it (tar's "file changed
+ * as we read it"). Every write moves the ctime, and so does a touch that puts the mtime back; a write
+ * in the same clock tick as the one before the open is not seen (timestamps are coarse). */
+static int unchanged_since(int fd, const struct stat *st, const char *path)
+{
+    struct stat now;
+    if (fstat(fd, &now) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot stat %s: %s", path, strerror(errno));
+    if (now.st_size != st->st_size || now.st_ctim.tv_sec != st->st_ctim.tv_sec ||
+        now.st_ctim.tv_nsec != st->st_ctim.tv_nsec || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != st->st_mtim.tv_nsec)
+        return kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (written to as it was read): "
+                                  "push it again once it is complete", path);
+    return 0;
+}
+
 /* One file of the push: from the stat cache when it is unchanged since an earlier push read it,
  * else read and hashed. fd: the file opened ahead (closed here), or -1; rel: its path in the pushed
  * directory ("" for a pushed file); chunks: how many it has. */
@@ -208,6 +225,8 @@ static int chunk_one(push_state *ps, int fd, const char *path, const char *rel, 
     }
     started = now_ns() - 1000000000;   /* timestamps are coarse */
     rc = chunk_fd(ps, fd, path, file, (int64_t)st.st_size, sha);
+    if (rc == 0)
+        rc = unchanged_since(fd, &st, path);
     close(fd);
     if (rc < 0)
         return rc;

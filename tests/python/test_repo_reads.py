@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import KESTREL_CLI
+from test_repo_http import raw
 
 kestrel = pytest.importorskip("kestrel")
 
@@ -130,3 +131,59 @@ def test_links_above_the_pushed_tree_and_the_pull_dest_are_followed(kestreld, tm
     assert r.returncode == 0, r.stderr
     for p in ("sub/big.bin", "small.bin"):
         assert (tmp_path / "real" / "back" / p).read_bytes() == (tree / p).read_bytes()
+
+
+@pytest.mark.parametrize("where", ["kestreld", "file"])
+@pytest.mark.parametrize("shape", ["file", "tree"])
+def test_a_file_written_to_as_the_push_reads_it_is_an_error_and_no_version(kestreld, tmp_path, monkeypatch,
+                                                                             where, shape):
+    """Bytes changed behind the push's read point and ahead of it, the size kept: each chunk the push
+    made is true to its digest, so only the file's own change (its ctime) tells that the version would
+    be neither the old file nor the new one. The push says so and makes no version; pushed again, the
+    file as it now is."""
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token) if where == "kestreld" else \
+        kestrel.Client(f"file://{tmp_path / 'store'}")
+    src = tmp_path / "src"
+    big = src / "d" / "big.bin" if shape == "tree" else src
+    big.parent.mkdir(parents=True, exist_ok=True)
+    if shape == "tree":
+        (src / "a.txt").write_bytes(b"first")
+    big.write_bytes(os.urandom(40 << 20))
+    time.sleep(0.05)   # the write below lands in a later clock tick than the file's creation
+    wrote = []
+
+    def stored():   # the bytes the repository has taken in so far
+        if where == "file":
+            return sum(f.stat().st_size for f in (tmp_path / "store" / "chunks").rglob("*") if f.is_file())
+        status, body = raw(kestreld, "GET", "/metrics")
+        assert status == 200, body
+        return next(float(line.split()[1]) for line in body.decode().splitlines()
+                    if line.startswith("kestrel_repo_push_bytes_total "))
+
+    def progress(p):   # reports come after each 8 MiB read, 100 ms apart at most: slowed down to see each
+        if wrote or p.phase != "push":
+            return
+        if not (12 << 20) < p.bytes_done < (38 << 20):   # past the first batch (8 MiB), handed over
+            time.sleep(0.15)
+            return
+        deadline = time.time() + 30   # the early write lands on bytes stored already, so nothing but the
+        while stored() < (4 << 20):   # file's ctime can tell (the first 8 MiB go at once, in file order)
+            assert time.time() < deadline, "the first chunks were not stored"
+            time.sleep(0.01)
+        with open(big, "r+b") as f:
+            f.seek(1 << 20)
+            f.write(b"EARLY!!!")   # read already
+            f.seek(39 << 20)
+            f.write(b"LATE!!!!")   # not yet
+        wrote.append(p.bytes_done)
+
+    with pytest.raises(kestrel.KestrelError, match="changed while it was pushed"):
+        c.push("team/torn", str(src), progress=progress)
+    assert wrote
+    with pytest.raises(kestrel.NotFoundError):
+        c.versions("team/torn")
+    assert c.push("team/torn", str(src)) == 1
+    c.pull("team/torn", str(tmp_path / "out"))
+    got = tmp_path / "out" / "d" / "big.bin" if shape == "tree" else tmp_path / "out"
+    assert got.read_bytes() == big.read_bytes()
