@@ -37,6 +37,24 @@ static size_t on_body(char *data, size_t size, size_t n, void *payload)
     return size * n;
 }
 
+/* A request's stop hook, asked by curl as the request goes (its progress function). */
+typedef struct {
+    const kestrel__request *req;
+    int rc;   /* what stop said */
+} stopping;
+
+static int on_progress(void *payload, curl_off_t dl_total, curl_off_t dl_now, curl_off_t ul_total, curl_off_t ul_now)
+{
+    stopping *st = payload;
+    (void)dl_total;
+    (void)dl_now;
+    (void)ul_total;
+    (void)ul_now;
+    if (st->rc == 0)
+        st->rc = st->req->stop(st->req->stop_ctx);
+    return st->rc < 0;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -112,6 +130,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
 
     for (int attempt = 0;; attempt++) {
         CURL *h = c->curl;
+        stopping st = { req, 0 };
         CURLcode cc;
         long status = 0;
         char *ctype = NULL;
@@ -134,8 +153,17 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
         curl_easy_setopt(h, CURLOPT_USERAGENT, "libkestrel/" KESTREL_VERSION_STRING);
         kestrel__http_tls(h);
+        if (req->stop) {
+            curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+            curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
+            curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        }
 
         cc = curl_easy_perform(h);
+        if (cc == CURLE_ABORTED_BY_CALLBACK && st.rc < 0) {   /* the caller's stop: its error stands */
+            rc = st.rc;
+            goto done;
+        }
         if (cc == CURLE_OK) {
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
             curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ctype);

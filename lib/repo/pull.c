@@ -303,7 +303,9 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     if (nwant) {
         if ((rc = placer_start(&ps)) < 0)
             goto done;
+        t->tick = ps.pr;   /* a stop is seen while the repository does not answer, too */
         rc = t->ops->fetch(t, want, nwant, arrived, &ps);
+        t->tick = NULL;
         if ((rc = placer_finish(&ps, rc)) < 0)
             goto done;
     }

@@ -489,10 +489,13 @@ static int sender_start(sender *s, kestrel__transport *t, const kestrel__push_fi
     s->pr.p.version = 1;
     s->pr.cb = sender_stop;
     s->pr.payload = s;
+    t->tick = &s->pr;   /* a request of the sender's that waits on the repository sees a stop at once */
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (pthread_create(&s->th, NULL, sender_main, s) != 0)
+    if (pthread_create(&s->th, NULL, sender_main, s) != 0) {
+        t->tick = NULL;
         return kestrel__error_set(KESTREL_ENOMEM, "cannot start the sender thread");
+    }
     s->running = 1;
     return 0;
 }
@@ -523,6 +526,7 @@ static int sender_finish(sender *s, int stop, kestrel__progress *pr)
         if (rc == 0 && !stop)
             rc = sender_failed(s);
     }
+    s->t->tick = NULL;
     free(s->q);
     s->q = NULL;
     pthread_mutex_destroy(&s->mu);

@@ -140,6 +140,12 @@ static void stream_drop(http *h, stream *s, stream_release release)
     s->resp.size = 0;
 }
 
+/* A push's or pull's stop, asked by a request that waits (transport.h: tick). */
+static int tick(void *t)
+{
+    return kestrel__progress_report(((kestrel__transport *)t)->tick, 0);
+}
+
 static int run_streams(http *h, stream_start start, stream_end end, stream_release release, void *ctx)
 {
     stream st[STREAMS];
@@ -186,6 +192,8 @@ static int run_streams(http *h, stream_start start, stream_end end, stream_relea
             break;
         if (running)
             curl_multi_poll(h->multi, NULL, 0, 100, NULL);
+        if (h->base.tick && (rc = tick(h)) < 0)   /* stopped, though nothing moved */
+            break;
     }
     for (int i = 0; i < STREAMS; i++) {   /* on an error: stop the others */
         stream_drop(h, &st[i], release);
@@ -205,7 +213,7 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
         /* ?fills_digests=1: an answer may say so (a kestreld that does not know it ignores the query,
          * and one that does sets the field only when asked: an older client refuses unknown fields) */
         kestrel__request req = { "POST", "/api/v1/chunks/missing?fills_digests=1", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
-                                 NULL };
+                                 NULL, t->tick ? tick : NULL, t };
         ProtobufCMessage *res;
         const Kestrel__V1__ChunkQueryResult *qr;
         size_t at = 0;

@@ -3,8 +3,9 @@ responses to chunk downloads ("GET /api/v1/chunks/SHA" and the batches of "POST 
 - flips one body byte ("corrupt") or cuts the connection halfway through the body ("truncate").
 "older" plays a kestreld from before ChunkQueryResult.fills_digests (it drops that field from the
 answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
-kestreld then answers 404, as an older one does); "pass" changes nothing. Everything else passes through untouched, and what clients send is kept
-in `sent`.
+kestreld then answers 404, as an older one does); "hang" plays a server that stops answering: from the
+first request that starts with `hang_on` on, that connection forwards nothing either way; "pass" changes
+nothing. Everything else passes through untouched, and what clients send is kept in `sent`.
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
 sides is the real libcurl and libmicrohttpd."""
 import socket
@@ -12,9 +13,10 @@ import threading
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, mode, at=None):
+    def __init__(self, upstream_port, mode, at=None, hang_on=None):
         self.upstream = ("127.0.0.1", upstream_port)
         self.mode = mode
+        self.hang_on = hang_on
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -39,11 +41,15 @@ class FaultProxy:
 
     def _serve(self, client):
         up = socket.create_connection(self.upstream)
-        state = {"chunk_request": False, "missing_request": False}
+        state = {"chunk_request": False, "missing_request": False, "hung": False}
 
         def requests():   # client -> server; notes whether the latest request fetches a chunk
             try:
                 while (data := client.recv(65536)):
+                    if self.mode == "hang" and (state["hung"] or data.startswith(self.hang_on)):
+                        self.damaged += not state["hung"]
+                        state["hung"] = True
+                        continue   # read and dropped: the client's sends never block on us
                     if (data.startswith(b"GET /api/v1/chunks/") and not data.startswith(b"GET /api/v1/chunks/missing")) \
                             or data.startswith(b"POST /api/v1/chunks/fetch "):
                         state["chunk_request"] = self.mode in ("corrupt", "truncate")
@@ -63,6 +69,8 @@ class FaultProxy:
         pending = b""
         try:
             while (data := up.recv(65536)):
+                if state["hung"]:
+                    continue
                 if state["missing_request"]:   # the whole answer, then without fills_digests (field 2: 0x10 0x01)
                     pending += data
                     head = pending.find(b"\r\n\r\n")

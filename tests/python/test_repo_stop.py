@@ -189,3 +189,41 @@ def test_a_live_pulls_temp_is_never_swept(kestreld, tmp_path, monkeypatch, what)
     assert seen and seen[0][1] and seen[0][2] == 0, seen     # the first pull's temp survived the second pull
     assert subprocess.run(["diff", "-r", str(src), str(work / "out")]).returncode == 0
     assert [p.name for p in work.iterdir()] == ["out"]
+
+
+@pytest.mark.parametrize("cmd,hang_on", [("push", b"POST /api/v1/chunks/missing"), ("push", b"POST /api/v1/chunks/pack"),
+                                         ("pull", b"POST /api/v1/chunks/fetch ")])
+def test_the_first_signal_stops_a_transfer_whose_server_stopped_answering(kestreld, tmp_path, cmd, hang_on):
+    """A kestreld that stops answering mid-transfer (hung, or a network that drops everything): the
+    first Ctrl-C stops the push or pull at once, though no byte moves and no request ends (each would
+    wait a minute for its timeout); the CLI ends by the signal, no version made, nothing left."""
+    from faultproxy import FaultProxy
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(64 << 20))
+    if cmd == "pull":
+        subprocess.run([KESTREL_CLI, "push", "team/hung", str(src)], env=env, check=True, capture_output=True)
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)   # the pull fetches every chunk
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "hang", hang_on=hang_on)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [KESTREL_CLI, "push", "team/hung2", str(src)] if cmd == "push" else \
+           [KESTREL_CLI, "pull", "team/hung", "--dest", str(out / "big.bin")]
+    p = subprocess.Popen(argv, env=dict(env, KESTREL_URL=proxy.url), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while not proxy.damaged and time.time() < deadline:
+            time.sleep(0.01)
+        assert proxy.damaged, "the transfer never reached the request that hangs"
+        time.sleep(0.3)   # well inside the request that now waits
+        p.send_signal(signal.SIGINT)
+        printed, err = p.communicate(timeout=20)   # not the minute a request waits before it gives up
+    finally:
+        proxy.close()
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == -signal.SIGINT, (p.returncode, err)
+    assert "stopped by" in err and "nothing half-written is left" in err, err
+    assert list(out.iterdir()) == []
+    assert kestreld.api("GET", "/api/v1/models/team/hung2/versions")[0] == 404
