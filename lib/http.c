@@ -160,7 +160,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         }
 
         cc = curl_easy_perform(h);
-        if (cc == CURLE_ABORTED_BY_CALLBACK && st.rc < 0) {   /* the caller's stop: its error stands */
+        if (st.rc < 0) {   /* the caller's stop: its error stands, whatever the request came to */
             rc = st.rc;
             goto done;
         }
@@ -200,6 +200,13 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             goto done;
         sleep_ms(backoff);
         backoff *= 2;
+        if (req->stop) {   /* stopped while it waited to retry: not retried */
+            int r = req->stop(req->stop_ctx);
+            if (r < 0) {
+                rc = r;
+                goto done;
+            }
+        }
     }
 done:
     curl_slist_free_all(hdrs);

@@ -15,8 +15,9 @@ typedef struct {
     long extra_timeout_ms;                       /* added to the client timeout (long polls) */
     kestrel_buf *raw_json;                       /* set: ask for JSON and keep the 2xx body here as it came */
     /* set: asked while the request is under way (about once a second while it waits for the server,
-     * more often while bytes move): 0 goes on, a KESTREL_E* code (its error recorded) gives the
-     * request up with that code, never retried */
+     * more often while bytes move; libcurl 7.88's pace, checked by tests/python/test_repo_stop.py) and
+     * before a retry: 0 goes on, a KESTREL_E* code (its error recorded) gives the request up with
+     * that code, never retried */
     int (*stop)(void *ctx);
     void *stop_ctx;
 } kestrel__request;

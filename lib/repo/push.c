@@ -173,16 +173,20 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
 
 /* A file written to while it was read (same size): its chunks may be neither its old bytes nor its
  * new ones, each of them true to its digest, so no check downstream would see it (tar's "file changed
- * as we read it"). Every write moves the ctime, and so does a touch that puts the mtime back; a write
- * in the same clock tick as the one before the open is not seen (timestamps are coarse). */
+ * as we read it"). Every write moves the ctime, and so does a touch that puts the mtime back. A link
+ * made or removed moves it too and changes no byte (the pull cache links the files a pull left; a
+ * save renamed over the file unlinks the one read): with the link count moved and the mtime not, the
+ * bytes read are taken as one version. A write in the same clock tick as the one before the open is
+ * not seen (timestamps are coarse). */
 static int unchanged_since(int fd, const struct stat *st, const char *path)
 {
     struct stat now;
     if (fstat(fd, &now) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot stat %s: %s", path, strerror(errno));
-    if (now.st_size != st->st_size || now.st_ctim.tv_sec != st->st_ctim.tv_sec ||
-        now.st_ctim.tv_nsec != st->st_ctim.tv_nsec || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
-        now.st_mtim.tv_nsec != st->st_mtim.tv_nsec)
+    if (now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
+        (now.st_nlink == st->st_nlink &&
+         (now.st_ctim.tv_sec != st->st_ctim.tv_sec || now.st_ctim.tv_nsec != st->st_ctim.tv_nsec)))
         return kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (written to as it was read): "
                                   "push it again once it is complete", path);
     return 0;

@@ -49,10 +49,10 @@ struct kestrel__transport {
     int hash_whole;      /* a push hashes each whole file as it reads it (file://); else the repository does */
     int fills_digests;   /* the repository fills in a whole-file digest a commit leaves empty (file://;
                             kestreld says so in its answer to missing, sending sets it) */
-    /* Set by a push or a pull while it sends or fetches (NULL: none): the progress a request reports
-     * while it waits, so that a stop is seen at once, even while a server does not answer (HTTP:
-     * missing, send and fetch, every 100 ms in a transfer of chunks and about every second in a
-     * single request). The report's error (the callback said stop) gives the request up with it. */
+    /* Set by a push or a pull while it sends or fetches (NULL: none; never during a commit): the
+     * progress a request reports while it waits, so that a stop is seen even while a server does not
+     * answer (HTTP: missing, send and fetch; every 100 ms in a transfer of chunks, about every second
+     * in missing). The report's error (the callback said stop) gives the request up with it. */
     kestrel__progress *tick;
 };
 

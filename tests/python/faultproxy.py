@@ -17,6 +17,7 @@ class FaultProxy:
         self.upstream = ("127.0.0.1", upstream_port)
         self.mode = mode
         self.hang_on = hang_on
+        assert mode != "hang" or hang_on, "hang needs hang_on: the start of the request that hangs"
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()

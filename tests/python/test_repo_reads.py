@@ -135,12 +135,14 @@ def test_links_above_the_pushed_tree_and_the_pull_dest_are_followed(kestreld, tm
 
 @pytest.mark.parametrize("where", ["kestreld", "file"])
 @pytest.mark.parametrize("shape", ["file", "tree"])
+@pytest.mark.parametrize("change", ["write", "link"])
 def test_a_file_written_to_as_the_push_reads_it_is_an_error_and_no_version(kestreld, tmp_path, monkeypatch,
-                                                                             where, shape):
+                                                                             where, shape, change):
     """Bytes changed behind the push's read point and ahead of it, the size kept: each chunk the push
     made is true to its digest, so only the file's own change (its ctime) tells that the version would
     be neither the old file nor the new one. The push says so and makes no version; pushed again, the
-    file as it now is."""
+    file as it now is. A hard link made to the file meanwhile (as the pull cache makes) moves its ctime
+    too but changes no byte: that push goes through."""
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     c = kestrel.Client(kestreld.url, kestreld.token) if where == "kestreld" else \
         kestrel.Client(f"file://{tmp_path / 'store'}")
@@ -153,37 +155,49 @@ def test_a_file_written_to_as_the_push_reads_it_is_an_error_and_no_version(kestr
     time.sleep(0.05)   # the write below lands in a later clock tick than the file's creation
     wrote = []
 
-    def stored():   # the bytes the repository has taken in so far
+    def stored():   # the bytes the repository has taken in so far (not its temps, renamed as we look)
         if where == "file":
-            return sum(f.stat().st_size for f in (tmp_path / "store" / "chunks").rglob("*") if f.is_file())
+            total = 0
+            for f in (tmp_path / "store" / "chunks").rglob("*"):
+                try:
+                    total += f.stat().st_size if ".tmp." not in f.name and f.is_file() else 0
+                except FileNotFoundError:
+                    pass
+            return total
         status, body = raw(kestreld, "GET", "/metrics")
         assert status == 200, body
         return next(float(line.split()[1]) for line in body.decode().splitlines()
                     if line.startswith("kestrel_repo_push_bytes_total "))
 
-    def progress(p):   # reports come after each 8 MiB read, 100 ms apart at most: slowed down to see each
+    def progress(p):   # reports come after each 8 MiB read, 100 ms apart at least: slowed down to see each
         if wrote or p.phase != "push":
             return
-        if not (12 << 20) < p.bytes_done < (38 << 20):   # past the first batch (8 MiB), handed over
+        if not (12 << 20) < p.bytes_done < (38 << 20):   # the second read's report: the first batch handed over
             time.sleep(0.15)
             return
         deadline = time.time() + 30   # the early write lands on bytes stored already, so nothing but the
-        while stored() < (4 << 20):   # file's ctime can tell (the first 8 MiB go at once, in file order)
+        while stored() < (4 << 20):   # file's ctime can tell (the first batch goes in file order)
             assert time.time() < deadline, "the first chunks were not stored"
             time.sleep(0.01)
-        with open(big, "r+b") as f:
-            f.seek(1 << 20)
-            f.write(b"EARLY!!!")   # read already
-            f.seek(39 << 20)
-            f.write(b"LATE!!!!")   # not yet
+        if change == "link":
+            os.link(big, tmp_path / "link")
+        else:
+            with open(big, "r+b") as f:
+                f.seek(1 << 20)
+                f.write(b"EARLY!!!")   # read already
+                f.seek(39 << 20)
+                f.write(b"LATE!!!!")   # not yet
         wrote.append(p.bytes_done)
 
-    with pytest.raises(kestrel.KestrelError, match="changed while it was pushed"):
-        c.push("team/torn", str(src), progress=progress)
-    assert wrote
-    with pytest.raises(kestrel.NotFoundError):
-        c.versions("team/torn")
-    assert c.push("team/torn", str(src)) == 1
+    if change == "link":
+        assert c.push("team/torn", str(src), progress=progress) == 1 and wrote
+    else:
+        with pytest.raises(kestrel.KestrelError, match="changed while it was pushed"):
+            c.push("team/torn", str(src), progress=progress)
+        assert wrote
+        with pytest.raises(kestrel.NotFoundError):
+            c.versions("team/torn")
+        assert c.push("team/torn", str(src)) == 1
     c.pull("team/torn", str(tmp_path / "out"))
     got = tmp_path / "out" / "d" / "big.bin" if shape == "tree" else tmp_path / "out"
     assert got.read_bytes() == big.read_bytes()
