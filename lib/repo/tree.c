@@ -314,7 +314,18 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
             rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", t->tmp, strerror(errno));
         close(dfd);
     }
-    if (rc == 0 && lstat(dest, &st) == 0) {   /* replace an existing directory: move it aside first */
+    /* replace what is at dest in one step: the new tree in, the old one out under the temp's name
+     * (then removed; a pull killed before that leaves it where the next pull's sweep finds it), so no
+     * moment has no dest. A file system without the exchange: the old one is moved aside first. */
+    if (rc == 0 && lstat(dest, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (renameat2(AT_FDCWD, t->tmp, AT_FDCWD, dest, RENAME_EXCHANGE) == 0) {
+            snprintf(old, sizeof(old), "%s", t->tmp);
+            t->tmp[0] = '\0';   /* dest is the new tree */
+        } else if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+            rc = kestrel__error_set(KESTREL_EIO, "cannot put the pulled tree at %s: %s", dest, strerror(errno));
+        }
+    }
+    if (rc == 0 && t->tmp[0] && lstat(dest, &st) == 0) {
         snprintf(old, sizeof(old), "%s.kestrel-old.XXXXXX", dest);
         if (mkdtemp(old) == NULL || rename(dest, old) < 0) {
             rc = kestrel__error_set(KESTREL_EIO, "cannot move the old %s aside: %s", dest, strerror(errno));
@@ -323,7 +334,7 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
             old[0] = '\0';
         }
     }
-    if (rc == 0 && rename(t->tmp, dest) < 0) {
+    if (rc == 0 && t->tmp[0] && rename(t->tmp, dest) < 0) {
         int e = errno;
         rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s%s", dest, strerror(e),
                                 e == ENOTEMPTY || e == EEXIST ? " (it was made meanwhile: another pull to the same place?)" : "");

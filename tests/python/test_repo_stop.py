@@ -227,3 +227,52 @@ def test_the_first_signal_stops_a_transfer_whose_server_stopped_answering(kestre
     assert "stopped by" in err and "nothing half-written is left" in err, err
     assert list(out.iterdir()) == []
     assert kestreld.api("GET", "/api/v1/models/team/hung2/versions")[0] == 404
+
+
+def tree_of(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_directory_pull_killed_as_it_replaces_dest_leaves_the_old_tree_or_the_new(kestreld, tmp_path):
+    """A pull over an existing directory, killed (SIGKILL, injected by strace) at each rename or removal
+    it makes in turn: dest is the old tree or the new one, never missing (the new tree goes in and the
+    old one out in one exchange; before, a kill between moving the old one aside and the new one in
+    left no dest), and the next pull puts the new one in place."""
+    if subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "true"], capture_output=True).returncode != 0:
+        pytest.skip("strace cannot trace here (ptrace refused)")
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    src = tmp_path / "dir"
+    for i in range(30):
+        (src / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
+        (src / f"d{i % 3}" / f"f{i}").write_bytes(os.urandom(3000 + i))
+    subprocess.run([KESTREL_CLI, "push", "team/tree", str(src)], env=env, check=True, capture_output=True)
+    old = tree_of(src)
+    for i in range(0, 30, 2):
+        (src / f"d{i % 3}" / f"f{i}").write_bytes(os.urandom(2000 + i))
+    (src / "added").write_bytes(b"new")
+    subprocess.run([KESTREL_CLI, "push", "team/tree", str(src)], env=env, check=True, capture_output=True)
+    new = tree_of(src)
+    out = tmp_path / "out"
+    out.mkdir()
+    dest = out / "dir"   # an existing --dest folder takes the pulled tree under the pushed folder's name
+
+    def pull(version, *strace):
+        return subprocess.run([*strace, KESTREL_CLI, "pull", f"team/tree@{version}", "--dest", str(out)], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    assert pull(1).returncode == 0 and tree_of(dest) == old
+    calls = "rename,renameat,renameat2,unlink,unlinkat,rmdir"
+    kills = 0
+    for call in calls.split(","):
+        for k in range(1, 5):
+            p = pull(2, "strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={calls}",
+                     "-e", f"inject={call}:signal=KILL:when={k}")
+            assert dest.is_dir(), (call, k, p.stderr)
+            assert tree_of(dest) in (old, new), (call, k)
+            if p.returncode == 0:   # this call is made fewer than k times
+                assert tree_of(dest) == new
+                break
+            kills += 1
+            assert pull(1).returncode == 0 and tree_of(dest) == old   # the old tree again, for the next kill
+    assert kills >= 3   # the exchange, and the removals of the old tree, were each hit
+    assert pull(2).returncode == 0 and tree_of(dest) == new
