@@ -321,8 +321,9 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
         if (renameat2(AT_FDCWD, t->tmp, AT_FDCWD, dest, RENAME_EXCHANGE) == 0) {
             snprintf(old, sizeof(old), "%s", t->tmp);
             t->tmp[0] = '\0';   /* dest is the new tree */
-        } else if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
-            rc = kestrel__error_set(KESTREL_EIO, "cannot put the pulled tree at %s: %s", dest, strerror(errno));
+        } else if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP && errno != ENOENT) {   /* gone: renamed in */
+            rc = kestrel__error_set(KESTREL_EIO, "cannot replace %s with the pulled tree: %s (%s is left as it was)",
+                                    dest, strerror(errno), dest);
         }
     }
     if (rc == 0 && t->tmp[0] && lstat(dest, &st) == 0) {
