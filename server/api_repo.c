@@ -33,6 +33,7 @@ struct kd_pack {
     kd_run_feed *run;       /* the run the pack advances (NULL: none) */
     int64_t stored, bytes;
     int full;               /* the store's disk is full: 507, not the client's fault */
+    int io;                 /* the store could not write: 500, not the client's fault either */
     char error[256];
 };
 
@@ -69,6 +70,7 @@ static void chunk_done(kd_pack *p)
         if (kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0) {
             const char *m = kestrel_error_last()->message;
             p->full = strstr(m, strerror(ENOSPC)) || strstr(m, strerror(EDQUOT)) || strstr(m, strerror(EFBIG));
+            p->io = !p->error[0];
             pack_fail(p, m);
         }
         else
@@ -123,7 +125,10 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
     kd_run_feed_end(p->run, !p->error[0]);
     p->run = NULL;
     if (p->error[0]) {
+        if (p->io && !p->full)
+            fprintf(stderr, "kestreld: %s %s: %s\n", r->method, r->path, p->error);
         reply = p->full ? kd_reply_error(r, 507, "insufficient_storage", p->error)
+                : p->io ? kd_reply_error(r, 500, "internal", p->error)
                         : kd_reply_error(r, 400, "invalid_argument", p->error);
     } else {
         res.stored = p->stored;
@@ -250,7 +255,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         goto out;
     }
     if (in->alias[0] && (!kestrel__alias_valid(in->alias) || !strcmp(in->alias, "latest"))) {
-        reply = kd_reply_error(r, 400, "invalid_argument", "field 'alias': a lowercase name, not 'latest'");
+        reply = kd_reply_error(r, 400, "invalid_argument", "field 'alias': " KESTREL__ALIAS_RULE ", not 'latest'");
         goto out;
     }
     if (in->alias[0] && r->who.job_id) {   /* a job may name a new alias, never move one */
@@ -271,7 +276,9 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     /* complete before commit: every chunk is stored, and its bytes are the manifest's */
     for (size_t i = 0; i < in->n_chunks; i++)
         if (!kestrel__store_has_chunk(r->e->store, in->chunks[i]->digest)) {
-            snprintf(msg, sizeof(msg), "chunk %.12s of the manifest is not stored: push it first", in->chunks[i]->digest);
+            snprintf(msg, sizeof(msg),
+                     "chunk %.12s of the manifest is not stored (never sent, or collected since it was: a "
+                     "collection's grace shorter than the push)", in->chunks[i]->digest);
             reply = kd_reply_error(r, 400, "invalid_argument", msg);
             goto out;
         }

@@ -100,7 +100,9 @@ KESTREL_API void kestrel_model_versions_free(kestrel_model_versions *list);
 
 /** Fill out with the names of the models, one a line, sorted. */
 KESTREL_API int kestrel_model_list(kestrel_buf *out, kestrel_client *client);
-/** Point alias at version (which must exist). "latest" is moved by pushes and cannot be set. */
+/** Point alias at version (which must exist). "latest" is moved by pushes and cannot be set. An alias
+ * is a model name's segment (lowercase letters, digits, '.', '_', '-', starting with a letter) without
+ * ".tmp.", which marks the store's temp files. */
 KESTREL_API int kestrel_model_alias_set(kestrel_client *client, const char *name, const char *alias, int64_t version);
 KESTREL_API int kestrel_model_alias_delete(kestrel_client *client, const char *name, const char *alias);
 /** Delete a version (its aliases go with it; its chunks stay until a collection). */

@@ -97,7 +97,7 @@ int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *nam
     if ((rc = load_topts(&o, in)) < 0)
         return rc;
     if (o.alias && (!kestrel__alias_valid(o.alias) || !strcmp(o.alias, "latest")))
-        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s' (and 'latest' follows pushes)", o.alias);
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it follows pushes)", o.alias);
     if (o.metadata_json) {
         cJSON *meta = cJSON_Parse(o.metadata_json);
         int object = cJSON_IsObject(meta);
@@ -246,7 +246,7 @@ int kestrel_model_alias_set(kestrel_client *c, const char *name, const char *ali
     kestrel__transport *t;
     int rc;
     if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
-        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s' (and 'latest' follows pushes)", alias ? alias : "");
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it follows pushes)", alias ? alias : "");
     if ((rc = with_model(&t, c, name)) < 0)
         return rc;
     rc = t->ops->alias_set(t, name, alias, version);
@@ -259,7 +259,7 @@ int kestrel_model_alias_delete(kestrel_client *c, const char *name, const char *
     kestrel__transport *t;
     int rc;
     if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
-        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s'", alias ? alias : "");
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE, alias ? alias : "");
     if ((rc = with_model(&t, c, name)) < 0)
         return rc;
     rc = t->ops->alias_delete(t, name, alias);

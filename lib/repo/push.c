@@ -348,9 +348,10 @@ static int by_place(const void *a, const void *b)
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-/* Ask which of refs the repository lacks, then send each of those once, in file order. */
+/* Ask which of refs the repository lacks, then send each of those once, in file order (*sent: how
+ * many digests that was; NULL: not asked). */
 static int send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs, size_t n,
-                        const kestrel__push_files *files, kestrel__progress *pr)
+                        const kestrel__push_files *files, kestrel__progress *pr, size_t *sent)
 {
     kestrel__chunk_ref *sorted = malloc((n + 1) * sizeof(*sorted)), **todo = NULL;
     size_t ntodo = 0;
@@ -370,6 +371,8 @@ static int send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs, s
         qsort(todo, ntodo, sizeof(*todo), by_place);   /* read each file front to back */
     if (rc == 0 && ntodo)
         rc = t->ops->send(t, files, todo, ntodo, pr);
+    if (sent)
+        *sent = ntodo;
     free(todo);
     free(sorted);
     return rc;
@@ -395,7 +398,7 @@ static void *sender_main(void *arg)
             free(batch);
             break;   /* closing, and everything sent */
         }
-        rc = send_missing(s->t, batch, n, s->files, &s->pr);
+        rc = send_missing(s->t, batch, n, s->files, &s->pr, NULL);
         free(batch);
         if (rc < 0 && !__atomic_load_n(&s->abort, __ATOMIC_ACQUIRE)) {   /* kept for the push's thread */
             kestrel__error_keep(&s->err);
@@ -562,6 +565,46 @@ static int digests_here(Kestrel__V1__Manifest *m, const kestrel__push_files *fil
     return rc;
 }
 
+/* A commit refused because chunks it names are not stored: a collection with a grace shorter than
+ * the push removed them after they were sent or found there (lib/repo/store_gc.c). Ask which of the
+ * manifest's chunks the repository lacks, BATCH_CHUNKS at a time, and send those again from the
+ * files (each still checked against its digest); *lost: how many it lacked. */
+static int resend_lost(kestrel__transport *t, const Kestrel__V1__Manifest *m, const kestrel__push_files *files,
+                       kestrel__progress *pr, size_t *lost)
+{
+    kestrel__chunk_ref *refs = malloc(BATCH_CHUNKS * sizeof(*refs));
+    size_t i = 0, file = 0, left = m->n_files ? 0 : m->n_chunks;   /* chunks left in file */
+    int64_t off = 0;
+    int rc = 0;
+    *lost = 0;
+    if (refs == NULL)
+        return kestrel__error_oom();
+    t->tick = pr;
+    while (rc == 0 && i < m->n_chunks) {
+        size_t n = 0, sent = 0;
+        for (; n < BATCH_CHUNKS && i < m->n_chunks && rc == 0; i++, n++) {
+            for (; left == 0 && file < m->n_files; off = 0)
+                left = (size_t)m->files[file++]->chunks;
+            if (left == 0) {
+                rc = kestrel__error_set(KESTREL_EINVALID, "the manifest's files hold fewer chunks than it lists");
+                break;
+            }
+            snprintf(refs[n].hex, sizeof(refs[n].hex), "%s", m->chunks[i]->digest);
+            refs[n].offset = off;
+            refs[n].len = (uint32_t)m->chunks[i]->size;
+            refs[n].file = m->n_files ? (uint32_t)(file - 1) : 0;
+            refs[n].missing = 0;
+            off += m->chunks[i]->size;
+            left--;
+        }
+        if (rc == 0 && (rc = send_missing(t, refs, n, files, pr, &sent)) == 0)
+            *lost += sent;
+    }
+    t->tick = NULL;
+    free(refs);
+    return rc;
+}
+
 int kestrel__push(kestrel__transport *t, const char *name, const char *path, char *const *select, size_t nselect,
                   const kestrel_transfer_options *o, kestrel__progress *pr, int64_t *version)
 {
@@ -659,7 +702,14 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     free(ps.buf);
     ps.refs = NULL;
     ps.buf = NULL;
-    if ((rc = t->ops->commit(t, m, version)) < 0)
+    if ((rc = t->ops->commit(t, m, version)) == KESTREL_EINVALID) {   /* once more, when chunks were lost */
+        kestrel__error_kept why;
+        size_t lost = 0;
+        kestrel__error_keep(&why);
+        if ((rc = resend_lost(t, m, &files, pr, &lost)) == 0)
+            rc = lost ? t->ops->commit(t, m, version) : kestrel__error_restore(&why.err);
+    }
+    if (rc < 0)
         goto done;
     pr->p.bytes_done = pr->p.bytes_total;
     (void)kestrel__progress_report(pr, 1);   /* the version exists: too late to cancel (repo.h) */

@@ -68,7 +68,9 @@ int kestrel__repo_name_valid(const char *name)
 
 int kestrel__alias_valid(const char *alias)
 {
-    return alias && !strchr(alias, '/') && kestrel__repo_name_valid(alias) && (alias[0] < '0' || alias[0] > '9');
+    /* ".tmp." marks the store's temp files (an alias is a file of its name): the collector removes them */
+    return alias && !strchr(alias, '/') && kestrel__repo_name_valid(alias) && (alias[0] < '0' || alias[0] > '9') &&
+           !strstr(alias, ".tmp.");
 }
 
 void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1])
@@ -667,7 +669,7 @@ int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *al
 {
     char path[PATH_MAX];
     if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
-        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s' (and 'latest' follows pushes)", alias ? alias : "");
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it follows pushes)", alias ? alias : "");
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
     if (access(path, F_OK) != 0)
         return kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
@@ -678,7 +680,7 @@ int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char 
 {
     char path[PATH_MAX];
     if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
-        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s'", alias ? alias : "");
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE, alias ? alias : "");
     snprintf(path, sizeof(path), "%s/models/%s/aliases/%s", s->root, name, alias);
     if (unlink(path) < 0)
         return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "%s has no alias %s", name, alias)

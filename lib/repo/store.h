@@ -29,7 +29,9 @@ int kestrel__store_open(kestrel__store **out, const char *root);
 void kestrel__store_close(kestrel__store *s);
 /* "team/resnet": lowercase [a-z0-9._-] segments starting with a letter or digit, <= 200 bytes. */
 int kestrel__repo_name_valid(const char *name);
+/* An alias: one such segment, not starting with a digit, without ".tmp." (the store's temp names). */
 int kestrel__alias_valid(const char *alias);
+#define KESTREL__ALIAS_RULE "lowercase letters, digits, '.', '_' and '-', starting with a letter, without '.tmp.'"
 
 /* SHA-256 of data in lowercase hex; "" when OpenSSL fails (it then equals no digest). */
 void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1]);
@@ -104,8 +106,11 @@ typedef struct {
     int64_t bytes_freed;
 } kestrel__store_gc_stats;
 
-/* Remove chunks no committed version names and temp files, both only once older than grace_s
- * (lib/store_gc.c explains why this is safe beside concurrent pushes). */
+/* A temp file is removed only once older than this, whatever grace a collection is asked for. */
+#define KESTREL__TEMP_GRACE_S 3600
+/* Remove chunks no committed version names once older than grace_s, and temp files of killed
+ * writers once older than grace_s and KESTREL__TEMP_GRACE_S (lib/repo/store_gc.c explains why this
+ * is safe beside concurrent pushes). */
 int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats);
 
 #endif

@@ -6,8 +6,11 @@
  * refreshes the mtime), so nothing a running push depends on is ever old enough to go; and a
  * commit checks that every chunk exists, so even a push slower than the grace period fails
  * cleanly instead of committing a version with a hole. Temp files left by a killed writer go
- * after the same grace period. Marking goes through the store's own listing (models, versions,
- * manifests), sweeping through chunks/XX/. */
+ * after the same grace period, and never younger than KESTREL__TEMP_GRACE_S (a temp is a live
+ * writer's until its rename, whatever the grace): chunks' in chunks/XX/, manifests' and aliases' anywhere under models/
+ * (a killed commit's versions/N.json.tmp.X; no version, alias or model folder has ".tmp." in its
+ * name, so a regular file that has is a temp), the format file's in the root. Marking goes through
+ * the store's own listing (models, versions, manifests), sweeping through chunks/XX/. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -76,7 +79,8 @@ static int hex_cmp(const void *a, const void *b)
 }
 
 /* chunks/ab/cdef...: remove what is old enough and either a temp file or not marked. */
-static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cutoff, kestrel__store_gc_stats *st)
+static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cutoff, time_t temp_cutoff,
+                      kestrel__store_gc_stats *st)
 {
     DIR *d = fdopendir(dfd);
     struct dirent *e;
@@ -89,7 +93,7 @@ static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cut
         struct stat sb;
         int temp = strstr(e->d_name, ".tmp.") != NULL;
         if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISREG(sb.st_mode) || sb.st_mtime > cutoff)
+            !S_ISREG(sb.st_mode) || sb.st_mtime > (temp ? temp_cutoff : cutoff))
             continue;
         if (!temp) {
             if (strlen(e->d_name) != KESTREL__HEX_LEN - 2)
@@ -107,16 +111,46 @@ static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cut
     closedir(d);
 }
 
+/* Temp files older than cutoff in the folder dfd (closed here) and, depth levels down, its folders. */
+static void sweep_temps(int dfd, int depth, time_t cutoff, kestrel__store_gc_stats *st)
+{
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
+    if (d == NULL) {
+        close(dfd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct stat sb;
+        int sub;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (S_ISDIR(sb.st_mode) && depth > 0 &&
+            (sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
+            sweep_temps(sub, depth - 1, cutoff, st);
+        else if (S_ISREG(sb.st_mode) && sb.st_mtime <= cutoff && strstr(e->d_name, ".tmp.") &&
+                 unlinkat(dirfd(d), e->d_name, 0) == 0) {
+            st->temps_removed++;
+            st->bytes_freed += sb.st_size;
+        }
+    }
+    closedir(d);
+}
+
 int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats)
 {
     char path[PATH_MAX];
     mark_set marks = { NULL, 0, 0 };
     kestrel__store_gc_stats local = { 0, 0, 0, 0 };
-    /* the cutoff is taken before marking: a chunk written after it is never swept this round */
+    /* the cutoff is taken before marking: a chunk written after it is never swept this round; a temp
+     * is some writer's until its rename, however short the grace asked (found by a test: grace 0
+     * beside a push removed a chunk's temp before its rename, and the push failed) */
     time_t cutoff = time(NULL) - (time_t)grace_s;
+    time_t temp_cutoff = time(NULL) - (time_t)(grace_s > KESTREL__TEMP_GRACE_S ? grace_s : KESTREL__TEMP_GRACE_S);
     DIR *top;
     struct dirent *e;
-    int rc = mark_all(s, &marks);
+    int dfd, rc = mark_all(s, &marks);
     if (rc == 0) {
         local.chunks_live = (int64_t)marks.n;
         if (marks.n > 1)
@@ -125,13 +159,18 @@ int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stat
         if ((top = opendir(path)) == NULL)
             rc = kestrel__error_set(KESTREL_EIO, "cannot list %s: %s", path, strerror(errno));
         while (top && (e = readdir(top)) != NULL) {
-            int dfd;
             if (strlen(e->d_name) == 2 && e->d_name[0] != '.' &&
                 (dfd = openat(dirfd(top), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
-                sweep_dir(dfd, e->d_name, &marks, cutoff, &local);
+                sweep_dir(dfd, e->d_name, &marks, cutoff, temp_cutoff, &local);
         }
         if (top)
             closedir(top);
+        /* models/NAME/{versions,aliases}/: a name has at most 100 segments */
+        snprintf(path, sizeof(path), "%s/models", kestrel__store_root(s));
+        if ((dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
+            sweep_temps(dfd, 104, temp_cutoff, &local);
+        if ((dfd = open(kestrel__store_root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
+            sweep_temps(dfd, 0, temp_cutoff, &local);
     }
     free(marks.hex);
     if (stats)

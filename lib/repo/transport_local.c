@@ -79,7 +79,9 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *vers
     int rc;
     for (size_t i = 0; i < m->n_chunks; i++)   /* a chunk collected since the push asked */
         if (!kestrel__store_has_chunk(STORE(t), m->chunks[i]->digest))
-            return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored: push again",
+            return kestrel__error_set(KESTREL_EINVALID,
+                                      "chunk %.12s of the manifest is not stored (never sent, or collected since "
+                                      "it was: a collection's grace shorter than the push)",
                                       m->chunks[i]->digest);
     if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (a file of one
                                                  * chunk's, one from the stat cache) */

@@ -5,7 +5,8 @@ responses to chunk downloads ("GET /api/v1/chunks/SHA" and the batches of "POST 
 answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
 kestreld then answers 404, as an older one does); "hang" plays a server that stops answering: from the
 first request that starts with `hang_on` on, that connection forwards nothing either way; "pass" changes
-nothing. Everything else passes through untouched, and what clients send is kept in `sent`.
+nothing. `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
+before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`.
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
 sides is the real libcurl and libmicrohttpd."""
 import socket
@@ -13,8 +14,9 @@ import threading
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, mode, at=None, hang_on=None):
+    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None):
         self.upstream = ("127.0.0.1", upstream_port)
+        self.before = before
         self.mode = mode
         self.hang_on = hang_on
         assert mode != "hang" or hang_on, "hang needs hang_on: the start of the request that hangs"
@@ -47,6 +49,9 @@ class FaultProxy:
         def requests():   # client -> server; notes whether the latest request fetches a chunk
             try:
                 while (data := client.recv(65536)):
+                    if self.before and data.startswith(self.before[0]):
+                        before, self.before = self.before[1], None
+                        before()
                     if self.mode == "hang" and (state["hung"] or data.startswith(self.hang_on)):
                         self.damaged += not state["hung"]
                         state["hung"] = True
