@@ -268,7 +268,10 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     ps.pr = pr;
     pthread_mutex_init(&ps.mu, NULL);
     pthread_cond_init(&ps.cv, NULL);
-    if ((rc = t->ops->resolve(t, ref, &mf)) < 0)
+    t->tick = pr;   /* a stop is seen while the manifest does not come, too (a dataset's is large) */
+    rc = t->ops->resolve(t, ref, &mf);
+    t->tick = NULL;
+    if (rc < 0)
         goto done;
     if (kestrel__manifest_check(mf) < 0) {
         rc = kestrel__error_set(KESTREL_EPROTO, "the manifest of %s is damaged: %s", ref, kestrel_error_last()->message);

@@ -51,8 +51,8 @@ struct kestrel__transport {
                             kestreld says so in its answer to missing, sending sets it) */
     /* Set by a push or a pull while it sends or fetches (NULL: none; never during a commit): the
      * progress a request reports while it waits, so that a stop is seen even while a server does not
-     * answer (HTTP: missing, send and fetch; every 100 ms in a transfer of chunks, about every second
-     * in missing). The report's error (the callback said stop) gives the request up with it. */
+     * answer (HTTP: missing, send, resolve and fetch; every 100 ms in a transfer of chunks, about every
+     * second in missing and resolve). The report's error (the callback said stop) gives the request up with it. */
     kestrel__progress *tick;
 };
 

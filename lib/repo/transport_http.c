@@ -459,7 +459,8 @@ static int resolve(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest
 {
     char name[256], path[700];
     const char *at;
-    kestrel__request req = { "GET", path, NULL, &kestrel__v1__manifest__descriptor, 1, 0, NULL };
+    kestrel__request req = { "GET", path, NULL, &kestrel__v1__manifest__descriptor, 1, 0, NULL,
+                             t->tick ? tick : NULL, t };   /* a pull's stop: nothing is written yet */
     int rc = kestrel__ref_split(ref, name, sizeof(name), &at);
     if (rc < 0)
         return rc;
