@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "dir_each.h"
 #include "repo.h"
 
 #define SWEEP_AGE_S 3600
@@ -41,36 +42,14 @@ static int same(int fd, const struct stat *st)
     return fstat(fd, &now) == 0 && now.st_ino == st->st_ino && now.st_dev == st->st_dev;
 }
 
-/* Remove everything in the directory open as dfd (closed here): files and links unlinked, folders
- * opened without following a link and emptied first. Best effort. */
-static void empty_dir(int dfd)
+/* Files and links unlinked, folders (emptied first) removed; best effort (kestrel__dir_each). */
+static void remove_entry(int at, const char *name, const struct stat *st, int walked, void *ctx)
 {
-    DIR *d = fdopendir(dfd);
-    struct dirent *e;
-    if (d == NULL) {
-        close(dfd);
-        return;
-    }
-    while ((e = readdir(d)) != NULL) {
-        struct stat st;
-        int sub;
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
-            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-            continue;
-        if (!S_ISDIR(st.st_mode)) {
-            unlinkat(dirfd(d), e->d_name, 0);
-            continue;
-        }
-        if ((sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-            continue;
-        if (same(sub, &st)) {
-            empty_dir(sub);
-            unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
-        } else {
-            close(sub);
-        }
-    }
-    closedir(d);
+    (void)ctx;
+    if (!S_ISDIR(st->st_mode))
+        unlinkat(at, name, 0);
+    else if (walked)
+        unlinkat(at, name, AT_REMOVEDIR);
 }
 
 void kestrel__pull_sweep(const char *dest)
@@ -116,8 +95,8 @@ void kestrel__pull_sweep(const char *dest)
         }
         if (isdir) {
             int inner = dup(fd);
-            if (inner >= 0)
-                empty_dir(inner);
+            if (inner >= 0)   /* emptied: a pull's tree is far less deep than this */
+                kestrel__dir_each(inner, 4096, remove_entry, NULL);
         }
         {
             struct stat again;   /* still the one examined and locked: remove the name */

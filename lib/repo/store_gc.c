@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "dir_each.h"
 #include "repo.h"
 #include "store.h"
 
@@ -111,31 +112,20 @@ static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cut
     closedir(d);
 }
 
-/* Temp files older than cutoff in the folder dfd (closed here) and, depth levels down, its folders. */
-static void sweep_temps(int dfd, int depth, time_t cutoff, kestrel__store_gc_stats *st)
+typedef struct {
+    time_t cutoff;
+    kestrel__store_gc_stats *st;
+} temp_sweep;
+
+/* A temp file older than the cutoff goes (kestrel__dir_each). */
+static void temp_entry(int at, const char *name, const struct stat *sb, int walked, void *ctx)
 {
-    DIR *d = fdopendir(dfd);
-    struct dirent *e;
-    if (d == NULL) {
-        close(dfd);
-        return;
+    temp_sweep *t = ctx;
+    (void)walked;
+    if (S_ISREG(sb->st_mode) && sb->st_mtime <= t->cutoff && strstr(name, ".tmp.") && unlinkat(at, name, 0) == 0) {
+        t->st->temps_removed++;
+        t->st->bytes_freed += sb->st_size;
     }
-    while ((e = readdir(d)) != NULL) {
-        struct stat sb;
-        int sub;
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
-            fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
-            continue;
-        if (S_ISDIR(sb.st_mode) && depth > 0 &&
-            (sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
-            sweep_temps(sub, depth - 1, cutoff, st);
-        else if (S_ISREG(sb.st_mode) && sb.st_mtime <= cutoff && strstr(e->d_name, ".tmp.") &&
-                 unlinkat(dirfd(d), e->d_name, 0) == 0) {
-            st->temps_removed++;
-            st->bytes_freed += sb.st_size;
-        }
-    }
-    closedir(d);
 }
 
 int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats)
@@ -150,6 +140,7 @@ int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stat
     time_t temp_cutoff = time(NULL) - (time_t)(grace_s > KESTREL__TEMP_GRACE_S ? grace_s : KESTREL__TEMP_GRACE_S);
     DIR *top;
     struct dirent *e;
+    temp_sweep temps = { temp_cutoff, &local };
     int dfd, rc = mark_all(s, &marks);
     if (rc == 0) {
         local.chunks_live = (int64_t)marks.n;
@@ -168,9 +159,9 @@ int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stat
         /* models/NAME/{versions,aliases}/: a name has at most 100 segments */
         snprintf(path, sizeof(path), "%s/models", kestrel__store_root(s));
         if ((dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
-            sweep_temps(dfd, 104, temp_cutoff, &local);
+            kestrel__dir_each(dfd, 104, temp_entry, &temps);
         if ((dfd = open(kestrel__store_root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
-            sweep_temps(dfd, 0, temp_cutoff, &local);
+            kestrel__dir_each(dfd, 0, temp_entry, &temps);
     }
     free(marks.hex);
     if (stats)
