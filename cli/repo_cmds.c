@@ -179,11 +179,28 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
 }
 
 const struct option cli_opts_pull[] = { { "dest", required_argument, NULL, 'd' }, { "output", required_argument, NULL, 'o' },
-                                        { NULL, 0, NULL, 0 } };
+                                        { "replace", no_argument, NULL, 'r' }, { NULL, 0, NULL, 0 } };
+
+/* A name a version's metadata may give its pull: one plain entry of a folder, shown as it is. Not
+ * hidden (no leading '.': .ssh, .bashrc), no separator, no control character (C0, DEL, and C1 as
+ * UTF-8: a terminal obeys them), at most 255 bytes. The metadata is whoever pushed it's to write. */
+static int plain_name(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    if (n == 0 || n > 255 || s[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == 0x7f || p[i] == '/' || p[i] == '\\' ||
+            (p[i] == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f))
+            return 0;
+    return 1;
+}
 
 /* The name a version was pushed from (its metadata's "filename", which kestrel push sets), when it
- * is a plain file name; else "". ref is NAME, NAME@N, NAME@latest or NAME@ALIAS. */
-static void pushed_name(cli_ctx *ctx, const char *ref, char *out, size_t n)
+ * is a plain name (plain_name); else "", and *odd set when it gave one that is not. ref is NAME,
+ * NAME@N, NAME@latest or NAME@ALIAS. */
+static void pushed_name(cli_ctx *ctx, const char *ref, char *out, size_t n, int *odd)
 {
     char name[512], want[300];
     const char *at = strrchr(ref, '@'), *sel = at ? at + 1 : "latest";
@@ -207,12 +224,40 @@ static void pushed_name(cli_ctx *ctx, const char *ref, char *out, size_t n)
     }
     if (pick && pick->metadata_json && (meta = cJSON_Parse(pick->metadata_json)) != NULL) {
         f = cJSON_GetObjectItemCaseSensitive(meta, "filename");
-        if (cJSON_IsString(f) && *f->valuestring && !strchr(f->valuestring, '/') && strcmp(f->valuestring, ".") &&
-            strcmp(f->valuestring, "..") && strlen(f->valuestring) < n)
+        if (cJSON_IsString(f) && plain_name(f->valuestring) && strlen(f->valuestring) < n)
             snprintf(out, n, "%s", f->valuestring);
+        else if (cJSON_IsString(f) && *f->valuestring)
+            *odd = 1;
         cJSON_Delete(meta);
     }
     kestrel_model_versions_free(vs);
+}
+
+/* DEST when kestrel picks the name, in folder dir ("" the current one): the pushed name, else the
+ * model's last name segment (a plain name by the rules of names). 0, or 1 when it exists: a picked
+ * name never replaces anything without --replace (it is the pusher's to choose, not the puller's). */
+static int picked_dest(cli_ctx *ctx, const char *ref, const char *dir, int replace, char *out, size_t n)
+{
+    char name[512];
+    struct stat st;
+    int odd = 0;
+    pushed_name(ctx, ref, name, sizeof(name), &odd);
+    if (!name[0]) {
+        const char *base = strrchr(ref, '/');
+        snprintf(name, sizeof(name), "%s", base ? base + 1 : ref);
+        name[strcspn(name, "@")] = '\0';
+    }
+    if (odd)
+        fprintf(stderr, "kestrel: pull: the name %s was pushed from is not a plain file name (hidden, or with a "
+                        "separator or a control character): writing %s instead\n", ref, name);
+    snprintf(out, n, "%s%s%s", dir, *dir ? "/" : "", name);
+    if (!replace && lstat(out, &st) == 0) {
+        fprintf(stderr, "kestrel: pull: %s exists; kestrel picked that name (the one %s was pushed from), so it "
+                        "replaces nothing there: add --replace, or give the path (kestrel pull %s PATH)\n", out, ref,
+                ref);
+        return 1;
+    }
+    return 0;
 }
 
 int cmd_pull(cli_ctx *ctx, int argc, char **argv)
@@ -220,10 +265,15 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     const struct option *opts = cli_opts_pull;
     kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
     const char *dest = NULL;
-    char fallback[4096];
-    int c, rc;
+    char picked[4096];
+    struct stat st;
+    int c, rc, replace = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, "o:d:", opts, NULL)) != -1) {
+        if (c == 'r') {
+            replace = 1;
+            continue;
+        }
         if (c != 'o' && c != 'd')
             return cli_usage_error("pull");
         if (c == 'o')   /* the old spelling, still taken: -o is the output format everywhere else */
@@ -237,28 +287,11 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
         return cli_usage_error("pull");
     if (cli_connect(ctx) < 0)
         return 1;
-    if (dest != NULL) {   /* an existing directory: the version goes in it, under its pushed name */
-        struct stat st;
-        if (stat(dest, &st) == 0 && S_ISDIR(st.st_mode)) {
-            char name[512];
-            pushed_name(ctx, argv[optind], name, sizeof(name));
-            if (!name[0]) {
-                const char *base = strrchr(argv[optind], '/');
-                snprintf(name, sizeof(name), "%s", base ? base + 1 : argv[optind]);
-                name[strcspn(name, "@")] = '\0';
-            }
-            snprintf(fallback, sizeof(fallback), "%s/%s", dest, name);
-            dest = fallback;
-        }
-    }
-    if (dest == NULL) {   /* the pushed file's name, else the last name segment without the ref */
-        pushed_name(ctx, argv[optind], fallback, sizeof(fallback));
-        if (!fallback[0]) {
-            const char *base = strrchr(argv[optind], '/');
-            snprintf(fallback, sizeof(fallback), "%s", base ? base + 1 : argv[optind]);
-            fallback[strcspn(fallback, "@")] = '\0';
-        }
-        dest = fallback;
+    /* no DEST: the current folder; an existing folder: the version goes in it, under a name picked */
+    if (dest == NULL || (stat(dest, &st) == 0 && S_ISDIR(st.st_mode))) {
+        if (picked_dest(ctx, argv[optind], dest ? dest : "", replace, picked, sizeof(picked)))
+            return 1;
+        dest = picked;
     }
     o.progress = bar;
     o.progress_payload = "pull";

@@ -404,3 +404,50 @@ def test_repository_commands_on_a_file_url(tmp_path):
     assert p.returncode == 1 and "bad model name" in p.stderr
     p = k("pull", "team/m@9", check=False)
     assert p.returncode == 1 and "no version 9" in p.stderr
+
+
+def test_a_name_picked_for_a_pull_is_plain_and_replaces_nothing(kestreld, tmp_path):
+    """The name a version was pushed from is the pusher's to choose (--meta filename=...). Pulled by
+    someone else into a folder (or the current one), a hidden name (.ssh, .bashrc), or one with a
+    separator or control character, is not taken (the model's last name segment is), and a picked
+    name replaces nothing already there unless --replace is given (before, bob's .ssh replaced the
+    puller's and its id_rsa was deleted; bob's run.sh replaced the puller's). A path given is the
+    puller's own choice: what is there is replaced, as before."""
+    bob = kestreld.env(KESTREL_TOKEN=kestreld.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"])
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "authorized_keys").write_text("bob's key\n")
+    payload = tmp_path / "payload"
+    payload.write_text("echo pwned\n")
+    kestreld.cli("push", "bob/keys", str(evil), "--meta", "filename=.ssh", env=bob)
+    kestreld.cli("push", "bob/tool", str(payload), "--meta", "filename=run.sh", env=bob)
+    kestreld.cli("push", "bob/esc", str(payload), "--meta", "filename=x\x1b]0;PWNED\x07\x1b[2J", env=bob)
+    kestreld.cli("push", "bob/c1", str(payload), "--meta", "filename=y\u009b2J", env=bob)
+    victim = tmp_path / "victim"
+    (victim / ".ssh").mkdir(parents=True)
+    (victim / ".ssh" / "id_rsa").write_text("SECRET")
+    (victim / "run.sh").write_text("mine")
+
+    def pull(*args):
+        return subprocess.run([KESTREL_CLI, "pull", *args], env=kestreld.env(), cwd=victim, capture_output=True,
+                              text=True, timeout=60)
+
+    p = pull("bob/keys", str(victim))
+    assert p.returncode == 0 and "not a plain file name" in p.stderr and p.stdout.strip() == f"{victim}/keys", p.stderr
+    assert (victim / ".ssh" / "id_rsa").read_text() == "SECRET" and not (victim / ".ssh" / "authorized_keys").exists()
+    assert (victim / "keys" / "authorized_keys").read_text() == "bob's key\n"
+    p = pull("bob/tool")                                   # into the current folder
+    assert p.returncode == 1 and "run.sh exists" in p.stderr and "--replace" in p.stderr, p.stderr
+    assert (victim / "run.sh").read_text() == "mine"
+    p = pull("bob/keys", str(victim))                      # the fallback name is picked too: replaces nothing
+    assert p.returncode == 1 and "keys exists" in p.stderr
+    for ref in ("bob/esc", "bob/c1"):
+        p = pull(ref)
+        assert p.returncode == 0 and p.stdout.strip() == ref.split("/")[1], p.stderr
+        assert "\x1b" not in p.stdout + p.stderr and "\u009b" not in p.stdout + p.stderr
+    assert sorted(os.listdir(victim)) == [".ssh", "c1", "esc", "keys", "run.sh"]
+    p = pull("bob/tool", str(victim), "--replace")
+    assert p.returncode == 0 and (victim / "run.sh").read_text() == "echo pwned\n"
+    (victim / "run.sh").write_text("mine")
+    p = pull("bob/tool", "run.sh")                         # a path given: replaced
+    assert p.returncode == 0 and (victim / "run.sh").read_text() == "echo pwned\n"

@@ -258,7 +258,7 @@ def test_a_directory_pull_killed_as_it_replaces_dest_leaves_the_old_tree_or_the_
     dest = out / "dir"   # an existing --dest folder takes the pulled tree under the pushed folder's name
 
     def pull(version, *strace):
-        return subprocess.run([*strace, KESTREL_CLI, "pull", f"team/tree@{version}", "--dest", str(out)], env=env,
+        return subprocess.run([*strace, KESTREL_CLI, "pull", f"team/tree@{version}", "--dest", str(out), "--replace"], env=env,
                               capture_output=True, text=True, timeout=120)
 
     assert pull(1).returncode == 0 and tree_of(dest) == old
