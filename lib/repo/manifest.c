@@ -115,6 +115,39 @@ void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *f, size_t n, ch
     kestrel__hex(md, 32, hex);
 }
 
+/* 1 when the first len bytes of path are one of m's files (sorted: a binary search). */
+static int is_file(const Kestrel__V1__Manifest *m, const char *path, size_t len)
+{
+    size_t lo = 0, hi = m->n_files;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *p = m->files[mid]->path;
+        int c = strncmp(path, p, len);
+        if (c == 0 && p[len] == '\0')
+            return 1;
+        if (c < 0 || (c == 0 && p[len] != '\0'))   /* a proper prefix sorts first */
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return 0;
+}
+
+/* The folders path lies in are none of m's files ("a" beside "a/c": the pull could not make both, and
+ * "a-b" sorts between them, so neighbours alone do not tell). A folder path shares with the previous
+ * path was looked at for it. */
+static int folders_are_no_files(const Kestrel__V1__Manifest *m, const char *path, const char *prev)
+{
+    size_t same = 0;
+    while (prev && prev[same] && prev[same] == path[same])
+        same++;
+    for (const char *q = strchr(path, '/'); q; q = strchr(q + 1, '/'))
+        if ((size_t)(q - path) >= same && is_file(m, path, (size_t)(q - path)))
+            return kestrel__error_set(KESTREL_EINVALID, "field 'files': '%.*s' is both a file and a directory",
+                                      (int)((q - path) > 100 ? 100 : (q - path)), path);
+    return 0;
+}
+
 static int tree_check(const Kestrel__V1__Manifest *m, int open)
 {
     int unknown = !m->sha256[0];
@@ -128,8 +161,8 @@ static int tree_check(const Kestrel__V1__Manifest *m, int open)
             return kestrel__error_set(KESTREL_EINVALID, "field 'files': bad path '%.100s'", f->path);
         if (p && strcmp(p->path, f->path) >= 0)
             return kestrel__error_set(KESTREL_EINVALID, "field 'files': paths must be unique and sorted ('%.100s')", f->path);
-        if (p && !strncmp(f->path, p->path, strlen(p->path)) && f->path[strlen(p->path)] == '/')
-            return kestrel__error_set(KESTREL_EINVALID, "field 'files': '%.100s' is both a file and a directory", p->path);
+        if (folders_are_no_files(m, f->path, p ? p->path : NULL) < 0)
+            return KESTREL_EINVALID;
         if (f->size < 0 || f->chunks < 0 || (f->size > 0) != (f->chunks > 0) || (f->mode & ~0777u))
             return kestrel__error_set(KESTREL_EINVALID, "field 'files': bad entry '%.100s'", f->path);
         if (open && !f->sha256[0])

@@ -617,6 +617,11 @@ def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path
     good = json.loads(body)
     assert status == 200 and len(good["files"]) == 4 and good["file_count"] == "4"
 
+    def empty_files(m, *paths):
+        empty = hashlib.sha256(b"").hexdigest()
+        m.update(files=[{"path": p, "size": "0", "sha256": empty, "mode": 0o644} for p in paths], chunks=[], size="0")
+        m.pop("sha256")
+
     def commit(m):
         m = {k: v for k, v in m.items() if k not in ("version", "created_ms", "aliases", "file_count")}
         return raw(kestreld, "POST", "/api/v1/models/team/tree/versions", json.dumps(m).encode())
@@ -628,6 +633,9 @@ def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path
         (lambda m: m["files"].insert(1, dict(m["files"][0])), "unique"),
         (lambda m: m["files"][1].update(size=str(int(m["files"][1].get("size", "0")) + 1)), "add up"),
         (lambda m: m["files"][0].update(sha256="0" * 64), "digest of the listed files"),
+        # a file that is a folder of another, with a path sorting between them (not neighbours)
+        (lambda m: empty_files(m, "a", "a-b", "a/c"), "'a' is both a file and a directory"),
+        (lambda m: empty_files(m, "x/y", "x/y.z", "x/y/w/v"), "'x/y' is both a file and a directory"),
     ):
         m = json.loads(json.dumps(good))
         mutate(m)
