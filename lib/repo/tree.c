@@ -51,6 +51,17 @@ static int add_file(Kestrel__V1__Manifest *m, size_t *cap, const char *path, con
     return 0;
 }
 
+/* name as an error shows it: printable ASCII as is, any other byte as \xNN; cut to fit n. */
+static const char *escaped(const char *name, char *out, size_t n)
+{
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && k + 5 < n; p++)
+        k += (size_t)(*p >= 0x20 && *p < 0x7f && *p != '\\' ? snprintf(out + k, n - k, "%c", *p)
+                                                           : snprintf(out + k, n - k, "\\x%02x", *p));
+    out[k] = '\0';
+    return out;
+}
+
 /* One directory at a time: its files are listed and its folders' names kept while it is open, then
  * it is closed before those folders are walked, so a walk holds one descriptor however deep the
  * tree. A folder is opened without following a link (one swapped in since its parent was read). */
@@ -78,6 +89,12 @@ static int walk(const char *root, const char *rel, Kestrel__V1__Manifest *m, siz
         struct stat st;
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
+        if (!kestrel__utf8_valid(de->d_name, strlen(de->d_name))) {
+            char shown[404];
+            rc = kestrel__error_set(KESTREL_EINVALID, "%s: a file name in '%s' is not UTF-8: '%s' (rename it)", root,
+                                    rel[0] ? rel : ".", escaped(de->d_name, shown, sizeof(shown)));
+            break;
+        }
         if ((size_t)snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >= sizeof(sub) ||
             !kestrel__tree_path_valid(sub)) {
             rc = kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%.100s'", root, de->d_name);

@@ -355,6 +355,26 @@ def test_a_chunk_the_store_cannot_write_is_the_servers_error_not_a_changed_file(
     assert kestreld.cli("push", "team/nowhere", str(src)).returncode == 0
 
 
+@pytest.mark.parametrize("where", ["kestreld", "file"])
+def test_a_file_name_that_is_not_utf8_is_refused_before_anything_is_sent(kestreld, tmp_path, where):
+    """A directory holding a file whose name is not UTF-8 (a manifest is JSON in the store and protobuf
+    strings on the wire) is refused as it is listed, the name shown escaped; nothing is sent or made.
+    Before, file:// stored a version no pull could read ("damaged") and used its number up, and
+    kestreld refused it only after every chunk had been sent, not naming the file."""
+    src = tmp_path / "names"
+    (src / "sub").mkdir(parents=True)
+    (src / "ok").write_bytes(os.urandom(300_000))
+    (src / "sub" / os.fsdecode(b"bad\xff\xfe")).write_bytes(b"c")
+    url = kestreld.url if where == "kestreld" else f"file://{tmp_path / 'store'}"
+    p = subprocess.run([KESTREL_CLI, "push", "team/names", str(src)], env=kestreld.env(KESTREL_URL=url),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "a file name in 'sub' is not UTF-8: 'bad\\xff\\xfe'" in p.stderr, p.stderr
+    if where == "kestreld":
+        assert chunk_files(kestreld) == [] and kestreld.api("GET", "/api/v1/models/team/names/versions")[0] == 404
+    else:
+        assert not (tmp_path / "store" / "models").exists() or not any((tmp_path / "store" / "models").rglob("*.json"))
+
+
 @pytest.mark.parametrize("mode", ["corrupt", "truncate"])
 def test_a_damaged_transfer_through_a_fault_proxy_is_an_error(kestreld, tmp_path, monkeypatch, mode):
     from faultproxy import FaultProxy
