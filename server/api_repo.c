@@ -625,7 +625,7 @@ enum MHD_Result kd_route_repo(kd_req *r)
         if (st == -1)
             return kd_reply_error(r, 404, "not_found", "no such endpoint");
         if (st == -2)
-            return kd_reply_error(r, 400, "invalid_argument", "bad model name: lowercase [a-z0-9._-] segments joined by '/'");
+            return kd_reply_error(r, 400, "invalid_argument", "bad model name: " KESTREL__NAME_RULE);
         if (!kd_repo_may_read(r, name)) {
             snprintf(why, sizeof(why), "no model '%s'", name);
             return kd_reply_error(r, 404, "not_found", why);

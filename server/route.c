@@ -149,9 +149,9 @@ int kd_route_model(const char *rest, char *name, size_t namesz, kd_model_part *p
 {
     const char *v = strstr(rest, "/versions"), *a = strstr(rest, "/aliases/"), *cut;
     size_t n = strlen(rest);
-    /* "/versions" must end a segment: NAME/versionsX is no endpoint */
-    if (v && v[9] != '\0' && v[9] != '/')
-        v = NULL;
+    /* "/versions" must be a whole segment: in NAME/versionsx/versions, the second */
+    while (v && v[9] != '\0' && v[9] != '/')
+        v = strstr(v + 9, "/versions");
     cut = v && (!a || v < a) ? v : a;
     if (cut == NULL && n > 9 && !strcmp(rest + n - 9, "/settings"))
         cut = rest + n - 9;

@@ -75,7 +75,7 @@ static int with_model(kestrel__transport **t, kestrel_client *c, const char *nam
 {
     *t = NULL;
     if (name == NULL || !kestrel__repo_name_valid(name))
-        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': lowercase [a-z0-9._-] segments joined by '/'",
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': " KESTREL__NAME_RULE,
                                   name ? name : "");
     return kestrel__transport_open(t, c);
 }

@@ -81,7 +81,7 @@ int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at)
     memcpy(name, ref, len);
     name[len] = '\0';
     if (!kestrel__repo_name_valid(name))
-        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': lowercase [a-z0-9._-] segments joined by '/'",
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': " KESTREL__NAME_RULE,
                                   name);
     *at = a && a[1] ? a + 1 : "latest";
     if (**at >= '0' && **at <= '9') {   /* a version number */

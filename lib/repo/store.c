@@ -43,6 +43,13 @@ static int io_error(const char *what, const char *path)
     return kestrel__error_set(KESTREL_EIO, "%s %s: %s", what, path, strerror(errno));
 }
 
+/* 1 when the segment at s (up to '/' or the end) is word. */
+static int segment_is(const char *s, const char *word)
+{
+    size_t n = strlen(word);
+    return !strncmp(s, word, n) && (s[n] == '/' || s[n] == '\0');
+}
+
 int kestrel__repo_name_valid(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
@@ -63,6 +70,12 @@ int kestrel__repo_name_valid(const char *name)
             return 0;
         seg_start = 0;
     }
+    /* no segment is a model's own folder (versions/, aliases/: "m/versions" would live in m's, and
+     * the store's listing takes such a folder for one) nor a word its routes cut at (NAME/versions,
+     * NAME/aliases/A) */
+    for (const char *q = name; q; q = strchr(q, '/') ? strchr(q, '/') + 1 : NULL)
+        if (segment_is(q, "versions") || segment_is(q, "aliases"))
+            return 0;
     return 1;
 }
 
@@ -616,7 +629,7 @@ int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Mani
     int rc;
     snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
     if (!kestrel__repo_name_valid(name))
-        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s'", name);
+        return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': " KESTREL__NAME_RULE, name);
     if (at && at[1] >= '0' && at[1] <= '9') {
         char *end;
         version = strtoll(at + 1, &end, 10);

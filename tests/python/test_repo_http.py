@@ -375,6 +375,29 @@ def test_a_file_name_that_is_not_utf8_is_refused_before_anything_is_sent(kestrel
         assert not (tmp_path / "store" / "models").exists() or not any((tmp_path / "store" / "models").rglob("*.json"))
 
 
+@pytest.mark.parametrize("where", ["kestreld", "file"])
+def test_a_model_name_cannot_clash_with_another_models_folders(kestreld, tmp_path, where):
+    """m/versions and m/aliases would live in m's own folders (m/aliases's versions among m's aliases,
+    found by a hostile test), the store's listing takes a folder so named for a model's own (a model
+    "versions" was never listed), and kestreld's routes cut at them (bob/versions answered "no such
+    endpoint"): a segment so named is refused before anything is sent, saying the rule. The words
+    inside a longer segment are names like any other (m/versionsx was "no such endpoint" too)."""
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(100_000))
+    env = kestreld.env(KESTREL_URL=kestreld.url if where == "kestreld" else f"file://{tmp_path / 'store'}")
+    kestreld.cli("push", "m", str(src), env=env)
+    for bad in ("m/versions", "m/aliases", "m/versions/x", "team/m/aliases/y", "versions", "aliases/m"):
+        p = kestreld.cli("push", bad, str(src), env=env, check=False)
+        assert p.returncode != 0 and "none named 'versions' or 'aliases'" in p.stderr, (bad, p.stderr)
+    for good in ("versionsx/m", "m/versionsx", "m/my-aliases", "m/aliases.v2"):
+        kestreld.cli("push", good, str(src), env=env)
+        assert kestreld.cli("pull", good, str(tmp_path / "out.bin"), env=env).returncode == 0
+    assert kestreld.cli("models", env=env).stdout.split() == ["m", "m/aliases.v2", "m/my-aliases", "m/versionsx",
+                                                                "versionsx/m"]
+    kestreld.cli("alias", "m/versionsx", "1", "prod", env=env)
+    assert "prod" in kestreld.cli("-o", "json", "models", "m/versionsx", env=env).stdout
+
+
 @pytest.mark.parametrize("mode", ["corrupt", "truncate"])
 def test_a_damaged_transfer_through_a_fault_proxy_is_an_error(kestreld, tmp_path, monkeypatch, mode):
     from faultproxy import FaultProxy
