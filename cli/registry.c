@@ -91,13 +91,14 @@ static const cli_command commands[] = {
       "  --meta K=V     metadata of the version (repeatable)\n",
       cli_opts_push, NULL },
     { "pull", cmd_pull, "pull a version, verified",
-      "Usage: kestrel pull REF [DEST] [--replace]\n\nPull NAME, NAME@N or NAME@ALIAS (a file or a directory), every byte verified, to DEST\n"
-      "(what is there is replaced). Without DEST, or when DEST is an existing directory, the version goes\n"
-      "in the current directory or in DEST under the name it was pushed from (kestrel push records it;\n"
-      "a hidden name, or one with a separator or control character, is not taken), else the model's\n"
-      "last name segment; a name picked so replaces nothing there unless --replace is given.\n"
+      "Usage: kestrel pull REF [DEST] [--replace]\n\nPull NAME, NAME@N or NAME@ALIAS (a file or a directory), every\n"
+      "byte verified, to DEST (what is there is replaced). Without DEST, or when DEST is an existing\n"
+      "directory, the version goes in the current directory or in DEST under the name it was pushed\n"
+      "from (kestrel push records it; a hidden name, one starting with '-', or with a separator, a\n"
+      "control character or a bidirectional mark is not taken), else the model's last name segment.\n"
+      "The pushed name, being the pusher's choice, replaces nothing already there unless --replace.\n"
       "  --dest PATH    DEST as a flag (-o PATH, --output PATH: its older spelling, still taken)\n"
-      "  --replace      let the picked name replace the file or directory already there\n",
+      "  --replace      let the pushed name replace the file or directory already there\n",
       cli_opts_pull, NULL },
     { "models", cmd_models, "model names, or a model's versions",
       "Usage: kestrel models [NAME]\n\nThe models you may read, or NAME's versions with size, digest and aliases.\n", no_opts, NULL },

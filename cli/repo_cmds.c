@@ -73,7 +73,7 @@ static int bar(const kestrel_progress *p, void *payload)
     last = *p;
     if (stopped_by)
         return 1;
-    if (!isatty(2))
+    if (!isatty(2) || p->bytes_total < 0)   /* nothing to draw before the size is known */
         return 0;
     fprintf(stderr, "\r%s [%-30.*s] %5.1f%%  %" PRId64 " MiB", what, fill, "##############################", 100 * frac,
             p->bytes_done >> 20);
@@ -182,18 +182,25 @@ const struct option cli_opts_pull[] = { { "dest", required_argument, NULL, 'd' }
                                         { "replace", no_argument, NULL, 'r' }, { NULL, 0, NULL, 0 } };
 
 /* A name a version's metadata may give its pull: one plain entry of a folder, shown as it is. Not
- * hidden (no leading '.': .ssh, .bashrc), no separator, no control character (C0, DEL, and C1 as
- * UTF-8: a terminal obeys them), at most 255 bytes. The metadata is whoever pushed it's to write. */
+ * hidden (no leading '.': .ssh, .bashrc), no leading '-' (an option to a later command), no separator,
+ * no control character (C0, DEL, C1 as UTF-8: a terminal obeys them) nor bidirectional mark (the name
+ * shown would not be the name), at most 255 bytes. The metadata is whoever pushed it's to write (it
+ * arrives as UTF-8: the library checks every string it decodes). */
 static int plain_name(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t n = strlen(s);
-    if (n == 0 || n > 255 || s[0] == '.')
+    if (n == 0 || n > 255 || s[0] == '.' || s[0] == '-')
         return 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        unsigned c2 = i + 1 < n ? p[i + 1] : 0, c3 = i + 2 < n ? p[i + 2] : 0;
         if (p[i] < 0x20 || p[i] == 0x7f || p[i] == '/' || p[i] == '\\' ||
-            (p[i] == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f))
+            (p[i] == 0xc2 && c2 >= 0x80 && c2 <= 0x9f) ||                   /* C1 */
+            (p[i] == 0xd8 && c2 == 0x9c) ||                                  /* U+061C */
+            (p[i] == 0xe2 && c2 == 0x80 && ((c3 >= 0x8e && c3 <= 0x8f) || (c3 >= 0xaa && c3 <= 0xae))) ||
+            (p[i] == 0xe2 && c2 == 0x81 && c3 >= 0xa6 && c3 <= 0xa9))      /* bidi marks and overrides */
             return 0;
+    }
     return 1;
 }
 
@@ -234,27 +241,30 @@ static void pushed_name(cli_ctx *ctx, const char *ref, char *out, size_t n, int 
 }
 
 /* DEST when kestrel picks the name, in folder dir ("" the current one): the pushed name, else the
- * model's last name segment (a plain name by the rules of names). 0, or 1 when it exists: a picked
- * name never replaces anything without --replace (it is the pusher's to choose, not the puller's). */
+ * model's last name segment (a plain name by the rules of names). 0, or 1 when the pushed name is
+ * taken and exists: it replaces nothing without --replace, being the pusher's to choose; the model's
+ * segment is the puller's own, typed in REF, and replaces what is there as a given DEST does. */
 static int picked_dest(cli_ctx *ctx, const char *ref, const char *dir, int replace, char *out, size_t n)
 {
     char name[512];
     struct stat st;
-    int odd = 0;
+    int odd = 0, pushed;
     pushed_name(ctx, ref, name, sizeof(name), &odd);
-    if (!name[0]) {
+    pushed = name[0] != '\0';
+    if (!pushed) {
         const char *base = strrchr(ref, '/');
         snprintf(name, sizeof(name), "%s", base ? base + 1 : ref);
         name[strcspn(name, "@")] = '\0';
     }
     if (odd)
-        fprintf(stderr, "kestrel: pull: the name %s was pushed from is not a plain file name (hidden, or with a "
-                        "separator or a control character): writing %s instead\n", ref, name);
+        fprintf(stderr, "kestrel: pull: the name %s was pushed from is not a plain file name (hidden, starting with "
+                        "'-', or with a separator, a control character or a bidirectional mark): writing %s instead\n",
+                ref, name);
     snprintf(out, n, "%s%s%s", dir, *dir ? "/" : "", name);
-    if (!replace && lstat(out, &st) == 0) {
-        fprintf(stderr, "kestrel: pull: %s exists; kestrel picked that name (the one %s was pushed from), so it "
-                        "replaces nothing there: add --replace, or give the path (kestrel pull %s PATH)\n", out, ref,
-                ref);
+    if (pushed && !replace && lstat(out, &st) == 0) {
+        fprintf(stderr, "kestrel: pull: %s exists; its name is the one %s was pushed from (the pusher's choice), so "
+                        "it replaces nothing there: add --replace, or give the path (kestrel pull %s PATH)\n", out,
+                ref, ref);
         return 1;
     }
     return 0;

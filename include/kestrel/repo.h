@@ -36,9 +36,10 @@ typedef struct kestrel_progress {
 /** Called on the caller's thread, at most every 100 ms plus once at the end. Non-zero cancels, except
  *  at the end: that report comes once the version is committed (push) or dest is in place (pull), and
  *  what it returns is ignored. While a push sends its chunks (not during its commit) and while a pull
- *  fetches its version's manifest and its chunks, it comes about every 100 ms even when no byte moves, so a cancel is seen within a
- *  second or so though a server stopped answering (those requests are given up, not waited on until
- *  they time out). */
+ *  fetches its version's manifest and its chunks, it comes about every 100 ms even when no byte
+ *  moves, so a cancel is seen within a second or so though a server stopped answering (those
+ *  requests are given up, not waited on until they time out); bytes_total is -1 until the pull has
+ *  the manifest. */
 typedef int KESTREL_CALLBACK(kestrel_progress_cb)(const kestrel_progress *progress, void *payload);
 
 /** Options of push and pull. Initialise with KESTREL_TRANSFER_OPTIONS_INIT. */

@@ -54,6 +54,7 @@ static void progress_init(kestrel__progress *pr, const kestrel_transfer_options 
     memset(pr, 0, sizeof(*pr));
     pr->p.version = 1;
     pr->p.phase = phase;
+    pr->p.bytes_total = -1;   /* unknown until the push has listed its files, or the pull has the manifest */
     pr->cb = o->progress;
     pr->payload = o->progress_payload;
 }
@@ -97,7 +98,8 @@ int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *nam
     if ((rc = load_topts(&o, in)) < 0)
         return rc;
     if (o.alias && (!kestrel__alias_valid(o.alias) || !strcmp(o.alias, "latest")))
-        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it follows pushes)", o.alias);
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it "
+                                  "follows pushes)", o.alias);
     if (o.metadata_json) {
         cJSON *meta = cJSON_Parse(o.metadata_json);
         int object = cJSON_IsObject(meta);
@@ -246,7 +248,8 @@ int kestrel_model_alias_set(kestrel_client *c, const char *name, const char *ali
     kestrel__transport *t;
     int rc;
     if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
-        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it follows pushes)", alias ? alias : "");
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it "
+                                  "follows pushes)", alias ? alias : "");
     if ((rc = with_model(&t, c, name)) < 0)
         return rc;
     rc = t->ops->alias_set(t, name, alias, version);

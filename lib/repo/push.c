@@ -638,6 +638,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         if ((rc = kestrel__tree_list(path, select, nselect, m)) < 0)
             goto done;
         nfiles = m->n_files;
+        pr->p.bytes_total = 0;
         for (size_t i = 0; i < m->n_files; i++)
             pr->p.bytes_total += m->files[i]->size;
     } else {
@@ -702,7 +703,10 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     free(ps.buf);
     ps.refs = NULL;
     ps.buf = NULL;
-    if ((rc = t->ops->commit(t, m, version)) == KESTREL_EINVALID) {   /* once more, when chunks were lost */
+    /* once more, when chunks were lost ("... is not stored": kestreld, file://, and kestreld before it
+     * named the collection); any other refusal is said as it came */
+    if ((rc = t->ops->commit(t, m, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
+                                                                           "is not stored")) {
         kestrel__error_kept why;
         size_t lost = 0;
         kestrel__error_keep(&why);

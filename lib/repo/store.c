@@ -50,7 +50,8 @@ static int segment_is(const char *s, const char *word)
     return !strncmp(s, word, n) && (s[n] == '/' || s[n] == '\0');
 }
 
-int kestrel__repo_name_valid(const char *name)
+/* Segments of [a-z0-9._-] joined by '/', each starting with a letter or digit, <= 200 bytes. */
+static int segments_valid(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
     int seg_start = 1;
@@ -70,11 +71,17 @@ int kestrel__repo_name_valid(const char *name)
             return 0;
         seg_start = 0;
     }
-    /* no segment is a model's own folder (versions/, aliases/: "m/versions" would live in m's, and
-     * the store's listing takes such a folder for one) nor a word its routes cut at (NAME/versions,
-     * NAME/aliases/A) */
-    for (const char *q = name; q; q = strchr(q, '/') ? strchr(q, '/') + 1 : NULL)
-        if (segment_is(q, "versions") || segment_is(q, "aliases"))
+    return 1;
+}
+
+int kestrel__repo_name_valid(const char *name)
+{
+    if (!segments_valid(name))
+        return 0;
+    /* after the first segment, not a model's own folder (versions/, aliases/: "m/versions" would live
+     * in m's) nor a word its routes cut at (.../NAME/versions, .../NAME/aliases/A) */
+    for (const char *q = strchr(name, '/'); q; q = strchr(q + 1, '/'))
+        if (segment_is(q + 1, "versions") || segment_is(q + 1, "aliases"))
             return 0;
     return 1;
 }
@@ -82,7 +89,7 @@ int kestrel__repo_name_valid(const char *name)
 int kestrel__alias_valid(const char *alias)
 {
     /* ".tmp." marks the store's temp files (an alias is a file of its name): the collector removes them */
-    return alias && !strchr(alias, '/') && kestrel__repo_name_valid(alias) && (alias[0] < '0' || alias[0] > '9') &&
+    return alias && !strchr(alias, '/') && segments_valid(alias) && (alias[0] < '0' || alias[0] > '9') &&
            !strstr(alias, ".tmp.");
 }
 
@@ -682,7 +689,8 @@ int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *al
 {
     char path[PATH_MAX];
     if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
-        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it follows pushes)", alias ? alias : "");
+        return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it "
+                                  "follows pushes)", alias ? alias : "");
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
     if (access(path, F_OK) != 0)
         return kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);

@@ -28,11 +28,11 @@ void kestrel__rm_tree(const char *path);
 int kestrel__store_open(kestrel__store **out, const char *root);
 void kestrel__store_close(kestrel__store *s);
 /* "team/resnet": lowercase [a-z0-9._-] segments starting with a letter or digit, <= 200 bytes; no
- * segment is "versions" or "aliases" (a model's own folders, and its routes' words). */
+ * segment after the first is "versions" or "aliases" (a model's own folders, its routes' words). */
 int kestrel__repo_name_valid(const char *name);
 #define KESTREL__NAME_RULE \
-    "lowercase [a-z0-9._-] segments joined by '/', each starting with a letter or digit, none named 'versions' " \
-    "or 'aliases'"
+    "lowercase [a-z0-9._-] segments joined by '/', each starting with a letter or digit, none after the first " \
+    "named 'versions' or 'aliases'"
 /* An alias: one such segment, not starting with a digit, without ".tmp." (the store's temp names). */
 int kestrel__alias_valid(const char *alias);
 #define KESTREL__ALIAS_RULE "lowercase letters, digits, '.', '_' and '-', starting with a letter, without '.tmp.'"

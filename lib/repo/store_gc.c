@@ -7,10 +7,11 @@
  * commit checks that every chunk exists, so even a push slower than the grace period fails
  * cleanly instead of committing a version with a hole. Temp files left by a killed writer go
  * after the same grace period, and never younger than KESTREL__TEMP_GRACE_S (a temp is a live
- * writer's until its rename, whatever the grace): chunks' in chunks/XX/, manifests' and aliases' anywhere under models/
- * (a killed commit's versions/N.json.tmp.X; no version, alias or model folder has ".tmp." in its
- * name, so a regular file that has is a temp), the format file's in the root. Marking goes through
- * the store's own listing (models, versions, manifests), sweeping through chunks/XX/. */
+ * writer's until its rename, whatever the grace): chunks' in chunks/XX/, manifests' and aliases'
+ * anywhere under models/ (a killed commit's versions/N.json.tmp.X; no version or alias file has
+ * ".tmp." in its name, so a regular file that has is a temp: a model's folder may, and folders are
+ * only walked), the format file's in the root. Marking goes through the store's own listing
+ * (models, versions, manifests), sweeping through chunks/XX/. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -101,14 +101,14 @@ static int list_dir(const char *root, const char *prefix, kestrel_buf *out)
         if (e->d_name[0] == '.')
             continue;
         snprintf(sub, sizeof(sub), "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
-        if (!strcmp(e->d_name, "versions")) {
+        if (*prefix && !strcmp(e->d_name, "versions")) {   /* at the top: a model's first segment */
             snprintf(path, sizeof(path), "%s/%s", root, sub);
             if (has_version(path))
                 rc = kestrel__buf_printf(out, "%s\n", prefix);   /* a model: prefix holds its name */
             continue;
         }
         snprintf(path, sizeof(path), "%s/%s", root, sub);
-        if (strcmp(e->d_name, "aliases") && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        if ((!*prefix || strcmp(e->d_name, "aliases")) && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
             rc = list_dir(root, sub, out);
     }
     closedir(d);

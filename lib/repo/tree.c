@@ -97,7 +97,9 @@ static int walk(const char *root, const char *rel, Kestrel__V1__Manifest *m, siz
         }
         if ((size_t)snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >= sizeof(sub) ||
             !kestrel__tree_path_valid(sub)) {
-            rc = kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%.100s'", root, de->d_name);
+            char shown[404];
+            rc = kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%s'", root,
+                                    escaped(de->d_name, shown, sizeof(shown)));
             break;
         }
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -138,8 +140,10 @@ int kestrel__tree_list(const char *root, char *const *select, size_t nselect, Ke
         for (size_t i = 0; i < nselect && rc == 0; i++) {
             char path[8192];
             struct stat st;
+            char shown[404];
             if (!kestrel__tree_path_valid(select[i]))
-                return kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%.100s'", root, select[i]);
+                return kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%s' (UTF-8, relative, "
+                                          "no '.' or '..')", root, escaped(select[i], shown, sizeof(shown)));
             snprintf(path, sizeof(path), "%s/%s", root, select[i]);
             if (lstat(path, &st) < 0)
                 return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));

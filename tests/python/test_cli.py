@@ -411,8 +411,8 @@ def test_a_name_picked_for_a_pull_is_plain_and_replaces_nothing(kestreld, tmp_pa
     someone else into a folder (or the current one), a hidden name (.ssh, .bashrc), or one with a
     separator or control character, is not taken (the model's last name segment is), and a picked
     name replaces nothing already there unless --replace is given (before, bob's .ssh replaced the
-    puller's and its id_rsa was deleted; bob's run.sh replaced the puller's). A path given is the
-    puller's own choice: what is there is replaced, as before."""
+    puller's and its id_rsa was deleted; bob's run.sh replaced the puller's). A path given, or the
+    model's segment (typed in REF), is the puller's own choice: what is there is replaced, as before."""
     bob = kestreld.env(KESTREL_TOKEN=kestreld.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"])
     evil = tmp_path / "evil"
     evil.mkdir()
@@ -439,13 +439,18 @@ def test_a_name_picked_for_a_pull_is_plain_and_replaces_nothing(kestreld, tmp_pa
     p = pull("bob/tool")                                   # into the current folder
     assert p.returncode == 1 and "run.sh exists" in p.stderr and "--replace" in p.stderr, p.stderr
     assert (victim / "run.sh").read_text() == "mine"
-    p = pull("bob/keys", str(victim))                      # the fallback name is picked too: replaces nothing
-    assert p.returncode == 1 and "keys exists" in p.stderr
+    p = pull("bob/keys", str(victim))                      # the model's own segment is the puller's: replaced
+    assert p.returncode == 0 and (victim / "keys" / "authorized_keys").exists(), p.stderr
+    for bad in ("-rf", "a\u202egnp.exe", "b\u2066x"):   # an option later; a name shown reversed, or isolated
+        kestreld.cli("push", "bob/odd", str(payload), "--meta", f"filename={bad}", env=bob)
+        p = pull("bob/odd")
+        assert p.returncode == 0 and p.stdout.strip() == "odd" and "not a plain file name" in p.stderr, (bad, p.stderr)
+        assert bad not in p.stdout + p.stderr
     for ref in ("bob/esc", "bob/c1"):
         p = pull(ref)
         assert p.returncode == 0 and p.stdout.strip() == ref.split("/")[1], p.stderr
         assert "\x1b" not in p.stdout + p.stderr and "\u009b" not in p.stdout + p.stderr
-    assert sorted(os.listdir(victim)) == [".ssh", "c1", "esc", "keys", "run.sh"]
+    assert sorted(os.listdir(victim)) == [".ssh", "c1", "esc", "keys", "odd", "run.sh"]
     p = pull("bob/tool", str(victim), "--replace")
     assert p.returncode == 0 and (victim / "run.sh").read_text() == "echo pwned\n"
     (victim / "run.sh").write_text("mine")
