@@ -119,6 +119,7 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv);
 int cmd_models(cli_ctx *ctx, int argc, char **argv);
 int cmd_alias(cli_ctx *ctx, int argc, char **argv);
 int cmd_rm(cli_ctx *ctx, int argc, char **argv);
+int cmd_gc(cli_ctx *ctx, int argc, char **argv);
 int cmd_devices(cli_ctx *ctx, int argc, char **argv);
 int cmd_nodes(cli_ctx *ctx, int argc, char **argv);
 int cmd_token(cli_ctx *ctx, int argc, char **argv);

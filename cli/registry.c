@@ -8,7 +8,7 @@
 
 extern const char cli_help_submit[], cli_help_logs[], cli_help_alerts[], cli_help_token[], cli_help_ui[];
 extern const struct option cli_opts_jobs[], cli_opts_wait[], cli_opts_devices[], cli_opts_logs[], cli_opts_alerts[],
-    cli_opts_job[], cli_opts_metrics[], cli_opts_push[], cli_opts_pull[], cli_opts_submit[], cli_opts_token_create[],
+    cli_opts_job[], cli_opts_metrics[], cli_opts_push[], cli_opts_pull[], cli_opts_gc[], cli_opts_submit[], cli_opts_token_create[],
     cli_opts_token_list[], cli_opts_ui[];
 
 static const struct option no_opts[] = { { NULL, 0, NULL, 0 } };
@@ -106,6 +106,14 @@ static const cli_command commands[] = {
       "Usage: kestrel alias NAME VERSION ALIAS\n\nPoint NAME@ALIAS at VERSION (the writers of NAME's namespace may).\n", no_opts, NULL },
     { "rm", cmd_rm, "delete a version",
       "Usage: kestrel rm NAME@VERSION\n\nDelete one version (its chunks go at the next repository gc).\n", no_opts, NULL },
+    { "gc", cmd_gc, "collect the repository: chunks no version names, killed writers' temps",
+      "Usage: kestrel gc [--grace DURATION]\n\nRemove the chunks no version names once older than the grace (a push\n"
+      "in flight relies only on younger ones, and its commit checks them), and temp files of killed\n"
+      "writers once older than the grace and an hour. A kestreld: an admin's token (its\n"
+      "--repo-gc-grace by default); a file:// store: collected here, safe beside pushes from other\n"
+      "processes and hosts (1h by default).\n"
+      "  --grace D      30d, 12h, 90m or seconds\n",
+      cli_opts_gc, NULL },
     { "nodes", cmd_nodes, "the server's nodes, devices and allocations",
       "Usage: kestrel nodes\n\nThe nodes kestreld schedules on: their pool, devices, memory, utilisation and holders.\n",
       no_opts, NULL },

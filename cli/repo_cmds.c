@@ -410,6 +410,33 @@ int cmd_rm(cli_ctx *ctx, int argc, char **argv)
     return 0;
 }
 
+const struct option cli_opts_gc[] = { { "grace", required_argument, NULL, 'g' }, { NULL, 0, NULL, 0 } };
+
+int cmd_gc(cli_ctx *ctx, int argc, char **argv)
+{
+    kestrel_repo_gc_result r = KESTREL_REPO_GC_RESULT_INIT;
+    int64_t grace = -1;
+    int c, rc;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", cli_opts_gc, NULL)) != -1)
+        if (c != 'g' || (grace = cli_parse_duration(optarg)) < 0)
+            return cli_usage_error("gc");
+    if (optind != argc)
+        return cli_usage_error("gc");
+    if (cli_connect(ctx) < 0)
+        return 1;
+    if ((rc = kestrel_repo_gc(ctx->client, grace, &r)) < 0)
+        return cli_fail("gc", rc);
+    if (ctx->json)
+        printf("{\"chunks_live\":%" PRId64 ",\"chunks_removed\":%" PRId64 ",\"temps_removed\":%" PRId64
+               ",\"bytes_freed\":%" PRId64 "}\n", r.chunks_live, r.chunks_removed, r.temps_removed, r.bytes_freed);
+    else
+        printf("removed %" PRId64 " chunks and %" PRId64 " temp files, %.1f MiB freed; %" PRId64
+               " chunk references live\n", r.chunks_removed, r.temps_removed, (double)r.bytes_freed / (1 << 20),
+               r.chunks_live);
+    return 0;
+}
+
 int cmd_model(cli_ctx *ctx, int argc, char **argv)
 {
     int rc;

@@ -115,6 +115,29 @@ KESTREL_API int kestrel_model_delete(kestrel_client *client, const char *name, i
  */
 KESTREL_API int kestrel_model_set_visibility(kestrel_client *client, const char *name, const char *visibility);
 
+/** What a collection did. The caller sets version (KESTREL_REPO_GC_RESULT_INIT); fields may be
+ *  appended, each filled only for a caller whose version knows it. */
+typedef struct kestrel_repo_gc_result {
+    unsigned int version;     /**< KESTREL_REPO_GC_RESULT_VERSION */
+    int64_t chunks_live;      /**< chunk references in the committed versions */
+    int64_t chunks_removed;
+    int64_t temps_removed;    /**< temp files of killed writers */
+    int64_t bytes_freed;
+} kestrel_repo_gc_result;
+
+#define KESTREL_REPO_GC_RESULT_VERSION 1
+#define KESTREL_REPO_GC_RESULT_INIT { KESTREL_REPO_GC_RESULT_VERSION }
+
+/**
+ * Collect the repository: remove the chunks no version names once older than grace_s seconds (a
+ * push in flight relies only on younger ones, or on ones it refreshed; its commit re-checks them),
+ * and temp files of killed writers once older than grace_s and an hour. grace_s < 0: the
+ * repository's own (kestreld's --repo-gc-grace; a file:// store: one hour). A file:// store is
+ * collected by this process, safely beside pushes from other processes and hosts; a kestreld only
+ * for an admin's token (KESTREL_EAUTH otherwise). out (may be NULL) receives what was done.
+ */
+KESTREL_API int kestrel_repo_gc(kestrel_client *client, int64_t grace_s, kestrel_repo_gc_result *out);
+
 KESTREL_END_DECL
 
 #endif

@@ -280,3 +280,24 @@ int kestrel_model_delete(kestrel_client *c, const char *name, int64_t version)
     kestrel__transport_close(t);
     return rc;
 }
+
+int kestrel_repo_gc(kestrel_client *c, int64_t grace_s, kestrel_repo_gc_result *out)
+{
+    kestrel__transport *t;
+    kestrel__store_gc_stats st = { 0, 0, 0, 0 };
+    int rc;
+    if (out && out->version < 1)   /* a newer caller gets the fields this library knows */
+        return kestrel__error_set(KESTREL_EMISUSE, "kestrel_repo_gc: out->version %u (this library knows %u: use "
+                                  "KESTREL_REPO_GC_RESULT_INIT)", out->version, KESTREL_REPO_GC_RESULT_VERSION);
+    if ((rc = kestrel__transport_open(&t, c)) < 0)
+        return rc;
+    rc = t->ops->gc(t, grace_s, &st);
+    kestrel__transport_close(t);
+    if (rc == 0 && out) {
+        out->chunks_live = st.chunks_live;
+        out->chunks_removed = st.chunks_removed;
+        out->temps_removed = st.temps_removed;
+        out->bytes_freed = st.bytes_freed;
+    }
+    return rc;
+}

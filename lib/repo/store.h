@@ -110,6 +110,8 @@ typedef struct {
     int64_t bytes_freed;
 } kestrel__store_gc_stats;
 
+/* The grace of a file:// store's collection when none is asked (kestreld: --repo-gc-grace). */
+#define KESTREL__GC_GRACE_S 3600
 /* A temp file is removed only once older than this, whatever grace a collection is asked for. */
 #define KESTREL__TEMP_GRACE_S 3600
 /* Remove chunks no committed version names once older than grace_s, and temp files of killed

@@ -6,6 +6,7 @@
 #define KESTREL_TRANSPORT_H
 
 #include "repo.h"
+#include "store.h"
 
 typedef struct kestrel__transport kestrel__transport;
 
@@ -41,6 +42,8 @@ typedef struct {
     int (*alias_set)(kestrel__transport *t, const char *name, const char *alias, int64_t version);
     int (*alias_delete)(kestrel__transport *t, const char *name, const char *alias);
     int (*remove)(kestrel__transport *t, const char *name, int64_t version);
+    /* Collect the repository (store_gc.c's rules); grace_s < 0: the repository's own default. */
+    int (*gc)(kestrel__transport *t, int64_t grace_s, kestrel__store_gc_stats *out);
     void (*close)(kestrel__transport *t);
 } kestrel__transport_ops;
 

@@ -692,6 +692,25 @@ static int remove_version(kestrel__transport *t, const char *name, int64_t versi
     return kestrel__http_call(NULL, CLIENT(t), &req);
 }
 
+static int gc(kestrel__transport *t, int64_t grace_s, kestrel__store_gc_stats *out)
+{
+    char path[64];
+    ProtobufCMessage *res = NULL;
+    kestrel__request req = { "POST", path, NULL, &kestrel__v1__repo_gc_result__descriptor, 0, 0, NULL };
+    const Kestrel__V1__RepoGcResult *r;
+    int rc;
+    if (grace_s < 0)
+        snprintf(path, sizeof(path), "/api/v1/repo/gc");
+    else
+        snprintf(path, sizeof(path), "/api/v1/repo/gc?grace_s=%" PRId64, grace_s);
+    if ((rc = kestrel__http_call(&res, CLIENT(t), &req)) < 0)
+        return rc;
+    r = (const Kestrel__V1__RepoGcResult *)res;
+    *out = (kestrel__store_gc_stats){ r->chunks_live, r->chunks_removed, r->temps_removed, r->bytes_freed };
+    protobuf_c_message_free_unpacked(res, NULL);
+    return 0;
+}
+
 static void close_http(kestrel__transport *t)
 {
     curl_multi_cleanup(((http *)t)->multi);
@@ -699,7 +718,7 @@ static void close_http(kestrel__transport *t)
 }
 
 static const kestrel__transport_ops ops = {
-    resolve, missing, send_chunks, commit, fetch, damaged, versions, list, alias_set, alias_delete, remove_version,
+    resolve, missing, send_chunks, commit, fetch, damaged, versions, list, alias_set, alias_delete, remove_version, gc,
     close_http,
 };
 

@@ -174,6 +174,11 @@ static int remove_version(kestrel__transport *t, const char *name, int64_t versi
     return kestrel__store_delete(STORE(t), name, version);
 }
 
+static int gc(kestrel__transport *t, int64_t grace_s, kestrel__store_gc_stats *out)
+{
+    return kestrel__store_gc(STORE(t), grace_s < 0 ? KESTREL__GC_GRACE_S : grace_s, out);
+}
+
 static void close_local(kestrel__transport *t)
 {
     kestrel__store_close(STORE(t));
@@ -181,7 +186,7 @@ static void close_local(kestrel__transport *t)
 }
 
 static const kestrel__transport_ops ops = {
-    resolve, missing, send_chunks, commit, fetch, damaged, versions, list, alias_set, alias_delete, remove_version,
+    resolve, missing, send_chunks, commit, fetch, damaged, versions, list, alias_set, alias_delete, remove_version, gc,
     close_local,
 };
 

@@ -15,7 +15,7 @@ from .tokens import NewToken
 
 if TYPE_CHECKING:
     from .logsearch import LogHit
-    from .repo import Progress, Version
+    from .repo import GcResult, Progress, Version
     from .tokens import TokenInfo
 
 PRIORITIES = {"normal": 1, "high": 2, "urgent": 3}
@@ -401,6 +401,13 @@ class Client(Handle):
         """Delete one version of name (its chunks go at the server's next repository gc)."""
         from . import repo
         repo.delete(self, name, version)
+
+    def gc(self, grace_s: Optional[int] = None) -> "GcResult":
+        """Collect the repository: chunks no version names once older than grace_s seconds (None: the
+        repository's own grace), and killed writers' temp files once older than that and an hour. A
+        file:// store is collected in this process; a kestreld only for an admin (AuthError)."""
+        from . import repo
+        return repo.gc(self, grace_s)
 
     # -- access: tokens, teams, who may read a model ------------------------------------------------
     def create_token(self, user: Optional[str] = None, *, team: Optional[str] = None,

@@ -181,6 +181,18 @@ def set_alias(client: "Client", name: str, alias: str, version: int) -> None:
         check(C.kestrel_model_alias_set(client._p(), name.encode(), alias.encode(), int(version)))
 
 
+GcResult = namedtuple("GcResult", "chunks_live chunks_removed temps_removed bytes_freed")
+
+
+def gc(client: "Client", grace_s: Optional[int] = None) -> GcResult:
+    """Collect the repository (kestrel_repo_gc): a file:// store here, a kestreld as an admin."""
+    out = ffi.new("kestrel_repo_gc_result *")
+    out.version = 1
+    with client._lock:
+        check(C.kestrel_repo_gc(client._p(), -1 if grace_s is None else int(grace_s), out))
+    return GcResult(out.chunks_live, out.chunks_removed, out.temps_removed, out.bytes_freed)
+
+
 def delete(client: "Client", name: str, version: int) -> None:
     """Delete one version of name."""
     with client._lock:

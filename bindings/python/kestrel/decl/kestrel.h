@@ -354,6 +354,14 @@ int kestrel_model_alias_set(kestrel_client *client, const char *name, const char
 int kestrel_model_alias_delete(kestrel_client *client, const char *name, const char *alias);
 int kestrel_model_delete(kestrel_client *client, const char *name, int64_t version);
 int kestrel_model_set_visibility(kestrel_client *client, const char *name, const char *visibility);
+typedef struct kestrel_repo_gc_result {
+    unsigned int version;
+    int64_t chunks_live;
+    int64_t chunks_removed;
+    int64_t temps_removed;
+    int64_t bytes_freed;
+} kestrel_repo_gc_result;
+int kestrel_repo_gc(kestrel_client *client, int64_t grace_s, kestrel_repo_gc_result *out);
 
 /* tokens and users */
 typedef struct kestrel_token_options {
