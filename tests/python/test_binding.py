@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -283,3 +284,80 @@ def test_metrics_callback_outside_a_job_warns_once(monkeypatch):
         kk.MetricsCallback()
     said = [str(x.message) for x in w if "not inside a Kestrel job" in str(x.message)]
     assert len(said) == 1 and "job_id=" in said[0]
+
+
+def test_repository_strings_with_a_nul_are_refused(client, tmp_path):
+    """A NUL inside a name, alias, ref or path would cut the C string there, and the library would act
+    on something else (found by a hostile test: set_alias("m", "prod\\0-staging", 2) moved prod; a push
+    to "m\\0/../other" went to m): refused as open() does, nothing changed."""
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"x" * 1000)
+    assert client.push("team/nul", str(src), alias="prod") == 1
+    assert client.push("team/nul", str(src)) == 2
+    for call in (lambda: client.set_alias("team/nul", "prod\0-staging", 2),
+                 lambda: client.push("team/nul\0/../other", str(src)),
+                 lambda: client.push("team/nul", str(src) + "\0x"),
+                 lambda: client.push("team/nul", str(src), alias="a\0b"),
+                 lambda: client.pull("team/nul@1\0junk", str(tmp_path / "out")),
+                 lambda: client.pull("team/nul@1", str(tmp_path / "out\0.txt")),
+                 lambda: client.delete_version("team/nul\0x", 1)):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            call()
+    assert [(v.version, v.aliases) for v in client.versions("team/nul")] == [(1, ["prod"]), (2, ["latest"])]
+    assert not list(tmp_path.glob("out*"))
+
+
+def test_a_progress_callback_using_its_own_client_is_an_error_not_a_hang(client, kestreld, tmp_path):
+    """A callback calling the Client whose transfer called it waited for itself forever (found by a
+    hostile test); now that call raises RuntimeError, which stops the transfer, said as itself.
+    Another Client may be used from the callback."""
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    client.push("team/reenter", str(src))
+    with pytest.raises(RuntimeError, match="cannot use the Client whose transfer called it"):
+        client.pull("team/reenter", str(tmp_path / "out.bin"), progress=lambda p: client.versions("team/reenter"))
+    assert not (tmp_path / "out.bin").exists()
+    seen = []
+    with kestrel.Client(kestreld.url, kestreld.token) as other:
+        client.pull("team/reenter", str(tmp_path / "out.bin"),
+                    progress=lambda p: seen.append(len(other.versions("team/reenter"))))
+    assert seen and set(seen) == {1} and (tmp_path / "out.bin").read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize("what", ["pull", "push"])
+def test_ctrl_c_stops_a_script_transfer_without_a_callback(kestreld, tmp_path, what):
+    """A script (no terminal, no progress callback) got Ctrl-C only once the transfer ended: a pull
+    from a stalled kestreld wrote dest, then raised; a push committed, then raised (found by a hostile
+    test). The binding now always asks progress, so Python's signal handler runs: KeyboardInterrupt
+    within seconds, no dest, no version."""
+    import signal
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(64 << 20))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    if what == "pull":
+        c.push("team/stall", str(src))
+    code = ("import kestrel, sys\n"
+            f"c = kestrel.Client({kestreld.url!r}, {kestreld.token!r})\n"
+            "print('go', flush=True)\n"
+            "try:\n"
+            + (f"    c.pull('team/stall', {str(tmp_path / 'out.bin')!r})\n" if what == "pull" else
+               f"    c.push('team/stall2', {str(src)!r})\n") +
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted', flush=True); sys.exit(3)\n")
+    env = dict(os.environ, KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    os.kill(kestreld.proc.pid, signal.SIGSTOP)    # the server stalls: no byte moves, no request ends
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    try:
+        assert p.stdout.readline().strip() == "go"
+        time.sleep(1)                                 # inside the transfer's first request
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        os.kill(kestreld.proc.pid, signal.SIGCONT)
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 3 and "interrupted" in out, (p.returncode, out, err)
+    assert not (tmp_path / "out.bin").exists()
+    if what == "push":
+        assert [m for m in c.models() if m == "team/stall2"] == [] or c.versions("team/stall2") == []

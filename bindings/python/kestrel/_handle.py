@@ -8,11 +8,32 @@ from .ffi import ffi
 _H = TypeVar("_H", bound="Handle")
 
 
+class _HandleLock:
+    """The handle's lock, which says so when the thread holding it asks again (a progress callback
+    calling the Client whose transfer called it) instead of waiting for itself forever."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: Optional[int] = None
+
+    def __enter__(self) -> "_HandleLock":
+        if self._owner == threading.get_ident():
+            raise RuntimeError("this handle is in use by a call on this same thread (a progress callback cannot "
+                               "use the Client whose transfer called it: use another Client)")
+        self._lock.acquire()
+        self._owner = threading.get_ident()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._owner = None
+        self._lock.release()
+
+
 class Handle:
     _free: Optional[Callable[..., Any]] = None   # the C destructor, set by subclasses
 
     def __init__(self, ptr: Any) -> None:
-        self._lock = threading.Lock()
+        self._lock = _HandleLock()
         self._ptr = ffi.gc(ptr, type(self)._free)
 
     def _p(self) -> Any:

@@ -51,6 +51,19 @@ def _kestrel_progress_tramp(p: Any, payload: Any) -> int:
         return int(C.KESTREL_EUSER)
 
 
+def _c(s: Any, what: str) -> bytes:
+    """s as the C string the library takes: a NUL inside would cut it there, and the library would act
+    on a shorter name, alias or path than the one given (as open() does, refused)."""
+    b = str(s).encode()
+    if b"\0" in b:
+        raise ValueError(f"embedded null byte in {what}")
+    return b
+
+
+def _quiet(p: Progress) -> None:
+    """The progress callback when none is wanted (a script, no terminal)."""
+
+
 def _bar(desc: str) -> Tuple[Any, Optional[Callable[[Progress], None]]]:
     """A tqdm bar when tqdm is there and we are in a terminal or notebook, else nothing."""
     try:
@@ -75,6 +88,8 @@ def _options(progress: Optional[Callable[[Progress], None]], keep: List[Any], me
     bar = None
     if progress is None:
         bar, progress = _bar(desc)
+    if progress is None:   # still called: Python runs its signal handlers then, so Ctrl-C stops the transfer
+        progress = _quiet
     payload = None
     if progress is not None:
         payload = _Payload(progress)
@@ -86,7 +101,7 @@ def _options(progress: Optional[Callable[[Progress], None]], keep: List[Any], me
         keep.append(ffi.new("char[]", json.dumps(metadata).encode()))
         opts.metadata_json = keep[-1]
     if alias:
-        keep.append(ffi.new("char[]", alias.encode()))
+        keep.append(ffi.new("char[]", _c(alias, "alias")))
         opts.alias = keep[-1]
     return opts, payload, bar
 
@@ -108,7 +123,7 @@ def push(client: "Client", name: str, path: str, *, alias: Optional[str] = None,
     out = ffi.new("int64_t *")
     try:
         with client._lock:
-            rc = C.kestrel_model_push(out, client._p(), name.encode(), str(path).encode(), opts)
+            rc = C.kestrel_model_push(out, client._p(), _c(name, "name"), _c(path, "path"), opts)
         check(rc, payload)
         _raise_stored(payload)
     finally:
@@ -126,12 +141,12 @@ def push_code(client: "Client", directory: str, *, max_bytes: Optional[int] = No
     if max_bytes:
         opts.max_bytes = int(max_bytes)
     if name:
-        keep.append(ffi.new("char[]", name.encode()))
+        keep.append(ffi.new("char[]", _c(name, "name")))
         opts.name = keep[-1]
     buf = ffi.new("kestrel_buf *")
     try:
         with client._lock:
-            check(C.kestrel_code_push(buf, client._p(), str(directory).encode(), opts))
+            check(C.kestrel_code_push(buf, client._p(), _c(directory, "directory"), opts))
         return str(ffi.string(buf.ptr).decode())
     finally:
         C.kestrel_buf_dispose(buf)
@@ -143,7 +158,7 @@ def pull(client: "Client", ref: str, dest: str, *, progress: Optional[Callable[[
     opts, payload, bar = _options(progress, keep, desc=f"pull {ref}")
     try:
         with client._lock:
-            rc = C.kestrel_model_pull(client._p(), ref.encode(), str(dest).encode(), opts)
+            rc = C.kestrel_model_pull(client._p(), _c(ref, "ref"), _c(dest, "dest"), opts)
         check(rc, payload)
         _raise_stored(payload)
     finally:
@@ -156,7 +171,7 @@ def versions(client: "Client", name: str) -> List[Version]:
     """name's versions, oldest first."""
     out = ffi.new("kestrel_model_versions **")
     with client._lock:
-        check(C.kestrel_model_versions_get(out, client._p(), name.encode()))
+        check(C.kestrel_model_versions_get(out, client._p(), _c(name, "name")))
     vl = ffi.gc(out[0], C.kestrel_model_versions_free)
     s: Callable[[Any], str] = lambda p: str(ffi.string(p).decode())  # noqa: E731
     return Versions(Version(v.version, v.size, s(v.sha256), v.created_ms, v.chunks,
@@ -178,7 +193,7 @@ def models(client: "Client") -> List[str]:
 def set_alias(client: "Client", name: str, alias: str, version: int) -> None:
     """Point name@alias at version."""
     with client._lock:
-        check(C.kestrel_model_alias_set(client._p(), name.encode(), alias.encode(), int(version)))
+        check(C.kestrel_model_alias_set(client._p(), _c(name, "name"), _c(alias, "alias"), int(version)))
 
 
 GcResult = namedtuple("GcResult", "chunks_live chunks_removed temps_removed bytes_freed")
@@ -196,4 +211,4 @@ def gc(client: "Client", grace_s: Optional[int] = None) -> GcResult:
 def delete(client: "Client", name: str, version: int) -> None:
     """Delete one version of name."""
     with client._lock:
-        check(C.kestrel_model_delete(client._p(), name.encode(), int(version)))
+        check(C.kestrel_model_delete(client._p(), _c(name, "name"), int(version)))
