@@ -266,6 +266,12 @@ static enum MHD_Result commit(kd_req *r, const char *name)
             goto out;
         }
     }
+    if (strlen(in->metadata_json) > KESTREL__METADATA_MAX) {   /* every listing of the model carries it */
+        snprintf(msg, sizeof(msg), "field 'metadata_json': %zu bytes, at most %d", strlen(in->metadata_json),
+                 KESTREL__METADATA_MAX);
+        reply = kd_reply_error(r, 413, "too_large", msg);
+        goto out;
+    }
     if ((s = commit_metadata(r, in->metadata_json, msg, sizeof(msg))) == NULL) {
         reply = kd_reply_error(r, 400, "invalid_argument", msg);
         goto out;

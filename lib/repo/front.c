@@ -100,6 +100,9 @@ int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *nam
     if (o.alias && (!kestrel__alias_valid(o.alias) || !strcmp(o.alias, "latest")))
         return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it "
                                   "follows pushes)", o.alias);
+    if (o.metadata_json && strlen(o.metadata_json) > KESTREL__METADATA_MAX)
+        return kestrel__error_set(KESTREL_ETOOLARGE, "metadata of %zu bytes: at most %d (every listing of the model "
+                                  "carries it)", strlen(o.metadata_json), KESTREL__METADATA_MAX);
     if (o.metadata_json) {
         cJSON *meta = cJSON_Parse(o.metadata_json);
         int object = cJSON_IsObject(meta);

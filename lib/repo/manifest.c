@@ -83,7 +83,9 @@ int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at)
     if (!kestrel__repo_name_valid(name))
         return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': " KESTREL__NAME_RULE,
                                   name);
-    *at = a && a[1] ? a + 1 : "latest";
+    if (a && !a[1])
+        return kestrel__error_set(KESTREL_EINVALID, "bad reference '%.64s': a version or an alias after '@'", ref);
+    *at = a ? a + 1 : "latest";
     if (**at >= '0' && **at <= '9') {   /* a version number */
         size_t digits = strspn(*at, "0123456789");
         if ((*at)[digits] || digits > 18 || **at == '0')

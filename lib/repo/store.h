@@ -110,6 +110,8 @@ typedef struct {
     int64_t bytes_freed;
 } kestrel__store_gc_stats;
 
+/* A version's metadata (a JSON object) at most: every listing of the model carries it. */
+#define KESTREL__METADATA_MAX (64 * 1024)
 /* The grace of a file:// store's collection when none is asked (kestreld: --repo-gc-grace). */
 #define KESTREL__GC_GRACE_S 3600
 /* A temp file is removed only once older than this, whatever grace a collection is asked for. */

@@ -422,6 +422,30 @@ def test_a_pulls_progress_says_the_size_is_unknown_until_the_manifest_comes(kest
     assert seen and {p.bytes_total for p in seen} <= {-1, 3 << 20} and seen[-1].bytes_total == 3 << 20, seen
 
 
+def test_metadata_is_bounded_and_an_empty_reference_is_refused(kestreld, tmp_path):
+    """A version's metadata had no bound of its own (found by a hostile test: four pushes of a 6-byte
+    file with 60 MiB of metadata each made every listing of the model 250 MB, kestreld at 790 MB): at
+    most 64 KiB, refused by the library before anything is sent and by kestreld with 413, no version.
+    NAME@ (nothing after the '@') was taken for latest: refused."""
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    src = tmp_path / "small.txt"
+    src.write_bytes(b"small\n")
+    with pytest.raises(kestrel.TooLargeError, match="at most 65536"):
+        c.push("team/meta", str(src), metadata={"a": "y" * (64 << 10)})
+    assert c.push("team/meta", str(src), metadata={"a": "y" * 60_000}) == 1
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/meta/versions/1")
+    m = {k: v for k, v in json.loads(body).items() if k not in ("version", "created_ms", "aliases", "file_count")}
+    m["metadata_json"] = json.dumps({"a": "y" * (70 << 10)})
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/meta/versions", json.dumps(m).encode())
+    assert status == 413 and b"at most 65536" in body, body
+    assert [v.version for v in c.versions("team/meta")] == [1]
+    with pytest.raises(kestrel.InvalidArgumentError, match="a version or an alias after '@'"):
+        c.pull("team/meta@", str(tmp_path / "out.txt"))
+    p = kestreld.cli("pull", "team/meta@", str(tmp_path / "out.txt"), check=False)
+    assert p.returncode == 1 and "a version or an alias after '@'" in p.stderr, p.stderr
+    assert not (tmp_path / "out.txt").exists()
+
+
 @pytest.mark.parametrize("mode", ["corrupt", "truncate"])
 def test_a_damaged_transfer_through_a_fault_proxy_is_an_error(kestreld, tmp_path, monkeypatch, mode):
     from faultproxy import FaultProxy
