@@ -464,8 +464,11 @@ def test_gc_collects_a_file_store_and_asks_kestreld_as_an_admin(kestreld, tmp_pa
     """kestrel gc: a file:// store had no way to give back the chunks of deleted versions (found by a
     hostile test: a store left full after a failed push stayed full); it is collected in process,
     with the grace asked. On a kestreld, gc is the admin route: another user gets 403 and nothing
-    goes. The same from Python (Client.gc)."""
-    import kestrel
+    goes. The same from Python (Client.gc), where the binding is built (not under ASan)."""
+    try:
+        import kestrel
+    except ImportError:
+        kestrel = None
     a, b = tmp_path / "a.bin", tmp_path / "b.bin"
     a.write_bytes(os.urandom(3 << 20))
     b.write_bytes(os.urandom(2 << 20))
@@ -480,8 +483,9 @@ def test_gc_collects_a_file_store_and_asks_kestreld_as_an_admin(kestreld, tmp_pa
         if url == kestreld.url:
             p = kestreld.cli("gc", "--grace", "0", env=kestreld.env(KESTREL_TOKEN=bob), check=False)
             assert p.returncode != 0 and "only an admin" in p.stderr, p.stderr
-            with pytest.raises(kestrel.AuthError):
-                kestrel.Client(kestreld.url, bob).gc(0)
+            if kestrel is not None:
+                with pytest.raises(kestrel.AuthError):
+                    kestrel.Client(kestreld.url, bob).gc(0)
         p = kestreld.cli("gc", "--grace", "0", env=env)
         assert re.match(r"removed [1-9]\d* chunks and 0 temp files, 3\.0 MiB freed; \d+ chunk references live",
                         p.stdout), p.stdout
@@ -489,6 +493,8 @@ def test_gc_collects_a_file_store_and_asks_kestreld_as_an_admin(kestreld, tmp_pa
         assert (tmp_path / "back.bin").read_bytes() == b.read_bytes()
         (tmp_path / "back.bin").unlink()
     assert kestreld.cli("gc", "--grace", "soon", check=False).returncode == 2
+    if kestrel is None:
+        return
     c = kestrel.Client(f"file://{tmp_path / 'store'}")
     c.delete_version("team/g", 2)
     got = c.gc(0)
