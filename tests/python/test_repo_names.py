@@ -1,0 +1,105 @@
+"""What the repository refuses before anything is sent or made, through both doors: file names
+that are not UTF-8, model names that clash with a model's own folders, metadata past its bound, an
+empty reference; and what a pull's progress says before its manifest comes."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import KESTREL_CLI
+from repo_api import chunk_files, gc, raw
+
+kestrel = pytest.importorskip("kestrel")
+
+
+@pytest.mark.parametrize("where", ["kestreld", "file"])
+def test_a_file_name_that_is_not_utf8_is_refused_before_anything_is_sent(kestreld, tmp_path, where):
+    """A directory holding a file whose name is not UTF-8 (a manifest is JSON in the store and protobuf
+    strings on the wire) is refused as it is listed, the name shown escaped; nothing is sent or made.
+    Before, file:// stored a version no pull could read ("damaged") and used its number up, and
+    kestreld refused it only after every chunk had been sent, not naming the file."""
+    src = tmp_path / "names"
+    (src / "sub").mkdir(parents=True)
+    (src / "ok").write_bytes(os.urandom(300_000))
+    (src / "sub" / os.fsdecode(b"bad\xff\xfe")).write_bytes(b"c")
+    url = kestreld.url if where == "kestreld" else f"file://{tmp_path / 'store'}"
+    p = subprocess.run([KESTREL_CLI, "push", "team/names", str(src)], env=kestreld.env(KESTREL_URL=url),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "a file name in 'sub' is not UTF-8: 'bad\\xff\\xfe'" in p.stderr, p.stderr
+    if where == "kestreld":
+        assert chunk_files(kestreld) == [] and kestreld.api("GET", "/api/v1/models/team/names/versions")[0] == 404
+    else:
+        assert not (tmp_path / "store" / "models").exists() or not any((tmp_path / "store" / "models").rglob("*.json"))
+
+
+@pytest.mark.parametrize("where", ["kestreld", "file"])
+def test_a_model_name_cannot_clash_with_another_models_folders(kestreld, tmp_path, where):
+    """m/versions and m/aliases would live in m's own folders (m/aliases's versions among m's aliases,
+    found by a hostile test) and kestreld's routes cut at them (bob/versions answered "no such
+    endpoint"): such a segment after the first is refused before anything is sent, saying the rule.
+    As a first segment they are names like any other, listed (the store's listing took a top folder
+    "versions" for a model's own, so the model "versions" was never listed and a collection did not
+    keep its chunks), and so are the words inside a longer segment (m/versionsx was "no such
+    endpoint"); an alias may be either word."""
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(100_000))
+    env = kestreld.env(KESTREL_URL=kestreld.url if where == "kestreld" else f"file://{tmp_path / 'store'}")
+    kestreld.cli("push", "m", str(src), env=env)
+    for bad in ("m/versions", "m/aliases", "m/versions/x", "team/m/aliases/y"):
+        p = kestreld.cli("push", bad, str(src), env=env, check=False)
+        assert p.returncode != 0 and "none after the first named 'versions' or 'aliases'" in p.stderr, (bad, p.stderr)
+    good = ("versions", "aliases/m", "versionsx/m", "m/versionsx", "m/my-aliases", "m/aliases.v2")
+    for name in good:
+        kestreld.cli("push", name, str(src), env=env)
+    assert kestreld.cli("models", env=env).stdout.split() == sorted(("m",) + good)
+    if where == "kestreld":
+        for p in chunk_files(kestreld):
+            os.utime(p, (time.time() - 7200, time.time() - 7200))
+        assert gc(kestreld, 0)[1].get("chunks_removed", "0") == "0"   # every version's chunks are marked
+    for name in good:
+        (tmp_path / "out.bin").unlink(missing_ok=True)
+        kestreld.cli("pull", name, str(tmp_path / "out.bin"), env=env)
+        assert (tmp_path / "out.bin").read_bytes() == src.read_bytes()
+    for name, alias in (("m/versionsx", "prod"), ("versions", "versions"), ("m", "aliases")):
+        kestreld.cli("alias", name, "1", alias, env=env)
+        assert alias in kestreld.cli("-o", "json", "models", name, env=env).stdout
+        kestreld.cli("pull", f"{name}@{alias}", str(tmp_path / "out.bin"), env=env)
+
+
+def test_a_pulls_progress_says_the_size_is_unknown_until_the_manifest_comes(kestreld, tmp_path):
+    """A pull's progress comes while its manifest is fetched (so a stop is seen), with bytes_total -1
+    then, as the header says, never 0 (found by review: the first report said 0 of 0, which the CLI
+    drew as 100 % and a callback dividing by it failed on), then the version's size."""
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.push("team/sized", str(src))
+    seen = []
+    c.pull("team/sized", str(tmp_path / "out.bin"), progress=seen.append)
+    assert seen and {p.bytes_total for p in seen} <= {-1, 3 << 20} and seen[-1].bytes_total == 3 << 20, seen
+
+
+def test_metadata_is_bounded_and_an_empty_reference_is_refused(kestreld, tmp_path):
+    """A version's metadata had no bound of its own (found by a hostile test: four pushes of a 6-byte
+    file with 60 MiB of metadata each made every listing of the model 250 MB, kestreld at 790 MB): at
+    most 64 KiB, refused by the library before anything is sent and by kestreld with 413, no version.
+    NAME@ (nothing after the '@') was taken for latest: refused."""
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    src = tmp_path / "small.txt"
+    src.write_bytes(b"small\n")
+    with pytest.raises(kestrel.TooLargeError, match="at most 65536"):
+        c.push("team/meta", str(src), metadata={"a": "y" * (64 << 10)})
+    assert c.push("team/meta", str(src), metadata={"a": "y" * 60_000}) == 1
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/meta/versions/1")
+    m = {k: v for k, v in json.loads(body).items() if k not in ("version", "created_ms", "aliases", "file_count")}
+    m["metadata_json"] = json.dumps({"a": "y" * (70 << 10)})
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/meta/versions", json.dumps(m).encode())
+    assert status == 413 and b"at most 65536" in body, body
+    assert [v.version for v in c.versions("team/meta")] == [1]
+    with pytest.raises(kestrel.InvalidArgumentError, match="a version or an alias after '@'"):
+        c.pull("team/meta@", str(tmp_path / "out.txt"))
+    p = kestreld.cli("pull", "team/meta@", str(tmp_path / "out.txt"), check=False)
+    assert p.returncode == 1 and "a version or an alias after '@'" in p.stderr, p.stderr
+    assert not (tmp_path / "out.txt").exists()
