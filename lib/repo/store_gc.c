@@ -80,41 +80,8 @@ static int hex_cmp(const void *a, const void *b)
     return strcmp(a, b);
 }
 
-/* chunks/ab/cdef...: remove what is old enough and either a temp file or not marked. */
-static void sweep_dir(int dfd, const char *prefix, const mark_set *m, time_t cutoff, time_t temp_cutoff,
-                      kestrel__store_gc_stats *st)
-{
-    DIR *d = fdopendir(dfd);
-    struct dirent *e;
-    char hex[KESTREL__HEX_LEN + 8];
-    if (d == NULL) {
-        close(dfd);
-        return;
-    }
-    while ((e = readdir(d)) != NULL) {
-        struct stat sb;
-        int temp = strstr(e->d_name, ".tmp.") != NULL;
-        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISREG(sb.st_mode) || sb.st_mtime > (temp ? temp_cutoff : cutoff))
-            continue;
-        if (!temp) {
-            if (strlen(e->d_name) != KESTREL__HEX_LEN - 2)
-                continue;   /* not ours */
-            snprintf(hex, sizeof(hex), "%s%s", prefix, e->d_name);
-            if (m->n && bsearch(hex, m->hex, m->n, sizeof(*m->hex), hex_cmp))   /* none marked: NULL array */
-                continue;
-        }
-        if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
-            st->chunks_removed += !temp;
-            st->temps_removed += temp;
-            st->bytes_freed += sb.st_size;
-        }
-    }
-    closedir(d);
-}
-
 typedef struct {
-    time_t cutoff;
+    time_t cutoff;              /* temps: older than the grace and KESTREL__TEMP_GRACE_S */
     kestrel__store_gc_stats *st;
 } temp_sweep;
 
@@ -126,6 +93,33 @@ static void temp_entry(int at, const char *name, const struct stat *sb, int walk
     if (S_ISREG(sb->st_mode) && sb->st_mtime <= t->cutoff && strstr(name, ".tmp.") && unlinkat(at, name, 0) == 0) {
         t->st->temps_removed++;
         t->st->bytes_freed += sb->st_size;
+    }
+}
+
+typedef struct {
+    temp_sweep temps;
+    const char *prefix;         /* the folder's two hex digits */
+    const mark_set *m;
+    time_t cutoff;
+} chunk_sweep;
+
+/* chunks/ab/cdef...: a chunk no version names once older than the grace, and temps (kestrel__dir_each). */
+static void chunk_entry(int at, const char *name, const struct stat *sb, int walked, void *ctx)
+{
+    chunk_sweep *c = ctx;
+    char hex[KESTREL__HEX_LEN + 8];
+    if (strstr(name, ".tmp.")) {
+        temp_entry(at, name, sb, walked, &c->temps);
+        return;
+    }
+    if (!S_ISREG(sb->st_mode) || sb->st_mtime > c->cutoff || strlen(name) != KESTREL__HEX_LEN - 2)
+        return;   /* young, or not ours */
+    snprintf(hex, sizeof(hex), "%s%s", c->prefix, name);
+    if (c->m->n && bsearch(hex, c->m->hex, c->m->n, sizeof(*c->m->hex), hex_cmp))   /* none marked: NULL array */
+        return;
+    if (unlinkat(at, name, 0) == 0) {
+        c->temps.st->chunks_removed++;
+        c->temps.st->bytes_freed += sb->st_size;
     }
 }
 
@@ -153,7 +147,7 @@ int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stat
         while (top && (e = readdir(top)) != NULL) {
             if (strlen(e->d_name) == 2 && e->d_name[0] != '.' &&
                 (dfd = openat(dirfd(top), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
-                sweep_dir(dfd, e->d_name, &marks, cutoff, temp_cutoff, &local);
+                kestrel__dir_each(dfd, 0, chunk_entry, &(chunk_sweep){ temps, e->d_name, &marks, cutoff });
         }
         if (top)
             closedir(top);
