@@ -715,13 +715,19 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
     kestrel_buf aliases = KESTREL_BUF_INIT;
     int64_t *versions = NULL;
     size_t n = 0;
-    int rc;
+    int rc, fd;
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
+    if (access(path, F_OK) != 0)
+        return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
+                               : io_error("cannot delete", path);
     if ((rc = kestrel__store_aliases_of(s, name, version, &aliases)) < 0)
         return rc;
     snprintf(dir, sizeof(dir), "%s/models/%s/versions/%lld.deleted", s->root, name, (long long)version);
-    /* a tombstone keeps the number from ever being given out again */
-    if ((link(path, dir) < 0 && errno != EEXIST) || unlink(path) < 0) {
+    /* a tombstone keeps the number from ever being given out again; it is empty: the version's
+     * file names and metadata go with it (it was a link to the manifest, found by a hostile test) */
+    if ((fd = open(dir, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)) >= 0)
+        close(fd);
+    if ((fd < 0 && errno != EEXIST) || unlink(path) < 0) {
         kestrel_buf_dispose(&aliases);
         return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
                                : io_error("cannot delete", path);

@@ -10,7 +10,8 @@
  * writer's until its rename, whatever the grace): chunks' in chunks/XX/, manifests' and aliases'
  * anywhere under models/ (a killed commit's versions/N.json.tmp.X; no version or alias file has
  * ".tmp." in its name, so a regular file that has is a temp: a model's folder may, and folders are
- * only walked), the format file's in the root. Marking goes through the store's own listing
+ * only walked), the format file's in the root; a tombstone from before they were empty is emptied
+ * (models_entry). Marking goes through the store's own listing
  * (models, versions, manifests), sweeping through chunks/XX/. */
 #include <dirent.h>
 #include <errno.h>
@@ -96,6 +97,26 @@ static void temp_entry(int at, const char *name, const struct stat *sb, int walk
     }
 }
 
+/* models/...: temps, and a tombstone written before tombstones were empty (versions/N.deleted was
+ * a link to the deleted manifest, keeping its file names and metadata) is emptied. One still linked
+ * to its N.json (a delete killed between the two) is left: the version is live. An alias cannot be
+ * named N.deleted (it starts with a letter), and folders are only walked. */
+static void models_entry(int at, const char *name, const struct stat *sb, int walked, void *ctx)
+{
+    char *end;
+    int fd;
+    struct stat now;
+    temp_entry(at, name, sb, walked, ctx);
+    if (!S_ISREG(sb->st_mode) || sb->st_size == 0 || sb->st_nlink != 1 || !(*name >= '1' && *name <= '9'))
+        return;
+    (void)strtoll(name, &end, 10);
+    if (strcmp(end, ".deleted") || (fd = openat(at, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+        return;
+    if (fstat(fd, &now) == 0 && S_ISREG(now.st_mode) && now.st_nlink == 1 && ftruncate(fd, 0) == 0)
+        ((temp_sweep *)ctx)->st->bytes_freed += now.st_size;
+    close(fd);
+}
+
 typedef struct {
     temp_sweep temps;
     const char *prefix;         /* the folder's two hex digits */
@@ -154,7 +175,7 @@ int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stat
         /* models/NAME/{versions,aliases}/: a name has at most 100 segments */
         snprintf(path, sizeof(path), "%s/models", kestrel__store_root(s));
         if ((dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
-            kestrel__dir_each(dfd, 104, temp_entry, &temps);
+            kestrel__dir_each(dfd, 104, models_entry, &temps);
         if ((dfd = open(kestrel__store_root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
             kestrel__dir_each(dfd, 0, temp_entry, &temps);
     }

@@ -3,6 +3,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import time
 
@@ -499,3 +500,33 @@ def test_gc_collects_a_file_store_and_asks_kestreld_as_an_admin(kestreld, tmp_pa
     c.delete_version("team/g", 2)
     got = c.gc(0)
     assert got.chunks_removed > 0 and got.bytes_freed == 2 << 20 and got.chunks_live == 0, got
+
+
+def test_a_deleted_version_leaves_an_empty_tombstone(kestreld, tmp_path):
+    """kestrel rm kept the deleted version's whole manifest as its tombstone (a link to it: its file
+    names and metadata stayed in the store; found by a hostile test). The tombstone is now empty and
+    still keeps the number from being given out again; kestrel gc empties one written before, but not
+    one still linked to its live N.json (a delete killed between its two steps)."""
+    data = tmp_path / "ds"
+    data.mkdir()
+    (data / "patient-0042.csv").write_bytes(b"x" * 5000)
+    for url, root in ((f"file://{tmp_path / 'store'}", tmp_path / "store"), (kestreld.url, kestreld.data / "repo")):
+        env = kestreld.env(KESTREL_URL=url)
+        versions = root / "models" / "team" / "t" / "versions"
+        kestreld.cli("push", "team/t", str(data), "--meta", "note=secret-note", env=env)
+        kestreld.cli("push", "team/t", str(data), env=env)
+        kestreld.cli("rm", "team/t@1", env=env)
+        assert (versions / "1.deleted").stat().st_size == 0 and not (versions / "1.json").exists()
+        assert kestreld.cli("rm", "team/t@1", env=env, check=False).returncode != 0
+        # the old form: a tombstone that is the manifest, and a pair a killed delete left linked
+        (versions / "5.deleted").write_bytes((versions / "2.json").read_bytes())
+        os.link(versions / "2.json", versions / "2.deleted")
+        kestreld.cli("gc", env=env)
+        assert (versions / "5.deleted").stat().st_size == 0
+        assert (versions / "2.deleted").stat().st_size == (versions / "2.json").stat().st_size > 0
+        kestreld.cli("pull", "team/t@2", str(tmp_path / "back"), env=env)
+        assert (tmp_path / "back" / "patient-0042.csv").read_bytes() == b"x" * 5000
+        shutil.rmtree(tmp_path / "back")
+        p = kestreld.cli("push", "team/t", str(data), env=env)
+        assert "team/t@6" in p.stdout + p.stderr, p.stdout + p.stderr      # 1 and 5 are never given again
+        assert not any(b"patient" in f.read_bytes() for f in versions.glob("*.deleted") if f.name != "2.deleted")
