@@ -8,6 +8,19 @@ import pytest
 keras = pytest.importorskip("keras")
 kestrel = pytest.importorskip("kestrel")
 import kestrel.keras  # noqa: E402,F401  (installs the hooks)
+from kestrel import keras_uri  # noqa: E402
+
+# a Keras below SAFE_LOAD (the oldest supported, 3.2.1, in test_keras_range.py) refuses to load a
+# kestrel:// model under safe_mode, and loads it with safe_mode=False
+SAFE = keras_uri._version(keras.__version__, 3) >= keras_uri.SAFE_LOAD
+
+
+def load(fn, uri, **kw):
+    if not SAFE:
+        with pytest.raises(RuntimeError, match="safe_mode bypasses"):
+            fn(uri, **kw)
+        kw["safe_mode"] = False
+    return fn(uri, **kw)
 
 
 def model_and_data():
@@ -39,14 +52,22 @@ def test_save_and_load_through_the_repository(kestreld, tmp_path, monkeypatch):
     assert meta["framework"] == "keras" and meta["keras_version"] == keras.__version__
     assert meta["backend"] == keras.backend.backend() and meta["job_id"] == "42"
     c.set_alias("team/reg", "production", 1)
-    np.testing.assert_allclose(keras.saving.load_model("kestrel://team/reg@production").predict(x, verbose=0), before,
+    np.testing.assert_allclose(load(keras.saving.load_model, "kestrel://team/reg@production").predict(x, verbose=0),
+                               before, rtol=1e-6)
+    np.testing.assert_allclose(load(keras.models.load_model, "kestrel://team/reg@2").predict(x, verbose=0), after,
                                rtol=1e-6)
-    np.testing.assert_allclose(keras.models.load_model("kestrel://team/reg@2").predict(x, verbose=0), after, rtol=1e-6)
-    np.testing.assert_allclose(keras.saving.load_model("kestrel://team/reg").predict(x, verbose=0), after, rtol=1e-6)
+    np.testing.assert_allclose(load(keras.saving.load_model, "kestrel://team/reg").predict(x, verbose=0), after,
+                               rtol=1e-6)
+    # the suffix Keras wants may stand before the @ (it was taken for part of the model's name)
+    np.testing.assert_allclose(load(keras.saving.load_model, "kestrel://team/reg.keras@production").predict(
+        x, verbose=0), before, rtol=1e-6)
     # weights
     m.save_weights("kestrel://team/reg-weights")
     fresh, _, _ = model_and_data()
     fresh.load_weights("kestrel://team/reg-weights")
+    np.testing.assert_allclose(fresh.predict(x, verbose=0), after, rtol=1e-6)
+    fresh, _, _ = model_and_data()
+    fresh.load_weights("kestrel://team/reg-weights.weights.h5@1")
     np.testing.assert_allclose(fresh.predict(x, verbose=0), after, rtol=1e-6)
     # plain paths are untouched
     m.save(tmp_path / "local.keras")
@@ -60,8 +81,10 @@ def test_save_and_load_through_the_repository(kestreld, tmp_path, monkeypatch):
     # errors are clear
     with pytest.raises(ValueError, match="versions are numbered"):
         m.save("kestrel://team/reg@7")
+    with pytest.raises(ValueError, match="versions are numbered"):
+        m.save("kestrel://team/reg.keras@7")
     with pytest.raises(kestrel.NotFoundError):
-        keras.saving.load_model("kestrel://team/nothing-here")
+        keras.saving.load_model("kestrel://team/nothing-here", safe_mode=SAFE)
     assert not [p for p in os.listdir(tmp_path) if "kestrel-tmp" in p]
 
 
@@ -117,3 +140,32 @@ def test_inside_a_job_autolog_reports_metrics_and_pushes_saves(daemon, tmp_path)
     assert "loss" in names
     vs = kestrel.Client(d.url, d.token).versions(f"jobs/{jid}")
     assert len(vs) == 1 and vs[0].metadata["job_id"] == str(jid) and "loss" in vs[0].metadata["metrics"]
+
+
+@pytest.mark.parametrize("version,refused", [("3.8.0", True), ("3.11.2", True), ("3.11.3", False), ("3.15.1", False)])
+def test_a_keras_with_a_safe_mode_bypass_loads_a_kestrel_model_only_when_told_to_trust_it(
+        kestreld, tmp_path, monkeypatch, version, refused):
+    """A model in the repository may be another user's: a Keras whose safe_mode has a published bypass
+    (CVE-2025-1550 before 3.9, CVE-2025-8747/9906 before 3.11, CVE-2025-9905 before 3.11.3) refuses
+    to load one before anything is pulled, unless safe_mode=False (by keyword or position) says the
+    model is trusted. The version is faked here; test_keras_range.py runs this file on a real 3.2.1."""
+    monkeypatch.setenv("KESTREL_URL", kestreld.url)
+    monkeypatch.setenv("KESTREL_TOKEN", kestreld.token)
+    m, x, _ = model_and_data()
+    m.save("kestrel://team/gate")
+    monkeypatch.setattr(keras, "__version__", version)
+    if refused:
+        with pytest.raises(RuntimeError, match=r"upgrade Keras to 3\.11\.3 or later, or pass safe_mode=False"):
+            keras.saving.load_model("kestrel://team/nothing-here")      # refused before the pull: no NotFound
+        with pytest.raises(RuntimeError, match="CVE-2025-1550"):
+            keras.saving.load_model("kestrel://team/gate", safe_mode=True)
+        with pytest.raises(RuntimeError):
+            keras.saving.load_model("kestrel://team/gate", None, True, True)
+        m.save(tmp_path / "local.keras")                                 # plain paths: Keras' own rules
+        keras.saving.load_model(tmp_path / "local.keras")
+    got = [keras.saving.load_model("kestrel://team/gate", safe_mode=False),
+           keras.saving.load_model("kestrel://team/gate", None, True, False)]
+    if not refused:
+        got.append(keras.saving.load_model("kestrel://team/gate"))
+    for g in got:
+        np.testing.assert_allclose(g.predict(x, verbose=0), m.predict(x, verbose=0), rtol=1e-6)

@@ -14,8 +14,11 @@ and pushes it (the archive is streamed from disk, never held whole in memory); t
 metadata records the framework, Keras version, backend and, inside a Kestrel job, the job id.
 autolog(name) (on by default inside a Kestrel job) also pushes every plain model.save("x.keras")
 after the local file is written; saves made by ModelCheckpoint / BackupAndRestore are not pushed.
-Supported: Keras 3.0 up to (not including) 4; elsewhere the hooks are not installed and a warning
-says so.
+Supported: Keras 3.2 up to (not including) 4; elsewhere the hooks are not installed and a warning
+says so. A file suffix Keras wants may be written before @REF ("kestrel://team/m.keras@production").
+Loading a kestrel:// model (it may be another user's) needs a Keras whose safe_mode has no published
+bypass, 3.11.3 or later (SAFE_LOAD); older Keras loads one only with safe_mode=False, the caller's
+word that the model is trusted.
 """
 import functools
 import os
@@ -31,14 +34,19 @@ if TYPE_CHECKING:
 
 SCHEME = "kestrel://"
 SUPPORTED = ((3, 2), (4, 0))   # 3.2: save_weights/load_weights joined keras.src.saving.saving_api
+# The first Keras whose safe_mode holds against every published bypass: a crafted .keras ran code
+# under safe_mode=True before 3.9 (CVE-2025-1550) and before 3.11 (CVE-2025-8747, CVE-2025-9906), and
+# a legacy HDF5 model ignored safe_mode before 3.11.3 (CVE-2025-9905). A kestrel:// model may be
+# another user's, so older Keras loads one only when the caller says safe_mode=False (trusting it).
+SAFE_LOAD = (3, 11, 3)
 HOOKED = ("save_model", "load_model", "save_weights", "load_weights")
 _installed = False
 _autolog: Dict[str, Optional[str]] = {"name": None}   # the model name plain saves are also pushed to (autolog)
 
 
-def _version(text: str) -> Tuple[int, ...]:
+def _version(text: str, n: int = 2) -> Tuple[int, ...]:
     parts: List[int] = []
-    for p in text.split(".")[:2]:
+    for p in text.split(".")[:n]:
         digits = "".join(ch for ch in p if ch.isdigit())
         parts.append(int(digits or 0))
     return tuple(parts)
@@ -49,11 +57,34 @@ def _is_uri(filepath: Any) -> bool:
 
 
 def _name(filepath: Any, suffixes: Sequence[str]) -> str:
-    name = str(filepath)[len(SCHEME):]
+    """The model name (or NAME@REF) a kestrel:// path names: a file suffix Keras wants is dropped from
+    the name, before any @REF too ("team/m.keras@production" is team/m@production)."""
+    name, at, ref = str(filepath)[len(SCHEME):].partition("@")
     for s in suffixes:
         if name.endswith(s):
-            return name[:-len(s)]
+            name = name[:-len(s)]
+            break
+    return name + at + ref
+
+
+def _save_name(filepath: Any, suffixes: Sequence[str]) -> str:
+    name = _name(filepath, suffixes)
+    if "@" in name:
+        raise ValueError(f"{filepath}: save to a model name; versions are numbered by the repository")
     return name
+
+
+def _check_safe_load(args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
+    """Refuse to load a kestrel:// model with a Keras whose safe_mode has a published bypass, unless the
+    caller passed safe_mode=False (load_model(filepath, custom_objects, compile, safe_mode))."""
+    import keras
+    safe = kwargs.get("safe_mode", args[2] if len(args) > 2 else True)
+    if safe is False or _version(keras.__version__, 3) >= SAFE_LOAD:
+        return
+    raise RuntimeError(f"kestrel: Keras {keras.__version__} has published safe_mode bypasses (a crafted model runs "
+                       f"code when loaded: CVE-2025-1550, CVE-2025-8747, CVE-2025-9906, CVE-2025-9905) and a "
+                       f"kestrel:// model may be another user's; upgrade Keras to "
+                       f"{'.'.join(map(str, SAFE_LOAD))} or later, or pass safe_mode=False to load a model you trust")
 
 
 def _client() -> "Client":
@@ -88,9 +119,7 @@ def _push(path: str, filepath: Any, suffixes: Sequence[str], kind: str, model: A
           metadata: Optional[Dict[str, Any]] = None) -> str:
     """Push path as the next version of the model filepath names; returns "NAME@N". The version's
     metadata: the framework's facts, the file name it is pulled back as, then the caller's keys."""
-    name = _name(filepath, suffixes)
-    if "@" in name:
-        raise ValueError(f"{filepath}: save to a model name; versions are numbered by the repository")
+    name = _save_name(filepath, suffixes)
     meta = _metadata(kind, model)
     meta["filename"] = os.path.basename(path)
     meta.update(metadata or {})
@@ -166,7 +195,7 @@ def install() -> None:
         with tempfile.TemporaryDirectory(prefix="kestrel-save-") as tmp:
             # the file keeps the model's last name segment and .keras (what kestrel pull writes);
             # zipped=False: Keras' directory format, pushed as a directory version
-            base = _name(filepath, (".keras",)).rsplit("/", 1)[-1]
+            base = _save_name(filepath, (".keras",)).rsplit("/", 1)[-1]
             path = os.path.join(tmp, base if kwargs.get("zipped") is False else base + ".keras")
             orig["save_model"](model, path, *args, **kwargs)
             return _push(path, filepath, (".keras",), "model", model, alias, metadata)
@@ -175,6 +204,7 @@ def install() -> None:
     def load_model(filepath: Any, *args: Any, **kwargs: Any) -> Any:
         if not _is_uri(filepath):
             return orig["load_model"](filepath, *args, **kwargs)
+        _check_safe_load(args, kwargs)
         with tempfile.TemporaryDirectory(prefix="kestrel-load-") as tmp:
             return orig["load_model"](_pull(filepath, tmp, (".keras",)), *args, **kwargs)
 
@@ -184,7 +214,7 @@ def install() -> None:
             return orig["save_weights"](model, filepath, *args, **kwargs)
         alias, metadata = kwargs.pop("alias", None), kwargs.pop("metadata", None)
         with tempfile.TemporaryDirectory(prefix="kestrel-save-") as tmp:
-            base = _name(filepath, (".weights.h5",)).rsplit("/", 1)[-1]
+            base = _save_name(filepath, (".weights.h5",)).rsplit("/", 1)[-1]
             path = os.path.join(tmp, base + ".weights.h5")
             orig["save_weights"](model, path, *args, **kwargs)
             return _push(path, filepath, (".weights.h5",), "weights", model, alias, metadata)
