@@ -70,7 +70,8 @@ KESTREL_API int kestrel_model_push(int64_t *version_out, kestrel_client *client,
  * Pull ref ("name", "name@N", "name@alias") into dest: every byte is verified (a file against its
  * whole digest, each chunk's own checked too when the whole does not match, to name the damaged one
  * as KESTREL_EPROTO; a directory's chunks, files and listing each against theirs); dest appears (by
- * rename) only complete and verified, never half-written. A directory
+ * rename) only complete and verified, never half-written; a file version is made with the mode any
+ * new file gets (0666 less the umask), a directory version's files with their pushed modes. A directory
  * version becomes the directory dest (every file verified; an existing directory is replaced whole;
  * KESTREL_EEXISTS when dest is something else).
  */

@@ -530,3 +530,24 @@ def test_a_deleted_version_leaves_an_empty_tombstone(kestreld, tmp_path):
         p = kestreld.cli("push", "team/t", str(data), env=env)
         assert "team/t@6" in p.stdout + p.stderr, p.stdout + p.stderr      # 1 and 5 are never given again
         assert not any(b"patient" in f.read_bytes() for f in versions.glob("*.deleted") if f.name != "2.deleted")
+
+
+def test_a_pulled_file_gets_the_mode_any_new_file_gets(kestreld, tmp_path):
+    """A file version was pulled 0600 whatever the umask (the temp's mode from mkstemp), so a model
+    pulled for a server running as another user could not be read by it; a directory version's files
+    already took their pushed modes. Now a pulled file is 0666 less the umask, like cp or curl -o."""
+    src = tmp_path / "m.bin"
+    src.write_bytes(os.urandom(100_000))
+    for url in (f"file://{tmp_path / 'store'}", kestreld.url):
+        env = kestreld.env(KESTREL_URL=url, KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+        kestreld.cli("push", "team/mode", str(src), env=env)
+        for mask, want in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+            out = tmp_path / f"out-{mask:o}"
+            old = os.umask(mask)
+            try:
+                kestreld.cli("pull", "team/mode", str(out), env=env)
+            finally:
+                os.umask(old)
+            assert out.stat().st_mode & 0o777 == want, (url, oct(mask), oct(out.stat().st_mode))
+            assert out.read_bytes() == src.read_bytes()
+            out.unlink()
