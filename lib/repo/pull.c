@@ -304,6 +304,12 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
             (rc = kestrel__layout_new(&ps.lay, mf, -1, NULL, kestrel__tree_out_write, tree)) < 0)
             goto done;
     } else {             /* a file: a temp file beside dest, hashed as it fills in */
+        struct stat st;
+        if (lstat(dest, &st) == 0 && S_ISDIR(st.st_mode)) {   /* said before a byte is fetched */
+            rc = kestrel__error_set(KESTREL_EEXISTS, "%s is a directory: a file version replaces only a file or a "
+                                    "symbolic link (name the file to make inside it)", dest);
+            goto done;
+        }
         snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.v2.XXXXXX", dest);
         if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
             tmp[0] = '\0';

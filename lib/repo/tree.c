@@ -212,7 +212,9 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *
     }
     if (lstat(dest, &st) == 0 && !S_ISDIR(st.st_mode)) {
         kestrel__tree_out_abandon(t);
-        return kestrel__error_set(KESTREL_EEXISTS, "%s exists and is not a directory", dest);
+        return kestrel__error_set(KESTREL_EEXISTS, S_ISLNK(st.st_mode) ? "%s is a symbolic link: a directory version "
+                                  "replaces only a directory, and a link is never followed (pull into "
+                                  "the folder it points to by its own path)" : "%s exists and is not a directory", dest);
     }
     snprintf(t->tmp, sizeof(t->tmp), "%s.kestrel-tmp.v2.XXXXXX", dest);
     if (mkdtemp(t->tmp) == NULL) {

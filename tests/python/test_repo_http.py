@@ -368,6 +368,18 @@ def test_a_directory_pushes_as_a_tree_and_pulls_back_verified(kestreld, tmp_path
     with pytest.raises(kestrel.KestrelError, match="not a directory"):
         c.pull("team/dataset", str(tmp_path / "taken"))
     assert (tmp_path / "taken").read_text() == "mine"
+    # dest is the path made: a link there is never followed, a directory never taken for a folder to
+    # pull into (kestrel pull REF DIR does that); each said before a byte is fetched
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    with pytest.raises(kestrel.AlreadyExistsError, match="is a symbolic link"):
+        c.pull("team/dataset", str(tmp_path / "link"))
+    assert (tmp_path / "link").is_symlink() and not list((tmp_path / "target").iterdir())
+    (tmp_path / "one.bin").write_bytes(b"1" * 1000)
+    c.push("team/onefile", str(tmp_path / "one.bin"))
+    with pytest.raises(kestrel.AlreadyExistsError, match="is a directory: a file version replaces only"):
+        c.pull("team/onefile", str(tmp_path / "target"))
+    assert not list((tmp_path / "target").iterdir()) and not list(tmp_path.glob("target.kestrel-*"))
 
 
 def test_a_keras_model_saved_as_a_directory_round_trips(kestreld, tmp_path):

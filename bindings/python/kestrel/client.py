@@ -378,7 +378,9 @@ class Client(Handle):
 
     def pull(self, ref: str, dest: str, *, progress: Optional[Callable[["Progress"], None]] = None) -> str:
         """Pull "name", "name@N" or "name@alias" into dest (a file, or a directory for a directory
-        version), verified; returns dest."""
+        version), verified; returns dest. dest is the path made, never a folder to pull into (as
+        `kestrel pull REF DIR` takes it): a file version replaces a file or a symbolic link there (the
+        link itself, never what it points to), a directory version replaces a directory."""
         from . import repo
         return repo.pull(self, ref, dest, progress=progress)
 
