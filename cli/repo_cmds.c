@@ -356,8 +356,8 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
             const kestrel_model_version *v = kestrel_model_versions_at(vl, i);
             if (ctx->json) {
                 printf("%s\n{\"version\":%" PRId64 ",\"size\":%" PRId64 ",\"sha256\":\"%s\",\"created_ms\":%" PRId64
-                       ",\"aliases\":",
-                       i ? "," : "", v->version, v->size, v->sha256, v->created_ms);
+                       ",\"chunks\":%" PRId64 ",\"aliases\":",
+                       i ? "," : "", v->version, v->size, v->sha256, v->created_ms, v->chunks);
                 cli_json_string(stdout, v->aliases);
                 printf(",\"metadata\":%s}", v->metadata_json);
             } else {

@@ -358,6 +358,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         shown.aliases = NULL, shown.n_aliases = 0, shown.alias = (char *)protobuf_c_empty_string;
         shown.version = version;
         shown.file_count = (int64_t)in->n_files;
+        shown.chunk_count = (int64_t)in->n_chunks;
         if (!shown.metadata_json[0])
             shown.metadata_json = (char *)"{}";
         reply = (rc = kestrel__store_aliases(r->e->store, &shown)) < 0 ? kd_reply_failure(r, rc)

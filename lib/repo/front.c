@@ -191,7 +191,7 @@ static int versions_of(kestrel_model_versions **out, const Kestrel__V1__Manifest
         o->version = v->version;
         o->size = v->size;
         o->created_ms = v->created_ms;
-        o->chunks = (int64_t)v->n_chunks;
+        o->chunks = v->n_chunks ? (int64_t)v->n_chunks : v->chunk_count;   /* a listing: its count */
         o->sha256 = keep(l, kestrel__strdup(v->sha256));
         kestrel__buf_puts(&aliases, "");
         for (size_t k = 0; k < v->n_aliases; k++)

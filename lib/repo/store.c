@@ -475,7 +475,7 @@ static int64_t highest_ever(const char *dir)
     return top;
 }
 
-static int read_text(const char *path, kestrel_buf *out)
+int kestrel__store_read_text(const char *path, kestrel_buf *out)
 {
     char chunk[4096];
     size_t r;
@@ -499,7 +499,7 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
     ProtobufCMessage *m = NULL;
     int rc;
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
-    rc = read_text(path, &b);
+    rc = kestrel__store_read_text(path, &b);
     if (rc == KESTREL_ENOTFOUND)
         rc = kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
     if (rc == 0 && kestrel__wire_from_json(&m, &kestrel__v1__manifest__descriptor, b.ptr, b.size) == 0)
@@ -549,7 +549,7 @@ static int alias_read(kestrel__store *s, const char *name, const char *alias, in
     int rc;
     struct stat st;
     snprintf(path, sizeof(path), "%s/models/%s/aliases/%s", s->root, name, alias);
-    rc = read_text(path, &b);
+    rc = kestrel__store_read_text(path, &b);
     if (rc == KESTREL_ENOTFOUND) {   /* say which is missing: the model, or only its alias */
         snprintf(path, sizeof(path), "%s/models/%s", s->root, name);
         rc = stat(path, &st) < 0 && errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name)
@@ -583,6 +583,7 @@ int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Mani
     m->aliases = NULL;   /* what points at a version is the aliases folder's, not the manifest's */
     m->n_aliases = 0;
     m->alias = (char *)protobuf_c_empty_string;
+    m->file_count = m->chunk_count = 0;   /* listings' counts: a manifest's lists say them */
     for (;; next++) {
         m->version = next;
         text.size = 0;
@@ -625,6 +626,9 @@ int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Mani
     }
     if (version_out)
         *version_out = next;
+    m->version = next;
+    kestrel__store_listing_write(s, name, m);   /* best effort: a listing without it reads the manifest */
+    kestrel_error_clear();
     return alias_write(s, name, "latest", next);
 }
 
@@ -732,6 +736,8 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
         return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
                                : io_error("cannot delete", path);
     }
+    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.listing", s->root, name, (long long)version);
+    unlink(path);   /* what listings showed of it (a kill before this: the collection removes it) */
     for (char *a = aliases.ptr, *next; a && *a; a = next) {   /* its aliases go with it */
         next = strchr(a, ',');
         if (next)

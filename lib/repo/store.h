@@ -83,9 +83,16 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
 int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m);
 /* m as readers see it: file_count, its aliases, metadata_json "{}" when it has none. */
 int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m);
-/* name@version as listings show it: chunks and files left out (file_count says how many files), its
- * aliases filled in, metadata_json "{}" when it has none. */
+/* name@version as listings show it: chunks and files left out (chunk_count and file_count say how
+ * many), its aliases filled in, metadata_json "{}" when it has none. Read from versions/N.listing,
+ * written at the commit, so that a listing never reads a whole manifest (a dataset's is megabytes); a
+ * version without one (an earlier build's) is read from its manifest and its N.listing written then. */
 int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
+/* Write versions/N.listing for m, committed as name@m->version (atomically; errors are the caller's
+ * to ignore: the manifest stays the truth). */
+int kestrel__store_listing_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m);
+/* path's bytes, NUL-terminated (KESTREL_ENOTFOUND, unset, when it does not exist). */
+int kestrel__store_read_text(const char *path, kestrel_buf *out);
 /* Rewrite, once, the manifests of a store before format 2 in the current form (ROOT/format says
  * which a store has; store_legacy.c). kestrel__store_claim calls it. */
 int kestrel__store_migrate(kestrel__store *s);

@@ -11,7 +11,7 @@
  * anywhere under models/ (a killed commit's versions/N.json.tmp.X; no version or alias file has
  * ".tmp." in its name, so a regular file that has is a temp: a model's folder may, and folders are
  * only walked), the format file's in the root; a tombstone from before they were empty is emptied
- * (models_entry). Marking goes through the store's own listing
+ * and a listing left by a killed delete removed (models_entry). Marking goes through the store's own listing
  * (models, versions, manifests), sweeping through chunks/XX/. */
 #include <dirent.h>
 #include <errno.h>
@@ -97,20 +97,29 @@ static void temp_entry(int at, const char *name, const struct stat *sb, int walk
     }
 }
 
-/* models/...: temps, and a tombstone written before tombstones were empty (versions/N.deleted was
- * a link to the deleted manifest, keeping its file names and metadata) is emptied. One still linked
- * to its N.json (a delete killed between the two) is left: the version is live. An alias cannot be
- * named N.deleted (it starts with a letter), and folders are only walked. */
+/* models/...: temps; a tombstone written before tombstones were empty (versions/N.deleted was a
+ * link to the deleted manifest, keeping its file names and metadata) is emptied, but not one still
+ * linked to its N.json (a delete killed between the two: the version is live); a listing whose
+ * version is gone (N.listing without N.json: a delete killed before removing it) goes. An alias
+ * cannot be named N.anything (it starts with a letter), and folders are only walked. */
 static void models_entry(int at, const char *name, const struct stat *sb, int walked, void *ctx)
 {
-    char *end;
+    char *end, json[64];
+    long long n;
     int fd;
     struct stat now;
     temp_entry(at, name, sb, walked, ctx);
-    if (!S_ISREG(sb->st_mode) || sb->st_size == 0 || sb->st_nlink != 1 || !(*name >= '1' && *name <= '9'))
+    if (!S_ISREG(sb->st_mode) || !(*name >= '1' && *name <= '9'))
         return;
-    (void)strtoll(name, &end, 10);
-    if (strcmp(end, ".deleted") || (fd = openat(at, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+    n = strtoll(name, &end, 10);
+    if (!strcmp(end, ".listing")) {
+        snprintf(json, sizeof(json), "%lld.json", n);
+        if (faccessat(at, json, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT && unlinkat(at, name, 0) == 0)
+            ((temp_sweep *)ctx)->st->bytes_freed += sb->st_size;
+        return;
+    }
+    if (strcmp(end, ".deleted") || sb->st_size == 0 || sb->st_nlink != 1 ||
+        (fd = openat(at, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
         return;
     if (fstat(fd, &now) == 0 && S_ISREG(now.st_mode) && now.st_nlink == 1 && ftruncate(fd, 0) == 0)
         ((temp_sweep *)ctx)->st->bytes_freed += now.st_size;

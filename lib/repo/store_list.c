@@ -36,7 +36,10 @@ int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m)
 
 int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
 {
-    m->file_count = (int64_t)m->n_files;
+    if (m->n_files || m->n_chunks) {   /* a whole manifest: its lists count; a listing keeps its counts */
+        m->file_count = (int64_t)m->n_files;
+        m->chunk_count = (int64_t)m->n_chunks;
+    }
     if (!m->metadata_json[0]) {
         if (m->metadata_json != protobuf_c_empty_string)
             free(m->metadata_json);
@@ -48,21 +51,78 @@ int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
     return kestrel__store_aliases(s, m);
 }
 
+static void listing_path(kestrel__store *s, const char *name, int64_t version, char *out, size_t n)
+{
+    snprintf(out, n, "%s/models/%s/versions/%lld.listing", kestrel__store_root(s), name, (long long)version);
+}
+
+int kestrel__store_listing_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m)
+{
+    char path[PATH_MAX];
+    Kestrel__V1__Manifest shown = *m;   /* shallow: only the lists are left out */
+    kestrel_buf text = KESTREL_BUF_INIT;
+    int rc;
+    shown.chunks = NULL, shown.n_chunks = 0, shown.files = NULL, shown.n_files = 0;
+    shown.aliases = NULL, shown.n_aliases = 0, shown.alias = (char *)protobuf_c_empty_string;
+    shown.chunk_count = (int64_t)m->n_chunks;
+    shown.file_count = (int64_t)m->n_files;
+    listing_path(s, name, m->version, path, sizeof(path));
+    if ((rc = kestrel__wire_to_json(&text, &shown.base, 0)) == 0)
+        rc = kestrel__write_file_atomic(path, text.ptr, text.size, 0);
+    kestrel_buf_dispose(&text);
+    return rc;
+}
+
+/* versions/N.listing, when there is one that reads as N's; NULL else (an earlier build's version). */
+static Kestrel__V1__Manifest *listing_read(kestrel__store *s, const char *name, int64_t version)
+{
+    char path[PATH_MAX];
+    kestrel_buf b = KESTREL_BUF_INIT;
+    ProtobufCMessage *pm = NULL;
+    Kestrel__V1__Manifest *m = NULL;
+    listing_path(s, name, version, path, sizeof(path));
+    if (kestrel__store_read_text(path, &b) == 0 &&
+        kestrel__wire_from_json(&pm, &kestrel__v1__manifest__descriptor, b.ptr, b.size) == 0) {
+        m = (Kestrel__V1__Manifest *)pm;
+        if (m->version != version || m->n_chunks || m->n_files) {   /* not one this store wrote */
+            kestrel__manifest_free(m);
+            m = NULL;
+        }
+    }
+    kestrel_buf_dispose(&b);
+    kestrel_error_clear();
+    return m;
+}
+
 int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
 {
-    Kestrel__V1__Manifest *m;
-    int rc = kestrel__store_manifest(s, name, version, &m);
-    if (rc < 0)
-        return rc;
-    for (size_t i = 0; i < m->n_chunks; i++)
-        protobuf_c_message_free_unpacked(&m->chunks[i]->base, NULL);
-    m->n_chunks = 0;
-    if ((rc = kestrel__store_decorate(s, m)) == 0) {
+    Kestrel__V1__Manifest *m = listing_read(s, name, version);
+    int rc;
+    if (m == NULL) {   /* committed by an earlier build: read whole once, the listing written for next time */
+        if ((rc = kestrel__store_manifest(s, name, version, &m)) < 0)
+            return rc;
+        if (kestrel__store_listing_write(s, name, m) < 0)
+            kestrel_error_clear();   /* a store this process may only read */
+        m->chunk_count = (int64_t)m->n_chunks;
+        for (size_t i = 0; i < m->n_chunks; i++)
+            protobuf_c_message_free_unpacked(&m->chunks[i]->base, NULL);
+        m->n_chunks = 0;
+        m->file_count = (int64_t)m->n_files;
         for (size_t i = 0; i < m->n_files; i++)
             protobuf_c_message_free_unpacked(&m->files[i]->base, NULL);
         m->n_files = 0;
     }
-    if (rc < 0) {
+    if (strcmp(m->name, name)) {   /* its folder's name is its name */
+        char *n = kestrel__strdup(name);
+        if (n == NULL) {
+            kestrel__manifest_free(m);
+            return kestrel__error_oom();
+        }
+        if (m->name != protobuf_c_empty_string)
+            free(m->name);
+        m->name = n;
+    }
+    if ((rc = kestrel__store_decorate(s, m)) < 0) {
         kestrel__manifest_free(m);
         return rc;
     }

@@ -41,6 +41,7 @@ def test_push_pull_dedupe_versions_aliases(kestreld, tmp_path, monkeypatch):
     vs = c.versions("team/big")
     assert [v.version for v in vs] == [1, 2, 3]
     assert vs[0].metadata == {"framework": "keras"} and "production" in vs[1].aliases and "latest" in vs[2].aliases
+    assert vs[0].chunks == vs[1].chunks >= 2 and vs[2].chunks >= 2       # a listing counts them (it said 0)
     assert c.models() == ["team/big"]
     c.set_alias("team/big", "staging", 1)
     c.delete_version("team/big", 3)

@@ -54,6 +54,11 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
         d.cli("pull", "alice/m@production", "-o", str(out), env=d.env(KESTREL_TOKEN=alice))
         import hashlib
         assert hashlib.sha256(out.read_bytes()).hexdigest() == (old_dir / "model.sha").read_text().strip()
+        # its versions list with their chunk counts (no N.listing then: read from the manifest, written now)
+        listed = json.loads(d.cli("-o", "json", "models", "alice/m", env=d.env(KESTREL_TOKEN=alice)).stdout)
+        assert listed["versions"] and all(int(v["chunk_count"]) > 0 for v in listed["versions"]), listed
+        vdir = old_dir / "data" / "repo" / "models" / "alice" / "m" / "versions"
+        assert {p.stem for p in vdir.glob("*.listing")} == {p.stem for p in vdir.glob("*.json")}
         assert d.cli("push", "alice/m", str(out), env=d.env(KESTREL_TOKEN=alice)).returncode == 0
         bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
         assert d.cli("push", "alice/m", str(out), env=d.env(KESTREL_TOKEN=bob), check=False).returncode != 0
