@@ -71,7 +71,7 @@ KESTREL_API int kestrel_model_push(int64_t *version_out, kestrel_client *client,
  * whole digest, each chunk's own checked too when the whole does not match, to name the damaged one
  * as KESTREL_EPROTO; a directory's chunks, files and listing each against theirs); dest appears (by
  * rename) only complete and verified, never half-written; a file version is made with the mode any
- * new file gets (0666 less the umask), a directory version's files with their pushed modes. A directory
+ * new file gets (0666 less the umask), a directory version's files with their pushed modes less the umask. A directory
  * version becomes the directory dest (every file verified; an existing directory is replaced whole;
  * KESTREL_EEXISTS when dest is something else).
  */

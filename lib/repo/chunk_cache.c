@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "chunk_cache.h"
+#include "own_dir.h"
 #include "internal.h"
 #include "store.h"
 
@@ -48,15 +49,15 @@ static int64_t parse_size(const char *s)
 
 int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *leaf)
 {
-    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (env && !*env)
-        out[0] = '\0';
-    else if (env)
+    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+    char home[1024];
+    out[0] = '\0';
+    if (env && *env)
         snprintf(out, n, "%s%s", env, env_suffix);
-    else if (xdg && *xdg)
+    else if (!env && xdg && *xdg)
         snprintf(out, n, "%s/kestrel/%s", xdg, leaf);
-    else
-        snprintf(out, n, "%s/.cache/kestrel/%s", home ? home : "/tmp", leaf);
+    else if (!env && kestrel__home(home, sizeof(home)))   /* never /tmp: anyone may make a folder there */
+        snprintf(out, n, "%s/.cache/kestrel/%s", home, leaf);
     return out[0] && parse_size(getenv("KESTREL_CACHE_MAX")) != 0;
 }
 
@@ -68,7 +69,9 @@ void kestrel__cache_open(kestrel__chunk_cache *cache)
     if (!kestrel__cache_dir(cache->dir, sizeof(cache->dir), "", "chunks"))
         return;
     snprintf(packs, sizeof(packs), "%s/packs", cache->dir);
-    cache->on = kestrel__mkdirs(packs, 0700) == 0 && access(packs, W_OK) == 0;
+    /* only in folders no one else can change: another user's would show them every pulled file */
+    cache->on = kestrel__mkdirs(packs, 0700) == 0 && access(packs, W_OK) == 0 && kestrel__dir_own(cache->dir) &&
+                kestrel__dir_own(packs);
 }
 
 void kestrel__cache_close(kestrel__chunk_cache *cache)

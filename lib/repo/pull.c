@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "chunk_cache.h"
+#include "own_dir.h"
 #include "pull_layout.h"
 #include "store.h"
 #include "transport.h"
@@ -212,21 +213,6 @@ static int whole_mismatch(pull_state *ps, const Kestrel__V1__Manifest *mf, int f
 }
 
 /* Keep the pulled file at path in the chunk cache as a pack (a hard link), then bound the cache. */
-/* The permission bits a file made now gets (0666 less the umask), read without changing the umask
- * (umask(2) would, for every thread); 0600, mkstemp's, when /proc does not say. */
-static mode_t made_file_mode(void)
-{
-    char line[128];
-    unsigned int mask = 077;
-    FILE *f = fopen("/proc/self/status", "re");
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "Umask: %o", &mask) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return (mode_t)(0666 & ~mask);
-}
-
 static void keep_pack(kestrel__chunk_cache *cache, const char *path, const Kestrel__V1__Manifest *mf, int64_t downloaded)
 {
     kestrel__cache_item *items = downloaded ? calloc(mf->n_chunks + 1, sizeof(*items)) : NULL;
@@ -352,7 +338,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
             goto done;
         }
         {   /* a file pulled is like any file made here (mkstemp's 0600 is the temp's, found by a test) */
-            int synced = fchmod(fd, made_file_mode()) == 0 && fsync(fd) == 0, closed = close(fd) == 0;
+            int synced = fchmod(fd, 0666 & ~kestrel__umask()) == 0 && fsync(fd) == 0, closed = close(fd) == 0;
             fd = -1;
             if (!synced || !closed) {
                 rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));

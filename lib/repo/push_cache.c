@@ -13,6 +13,7 @@
 #include "push_cache.h"
 #include "chunk.h"
 #include "chunk_cache.h"
+#include "own_dir.h"
 #include "store.h"
 
 #define MAX_PATH_LEN 4096
@@ -157,8 +158,9 @@ kestrel__pushcache *kestrel__pushcache_open(const char *abs)
 {
     char dir[2100], key[KESTREL__HEX_LEN + 1];
     kestrel__pushcache *pc;
+    /* only in a folder no one else can change: another user's record would choose what is not sent */
     if (!kestrel__cache_dir(dir, sizeof(dir), ".stat", "stat") || kestrel__mkdirs(dir, 0700) < 0 ||
-        (pc = calloc(1, sizeof(*pc))) == NULL)
+        !kestrel__dir_own(dir) || (pc = calloc(1, sizeof(*pc))) == NULL)
         return NULL;
     kestrel__sha256_hex(abs, strlen(abs), key);
     snprintf(pc->file, sizeof(pc->file), "%s/%s", dir, key);

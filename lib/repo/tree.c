@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "filehash.h"
+#include "own_dir.h"
 #include "repo.h"
 #include "store.h"
 
@@ -229,7 +230,7 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *
     return 0;
 }
 
-/* Open file j for writing (made on first use: owner-writable until finish sets its mode). */
+/* Open file j for writing (made on first use 0600, the owner's alone, until finish sets its mode). */
 static int open_file(kestrel__tree_out *t, size_t j)
 {
     const Kestrel__V1__TreeFile *f = t->m->files[j];
@@ -243,7 +244,7 @@ static int open_file(kestrel__tree_out *t, size_t j)
     snprintf(path, sizeof(path), "%s/%s", t->tmp, f->path);
     if (!t->created[j] && (rc = parents(t->tmp, f->path, t->made, sizeof(t->made))) < 0)
         return rc;
-    t->fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | (t->created[j] ? 0 : O_CREAT | O_EXCL), (f->mode | 0200) & 0777);
+    t->fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | (t->created[j] ? 0 : O_CREAT | O_EXCL), 0600);
     if (t->fd < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
     t->created[j] = 1;
@@ -312,6 +313,7 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
     size_t chunk = 0;
     struct stat st;
     int rc = 0, dfd;
+    mode_t mask = kestrel__umask();
     if (t->fd >= 0)
         close(t->fd);
     t->fd = -1;
@@ -324,7 +326,9 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
             rc = kestrel__error_set(KESTREL_EPROTO, "%s does not match its digest", f->path);
         chunk += (size_t)f->chunks;
         snprintf(path, sizeof(path), "%s/%s", t->tmp, f->path);
-        if (rc == 0 && !(f->mode & 0200) && chmod(path, f->mode & 0777) < 0)
+        /* its pushed bits less the umask, as tar gives a user: the pusher may be someone else, who
+         * must not make the puller's files writable by others (found by a hostile test) */
+        if (rc == 0 && chmod(path, f->mode & 0777 & ~mask) < 0)
             rc = kestrel__error_set(KESTREL_EIO, "cannot chmod %s: %s", path, strerror(errno));
     }
     if (t->fd >= 0)
@@ -332,7 +336,7 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
     t->fd = -1;
     /* every file and folder durable at once: one syncfs instead of an fsync a file */
     if (rc == 0 && (dfd = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
-        chmod(t->tmp, 0755);   /* mkdtemp made it 0700 */
+        chmod(t->tmp, 0777 & ~mask);   /* mkdtemp made it 0700; its folders were made with the umask */
         if (syncfs(dfd) < 0)
             rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", t->tmp, strerror(errno));
         close(dfd);

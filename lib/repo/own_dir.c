@@ -1,0 +1,81 @@
+/* lib/repo/own_dir.c - the user's own folders and umask (own_dir.h). The caches trust what they
+ * find (a pull cache's pack is checked on every read, but a push's stat record names the chunks
+ * that are not sent again), so they live only where no one else can write: found by a hostile
+ * test, a cache under a /tmp/.cache another user had made let that user read every pulled file
+ * and choose the bytes of the next push. */
+#include <errno.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "own_dir.h"
+
+mode_t kestrel__umask(void)
+{
+    char line[128];
+    unsigned int mask = 077;
+    FILE *f = fopen("/proc/self/status", "re");
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "Umask: %o", &mask) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (mode_t)(mask & 0777);
+}
+
+int kestrel__home(char *out, size_t n)
+{
+    const char *home = getenv("HOME");
+    struct passwd pw, *got = NULL;
+    char buf[4096];
+    if (home && home[0] == '/')
+        return snprintf(out, n, "%s", home) < (int)n;
+    if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &got) != 0 || got == NULL || !got->pw_dir ||
+        got->pw_dir[0] != '/')
+        return 0;
+    return snprintf(out, n, "%s", got->pw_dir) < (int)n;
+}
+
+/* Each entry of path (absolute) from the leaf up to /: a folder owned by this user or root and
+ * writable by no one else unless sticky, a link owned by this user or root (no one else can then
+ * swap any of them); with strict, the leaf a folder of this user's that no one else may write. */
+static int chain_own(char *path, int strict)
+{
+    uid_t me = geteuid();
+    struct stat st;
+    for (;; strict = 0) {
+        char *slash;
+        if (lstat(path, &st) < 0 || (st.st_uid != me && st.st_uid != 0))
+            return 0;
+        if (strict ? !S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 022)
+                   : S_ISDIR(st.st_mode) ? (st.st_mode & 022) && !(st.st_mode & S_ISVTX) : !S_ISLNK(st.st_mode))
+            return 0;
+        if (!strcmp(path, "/"))
+            return 1;
+        if ((slash = strrchr(path, '/')) == NULL)
+            return 0;
+        slash[slash == path] = '\0';   /* "/a" -> "/" */
+    }
+}
+
+int kestrel__dir_own(const char *dir)
+{
+    char given[PATH_MAX], real[PATH_MAX], cwd[PATH_MAX];
+    size_t n;
+    if (realpath(dir, real) == NULL || !chain_own(real, 1))
+        return 0;   /* where it is */
+    if (dir[0] == '/')
+        n = (size_t)snprintf(given, sizeof(given), "%s", dir);
+    else if (getcwd(cwd, sizeof(cwd)) != NULL)
+        n = (size_t)snprintf(given, sizeof(given), "%s/%s", cwd, dir);
+    else
+        return 0;
+    if (n >= sizeof(given))
+        return 0;
+    while (n > 1 && given[n - 1] == '/')
+        given[--n] = '\0';
+    return chain_own(given, 0);   /* the way to it, links and all */
+}
