@@ -261,11 +261,18 @@ static int picked_dest(cli_ctx *ctx, const char *ref, const char *dir, int repla
                         "'-', or with a separator, a control character or a bidirectional mark): writing %s instead\n",
                 ref, name);
     snprintf(out, n, "%s%s%s", dir, *dir ? "/" : "", name);
-    if (pushed && !replace && lstat(out, &st) == 0) {
+    if (pushed && !replace && lstat(out, &st) == 0) {   /* a path given that is a folder goes inside it too: */
         fprintf(stderr, "kestrel: pull: %s exists; its name is the one %s was pushed from (the pusher's choice), so "
-                        "it replaces nothing there: add --replace, or give the path (kestrel pull %s PATH)\n", out,
-                ref, ref);
+                        "it replaces nothing there: add --replace to replace it, or give a path that does not exist "
+                        "(kestrel pull %s NEW-PATH)\n", out, ref, ref);   /* (found by a hostile test) */
         return 1;
+    }
+    {   /* val/val: pulled into the folder of the same name, an earlier pull of it most likely */
+        const char *leaf = strrchr(dir, '/');
+        leaf = leaf ? leaf + 1 : dir;
+        if (*dir && !strcmp(leaf, name))
+            fprintf(stderr, "kestrel: pull: %s is a folder, so the version goes inside it, as %s; to replace %s itself, "
+                            "pull into the folder that holds it with --replace\n", dir, out, dir);
     }
     return 0;
 }

@@ -458,6 +458,19 @@ def test_a_name_picked_for_a_pull_is_plain_and_replaces_nothing(kestreld, tmp_pa
     (victim / "run.sh").write_text("mine")
     p = pull("bob/tool", "run.sh")                         # a path given: replaced
     assert p.returncode == 0 and (victim / "run.sh").read_text() == "echo pwned\n"
+    # a folder of the pushed name: the advice is --replace or a new path (a path that is a folder is
+    # gone into too: "give the path" made data/data, found by a hostile test), and going into a folder
+    # of the version's own name says so
+    data = tmp_path / "src" / "data"
+    data.mkdir(parents=True)
+    (data / "f").write_text("v1")
+    kestreld.cli("push", "bob/data", str(data), env=bob)
+    assert pull("bob/data").returncode == 0 and (victim / "data" / "f").read_text() == "v1"
+    p = pull("bob/data")
+    assert p.returncode == 1 and "add --replace to replace it, or give a path that does not exist" in p.stderr, p.stderr
+    p = pull("bob/data", "data")
+    assert p.returncode == 0 and "data is a folder, so the version goes inside it, as data/data" in p.stderr, p.stderr
+    assert (victim / "data" / "data" / "f").exists()
 
 
 def test_gc_collects_a_file_store_and_asks_kestreld_as_an_admin(kestreld, tmp_path):
