@@ -247,7 +247,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply);
     char msg[400], *s;
     int64_t version = 0;
-    int rc;
+    int rc, hold = -1;
     if (in == NULL)
         return reply;
     if (kestrel__manifest_check_commit(in) < 0) {   /* whole-file digests may be left to us */
@@ -279,7 +279,9 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     if (in->metadata_json != protobuf_c_empty_string)
         free(in->metadata_json);
     in->metadata_json = s;
-    /* complete before commit: every chunk is stored, and its bytes are the manifest's */
+    /* complete before commit: every chunk is stored, and its bytes are the manifest's; held from this
+     * check to the link, so that no collection removes a chunk checked here (store_gc.c) */
+    hold = kestrel__store_commit_hold(r->e->store);
     for (size_t i = 0; i < in->n_chunks; i++)
         if (!kestrel__store_has_chunk(r->e->store, in->chunks[i]->digest)) {
             snprintf(msg, sizeof(msg),
@@ -368,6 +370,7 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         free(shown.aliases);
     }
 out:
+    kestrel__store_commit_release(hold);
     protobuf_c_message_free_unpacked(&in->base, NULL);
     return reply;
 }

@@ -127,5 +127,11 @@ typedef struct {
  * writers once older than grace_s and KESTREL__TEMP_GRACE_S (lib/repo/store_gc.c explains why this
  * is safe beside concurrent pushes). */
 int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats);
+/* A commit's hold on the store (a shared flock of its root, in any process), taken before it checks
+ * that every chunk is stored (which refreshes their mtimes) and released after its link: a
+ * collection takes its cutoff only while no commit holds one (store_gc.c). Returns what to pass to
+ * kestrel__store_commit_release (-1: none, where the file system has no flock). */
+int kestrel__store_commit_hold(kestrel__store *s);
+void kestrel__store_commit_release(int hold);
 
 #endif

@@ -5,7 +5,9 @@
  * (its mtime is fresh) or because the store told it the chunk was there (kestrel__store_has_chunk
  * refreshes the mtime), so nothing a running push depends on is ever old enough to go; and a
  * commit checks that every chunk exists, so even a push slower than the grace period fails
- * cleanly instead of committing a version with a hole. Temp files left by a killed writer go
+ * cleanly instead of committing a version with a hole; it holds the store from that check to its
+ * link (kestrel__store_commit_hold), and the cutoff is taken only between such holds, so a chunk
+ * it checked is either touched at or after the cutoff or named by a version the marking sees. Temp files left by a killed writer go
  * after the same grace period, and never younger than KESTREL__TEMP_GRACE_S (a temp is a live
  * writer's until its rename, whatever the grace): chunks' in chunks/XX/, manifests' and aliases'
  * anywhere under models/ (a killed commit's versions/N.json.tmp.X; no version or alias file has
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -130,7 +133,7 @@ typedef struct {
     temp_sweep temps;
     const char *prefix;         /* the folder's two hex digits */
     const mark_set *m;
-    time_t cutoff;
+    struct timespec cutoff;
 } chunk_sweep;
 
 /* chunks/ab/cdef...: a chunk no version names once older than the grace, and temps (kestrel__dir_each). */
@@ -142,8 +145,9 @@ static void chunk_entry(int at, const char *name, const struct stat *sb, int wal
         temp_entry(at, name, sb, walked, &c->temps);
         return;
     }
-    if (!S_ISREG(sb->st_mode) || sb->st_mtime > c->cutoff || strlen(name) != KESTREL__HEX_LEN - 2)
-        return;   /* young, or not ours */
+    if (!S_ISREG(sb->st_mode) || strlen(name) != KESTREL__HEX_LEN - 2 || sb->st_mtim.tv_sec > c->cutoff.tv_sec ||
+        (sb->st_mtim.tv_sec == c->cutoff.tv_sec && sb->st_mtim.tv_nsec >= c->cutoff.tv_nsec))
+        return;   /* not ours, or young: at or after the cutoff */
     snprintf(hex, sizeof(hex), "%s%s", c->prefix, name);
     if (c->m->n && bsearch(hex, c->m->hex, c->m->n, sizeof(*c->m->hex), hex_cmp))   /* none marked: NULL array */
         return;
@@ -151,6 +155,40 @@ static void chunk_entry(int at, const char *name, const struct stat *sb, int wal
         c->temps.st->chunks_removed++;
         c->temps.st->bytes_freed += sb->st_size;
     }
+}
+
+int kestrel__store_commit_hold(kestrel__store *s)
+{
+    int fd = open(kestrel__store_root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);   /* one each: a flock is */
+    if (fd >= 0 && flock(fd, LOCK_SH) < 0) {                                     /* its open file's */
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+void kestrel__store_commit_release(int hold)
+{
+    if (hold >= 0)
+        close(hold);
+}
+
+/* The time a chunk must be older than to go: taken while no commit is between its check of its
+ * chunks and its link (an exclusive flock of the root), on the clock file times are stamped with
+ * (the coarse one), so that each chunk a commit checked is either at or after it or named by a
+ * version already linked, which the marking that follows sees. Found by a hostile test: with whole
+ * seconds and no such exclusion, grace 0 beside pushes left committed versions with holes. */
+static struct timespec sweep_cutoff(kestrel__store *s, int64_t grace_s)
+{
+    struct timespec now;
+    int fd = open(kestrel__store_root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0)
+        (void)flock(fd, LOCK_EX);
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    if (fd >= 0)
+        close(fd);
+    now.tv_sec -= (time_t)grace_s;
+    return now;
 }
 
 int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats)
@@ -161,7 +199,7 @@ int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stat
     /* the cutoff is taken before marking: a chunk written after it is never swept this round; a temp
      * is some writer's until its rename, however short the grace asked (found by a test: grace 0
      * beside a push removed a chunk's temp before its rename, and the push failed) */
-    time_t cutoff = time(NULL) - (time_t)grace_s;
+    struct timespec cutoff = sweep_cutoff(s, grace_s);
     time_t temp_cutoff = time(NULL) - (time_t)(grace_s > KESTREL__TEMP_GRACE_S ? grace_s : KESTREL__TEMP_GRACE_S);
     DIR *top;
     struct dirent *e;

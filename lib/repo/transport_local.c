@@ -74,7 +74,8 @@ static int send_chunks(kestrel__transport *t, const kestrel__push_files *files, 
     return rc;
 }
 
-static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)
+/* From its check of the chunks to its link, under the store's commit hold (store_gc.c). */
+static int commit_held(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)
 {
     int rc;
     for (size_t i = 0; i < m->n_chunks; i++)   /* a chunk collected since the push asked */
@@ -96,7 +97,14 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *vers
         if (rc < 0 || (rc = kestrel__manifest_check(m)) < 0)   /* whole now: a listing digest given must hold */
             return rc;
     }
-    if ((rc = kestrel__store_commit(STORE(t), m->name, m, version)) < 0)
+    return kestrel__store_commit(STORE(t), m->name, m, version);
+}
+
+static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)
+{
+    int hold = kestrel__store_commit_hold(STORE(t)), rc = commit_held(t, m, version);
+    kestrel__store_commit_release(hold);
+    if (rc < 0)
         return rc;
     return m->alias[0] ? kestrel__store_alias_set(STORE(t), m->name, m->alias, *version) : 0;
 }
