@@ -175,7 +175,7 @@ static enum MHD_Result dispatch(kd_req *r)
     }
     if (rt.area == KD_AREA_CONSOLE)
         return kd_console_route(r->console, r);
-    if (authenticate(r, &reply) < 0)
+    if (!r->authed && authenticate(r, &reply) < 0)
         return reply;
     if ((why = scope_refusal(&r->who, &rt)) != NULL)
         return kd_reply_error(r, 403, "permission_denied", why);
@@ -280,6 +280,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return MHD_NO;
             r->started = 0;
             return MHD_YES;
+        }
+        if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+            /* a body is read only for a caller known to be allowed the route (found by a hostile test:
+             * six connections with no token held 1.2 GB of manifest bodies, checked once read) */
+            enum MHD_Result reply = MHD_NO;
+            const char *why;
+            kd_route rt;
+            kd_route_parse(method, url, &rt);
+            if (rt.area != KD_AREA_CONSOLE && rt.area != KD_AREA_HEALTH && rt.area != KD_AREA_NONE) {
+                r->started = 1;
+                if (authenticate(r, &reply) < 0)
+                    return reply;
+                if ((why = scope_refusal(&r->who, &rt)) != NULL)
+                    return kd_reply_error(r, 403, "permission_denied", why);
+                r->authed = 1;
+                r->started = 0;
+            }
         }
         if (cl && strtoull(cl, NULL, 10) > r->body_max) {
             /* refuse before reading the body */

@@ -26,7 +26,7 @@ typedef struct kd_req {
     kd_console *console;        /* the web console's sessions (console.h) */
     int via_cookie;             /* authenticated by a console session, not a bearer token */
     kd_pack *pack;              /* POST /api/v1/chunks/pack: streamed, never buffered whole */
-    int authed;
+    int authed;                 /* authenticated at the headers already, before its body was read */
     /* long polls (api_wait.c) */
     kd_waiters *waiters;
     int64_t deadline;           /* 0 until the request first decides to wait */
