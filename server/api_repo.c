@@ -473,6 +473,16 @@ static enum MHD_Result settings(kd_req *r, const char *name)
         return kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
     } else if ((rc = kd_catalog_model_visibility(r->e->cat, name, &vis)) < 0) {
         return kd_reply_failure(r, rc);
+    } else if (kd_repo_check(r, name, KD_REPO_SETTINGS, why, sizeof(why)) != 0) {
+        int64_t *vs = NULL;   /* a reader who may not write it: only a model that exists has settings */
+        size_t n = 0;
+        rc = kestrel__store_versions(r->e->store, name, &vs, &n);
+        free(vs);
+        if (rc < 0 || n == 0) {
+            kestrel_error_clear();
+            snprintf(why, sizeof(why), "no model %s", name);
+            return kd_reply_error(r, 404, "not_found", why);
+        }
     }
     out.name = (char *)name;
     out.visibility = (char *)vis_names[vis];
@@ -636,8 +646,12 @@ enum MHD_Result kd_route_repo(kd_req *r)
             return kd_reply_error(r, 404, "not_found", "no such endpoint");
         if (st == -2)
             return kd_reply_error(r, 400, "invalid_argument", "bad model name: " KESTREL__NAME_RULE);
-        if (!kd_repo_may_read(r, name)) {
-            snprintf(why, sizeof(why), "no model '%s'", name);
+        /* one a caller may not read is answered as one that does not exist, word for word (the store's
+         * "no model NAME"); a change is refused by the namespace alone (kd_repo_check: 403 whether or
+         * not the model exists), never 404 for a private one and 403 for a missing one (found by a
+         * hostile test: the difference told which private models exist) */
+        if (get_ && !kd_repo_may_read(r, name)) {
+            snprintf(why, sizeof(why), "no model %s", name);
             return kd_reply_error(r, 404, "not_found", why);
         }
         if (part == KD_MODEL_SETTINGS)

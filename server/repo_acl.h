@@ -8,8 +8,8 @@ typedef enum { KD_REPO_PUSH, KD_REPO_ALIAS, KD_REPO_DELETE, KD_REPO_SETTINGS } k
 
 /* 1 when the caller may read model name (list it, see its versions, pull it). */
 int kd_repo_may_read(kd_req *r, const char *name);
-/* 0 when the caller may do op on model name; else the HTTP status (404: it cannot even see the
- * model; 403: it may not write it) with the reason in why. */
+/* 0 when the caller may do op on model name; else 403 with the reason in why: decided by the
+ * namespace (and a job token's limits) alone, so it tells nothing of whether the model exists. */
 int kd_repo_check(kd_req *r, const char *name, kd_repo_op op, char *why, size_t n);
 
 #endif

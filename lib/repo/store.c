@@ -500,8 +500,13 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
     int rc;
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
     rc = kestrel__store_read_text(path, &b);
-    if (rc == KESTREL_ENOTFOUND)
-        rc = kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
+    if (rc == KESTREL_ENOTFOUND) {   /* say which is missing: the model, or only its version */
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/models/%s/versions", s->root, name);
+        rc = stat(path, &st) < 0 && errno == ENOENT
+                 ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name)
+                 : kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
+    }
     if (rc == 0 && kestrel__wire_from_json(&m, &kestrel__v1__manifest__descriptor, b.ptr, b.size) == 0)
         *out = (Kestrel__V1__Manifest *)m;
     else if (rc == 0 && kestrel__store_legacy_manifest(b.ptr, out) < 0)

@@ -152,6 +152,14 @@ def test_namespaces_decide_who_writes(daemon, tmp_path):
     assert d.cli("pull", "alice/resnet", "-o", str(tmp_path / "p"), env=as_user(d, bob), check=False).returncode != 0
     assert versions(d, "alice/resnet", carol)[0] == 404
     assert versions(d, "alice/resnet", alice)[0] == 200
+    # and bob cannot tell it from a model that does not exist, by any route (found by a hostile test:
+    # settings said 200 for a missing one and 404 for a private one; writes 403 and 404; the texts differed)
+    for method, path, body in (("GET", "versions", None), ("GET", "versions/1", None), ("GET", "settings", None),
+                               ("POST", "settings", {"visibility": "all"}), ("DELETE", "versions/1", None),
+                               ("PUT", "aliases/x", {"version": 1}), ("POST", "versions", {"size": 0})):
+        got = [d.api(method, f"/api/v1/models/alice/{m}/{path}", body, token=bob) for m in ("resnet", "nothere")]
+        assert got[0][0] == got[1][0] in (403, 404), (method, path, got)
+        assert got[0][1]["message"].replace("resnet", "nothere") == got[1][1]["message"], (method, path, got)
     d.cli("model", "set", "alice/resnet", "--visibility", "team", env=as_user(d, alice))
     assert versions(d, "alice/resnet", carol)[0] == 200 and versions(d, "alice/resnet", bob)[0] == 404
     # an admin writes everywhere
