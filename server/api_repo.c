@@ -541,8 +541,14 @@ static enum MHD_Result missing(kd_req *r)
             protobuf_c_message_free_unpacked(&q->base, NULL);
             return kd_reply_error(r, 400, "invalid_argument", "field 'digests': 64 lowercase hex digits each");
         }
-        if (!kestrel__store_has_chunk(r->e->store, q->digests[i]))
+        if (r->who.scope == KD_SCOPE_READ) {   /* a pull's question: it keeps nothing from the collection */
+            char path[PATH_MAX];                  /* (found by a hostile test: a reader kept deleted data) */
+            kestrel__store_chunk_path(r->e->store, q->digests[i], path, sizeof(path));
+            if (access(path, F_OK) != 0)
+                res.missing[res.n_missing++] = q->digests[i];
+        } else if (!kestrel__store_has_chunk(r->e->store, q->digests[i])) {   /* a push's: refreshed */
             res.missing[res.n_missing++] = q->digests[i];
+        }
     }
     /* a commit may leave whole-file digests to this server: said only to a client that asks, since an
      * older one refuses a field it does not know */

@@ -648,8 +648,9 @@ int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Mani
         return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': " KESTREL__NAME_RULE, name);
     if (at && at[1] >= '0' && at[1] <= '9') {
         char *end;
+        errno = 0;
         version = strtoll(at + 1, &end, 10);
-        if (*end || version <= 0)
+        if (*end || version <= 0 || errno == ERANGE)
             return kestrel__error_set(KESTREL_EINVALID, "bad version in '%.64s'", ref);
     } else {
         const char *alias = at ? at + 1 : "latest";
@@ -697,13 +698,23 @@ int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t versi
 int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *alias, int64_t version)
 {
     char path[PATH_MAX];
+    int64_t now = 0;
+    int rc;
     if (!kestrel__alias_valid(alias) || !strcmp(alias, "latest"))
         return kestrel__error_set(KESTREL_EINVALID, "bad alias '%.64s': " KESTREL__ALIAS_RULE ", not 'latest' (it "
                                   "follows pushes)", alias ? alias : "");
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
     if (access(path, F_OK) != 0)
         return kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
-    return alias_write(s, name, alias, version);
+    if ((rc = alias_write(s, name, alias, version)) < 0)
+        return rc;
+    if (access(path, F_OK) != 0) {   /* deleted meanwhile, its aliases collected before this one was
+                                      * written (found by a hostile test): the alias goes too */
+        if (alias_read(s, name, alias, &now) == 0 && now == version)   /* unless set again since */
+            kestrel__store_alias_delete(s, name, alias);
+        return kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
+    }
+    return 0;
 }
 
 int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias)

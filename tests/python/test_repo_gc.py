@@ -260,3 +260,28 @@ def test_a_collection_with_grace_0_beside_commits_never_leaves_a_hole(kestreld):
              if raw(kestreld, "POST", "/api/v1/chunks/fetch", json.dumps({"digests": [c["digest"] for c in cs]}).encode(),
                     token=bob)[0] != 200]
     assert not holes, f"{len(holes)} of {len(committed)} committed versions lost chunks"
+
+
+def test_a_readers_question_keeps_nothing_from_the_collection(kestreld, tmp_path):
+    """chunks/missing refreshed the mtime of every chunk it found, for any caller, so anyone holding
+    a deleted version's digests and a read token kept its chunks from the collection forever (found
+    by a hostile test). A read-scoped question (a pull's) now only looks; a writer's (a push's, which
+    will rely on what it is told) still refreshes."""
+    data = os.urandom(300_000)
+    digest = hashlib.sha256(data).hexdigest()
+    from test_repo_http import pack
+    assert raw(kestreld, "POST", "/api/v1/chunks/pack", pack(data), "application/octet-stream")[0] == 200
+    reader = json.loads(raw(kestreld, "POST", "/api/v1/tokens",
+                            json.dumps({"user": "rita", "scope": "read"}).encode())[1])["token"]
+    path = kestreld.data / "repo" / "chunks" / digest[:2] / digest[2:]
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    q = json.dumps({"digests": [digest]}).encode()
+    status, body = raw(kestreld, "POST", "/api/v1/chunks/missing", q, token=reader)
+    assert status == 200 and digest not in body.decode()
+    assert abs(path.stat().st_mtime - old) < 1                       # only looked
+    assert raw(kestreld, "POST", "/api/v1/chunks/missing", q)[0] == 200
+    assert path.stat().st_mtime > time.time() - 60                   # a writer's: refreshed
+    os.utime(path, (old, old))
+    raw(kestreld, "POST", "/api/v1/chunks/missing", q, token=reader)
+    assert int(gc(kestreld, 3600)[1]["chunks_removed"]) == 1          # unreferenced and old: collected

@@ -103,3 +103,10 @@ def test_metadata_is_bounded_and_an_empty_reference_is_refused(kestreld, tmp_pat
     p = kestreld.cli("pull", "team/meta@", str(tmp_path / "out.txt"), check=False)
     assert p.returncode == 1 and "a version or an alias after '@'" in p.stderr, p.stderr
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_a_version_number_past_int64_is_a_bad_reference(kestreld):
+    """versions/99999999999999999999 was read as 9223372036854775807 and answered 404 'no version
+    9223372036854775807' (found by a hostile test); it is a bad reference: 400."""
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/m/versions/99999999999999999999")
+    assert status == 400 and b"bad version" in body, body
