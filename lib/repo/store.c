@@ -740,18 +740,18 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
     if (access(path, F_OK) != 0)
         return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
                                : io_error("cannot delete", path);
-    if ((rc = kestrel__store_aliases_of(s, name, version, &aliases)) < 0)
-        return rc;
     snprintf(dir, sizeof(dir), "%s/models/%s/versions/%lld.deleted", s->root, name, (long long)version);
     /* a tombstone keeps the number from ever being given out again; it is empty: the version's
      * file names and metadata go with it (it was a link to the manifest, found by a hostile test) */
     if ((fd = open(dir, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)) >= 0)
         close(fd);
-    if ((fd < 0 && errno != EEXIST) || unlink(path) < 0) {
-        kestrel_buf_dispose(&aliases);
+    if ((fd < 0 && errno != EEXIST) || unlink(path) < 0)
         return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
                                : io_error("cannot delete", path);
-    }
+    /* its aliases, listed once it is gone: one set meanwhile either saw it gone (and took its alias
+     * back, kestrel__store_alias_set) or was written before this listing */
+    if ((rc = kestrel__store_aliases_of(s, name, version, &aliases)) < 0)
+        return rc;
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.listing", s->root, name, (long long)version);
     unlink(path);   /* what listings showed of it (a kill before this: the collection removes it) */
     for (char *a = aliases.ptr, *next; a && *a; a = next) {   /* its aliases go with it */

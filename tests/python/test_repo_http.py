@@ -722,3 +722,26 @@ def test_an_alias_set_while_its_version_is_deleted_never_outlives_it(kestreld, t
         if status != 200 and (kestreld.data / "repo" / "models" / "team" / "ar" / "aliases" / f"a{i}").exists():
             dangling.append(i)
     assert not dangling, f"{len(dangling)} of 60 aliases name a deleted version"
+
+
+def test_a_commit_hashes_files_of_the_same_chunks_once_and_refuses_a_repetition_bomb(kestreld):
+    """A commit's whole-file digests are read back from the store: a 194 KB manifest naming one 4 MiB
+    chunk 2,000 times made kestreld hash 8 GB on the thread other requests wait on (found by a hostile
+    test). Files listing the same chunks are now hashed once (a dataset of copies costs one), and a
+    commit whose read-back passes 16x what it stores plus 1 GiB is refused at once, saying why."""
+    a, b = os.urandom(1 << 20), os.urandom(1 << 20)
+    assert raw(kestreld, "POST", "/api/v1/chunks/pack", pack(a, b), "application/octet-stream")[0] == 200
+
+    def entry(x):
+        return {"digest": hashlib.sha256(x).hexdigest(), "size": str(len(x))}
+    copies = 1200   # 2.4 GB to read back file by file; 2 MiB once the copies are seen as one
+    m = {"size": str(copies * 2 << 20), "chunks": [entry(a), entry(b)] * copies,
+         "files": [{"path": f"copy{i:04d}.bin", "size": str(2 << 20), "chunks": 2} for i in range(copies)]}
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/copies/versions", json.dumps(m).encode())
+    assert status == 201, body
+    got = json.loads(raw(kestreld, "GET", "/api/v1/models/team/copies/versions/1")[1])
+    assert {f["sha256"] for f in got["files"]} == {hashlib.sha256(a + b).hexdigest()}
+    bomb = {"size": str(1500 << 20), "chunks": [entry(a)] * 1500}
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/bomb/versions", json.dumps(bomb).encode())
+    assert status == 400 and b"repeat their chunks too often" in body, body
+    assert raw(kestreld, "GET", "/api/v1/models/team/bomb/versions")[0] == 404
