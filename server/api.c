@@ -10,7 +10,6 @@
 #include "metrics.h"
 #include "route.h"
 
-#define KD_MAX_PACK (1ull << 30)
 
 struct kd_api {
     struct MHD_Daemon *d;

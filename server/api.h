@@ -93,6 +93,8 @@ enum MHD_Result kd_repo_fetch(kd_req *r);
 enum MHD_Result kd_reply_chunks(kd_req *r, struct MHD_Response *resp, uint64_t bytes);
 /* A pack of user's (run, at: its ?run= and ?at=, NULL when absent: see repo_runs.h). */
 kd_pack *kd_pack_begin(kd_engine *e, int64_t user, const char *run, const char *at);
+/* A pack is at most this (by Content-Length at the headers, by what came for a chunked upload). */
+#define KD_MAX_PACK (1ull << 30)
 void kd_pack_feed(kd_pack *p, const char *data, size_t len);
 enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p);
 void kd_pack_free(kd_pack *p);

@@ -34,6 +34,8 @@ struct kd_pack {
     int64_t stored, bytes;
     int full;               /* the store's disk is full: 507, not the client's fault */
     int io;                 /* the store could not write: 500, not the client's fault either */
+    int too_big;            /* past KD_MAX_PACK: 413 */
+    uint64_t received;      /* every byte of the body so far (a chunked upload has no Content-Length) */
     char error[256];
 };
 
@@ -85,6 +87,10 @@ static void chunk_done(kd_pack *p)
 
 void kd_pack_feed(kd_pack *p, const char *data, size_t len)
 {
+    if ((p->received += len) > KD_MAX_PACK && !p->error[0]) {   /* found by a hostile test: a chunked */
+        p->too_big = 1;                                           /* upload stored 1.1 GiB */
+        pack_fail(p, "a pack is at most 1 GiB: send more packs");
+    }
     while (len > 0 && !p->error[0]) {
         if (p->head_len < 36) {
             size_t take = 36 - p->head_len < len ? 36 - p->head_len : len;
@@ -127,7 +133,8 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
     if (p->error[0]) {
         if (p->io && !p->full)
             fprintf(stderr, "kestreld: %s %s: %s\n", r->method, r->path, p->error);
-        reply = p->full ? kd_reply_error(r, 507, "insufficient_storage", p->error)
+        reply = p->too_big ? kd_reply_error(r, 413, "too_large", p->error)
+                : p->full ? kd_reply_error(r, 507, "insufficient_storage", p->error)
                 : p->io ? kd_reply_error(r, 500, "internal", p->error)
                         : kd_reply_error(r, 400, "invalid_argument", p->error);
     } else {

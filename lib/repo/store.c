@@ -515,15 +515,9 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
     if (rc == 0) {
         Kestrel__V1__Manifest *got = *out;
         got->version = version;   /* its file's name is its number, its folder's the model's name */
-        if (strcmp(got->name, name)) {
-            char *n = kestrel__strdup(name);
-            if (n == NULL) {
-                kestrel__manifest_free(got);
-                return kestrel__error_oom();
-            }
-            if (got->name != protobuf_c_empty_string)
-                free(got->name);
-            got->name = n;
+        if (strcmp(got->name, name) && (rc = kestrel__wire_set_string(&got->name, name)) < 0) {
+            kestrel__manifest_free(got);
+            *out = NULL;
         }
     }
     return rc;

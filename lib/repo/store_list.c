@@ -112,17 +112,8 @@ int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version,
             protobuf_c_message_free_unpacked(&m->files[i]->base, NULL);
         m->n_files = 0;
     }
-    if (strcmp(m->name, name)) {   /* its folder's name is its name */
-        char *n = kestrel__strdup(name);
-        if (n == NULL) {
-            kestrel__manifest_free(m);
-            return kestrel__error_oom();
-        }
-        if (m->name != protobuf_c_empty_string)
-            free(m->name);
-        m->name = n;
-    }
-    if ((rc = kestrel__store_decorate(s, m)) < 0) {
+    if ((strcmp(m->name, name) && (rc = kestrel__wire_set_string(&m->name, name)) < 0) ||   /* its folder's */
+        (rc = kestrel__store_decorate(s, m)) < 0) {
         kestrel__manifest_free(m);
         return rc;
     }

@@ -10,6 +10,16 @@ import subprocess
 import pytest
 
 
+def pull_under(kestreld, mask, ref, out, env):
+    """kestrel pull REF OUT with umask mask; returns OUT."""
+    old = os.umask(mask)
+    try:
+        kestreld.cli("pull", ref, str(out), env=env)
+    finally:
+        os.umask(old)
+    return out
+
+
 def test_a_deleted_version_leaves_an_empty_tombstone(kestreld, tmp_path):
     """kestrel rm kept the deleted version's whole manifest as its tombstone (a link to it: its file
     names and metadata stayed in the store; found by a hostile test). The tombstone is now empty and
@@ -50,12 +60,7 @@ def test_a_pulled_file_gets_the_mode_any_new_file_gets(kestreld, tmp_path):
         env = kestreld.env(KESTREL_URL=url, KESTREL_CACHE_DIR=str(tmp_path / "cache"))
         kestreld.cli("push", "team/mode", str(src), env=env)
         for mask, want in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
-            out = tmp_path / f"out-{mask:o}"
-            old = os.umask(mask)
-            try:
-                kestreld.cli("pull", "team/mode", str(out), env=env)
-            finally:
-                os.umask(old)
+            out = pull_under(kestreld, mask, "team/mode", tmp_path / f"out-{mask:o}", env)
             assert out.stat().st_mode & 0o777 == want, (url, oct(mask), oct(out.stat().st_mode))
             assert out.read_bytes() == src.read_bytes()
             out.unlink()
@@ -118,12 +123,7 @@ def test_a_pulled_directory_gets_its_pushed_modes_less_the_umask(kestreld, tmp_p
         env = kestreld.env(KESTREL_URL=url, KESTREL_CACHE_DIR="")
         kestreld.cli("push", "team/modes", str(src), env=env)
         for mask in (0o022, 0o077):
-            out = tmp_path / f"out-{mask:o}"
-            old = os.umask(mask)
-            try:
-                kestreld.cli("pull", "team/modes", str(out), env=env)
-            finally:
-                os.umask(old)
+            out = pull_under(kestreld, mask, "team/modes", tmp_path / f"out-{mask:o}", env)
             got = {rel: (out / rel).stat().st_mode & 0o7777 for rel in modes}
             assert got == {rel: mode & ~mask for rel, mode in modes.items()}, (url, oct(mask), got)
             assert (out.stat().st_mode & 0o777, (out / "sub").stat().st_mode & 0o777) == (0o777 & ~mask,) * 2

@@ -745,3 +745,28 @@ def test_a_commit_hashes_files_of_the_same_chunks_once_and_refuses_a_repetition_
     status, body = raw(kestreld, "POST", "/api/v1/models/team/bomb/versions", json.dumps(bomb).encode())
     assert status == 400 and b"repeat their chunks too often" in body, body
     assert raw(kestreld, "GET", "/api/v1/models/team/bomb/versions")[0] == 404
+
+
+def test_a_chunked_pack_past_1_gib_is_refused(kestreld):
+    """A pack's 1 GiB bound was checked on Content-Length alone: sent with chunked transfer encoding, a
+    1.1 GiB pack was stored whole (found by a hostile test). What comes is counted: 413. (The same 1
+    MiB chunk over and over: 1 GiB on the wire, 1 MiB on disk.)"""
+    import http.client
+    one = os.urandom(1 << 20)
+    frame = hashlib.sha256(one).digest() + struct.pack(">I", len(one)) + one
+    conn = http.client.HTTPConnection("127.0.0.1", int(kestreld.url.rsplit(":", 1)[1]), timeout=120)
+    conn.putrequest("POST", "/api/v1/chunks/pack")
+    conn.putheader("Authorization", f"Bearer {kestreld.token}")
+    conn.putheader("Content-Type", "application/octet-stream")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    try:
+        for _ in range(1030):
+            conn.send(b"%x\r\n" % len(frame) + frame + b"\r\n")
+        conn.send(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    r = conn.getresponse()
+    body = r.read()
+    conn.close()
+    assert r.status == 413 and b"at most 1 GiB" in body, (r.status, body)
