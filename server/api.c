@@ -8,6 +8,7 @@
 #include "api.h"
 #include "console.h"
 #include "metrics.h"
+#include "repo_acl.h"
 #include "route.h"
 
 
@@ -280,12 +281,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->started = 0;
             return MHD_YES;
         }
-        if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
-            /* a body is read only for a caller known to be allowed the route (found by a hostile test:
-             * six connections with no token held 1.2 GB of manifest bodies, checked once read) */
+        {   /* a body is read only for a caller known to be allowed the route (found by a hostile test:
+             * six connections with no token held 1.2 GB of manifest bodies, checked once read); a
+             * commit's only for one who may write its namespace */
             enum MHD_Result reply = MHD_NO;
             const char *why;
+            char name[256], msg[400];
+            kd_model_part part;
+            const char *arg;
             kd_route rt;
+            int st;
             kd_route_parse(method, url, &rt);
             if (rt.area != KD_AREA_CONSOLE && rt.area != KD_AREA_HEALTH && rt.area != KD_AREA_NONE) {
                 r->started = 1;
@@ -293,6 +298,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                     return reply;
                 if ((why = scope_refusal(&r->who, &rt)) != NULL)
                     return kd_reply_error(r, 403, "permission_denied", why);
+                if (!strcmp(method, "POST") && rt.area == KD_AREA_REPO && !strncmp(url, "/api/v1/models/", 15) &&
+                    kd_route_model(url + 15, name, sizeof(name), &part, &arg) == 0 && part == KD_MODEL_VERSIONS &&
+                    (st = kd_repo_check(r, name, KD_REPO_PUSH, msg, sizeof(msg))) != 0)
+                    return kd_reply_error(r, (unsigned)st, "permission_denied", msg);
                 r->authed = 1;
                 r->started = 0;
             }

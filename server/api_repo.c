@@ -248,6 +248,18 @@ static void *store_sync_main(void *arg)
     return NULL;
 }
 
+/* 1 (msg says which) when a chunk of in is not stored; each one found is touched (has_chunk). */
+static int unstored(kd_req *r, const Kestrel__V1__Manifest *in, char *msg, size_t n)
+{
+    for (size_t i = 0; i < in->n_chunks; i++)
+        if (!kestrel__store_has_chunk(r->e->store, in->chunks[i]->digest)) {
+            snprintf(msg, n, "chunk %.12s of the manifest is not stored (never sent, or collected since it was: a "
+                     "collection's grace shorter than the push)", in->chunks[i]->digest);
+            return 1;
+        }
+    return 0;
+}
+
 static enum MHD_Result commit(kd_req *r, const char *name)
 {
     enum MHD_Result reply = MHD_NO;
@@ -286,17 +298,11 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     if (in->metadata_json != protobuf_c_empty_string)
         free(in->metadata_json);
     in->metadata_json = s;
-    /* complete before commit: every chunk is stored, and its bytes are the manifest's; held from this
-     * check to the link, so that no collection removes a chunk checked here (store_gc.c) */
-    hold = kestrel__store_commit_hold(r->e->store);
-    for (size_t i = 0; i < in->n_chunks; i++)
-        if (!kestrel__store_has_chunk(r->e->store, in->chunks[i]->digest)) {
-            snprintf(msg, sizeof(msg),
-                     "chunk %.12s of the manifest is not stored (never sent, or collected since it was: a "
-                     "collection's grace shorter than the push)", in->chunks[i]->digest);
-            reply = kd_reply_error(r, 400, "invalid_argument", msg);
-            goto out;
-        }
+    /* complete before commit: every chunk is stored, and its bytes are the manifest's */
+    if (unstored(r, in, msg, sizeof(msg))) {
+        reply = kd_reply_error(r, 400, "invalid_argument", msg);
+        goto out;
+    }
     {   /* the chunks are made durable (the commit's sync then has nothing left) while they are hashed */
         struct store_sync w = { r->e->store, 0 };
         pthread_t th;
@@ -353,8 +359,17 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     in->name = s;
     in->created_ms = kestrel__now_ms();
     in->file_count = 0;
-    if ((rc = kestrel__store_commit(r->e->store, name, in, &version)) < 0 ||
-        (in->alias[0] && (rc = kestrel__store_alias_set(r->e->store, name, in->alias, version)) < 0)) {
+    /* checked again, held to the link, so that no collection removes a chunk checked here; held
+     * only now, not while the files were hashed (a review: a collection waited behind that) */
+    hold = kestrel__store_commit_hold(r->e->store);
+    if (unstored(r, in, msg, sizeof(msg))) {
+        reply = kd_reply_error(r, 400, "invalid_argument", msg);
+        goto out;
+    }
+    rc = kestrel__store_commit(r->e->store, name, in, &version);
+    kestrel__store_commit_release(hold);
+    hold = -1;
+    if (rc < 0 || (in->alias[0] && (rc = kestrel__store_alias_set(r->e->store, name, in->alias, version)) < 0)) {
         reply = kd_reply_failure(r, rc);
         goto out;
     }

@@ -729,7 +729,7 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
     kestrel_buf aliases = KESTREL_BUF_INIT;
     int64_t *versions = NULL;
     size_t n = 0;
-    int rc, fd;
+    int rc = 0, fd;
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
     if (access(path, F_OK) != 0)
         return errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name)
@@ -744,8 +744,8 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
                                : io_error("cannot delete", path);
     /* its aliases, listed once it is gone: one set meanwhile either saw it gone (and took its alias
      * back, kestrel__store_alias_set) or was written before this listing */
-    if ((rc = kestrel__store_aliases_of(s, name, version, &aliases)) < 0)
-        return rc;
+    if (kestrel__store_aliases_of(s, name, version, &aliases) < 0)
+        kestrel_error_clear();   /* the version is gone: the rest is best effort */
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.listing", s->root, name, (long long)version);
     unlink(path);   /* what listings showed of it (a kill before this: the collection removes it) */
     for (char *a = aliases.ptr, *next; a && *a; a = next) {   /* its aliases go with it */

@@ -54,7 +54,7 @@ int kestrel__manifest_settle_digest(Kestrel__V1__Manifest *m, size_t i, const ch
 #define READ_BACK_FREE ((int64_t)1 << 30)
 
 typedef struct {
-    unsigned char key[32];   /* SHA-256 over the file's chunk digests: files with the same chunks */
+    unsigned char key[32];   /* SHA-256 over the file's chunk digests and sizes: files of the same chunks */
     size_t file;
 } same_chunks;
 
@@ -107,8 +107,10 @@ int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, con
             unsigned int len = 0;
             if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
                 rc = kestrel__error_oom();
-            for (size_t c = 0; rc == 0 && c < k; c++)
-                EVP_DigestUpdate(ctx, hex[at + c], strlen(hex[at + c]) + 1);
+            for (size_t c = 0; rc == 0 && c < k; c++) {   /* digests and sizes: one digest may be listed */
+                EVP_DigestUpdate(ctx, hex[at + c], strlen(hex[at + c]) + 1);   /* with a wrong size (a review) */
+                EVP_DigestUpdate(ctx, &size[at + c], sizeof(size[at + c]));
+            }
             if (rc == 0)
                 EVP_DigestFinal_ex(ctx, same[nsame].key, &len);
             EVP_MD_CTX_free(ctx);

@@ -165,6 +165,14 @@ static void chunk_entry(int at, const char *name, const struct stat *sb, int wal
 {
     chunk_sweep *c = ctx;
     char hex[KESTREL__HEX_LEN + 8];
+    size_t n = strlen(name);
+    if (n > 7 && !strcmp(name + n - 7, ".tmp.gc")) {   /* set aside by a killed collection: back, unless */
+        char back[96];                                 /* stored again meanwhile (we hold gc.lock) */
+        snprintf(back, sizeof(back), "%.*s", (int)(n - 7), name);
+        if (renameat2(at, name, at, back, RENAME_NOREPLACE) < 0 && errno == EEXIST)
+            unlinkat(at, name, 0);
+        return;
+    }
     if (strstr(name, ".tmp.")) {
         temp_entry(at, name, sb, walked, &c->temps);
         return;
@@ -174,20 +182,40 @@ static void chunk_entry(int at, const char *name, const struct stat *sb, int wal
     snprintf(hex, sizeof(hex), "%s%s", c->prefix, name);
     if (c->m->n && bsearch(hex, c->m->hex, c->m->n, sizeof(*c->m->hex), hex_cmp))   /* none marked: NULL array */
         return;
-    if (!young(sb, c->cutoff) && going(at, name, c->cutoff)) {
+    if (going(at, name, c->cutoff)) {
         c->temps.st->chunks_removed++;
         c->temps.st->bytes_freed += sb->st_size;
     }
 }
 
-int kestrel__store_commit_hold(kestrel__store *s)
+/* ROOT/name, a lock file: a regular one, since flock is emulated with fcntl locks on NFS, which want
+ * it open for writing (read-only where this process may not write it). -1 when it cannot be opened. */
+static int lock_file(kestrel__store *s, const char *name)
 {
-    int fd = open(kestrel__store_root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);   /* one each: a flock is */
-    if (fd >= 0 && flock(fd, LOCK_SH) < 0) {                                     /* its open file's */
+    char path[PATH_MAX];
+    int fd;
+    snprintf(path, sizeof(path), "%s/%s", kestrel__store_root(s), name);
+    if ((fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666)) < 0 && errno == EACCES)
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    return fd;
+}
+
+/* flock through signals; fd closed and -1 when it cannot be had. */
+static int locked(int fd, int how)
+{
+    int rc;
+    while (fd >= 0 && (rc = flock(fd, how)) < 0 && errno == EINTR)
+        ;
+    if (fd >= 0 && rc < 0) {
         close(fd);
         fd = -1;
     }
     return fd;
+}
+
+int kestrel__store_commit_hold(kestrel__store *s)
+{
+    return locked(lock_file(s, "commit.lock"), LOCK_SH);   /* one open file each: a flock is its file's */
 }
 
 void kestrel__store_commit_release(int hold)
@@ -197,44 +225,42 @@ void kestrel__store_commit_release(int hold)
 }
 
 /* The time a chunk must be older than to go: taken while no commit is between its check of its
- * chunks and its link (an exclusive flock of the root), on the clock file times are stamped with
- * (the coarse one), so that each chunk a commit checked is either at or after it or named by a
- * version already linked, which the marking that follows sees. Found by a hostile test: with whole
- * seconds and no such exclusion, grace 0 beside pushes left committed versions with holes. */
+ * chunks and its link (the exclusive lock of ROOT/commit.lock), so that each chunk a commit checked
+ * is either touched at or after it or named by a version already linked, which the marking that
+ * follows sees; and read off the file system (the lock file stamped now), whose clock and precision
+ * a commit's touch of a chunk gets (a review: an ext4 of 1 s stamps or NFS's server clock would
+ * make a touch at 10.7 look older than a cutoff of 10.5 read off this host's clock). Found by a
+ * hostile test: with whole seconds and no exclusion, grace 0 beside pushes left versions with holes.
+ * Without the lock (none to be had) nothing younger than KESTREL__TEMP_GRACE_S goes. */
 static struct timespec sweep_cutoff(kestrel__store *s, int64_t grace_s)
 {
-    struct timespec now;
-    int fd = open(kestrel__store_root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0)
-        (void)flock(fd, LOCK_EX);
-    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    struct timespec at;
+    struct stat st;
+    int fd = locked(lock_file(s, "commit.lock"), LOCK_EX);
+    if (fd >= 0 && futimens(fd, NULL) == 0 && fstat(fd, &st) == 0) {
+        at = st.st_mtim;
+    } else {
+        clock_gettime(CLOCK_REALTIME, &at);
+        if (grace_s < KESTREL__TEMP_GRACE_S)
+            grace_s = KESTREL__TEMP_GRACE_S;
+    }
     if (fd >= 0)
         close(fd);
-    now.tv_sec -= (time_t)grace_s;
-    return now;
+    at.tv_sec -= (time_t)grace_s;
+    return at;
 }
 
 static int store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats);
 
 /* One collection at a time, in any process (ROOT/gc.lock): another's would take a chunk set aside
- * (going) for a killed writer's temp. -1 when the file system has no flock. */
-static int one_at_a_time(kestrel__store *s)
-{
-    char path[PATH_MAX];
-    int fd;
-    snprintf(path, sizeof(path), "%s/gc.lock", kestrel__store_root(s));
-    if ((fd = open(path, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644)) >= 0 && flock(fd, LOCK_EX) < 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
+ * (going) for a killed writer's temp. */
 int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats *stats)
 {
-    int alone = one_at_a_time(s), rc = store_gc(s, grace_s, stats);
-    if (alone >= 0)
-        close(alone);
+    int alone = locked(lock_file(s, "gc.lock"), LOCK_EX), rc;
+    if (alone < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot lock %s/gc.lock: %s", kestrel__store_root(s), strerror(errno));
+    rc = store_gc(s, grace_s, stats);
+    close(alone);
     return rc;
 }
 

@@ -174,7 +174,7 @@ static int parents(const char *root, const char *rel, char *made, size_t n)
     if (slash == NULL || (strlen(made) == len && !strncmp(made, rel, len)))
         return 0;
     snprintf(path, sizeof(path), "%s/%.*s", root, (int)len, rel);
-    if (kestrel__mkdirs(path, 0755) < 0)
+    if (kestrel__mkdirs(path, 0777) < 0)   /* less the umask, as the top folder */
         return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
     snprintf(made, n, "%.*s", (int)len, rel);
     return 0;

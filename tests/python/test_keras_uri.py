@@ -142,7 +142,8 @@ def test_inside_a_job_autolog_reports_metrics_and_pushes_saves(daemon, tmp_path)
     assert len(vs) == 1 and vs[0].metadata["job_id"] == str(jid) and "loss" in vs[0].metadata["metrics"]
 
 
-@pytest.mark.parametrize("version,refused", [("3.8.0", True), ("3.11.2", True), ("3.11.3", False), ("3.15.1", False)])
+@pytest.mark.parametrize("version,refused", [("3.8.0", True), ("3.11.2", True), ("3.11.2rc1", True), ("3.11.3", False),
+                                             ("3.15.1", False)])
 def test_a_keras_with_a_safe_mode_bypass_loads_a_kestrel_model_only_when_told_to_trust_it(
         kestreld, tmp_path, monkeypatch, version, refused):
     """A model in the repository may be another user's: a Keras whose safe_mode has a published bypass

@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -122,7 +123,7 @@ def test_a_pulled_directory_gets_its_pushed_modes_less_the_umask(kestreld, tmp_p
     for url in (f"file://{tmp_path / 'store'}", kestreld.url):
         env = kestreld.env(KESTREL_URL=url, KESTREL_CACHE_DIR="")
         kestreld.cli("push", "team/modes", str(src), env=env)
-        for mask in (0o022, 0o077):
+        for mask in (0o022, 0o077, 0o002):
             out = pull_under(kestreld, mask, "team/modes", tmp_path / f"out-{mask:o}", env)
             got = {rel: (out / rel).stat().st_mode & 0o7777 for rel in modes}
             assert got == {rel: mode & ~mask for rel, mode in modes.items()}, (url, oct(mask), got)
@@ -166,3 +167,23 @@ def test_the_caches_live_only_in_folders_no_one_else_can_change(kestreld, tmp_pa
     kestreld.cli("pull", "team/c", str(tmp_path / "nohome.bin"), env=env)
     after = {str(p) for p in pathlib.Path("/tmp/.cache/kestrel").rglob("*")} if os.path.exists("/tmp/.cache") else set()
     assert after == before
+
+
+def test_a_chunk_a_killed_collection_set_aside_is_put_back(kestreld, tmp_path):
+    """A collection sets a chunk aside (CHUNK.tmp.gc) before it removes it, to look again (a commit may
+    have touched it meanwhile); killed between the two, the next collection put it back only if it
+    knew: now it does (under ROOT/gc.lock), where before it removed it as a temp an hour later."""
+    src = tmp_path / "k.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    store = tmp_path / "store"
+    env = kestreld.env(KESTREL_URL=f"file://{store}", KESTREL_CACHE_DIR="")
+    kestreld.cli("push", "team/k", str(src), env=env)
+    chunk = next(p for p in (store / "chunks").rglob("*") if p.is_file() and len(p.name) == 62)
+    aside = chunk.with_name(chunk.name + ".tmp.gc")
+    chunk.rename(aside)
+    old = time.time() - 7200
+    os.utime(aside, (old, old))
+    kestreld.cli("gc", "--grace", "0", env=env)
+    assert chunk.exists() and not aside.exists()
+    kestreld.cli("pull", "team/k", str(tmp_path / "back.bin"), env=env)
+    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()

@@ -741,6 +741,13 @@ def test_a_commit_hashes_files_of_the_same_chunks_once_and_refuses_a_repetition_
     assert status == 201, body
     got = json.loads(raw(kestreld, "GET", "/api/v1/models/team/copies/versions/1")[1])
     assert {f["sha256"] for f in got["files"]} == {hashlib.sha256(a + b).hexdigest()}
+    # a copy listing the same digests with other sizes (adding up) is no copy: read back, refused
+    liar = {"size": str(4 << 20), "chunks": [entry(a), entry(b), dict(entry(a), size=str(3 << 19)),
+                                             dict(entry(b), size=str(1 << 19))],
+            "files": [{"path": "a.bin", "size": str(2 << 20), "chunks": 2},
+                      {"path": "b.bin", "size": str(2 << 20), "chunks": 2}]}
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/liar/versions", json.dumps(liar).encode())
+    assert status == 400, body
     bomb = {"size": str(1500 << 20), "chunks": [entry(a)] * 1500}
     status, body = raw(kestreld, "POST", "/api/v1/models/team/bomb/versions", json.dumps(bomb).encode())
     assert status == 400 and b"repeat their chunks too often" in body, body

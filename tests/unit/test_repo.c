@@ -602,12 +602,20 @@ static void a_collection_waits_for_a_commit_between_its_check_and_its_link(void 
         kestrel__store_gc_stats st;
         int ok;
         close(hold);   /* the parent's hold, inherited: a flock belongs to the open file, now shared */
+        if (write(pipefd[1], "r", 1) != 1)   /* ready: the collection starts now */
+            _exit(1);
         ok = kestrel__store_open(&c, root) == 0 && kestrel__store_gc(c, 0, &st) == 0 && st.chunks_removed == 1;
         _exit(write(pipefd[1], ok ? "y" : "n", 1) == 1 ? 0 : 1);
     }
     assert_true(child > 0);
     p.fd = pipefd[0];
     p.events = POLLIN;
+    assert_int_equal(poll(&p, 1, 30000), 1);            /* the child is about to collect */
+    {
+        char ready = 0;
+        assert_int_equal(read(pipefd[0], &ready, 1), 1);
+        assert_int_equal(ready, 'r');
+    }
     assert_int_equal(poll(&p, 1, 700), 0);              /* held: the collection waits */
     assert_int_equal(access(path, F_OK), 0);
     kestrel__store_commit_release(hold);

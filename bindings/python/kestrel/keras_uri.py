@@ -46,8 +46,8 @@ _autolog: Dict[str, Optional[str]] = {"name": None}   # the model name plain sav
 
 def _version(text: str, n: int = 2) -> Tuple[int, ...]:
     parts: List[int] = []
-    for p in text.split(".")[:n]:
-        digits = "".join(ch for ch in p if ch.isdigit())
+    for p in text.split(".")[:n]:   # "11rc1" is 11 (a review: it read 111, past the safe-load gate)
+        digits = p[:len(p) - len(p.lstrip("0123456789"))]
         parts.append(int(digits or 0))
     return tuple(parts)
 
