@@ -274,3 +274,49 @@ def test_a_chunk_over_1_mib_another_client_cut_comes_by_one_get(kestreld, tmp_pa
     assert batches >= 1 and gets == 1, (batches, gets)
     for rel, data in want.items():
         assert (tmp_path / "out" / rel if rel else tmp_path / "out").read_bytes() == data
+
+
+def test_unread_answers_cannot_take_every_descriptor(tmp_path, monkeypatch):
+    """Each chunks/fetch answer holds up to 8 chunk files open ahead of the one it sends; 2,400 unread
+    answers took kestreld to 19,976 of its 20,000 descriptors, and it refused every connection (found
+    by a hostile test). The files open beyond each answer's current chunk now share a quarter of the
+    descriptors. Here kestreld runs with 256: 40 stalled answers of 40 chunks, then a new connection
+    is served, and each answer, read at last, is whole."""
+    import socket
+    import conftest
+    wrapper = tmp_path / "kestreld-256"
+    wrapper.write_text(f"#!/bin/sh\nexec prlimit --nofile=256:256 {conftest.KESTRELD} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(conftest, "KESTRELD", str(wrapper))
+    d = conftest.Daemon(tmp_path / "d")
+    try:
+        chunks = [os.urandom(1 << 20) for _ in range(40)]
+        from test_repo_http import pack
+        assert raw(d, "POST", "/api/v1/chunks/pack", pack(*chunks), "application/octet-stream")[0] == 200
+        body = json.dumps({"digests": [hashlib.sha256(c).hexdigest() for c in chunks]}).encode()
+        port = int(d.url.rsplit(":", 1)[1])
+        socks = []
+        for _ in range(40):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(60)
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"POST /api/v1/chunks/fetch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + d.token.encode() +
+                      b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            assert s.recv(64).startswith(b"HTTP/1.1 200"), "an answer did not start"
+            socks.append(s)
+        with urllib.request.urlopen(d.url + "/healthz", timeout=30) as r:   # still served
+            assert r.status == 200
+        want = 40 * (36 + (1 << 20))
+        for s in socks:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += s.recv(65536)
+            n = len(got.split(b"\r\n\r\n", 1)[1])
+            while n < want:
+                part = s.recv(1 << 20)
+                assert part, f"an answer was cut short at {n} of {want} bytes"
+                n += len(part)
+            s.close()
+    finally:
+        d.stop()
