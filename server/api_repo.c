@@ -248,18 +248,6 @@ static void *store_sync_main(void *arg)
     return NULL;
 }
 
-/* 1 (msg says which) when a chunk of in is not stored; each one found is touched (has_chunk). */
-static int unstored(kd_req *r, const Kestrel__V1__Manifest *in, char *msg, size_t n)
-{
-    for (size_t i = 0; i < in->n_chunks; i++)
-        if (!kestrel__store_has_chunk(r->e->store, in->chunks[i]->digest)) {
-            snprintf(msg, n, "chunk %.12s of the manifest is not stored (never sent, or collected since it was: a "
-                     "collection's grace shorter than the push)", in->chunks[i]->digest);
-            return 1;
-        }
-    return 0;
-}
-
 static enum MHD_Result commit(kd_req *r, const char *name)
 {
     enum MHD_Result reply = MHD_NO;
@@ -299,8 +287,8 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         free(in->metadata_json);
     in->metadata_json = s;
     /* complete before commit: every chunk is stored, and its bytes are the manifest's */
-    if (unstored(r, in, msg, sizeof(msg))) {
-        reply = kd_reply_error(r, 400, "invalid_argument", msg);
+    if (kestrel__store_all_stored(r->e->store, in) < 0) {
+        reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
         goto out;
     }
     {   /* the chunks are made durable (the commit's sync then has nothing left) while they are hashed */
@@ -362,8 +350,8 @@ static enum MHD_Result commit(kd_req *r, const char *name)
     /* checked again, held to the link, so that no collection removes a chunk checked here; held
      * only now, not while the files were hashed (a review: a collection waited behind that) */
     hold = kestrel__store_commit_hold(r->e->store);
-    if (unstored(r, in, msg, sizeof(msg))) {
-        reply = kd_reply_error(r, 400, "invalid_argument", msg);
+    if (kestrel__store_all_stored(r->e->store, in) < 0) {
+        reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
         goto out;
     }
     rc = kestrel__store_commit(r->e->store, name, in, &version);
@@ -377,14 +365,9 @@ static enum MHD_Result commit(kd_req *r, const char *name)
         fprintf(stderr, "kestreld: %s@%lld: cannot record that job %lld pushed it: %s\n", name, (long long)version,
                 (long long)r->who.job_id, kestrel_error_last()->message);
     {   /* the reply is the version as a listing shows it, made from what was committed (not read back) */
-        Kestrel__V1__Manifest shown = *in;
-        shown.chunks = NULL, shown.n_chunks = 0, shown.files = NULL, shown.n_files = 0;
-        shown.aliases = NULL, shown.n_aliases = 0, shown.alias = (char *)protobuf_c_empty_string;
+        Kestrel__V1__Manifest shown;
+        kestrel__store_listing_of(in, &shown);
         shown.version = version;
-        shown.file_count = (int64_t)in->n_files;
-        shown.chunk_count = (int64_t)in->n_chunks;
-        if (!shown.metadata_json[0])
-            shown.metadata_json = (char *)"{}";
         reply = (rc = kestrel__store_aliases(r->e->store, &shown)) < 0 ? kd_reply_failure(r, rc)
                                                                        : kd_reply_msg(r, 201, &shown.base);
         for (size_t i = 0; i < shown.n_aliases; i++)

@@ -57,11 +57,11 @@ static gid_t private_group(void)
 
 /* Each entry of path (absolute) from the leaf up to /: a folder owned by this user or root and
  * writable by no one else unless sticky, a link owned by this user or root (no one else can then
- * swap any of them); with strict, the leaf a folder of this user's that no one else may write. */
-static int chain_own(char *path, int strict)
+ * swap any of them); with strict, the leaf a folder of this user's that no one else may write.
+ * own: the user's private group, whose write bit is the user's own ((gid_t)-1: none). */
+static int chain_own(char *path, int strict, gid_t own)
 {
     uid_t me = geteuid();
-    gid_t own = private_group();
     struct stat st;
     for (;; strict = 0) {
         char *slash;
@@ -83,8 +83,9 @@ static int chain_own(char *path, int strict)
 int kestrel__dir_own(const char *dir)
 {
     char given[PATH_MAX], real[PATH_MAX], cwd[PATH_MAX];
+    gid_t own = private_group();   /* a password and a group lookup: once */
     size_t n;
-    if (realpath(dir, real) == NULL || !chain_own(real, 1))
+    if (realpath(dir, real) == NULL || !chain_own(real, 1, own))
         return 0;   /* where it is */
     if (dir[0] == '/')
         n = (size_t)snprintf(given, sizeof(given), "%s", dir);
@@ -96,5 +97,5 @@ int kestrel__dir_own(const char *dir)
         return 0;
     while (n > 1 && given[n - 1] == '/')
         given[--n] = '\0';
-    return chain_own(given, 0);   /* the way to it, links and all */
+    return chain_own(given, 0, own);   /* the way to it, links and all */
 }

@@ -91,6 +91,9 @@ int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version,
 /* Write versions/N.listing for m, committed as name@m->version (atomically; errors are the caller's
  * to ignore: the manifest stays the truth). */
 int kestrel__store_listing_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m);
+/* m as a listing shows it, shallow (its strings are m's): lists and aliases left out, chunk_count and
+ * file_count set, metadata_json "{}" when it has none. */
+void kestrel__store_listing_of(const Kestrel__V1__Manifest *m, Kestrel__V1__Manifest *shown);
 /* path's bytes, NUL-terminated (KESTREL_ENOTFOUND, unset, when it does not exist). */
 int kestrel__store_read_text(const char *path, kestrel_buf *out);
 /* Rewrite, once, the manifests of a store before format 2 in the current form (ROOT/format says
@@ -132,6 +135,9 @@ int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stat
  * collection takes its cutoff only while no commit holds one (store_gc.c). Returns what to pass to
  * kestrel__store_commit_release (-1: none, where the file system has no flock). */
 int kestrel__store_commit_hold(kestrel__store *s);
+/* 0 when every chunk of m is stored (each one's mtime refreshed: a push now relies on it), else
+ * KESTREL_EINVALID naming the first missing one: a commit's check, before and under its hold. */
+int kestrel__store_all_stored(kestrel__store *s, const Kestrel__V1__Manifest *m);
 void kestrel__store_commit_release(int hold);
 
 #endif

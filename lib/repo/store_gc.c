@@ -7,8 +7,8 @@
  * commit checks that every chunk exists, so even a push slower than the grace period fails
  * cleanly instead of committing a version with a hole; it holds the store from that check to its
  * link (kestrel__store_commit_hold), and the cutoff is taken only between such holds, so a chunk
- * it checked is either touched at or after the cutoff or named by a version the marking sees. Temp files left by a killed writer go
- * after the same grace period, and never younger than KESTREL__TEMP_GRACE_S (a temp is a live
+ * it checked is either touched at or after the cutoff or named by a version the marking sees. Temp
+ * files left by a killed writer go after the same grace period, and never younger than KESTREL__TEMP_GRACE_S (a temp is a live
  * writer's until its rename, whatever the grace): chunks' in chunks/XX/, manifests' and aliases'
  * anywhere under models/ (a killed commit's versions/N.json.tmp.X; no version or alias file has
  * ".tmp." in its name, so a regular file that has is a temp: a model's folder may, and folders are
@@ -139,7 +139,8 @@ typedef struct {
 /* Touched at or after the cutoff. */
 static int young(const struct stat *sb, struct timespec cutoff)
 {
-    return sb->st_mtim.tv_sec > cutoff.tv_sec || (sb->st_mtim.tv_sec == cutoff.tv_sec && sb->st_mtim.tv_nsec >= cutoff.tv_nsec);
+    return sb->st_mtim.tv_sec > cutoff.tv_sec ||
+           (sb->st_mtim.tv_sec == cutoff.tv_sec && sb->st_mtim.tv_nsec >= cutoff.tv_nsec);
 }
 
 /* Remove chunk name, unless a commit touched it since it was looked at: it is first renamed aside
@@ -216,6 +217,16 @@ static int locked(int fd, int how)
 int kestrel__store_commit_hold(kestrel__store *s)
 {
     return locked(lock_file(s, "commit.lock"), LOCK_SH);   /* one open file each: a flock is its file's */
+}
+
+int kestrel__store_all_stored(kestrel__store *s, const Kestrel__V1__Manifest *m)
+{
+    for (size_t i = 0; i < m->n_chunks; i++)
+        if (!kestrel__store_has_chunk(s, m->chunks[i]->digest))
+            return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored (never sent, or "
+                                      "collected since it was: a collection's grace shorter than the push)",
+                                      m->chunks[i]->digest);
+    return 0;
 }
 
 void kestrel__store_commit_release(int hold)

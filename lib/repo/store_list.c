@@ -56,16 +56,24 @@ static void listing_path(kestrel__store *s, const char *name, int64_t version, c
     snprintf(out, n, "%s/models/%s/versions/%lld.listing", kestrel__store_root(s), name, (long long)version);
 }
 
+void kestrel__store_listing_of(const Kestrel__V1__Manifest *m, Kestrel__V1__Manifest *shown)
+{
+    *shown = *m;
+    shown->chunks = NULL, shown->n_chunks = 0, shown->files = NULL, shown->n_files = 0;
+    shown->aliases = NULL, shown->n_aliases = 0, shown->alias = (char *)protobuf_c_empty_string;
+    shown->chunk_count = (int64_t)m->n_chunks;
+    shown->file_count = (int64_t)m->n_files;
+    if (!shown->metadata_json[0])
+        shown->metadata_json = (char *)"{}";
+}
+
 int kestrel__store_listing_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m)
 {
     char path[PATH_MAX];
-    Kestrel__V1__Manifest shown = *m;   /* shallow: only the lists are left out */
+    Kestrel__V1__Manifest shown;
     kestrel_buf text = KESTREL_BUF_INIT;
     int rc;
-    shown.chunks = NULL, shown.n_chunks = 0, shown.files = NULL, shown.n_files = 0;
-    shown.aliases = NULL, shown.n_aliases = 0, shown.alias = (char *)protobuf_c_empty_string;
-    shown.chunk_count = (int64_t)m->n_chunks;
-    shown.file_count = (int64_t)m->n_files;
+    kestrel__store_listing_of(m, &shown);
     listing_path(s, name, m->version, path, sizeof(path));
     if ((rc = kestrel__wire_to_json(&text, &shown.base, 0)) == 0)
         rc = kestrel__write_file_atomic(path, text.ptr, text.size, 0);

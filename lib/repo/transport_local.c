@@ -74,22 +74,10 @@ static int send_chunks(kestrel__transport *t, const kestrel__push_files *files, 
     return rc;
 }
 
-/* Every chunk of m stored (each one touched), else KESTREL_EINVALID. */
-static int all_stored(kestrel__transport *t, const Kestrel__V1__Manifest *m)
-{
-    for (size_t i = 0; i < m->n_chunks; i++)   /* a chunk collected since the push asked */
-        if (!kestrel__store_has_chunk(STORE(t), m->chunks[i]->digest))
-            return kestrel__error_set(KESTREL_EINVALID,
-                                      "chunk %.12s of the manifest is not stored (never sent, or collected since "
-                                      "it was: a collection's grace shorter than the push)",
-                                      m->chunks[i]->digest);
-    return 0;
-}
-
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)
 {
     int rc, hold;
-    if ((rc = all_stored(t, m)) < 0)
+    if ((rc = kestrel__store_all_stored(STORE(t), m)) < 0)
         return rc;
     if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (a file of one
                                                  * chunk's, one from the stat cache) */
@@ -105,7 +93,7 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *vers
             return rc;
     }
     hold = kestrel__store_commit_hold(STORE(t));   /* checked again and linked under it (store_gc.c) */
-    if ((rc = all_stored(t, m)) == 0)
+    if ((rc = kestrel__store_all_stored(STORE(t), m)) == 0)
         rc = kestrel__store_commit(STORE(t), m->name, m, version);
     kestrel__store_commit_release(hold);
     if (rc < 0)
