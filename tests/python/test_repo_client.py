@@ -163,10 +163,20 @@ def test_the_caches_live_only_in_folders_no_one_else_can_change(kestreld, tmp_pa
     # HOME unset: never /tmp/.cache, the home the password database names
     env = {k: v for k, v in kestreld.env(KESTREL_URL=f"file://{tmp_path / 'store'}").items()
            if k not in ("HOME", "XDG_CACHE_HOME", "KESTREL_CACHE_DIR")}
+    import hashlib
+    import pwd
     before = {str(p) for p in pathlib.Path("/tmp/.cache/kestrel").rglob("*")} if os.path.exists("/tmp/.cache") else set()
     kestreld.cli("pull", "team/c", str(tmp_path / "nohome.bin"), env=env)
+    fresh = tmp_path / "nohome-push.bin"                 # its stat record is named by its absolute path
+    fresh.write_bytes(os.urandom(1 << 20))
+    os.utime(fresh, (time.time() - 10, time.time() - 10))   # not modified while read: remembered
+    kestreld.cli("push", "team/c", str(fresh), env=env)
     after = {str(p) for p in pathlib.Path("/tmp/.cache/kestrel").rglob("*")} if os.path.exists("/tmp/.cache") else set()
     assert after == before
+    record = (pathlib.Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".cache" / "kestrel" / "stat" /
+              hashlib.sha256(os.path.realpath(fresh).encode()).hexdigest())
+    assert record.is_file(), record                      # the password database's home was used
+    record.unlink()
 
 
 def test_a_chunk_a_killed_collection_set_aside_is_put_back(kestreld, tmp_path):
