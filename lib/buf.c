@@ -34,6 +34,18 @@ int kestrel__buf_grow(kestrel_buf *buf, size_t extra)
     return 0;
 }
 
+int kestrel__buf_reserve(kestrel_buf *buf, size_t cap)
+{
+    char *p;
+    if (cap <= buf->reserved)
+        return 0;
+    if ((p = realloc(buf->ptr, cap)) == NULL)
+        return kestrel__error_oom();
+    buf->ptr = p;
+    buf->reserved = cap;
+    return 0;
+}
+
 int kestrel__array_grow(void *arrp, size_t *cap, size_t need, size_t elem)
 {
     void **arr = arrp, *p;

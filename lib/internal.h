@@ -52,6 +52,9 @@ int kestrel__require_init(void);
 
 /* buf.c */
 int kestrel__buf_grow(kestrel_buf *buf, size_t extra);
+/* Make buf's memory exactly cap bytes when it has less (for a caller that counts it: a later put
+ * that fits takes no more). */
+int kestrel__buf_reserve(kestrel_buf *buf, size_t cap);
 /* Make the array *arrp (elements of elem bytes, capacity *cap) hold at least need elements,
  * doubling; 0 or KESTREL_ENOMEM (the array is untouched then). */
 int kestrel__array_grow(void *arrp, size_t *cap, size_t need, size_t elem);

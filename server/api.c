@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "repo_acl.h"
 #include "route.h"
+#include "upload_mem.h"
 
 
 struct kd_api {
@@ -20,6 +21,7 @@ struct kd_api {
     char *cert, *key;           /* PEM, kept while the daemon runs (MHD does not promise a copy) */
     kd_waiters *waiters;
     kd_console *console;
+    kd_upload_mem *mem;         /* what request bodies hold (upload_mem.h) */
 };
 
 const char *kd_query(kd_req *r, const char *key)
@@ -168,6 +170,8 @@ static enum MHD_Result dispatch(kd_req *r)
     }
     if (rt.area == KD_AREA_NONE)
         return kd_reply_error(r, 404, "not_found", "no such endpoint");
+    if (r->busy)
+        return kd_reply_busy(r);
     if (r->too_large) {
         char msg[96];
         snprintf(msg, sizeof(msg), "request body over the limit of %zu bytes", r->body_max);
@@ -216,6 +220,17 @@ static int wants_json(struct MHD_Connection *c)
     return !(a && strstr(a, "protobuf"));
 }
 
+enum MHD_Result kd_reply_busy(kd_req *r)
+{
+    uint64_t held, total;
+    char msg[300];
+    kd_upload_mem_state(r->mem, &held, &total);
+    snprintf(msg, sizeof(msg), "kestreld is receiving too much at once (%llu of its %llu MiB for request bodies "
+             "in use, a quarter of them a user's: --max-upload-memory); nothing was done, try again shortly",
+             (unsigned long long)(held >> 20), (unsigned long long)(total >> 20));
+    return kd_reply_error(r, 503, "unavailable", msg);
+}
+
 /* A request's state at its headers (freed by on_done). */
 static kd_req *new_req(struct kd_api *api, struct MHD_Connection *conn, const char *url, const char *method,
                        void **state)
@@ -229,6 +244,7 @@ static kd_req *new_req(struct kd_api *api, struct MHD_Connection *conn, const ch
     r->path = url;
     r->route = kd_route_template(url);
     r->t0_ns = mono_ns();
+    r->mem = api->mem;
     *state = r;
     return r;
 }
@@ -267,6 +283,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             enum MHD_Result reply = MHD_NO;
             const char *why;
             kd_route rt;
+            int busy = 0;
             r->started = 1;
             if (authenticate(r, &reply) < 0)
                 return reply;
@@ -275,9 +292,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return kd_reply_error(r, 403, "permission_denied", why);
             if (cl && strtoull(cl, NULL, 10) > KD_MAX_PACK)
                 return kd_reply_error(r, 413, "too_large", "a pack is at most 1 GiB: send more packs");
-            if ((r->pack = kd_pack_begin(api->e, r->who.user_id, MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "run"),
-                                         MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "at"))) == NULL)
-                return MHD_NO;
+            if ((r->pack = kd_pack_begin(api->e, api->mem, r->who.user_id,
+                                         MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "run"),
+                                         MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "at"), &busy)) == NULL)
+                return busy ? kd_reply_busy(r) : MHD_NO;
             r->started = 0;
             return MHD_YES;
         }
@@ -312,6 +330,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->started = 1;
             return dispatch(r);
         }
+        r->held_by = r->who.user_id;   /* 0 before authentication (the console's forms) */
+        if (cl && strtoull(cl, NULL, 10) > 0 &&
+            kd_upload_mem_fit(api->mem, r->held_by, &r->held, &r->body, strtoull(cl, NULL, 10), 0) < 0) {
+            r->busy = 1;   /* the whole body's memory at once, or none of it read */
+            r->started = 1;
+            return dispatch(r);
+        }
         return MHD_YES;
     }
     if (*upload_size && r->pack) {
@@ -328,7 +353,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->too_large = 1;
             kestrel_buf_dispose(&r->body);
         }
-        if (!r->too_large && kestrel__buf_put(&r->body, upload, *upload_size) < 0)
+        if (!r->too_large && !r->busy &&
+            kd_upload_mem_fit(r->mem, r->held_by, &r->held, &r->body, r->body.size + *upload_size, 1) < 0) {
+            r->busy = 1;   /* a body without a length, past the budget: dropped from here on */
+            kestrel_buf_dispose(&r->body);
+        }
+        if (!r->too_large && !r->busy && kestrel__buf_put(&r->body, upload, *upload_size) < 0)
             return MHD_NO;
         *upload_size = 0;
         return MHD_YES;
@@ -407,6 +437,7 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum M
         kd_wait_forget(r);
         kd_pack_free(r->pack);
         kestrel_buf_dispose(&r->body);
+        kd_upload_mem_give(api->mem, r->held_by, r->held);
         free(r);
         *state = NULL;
     }
@@ -460,13 +491,19 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
     }
     api->e = e;
     api->cfg = cfg;
+    if ((api->mem = kd_upload_mem_new(cfg->max_upload_memory)) == NULL) {
+        free(api);
+        return kestrel__error_oom();
+    }
     if (kd_waiters_start(&api->waiters, e) < 0) {
+        kd_upload_mem_free(api->mem);
         free(api);
         return KESTREL_ERROR;
     }
     if (kd_console_new(&api->console, cfg->tls_cert != NULL) < 0) {
         kd_waiters_stop(api->waiters);
         kd_waiters_free(api->waiters);
+        kd_upload_mem_free(api->mem);
         free(api);
         return KESTREL_ERROR;
     }
@@ -480,6 +517,7 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
             kd_waiters_stop(api->waiters);
             kd_waiters_free(api->waiters);
             kd_console_free(api->console);
+            kd_upload_mem_free(api->mem);
             free(api);
             return KESTREL_EINVALID;
         }
@@ -523,6 +561,7 @@ void kd_api_stop(kd_api *api)
         MHD_stop_daemon(api->d);
     kd_waiters_free(api->waiters);
     kd_console_free(api->console);
+    kd_upload_mem_free(api->mem);
     if (api->key)
         explicit_bzero(api->key, strlen(api->key));
     free(api->key);

@@ -27,6 +27,10 @@ typedef struct kd_req {
     int via_cookie;             /* authenticated by a console session, not a bearer token */
     kd_pack *pack;              /* POST /api/v1/chunks/pack: streamed, never buffered whole */
     int authed;                 /* authenticated at the headers already, before its body was read */
+    struct kd_upload_mem *mem;  /* what bodies may hold (upload_mem.h): body holds held of it, */
+    uint64_t held;              /* taken for held_by */
+    int64_t held_by;
+    int busy;                   /* the budget refused the body's growth: 503 */
     /* long polls (api_wait.c) */
     kd_waiters *waiters;
     int64_t deadline;           /* 0 until the request first decides to wait */
@@ -91,8 +95,12 @@ enum MHD_Result kd_route_repo(kd_req *r);
 enum MHD_Result kd_repo_fetch(kd_req *r);
 /* Queue resp (freed here) as a 200 answer of chunk bytes, bytes of them counted in the metrics. */
 enum MHD_Result kd_reply_chunks(kd_req *r, struct MHD_Response *resp, uint64_t bytes);
-/* A pack of user's (run, at: its ?run= and ?at=, NULL when absent: see repo_runs.h). */
-kd_pack *kd_pack_begin(kd_engine *e, int64_t user, const char *run, const char *at);
+/* A pack of user's (run, at: its ?run= and ?at=, NULL when absent: see repo_runs.h), its chunk
+ * buffers taken from mem; NULL: out of memory, or *busy set when mem cannot hold a chunk now. */
+kd_pack *kd_pack_begin(kd_engine *e, struct kd_upload_mem *mem, int64_t user, const char *run, const char *at,
+                       int *busy);
+/* 503: the budget of upload_mem.h is spent (nothing was done; the client may try again). */
+enum MHD_Result kd_reply_busy(kd_req *r);
 /* A pack is at most this (by Content-Length at the headers, by what came for a chunked upload). */
 #define KD_MAX_PACK (1ull << 30)
 void kd_pack_feed(kd_pack *p, const char *data, size_t len);

@@ -19,6 +19,7 @@
 #include "chunk.h"
 #include "store.h"
 #include "repo.h"
+#include "upload_mem.h"
 
 #define MAX_QUERY 100000
 
@@ -35,19 +36,48 @@ struct kd_pack {
     int full;               /* the store's disk is full: 507, not the client's fault */
     int io;                 /* the store could not write: 500, not the client's fault either */
     int too_big;            /* past KD_MAX_PACK: 413 */
+    int busy;               /* the budget of upload_mem.h could not hold the next chunk: 503 */
+    kd_upload_mem *mem;     /* the chunk buffers' memory is taken from it: held bytes, for user */
+    uint64_t held;
+    int64_t user;
+    unsigned nbufs;         /* chunk buffers it may have at once */
     uint64_t received;      /* every byte of the body so far (a chunked upload has no Content-Length) */
     char error[256];
 };
 
-kd_pack *kd_pack_begin(kd_engine *e, int64_t user, const char *run, const char *at)
+/* Room for a chunk of want bytes in each buffer the pack may have at once: its own, and with a
+ * run those its helper holds (repo_runs.h), each grown to exactly a chunk when it is filled. -1: the
+ * budget refused it. */
+static int room_for(kd_pack *p, uint32_t want)
+{
+    uint64_t each = p->held / p->nbufs;
+    if ((uint64_t)want + 1 > each) {
+        if (kd_upload_mem_take(p->mem, p->user, p->nbufs * ((uint64_t)want + 1 - each)) < 0)
+            return -1;
+        p->held = p->nbufs * ((uint64_t)want + 1);
+    }
+    return kestrel__buf_reserve(&p->chunk, (size_t)want + 1);   /* a buffer the helper gave back may be new */
+}
+
+kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)
 {
     kd_pack *p = calloc(1, sizeof(*p));
     char *end = NULL;
     long long off = at ? strtoll(at, &end, 10) : -1;
+    int with_run = run && end && end != at && *end == '\0' && off >= 0;
+    *busy = 0;
     if (p == NULL)
         return NULL;
     p->store = e->store;
-    if (run && end && end != at && *end == '\0' && off >= 0)
+    p->mem = mem;
+    p->user = user;
+    p->nbufs = with_run ? KD_RUN_BUFFERS : 1;
+    if (room_for(p, KESTREL__CHUNK_MAX) < 0) {   /* FastCDC's largest chunks, or not now (before any run) */
+        *busy = p->held == 0;
+        kd_pack_free(p);
+        return NULL;
+    }
+    if (with_run)
         p->run = kd_run_feed_begin(e->repo_runs, user, run, off);
     return p;
 }
@@ -103,7 +133,10 @@ void kd_pack_feed(kd_pack *p, const char *data, size_t len)
                           p->head[35];
                 if (p->want > KESTREL__CHUNK_MAX * 4)
                     pack_fail(p, "a chunk in the pack is larger than 4 MiB");
-                else if (p->want == 0)
+                else if (room_for(p, p->want) < 0) {
+                    p->busy = 1;
+                    pack_fail(p, "no memory for its next chunk");
+                } else if (p->want == 0)
                     chunk_done(p);
             }
             continue;
@@ -134,6 +167,7 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
         if (p->io && !p->full)
             fprintf(stderr, "kestreld: %s %s: %s\n", r->method, r->path, p->error);
         reply = p->too_big ? kd_reply_error(r, 413, "too_large", p->error)
+                : p->busy ? kd_reply_busy(r)
                 : p->full ? kd_reply_error(r, 507, "insufficient_storage", p->error)
                 : p->io ? kd_reply_error(r, 500, "internal", p->error)
                         : kd_reply_error(r, 400, "invalid_argument", p->error);
@@ -151,6 +185,7 @@ void kd_pack_free(kd_pack *p)
     if (p) {
         kd_run_feed_end(p->run, 0);   /* a pack cut short: its run is dropped */
         kestrel_buf_dispose(&p->chunk);
+        kd_upload_mem_give(p->mem, p->user, p->held);
         free(p);
     }
 }

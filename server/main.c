@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "api.h"
+#include "upload_mem.h"
 #include "config.h"
 #include "data_lock.h"
 #include "exec_local.h"
@@ -46,6 +47,10 @@ static void usage(FILE *f)
         "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
         "      --max-manifest BYTES largest version manifest a push may commit (a directory of N files needs\n"
         "                           about 200 N bytes; default 268435456)\n"
+        "      --max-upload-memory BYTES  memory request bodies and streamed packs may hold at once, a\n"
+        "                           quarter of it per user; past it, 503 and the client tries again\n"
+        "                           (at least 4x the larger of the two limits above and 8 MiB; by\n"
+        "                           default that or 1073741824, whichever is more)\n"
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
@@ -465,6 +470,7 @@ int main(int argc, char **argv)
         { "gpu-sample-interval", required_argument, NULL, 29 }, { "idle-gpu-after", required_argument, NULL, 30 },
         { "webhook", required_argument, NULL, 31 }, { "webhook-secret-file", required_argument, NULL, 32 },
         { "log-policy", required_argument, NULL, 33 }, { "max-manifest", required_argument, NULL, 34 },
+        { "max-upload-memory", required_argument, NULL, 35 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -559,6 +565,11 @@ int main(int argc, char **argv)
             break;
         }
         case 34: if (parse_int("--max-manifest", optarg, 1024, 1L << 32, &v) < 0) return 2; cfg.max_manifest = (size_t)v; break;
+        case 35:
+            if (parse_int("--max-upload-memory", optarg, 1L << 20, 1L << 40, &v) < 0)
+                return 2;
+            cfg.max_upload_memory = (uint64_t)v;
+            break;
         case 16: check_only = 1; break;
         case 6:
             if (nquota_args == sizeof(quota_args) / sizeof(quota_args[0])) {
@@ -591,6 +602,18 @@ int main(int argc, char **argv)
             return 2;
         }
         cfg.tls_ca = ca;
+    }
+    {   /* one user's quarter must hold the largest body it may send, and a pack beside it */
+        uint64_t body = cfg.max_manifest > cfg.max_body ? cfg.max_manifest : cfg.max_body;
+        uint64_t need = 4 * (body + (8u << 20));
+        if (cfg.max_upload_memory == 0)
+            cfg.max_upload_memory = need > (1ull << 30) ? need : 1ull << 30;
+        else if (cfg.max_upload_memory < need) {
+            fprintf(stderr, "kestreld: --max-upload-memory %llu is too small: a user's quarter must hold a body "
+                    "of --max-manifest/--max-body (%llu bytes) and a pack; give at least %llu\n",
+                    (unsigned long long)cfg.max_upload_memory, (unsigned long long)body, (unsigned long long)need);
+            return 2;
+        }
     }
     if (gpus_given && cfg.nnodes) {
         fprintf(stderr, "kestreld: use --gpus for the default node or --node ...,gpus=N, not both\n");

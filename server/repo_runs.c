@@ -9,7 +9,7 @@
 #include "internal.h"
 
 #define MAX_RUNS 1024   /* about 0.5 KiB each */
-#define DEPTH 4   /* chunks a pack may hand its helper ahead of it */
+#define DEPTH (KD_RUN_BUFFERS - 1)   /* chunks a pack may hand its helper ahead of it */
 
 typedef struct {
     char id[33];            /* "" : a free slot */

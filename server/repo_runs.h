@@ -19,6 +19,10 @@
 typedef struct kd_runs kd_runs;
 typedef struct kd_run_feed kd_run_feed;
 
+/* The chunk buffers a pack with a run may have at once: its own, and those it handed the helper
+ * (queued, or hashed and not yet taken back). */
+#define KD_RUN_BUFFERS 5
+
 kd_runs *kd_runs_new(void);
 void kd_runs_free(kd_runs *runs);
 /* A pack of run id (user's) starting at byte `at` of it: at 0 starts the run (again), else it must

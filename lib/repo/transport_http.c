@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <openssl/rand.h>
 #include "chunk.h"
@@ -25,6 +26,10 @@
 #define RUN_MIN (16u << 20)         /* fewer bytes of a file in a batch, ending in it: no run, read back */
 #define STALL_S 60
 #define QUERY_BATCH 10000
+/* A pack kestreld answered 503 (its memory for uploads is spent: upload_mem.h), or lost on the way
+ * (a reset connection), is sent again after 0.1 s, 0.2 s, ... 12.8 s (25 s in all): storing chunks
+ * twice is harmless. */
+#define PACK_TRIES 9
 
 typedef struct http_ {
     kestrel__transport base;
@@ -118,8 +123,8 @@ static int finish_transfer(CURL *e, CURLcode cc, kestrel_buf *resp, const char *
 /* ---- streams: up to STREAMS transfers on the pool, started by next() and ended by done() ------ */
 
 
-/* start: begin the next transfer on s (0: nothing left, 1: started, 2: nothing until a transfer in
- * flight ends, < 0: error); end: it finished; release: free what start gave s->job (every started
+/* start: begin the next transfer on s (0: nothing left, 1: started, 2: nothing now, until a transfer
+ * in flight ends or 20 ms pass, < 0: error); end: it finished; release: free what start gave s->job (every started
  * transfer gets end or release, never both). */
 typedef int (*stream_start)(void *ctx, http *h, stream *s);
 typedef int (*stream_end)(void *ctx, stream *s, CURLcode cc);
@@ -163,7 +168,7 @@ static int run_streams(http *h, stream_start start, stream_end end, stream_relea
                 else if (r == 0)
                     more = 0;
                 else if (r == 2)
-                    later = 1;   /* nothing to start until a transfer in flight ends (start says so only then) */
+                    later = 1;   /* nothing to start for now */
                 else if (curl_multi_add_handle(h->multi, st[i].e) != CURLM_OK) {
                     stream_drop(h, &st[i], release);
                     rc = kestrel__error_oom();
@@ -171,7 +176,7 @@ static int run_streams(http *h, stream_start start, stream_end end, stream_relea
             }
             active += st[i].e != NULL;
         }
-        if (active == 0 || rc < 0)
+        if (rc < 0 || (active == 0 && !later))
             break;
         curl_multi_perform(h->multi, &running);
         while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
@@ -190,8 +195,8 @@ static int run_streams(http *h, stream_start start, stream_end end, stream_relea
         }
         if (rc < 0)
             break;
-        if (running)
-            curl_multi_poll(h->multi, NULL, 0, 100, NULL);
+        if (running || later)   /* later and nothing running: a pack waits to be sent again */
+            curl_multi_poll(h->multi, NULL, 0, running ? 100 : 20, NULL);
         if (h->base.tick && (rc = tick(h)) < 0)   /* stopped, though nothing moved */
             break;
     }
@@ -251,6 +256,9 @@ typedef struct {
     uint8_t head[36];
     size_t in_head, in_chunk;
     struct http_ *run;   /* a pack of the transport's run: it is busy until this one ends */
+    char url[2300];
+    int tries;           /* sent this often already; again once due (ms, CLOCK_MONOTONIC) */
+    int64_t due;
 } pack_upload;
 
 typedef struct {
@@ -259,7 +267,16 @@ typedef struct {
     size_t n, next;
     kestrel__progress *pr;
     char url[2200];
+    pack_upload *again[STREAMS];   /* packs to send again (PACK_TRIES) */
+    size_t nagain;
 } packs;
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
 {
@@ -340,28 +357,67 @@ static int run_starts(const http *h, kestrel__chunk_ref *const *todo, size_t n, 
     return bytes >= (int64_t)RUN_MIN || i + 1 == n;
 }
 
+/* Send u on s (again, for a pack tried before). */
+static int pack_launch(http *h, stream *s, pack_upload *u)
+{
+    int64_t total = 0;
+    for (size_t i = 0; i < u->n; i++)
+        total += 36 + u->todo[i]->len;
+    u->i = u->in_head = u->in_chunk = 0;
+    if (transfer(h, s, u->url, "application/octet-stream", 1u << 20) < 0)
+        return KESTREL_ENOMEM;
+    s->job = u;
+    if (u->run)
+        u->run->run_busy = 1;
+    curl_easy_setopt(s->e, CURLOPT_POST, 1L);
+    curl_easy_setopt(s->e, CURLOPT_READFUNCTION, pack_read);
+    curl_easy_setopt(s->e, CURLOPT_READDATA, u);
+    curl_easy_setopt(s->e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)total);
+    curl_easy_setopt(s->e, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);   /* the 64 KiB default halves throughput */
+    return 1;
+}
+
 static int pack_start(void *ctx, http *h, stream *s)
 {
     packs *p = ctx;
     pack_upload *u;
     size_t first = p->next;
-    int64_t bytes = 0, total = 0;
-    char url[sizeof(p->url) + 80];
+    int64_t bytes = 0;
     http *run = NULL;
+    if (p->nagain) {   /* a pack to send again goes first, once due; none new meanwhile (kestreld is busy) */
+        int64_t now = mono_ms();
+        for (size_t i = 0; i < p->nagain; i++)
+            if (p->again[i]->due <= now) {
+                u = p->again[i];
+                p->again[i] = p->again[--p->nagain];
+                if (pack_launch(h, s, u) < 0) {
+                    p->again[p->nagain++] = u;
+                    return KESTREL_ENOMEM;
+                }
+                return 1;
+            }
+        return 2;
+    }
     if (p->next >= p->n)
         return 0;
-    snprintf(url, sizeof(url), "%s", p->url);
+    if ((u = calloc(1, sizeof(*u))) == NULL)
+        return kestrel__error_oom();
+    snprintf(u->url, sizeof(u->url), "%s", p->url);
     if (run_starts(h, p->todo, p->n, first)) {
         /* a file's chunks in order, up to RUN_PACK_MAX of this batch's in one pack, one pack of a run in
          * flight at a time: kestreld hashes the file as they come (?run=ID&at=its bytes before this pack) */
         const kestrel__chunk_ref *c = p->todo[first];
-        if (h->run_busy)
+        if (h->run_busy) {
+            free(u);
             return 2;   /* its last pack is still in flight: the run's bytes must arrive in order */
+        }
         if (c->offset == 0 || c->file != h->run_file) {
             unsigned char id[16];
-            if (RAND_bytes(id, sizeof(id)) != 1)   /* OpenSSL's generator is not seeded: the system's entropy */
+            if (RAND_bytes(id, sizeof(id)) != 1) {   /* OpenSSL's generator is not seeded: the system's entropy */
+                free(u);
                 return kestrel__error_set(KESTREL_EIO, "cannot pick a run id: OpenSSL has no random bytes "
                                                       "(check /dev/urandom and the getrandom system call)");
+            }
             kestrel__hex(id, 16, h->run_id);
             h->run_file = c->file;
         }
@@ -370,29 +426,22 @@ static int pack_start(void *ctx, http *h, stream *s)
             bytes += p->todo[p->next++]->len;
         h->run_next = p->todo[p->next - 1]->offset + p->todo[p->next - 1]->len;
         run = h;
-        snprintf(url + strlen(url), sizeof(url) - strlen(url), "?run=%s&at=%lld", h->run_id, (long long)c->offset);
+        snprintf(u->url + strlen(u->url), sizeof(u->url) - strlen(u->url), "?run=%s&at=%lld", h->run_id,
+                 (long long)c->offset);
     } else {   /* other chunks: packs of up to PACK_MAX, each ending before a run */
         while (p->next < p->n && (p->next == first || (bytes + p->todo[p->next]->len <= PACK_MAX &&
                                                         !run_starts(h, p->todo, p->n, p->next))))
             bytes += p->todo[p->next++]->len;
     }
-    if ((u = calloc(1, sizeof(*u))) == NULL)
-        return kestrel__error_oom();
-    *u = (pack_upload){ .files = p->files, .todo = p->todo + first, .n = p->next - first, .fd = -1, .run = run };
-    for (size_t i = 0; i < u->n; i++)
-        total += 36 + u->todo[i]->len;
-    if (transfer(h, s, url, "application/octet-stream", 1u << 20) < 0) {
+    u->files = p->files;
+    u->todo = p->todo + first;
+    u->n = p->next - first;
+    u->fd = -1;
+    u->run = run;
+    if (pack_launch(h, s, u) < 0) {
         free(u);
         return KESTREL_ENOMEM;
     }
-    s->job = u;
-    if (run)
-        run->run_busy = 1;
-    curl_easy_setopt(s->e, CURLOPT_POST, 1L);
-    curl_easy_setopt(s->e, CURLOPT_READFUNCTION, pack_read);
-    curl_easy_setopt(s->e, CURLOPT_READDATA, u);
-    curl_easy_setopt(s->e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)total);
-    curl_easy_setopt(s->e, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);   /* the 64 KiB default halves throughput */
     return 1;
 }
 
@@ -410,7 +459,17 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
 {
     packs *p = ctx;
     pack_upload *u = s->job;
-    int rc = finish_transfer(s->e, cc, &s->resp, "pack upload");
+    int rc;
+    if (u->open_rc == 0 && u->tries + 1 < PACK_TRIES && p->nagain < STREAMS &&
+        (cc == CURLE_OK ? status_of(s) == 503 : cc == CURLE_SEND_ERROR || cc == CURLE_RECV_ERROR || cc == CURLE_GOT_NOTHING)) {
+        if (u->fd >= 0)   /* kept: it goes again (its run stays busy, so the run's next pack waits) */
+            close(u->fd);
+        u->fd = -1;
+        u->due = mono_ms() + (100 << u->tries++);
+        p->again[p->nagain++] = u;
+        return 0;
+    }
+    rc = finish_transfer(s->e, cc, &s->resp, "pack upload");
     if (rc < 0 && u->open_rc < 0) {   /* say why the file could not be read again, not "changed" */
         rc = kestrel__error_restore(&u->open_err.err);
     } else if (rc == KESTREL_EINVALID) {   /* a chunk did not match its bytes: they changed since they were hashed */
@@ -433,10 +492,18 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
 static int send_chunks(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo,
                        size_t n, kestrel__progress *pr)
 {
-    packs p = { files, todo, n, 0, pr, "" };
+    packs p = { files, todo, n, 0, pr, "", { NULL }, 0 };
+    int rc;
     snprintf(p.url, sizeof(p.url), "%s/api/v1/chunks/pack", CLIENT(t)->url);
     ((http *)t)->run_busy = 0;
-    return run_streams((http *)t, pack_start, pack_end, pack_release, &p);
+    do   /* a pack to send again came back after the last new one started */
+        rc = run_streams((http *)t, pack_start, pack_end, pack_release, &p);
+    while (rc == 0 && p.nagain > 0);
+    for (size_t i = 0; i < p.nagain; i++) {   /* given up on an error elsewhere */
+        stream s = { .job = p.again[i] };
+        pack_release(&s);
+    }
+    return rc;
 }
 
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)

@@ -3,6 +3,7 @@ the catalog grows linearly with what it stores."""
 import http.client
 import json
 import os
+import time
 
 WAL_BOUND = 64 << 20
 
@@ -220,3 +221,101 @@ def test_a_body_is_read_only_for_a_caller_allowed_the_route(daemon):
     assert first_line(reader).endswith("403 Forbidden")
     assert first_line(None, "/api/v1/jobs").endswith("401 Unauthorized")
     assert first_line(d.token) == "no answer"            # allowed: its body is awaited, as before
+
+
+def _rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _stalled_upload(port, token, path, length, first):
+    """A request that sends its headers, then first, then nothing: what kestreld answered at once to
+    its headers (status line and body), else the open socket (the caller closes it)."""
+    import select
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+              f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n".encode())
+    if select.select([s], [], [], 0.3)[0]:
+        answer = s.recv(65536).decode(errors="replace")
+        s.close()
+        return answer
+    s.sendall(first)
+    return s
+
+
+def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_path, monkeypatch):
+    """A pack holds a chunk in memory, a commit its whole body: 200 packs stalled halfway through a
+    chunk held 820 MiB (found by a hostile test). They come out of one budget (--max-upload-memory),
+    a quarter of it a user's: past it, 503 before the body is read, and nothing done. Another user
+    is not held up; one's own push waits and sends its packs again (the client does) once memory is
+    free; kestreld's memory stays near the budget."""
+    import hashlib
+    import struct
+    import threading
+    import pytest
+    kestrel = pytest.importorskip("kestrel")
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    mib = 1 << 20
+    d = daemon("--max-upload-memory", str(64 * mib), "--max-manifest", str(mib), "--max-body", str(mib))
+    port = int(d.url.rsplit(":", 1)[1])
+    mallory = d.api("POST", "/api/v1/tokens", {"user": "mallory"})[1]["token"]
+    bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
+    chunk = os.urandom(4 * mib)
+    head = hashlib.sha256(chunk).digest() + struct.pack(">I", len(chunk))
+    rss0 = _rss_kib(d.proc.pid)
+    # 40 packs, each stalled a byte short of a 4 MiB chunk: 8 MiB of buffer each without the budget
+    held = [_stalled_upload(port, mallory, "/api/v1/chunks/pack", 36 + len(chunk), head + chunk[:-1])
+            for _ in range(40)]
+    busy = [h for h in held if isinstance(h, str)]
+    stalled = [h for h in held if not isinstance(h, str)]
+    assert len(busy) >= 30 and all(h.startswith("HTTP/1.1 503") for h in busy), busy[:3]
+    assert "--max-upload-memory" in busy[0] and "nothing was done" in busy[0]
+    grew = _rss_kib(d.proc.pid) - rss0
+    assert grew < 40 * 1024, f"kestreld grew {grew} KiB with 40 stalled packs"   # was 320 MiB and more
+    # another user pushes meanwhile
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(6 * mib))
+    assert kestrel.Client(d.url, bob).push("bob/w", str(src)) == 1
+    # mallory's own push: refused while her quarter is held, sent again once it is free
+    out = {}
+    mine = tmp_path / "m.bin"
+    mine.write_bytes(os.urandom(6 * mib))
+
+    def push():
+        try:
+            out["v"] = kestrel.Client(d.url, mallory).push("mallory/w", str(mine))
+        except Exception as e:   # noqa: BLE001 (reported below)
+            out["e"] = e
+    t = threading.Thread(target=push)
+    t.start()
+    time.sleep(1.5)
+    assert t.is_alive(), out   # waiting, not failed
+    for s in stalled:
+        s.close()
+    t.join(60)
+    assert out.get("v") == 1, out
+    # commit bodies: a quarter of 64 MiB holds 15 of 1 MiB; more are 503 at once, unread
+    deadline = time.time() + 10
+    while True:   # the closed packs' memory is given back as kestreld sees them close
+        bodies = [_stalled_upload(port, mallory, "/api/v1/models/mallory/m/versions", mib, b"{")
+                  for _ in range(20)]
+        busy = [h for h in bodies if isinstance(h, str)]
+        for h in bodies:
+            if not isinstance(h, str):
+                h.close()
+        if len(busy) <= 5 or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert 4 <= len(busy) <= 5 and all(h.startswith("HTTP/1.1 503") for h in busy), busy[:3]
+    assert kestrel.Client(d.url, mallory).versions("mallory/w")[0].version == 1
+
+
+def test_an_upload_budget_too_small_for_a_body_is_refused_at_start(tmp_path):
+    import subprocess
+    from conftest import KESTRELD
+    p = subprocess.run([KESTRELD, "--data-dir", str(tmp_path / "d"), "--max-upload-memory", str(64 << 20)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "--max-upload-memory" in p.stderr and "at least" in p.stderr, p.stderr
