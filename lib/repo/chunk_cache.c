@@ -56,7 +56,7 @@ int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *
         snprintf(out, n, "%s%s", env, env_suffix);
     else if (!env && xdg && *xdg)
         snprintf(out, n, "%s/kestrel/%s", xdg, leaf);
-    else if (!env && kestrel__home(home, sizeof(home)))   /* never /tmp: anyone may make a folder there */
+    else if (!env && kestrel__home(home, sizeof(home)) == 0)   /* never /tmp: anyone may make a folder there */
         snprintf(out, n, "%s/.cache/kestrel/%s", home, leaf);
     return out[0] && parse_size(getenv("KESTREL_CACHE_MAX")) != 0;
 }

@@ -197,3 +197,32 @@ def test_a_chunk_a_killed_collection_set_aside_is_put_back(kestreld, tmp_path):
     assert chunk.exists() and not aside.exists()
     kestreld.cli("pull", "team/k", str(tmp_path / "back.bin"), env=env)
     assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+
+
+def test_a_cache_reached_through_a_link_in_a_folder_others_can_change_is_not_used(kestreld, tmp_path):
+    """The cache folder's own place and the way the user named it were checked, but not a link met on
+    the way (a review): KESTREL_CACHE_DIR=a/link1, link1 -> p/link2 -> q/cache, with p writable by
+    anyone, let anyone point link2 elsewhere. Every link's target is checked as the way is: not used."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root's folders, as the other cache test")
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(2 << 20))
+    (tmp_path / "q" / "cache").mkdir(parents=True, mode=0o700)
+    (tmp_path / "a").mkdir()
+    p = tmp_path / "p"
+    p.mkdir()
+    p.chmod(0o777)                                    # anyone may swap link2, no sticky bit
+    (p / "link2").symlink_to(tmp_path / "q" / "cache")
+    (tmp_path / "a" / "link1").symlink_to(p / "link2")
+    (tmp_path / "a" / "direct").symlink_to(tmp_path / "q" / "cache")   # the same folder, a safe way
+    for name, used in (("link1", False), ("direct", True)):
+        for f in (tmp_path / "q").rglob("*"):
+            if f.is_file():
+                f.unlink()
+        env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "a" / name))
+        kestreld.cli("push", "team/l", str(src), env=env)
+        kestreld.cli("pull", "team/l", str(tmp_path / "back.bin"), env=env)
+        assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+        (tmp_path / "back.bin").unlink()
+        files = [f for f in (tmp_path / "q").rglob("*") if f.is_file()]
+        assert bool(files) == used, (name, files)
