@@ -494,3 +494,30 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
     free(v);
     free(trees);
 }
+
+int64_t kestrel__cache_free_sole(kestrel__chunk_cache *cache, dev_t dev)
+{
+    char packs[2100];
+    DIR *d;
+    struct dirent *e;
+    int64_t freed = 0;
+    if (!cache->on)
+        return 0;
+    snprintf(packs, sizeof(packs), "%s/packs", cache->dir);
+    if ((d = opendir(packs)) == NULL)
+        return 0;
+    while ((e = readdir(d)) != NULL) {
+        struct stat sp;
+        char idx[300];
+        size_t len = strlen(e->d_name);
+        if (len < 5 || len > 200 || strchr(e->d_name, '.') || fstatat(dirfd(d), e->d_name, &sp, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(sp.st_mode) || sp.st_nlink != 1 || sp.st_dev != dev)
+            continue;   /* not a pack's file, or its bytes are also a pulled file's (or elsewhere) */
+        snprintf(idx, sizeof(idx), "%s.idx", e->d_name);
+        unlinkat(dirfd(d), idx, 0);
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            freed += (int64_t)sp.st_blocks * 512;
+    }
+    closedir(d);
+    return freed;
+}

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "kestrel.h"
 #include "wire.h"
 
@@ -67,5 +68,8 @@ void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, cons
 /* Evict least recently used packs until the cache fits its bound (tree packs hold no bytes of their
  * own: the newest TREE_PACKS_MAX of them are kept). */
 void kestrel__cache_trim(kestrel__chunk_cache *cache);
+/* Drop every pack on file system dev whose bytes only the cache holds (the pulled file it links to
+ * was removed since): what a pull that ran out of space there may take back. The bytes freed. */
+int64_t kestrel__cache_free_sole(kestrel__chunk_cache *cache, dev_t dev);
 
 #endif

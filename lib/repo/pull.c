@@ -252,7 +252,7 @@ static int from_cache(pull_state *ps, kestrel__chunk_cache *cache, const Kestrel
     return rc;
 }
 
-int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kestrel__progress *pr)
+static int pull_once(kestrel__transport *t, const char *ref, const char *dest, kestrel__progress *pr)
 {
     Kestrel__V1__Manifest *mf = NULL;
     kestrel__chunk_cache cache;
@@ -371,4 +371,42 @@ done:
     free(want);
     kestrel__manifest_free(mf);
     return rc;
+}
+
+/* The file system dest goes on (its folder's), for the cache: 0 when it cannot be read. */
+static int dest_dev(const char *dest, dev_t *dev)
+{
+    char dir[4096];
+    const char *slash = strrchr(dest, '/');
+    struct stat st;
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - dest) + (slash == dest) : 1, slash ? dest : ".");
+    if (stat(dir, &st) < 0)
+        return 0;
+    *dev = st.st_dev;
+    return 1;
+}
+
+int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kestrel__progress *pr)
+{
+    kestrel__progress start = *pr;
+    kestrel__chunk_cache cache;
+    kestrel__error_kept why;
+    int64_t freed = 0;
+    dev_t dev;
+    int rc = pull_once(t, ref, dest, pr);
+    const char *msg = kestrel_error_last()->message;
+    if (rc != KESTREL_EIO || !(strstr(msg, strerror(ENOSPC)) || strstr(msg, strerror(EDQUOT))) || !dest_dev(dest, &dev))
+        return rc;
+    /* the disk is full: the pull cache may hold there the only link to files pulled and removed
+     * since (up to KESTREL_CACHE_MAX, a hostile round found: a pull failed for space only the cache
+     * held); those go, then the pull runs once more */
+    kestrel__error_keep(&why);
+    memset(&cache, 0, sizeof(cache));
+    kestrel__cache_open(&cache);
+    freed = kestrel__cache_free_sole(&cache, dev);
+    kestrel__cache_close(&cache);
+    if (freed == 0)
+        return kestrel__error_restore(&why.err);
+    *pr = start;   /* progress from the beginning again */
+    return pull_once(t, ref, dest, pr);
 }

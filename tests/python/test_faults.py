@@ -161,3 +161,26 @@ def test_two_kestrelds_started_at_once_on_one_data_dir(tmp_path):
             for p in won:
                 p.terminate()
                 p.wait(timeout=30)
+
+
+def test_a_pull_that_fills_the_disk_takes_back_what_only_the_pull_cache_holds(small_fs, daemon, tmp_path):
+    """The pull cache keeps a hard link to each pulled file; once the user removes the file, the
+    cache alone holds its bytes (up to KESTREL_CACHE_MAX, 10 GiB). A pull that then ran out of space
+    on that disk failed though the cache held what it needed (a hostile round). Such packs now go
+    and the pull runs once more; a pack whose file is still there (no space to win) stays."""
+    d = daemon()
+    a, b, kept = tmp_path / "a.bin", tmp_path / "b.bin", tmp_path / "k.bin"
+    a.write_bytes(os.urandom(10 << 20))
+    b.write_bytes(os.urandom(16 << 20))
+    kept.write_bytes(os.urandom(1 << 20))
+    env = d.env(KESTREL_CACHE_DIR=str(small_fs / "cache"))
+    for name, src in (("admin/a", a), ("admin/b", b), ("admin/k", kept)):
+        d.cli("push", name, str(src), env=env)
+    d.cli("pull", "admin/k", str(small_fs / "k.bin"), env=env)    # stays where it was pulled
+    d.cli("pull", "admin/a", str(small_fs / "a.bin"), env=env)
+    (small_fs / "a.bin").unlink()                                  # now only the cache holds its 10 MiB
+    r = d.cli("pull", "admin/b", str(small_fs / "b.bin"), env=env, check=False)   # 16 MiB: 24 - 11 = 13 free
+    assert r.returncode == 0, r.stderr
+    assert (small_fs / "b.bin").read_bytes() == b.read_bytes()
+    assert (small_fs / "k.bin").stat().st_nlink == 2               # its pack was not taken
+    assert not list((small_fs / "cache").glob("**/*.kestrel-tmp*")) and not list(small_fs.glob("*.kestrel-tmp*"))
