@@ -38,6 +38,13 @@ static enum MHD_Result send_bytes(kd_req *r, unsigned int status, const kestrel_
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (r->deferring) {   /* on a deferred handler's thread: queued once its connection is resumed */
+        if (r->deferred)
+            MHD_destroy_response(r->deferred);
+        r->deferred = resp;
+        r->deferred_status = status;
+        return MHD_YES;
+    }
     ok = MHD_queue_response(r->conn, status, resp);
     if (ok == MHD_YES)
         r->status = status;
@@ -365,7 +372,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (r->started && r->resumed) {   /* a long poll, resumed: run its handler again */
         r->resumed = 0;
-        return dispatch(r);
+        return r->deferred_done ? kd_defer_reply(r) : dispatch(r);   /* a deferred one: its reply */
     }
     if (r->started)
         return MHD_YES;
@@ -555,6 +562,7 @@ void kd_api_stop(kd_api *api)
     if (api == NULL)
         return;
     kd_waiters_stop(api->waiters);   /* a suspended connection must be resumed before the stop */
+    kd_defer_drain();
     if (api->md)
         MHD_stop_daemon(api->md);
     if (api->d)

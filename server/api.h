@@ -37,6 +37,11 @@ typedef struct kd_req {
     uint64_t wait_gen;          /* the engine generation it saw */
     int suspended, resumed;
     struct kd_req *wait_next;
+    /* a handler run on a thread of its own (api_defer.c): its reply, kept until resumed */
+    int deferring, deferred_done;
+    struct MHD_Response *deferred;
+    unsigned int deferred_status;
+    enum MHD_Result deferred_rc;
     /* the HTTP metrics */
     const char *route;          /* kd_route_template(path) */
     int64_t t0_ns;              /* CLOCK_MONOTONIC at the headers */
@@ -56,6 +61,16 @@ void kd_wait_forget(kd_req *r);
 /* The deadline of a long poll of wait_ms, fixed at its first pass. */
 int64_t kd_wait_deadline(kd_req *r, long long wait_ms);
 void kd_api_stop(kd_api *api);
+
+/* Run work(r, arg) on a thread of its own, r's connection suspended meanwhile (MHD_YES), for a
+ * handler that takes seconds; its kd_reply_* is kept and queued by kd_defer_reply once resumed.
+ * Past 16 at once (or without a thread), work runs here and its answer is returned. */
+typedef enum MHD_Result (*kd_deferred_fn)(kd_req *r, void *arg);
+enum MHD_Result kd_defer(kd_req *r, kd_deferred_fn work, void *arg);
+/* Queue the reply a deferred handler made (called when its connection is resumed). */
+enum MHD_Result kd_defer_reply(kd_req *r);
+/* Wait until no deferred handler runs (before the daemon stops: none may be suspended then). */
+void kd_defer_drain(void);
 
 /* Replies (used by the route handlers). */
 enum MHD_Result kd_reply_msg(kd_req *r, unsigned int status, const ProtobufCMessage *msg);

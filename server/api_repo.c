@@ -283,8 +283,9 @@ static void *store_sync_main(void *arg)
     return NULL;
 }
 
-static enum MHD_Result commit(kd_req *r, const char *name)
+static enum MHD_Result commit(kd_req *r, void *arg)
 {
+    const char *name = arg;
     enum MHD_Result reply = MHD_NO;
     Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply);
     char msg[400], *s;
@@ -413,6 +414,21 @@ out:
     kestrel__store_commit_release(hold);
     protobuf_c_message_free_unpacked(&in->base, NULL);
     return reply;
+}
+
+/* A commit syncs the store and may read back and hash its files: seconds, on a thread of its own
+ * (api_defer.c), not on the HTTP thread. name is copied: the worker outlives this call. */
+static enum MHD_Result commit_work(kd_req *r, void *arg)
+{
+    enum MHD_Result reply = commit(r, arg);
+    free(arg);
+    return reply;
+}
+
+static enum MHD_Result commit_deferred(kd_req *r, const char *name)
+{
+    char *copy = kestrel__strdup(name);
+    return copy ? kd_defer(r, commit_work, copy) : kd_reply_error(r, 500, "internal", "out of memory");
 }
 
 /* Add name@version (its chunk list left out) to list, when its manifest loads. */
@@ -705,7 +721,7 @@ enum MHD_Result kd_route_repo(kd_req *r)
         if (part == KD_MODEL_VERSIONS) {
             if (post && (st = kd_repo_check(r, name, KD_REPO_PUSH, why, sizeof(why))) != 0)
                 return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
-            return post ? commit(r, name) : get_ ? versions(r, name) : kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
+            return post ? commit_deferred(r, name) : get_ ? versions(r, name) : kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
         }
         if (part == KD_MODEL_VERSION && (get_ || del)) {
             if (del && (st = kd_repo_check(r, name, KD_REPO_DELETE, why, sizeof(why))) != 0)

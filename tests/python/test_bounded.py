@@ -319,3 +319,57 @@ def test_an_upload_budget_too_small_for_a_body_is_refused_at_start(tmp_path):
     p = subprocess.run([KESTRELD, "--data-dir", str(tmp_path / "d"), "--max-upload-memory", str(64 << 20)],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--max-upload-memory" in p.stderr and "at least" in p.stderr, p.stderr
+
+
+def test_a_commit_that_reads_back_its_files_holds_up_no_other_request(daemon):
+    """A commit may read back and hash its files and syncs the store: seconds. It ran on the HTTP
+    thread, so every other connection that thread serves waited (with --http-threads 1, all of
+    them). It now runs on a thread of its own: /healthz, asked while a commit reads back 384 MiB, is
+    answered before the commit is."""
+    import hashlib
+    import select
+    import socket
+    import struct
+    d = daemon("--http-threads", "1")
+    port = int(d.url.rsplit(":", 1)[1])
+    base = os.urandom(1 << 20)
+    chunks = [struct.pack(">Q", i) + base[8:] for i in range(384)]   # distinct, cheap to make
+    for at in range(0, len(chunks), 64):   # packs of no run: the commit reads the file back
+        body = b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks[at:at + 64])
+        req = urllib_request(d, "/api/v1/chunks/pack", body, "application/octet-stream")
+        assert req == 200
+    m = json.dumps({"size": str(len(chunks) << 20), "files": [{"path": "big.bin", "size": str(len(chunks) << 20),
+                                                                 "chunks": len(chunks)}],
+                    "chunks": [{"digest": hashlib.sha256(c).hexdigest(), "size": str(len(c))} for c in chunks]}).encode()
+
+    def send(path, body=b"", method="POST"):
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.token}\r\nConnection: close\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        return s
+    commit = send("/api/v1/models/admin/big/versions", m)
+    time.sleep(0.15)                                  # the commit is reading back (0.4 s of hashing at least)
+    health = send("/healthz", method="GET")
+    first = select.select([commit, health], [], [], 60)[0]
+    assert first == [health], "the commit was answered first: /healthz waited behind it"
+    answer = b""
+    while chunk := commit.recv(65536):
+        answer += chunk
+    assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
+    commit.close()
+    health.close()
+    assert d.api("GET", "/api/v1/models/admin/big/versions/1")[1]["files"][0]["sha256"] == \
+        hashlib.sha256(b"".join(chunks)).hexdigest()
+
+
+def urllib_request(d, path, body, ctype):
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(d.url + path, data=body, method="POST",
+                                 headers={"Authorization": f"Bearer {d.token}", "Content-Type": ctype})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code

@@ -1,0 +1,89 @@
+/* server/api_defer.c - a handler that takes seconds (a commit reads back and hashes files and
+ * syncs the store) runs on a thread of its own while its connection is suspended: on the HTTP
+ * thread it would hold up every other connection that thread serves (an eighth of them with the
+ * default 8 threads; all of them with --http-threads 1). Its reply is made on that thread and
+ * queued once the connection is resumed (api.c: on_request). At most DEFER_MAX at once; past
+ * that a handler runs where it is called, as before. */
+#include <pthread.h>
+#include <stdlib.h>
+#include "api.h"
+
+#define DEFER_MAX 16
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
+static int running;
+
+typedef struct {
+    kd_req *r;
+    kd_deferred_fn work;
+    void *arg;
+} job;
+
+static void *worker(void *p)
+{
+    job *j = p;
+    kd_req *r = j->r;
+    r->deferred_rc = j->work(r, j->arg);   /* its reply is kept in r (send_bytes), not queued */
+    free(j);
+    r->deferring = 0;
+    r->deferred_done = 1;
+    r->resumed = 1;
+    MHD_resume_connection(r->conn);
+    pthread_mutex_lock(&mu);
+    if (--running == 0)
+        pthread_cond_broadcast(&idle);
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+enum MHD_Result kd_defer(kd_req *r, kd_deferred_fn work, void *arg)
+{
+    job *j = malloc(sizeof(*j));
+    pthread_attr_t attr;
+    pthread_t th;
+    int ok = 0;
+    if (j == NULL)
+        return work(r, arg);
+    *j = (job){ r, work, arg };
+    pthread_mutex_lock(&mu);
+    if (running < DEFER_MAX && pthread_attr_init(&attr) == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        r->deferring = 1;
+        MHD_suspend_connection(r->conn);   /* before the worker may resume it */
+        if (pthread_create(&th, &attr, worker, j) == 0) {
+            running++;
+            ok = 1;
+        } else {
+            r->deferring = 0;
+            MHD_resume_connection(r->conn);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_unlock(&mu);
+    if (ok)
+        return MHD_YES;
+    free(j);
+    return work(r, arg);   /* here, as before */
+}
+
+enum MHD_Result kd_defer_reply(kd_req *r)
+{
+    enum MHD_Result ok = MHD_NO;
+    r->deferred_done = 0;
+    if (r->deferred) {
+        if ((ok = MHD_queue_response(r->conn, r->deferred_status, r->deferred)) == MHD_YES)
+            r->status = r->deferred_status;
+        MHD_destroy_response(r->deferred);
+        r->deferred = NULL;
+    }
+    return r->deferred_rc == MHD_YES ? ok : MHD_NO;
+}
+
+void kd_defer_drain(void)
+{
+    pthread_mutex_lock(&mu);
+    while (running > 0)
+        pthread_cond_wait(&idle, &mu);
+    pthread_mutex_unlock(&mu);
+}
