@@ -163,6 +163,18 @@ static const char *scope_refusal(const kd_principal *who, const kd_route *rt)
     return NULL;
 }
 
+static enum MHD_Result deferred_backup(kd_req *r, void *arg)
+{
+    (void)arg;
+    return kd_route_backup(r);
+}
+
+static enum MHD_Result deferred_fsck(kd_req *r, void *arg)
+{
+    (void)arg;
+    return kd_route_fsck(r);
+}
+
 static enum MHD_Result dispatch(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
@@ -201,8 +213,8 @@ static enum MHD_Result dispatch(kd_req *r)
     case KD_AREA_JOBS: return kd_route_jobs(r, rt.rest);
     case KD_AREA_TOKENS: return kd_route_tokens(r, rt.rest);
     case KD_AREA_USERS: return kd_route_users(r, rt.rest);
-    case KD_AREA_BACKUP: return kd_route_backup(r);
-    case KD_AREA_FSCK: return kd_route_fsck(r);
+    case KD_AREA_BACKUP: return kd_defer(r, deferred_backup, NULL);   /* minutes: off the HTTP thread */
+    case KD_AREA_FSCK: return kd_defer(r, deferred_fsck, NULL);
     case KD_AREA_CHUNK_VERIFY: return kd_route_chunk_verify(r, rt.chunk);
     case KD_AREA_QUEUE: return kd_route_queue(r);
     case KD_AREA_NODES: return kd_route_nodes(r);

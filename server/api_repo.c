@@ -642,6 +642,12 @@ static enum MHD_Result gc(kd_req *r)
 
 /* GET /jobs/{id}/models: the versions a job pushed (recorded at their commit), of the models the
  * caller may read, by model name then version, at most 1,000; a deleted version is left out. */
+static enum MHD_Result gc_deferred(kd_req *r, void *arg)
+{
+    (void)arg;
+    return gc(r);
+}
+
 enum MHD_Result kd_route_job_models(kd_req *r, int64_t id)
 {
     Kestrel__V1__ManifestList list = KESTREL__V1__MANIFEST_LIST__INIT;
@@ -680,7 +686,7 @@ enum MHD_Result kd_route_repo(kd_req *r)
     if (!strncmp(p, "/api/v1/chunks/", 15) && get_)
         return chunk_get(r, p + 15);
     if (!strcmp(p, "/api/v1/repo/gc") && post)
-        return gc(r);
+        return kd_defer(r, gc_deferred, NULL);   /* a walk of the whole store: off the HTTP thread */
     if (!strcmp(p, "/api/v1/models") && get_) {
         Kestrel__V1__ModelList list = KESTREL__V1__MODEL_LIST__INIT;
         kestrel_buf names = KESTREL_BUF_INIT;
