@@ -3,7 +3,7 @@
  * holds a lock on it (flock, dropped by the kernel when the process ends, kill -9 included) and
  * keeps its mtime fresh (a file's with every write, a directory's at least every TOUCH_S seconds:
  * kestrel__pull_temp_touch). The next pull to DEST removes each such temp no process holds that is
- * SWEEP_AGE_S old. A temp of the older form, DEST.kestrel-tmp.XXXXXX, is never touched: its client
+ * SWEEP_AGE_S (5 minutes) old. A temp of the older form, DEST.kestrel-tmp.XXXXXX, is never touched: its client
  * took no lock and did not keep a directory's mtime fresh. Only names of exactly the form, of this
  * user, a plain file or a directory, are touched; removal goes through descriptors checked to be
  * the ones examined, and never follows a link. */
@@ -20,7 +20,10 @@
 #include "dir_each.h"
 #include "repo.h"
 
-#define SWEEP_AGE_S 3600
+/* A live pull's temp is locked and its mtime never older than TOUCH_S (a directory's) or its last
+ * write (a file's; a transfer that moves nothing for 60 s gives up): 5 minutes leave a wide margin
+ * beside the lock (an hour kept a killed pull's gigabytes that long) */
+#define SWEEP_AGE_S 300
 #define TOUCH_S 30
 #define SUFFIX_LEN 6   /* mkstemp's XXXXXX */
 

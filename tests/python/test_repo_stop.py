@@ -124,8 +124,8 @@ def pushed_source(d, tmp_path, name, what, file_bytes, files, file_each):
 
 @pytest.mark.parametrize("what", ["file", "directory"])
 def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path, monkeypatch, what):
-    """kill -9 leaves DEST.kestrel-tmp.v2.XXXXXX; the next pull to DEST removes those an hour old that
-    no live pull holds (each pull locks its temp), and nothing else: not a fresh one, not one a
+    """kill -9 leaves DEST.kestrel-tmp.v2.XXXXXX; the next pull to DEST removes those 5 minutes old
+    (10 here; an hour before, which kept a killed pull's gigabytes that long) that no live pull holds (each pull locks its temp), and nothing else: not a fresh one, not one a
     process holds, not the older form (its client took no lock), not a link or a FIFO named so (nor
     what a link points at), not another destination's, not another name."""
     import fcntl
@@ -133,7 +133,7 @@ def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path,
     c, src = pushed_source(kestreld, tmp_path, "team/swept", what, 3 << 20, 1, 5000)
     work = tmp_path / "work"
     work.mkdir()
-    old = time.time() - 7200
+    old = time.time() - 600
     (work / "out.kestrel-tmp.v2.Aa1Bb2").write_bytes(b"half a file")        # stale: removed
     stale_dir = work / "out.kestrel-tmp.v2.Cc3Dd4"                           # stale directory: removed
     (stale_dir / "x" / "y").mkdir(parents=True)
