@@ -101,6 +101,8 @@ struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *c
     return h;
 }
 
+#define BUSY_RETRIES 8   /* after 0.1 s, 0.2 s, ... 12.8 s with the default backoff */
+
 int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const kestrel__request *req)
 {
     kestrel_buf url = KESTREL_BUF_INIT, body = KESTREL_BUF_INIT, resp = KESTREL_BUF_INIT;
@@ -131,6 +133,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
     for (int attempt = 0;; attempt++) {
         CURL *h = c->curl;
         stopping st = { req, 0 };
+        int limit = retries;
         CURLcode cc;
         long status = 0;
         char *ctype = NULL;
@@ -183,7 +186,12 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                 goto done;
             }
             rc = kestrel__http_failure(status, ctype, &resp);
-            if (!(req->idempotent && (status == 502 || status == 503 || status == 504)))
+            /* 503: kestreld did nothing (its memory for request bodies is spent, server/upload_mem.h),
+             * so any request goes again, for about 25 s (a found problem: a push's commit failed at
+             * once while packs waited); 502 and 504 only an idempotent one */
+            if (status == 503 && retries > 0)
+                limit = retries > BUSY_RETRIES ? retries : BUSY_RETRIES;
+            else if (!(req->idempotent && (status == 502 || status == 504)))
                 goto done;
         } else if (cc == CURLE_OPERATION_TIMEDOUT) {
             rc = kestrel__error_set(KESTREL_ETIMEOUT, "%s %s: %s", req->method, req->path, curl_easy_strerror(cc));
@@ -196,7 +204,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             if (!req->idempotent && cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST)
                 goto done;
         }
-        if (attempt >= retries)
+        if (attempt >= limit)
             goto done;
         sleep_ms(backoff);
         backoff *= 2;

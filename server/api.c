@@ -329,7 +329,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             kd_route rt;
             int st;
             kd_route_parse(method, url, &rt);
-            if (rt.area != KD_AREA_CONSOLE && rt.area != KD_AREA_HEALTH && rt.area != KD_AREA_NONE) {
+            if (rt.area == KD_AREA_HEALTH || rt.area == KD_AREA_NONE) {   /* no body is read there: */
+                r->started = 1;                                             /* answered at the headers */
+                return dispatch(r);
+            }
+            if (rt.area == KD_AREA_CONSOLE) {   /* its forms, a token at most, read before anyone is known: */
+                r->mem = NULL;                  /* a small bound, outside the budget (else anyone could */
+                if (r->body_max > KD_CONSOLE_BODY_MAX)   /* spend its anonymous quarter and lock everyone */
+                    r->body_max = KD_CONSOLE_BODY_MAX;   /* out of the login, found by a hostile test) */
+            } else {
                 r->started = 1;
                 if (authenticate(r, &reply) < 0)
                     return reply;
@@ -349,9 +357,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->started = 1;
             return dispatch(r);
         }
-        r->held_by = r->who.user_id;   /* 0 before authentication (the console's forms) */
+        r->held_by = r->who.user_id;
         if (cl && strtoull(cl, NULL, 10) > 0 &&
-            kd_upload_mem_fit(api->mem, r->held_by, &r->held, &r->body, strtoull(cl, NULL, 10), 0) < 0) {
+            kd_upload_mem_fit(r->mem, r->held_by, &r->held, &r->body, strtoull(cl, NULL, 10), 0, 0) < 0) {
             r->busy = 1;   /* the whole body's memory at once, or none of it read */
             r->started = 1;
             return dispatch(r);
@@ -373,7 +381,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             kestrel_buf_dispose(&r->body);
         }
         if (!r->too_large && !r->busy &&
-            kd_upload_mem_fit(r->mem, r->held_by, &r->held, &r->body, r->body.size + *upload_size, 1) < 0) {
+            kd_upload_mem_fit(r->mem, r->held_by, &r->held, &r->body, r->body.size + *upload_size, 1,
+                              (uint64_t)r->body_max + 1) < 0) {
             r->busy = 1;   /* a body without a length, past the budget: dropped from here on */
             kestrel_buf_dispose(&r->body);
         }
@@ -456,7 +465,7 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum M
         kd_wait_forget(r);
         kd_pack_free(r->pack);
         kestrel_buf_dispose(&r->body);
-        kd_upload_mem_give(api->mem, r->held_by, r->held);
+        kd_upload_mem_give(r->mem, r->held_by, r->held);
         free(r);
         *state = NULL;
     }

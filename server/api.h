@@ -27,7 +27,8 @@ typedef struct kd_req {
     int via_cookie;             /* authenticated by a console session, not a bearer token */
     kd_pack *pack;              /* POST /api/v1/chunks/pack: streamed, never buffered whole */
     int authed;                 /* authenticated at the headers already, before its body was read */
-    struct kd_upload_mem *mem;  /* what bodies may hold (upload_mem.h): body holds held of it, */
+    struct kd_upload_mem *mem;  /* what bodies may hold (upload_mem.h; NULL: the console's, apart):
+                                   body holds held of it, */
     uint64_t held;              /* taken for held_by */
     int64_t held_by;
     int busy;                   /* the budget refused the body's growth: 503 */
@@ -116,6 +117,8 @@ kd_pack *kd_pack_begin(kd_engine *e, struct kd_upload_mem *mem, int64_t user, co
                        int *busy);
 /* 503: the budget of upload_mem.h is spent (nothing was done; the client may try again). */
 enum MHD_Result kd_reply_busy(kd_req *r);
+/* A console form (a token, at most) is read before its sender is known: a small bound of its own. */
+#define KD_CONSOLE_BODY_MAX 8192
 /* A pack is at most this (by Content-Length at the headers, by what came for a chunked upload). */
 #define KD_MAX_PACK (1ull << 30)
 void kd_pack_feed(kd_pack *p, const char *data, size_t len);

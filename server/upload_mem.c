@@ -89,13 +89,17 @@ void kd_upload_mem_state(kd_upload_mem *m, uint64_t *held, uint64_t *total)
     pthread_mutex_unlock(&m->mu);
 }
 
-int kd_upload_mem_fit(kd_upload_mem *m, int64_t user, uint64_t *held, kestrel_buf *buf, uint64_t n, int doubling)
+int kd_upload_mem_fit(kd_upload_mem *m, int64_t user, uint64_t *held, kestrel_buf *buf, uint64_t n, int doubling,
+                      uint64_t cap)
 {
     uint64_t want = n + 1;
     if (want <= *held)
         return 0;
-    if (doubling && want < 2 * *held)
-        want = 2 * *held;
+    if (doubling && want < 2 * *held) {   /* but never past cap, the largest body (a hostile test: one */
+        want = 2 * *held;                   /* within its bound was refused, doubled past it) */
+        if (want > cap)
+            want = cap > n + 1 ? cap : n + 1;
+    }
     if (kd_upload_mem_take(m, user, want - *held) < 0)
         return -1;
     if (kestrel__buf_reserve(buf, (size_t)want) < 0) {

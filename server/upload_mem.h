@@ -26,9 +26,10 @@ void kd_upload_mem_give(kd_upload_mem *m, int64_t user, uint64_t bytes);
 /* The bytes held in all, and the budget (for messages). */
 void kd_upload_mem_state(kd_upload_mem *m, uint64_t *held, uint64_t *total);
 /* Make buf hold at least n bytes (and a NUL) on the *held bytes user took for it: its memory is
- * grown to exactly what *held pays for (doubling, for a body that comes without a length) and the
- * difference taken. 0, or -1 when the budget refuses it (buf and *held as they were) or memory ran
- * out. */
-int kd_upload_mem_fit(kd_upload_mem *m, int64_t user, uint64_t *held, kestrel_buf *buf, uint64_t n, int doubling);
+ * grown to exactly what *held pays for (doubling, for a body that comes without a length, but never
+ * past cap bytes) and the difference taken. 0, or -1 when the budget refuses it (buf and *held as
+ * they were) or memory ran out. m NULL: no budget, buf grown all the same. */
+int kd_upload_mem_fit(kd_upload_mem *m, int64_t user, uint64_t *held, kestrel_buf *buf, uint64_t n, int doubling,
+                      uint64_t cap);
 
 #endif

@@ -664,12 +664,13 @@ static int fetch_start(void *ctx, http *h, stream *s)
 
 /* Whether kestreld refused a batch as one that does not serve them would: an older kestreld
  * (404 "no such endpoint", 405), a read-scoped token there (403), a request over its --max-body
- * (413). A 404 for a chunk it does not store is an answer: the pull fails as a GET would have. */
+ * (413), its memory for request bodies spent (503: a GET has no body). A 404 for a chunk it does
+ * not store is an answer: the pull fails as a GET would have. */
 static int refused(long status, const kestrel_buf *body)
 {
     if (status == 404)
         return !(body->ptr && memmem(body->ptr, body->size, "no such chunk", 13));
-    return status == 403 || status == 405 || status == 413;
+    return status == 403 || status == 405 || status == 413 || status == 503;
 }
 
 static int fetch_end(void *ctx, stream *s, CURLcode cc)

@@ -298,19 +298,76 @@ def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_pat
     t.join(60)
     assert out.get("v") == 1, out
     # commit bodies: a quarter of 64 MiB holds 15 of 1 MiB; more are 503 at once, unread
+    small = tmp_path / "small"
+    small.mkdir()
+    for i in range(30):
+        (small / f"f{i}").write_bytes(os.urandom(20000))
+    assert kestrel.Client(d.url, mallory).push("mallory/small", str(small)) == 1
     deadline = time.time() + 10
     while True:   # the closed packs' memory is given back as kestreld sees them close
         bodies = [_stalled_upload(port, mallory, "/api/v1/models/mallory/m/versions", mib, b"{")
                   for _ in range(20)]
         busy = [h for h in bodies if isinstance(h, str)]
-        for h in bodies:
-            if not isinstance(h, str):
-                h.close()
+        held = [h for h in bodies if not isinstance(h, str)]
         if len(busy) <= 5 or time.time() > deadline:
             break
+        for h in held:
+            h.close()
         time.sleep(0.5)
     assert 4 <= len(busy) <= 5 and all(h.startswith("HTTP/1.1 503") for h in busy), busy[:3]
+    rest = (16 * mib) - len(held) * (mib + 1) - 1   # the last bytes of her quarter: a body of that many
+    filler = _stalled_upload(port, mallory, "/api/v1/models/mallory/m/versions", rest, b"{")
+    assert not isinstance(filler, str), filler[:200]
+    held.append(filler)
+    assert _stalled_upload(port, mallory, "/api/v1/jobs", 1, b"")[:12] == "HTTP/1.1 503"   # not a byte more
+    # with her quarter full of bodies: a pull's batch of small chunks (a POST) is 503, its chunks come
+    # one GET each (no body); a push's chunk query and commit wait and go again (they failed at once)
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache2"))
+    kestrel.Client(d.url, mallory).pull("mallory/small", str(tmp_path / "small-back"))
+    assert all((tmp_path / "small-back" / f"f{i}").read_bytes() == (small / f"f{i}").read_bytes() for i in range(30))
+    other = tmp_path / "o.bin"
+    other.write_bytes(os.urandom(mib))
+    out = {}
+
+    def push_other():
+        try:
+            out["v"] = kestrel.Client(d.url, mallory).push("mallory/o", str(other))
+        except Exception as e:   # noqa: BLE001 (reported below)
+            out["e"] = e
+    t = threading.Thread(target=push_other)
+    t.start()
+    time.sleep(1.5)
+    assert t.is_alive(), out
+    for h in held:
+        h.close()
+    t.join(60)
+    assert out.get("v") == 1, out
     assert kestrel.Client(d.url, mallory).versions("mallory/w")[0].version == 1
+
+
+def test_no_one_without_a_token_can_spend_the_upload_budget(daemon):
+    """Bodies read before anyone is known were all charged to one anonymous quarter: 69 connections
+    to POST /healthz with no token, each announcing 16 MiB and trickling a byte now and then, locked
+    everyone out of the console's login (503) at no memory cost (a hostile test). /healthz and unknown
+    paths are answered at their headers, their bodies never read; a console form is at most 8 KiB,
+    outside the budget."""
+    d = daemon()
+    port = int(d.url.rsplit(":", 1)[1])
+    user = d.api("POST", "/api/v1/tokens", {"user": "ursula"})[1]["token"]
+    answers = [_stalled_upload(port, "nobody", path, 16 << 20, b"x")
+               for path in ["/healthz", "/no/such/path"] * 40 + ["/ui/login"] * 20]
+    assert all(isinstance(a, str) for a in answers), "a request without a token was left holding memory"
+    assert all(a.startswith("HTTP/1.1 200") for a in answers[0:80:2]), answers[0][:200]
+    assert all(a.startswith("HTTP/1.1 404") for a in answers[1:80:2]), answers[1][:200]
+    assert all(a.startswith("HTTP/1.1 413") for a in answers[80:]), answers[80][:200]
+    import urllib.parse
+    form = urllib.parse.urlencode({"token": user}).encode()
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"POST /ui/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+              + f"Content-Length: {len(form)}\r\n\r\n".encode() + form)
+    assert s.recv(200).split(b"\r\n")[0] == b"HTTP/1.1 303 See Other"
+    s.close()
 
 
 def test_an_upload_budget_too_small_for_a_body_is_refused_at_start(tmp_path):
