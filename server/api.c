@@ -245,7 +245,8 @@ enum MHD_Result kd_reply_busy(kd_req *r)
     char msg[300];
     kd_upload_mem_state(r->mem, &held, &total);
     snprintf(msg, sizeof(msg), "kestreld is receiving too much at once (%llu of its %llu MiB for request bodies "
-             "in use, a quarter of them a user's: --max-upload-memory); nothing was done, try again shortly",
+             "and chunk answers in use, a quarter of them a user's: --max-upload-memory); nothing was done, try "
+             "again shortly",
              (unsigned long long)(held >> 20), (unsigned long long)(total >> 20));
     return kd_reply_error(r, 503, "unavailable", msg);
 }

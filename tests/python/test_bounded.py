@@ -430,3 +430,35 @@ def urllib_request(d, path, body, ctype):
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
+
+
+def test_chunk_answers_no_one_reads_hold_at_most_the_budget(daemon):
+    """A batch of chunks (POST /api/v1/chunks/fetch) holds libmicrohttpd's 256 KiB block until its
+    answer is read: 4,000 answers never read held 1.1 GB (a hostile test). Their memory now comes
+    from the same budget (a user's quarter of 64 MiB: some 60 of them); past it, 503, and a pull
+    takes those chunks one GET each (sendfile, no block)."""
+    import hashlib
+    import socket
+    import struct
+    mib = 1 << 20
+    d = daemon("--max-upload-memory", str(64 * mib), "--max-manifest", str(mib), "--max-body", str(mib))
+    port = int(d.url.rsplit(":", 1)[1])
+    reader = d.api("POST", "/api/v1/tokens", {"user": "rhea", "scope": "read"})[1]["token"]
+    chunks = [os.urandom(mib) for _ in range(8)]
+    body = b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks)
+    assert urllib_request(d, "/api/v1/chunks/pack", body, "application/octet-stream") == 200
+    query = json.dumps({"digests": [hashlib.sha256(c).hexdigest() for c in chunks]}).encode()
+    socks, lines = [], []
+    for _ in range(100):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", port))
+        s.sendall(f"POST /api/v1/chunks/fetch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {reader}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(query)}\r\n\r\n".encode() + query)
+        lines.append(s.recv(64).split(b"\r\n")[0])   # the status line; the rest is never read
+        socks.append(s)
+    ok, busy = lines.count(b"HTTP/1.1 200 OK"), lines.count(b"HTTP/1.1 503 Service Unavailable")
+    assert ok + busy == 100 and 50 <= ok <= 64 and busy >= 36, (ok, busy, lines[:3])   # 100 and 0 before
+    for s in socks:
+        s.close()
