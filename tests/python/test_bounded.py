@@ -246,6 +246,28 @@ def _stalled_upload(port, token, path, length, first):
     return s
 
 
+def _push_waiting(client, name, path, held):
+    """Push path while the sockets held keep the pusher's quarter full: it must still be waiting
+    (sending again) 1.5 s later, then complete once they are closed. The version pushed."""
+    import threading
+    out = {}
+
+    def push():
+        try:
+            out["v"] = client.push(name, str(path))
+        except Exception as e:   # noqa: BLE001 (reported below)
+            out["e"] = e
+    t = threading.Thread(target=push)
+    t.start()
+    time.sleep(1.5)
+    assert t.is_alive(), out   # waiting, not failed
+    for s in held:
+        s.close()
+    t.join(60)
+    assert "v" in out, out
+    return out["v"]
+
+
 def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_path, monkeypatch):
     """A pack holds a chunk in memory, a commit its whole body: 200 packs stalled halfway through a
     chunk held 820 MiB (found by a hostile test). They come out of one budget (--max-upload-memory),
@@ -254,7 +276,6 @@ def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_pat
     free; kestreld's memory stays near the budget."""
     import hashlib
     import struct
-    import threading
     import pytest
     kestrel = pytest.importorskip("kestrel")
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
@@ -280,23 +301,9 @@ def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_pat
     src.write_bytes(os.urandom(6 * mib))
     assert kestrel.Client(d.url, bob).push("bob/w", str(src)) == 1
     # mallory's own push: refused while her quarter is held, sent again once it is free
-    out = {}
     mine = tmp_path / "m.bin"
     mine.write_bytes(os.urandom(6 * mib))
-
-    def push():
-        try:
-            out["v"] = kestrel.Client(d.url, mallory).push("mallory/w", str(mine))
-        except Exception as e:   # noqa: BLE001 (reported below)
-            out["e"] = e
-    t = threading.Thread(target=push)
-    t.start()
-    time.sleep(1.5)
-    assert t.is_alive(), out   # waiting, not failed
-    for s in stalled:
-        s.close()
-    t.join(60)
-    assert out.get("v") == 1, out
+    assert _push_waiting(kestrel.Client(d.url, mallory), "mallory/w", mine, stalled) == 1
     # commit bodies: a quarter of 64 MiB holds 15 of 1 MiB; more are 503 at once, unread
     small = tmp_path / "small"
     small.mkdir()
@@ -327,21 +334,7 @@ def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_pat
     assert all((tmp_path / "small-back" / f"f{i}").read_bytes() == (small / f"f{i}").read_bytes() for i in range(30))
     other = tmp_path / "o.bin"
     other.write_bytes(os.urandom(mib))
-    out = {}
-
-    def push_other():
-        try:
-            out["v"] = kestrel.Client(d.url, mallory).push("mallory/o", str(other))
-        except Exception as e:   # noqa: BLE001 (reported below)
-            out["e"] = e
-    t = threading.Thread(target=push_other)
-    t.start()
-    time.sleep(1.5)
-    assert t.is_alive(), out
-    for h in held:
-        h.close()
-    t.join(60)
-    assert out.get("v") == 1, out
+    assert _push_waiting(kestrel.Client(d.url, mallory), "mallory/o", other, held) == 1
     assert kestrel.Client(d.url, mallory).versions("mallory/w")[0].version == 1
 
 
