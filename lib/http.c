@@ -61,6 +61,11 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+int kestrel__http_busy(long status, const kestrel_buf *body)
+{
+    return status == 503 && body->ptr && memmem(body->ptr, body->size, "unavailable", 11) != NULL;
+}
+
 /* Turn a non-2xx answer into an error record; the server's Error message wins. */
 int kestrel__http_failure(long status, const char *ctype, const kestrel_buf *body)
 {
@@ -186,12 +191,12 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                 goto done;
             }
             rc = kestrel__http_failure(status, ctype, &resp);
-            /* 503: kestreld did nothing (its memory for request bodies is spent, server/upload_mem.h),
-             * so any request goes again, for about 25 s (a found problem: a push's commit failed at
-             * once while packs waited); 502 and 504 only an idempotent one */
-            if (status == 503 && retries > 0)
+            /* kestreld's 503 "unavailable" (its memory for requests spent) did nothing: any request
+             * goes again, for about 25 s (a push's commit failed at once while its packs waited);
+             * another 502, 503 or 504 (a proxy's may follow a forwarded request) only an idempotent one */
+            if (kestrel__http_busy(status, &resp) && retries > 0)
                 limit = retries > BUSY_RETRIES ? retries : BUSY_RETRIES;
-            else if (!(req->idempotent && (status == 502 || status == 504)))
+            else if (!(req->idempotent && (status == 502 || status == 503 || status == 504)))
                 goto done;
         } else if (cc == CURLE_OPERATION_TIMEDOUT) {
             rc = kestrel__error_set(KESTREL_ETIMEOUT, "%s %s: %s", req->method, req->path, curl_easy_strerror(cc));
@@ -206,15 +211,15 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         }
         if (attempt >= limit)
             goto done;
-        sleep_ms(backoff);
-        backoff *= 2;
-        if (req->stop) {   /* stopped while it waited to retry: not retried */
-            int r = req->stop(req->stop_ctx);
-            if (r < 0) {
+        for (long left = backoff; left > 0; left -= 100) {   /* a stop is seen within 0.1 s: not retried */
+            int r;
+            sleep_ms(left < 100 ? left : 100);
+            if (req->stop && (r = req->stop(req->stop_ctx)) < 0) {
                 rc = r;
                 goto done;
             }
         }
+        backoff *= 2;
     }
 done:
     curl_slist_free_all(hdrs);

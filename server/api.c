@@ -39,8 +39,10 @@ static enum MHD_Result send_bytes(kd_req *r, unsigned int status, const kestrel_
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->deferring) {   /* on a deferred handler's thread: queued once its connection is resumed */
-        if (r->deferred)
-            MHD_destroy_response(r->deferred);
+        if (r->deferred) {   /* the first reply stands, as MHD_queue_response would have it */
+            MHD_destroy_response(resp);
+            return MHD_NO;
+        }
         r->deferred = resp;
         r->deferred_status = status;
         return MHD_YES;
@@ -163,18 +165,6 @@ static const char *scope_refusal(const kd_principal *who, const kd_route *rt)
     return NULL;
 }
 
-static enum MHD_Result deferred_backup(kd_req *r, void *arg)
-{
-    (void)arg;
-    return kd_route_backup(r);
-}
-
-static enum MHD_Result deferred_fsck(kd_req *r, void *arg)
-{
-    (void)arg;
-    return kd_route_fsck(r);
-}
-
 static enum MHD_Result dispatch(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
@@ -213,8 +203,8 @@ static enum MHD_Result dispatch(kd_req *r)
     case KD_AREA_JOBS: return kd_route_jobs(r, rt.rest);
     case KD_AREA_TOKENS: return kd_route_tokens(r, rt.rest);
     case KD_AREA_USERS: return kd_route_users(r, rt.rest);
-    case KD_AREA_BACKUP: return kd_defer(r, deferred_backup, NULL);   /* minutes: off the HTTP thread */
-    case KD_AREA_FSCK: return kd_defer(r, deferred_fsck, NULL);
+    case KD_AREA_BACKUP: return kd_defer_route(r, kd_route_backup);   /* minutes: off the HTTP thread */
+    case KD_AREA_FSCK: return kd_defer_route(r, kd_route_fsck);
     case KD_AREA_CHUNK_VERIFY: return kd_route_chunk_verify(r, rt.chunk);
     case KD_AREA_QUEUE: return kd_route_queue(r);
     case KD_AREA_NODES: return kd_route_nodes(r);
@@ -241,13 +231,13 @@ static int wants_json(struct MHD_Connection *c)
 
 enum MHD_Result kd_reply_busy(kd_req *r)
 {
-    uint64_t held, total;
-    char msg[300];
-    kd_upload_mem_state(r->mem, &held, &total);
-    snprintf(msg, sizeof(msg), "kestreld is receiving too much at once (%llu of its %llu MiB for request bodies "
-             "and chunk answers in use, a quarter of them a user's: --max-upload-memory); nothing was done, try "
-             "again shortly",
-             (unsigned long long)(held >> 20), (unsigned long long)(total >> 20));
+    uint64_t mine, held, total;
+    char msg[400];
+    kd_upload_mem_state(r->mem, r->who.user_id, &mine, &held, &total);
+    snprintf(msg, sizeof(msg), "kestreld is receiving too much at once: your requests hold %llu of your %llu MiB, "
+             "everyone's %llu of %llu MiB (request bodies, packs and chunk answers: --max-upload-memory, a "
+             "quarter a user); send it again shortly", (unsigned long long)(mine >> 20),
+             (unsigned long long)(total >> 22), (unsigned long long)(held >> 20), (unsigned long long)(total >> 20));
     return kd_reply_error(r, 503, "unavailable", msg);
 }
 
@@ -291,6 +281,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     if (r == NULL) {
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        uint64_t length = cl ? strtoull(cl, NULL, 10) : 0;   /* 0: none (or a body sent chunked) */
+        int fit;
         if ((r = new_req(api, conn, url, method, state)) == NULL)
             return MHD_NO;
         r->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
@@ -310,7 +302,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             kd_route_parse(method, url, &rt);
             if ((why = scope_refusal(&r->who, &rt)) != NULL)
                 return kd_reply_error(r, 403, "permission_denied", why);
-            if (cl && strtoull(cl, NULL, 10) > KD_MAX_PACK)
+            if (length > KD_MAX_PACK)
                 return kd_reply_error(r, 413, "too_large", "a pack is at most 1 GiB: send more packs");
             if ((r->pack = kd_pack_begin(api->e, api->mem, r->who.user_id,
                                          MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "run"),
@@ -352,15 +344,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 r->started = 0;
             }
         }
-        if (cl && strtoull(cl, NULL, 10) > r->body_max) {
-            /* refuse before reading the body */
+        if (length > r->body_max) {   /* refuse before reading the body */
             r->too_large = 1;
             r->started = 1;
             return dispatch(r);
         }
         r->held_by = r->who.user_id;
-        if (cl && strtoull(cl, NULL, 10) > 0 &&
-            kd_upload_mem_fit(r->mem, r->held_by, &r->held, &r->body, strtoull(cl, NULL, 10), 0, 0) < 0) {
+        if (length > 0 && (fit = kd_upload_mem_fit(r->mem, r->held_by, &r->held, &r->body, length, 0, 0)) < 0) {
+            if (fit == KESTREL_ENOMEM)
+                return MHD_NO;
             r->busy = 1;   /* the whole body's memory at once, or none of it read */
             r->started = 1;
             return dispatch(r);
@@ -377,15 +369,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return kd_pack_finish(r, r->pack);
     }
     if (*upload_size) {
-        if (!r->too_large && r->body.size + *upload_size > r->body_max) {
-            r->too_large = 1;
-            kestrel_buf_dispose(&r->body);
-        }
+        int fit = 0;
         if (!r->too_large && !r->busy &&
-            kd_upload_mem_fit(r->mem, r->held_by, &r->held, &r->body, r->body.size + *upload_size, 1,
-                              (uint64_t)r->body_max + 1) < 0) {
-            r->busy = 1;   /* a body without a length, past the budget: dropped from here on */
-            kestrel_buf_dispose(&r->body);
+            (r->body.size + *upload_size > r->body_max ||
+             (fit = kd_upload_mem_fit(r->mem, r->held_by, &r->held, &r->body, r->body.size + *upload_size, 1,
+                                      (uint64_t)r->body_max + 1)) < 0)) {
+            if (fit == KESTREL_ENOMEM)
+                return MHD_NO;
+            r->too_large = fit == 0;   /* else a body without a length, past the budget */
+            r->busy = fit < 0;
+            kestrel_buf_dispose(&r->body);   /* dropped from here on, its memory given back at once */
+            kd_upload_mem_give(r->mem, r->held_by, r->held);   /* (a review: a trickle held a quarter) */
+            r->held = 0;
         }
         if (!r->too_large && !r->busy && kestrel__buf_put(&r->body, upload, *upload_size) < 0)
             return MHD_NO;
@@ -466,7 +461,7 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum M
         kd_wait_forget(r);
         kd_pack_free(r->pack);
         kestrel_buf_dispose(&r->body);
-        kd_upload_mem_give(r->mem, r->held_by, r->held);
+        kd_upload_mem_give(r->mem, r->held_by, r->held + r->answer_held);
         free(r);
         *state = NULL;
     }

@@ -27,10 +27,10 @@ typedef struct kd_req {
     int via_cookie;             /* authenticated by a console session, not a bearer token */
     kd_pack *pack;              /* POST /api/v1/chunks/pack: streamed, never buffered whole */
     int authed;                 /* authenticated at the headers already, before its body was read */
-    struct kd_upload_mem *mem;  /* what bodies may hold (upload_mem.h; NULL: the console's, apart):
-                                   body holds held of it, */
-    uint64_t held;              /* taken for held_by */
-    int64_t held_by;
+    struct kd_upload_mem *mem;  /* the budget of request memory (upload_mem.h; NULL: a console form's, */
+    uint64_t held;              /* outside it): what body's buffer holds of it, */
+    uint64_t answer_held;       /* what an answer's buffer holds (repo_fetch.c), */
+    int64_t held_by;            /* taken for this user */
     int busy;                   /* the budget refused the body's growth: 503 */
     /* long polls (api_wait.c) */
     kd_waiters *waiters;
@@ -65,12 +65,16 @@ void kd_api_stop(kd_api *api);
 
 /* Run work(r, arg) on a thread of its own, r's connection suspended meanwhile (MHD_YES), for a
  * handler that takes seconds; its kd_reply_* is kept and queued by kd_defer_reply once resumed.
- * Past 16 at once (or without a thread), work runs here and its answer is returned. */
+ * Past 16 at once, or once kd_defer_drain began, work runs here and its answer is returned. */
 typedef enum MHD_Result (*kd_deferred_fn)(kd_req *r, void *arg);
+typedef enum MHD_Result (*kd_route_fn)(kd_req *r);
 enum MHD_Result kd_defer(kd_req *r, kd_deferred_fn work, void *arg);
+/* The same for a route handler of r alone (a collection, fsck, a backup). */
+enum MHD_Result kd_defer_route(kd_req *r, kd_route_fn route);
 /* Queue the reply a deferred handler made (called when its connection is resumed). */
 enum MHD_Result kd_defer_reply(kd_req *r);
-/* Wait until no deferred handler runs (before the daemon stops: none may be suspended then). */
+/* Defer nothing more, and wait until no deferred handler runs (before the daemon stops: none may
+ * be suspended then). */
 void kd_defer_drain(void);
 
 /* Replies (used by the route handlers). */

@@ -3,7 +3,7 @@
  * thread it would hold up every other connection that thread serves (an eighth of them with the
  * default 8 threads; all of them with --http-threads 1). Its reply is made on that thread and
  * queued once the connection is resumed (api.c: on_request). At most DEFER_MAX at once; past
- * that a handler runs where it is called, as before. */
+ * that, and once the daemon stops, a handler runs where it is called, as before. */
 #include <pthread.h>
 #include <stdlib.h>
 #include "api.h"
@@ -12,10 +12,11 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
-static int running;
+static int running, stopping;   /* stopping: none is deferred any more (the daemon is about to stop) */
 
 typedef struct {
     kd_req *r;
+    kd_route_fn route;   /* or work(r, arg) */
     kd_deferred_fn work;
     void *arg;
 } job;
@@ -24,7 +25,8 @@ static void *worker(void *p)
 {
     job *j = p;
     kd_req *r = j->r;
-    r->deferred_rc = j->work(r, j->arg);   /* its reply is kept in r (send_bytes), not queued */
+    /* its reply is kept in r (send_bytes), not queued */
+    r->deferred_rc = j->route ? j->route(r) : j->work(r, j->arg);
     free(j);
     r->deferring = 0;
     r->deferred_done = 1;
@@ -37,34 +39,48 @@ static void *worker(void *p)
     return NULL;
 }
 
+static enum MHD_Result defer(kd_req *r, job *j)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+    int now, made;
+    pthread_mutex_lock(&mu);
+    if ((now = stopping || running >= DEFER_MAX) == 0) {
+        running++;
+        r->deferring = 1;
+        MHD_suspend_connection(r->conn);   /* before the worker may resume it */
+    }
+    pthread_mutex_unlock(&mu);
+    if (now) {   /* here, as before (a review: one deferred while the daemon stops would abort its stop) */
+        enum MHD_Result reply = j->route ? j->route(r) : j->work(r, j->arg);
+        free(j);
+        return reply;
+    }
+    made = pthread_attr_init(&attr) == 0;
+    if (!made || pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
+        pthread_create(&th, &attr, worker, j) != 0)
+        worker(j);   /* no thread: here, by the same path (its reply queued once resumed) */
+    if (made)
+        pthread_attr_destroy(&attr);
+    return MHD_YES;
+}
+
 enum MHD_Result kd_defer(kd_req *r, kd_deferred_fn work, void *arg)
 {
     job *j = malloc(sizeof(*j));
-    pthread_attr_t attr;
-    pthread_t th;
-    int ok = 0;
     if (j == NULL)
         return work(r, arg);
-    *j = (job){ r, work, arg };
-    pthread_mutex_lock(&mu);
-    if (running < DEFER_MAX && pthread_attr_init(&attr) == 0) {
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        r->deferring = 1;
-        MHD_suspend_connection(r->conn);   /* before the worker may resume it */
-        if (pthread_create(&th, &attr, worker, j) == 0) {
-            running++;
-            ok = 1;
-        } else {
-            r->deferring = 0;
-            MHD_resume_connection(r->conn);
-        }
-        pthread_attr_destroy(&attr);
-    }
-    pthread_mutex_unlock(&mu);
-    if (ok)
-        return MHD_YES;
-    free(j);
-    return work(r, arg);   /* here, as before */
+    *j = (job){ r, NULL, work, arg };
+    return defer(r, j);
+}
+
+enum MHD_Result kd_defer_route(kd_req *r, kd_route_fn route)
+{
+    job *j = malloc(sizeof(*j));
+    if (j == NULL)
+        return route(r);
+    *j = (job){ r, route, NULL, NULL };
+    return defer(r, j);
 }
 
 enum MHD_Result kd_defer_reply(kd_req *r)
@@ -83,6 +99,7 @@ enum MHD_Result kd_defer_reply(kd_req *r)
 void kd_defer_drain(void)
 {
     pthread_mutex_lock(&mu);
+    stopping = 1;
     while (running > 0)
         pthread_cond_wait(&idle, &mu);
     pthread_mutex_unlock(&mu);

@@ -77,8 +77,12 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
         kd_pack_free(p);
         return NULL;
     }
-    if (with_run)
-        p->run = kd_run_feed_begin(e->repo_runs, user, run, off);
+    if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off)) == NULL) {
+        uint64_t each = p->held / p->nbufs;   /* no run after all (busy, not at `at`): one buffer */
+        kd_upload_mem_give(p->mem, p->user, p->held - each);
+        p->held = each;
+        p->nbufs = 1;
+    }
     return p;
 }
 
@@ -642,12 +646,6 @@ static enum MHD_Result gc(kd_req *r)
 
 /* GET /jobs/{id}/models: the versions a job pushed (recorded at their commit), of the models the
  * caller may read, by model name then version, at most 1,000; a deleted version is left out. */
-static enum MHD_Result gc_deferred(kd_req *r, void *arg)
-{
-    (void)arg;
-    return gc(r);
-}
-
 enum MHD_Result kd_route_job_models(kd_req *r, int64_t id)
 {
     Kestrel__V1__ManifestList list = KESTREL__V1__MANIFEST_LIST__INIT;
@@ -686,7 +684,7 @@ enum MHD_Result kd_route_repo(kd_req *r)
     if (!strncmp(p, "/api/v1/chunks/", 15) && get_)
         return chunk_get(r, p + 15);
     if (!strcmp(p, "/api/v1/repo/gc") && post)
-        return kd_defer(r, gc_deferred, NULL);   /* a walk of the whole store: off the HTTP thread */
+        return kd_defer_route(r, gc);   /* a walk of the whole store: off the HTTP thread */
     if (!strcmp(p, "/api/v1/models") && get_) {
         Kestrel__V1__ModelList list = KESTREL__V1__MODEL_LIST__INIT;
         kestrel_buf names = KESTREL_BUF_INIT;

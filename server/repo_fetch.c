@@ -171,7 +171,7 @@ enum MHD_Result kd_repo_fetch(kd_req *r)
         protobuf_c_message_free_unpacked(&q->base, NULL);
         return kd_reply_busy(r);
     }
-    r->held += cost;   /* given back with the body's when the request ends */
+    r->answer_held = cost;   /* given back with the body's when the request ends */
     if ((a = calloc(1, sizeof(*a))) == NULL || (a->hex = calloc(q->n_digests, sizeof(*a->hex))) == NULL ||
         (a->size = calloc(q->n_digests, sizeof(*a->size))) == NULL) {
         protobuf_c_message_free_unpacked(&q->base, NULL);

@@ -81,9 +81,15 @@ void kd_upload_mem_give(kd_upload_mem *m, int64_t user, uint64_t bytes)
     pthread_mutex_unlock(&m->mu);
 }
 
-void kd_upload_mem_state(kd_upload_mem *m, uint64_t *held, uint64_t *total)
+void kd_upload_mem_state(kd_upload_mem *m, int64_t user, uint64_t *mine, uint64_t *held, uint64_t *total)
 {
+    holder *h;
+    *mine = *held = *total = 0;
+    if (m == NULL)
+        return;
     pthread_mutex_lock(&m->mu);
+    if ((h = find(m, user)) != NULL)
+        *mine = h->held;
     *held = m->held;
     *total = m->total;
     pthread_mutex_unlock(&m->mu);
@@ -104,7 +110,7 @@ int kd_upload_mem_fit(kd_upload_mem *m, int64_t user, uint64_t *held, kestrel_bu
         return -1;
     if (kestrel__buf_reserve(buf, (size_t)want) < 0) {
         kd_upload_mem_give(m, user, want - *held);
-        return -1;
+        return KESTREL_ENOMEM;
     }
     *held = want;
     return 0;

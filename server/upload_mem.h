@@ -24,12 +24,12 @@ void kd_upload_mem_free(kd_upload_mem *m);
 int kd_upload_mem_take(kd_upload_mem *m, int64_t user, uint64_t bytes);
 /* Give back bytes user took (NULL m or 0 bytes: nothing). */
 void kd_upload_mem_give(kd_upload_mem *m, int64_t user, uint64_t bytes);
-/* The bytes held in all, and the budget (for messages). */
-void kd_upload_mem_state(kd_upload_mem *m, uint64_t *held, uint64_t *total);
+/* What user holds, what all hold, and the budget (for messages; all 0 for a NULL m). */
+void kd_upload_mem_state(kd_upload_mem *m, int64_t user, uint64_t *mine, uint64_t *held, uint64_t *total);
 /* Make buf hold at least n bytes (and a NUL) on the *held bytes user took for it: its memory is
  * grown to exactly what *held pays for (doubling, for a body that comes without a length, but never
- * past cap bytes) and the difference taken. 0, or -1 when the budget refuses it (buf and *held as
- * they were) or memory ran out. m NULL: no budget, buf grown all the same. */
+ * past cap bytes) and the difference taken. 0; -1 when the budget refuses it, KESTREL_ENOMEM when
+ * memory ran out (buf and *held as they were). m NULL: no budget, buf grown all the same. */
 int kd_upload_mem_fit(kd_upload_mem *m, int64_t user, uint64_t *held, kestrel_buf *buf, uint64_t n, int doubling,
                       uint64_t cap);
 

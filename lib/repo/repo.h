@@ -2,7 +2,8 @@
  *
  *   front.c            kestrel_model_*: checks the arguments, opens a transport, calls push or pull
  *   push.c  pull.c     the one push and the one pull, over any transport
- *   transport.h        what a transport does (transport_local.c: the store; transport_http.c: kestreld)
+ *   transport.h        what a transport does (transport_local.c: the store; transport_http.c: kestreld,
+ *                      on http_streams.c's connection pool)
  *   manifest.c         Kestrel__V1__Manifest, the only form of a version in memory, on the wire and in
  *                      the store; its checks and the tree digest
  *   tree.c             directories: listing before a push, installation after a pull

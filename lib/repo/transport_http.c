@@ -17,195 +17,22 @@
 #include "fetch_batch.h"
 #include "file_open.h"
 #include "http.h"
+#include "http_streams.h"
 #include "store.h"
 #include "transport.h"
 
-#define STREAMS 4
 #define PACK_MAX (32u << 20)
 #define RUN_PACK_MAX (256u << 20)   /* a pack of a run (well under kestreld's 1 GiB a pack) */
 #define RUN_MIN (16u << 20)         /* fewer bytes of a file in a batch, ending in it: no run, read back */
-#define STALL_S 60
 #define QUERY_BATCH 10000
-/* A pack kestreld answered 503 (its memory for uploads is spent: upload_mem.h), or lost on the way
- * (a reset connection), is sent again after 0.1 s, 0.2 s, ... 12.8 s (25 s in all): storing chunks
- * twice is harmless. */
+/* A pack kestreld answered 503 "unavailable" (its memory for requests spent: upload_mem.h) is sent
+ * again after 0.1 s, 0.2 s, ... 12.8 s (25 s in all, with the client's retry_backoff_ms), one lost
+ * on the way (a reset connection) twice: storing chunks twice is harmless. Not with max_retries < 0. */
 #define PACK_TRIES 9
+#define PACK_RESETS 3
 
-typedef struct http_ {
-    kestrel__transport base;
-    kestrel_client *c;
-    CURLM *multi;   /* the connection pool of this transfer */
-    /* the run of the file being sent (kestreld hashes a file's chunks sent in order as they come,
-     * so its commit need not read them back): which file, its id, where its next pack starts */
-    uint32_t run_file;
-    char run_id[33];
-    int64_t run_next;
-    int run_busy;   /* a pack of the run is in flight: its next one waits for it */
-    int no_batch;   /* kestreld refused a batch of downloads: one chunk a request from then on */
-} http;
-
-#define CLIENT(t) (((http *)(t))->c)
-
-/* One transfer on the pool: its handle, and the answer, at most max bytes. */
-typedef struct {
-    CURL *e;
-    struct curl_slist *hdrs;
-    kestrel_buf resp;
-    size_t max;
-    int over;        /* a 2xx answer brought more than max: the transfer failed for that */
-    void *job;
-} stream;
-
-#define ERROR_MAX (64u << 10)   /* what an error answer may bring, whatever max is */
-
-static long status_of(const stream *s)
-{
-    long status = 0;
-    curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &status);
-    return status;
-}
-
-static size_t collect(char *data, size_t size, size_t n, void *payload)
-{
-    stream *s = payload;
-    long status = status_of(s);
-    size_t cap = s->max;
-    if ((status < 200 || status >= 300) && cap < ERROR_MAX)
-        cap = ERROR_MAX;
-    if (size * n > cap - s->resp.size) {   /* more than asked for: the transfer fails, nothing is kept */
-        s->over = status >= 200 && status < 300;
-        return 0;
-    }
-    return kestrel__buf_put(&s->resp, data, size * n) < 0 ? 0 : size * n;
-}
-
-/* A new transfer on the pool into s: the client's token and TLS settings; it gives up when nothing
- * moves for STALL_S seconds (a hung server or network), never because it is slow. */
-static int transfer(http *h, stream *s, const char *url, const char *content_type, size_t max)
-{
-    s->resp.size = 0;
-    s->max = max;
-    s->over = 0;
-    if ((s->e = curl_easy_init()) == NULL || (s->hdrs = kestrel__http_headers(h->c, content_type)) == NULL) {
-        if (s->e)
-            curl_easy_cleanup(s->e);
-        s->e = NULL;
-        return kestrel__error_oom();
-    }
-    curl_easy_setopt(s->e, CURLOPT_URL, url);
-    curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, s->hdrs);
-    curl_easy_setopt(s->e, CURLOPT_CONNECTTIMEOUT_MS,
-                     h->c->opts.connect_timeout_ms ? h->c->opts.connect_timeout_ms : 10000L);
-    curl_easy_setopt(s->e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(s->e, CURLOPT_LOW_SPEED_TIME, (long)STALL_S);
-    curl_easy_setopt(s->e, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(s->e, CURLOPT_WRITEDATA, s);
-    curl_easy_setopt(s->e, CURLOPT_NOSIGNAL, 1L);
-    kestrel__http_tls(s->e);
-    return 0;
-}
-
-static int finish_transfer(CURL *e, CURLcode cc, kestrel_buf *resp, const char *what)
-{
-    long status = 0;
-    char *ctype = NULL;
-    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ctype);
-    if (cc != CURLE_OK) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "%s: %s", what, curl_easy_strerror(cc));
-        return cc == CURLE_ABORTED_BY_CALLBACK ? kestrel__error_set(KESTREL_EIO, "%s: a file changed while it was sent", what)
-                                               : kestrel__error_set_net((int)cc, msg);
-    }
-    return (status < 200 || status >= 300) ? kestrel__http_failure(status, ctype, resp) : 0;
-}
-
-/* ---- streams: up to STREAMS transfers on the pool, started by next() and ended by done() ------ */
-
-
-/* start: begin the next transfer on s (0: nothing left, 1: started, 2: nothing now, until a transfer
- * in flight ends or 20 ms pass, < 0: error); end: it finished; release: free what start gave s->job (every started
- * transfer gets end or release, never both). */
-typedef int (*stream_start)(void *ctx, http *h, stream *s);
-typedef int (*stream_end)(void *ctx, stream *s, CURLcode cc);
-typedef void (*stream_release)(stream *s);
-
-static void stream_drop(http *h, stream *s, stream_release release)
-{
-    if (s->e) {
-        curl_multi_remove_handle(h->multi, s->e);
-        curl_easy_cleanup(s->e);
-        if (release && s->job)
-            release(s);
-    }
-    curl_slist_free_all(s->hdrs);
-    s->e = NULL;
-    s->hdrs = NULL;
-    s->job = NULL;
-    s->resp.size = 0;
-}
-
-/* A push's or pull's stop, asked by a request that waits (transport.h: tick). */
-static int tick(void *t)
-{
-    return kestrel__progress_report(((kestrel__transport *)t)->tick, 0);
-}
-
-static int run_streams(http *h, stream_start start, stream_end end, stream_release release, void *ctx)
-{
-    stream st[STREAMS];
-    int rc = 0, more = 1;
-    memset(st, 0, sizeof(st));
-    for (;;) {
-        int active = 0, running = 0, later = 0;
-        CURLMsg *msg;
-        int left;
-        for (int i = 0; i < STREAMS && rc == 0; i++) {
-            if (!st[i].e && more && !later) {
-                int r = start(ctx, h, &st[i]);
-                if (r < 0)
-                    rc = r;
-                else if (r == 0)
-                    more = 0;
-                else if (r == 2)
-                    later = 1;   /* nothing to start for now */
-                else if (curl_multi_add_handle(h->multi, st[i].e) != CURLM_OK) {
-                    stream_drop(h, &st[i], release);
-                    rc = kestrel__error_oom();
-                }
-            }
-            active += st[i].e != NULL;
-        }
-        if (rc < 0 || (active == 0 && !later))
-            break;
-        curl_multi_perform(h->multi, &running);
-        while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
-            int i;
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            for (i = 0; i < STREAMS && st[i].e != msg->easy_handle; i++)
-                ;
-            if (i == STREAMS)
-                continue;
-            if (rc == 0) {
-                rc = end(ctx, &st[i], msg->data.result);
-                st[i].job = NULL;   /* end has it */
-            }
-            stream_drop(h, &st[i], release);
-        }
-        if (rc < 0)
-            break;
-        if (running || later)   /* later and nothing running: a pack waits to be sent again */
-            curl_multi_poll(h->multi, NULL, 0, running ? 100 : 20, NULL);
-        if (h->base.tick && (rc = tick(h)) < 0)   /* stopped, though nothing moved */
-            break;
-    }
-    for (int i = 0; i < STREAMS; i++) {   /* on an error: stop the others */
-        stream_drop(h, &st[i], release);
-        kestrel_buf_dispose(&st[i].resp);
-    }
-    return rc;
-}
+typedef kestrel__http_transport http;
+typedef kestrel__stream stream;
 
 /* ---- push ----------------------------------------------------------------------------------- */
 
@@ -218,7 +45,7 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
         /* ?fills_digests=1: an answer may say so (a kestreld that does not know it ignores the query,
          * and one that does sets the field only when asked: an older client refuses unknown fields) */
         kestrel__request req = { "POST", "/api/v1/chunks/missing?fills_digests=1", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
-                                 NULL, t->tick ? tick : NULL, t };
+                                 NULL, t->tick ? kestrel__http_tick : NULL, t };
         ProtobufCMessage *res;
         const Kestrel__V1__ChunkQueryResult *qr;
         size_t at = 0;
@@ -255,7 +82,7 @@ typedef struct {
     kestrel__error_kept open_err;
     uint8_t head[36];
     size_t in_head, in_chunk;
-    struct http_ *run;   /* a pack of the transport's run: it is busy until this one ends */
+    kestrel__http_transport *run;   /* a pack of the transport's run: it is busy until this one ends */
     char url[2300];
     int tries;           /* sent this often already; again once due (ms, CLOCK_MONOTONIC) */
     int64_t due;
@@ -269,6 +96,7 @@ typedef struct {
     char url[2200];
     pack_upload *again[STREAMS];   /* packs to send again (PACK_TRIES) */
     size_t nagain;
+    http *h;
 } packs;
 
 static int64_t mono_ms(void)
@@ -364,7 +192,7 @@ static int pack_launch(http *h, stream *s, pack_upload *u)
     for (size_t i = 0; i < u->n; i++)
         total += 36 + u->todo[i]->len;
     u->i = u->in_head = u->in_chunk = 0;
-    if (transfer(h, s, u->url, "application/octet-stream", 1u << 20) < 0)
+    if (kestrel__stream_open(h, s, u->url, "application/octet-stream", 1u << 20) < 0)
         return KESTREL_ENOMEM;
     s->job = u;
     if (u->run)
@@ -460,16 +288,19 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
     packs *p = ctx;
     pack_upload *u = s->job;
     int rc;
-    if (u->open_rc == 0 && u->tries + 1 < PACK_TRIES && p->nagain < STREAMS &&
-        (cc == CURLE_OK ? status_of(s) == 503 : cc == CURLE_SEND_ERROR || cc == CURLE_RECV_ERROR || cc == CURLE_GOT_NOTHING)) {
+    const kestrel_client_options *o = &p->h->c->opts;
+    if (u->open_rc == 0 && o->max_retries >= 0 && p->nagain < STREAMS &&
+        (cc == CURLE_OK ? kestrel__http_busy(kestrel__stream_status(s), &s->resp) && u->tries + 1 < PACK_TRIES
+                        : (cc == CURLE_SEND_ERROR || cc == CURLE_RECV_ERROR || cc == CURLE_GOT_NOTHING) &&
+                              u->tries + 1 < PACK_RESETS)) {
         if (u->fd >= 0)   /* kept: it goes again (its run stays busy, so the run's next pack waits) */
             close(u->fd);
         u->fd = -1;
-        u->due = mono_ms() + (100 << u->tries++);
+        u->due = mono_ms() + (int64_t)(o->retry_backoff_ms ? o->retry_backoff_ms : 100) * (1 << u->tries++);
         p->again[p->nagain++] = u;
         return 0;
     }
-    rc = finish_transfer(s->e, cc, &s->resp, "pack upload");
+    rc = kestrel__stream_result(s->e, cc, &s->resp, "pack upload");
     if (rc < 0 && u->open_rc < 0) {   /* say why the file could not be read again, not "changed" */
         rc = kestrel__error_restore(&u->open_err.err);
     } else if (rc == KESTREL_EINVALID) {   /* a chunk did not match its bytes: they changed since they were hashed */
@@ -492,12 +323,12 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
 static int send_chunks(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo,
                        size_t n, kestrel__progress *pr)
 {
-    packs p = { files, todo, n, 0, pr, "", { NULL }, 0 };
+    packs p = { files, todo, n, 0, pr, "", { NULL }, 0, (http *)t };
     int rc;
     snprintf(p.url, sizeof(p.url), "%s/api/v1/chunks/pack", CLIENT(t)->url);
     ((http *)t)->run_busy = 0;
     do   /* a pack to send again came back after the last new one started */
-        rc = run_streams((http *)t, pack_start, pack_end, pack_release, &p);
+        rc = kestrel__streams_run((http *)t, pack_start, pack_end, pack_release, &p);
     while (rc == 0 && p.nagain > 0);
     for (size_t i = 0; i < p.nagain; i++) {   /* given up on an error elsewhere */
         stream s = { .job = p.again[i] };
@@ -527,7 +358,7 @@ static int resolve(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest
     char name[256], path[700];
     const char *at;
     kestrel__request req = { "GET", path, NULL, &kestrel__v1__manifest__descriptor, 1, 0, NULL,
-                             t->tick ? tick : NULL, t };   /* a pull's stop: nothing is written yet */
+                             t->tick ? kestrel__http_tick : NULL, t };   /* a pull's stop: nothing is written yet */
     int rc = kestrel__ref_split(ref, name, sizeof(name), &at);
     if (rc < 0)
         return rc;
@@ -594,8 +425,8 @@ static size_t batch_write(char *data, size_t size, size_t nitems, void *payload)
 {
     stream *s = payload;
     download *d = s->job;
-    if (status_of(s) != 200)
-        return collect(data, size, nitems, s);
+    if (kestrel__stream_status(s) != 200)
+        return kestrel__stream_collect(data, size, nitems, s);
     d->rc = kestrel__batch_feed(&d->parse, (const uint8_t *)data, size * nitems);
     return d->rc < 0 ? 0 : size * nitems;
 }
@@ -612,6 +443,13 @@ static int fetch_start(void *ctx, http *h, stream *s)
             first = f->redo[i][0]++;
             f->redo[i][1]--;
         }
+    if (first == f->next && h->no_batch == 2) {   /* busy before: batches again once its chunks came */
+        int left = 0;
+        for (int i = 0; i < STREAMS; i++)
+            left |= f->redo[i][1] != 0;
+        if (!left)
+            h->no_batch = 0;
+    }
     if (first == f->next) {
         if (f->next >= f->n)
             return f->inflight ? 2 : 0;   /* all asked for: unless a batch in flight is refused */
@@ -641,7 +479,7 @@ static int fetch_start(void *ctx, http *h, stream *s)
         rc = kestrel__wire_pack(&d->query, &q.base);
         free(q.digests);
         snprintf(url, sizeof(url), "%s/api/v1/chunks/fetch", h->c->url);
-        if (rc < 0 || transfer(h, s, url, KESTREL__CT_PROTOBUF, ERROR_MAX) < 0) {
+        if (rc < 0 || kestrel__stream_open(h, s, url, KESTREL__CT_PROTOBUF, ERROR_MAX) < 0) {
             download_free(d);
             return rc < 0 ? rc : kestrel__error_oom();
         }
@@ -651,7 +489,7 @@ static int fetch_start(void *ctx, http *h, stream *s)
         curl_easy_setopt(s->e, CURLOPT_WRITEFUNCTION, batch_write);
     } else {
         snprintf(url, sizeof(url), "%s/api/v1/chunks/%s", h->c->url, f->want[first].digest);
-        if (transfer(h, s, url, NULL, (size_t)f->want[first].size) < 0) {
+        if (kestrel__stream_open(h, s, url, NULL, (size_t)f->want[first].size) < 0) {
             download_free(d);
             return kestrel__error_oom();
         }
@@ -680,7 +518,7 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
     const kestrel__want *w = &f->want[d->first];
     int rc = d->rc;
     f->inflight--;
-    if (rc == 0 && BATCH(d) && refused(status_of(s), &s->resp)) {
+    if (rc == 0 && BATCH(d) && refused(kestrel__stream_status(s), &s->resp)) {
         int i = 0;   /* one by one from now on (at most STREAMS batches refused: no new one after the first) */
         while (i < STREAMS && f->redo[i][1])
             i++;
@@ -689,13 +527,14 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
         else {
             f->redo[i][0] = d->first;
             f->redo[i][1] = d->count;
-            f->h->no_batch = 1;
+            if (f->h->no_batch != 1)   /* kestreld busy (503): only until these are fetched (a review) */
+                f->h->no_batch = kestrel__stream_status(s) == 503 ? 2 : 1;
         }
     } else if (rc == 0 && !BATCH(d) && cc == CURLE_WRITE_ERROR && s->over) {   /* more bytes than the chunk holds */
         damaged(&f->h->base, w->digest);   /* its stored copy grew: kestreld re-checks it */
         rc = kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged (more than its %lld bytes)", w->digest,
                                 (long long)w->size);
-    } else if (rc == 0 && (rc = finish_transfer(s->e, cc, &s->resp, "chunk download")) == 0) {
+    } else if (rc == 0 && (rc = kestrel__stream_result(s->e, cc, &s->resp, "chunk download")) == 0) {
         rc = BATCH(d) ? kestrel__batch_end(&d->parse) : f->got(f->ctx, w, s->resp.ptr ? s->resp.ptr : "", s->resp.size);
     }
     download_free(d);
@@ -705,7 +544,7 @@ static int fetch_end(void *ctx, stream *s, CURLcode cc)
 static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx)
 {
     fetches f = { want, n, 0, got, ctx, { { 0, 0 } }, 0, (http *)t };
-    return run_streams((http *)t, fetch_start, fetch_end, download_release, &f);
+    return kestrel__streams_run((http *)t, fetch_start, fetch_end, download_release, &f);
 }
 
 /* ---- the rest of the repository API ------------------------------------------------------------ */

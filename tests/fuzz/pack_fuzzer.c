@@ -19,7 +19,7 @@ static kd_upload_mem *mem;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 {
     kd_pack *p;
-    uint64_t held, total;
+    uint64_t mine, held, total;
     int busy;
     size_t cut = len ? data[0] % (len + 1) : 0;
     if (engine.store == NULL) {
@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     kd_pack_feed(p, (const char *)data, cut);
     kd_pack_feed(p, (const char *)data + cut, len - cut);
     kd_pack_free(p);
-    kd_upload_mem_state(mem, &held, &total);
+    kd_upload_mem_state(mem, 1, &mine, &held, &total);
     if (held != 0)
         abort();
     return 0;
