@@ -371,45 +371,84 @@ def test_an_upload_budget_too_small_for_a_body_is_refused_at_start(tmp_path):
     assert p.returncode == 2 and "--max-upload-memory" in p.stderr and "at least" in p.stderr, p.stderr
 
 
-def test_a_commit_that_reads_back_its_files_holds_up_no_other_request(daemon):
-    """A commit may read back and hash its files and syncs the store: seconds. It ran on the HTTP
-    thread, so every other connection that thread serves waited (with --http-threads 1, all of
-    them). It now runs on a thread of its own: /healthz, asked while a commit reads back 384 MiB, is
-    answered before the commit is."""
+def _big_commit(d, port):
+    """Packs of 512 distinct 1 MiB chunks (no run), then a socket sending the commit of one file of
+    them all, which kestreld reads back, hashes and syncs (0.2 s at least here): the socket and the
+    file's bytes."""
     import hashlib
-    import select
     import socket
     import struct
-    d = daemon("--http-threads", "1")
-    port = int(d.url.rsplit(":", 1)[1])
     base = os.urandom(1 << 20)
-    chunks = [struct.pack(">Q", i) + base[8:] for i in range(384)]   # distinct, cheap to make
+    chunks = [struct.pack(">Q", i) + base[8:] for i in range(512)]   # distinct, cheap to make
     for at in range(0, len(chunks), 64):   # packs of no run: the commit reads the file back
         body = b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks[at:at + 64])
-        req = urllib_request(d, "/api/v1/chunks/pack", body, "application/octet-stream")
-        assert req == 200
+        assert urllib_request(d, "/api/v1/chunks/pack", body, "application/octet-stream") == 200
     m = json.dumps({"size": str(len(chunks) << 20), "files": [{"path": "big.bin", "size": str(len(chunks) << 20),
                                                                  "chunks": len(chunks)}],
                     "chunks": [{"digest": hashlib.sha256(c).hexdigest(), "size": str(len(c))} for c in chunks]}).encode()
+    return _send(d, port, "/api/v1/models/admin/big/versions", m), b"".join(chunks)
 
-    def send(path, body=b"", method="POST"):
-        s = socket.create_connection(("127.0.0.1", port), timeout=60)
-        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.token}\r\nConnection: close\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-        return s
-    commit = send("/api/v1/models/admin/big/versions", m)
-    time.sleep(0.15)                                  # the commit is reading back (0.4 s of hashing at least)
-    health = send("/healthz", method="GET")
+
+def _send(d, port, path, body=b"", method="POST"):
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.token}\r\nConnection: close\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    return s
+
+
+def _answer(s):
+    got = b""
+    while chunk := s.recv(65536):
+        got += chunk
+    s.close()
+    return got
+
+
+def test_kestreld_stops_cleanly_while_a_commit_runs_off_the_http_thread(daemon):
+    """A commit (and a collection) runs on a thread of its own while its connection is suspended,
+    and libmicrohttpd must find none suspended when it stops: kestreld, stopped while a commit reads
+    back and collections keep arriving, waits for what runs, defers nothing more, and exits 0. (The
+    window a review found, a request deferred after the wait began, is too narrow to hit here.)"""
+    import signal
+    d = daemon()
+    port = int(d.url.rsplit(":", 1)[1])
+    commit, _ = _big_commit(d, port)
+    time.sleep(0.05)
+    d.proc.send_signal(signal.SIGTERM)
+    late = []
+    for _ in range(20):   # some arrive while the stop waits for the commit
+        try:
+            late.append(_send(d, port, "/api/v1/repo/gc?grace_s=3600"))
+        except OSError:
+            break
+        time.sleep(0.02)
+    assert d.proc.wait(timeout=60) == 0, (d.root / "kestreld.log").read_text()[-2000:]
+    answer = _answer(commit)
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 201"), answer[:300]
+    for s in late:
+        s.close()
+
+
+def test_a_commit_that_reads_back_its_files_holds_up_no_other_request(daemon):
+    """A commit may read back and hash its files and syncs the store: seconds. It ran on the HTTP
+    thread, so every other connection that thread serves waited (with --http-threads 1, all of
+    them). It now runs on a thread of its own: /healthz, asked while a commit reads back 512 MiB, is
+    answered before the commit is."""
+    import hashlib
+    import select
+    d = daemon("--http-threads", "1")
+    port = int(d.url.rsplit(":", 1)[1])
+    commit, data = _big_commit(d, port)
+    time.sleep(0.05)                                  # the commit is reading back (0.2 s at least)
+    health = _send(d, port, "/healthz", method="GET")
     first = select.select([commit, health], [], [], 60)[0]
     assert first == [health], "the commit was answered first: /healthz waited behind it"
-    answer = b""
-    while chunk := commit.recv(65536):
-        answer += chunk
+    answer = _answer(commit)
     assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
-    commit.close()
     health.close()
     assert d.api("GET", "/api/v1/models/admin/big/versions/1")[1]["files"][0]["sha256"] == \
-        hashlib.sha256(b"".join(chunks)).hexdigest()
+        hashlib.sha256(data).hexdigest()
 
 
 def urllib_request(d, path, body, ctype):
