@@ -306,7 +306,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return kd_reply_error(r, 413, "too_large", "a pack is at most 1 GiB: send more packs");
             if ((r->pack = kd_pack_begin(api->e, api->mem, r->who.user_id,
                                          MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "run"),
-                                         MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "at"), &busy)) == NULL)
+                                         MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "at"),
+                                         &busy)) == NULL)
                 return busy ? kd_reply_busy(r) : MHD_NO;
             r->started = 0;
             return MHD_YES;

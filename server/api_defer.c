@@ -1,9 +1,10 @@
 /* server/api_defer.c - a handler that takes seconds (a commit reads back and hashes files and
- * syncs the store; a collection, fsck and a backup walk the whole store) runs on a thread of its own while its connection is suspended: on the HTTP
- * thread it would hold up every other connection that thread serves (an eighth of them with the
- * default 8 threads; all of them with --http-threads 1). Its reply is made on that thread and
- * queued once the connection is resumed (api.c: on_request). At most DEFER_MAX at once; past
- * that, and once the daemon stops, a handler runs where it is called, as before. */
+ * syncs the store; a collection, fsck and a backup walk the whole store) runs on a thread of its
+ * own while its connection is suspended: on the HTTP thread it would hold up every other
+ * connection that thread serves (an eighth of them with the default 8 threads; all of them with
+ * --http-threads 1). Its reply is made on that thread and queued once the connection is resumed
+ * (api.c: on_request). At most DEFER_MAX at once; past that, and once the daemon stops, a handler
+ * runs where it is called, as before. */
 #include <pthread.h>
 #include <stdlib.h>
 #include "api.h"

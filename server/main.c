@@ -50,7 +50,7 @@ static void usage(FILE *f)
         "      --max-upload-memory BYTES  memory request bodies, streamed packs and batches of chunks\n"
         "                           being answered may hold at once, a quarter of it per user; past\n"
         "                           it, 503 and the client tries again\n"
-        "                           (at least 4x the larger of the two limits above and 8 MiB; by\n"
+        "                           (at least 4 x (the larger of the two limits above + 8 MiB); by\n"
         "                           default that or 1073741824, whichever is more)\n"
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"

@@ -73,7 +73,9 @@ KESTREL_API int kestrel_model_push(int64_t *version_out, kestrel_client *client,
  * rename) only complete and verified, never half-written; a file version is made with the mode any
  * new file gets (0666 less the umask), a directory version's files with their pushed modes less the umask. A directory
  * version becomes the directory dest (every file verified; an existing directory is replaced whole;
- * KESTREL_EEXISTS when dest is something else).
+ * KESTREL_EEXISTS when dest is something else). A pull that runs out of space drops what only the
+ * local pull cache holds on that disk and runs once more: ref is resolved again (name@latest may be
+ * a newer version by then) and progress starts again from 0.
  */
 KESTREL_API int kestrel_model_pull(kestrel_client *client, const char *ref, const char *dest,
                                    const kestrel_transfer_options *opts);

@@ -510,8 +510,9 @@ int64_t kestrel__cache_free_sole(kestrel__chunk_cache *cache, dev_t dev)
         struct stat sp;
         char idx[300];
         size_t len = strlen(e->d_name);
-        if (len < 5 || len > 200 || strchr(e->d_name, '.') || fstatat(dirfd(d), e->d_name, &sp, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISREG(sp.st_mode) || sp.st_nlink != 1 || sp.st_dev != dev)
+        if (len < 5 || len > 200 || strchr(e->d_name, '.') ||
+            fstatat(dirfd(d), e->d_name, &sp, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sp.st_mode) ||
+            sp.st_nlink != 1 || sp.st_dev != dev)
             continue;   /* not a pack's file, or its bytes are also a pulled file's (or elsewhere) */
         snprintf(idx, sizeof(idx), "%s.idx", e->d_name);
         unlinkat(dirfd(d), idx, 0);

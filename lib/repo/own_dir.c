@@ -55,15 +55,15 @@ static gid_t private_group(void)
     return g->gr_gid;
 }
 
-#define LINKS_MAX 40   /* links followed on the way to a folder (the kernel's bound) */
+#define LINKS_MAX 40   /* links followed on the way to a folder, all told (the kernel's bound) */
 
 /* Each entry of path (absolute) from the leaf up to /: a folder owned by this user or root and
  * writable by no one else unless sticky, a link owned by this user or root whose target passes
  * the same check (no one else can then swap any of them, nor anything a link leads through: a
  * review found a link's target's folders unchecked); with strict, the leaf a folder of this
  * user's that no one else may write. own: the user's private group, whose write bit is the user's
- * own ((gid_t)-1: none). links: how many were followed to get here. */
-static int chain_own(char *path, int strict, gid_t own, int links)
+ * own ((gid_t)-1: none). *links: how many more may be followed, on this way and the ways they lead. */
+static int chain_own(char *path, int strict, gid_t own, int *links)
 {
     uid_t me = geteuid();
     struct stat st;
@@ -77,10 +77,10 @@ static int chain_own(char *path, int strict, gid_t own, int links)
                    : S_ISDIR(st.st_mode) ? others && !(st.st_mode & S_ISVTX) : !S_ISLNK(st.st_mode))
             return 0;
         if (S_ISLNK(st.st_mode)) {   /* where it leads, by the same rule */
-            struct { char target[PATH_MAX], next[PATH_MAX]; } *b = links < LINKS_MAX ? malloc(sizeof(*b)) : NULL;
-            ssize_t k = b ? readlink(path, b->target, PATH_MAX - 1) : -1;
+            struct { char target[PATH_MAX], next[PATH_MAX]; } *b = (*links)-- > 0 ? malloc(sizeof(*b)) : NULL;
+            ssize_t k = b ? readlink(path, b->target, PATH_MAX - 1) : -1;   /* PATH_MAX - 1: maybe cut */
             int n = 0, ok;
-            if (k > 0) {
+            if (k > 0 && k < PATH_MAX - 1) {
                 b->target[k] = '\0';
                 slash = strrchr(path, '/');
                 n = b->target[0] == '/' ? snprintf(b->next, PATH_MAX, "%s", b->target)
@@ -88,7 +88,7 @@ static int chain_own(char *path, int strict, gid_t own, int links)
                 while (n > 1 && n < PATH_MAX && b->next[n - 1] == '/')
                     b->next[--n] = '\0';
             }
-            ok = k > 0 && n > 0 && n < PATH_MAX && chain_own(b->next, 0, own, links + 1);
+            ok = k > 0 && k < PATH_MAX - 1 && n > 0 && n < PATH_MAX && chain_own(b->next, 0, own, links);
             free(b);
             if (!ok)
                 return 0;
@@ -106,7 +106,8 @@ int kestrel__dir_own(const char *dir)
     char given[PATH_MAX], real[PATH_MAX], cwd[PATH_MAX];
     gid_t own = private_group();   /* a password and a group lookup: once */
     size_t n;
-    if (realpath(dir, real) == NULL || !chain_own(real, 1, own, 0))
+    int links = LINKS_MAX;
+    if (realpath(dir, real) == NULL || !chain_own(real, 1, own, &links))
         return 0;   /* where it is */
     if (dir[0] == '/')
         n = (size_t)snprintf(given, sizeof(given), "%s", dir);
@@ -118,5 +119,5 @@ int kestrel__dir_own(const char *dir)
         return 0;
     while (n > 1 && given[n - 1] == '/')
         given[--n] = '\0';
-    return chain_own(given, 0, own, 0);   /* the way to it, links and all */
+    return chain_own(given, 0, own, &links);   /* the way to it, links and all */
 }

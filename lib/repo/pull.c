@@ -373,7 +373,7 @@ done:
     return rc;
 }
 
-/* The file system dest goes on (its folder's), for the cache: 0 when it cannot be read. */
+/* The file system dest goes on (its folder's), for the cache: 0, or -1 when it cannot be read. */
 static int dest_dev(const char *dest, dev_t *dev)
 {
     char dir[4096];
@@ -381,9 +381,9 @@ static int dest_dev(const char *dest, dev_t *dev)
     struct stat st;
     snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - dest) + (slash == dest) : 1, slash ? dest : ".");
     if (stat(dir, &st) < 0)
-        return 0;
+        return -1;
     *dev = st.st_dev;
-    return 1;
+    return 0;
 }
 
 int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kestrel__progress *pr)
@@ -395,7 +395,8 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     dev_t dev;
     int rc = pull_once(t, ref, dest, pr);
     const char *msg = kestrel_error_last()->message;
-    if (rc != KESTREL_EIO || !(strstr(msg, strerror(ENOSPC)) || strstr(msg, strerror(EDQUOT))) || !dest_dev(dest, &dev))
+    if (rc != KESTREL_EIO || !(strstr(msg, strerror(ENOSPC)) || strstr(msg, strerror(EDQUOT))) ||
+        dest_dev(dest, &dev) < 0)
         return rc;
     /* the disk is full: the pull cache may hold there the only link to files pulled and removed
      * since (up to KESTREL_CACHE_MAX, a hostile round found: a pull failed for space only the cache
