@@ -460,6 +460,8 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **state, enum M
             kd_metrics_http(api->e->metrics, r->route, r->method, (int)r->status,
                             (double)(mono_ns() - r->t0_ns) / 1e9);
         kd_wait_forget(r);
+        if (r->deferred)   /* a deferred handler's reply its connection closed before it was queued (a */
+            MHD_destroy_response(r->deferred);   /* stop; found by ASan) */
         kd_pack_free(r->pack);
         kestrel_buf_dispose(&r->body);
         kd_upload_mem_give(r->mem, r->held_by, r->held + r->answer_held);
