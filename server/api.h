@@ -29,7 +29,7 @@ typedef struct kd_req {
     int authed;                 /* authenticated at the headers already, before its body was read */
     struct kd_upload_mem *mem;  /* the budget of request memory (upload_mem.h; NULL: a console form's, */
     uint64_t held;              /* outside it): what body's buffer holds of it, */
-    uint64_t answer_held;       /* what an answer's buffer holds (repo_fetch.c), */
+    uint64_t answer_held;       /* what an answer's buffer holds (repo_fetch.c, a large one), */
     int64_t held_by;            /* taken for this user */
     int busy;                   /* the budget refused the body's growth: 503 */
     /* long polls (api_wait.c) */
@@ -121,6 +121,8 @@ kd_pack *kd_pack_begin(kd_engine *e, struct kd_upload_mem *mem, int64_t user, co
                        int *busy);
 /* 503: the budget of upload_mem.h is spent (nothing was done; the client may try again). */
 enum MHD_Result kd_reply_busy(kd_req *r);
+/* An answer this large (a dataset's manifest) takes its copy from the budget of upload_mem.h. */
+#define KD_ANSWER_CHARGED (1u << 20)
 /* A console form (a token, at most) is read before its sender is known: a small bound of its own. */
 #define KD_CONSOLE_BODY_MAX 8192
 /* A pack is at most this (by Content-Length at the headers, by what came for a chunked upload). */

@@ -1,9 +1,10 @@
 /* server/upload_mem.h - how much of kestreld's memory request bodies may hold at once.
  *
  * A body kestreld keeps while it reads it (a manifest, a job spec: up to --max-body or
- * --max-manifest), the chunk buffers of a streamed pack and the buffer of a batch of chunks being
- * answered (held until the client reads it) are taken from one budget (--max-upload-memory), of
- * which one user may hold a quarter; a console form (8 KiB at most) is outside it. A request that would pass either
+ * --max-manifest), the chunk buffers of a streamed pack, the buffer of a batch of chunks being
+ * answered and the copy of an answer of 1 MiB or more (held until the client reads it) are taken
+ * from one budget (--max-upload-memory), of which one user may hold a quarter; a console form
+ * (8 KiB at most) is outside it. A request that would pass either
  * is answered 503 "unavailable" (before its body is read; a pack, or a body sent without a length,
  * may be cut off later, what came dropped) and changes nothing: the client tries again shortly.
  * Without the bound, 200 packs stalled halfway through a chunk held 820 MiB (found by a hostile

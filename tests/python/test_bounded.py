@@ -494,3 +494,37 @@ def test_chunk_answers_no_one_reads_hold_at_most_the_budget(daemon):
     assert ok + busy == 100 and 50 <= ok <= 64 and busy >= 36, (ok, busy, lines[:3])   # 100 and 0 before
     for s in socks:
         s.close()
+
+
+def test_large_answers_no_one_reads_hold_at_most_the_budget(daemon):
+    """A dataset's manifest is answered from a copy libmicrohttpd holds until the client reads it:
+    asked for again and again and never read, it held as much as the asker pleased (a review). An
+    answer of 1 MiB or more takes its copy from the budget: past the asker's quarter, 503."""
+    import hashlib
+    import socket
+    import struct
+    mib = 1 << 20
+    d = daemon("--max-upload-memory", str(96 * mib), "--max-manifest", str(16 * mib), "--max-body", str(mib))
+    port = int(d.url.rsplit(":", 1)[1])
+    one = b"x"
+    body = hashlib.sha256(one).digest() + struct.pack(">I", 1) + one
+    assert urllib_request(d, "/api/v1/chunks/pack", body, "application/octet-stream") == 200
+    n = 40000   # files of the same one-byte chunk: a manifest of about 10 MB, cheap to commit
+    entry = {"digest": hashlib.sha256(one).hexdigest(), "size": "1"}
+    m = json.dumps({"size": str(n), "chunks": [entry] * n,
+                    "files": [{"path": f"f{i:05d}", "size": "1", "chunks": 1} for i in range(n)]}).encode()
+    assert urllib_request(d, "/api/v1/models/admin/wide/versions", m, "application/json") == 201
+    lines, socks = [], []
+    for _ in range(8):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", port))
+        s.sendall(f"GET /api/v1/models/admin/wide/versions/1 HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {d.token}\r\n\r\n".encode())
+        lines.append(s.recv(64).split(b"\r\n")[0])   # the status line; the rest is never read
+        socks.append(s)
+    busy = lines.count(b"HTTP/1.1 503 Service Unavailable")
+    assert lines.count(b"HTTP/1.1 200 OK") + busy == 8 and busy >= 5, lines   # 0 refused before
+    for s in socks:
+        s.close()
