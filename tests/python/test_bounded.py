@@ -464,13 +464,28 @@ def urllib_request(d, path, body, ctype):
         return e.code
 
 
+def _unread_answers(port, n, request):
+    """n connections sending request, each reading its answer's status line and no more (a 4 KiB
+    receive buffer): the sockets, open, and the status lines."""
+    import socket
+    socks, lines = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", port))
+        s.sendall(request)
+        lines.append(s.recv(64).split(b"\r\n")[0])
+        socks.append(s)
+    return socks, lines
+
+
 def test_chunk_answers_no_one_reads_hold_at_most_the_budget(daemon):
     """A batch of chunks (POST /api/v1/chunks/fetch) holds libmicrohttpd's 256 KiB block until its
     answer is read: 4,000 answers never read held 1.1 GB (a hostile test). Their memory now comes
     from the same budget (a user's quarter of 64 MiB: some 60 of them); past it, 503, and a pull
     takes those chunks one GET each (sendfile, no block)."""
     import hashlib
-    import socket
     import struct
     mib = 1 << 20
     d = daemon("--max-upload-memory", str(64 * mib), "--max-manifest", str(mib), "--max-body", str(mib))
@@ -480,16 +495,9 @@ def test_chunk_answers_no_one_reads_hold_at_most_the_budget(daemon):
     body = b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks)
     assert urllib_request(d, "/api/v1/chunks/pack", body, "application/octet-stream") == 200
     query = json.dumps({"digests": [hashlib.sha256(c).hexdigest() for c in chunks]}).encode()
-    socks, lines = [], []
-    for _ in range(100):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.settimeout(10)
-        s.connect(("127.0.0.1", port))
-        s.sendall(f"POST /api/v1/chunks/fetch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {reader}\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {len(query)}\r\n\r\n".encode() + query)
-        lines.append(s.recv(64).split(b"\r\n")[0])   # the status line; the rest is never read
-        socks.append(s)
+    socks, lines = _unread_answers(port, 100, f"POST /api/v1/chunks/fetch HTTP/1.1\r\nHost: x\r\n"
+                                   f"Authorization: Bearer {reader}\r\nContent-Type: application/json\r\n"
+                                   f"Content-Length: {len(query)}\r\n\r\n".encode() + query)
     ok, busy = lines.count(b"HTTP/1.1 200 OK"), lines.count(b"HTTP/1.1 503 Service Unavailable")
     assert ok + busy == 100 and 50 <= ok <= 64 and busy >= 36, (ok, busy, lines[:3])   # 100 and 0 before
     for s in socks:
@@ -501,7 +509,6 @@ def test_large_answers_no_one_reads_hold_at_most_the_budget(daemon):
     asked for again and again and never read, it held as much as the asker pleased (a review). An
     answer of 1 MiB or more takes its copy from the budget: past the asker's quarter, 503."""
     import hashlib
-    import socket
     import struct
     mib = 1 << 20
     d = daemon("--max-upload-memory", str(96 * mib), "--max-manifest", str(16 * mib), "--max-body", str(mib))
@@ -514,16 +521,8 @@ def test_large_answers_no_one_reads_hold_at_most_the_budget(daemon):
     m = json.dumps({"size": str(n), "chunks": [entry] * n,
                     "files": [{"path": f"f{i:05d}", "size": "1", "chunks": 1} for i in range(n)]}).encode()
     assert urllib_request(d, "/api/v1/models/admin/wide/versions", m, "application/json") == 201
-    lines, socks = [], []
-    for _ in range(8):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.settimeout(10)
-        s.connect(("127.0.0.1", port))
-        s.sendall(f"GET /api/v1/models/admin/wide/versions/1 HTTP/1.1\r\nHost: x\r\n"
-                  f"Authorization: Bearer {d.token}\r\n\r\n".encode())
-        lines.append(s.recv(64).split(b"\r\n")[0])   # the status line; the rest is never read
-        socks.append(s)
+    socks, lines = _unread_answers(port, 8, f"GET /api/v1/models/admin/wide/versions/1 HTTP/1.1\r\nHost: x\r\n"
+                                   f"Authorization: Bearer {d.token}\r\n\r\n".encode())
     busy = lines.count(b"HTTP/1.1 503 Service Unavailable")
     assert lines.count(b"HTTP/1.1 200 OK") + busy == 8 and busy >= 5, lines   # 0 refused before
     for s in socks:
