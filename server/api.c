@@ -29,17 +29,22 @@ const char *kd_query(kd_req *r, const char *key)
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+int kd_answer_hold(kd_req *r, uint64_t bytes)
+{
+    if (kd_upload_mem_take(r->mem, r->held_by, bytes) < 0)
+        return -1;
+    r->answer_held += bytes;   /* given back with the body's when the request ends (on_done) */
+    return 0;
+}
+
 static enum MHD_Result send_bytes(kd_req *r, unsigned int status, const kestrel_buf *b, const char *ctype)
 {
     struct MHD_Response *resp;
     enum MHD_Result ok;
     /* a large answer's copy is held until the client reads it: from the budget (a review: 256 MiB
      * manifests asked for and never read held as much as the asker pleased) */
-    if (b->size >= KD_ANSWER_CHARGED && r->mem && r->answer_held == 0) {
-        if (kd_upload_mem_take(r->mem, r->held_by, b->size) < 0)
-            return kd_reply_busy(r);
-        r->answer_held = b->size;
-    }
+    if (b->size >= KD_ANSWER_CHARGED && r->answer_held == 0 && kd_answer_hold(r, b->size) < 0)
+        return kd_reply_busy(r);
     resp = MHD_create_response_from_buffer(b->size, b->ptr ? b->ptr : (void *)"", MHD_RESPMEM_MUST_COPY);
     if (resp == NULL)
         return MHD_NO;

@@ -119,6 +119,9 @@ enum MHD_Result kd_reply_chunks(kd_req *r, struct MHD_Response *resp, uint64_t b
  * buffers taken from mem; NULL: out of memory, or *busy set when mem cannot hold a chunk now. */
 kd_pack *kd_pack_begin(kd_engine *e, struct kd_upload_mem *mem, int64_t user, const char *run, const char *at,
                        int *busy);
+/* Take bytes an answer holds until it is read from r's budget (upload_mem.h), given back when r
+ * ends: 0, or -1 when the budget refuses them (answer kd_reply_busy). */
+int kd_answer_hold(kd_req *r, uint64_t bytes);
 /* 503: the budget of upload_mem.h is spent (nothing was done; the client may try again). */
 enum MHD_Result kd_reply_busy(kd_req *r);
 /* An answer this large (a dataset's manifest) takes its copy from the budget of upload_mem.h. */

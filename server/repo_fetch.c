@@ -27,7 +27,6 @@
 #include <unistd.h>
 #include <openssl/crypto.h>
 #include "api.h"
-#include "upload_mem.h"
 #include "chunk.h"
 #include "store.h"
 
@@ -167,11 +166,10 @@ enum MHD_Result kd_repo_fetch(kd_req *r)
      * from the budget of request bodies (a hostile test: 4,000 answers never read held 1.1 GB);
      * refused, the client takes the chunks one GET each (sendfile, no block) */
     cost = BLOCK + q->n_digests * (KESTREL__HEX_LEN + 1 + sizeof(uint32_t)) + sizeof(*a);
-    if (kd_upload_mem_take(r->mem, r->held_by, cost) < 0) {
+    if (kd_answer_hold(r, cost) < 0) {
         protobuf_c_message_free_unpacked(&q->base, NULL);
         return kd_reply_busy(r);
     }
-    r->answer_held = cost;   /* given back with the body's when the request ends */
     if ((a = calloc(1, sizeof(*a))) == NULL || (a->hex = calloc(q->n_digests, sizeof(*a->hex))) == NULL ||
         (a->size = calloc(q->n_digests, sizeof(*a->size))) == NULL) {
         protobuf_c_message_free_unpacked(&q->base, NULL);
