@@ -11,6 +11,7 @@
  * (a chunk, the file, a directory's file or listing) is KESTREL_EPROTO; a local file that cannot be
  * written is KESTREL_EIO; what the repository lacks is KESTREL_ENOTFOUND. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -376,11 +377,9 @@ done:
 /* The file system dest goes on (its folder's), for the cache: 0, or -1 when it cannot be read. */
 static int dest_dev(const char *dest, dev_t *dev)
 {
-    char dir[4096];
-    const char *slash = strrchr(dest, '/');
+    char dir[PATH_MAX];
     struct stat st;
-    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - dest) + (slash == dest) : 1, slash ? dest : ".");
-    if (stat(dir, &st) < 0)
+    if (kestrel__dest_dir(dest, dir, sizeof(dir)) < 0 || stat(dir, &st) < 0)
         return -1;
     *dev = st.st_dev;
     return 0;

@@ -55,6 +55,20 @@ static void remove_entry(int at, const char *name, const struct stat *st, int wa
         unlinkat(at, name, AT_REMOVEDIR);
 }
 
+int kestrel__dest_dir(const char *dest, char *dir, size_t n)
+{
+    const char *slash = strrchr(dest, '/');
+    if (slash == NULL)
+        snprintf(dir, n, ".");
+    else if (slash == dest)
+        snprintf(dir, n, "/");
+    else if ((size_t)(slash - dest) < n)
+        snprintf(dir, n, "%.*s", (int)(slash - dest), dest);
+    else
+        return -1;
+    return 0;
+}
+
 void kestrel__pull_sweep(const char *dest)
 {
     const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
@@ -67,13 +81,7 @@ void kestrel__pull_sweep(const char *dest)
     if (!*base || (size_t)snprintf(prefix, sizeof(prefix), "%s.kestrel-tmp.v2.", base) >= sizeof(prefix))
         return;
     plen = strlen(prefix);
-    if (slash == NULL)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == dest)
-        snprintf(dir, sizeof(dir), "/");
-    else if ((size_t)(slash - dest) < sizeof(dir))
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - dest), dest);
-    else
+    if (kestrel__dest_dir(dest, dir, sizeof(dir)) < 0)
         return;
     if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return;
