@@ -371,15 +371,15 @@ def test_an_upload_budget_too_small_for_a_body_is_refused_at_start(tmp_path):
     assert p.returncode == 2 and "--max-upload-memory" in p.stderr and "at least" in p.stderr, p.stderr
 
 
-def _big_commit(d, port):
-    """Packs of 512 distinct 1 MiB chunks (no run), then a socket sending the commit of one file of
-    them all, which kestreld reads back, hashes and syncs (0.2 s at least here): the socket and the
-    file's bytes."""
+def _big_commit(d, port, chunks=512):
+    """Packs of distinct 1 MiB chunks (no run), then a socket sending the commit of one file of them
+    all, which kestreld reads back, hashes and syncs (0.2 s at least here for 512): the socket and
+    the file's bytes."""
     import hashlib
     import socket
     import struct
     base = os.urandom(1 << 20)
-    chunks = [struct.pack(">Q", i) + base[8:] for i in range(512)]   # distinct, cheap to make
+    chunks = [struct.pack(">Q", i) + base[8:] for i in range(chunks)]   # distinct, cheap to make
     for at in range(0, len(chunks), 64):   # packs of no run: the commit reads the file back
         body = b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks[at:at + 64])
         assert urllib_request(d, "/api/v1/chunks/pack", body, "application/octet-stream") == 200
@@ -431,19 +431,26 @@ def test_kestreld_stops_cleanly_while_a_commit_runs_off_the_http_thread(daemon):
 
 
 def test_a_commit_that_reads_back_its_files_holds_up_no_other_request(daemon):
-    """A commit may read back and hash its files and syncs the store: seconds. It ran on the HTTP
-    thread, so every other connection that thread serves waited (with --http-threads 1, all of
-    them). It now runs on a thread of its own: /healthz, asked while a commit reads back 512 MiB, is
-    answered before the commit is."""
+    """A commit may read back and hash its files, syncs the store and waits for any collection to
+    end: seconds. It ran on the HTTP thread, so every other connection that thread served waited
+    (with --http-threads 1, all of them). It now runs on a thread of its own. The test holds the
+    store's commit lock as a collection does, so the commit waits for as long as the test pleases
+    (racing a 512 MiB read-back against /healthz failed once on a loaded CI machine): /healthz is
+    answered while the commit waits, and the commit lands once the lock is let go."""
+    import fcntl
     import hashlib
     import select
     d = daemon("--http-threads", "1")
     port = int(d.url.rsplit(":", 1)[1])
-    commit, data = _big_commit(d, port)
-    time.sleep(0.05)                                  # the commit is reading back (0.2 s at least)
-    health = _send(d, port, "/healthz", method="GET")
-    first = select.select([commit, health], [], [], 60)[0]
-    assert first == [health], "the commit was answered first: /healthz waited behind it"
+    with open(d.data / "repo" / "commit.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)                 # what a collection holds while it runs
+        commit, data = _big_commit(d, port, chunks=8)
+        time.sleep(0.2)                                  # the commit has reached the lock
+        health = _send(d, port, "/healthz", method="GET")
+        first = select.select([commit, health], [], [], 30)[0]
+        assert first == [health], "the commit was answered first: /healthz waited behind it"
+        assert select.select([commit], [], [], 0.5)[0] == [], "the commit did not wait for the lock"
+        fcntl.flock(lock, fcntl.LOCK_UN)
     answer = _answer(commit)
     assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
     health.close()
