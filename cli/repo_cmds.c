@@ -328,7 +328,7 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
     }
     if (cli_connect(ctx) < 0)
         return 1;
-    if (ctx->json) {   /* the API's ModelList or ManifestList (a file:// repository: ours, below) */
+    if (ctx->json) {   /* the API's ModelList or ManifestList, whatever the repository (file:// too) */
         char path[600];
         if (argc == 1) {
             snprintf(path, sizeof(path), "/api/v1/models");
@@ -340,8 +340,7 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
                                    : snprintf(path + at, sizeof(path) - at, "%%%02X", (unsigned char)*p));
             snprintf(path + at, sizeof(path) - at, "/versions");
         }
-        if ((rc = cli_print_api_json(ctx, path)) != 1)
-            return rc ? 1 : 0;
+        return cli_print_api_json(ctx, path) ? 1 : 0;
     }
     if (argc == 1) {
         kestrel_buf names = KESTREL_BUF_INIT;
@@ -355,30 +354,17 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
         kestrel_model_versions *vl;
         if ((rc = kestrel_model_versions_get(&vl, ctx->client, argv[1])) < 0)
             return cli_fail("models", rc);
-        if (!ctx->json)
-            cli_row("%-8s %12s %-16s %-20s %s", "VERSION", "BYTES", "SHA256", "CREATED", "ALIASES / METADATA");
-        else
-            printf("[");
+        cli_row("%-8s %12s %-16s %-20s %s", "VERSION", "BYTES", "SHA256", "CREATED", "ALIASES / METADATA");
         for (size_t i = 0; i < kestrel_model_versions_count(vl); i++) {
             const kestrel_model_version *v = kestrel_model_versions_at(vl, i);
-            if (ctx->json) {
-                printf("%s\n{\"version\":%" PRId64 ",\"size\":%" PRId64 ",\"sha256\":\"%s\",\"created_ms\":%" PRId64
-                       ",\"chunks\":%" PRId64 ",\"aliases\":",
-                       i ? "," : "", v->version, v->size, v->sha256, v->created_ms, v->chunks);
-                cli_json_string(stdout, v->aliases);
-                printf(",\"metadata\":%s}", v->metadata_json);
-            } else {
-                char when[32];
-                time_t t = (time_t)(v->created_ms / 1000);
-                struct tm tm;
-                localtime_r(&t, &tm);
-                strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-                cli_row("%-8" PRId64 " %12" PRId64 " %-16.16s %-20s %s %s", v->version, v->size, v->sha256, when,
-                       v->aliases, strcmp(v->metadata_json, "{}") ? v->metadata_json : "");
-            }
+            char when[32];
+            time_t t = (time_t)(v->created_ms / 1000);
+            struct tm tm;
+            localtime_r(&t, &tm);
+            strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+            cli_row("%-8" PRId64 " %12" PRId64 " %-16.16s %-20s %s %s", v->version, v->size, v->sha256, when,
+                   v->aliases, strcmp(v->metadata_json, "{}") ? v->metadata_json : "");
         }
-        if (ctx->json)
-            printf("\n]\n");
         kestrel_model_versions_free(vl);
     }
     return 0;

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "client.h"
 #include "http.h"
+#include "repo.h"
 
 int kestrel_client_console_url(kestrel_buf *out, kestrel_client *c)
 {
@@ -37,5 +38,7 @@ int kestrel_client_get_json(kestrel_buf *out, kestrel_client *c, const char *pat
     if (path[0] != '/' || strchr(path, '#') || strpbrk(path, " \r\n"))
         return kestrel__error_set(KESTREL_EINVALID, "path: an absolute path of the API with its query, e.g. "
                                   "/api/v1/jobs?state=running, not '%.80s'", path);
+    if (c->store_root)   /* a file:// repository: its listings, from the store */
+        return kestrel__repo_get_json(out, c, path);
     return kestrel__http_call(NULL, c, &req);
 }

@@ -60,7 +60,9 @@ KESTREL_API int kestrel_client_console_url(kestrel_buf *out, kestrel_client *cli
  * GET path ("/api/v1/jobs?state=running": an absolute path of the HTTP API with its query, values
  * percent-encoded) and fill out (owned: kestrel_buf_dispose()) with the server's JSON reply as it
  * came: the same bytes curl would print, for tools that pass the API's messages on. The same
- * errors as the typed calls (KESTREL_ENOTFOUND, KESTREL_EAUTH, ...). Since KESTREL_1.3.
+ * errors as the typed calls (KESTREL_ENOTFOUND, KESTREL_EAUTH, ...). A file:// client answers the
+ * repository's listings, /api/v1/models and /api/v1/models/NAME/versions, from its store in the
+ * same JSON, and any other path with KESTREL_EUNSUPPORTED. Since KESTREL_1.3.
  */
 KESTREL_API int kestrel_client_get_json(kestrel_buf *out, kestrel_client *client, const char *path);
 

@@ -116,5 +116,10 @@ void kestrel__pull_sweep(const char *dest);
 /* kestrel_model_push of a directory's selected files only (select NULL: all of them; kestrel_code_push). */
 int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                         const kestrel_transfer_options *in, char *const *select, size_t nselect);
+/* kestrel_client_get_json for a file:// client: the repository's two listings, /api/v1/models
+ * (ModelList) and /api/v1/models/NAME/versions (ManifestList), read from the store and written
+ * through the same mapper kestreld answers with, so that -o json prints one form whatever the
+ * repository; any other path KESTREL_EUNSUPPORTED (it needs a kestreld). */
+int kestrel__repo_get_json(kestrel_buf *out, kestrel_client *c, const char *path);
 
 #endif

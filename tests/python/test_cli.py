@@ -384,16 +384,18 @@ def test_repository_commands_on_a_file_url(tmp_path):
     assert k("push", "team/m", str(src), "--meta", "job=7").stdout.strip() == "pushed team/m@1 (3.0 MiB, 3.0 MiB new)"
     assert k("push", "team/m", str(src), "--alias", "production").stdout.strip() == "pushed team/m@2 (3.0 MiB, 0.0 MiB new)"
     assert k("models").stdout == "team/m\n"
-    versions = json.loads(k("-o", "json", "models", "team/m").stdout)
-    assert [v["version"] for v in versions] == [1, 2]
-    assert versions[0]["metadata"] == {"job": "7", "filename": "weights.keras"}
+    assert json.loads(k("-o", "json", "models").stdout) == {"names": ["team/m"]}   # the API's ModelList
+    versions = json.loads(k("-o", "json", "models", "team/m").stdout)["versions"]   # and ManifestList
+    assert [v["version"] for v in versions] == ["1", "2"] and versions[1]["aliases"] == ["latest", "production"]
+    assert json.loads(versions[0]["metadata_json"]) == {"job": "7", "filename": "weights.keras"}
     # pull keeps the pushed file's name (a .keras stays one); DEST or --dest (or the old -o) choose another
     assert k("pull", "team/m@production").stdout.strip() == "weights.keras"
     assert (tmp_path / "weights.keras").read_bytes() == src.read_bytes()
     assert k("pull", "team/m@1", "a.keras").stdout.strip() == "a.keras"
     # a folder pushed as "src/." (or "." from inside it) keeps its own name
     k("push", "team/dir", f"{tmp_path / 'src'}/.")
-    assert json.loads(k("-o", "json", "models", "team/dir").stdout)[0]["metadata"] == {"filename": "src"}
+    assert json.loads(json.loads(k("-o", "json", "models", "team/dir").stdout)["versions"][0]["metadata_json"]) == \
+        {"filename": "src"}
     assert k("pull", "team/m", "--dest", "b.keras").stdout.strip() == "b.keras"
     p = k("pull", "team/m", "-o", "c.keras")   # the old spelling still works, and says the new one
     assert p.stdout.strip() == "c.keras" and "kestrel pull REF PATH" in p.stderr
@@ -401,7 +403,9 @@ def test_repository_commands_on_a_file_url(tmp_path):
     assert p.returncode == 1 and "no model team/nope" in p.stderr
     assert "-> 1" in k("alias", "team/m", "1", "staging").stdout
     k("rm", "team/m@2")
-    assert [v["version"] for v in json.loads(k("-o", "json", "models", "team/m").stdout)] == [1]
+    assert [v["version"] for v in json.loads(k("-o", "json", "models", "team/m").stdout)["versions"]] == ["1"]
+    p = k("-o", "json", "models", "team/gone", check=False)
+    assert p.returncode == 1 and "no model team/gone" in p.stderr
     p = k("push", "Team/M", str(src), check=False)
     assert p.returncode == 1 and "bad model name" in p.stderr
     p = k("pull", "team/m@9", check=False)
