@@ -3,7 +3,19 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cjson/cJSON.h>
 #include "wire.h"
+
+/* flat (unformatted) is what cJSON prints, unformatted, of pretty's tree. */
+static int same_as_tree(const char *flat, const char *pretty)
+{
+    cJSON *tree = cJSON_Parse(pretty);
+    char *s = tree ? cJSON_PrintUnformatted(tree) : NULL;
+    int same = s && !strcmp(flat, s);
+    cJSON_free(s);
+    cJSON_Delete(tree);
+    return same;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 
@@ -29,6 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
             if (kestrel__wire_from_json(&again, types[t], json.ptr, json.size) != 0)
                 abort();
             if (kestrel__wire_to_json(&json2, again, 0) != 0 || strcmp(json.ptr, json2.ptr) != 0)
+                abort();
+            kestrel_buf_dispose(&json2);   /* and the JSON written a value at a time is the tree's */
+            if (kestrel__wire_to_json(&json2, m, 1) != 0 || !same_as_tree(json.ptr, json2.ptr))
                 abort();
         }
         if (m)

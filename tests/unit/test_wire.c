@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 #include "wire.h"
 
 static Kestrel__V1__Job *sample_job(void)
@@ -207,9 +208,71 @@ static void doubles_and_specials(void **state)
     kestrel_buf_dispose(&b);
 }
 
+/* m's JSON (unformatted, written a value at a time) is, byte for byte, what cJSON prints of the
+ * whole tree (the pretty form is still made as one tree): read back and printed unformatted. */
+static void assert_streamed_as_tree(const ProtobufCMessage *m)
+{
+    kestrel_buf flat = KESTREL_BUF_INIT, pretty = KESTREL_BUF_INIT;
+    cJSON *tree;
+    char *s;
+    assert_int_equal(kestrel__wire_to_json(&flat, m, 0), 0);
+    assert_int_equal(kestrel__wire_to_json(&pretty, m, 1), 0);
+    assert_non_null(tree = cJSON_Parse(pretty.ptr));
+    assert_non_null(s = cJSON_PrintUnformatted(tree));
+    assert_string_equal(flat.ptr, s);
+    cJSON_free(s);
+    cJSON_Delete(tree);
+    kestrel_buf_dispose(&flat);
+    kestrel_buf_dispose(&pretty);
+}
+
+static void unformatted_is_the_tree_printed(void **state)
+{
+    Kestrel__V1__Manifest m = KESTREL__V1__MANIFEST__INIT;
+    Kestrel__V1__TreeFile f[2] = { KESTREL__V1__TREE_FILE__INIT, KESTREL__V1__TREE_FILE__INIT };
+    Kestrel__V1__TreeFile *files[] = { &f[0], &f[1] };
+    Kestrel__V1__ChunkRef c = KESTREL__V1__CHUNK_REF__INIT;
+    Kestrel__V1__ChunkRef *chunks[] = { &c, &c, &c };
+    Kestrel__V1__Metric met = KESTREL__V1__METRIC__INIT;
+    Kestrel__V1__ModelList empty = KESTREL__V1__MODEL_LIST__INIT;
+    char *aliases[] = { "latest", "prod\"uction\\" };
+    kestrel_buf before = KESTREL_BUF_INIT;
+    (void)state;
+    m.name = "team/ds";
+    m.size = 9007199254740993LL;
+    m.metadata_json = "{\"a\": \"\x01\ttab\nline \xc3\xa9 \xe2\x82\xac\"}";
+    m.files = files;
+    m.n_files = 2;
+    m.chunks = chunks;
+    m.n_chunks = 3;
+    m.aliases = aliases;
+    m.n_aliases = 2;
+    f[0].path = "a/\"odd\" name\x7f";
+    f[0].size = 3;
+    f[0].chunks = 1;
+    f[0].mode = 0644;
+    f[1].path = "b";
+    c.digest = "00ff";
+    c.size = -1;
+    assert_streamed_as_tree(&m.base);
+    assert_streamed_as_tree(&sample_job()->base);
+    met.name = "loss";
+    met.value = 1.0 / 3.0;
+    assert_streamed_as_tree(&met.base);
+    met.value = -1e300;
+    assert_streamed_as_tree(&met.base);
+    assert_streamed_as_tree(&empty.base);   /* {"names":[]} */
+    /* appended to what out held, which stays */
+    kestrel__buf_puts(&before, "x");
+    assert_int_equal(kestrel__wire_to_json(&before, &empty.base, 0), 0);
+    assert_string_equal(before.ptr, "x{\"names\":[]}");
+    kestrel_buf_dispose(&before);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(unformatted_is_the_tree_printed),
         cmocka_unit_test(json_round_trip),
         cmocka_unit_test(protobuf_round_trip),
         cmocka_unit_test(json_accepts_proto3_forms),
