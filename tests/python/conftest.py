@@ -76,7 +76,9 @@ class Daemon:
         raise AssertionError(f"job {jid} never reached {state}: {self.job(jid)}")
 
     def wait(self, jid, timeout=60):
-        return json.loads(self.cli("-o", "json", "wait", "--timeout", str(timeout), str(jid), check=False).stdout)
+        # the CLI's own limit is timeout; the process's is beyond it (cli's default of 120 s cut longer waits short)
+        return json.loads(self.cli("-o", "json", "wait", "--timeout", str(timeout), str(jid), check=False,
+                                   timeout=timeout + 60).stdout)
 
     def wait_for_line(self, jid, needle, timeout=120):
         """The job's log once it holds needle (AssertionError with the log after timeout seconds)."""

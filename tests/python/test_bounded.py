@@ -150,7 +150,9 @@ def test_5000_idle_connections_and_200_long_polls_do_not_lock_anyone_out(daemon)
             worst = max(worst, t1, t2)
         print(f"with 5000 idle connections and 200 suspended long polls: /healthz and GET /jobs "
               f"answered in at most {worst:.1f} ms")
-        assert worst < 100, worst
+        # held threads would make them wait out a long poll (20 s); a loaded CI box may take a while
+        # over 100 ms for one answer, which is no sign of that
+        assert worst < 2000, worst
         d.cli("cancel", jid)   # the long polls end with the job, each with its final state
         for c in polls:
             r = c.getresponse()
@@ -230,15 +232,17 @@ def _rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
-def _stalled_upload(port, token, path, length, first):
-    """A request that sends its headers, then first, then nothing: what kestreld answered at once to
-    its headers (status line and body), else the open socket (the caller closes it)."""
+def _stalled_upload(port, token, path, length, first, answered_in=0.3):
+    """A request that sends its headers, then first, then nothing: what kestreld answered to its
+    headers within answered_in seconds (status line and body), else the open socket (the caller
+    closes it). Where an answer is certain, a long answered_in costs nothing and a loaded machine
+    cannot turn a late answer into a stall."""
     import select
     import socket
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
               f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n".encode())
-    if select.select([s], [], [], 0.3)[0]:
+    if select.select([s], [], [], answered_in)[0]:
         answer = s.recv(65536).decode(errors="replace")
         s.close()
         return answer
@@ -326,7 +330,7 @@ def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_pat
     filler = _stalled_upload(port, mallory, "/api/v1/models/mallory/m/versions", rest, b"{")
     assert not isinstance(filler, str), filler[:200]
     held.append(filler)
-    assert _stalled_upload(port, mallory, "/api/v1/jobs", 1, b"")[:12] == "HTTP/1.1 503"   # not a byte more
+    assert _stalled_upload(port, mallory, "/api/v1/jobs", 1, b"", answered_in=30)[:12] == "HTTP/1.1 503"   # not a byte more
     # with her quarter full of bodies: a pull's batch of small chunks (a POST) is 503, its chunks come
     # one GET each (no body); a push's chunk query and commit wait and go again (they failed at once)
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache2"))
@@ -347,7 +351,7 @@ def test_no_one_without_a_token_can_spend_the_upload_budget(daemon):
     d = daemon()
     port = int(d.url.rsplit(":", 1)[1])
     user = d.api("POST", "/api/v1/tokens", {"user": "ursula"})[1]["token"]
-    answers = [_stalled_upload(port, "nobody", path, 16 << 20, b"x")
+    answers = [_stalled_upload(port, "nobody", path, 16 << 20, b"x", answered_in=30)
                for path in ["/healthz", "/no/such/path"] * 40 + ["/ui/login"] * 20]
     assert all(isinstance(a, str) for a in answers), "a request without a token was left holding memory"
     assert all(a.startswith("HTTP/1.1 200") for a in answers[0:80:2]), answers[0][:200]
@@ -424,7 +428,10 @@ def test_kestreld_stops_cleanly_while_a_commit_runs_off_the_http_thread(daemon):
             break
         time.sleep(0.02)
     assert d.proc.wait(timeout=60) == 0, (d.root / "kestreld.log").read_text()[-2000:]
-    answer = _answer(commit)
+    try:
+        answer = _answer(commit)
+    except ConnectionResetError:   # stopped before it read the commit (a loaded machine's 0.05 s)
+        answer = b""
     assert answer == b"" or answer.startswith(b"HTTP/1.1 201"), answer[:300]
     for s in late:
         s.close()

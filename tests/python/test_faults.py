@@ -65,8 +65,15 @@ def test_kill_9_during_pushes_and_jobs_loses_nothing(daemon, tmp_path):
         data = os.urandom(256 << 10)
         f.write_bytes(data)
         jobs += [d.submit("--", "sh", "-c", f"sleep 0.{round_ % 4}; echo round {round_}") for _ in range(2)]
+        if round_ == 10:   # one kill certainly lands while a job runs, whatever the machine's speed
+            jobs.append(d.submit("--", "sh", "-c", "sleep 3; echo long"))
+            d.wait_state(jobs[-1], "RUNNING")
+        if round_ == 0:    # and one certainly before a push has begun
+            d.proc.kill()
         p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", f"admin/m{round_}", str(f)],
                              env=d.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if round_ == 19:   # and one certainly after a commit
+            p.wait()
         time.sleep(0.008 * round_)   # 0 to 150 ms: before, during and after the commit
         d.proc.kill()
         d.proc.wait()

@@ -103,12 +103,14 @@ def test_affinity_chain_and_groups(daemon):
         d.job(waiting)["state"] in ("RUNNING", "SUCCEEDED")
 
 
-def test_dependency_failure_fails_its_dependents(daemon):
+def test_dependency_failure_fails_its_dependents(daemon, tmp_path):
     d = daemon()
-    bad = d.submit("--", "sh", "-c", "sleep 0.3; exit 2")
+    flag = tmp_path / "fail-now"   # bad fails once the test has seen its dependents wait (no race with a sleep)
+    bad = d.submit("--", "sh", "-c", f"until [ -e '{flag}' ]; do sleep 0.05; done; exit 2")
     ok_dep = d.submit("--after-ok", bad, "--", "true")
     any_dep = d.submit("--after-any", bad, "--", "true")
     assert f"waiting for job {bad} (after_ok)" in d.explain(ok_dep)["reason"]
+    flag.touch()
     assert d.wait(bad)["state"] == "FAILED"
     j = d.wait(ok_dep)
     assert j["state"] == "FAILED" and j["reason"] == f"dependency job {bad} ended FAILED (after_ok)"
