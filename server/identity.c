@@ -145,7 +145,10 @@ int kd_ident_resolve(const char *user, kd_ident *out)
         if ((taken = getpwnam(name)) != NULL)   /* exists but is root or nobody: never */
             rc = kestrel__error_set(KESTREL_EAUTH, "the Unix account %s may not run jobs (uid %u)", name,
                                     (unsigned)taken->pw_uid);
-        else if ((rc = create_account(name, user)) == 0 && from_passwd(name, out, 0) < 0)
+        else if ((rc = create_account(name, user)) < 0 && from_passwd(name, out, 0) == 0) {
+            kestrel_error_clear();   /* made meanwhile by another kestreld on this host ("already exists") */
+            rc = 0;
+        } else if (rc == 0 && from_passwd(name, out, 0) < 0)
             rc = kestrel__error_set(KESTREL_EAUTH, "the Unix account %s was created but cannot be used", name);
         if (rc == 0)
             fprintf(stderr, "kestreld: jobs of user '%s' run as the new Unix account %s (uid %u)\n", user, out->name,
