@@ -288,7 +288,7 @@ def test_unread_answers_cannot_take_every_descriptor(tmp_path, monkeypatch):
     wrapper.write_text(f"#!/bin/sh\nexec prlimit --nofile=256:256 {conftest.KESTRELD} \"$@\"\n")
     wrapper.chmod(0o755)
     monkeypatch.setattr(conftest, "KESTRELD", str(wrapper))
-    d = conftest.Daemon(tmp_path / "d")
+    d = conftest.Daemon(tmp_path / "d", "--idle-timeout", "600")   # the answers are read one after another
     try:
         chunks = [os.urandom(1 << 20) for _ in range(40)]
         from test_repo_http import pack
