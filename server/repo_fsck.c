@@ -33,7 +33,7 @@ static int damaged_versions(kestrel__store *s, Kestrel__V1__FsckResult *res)
         for (size_t i = 0; i < nv; i++) {
             Kestrel__V1__Manifest *m = NULL;
             int missing = 0;
-            if (kestrel__store_manifest(s, n, vs[i], &m) < 0)
+            if (kestrel__store_manifest_json(s, n, vs[i], &m) < 0)
                 continue;
             for (size_t k = 0; k < m->n_chunks && !missing; k++)
                 missing = !kestrel__store_has_chunk(s, m->chunks[k]->digest);

@@ -9,7 +9,7 @@
  *   tree.c             directories: listing before a push, installation after a pull
  *   chunk.c chunk_hash.c filehash.c    FastCDC, chunk hashes, whole-file hashes
  *   push_cache.c chunk_cache.c pull_layout.c    the stat cache, the pull cache, placing chunks
- *   store.c store_list.c store_gc.c store_legacy.c   the content-addressed store (also kestreld's)
+ *   store.c store_pb.c store_list.c store_gc.c store_legacy.c   the content-addressed store (kestreld's too)
  */
 #ifndef KESTREL_REPO_PRIV_H
 #define KESTREL_REPO_PRIV_H

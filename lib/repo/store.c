@@ -480,9 +480,16 @@ int kestrel__store_read_text(const char *path, kestrel_buf *out)
     char chunk[4096];
     size_t r;
     FILE *f = fopen(path, "rb");
+    struct stat st;
     if (f == NULL)
         return errno == ENOENT ? KESTREL_ENOTFOUND : io_error("cannot read", path);
     out->size = 0;
+    /* room for all of it at once (grown as it came, a 5 MB manifest took an 8 MiB buffer) */
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (off_t)(1 << 30) &&
+        kestrel__buf_reserve(out, (size_t)st.st_size + 1) < 0) {
+        fclose(f);
+        return kestrel__error_oom();
+    }
     while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
         if (kestrel__buf_put(out, chunk, r) < 0) {
             fclose(f);
@@ -493,6 +500,24 @@ int kestrel__store_read_text(const char *path, kestrel_buf *out)
 }
 
 int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
+{
+    Kestrel__V1__Manifest *m = kestrel__store_pb_read(s, name, version);
+    int rc;
+    if (m != NULL) {
+        m->version = version;
+        if (strcmp(m->name, name) && (rc = kestrel__wire_set_string(&m->name, name)) < 0) {   /* its folder's */
+            kestrel__manifest_free(m);
+            return rc;
+        }
+        *out = m;
+        return 0;
+    }
+    if ((rc = kestrel__store_manifest_json(s, name, version, out)) == 0 && kestrel__store_pb_write(s, name, *out) < 0)
+        kestrel_error_clear();   /* an earlier build's version: its N.pb for next time, where this process may write */
+    return rc;
+}
+
+int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
 {
     char path[PATH_MAX];
     kestrel_buf b = KESTREL_BUF_INIT;
@@ -610,6 +635,8 @@ int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Mani
         }
         rc = 0;
     }
+    if (rc == 0 && kestrel__store_pb_write(s, name, m) < 0)   /* what N.json says, for reads; best effort */
+        kestrel_error_clear();
     m->aliases = aliases;
     m->n_aliases = naliases;
     m->alias = alias;
@@ -748,6 +775,7 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
         kestrel_error_clear();   /* the version is gone: the rest is best effort */
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.listing", s->root, name, (long long)version);
     unlink(path);   /* what listings showed of it (a kill before this: the collection removes it) */
+    kestrel__store_pb_remove(s, name, version);   /* and its protobuf form, likewise */
     for (char *a = aliases.ptr, *next; a && *a; a = next) {   /* its aliases go with it */
         next = strchr(a, ',');
         if (next)

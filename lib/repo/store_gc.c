@@ -62,7 +62,7 @@ static int mark_all(kestrel__store *s, mark_set *m)
         }
         for (size_t i = 0; i < n && rc == 0; i++) {
             Kestrel__V1__Manifest *doc;
-            if ((rc = kestrel__store_manifest(s, name, versions[i], &doc)) == KESTREL_ENOTFOUND) {
+            if ((rc = kestrel__store_manifest_json(s, name, versions[i], &doc)) == KESTREL_ENOTFOUND) {
                 kestrel_error_clear();   /* deleted meanwhile */
                 rc = 0;
                 continue;
@@ -103,7 +103,7 @@ static void temp_entry(int at, const char *name, const struct stat *sb, int walk
 /* models/...: temps; a tombstone written before tombstones were empty (versions/N.deleted was a
  * link to the deleted manifest, keeping its file names and metadata) is emptied, but not one still
  * linked to its N.json (a delete killed between the two: the version is live); a listing whose
- * version is gone (N.listing without N.json: a delete killed before removing it) goes. An alias
+ * version is gone (N.listing or N.pb without N.json: a delete killed before removing it) goes. An alias
  * cannot be named N.anything (it starts with a letter), and folders are only walked. */
 static void models_entry(int at, const char *name, const struct stat *sb, int walked, void *ctx)
 {
@@ -115,7 +115,7 @@ static void models_entry(int at, const char *name, const struct stat *sb, int wa
     if (!S_ISREG(sb->st_mode) || !(*name >= '1' && *name <= '9'))
         return;
     n = strtoll(name, &end, 10);
-    if (!strcmp(end, ".listing")) {
+    if (!strcmp(end, ".listing") || !strcmp(end, ".pb")) {
         snprintf(json, sizeof(json), "%lld.json", n);
         if (faccessat(at, json, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT && unlinkat(at, name, 0) == 0)
             ((temp_sweep *)ctx)->st->bytes_freed += sb->st_size;

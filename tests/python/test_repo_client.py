@@ -1,6 +1,7 @@
 """The repository on the user's side, through the CLI and both doors (a file:// store, a kestreld):
 what a pull makes (modes), where the client's caches may live (only folders no one else can change),
 what a delete leaves and what a listing reads."""
+import hashlib
 import json
 import os
 import pathlib
@@ -112,6 +113,60 @@ def test_a_listing_reads_no_manifest_and_counts_chunks(kestreld, tmp_path):
         assert not (versions / "3.listing").exists() and (versions / "2.listing").exists()
         assert listed() == first[:2]
     assert doors[0] == doors[1], doors   # kestrel -o json models printed a list of its own for file:// before
+
+
+def test_a_manifest_is_served_from_its_protobuf_form_and_its_json_stays_the_truth(kestreld, tmp_path):
+    """A read of a manifest parsed N.json into a cJSON tree: a 20,000-file dataset's took kestreld
+    37.5 MB. Each version now has N.pb beside it, the same manifest as protobuf, written at the
+    commit (or at the first read of an earlier build's version, or of one whose N.pb is damaged),
+    and a pull is served from it. N.json stays the truth: a collection keeps what it names, whatever
+    N.pb says; N.pb of a deleted version is never served, and one a killed delete left goes at gc."""
+    data = tmp_path / "ds"
+    data.mkdir()
+    for i in range(12):
+        (data / f"f{i:02d}.bin").write_bytes(os.urandom(5000 + i))
+    (tmp_path / "q.bin").write_bytes(os.urandom(70000))
+    for n, (url, root) in enumerate(((f"file://{tmp_path / 'store'}", tmp_path / "store"),
+                                     (kestreld.url, kestreld.data / "repo"))):
+        env = kestreld.env(KESTREL_URL=url)
+        p_dir, q_dir = root / "models" / "team" / "p" / "versions", root / "models" / "team" / "q" / "versions"
+        kestreld.cli("push", "team/p", str(data), env=env)
+        kestreld.cli("push", "team/q", str(tmp_path / "q.bin"), env=env)
+        assert (p_dir / "1.pb").stat().st_size > 0 and (q_dir / "1.pb").exists()   # written at the commit
+
+        def pulled(tag):
+            out = tmp_path / f"out-{n}-{tag}"
+            kestreld.cli("pull", "team/p@1", str(out), env=env)
+            return out
+        (p_dir / "1.pb").unlink()                     # an earlier build's version: read from N.json ...
+        got = pulled("a")
+        assert sorted(x.name for x in got.iterdir()) == sorted(x.name for x in data.iterdir())
+        assert all((got / x.name).read_bytes() == x.read_bytes() for x in data.iterdir())
+        assert (p_dir / "1.pb").exists()              # ... and its N.pb written then
+        good = (p_dir / "1.pb").read_bytes()
+        (p_dir / "1.pb").write_bytes(b"\xff" * 40)   # damaged: N.json again, N.pb made anew
+        assert (pulled("b") / "f03.bin").read_bytes() == (data / "f03.bin").read_bytes()
+        assert (p_dir / "1.pb").read_bytes() == good
+        # q's N.pb put in place of p's: what a pull is served is N.pb (q's file) ...
+        shutil.copy(q_dir / "1.pb", p_dir / "1.pb")
+        assert pulled("c").read_bytes() == (tmp_path / "q.bin").read_bytes()
+        # ... but a collection keeps what N.json names: p's chunks all stay (each file is one chunk;
+        # looked for in the store itself, since a pull may take them from the client's cache)
+        kestreld.cli("gc", "--grace", "0", env=env)
+        for x in data.iterdir():
+            h = hashlib.sha256(x.read_bytes()).hexdigest()
+            assert (root / "chunks" / h[:2] / h[2:]).exists(), x.name
+        (p_dir / "1.pb").unlink()
+        got = pulled("d")
+        assert all((got / x.name).read_bytes() == x.read_bytes() for x in data.iterdir())
+        # deleted: its N.pb goes with it; one a killed delete left is never served, and goes at gc
+        kestreld.cli("rm", "team/p@1", env=env)
+        assert not (p_dir / "1.pb").exists()
+        (p_dir / "1.pb").write_bytes(good)
+        gone = kestreld.cli("pull", "team/p@1", str(tmp_path / f"out-{n}-e"), env=env, check=False)
+        assert gone.returncode == 1 and "no version 1 of team/p" in gone.stderr, gone.stderr
+        kestreld.cli("gc", env=env)
+        assert not (p_dir / "1.pb").exists()
 
 
 def test_a_pulled_directory_gets_its_pushed_modes_less_the_umask(kestreld, tmp_path):
