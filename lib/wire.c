@@ -543,7 +543,8 @@ int kestrel__wire_set_string(char **field, const char *v)
 int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
-    int rc = kestrel__buf_grow(out, n);
+    /* into an empty buffer: exactly its size (grown by doubling, a 3.3 MB manifest took 4 MiB) */
+    int rc = out->size == 0 ? kestrel__buf_reserve(out, n + 1) : kestrel__buf_grow(out, n);
     if (rc < 0)
         return rc;
     protobuf_c_message_pack(msg, (uint8_t *)out->ptr + out->size);

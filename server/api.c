@@ -37,17 +37,23 @@ int kd_answer_hold(kd_req *r, uint64_t bytes)
     return 0;
 }
 
-static enum MHD_Result send_bytes(kd_req *r, unsigned int status, const kestrel_buf *b, const char *ctype)
+/* b as the answer: copied, or, give set, handed to libmicrohttpd (b then empty), which frees it
+ * once sent (a copy of a dataset's manifest doubled what its answer held). */
+static enum MHD_Result send_bytes(kd_req *r, unsigned int status, kestrel_buf *b, int give, const char *ctype)
 {
     struct MHD_Response *resp;
     enum MHD_Result ok;
-    /* a large answer's copy is held until the client reads it: from the budget (a review: 256 MiB
+    /* a large answer is held until the client reads it: from the budget (a review: 256 MiB
      * manifests asked for and never read held as much as the asker pleased) */
     if (b->size >= KD_ANSWER_CHARGED && r->answer_held == 0 && kd_answer_hold(r, b->size) < 0)
         return kd_reply_busy(r);
-    resp = MHD_create_response_from_buffer(b->size, b->ptr ? b->ptr : (void *)"", MHD_RESPMEM_MUST_COPY);
+    give = give && b->ptr;
+    resp = MHD_create_response_from_buffer(b->size, b->ptr ? b->ptr : (void *)"",
+                                           give ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_MUST_COPY);
     if (resp == NULL)
         return MHD_NO;
+    if (give)
+        *b = (kestrel_buf)KESTREL_BUF_INIT;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->deferring) {   /* on a deferred handler's thread: queued once its connection is resumed */
@@ -68,7 +74,8 @@ static enum MHD_Result send_bytes(kd_req *r, unsigned int status, const kestrel_
 
 enum MHD_Result kd_reply_bytes(kd_req *r, unsigned int status, const kestrel_buf *b, const char *content_type)
 {
-    return send_bytes(r, status, b, content_type);
+    kestrel_buf shallow = *b;   /* copied: b stays the caller's */
+    return send_bytes(r, status, &shallow, 0, content_type);
 }
 
 enum MHD_Result kd_reply_owned(kd_req *r, unsigned int status, ProtobufCMessage *msg)
@@ -88,7 +95,7 @@ enum MHD_Result kd_reply_msg(kd_req *r, unsigned int status, const ProtobufCMess
     }
     if (r->want_json)
         kestrel__buf_puts(&b, "\n");
-    ok = send_bytes(r, status, &b, r->want_json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF);
+    ok = send_bytes(r, status, &b, 1, r->want_json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF);
     kestrel_buf_dispose(&b);
     return ok;
 }
@@ -105,7 +112,7 @@ enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code,
         return MHD_NO;
     if (r->want_json)
         kestrel__buf_puts(&b, "\n");
-    ok = send_bytes(r, status, &b, r->want_json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF);
+    ok = send_bytes(r, status, &b, 1, r->want_json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF);
     kestrel_buf_dispose(&b);
     return ok;
 }
