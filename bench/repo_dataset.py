@@ -7,7 +7,8 @@ on the same disk in the same run (goal: push and pull each <= 1.5x tar):
         pull  vs  tar -c | tar -x into a new directory, then sync
   KESTREL_BENCH_TINY_FILES files of 4 KB (default 50,000; the issue's case is 200,000), and a tenth
         as many: the time a file at each count (10x the files must not cost more than 10x the time)
-The client's peak RSS is printed with each (it must stay bounded, whatever the count).
+The client's peak RSS is printed with each (it must stay bounded, whatever the count), and
+kestreld's during each (its peak reset through /proc/PID/clear_refs before it: needs root).
 """
 import json
 import os
@@ -46,38 +47,64 @@ def tar_baselines(src, work):
     return t_pack, t_copy
 
 
-def one_case(cli, env, work, label, name, count, sizes, seed, goal="goal <= 1.5x"):
+def server_peak_reset(pid):
+    """Start kestreld's peak RSS (VmHWM) again from its RSS now; False where that is not allowed."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def server_peak(pid, reset):
+    """kestreld's peak RSS in MiB since server_peak_reset, as text ("?" when it could not reset)."""
+    if not reset:
+        return "?"
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return f"{int(line.split()[1]) / 1024:.1f}"
+    return "?"
+
+
+def one_case(cli, env, work, label, name, count, sizes, seed, server_pid, goal="goal <= 1.5x"):
     src = os.path.join(work, name)
     total = make_tree(src, count, sizes, seed)
     mib = total / MIB
     t_tar, t_tar_copy = tar_baselines(src, work)
     drop_page_cache()
+    reset = server_peak_reset(server_pid)
     t_push, out, rss_push, _ = run([cli, "-o", "json", "push", f"bench/{name}", src], env=env)
+    server_push = server_peak(server_pid, reset)
     pushed = json.loads(out)
     dest = os.path.join(work, name + ".pulled")
     shutil.rmtree(env["KESTREL_CACHE_DIR"], ignore_errors=True)
     drop_page_cache()
+    reset = server_peak_reset(server_pid)
     t_pull, _, rss_pull, _ = run(["sh", "-c", f"'{cli}' pull bench/{name} --dest '{dest}' && sync"], env=env)
+    server_pull = server_peak(server_pid, reset)
     same = subprocess.run(["diff", "-rq", src, dest], stdout=subprocess.DEVNULL).returncode == 0
     # src and dest stay until the bench ends: thousands of files removed just before the next case
     # would make ext4 without a journal (this VM's) skip each freed inode for a minute, one lookup
     # each, while kestreld and the pull create theirs (tar -cf creates one file)
     print(f"{label}: {count} files, {mib:.0f} MiB (version {pushed.get('version')})")
     print(f"  kestrel push          {t_push:6.2f} s   {1000 * t_push / count:6.3f} ms a file   peak RSS "
-          f"{rss_push / 1024:.1f} MiB")
+          f"{rss_push / 1024:.1f} MiB (kestreld {server_push} MiB)")
     print(f"  tar -cf + sync        {t_tar:6.2f} s   -> push at {t_push / t_tar:.2f}x tar ({goal})")
     print(f"  kestrel pull + sync   {t_pull:6.2f} s   {1000 * t_pull / count:6.3f} ms a file   peak RSS "
-          f"{rss_pull / 1024:.1f} MiB   (tree {'identical' if same else 'DIFFERS'})")
+          f"{rss_pull / 1024:.1f} MiB (kestreld {server_pull} MiB)   (tree {'identical' if same else 'DIFFERS'})")
     print(f"  tar | tar + sync      {t_tar_copy:6.2f} s   -> pull at {t_pull / t_tar_copy:.2f}x tar ({goal})")
     return t_push / count, t_pull / count
 
 
-def dataset_cases(cli, env, work):
+def dataset_cases(cli, env, work, server_pid):
     files = int(os.environ.get("KESTREL_BENCH_FILES", "20000"))
     tiny = int(os.environ.get("KESTREL_BENCH_TINY_FILES", "50000"))
-    one_case(cli, env, work, "dataset", "dataset", files, (8 << 10, 56 << 10), 1)
+    one_case(cli, env, work, "dataset", "dataset", files, (8 << 10, 56 << 10), 1, server_pid)
     ref = "for reference: the goal for 4 KB files is growth linear in their count"
-    push_s, pull_s = one_case(cli, env, work, "tiny files, a tenth", "tiny-tenth", tiny // 10, (4 << 10, 4 << 10), 2, ref)
-    push_l, pull_l = one_case(cli, env, work, "tiny files", "tiny", tiny, (4 << 10, 4 << 10), 3, ref)
+    push_s, pull_s = one_case(cli, env, work, "tiny files, a tenth", "tiny-tenth", tiny // 10, (4 << 10, 4 << 10), 2,
+                              server_pid, ref)
+    push_l, pull_l = one_case(cli, env, work, "tiny files", "tiny", tiny, (4 << 10, 4 << 10), 3, server_pid, ref)
     print(f"  linear in the count: a file of {tiny} costs {push_l / push_s:.2f}x (push) and {pull_l / pull_s:.2f}x "
           f"(pull) a file of {tiny // 10} (goal <= 1.2x)")
