@@ -168,20 +168,22 @@ def test_tables_fit_a_terminal_and_are_whole_when_piped(kestreld):
     assert "v" * 12000 in listing and "tail-end" in listing
 
 
-def test_logs_json_tail_then_follow_is_live(kestreld):
+def test_logs_json_tail_then_follow_is_live(kestreld, tmp_path):
     k = kestreld
-    jid = submit(k, "--", "sh", "-c", "for i in $(seq 12); do echo line$i; sleep 0.5; done")["id"]
-    k.wait_state(jid, "RUNNING")
-    time.sleep(2)
+    flag = tmp_path / "end-now"   # the job prints until the test has followed it live (no race with a clock)
+    jid = submit(k, "--", "sh", "-c", f"i=1; until [ -e '{flag}' ]; do echo line$i; i=$((i+1)); sleep 0.2; done; "
+                                      "echo line-end")["id"]
+    k.wait_for_line(jid, "line3")
     p = subprocess.Popen([KESTREL_CLI, "-o", "json", "logs", "--tail", "2", "-f", jid], stdout=subprocess.PIPE,
                          env=k.env(), text=True)
     first = json.loads(p.stdout.readline())   # the last lines come before the job ends, not after
     assert k.job(jid)["state"] == "RUNNING" and first["text"].startswith("line")
+    flag.touch()
     rest = [json.loads(l)["text"] for l in p.stdout]
-    assert p.wait(30) == 0 and rest[-1] == "line12"
-    texts = [first["text"]] + rest
+    assert p.wait(30) == 0 and rest[-1] == "line-end"
+    texts = [first["text"]] + rest[:-1]
     n = int(texts[0][4:])
-    assert texts == [f"line{i}" for i in range(n, 13)]   # nothing dropped after the tail
+    assert texts == [f"line{i}" for i in range(n, n + len(texts))]   # nothing dropped after the tail
 
 
 def test_metrics_pivot_plot_and_compare(kestreld):

@@ -61,8 +61,10 @@ def test_a_gang_is_placed_all_at_once_or_not_at_all(kestreld):
 
 def test_one_failing_rank_stops_the_others_and_a_retry_is_whole(kestreld):
     k = kestreld
+    # rank 1 fails once rank 0 has set its trap (the ranks share a working folder), not after 0.5 s
     script = ('trap "echo stopped; exit 143" TERM; echo up $KESTREL_RESTART_COUNT; '
-              'if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; sleep 60 & wait')
+              'if [ $RANK = 1 ]; then until [ -e up0.$KESTREL_RESTART_COUNT ]; do sleep 0.05; done; exit 3; fi; '
+              'touch up0.$KESTREL_RESTART_COUNT; sleep 60 & wait')
     jid = k.submit("--replicas", "2", "--retries", "1", "--", "sh", "-c", script)
     job = k.wait(jid, timeout=60)
     assert job["state"] == "FAILED" and job["exit_code"] == 3 and job["restart_count"] == 1, job
