@@ -340,7 +340,9 @@ int cmd_models(cli_ctx *ctx, int argc, char **argv)
                                    : snprintf(path + at, sizeof(path) - at, "%%%02X", (unsigned char)*p));
             snprintf(path + at, sizeof(path) - at, "/versions");
         }
-        return cli_print_api_json(ctx, path) ? 1 : 0;
+        if ((rc = cli_print_api_json(ctx, path)) == 1)   /* a client that answers none of it: say so */
+            cli_fail("models", KESTREL_EUNSUPPORTED);
+        return rc ? 1 : 0;
     }
     if (argc == 1) {
         kestrel_buf names = KESTREL_BUF_INIT;

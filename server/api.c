@@ -48,6 +48,13 @@ static enum MHD_Result send_bytes(kd_req *r, unsigned int status, kestrel_buf *b
     if (b->size >= KD_ANSWER_CHARGED && r->answer_held == 0 && kd_answer_hold(r, b->size) < 0)
         return kd_reply_busy(r);
     give = give && b->ptr;
+    if (give && b->reserved > b->size + 1) {   /* grown by doubling: up to twice what is sent, held unread */
+        char *fit = realloc(b->ptr, b->size + 1);
+        if (fit != NULL) {
+            b->ptr = fit;
+            b->reserved = b->size + 1;
+        }
+    }
     resp = MHD_create_response_from_buffer(b->size, b->ptr ? b->ptr : (void *)"",
                                            give ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_MUST_COPY);
     if (resp == NULL)

@@ -9,7 +9,7 @@
  *   tree.c             directories: listing before a push, installation after a pull
  *   chunk.c chunk_hash.c filehash.c    FastCDC, chunk hashes, whole-file hashes
  *   push_cache.c chunk_cache.c pull_layout.c    the stat cache, the pull cache, placing chunks
- *   store.c store_pb.c store_list.c store_gc.c store_legacy.c   the content-addressed store (kestreld's too)
+ *   store.c store_manifest.c store_list.c store_gc.c store_legacy.c   the content-addressed store (kestreld's too)
  */
 #ifndef KESTREL_REPO_PRIV_H
 #define KESTREL_REPO_PRIV_H
@@ -116,6 +116,8 @@ void kestrel__pull_sweep(const char *dest);
 /* kestrel_model_push of a directory's selected files only (select NULL: all of them; kestrel_code_push). */
 int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *name, const char *path,
                         const kestrel_transfer_options *in, char *const *select, size_t nselect);
+/* ---- get_json.c ----------------------------------------------------------------------------- */
+
 /* kestrel_client_get_json for a file:// client: the repository's two listings, /api/v1/models
  * (ModelList) and /api/v1/models/NAME/versions (ManifestList), read from the store and written
  * through the same mapper kestreld answers with, so that -o json prints one form whatever the

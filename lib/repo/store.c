@@ -499,55 +499,6 @@ int kestrel__store_read_text(const char *path, kestrel_buf *out)
     return kestrel__buf_put(out, "", 0);
 }
 
-int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
-{
-    Kestrel__V1__Manifest *m = kestrel__store_pb_read(s, name, version);
-    int rc;
-    if (m != NULL) {
-        m->version = version;
-        if (strcmp(m->name, name) && (rc = kestrel__wire_set_string(&m->name, name)) < 0) {   /* its folder's */
-            kestrel__manifest_free(m);
-            return rc;
-        }
-        *out = m;
-        return 0;
-    }
-    if ((rc = kestrel__store_manifest_json(s, name, version, out)) == 0 && kestrel__store_pb_write(s, name, *out) < 0)
-        kestrel_error_clear();   /* an earlier build's version: its N.pb for next time, where this process may write */
-    return rc;
-}
-
-int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
-{
-    char path[PATH_MAX];
-    kestrel_buf b = KESTREL_BUF_INIT;
-    ProtobufCMessage *m = NULL;
-    int rc;
-    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", s->root, name, (long long)version);
-    rc = kestrel__store_read_text(path, &b);
-    if (rc == KESTREL_ENOTFOUND) {   /* say which is missing: the model, or only its version */
-        struct stat st;
-        snprintf(path, sizeof(path), "%s/models/%s/versions", s->root, name);
-        rc = stat(path, &st) < 0 && errno == ENOENT
-                 ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name)
-                 : kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
-    }
-    if (rc == 0 && kestrel__wire_from_json(&m, &kestrel__v1__manifest__descriptor, b.ptr, b.size) == 0)
-        *out = (Kestrel__V1__Manifest *)m;
-    else if (rc == 0 && kestrel__store_legacy_manifest(b.ptr, out) < 0)
-        rc = kestrel__error_set(KESTREL_EIO, "the manifest of %s@%lld is damaged", name, (long long)version);
-    kestrel_buf_dispose(&b);
-    if (rc == 0) {
-        Kestrel__V1__Manifest *got = *out;
-        got->version = version;   /* its file's name is its number, its folder's the model's name */
-        if (strcmp(got->name, name) && (rc = kestrel__wire_set_string(&got->name, name)) < 0) {
-            kestrel__manifest_free(got);
-            *out = NULL;
-        }
-    }
-    return rc;
-}
-
 static int alias_write(kestrel__store *s, const char *name, const char *alias, int64_t version)
 {
     char dir[PATH_MAX], path[PATH_MAX + 64], tmp[PATH_MAX + 96], text[32];

@@ -5,7 +5,7 @@
  *                                     (lib/wire.c); stores before format 2 kept another JSON form,
  *                                     read by store_legacy.c and rewritten once by kestreld's claim
  *   ROOT/models/NAME/versions/N.pb    the same manifest as protobuf, for the reads that serve it
- *                                     (store_pb.c); N.listing, what listings show of it (store_list.c)
+ *                                     (store_manifest.c); N.listing, what listings show of it (store_list.c)
  *   ROOT/models/NAME/aliases/ALIAS    the version an alias points at
  * Every file is written to a temp name and renamed (manifests are link()ed so that two writers
  * can never take the same version number); chunks are synced once, before the manifest commits. */
@@ -80,15 +80,13 @@ int kestrel__store_claim(kestrel__store *s);
 int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Manifest *m, int64_t *version_out);
 /* "name", "name@N", "name@alias" -> the manifest (owned: kestrel__manifest_free). */
 int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Manifest **out);
-/* name@version's manifest: from versions/N.pb when it reads as N's (store_pb.c), else from N.json
- * (and N.pb written then). For reads that serve it. */
+/* store_manifest.c. name@version's manifest: from versions/N.pb when it reads as name@N's, else
+ * from N.json (and N.pb written then, where this process may write). For reads that serve it. */
 int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
 /* name@version's manifest from N.json alone, the truth: what a collection keeps and fsck checks. */
 int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
-/* store_pb.c: versions/N.pb, m (committed as m->version) as protobuf; N.pb when it reads as N's and
- * N.json exists, else NULL; N.pb removed. */
+/* versions/N.pb: m (committed as name@m->version) as protobuf, written atomically; removed. */
 int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m);
-Kestrel__V1__Manifest *kestrel__store_pb_read(kestrel__store *s, const char *name, int64_t version);
 void kestrel__store_pb_remove(kestrel__store *s, const char *name, int64_t version);
 /* m's aliases (m->name@m->version's, as the aliases folder says; whatever m held is freed). */
 int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m);

@@ -133,6 +133,8 @@ static int migrate_one(kestrel__store *s, const char *name, int64_t version)
         text.size = 0;
         if ((rc = kestrel__wire_to_json(&text, &m->base, 0)) == 0)
             rc = kestrel__write_file_atomic(path, text.ptr, text.size, 0644);
+        if (rc == 0)
+            kestrel__store_pb_remove(s, name, version);   /* none of this form's should exist; never a stale one */
         kestrel__manifest_free(m);
     }
     kestrel_buf_dispose(&text);

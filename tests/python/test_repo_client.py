@@ -118,9 +118,10 @@ def test_a_listing_reads_no_manifest_and_counts_chunks(kestreld, tmp_path):
 def test_a_manifest_is_served_from_its_protobuf_form_and_its_json_stays_the_truth(kestreld, tmp_path):
     """A read of a manifest parsed N.json into a cJSON tree: a 20,000-file dataset's took kestreld
     37.5 MB. Each version now has N.pb beside it, the same manifest as protobuf, written at the
-    commit (or at the first read of an earlier build's version, or of one whose N.pb is damaged),
-    and a pull is served from it. N.json stays the truth: a collection keeps what it names, whatever
-    N.pb says; N.pb of a deleted version is never served, and one a killed delete left goes at gc."""
+    commit (or at the first read of an earlier build's version, or of one whose N.pb is damaged or
+    another model's), and a pull is served from it. N.json stays the truth: a collection keeps what
+    it names, whatever N.pb says, and fsck writes N.pb anew from it; N.pb of a deleted version is
+    never served, and one a killed delete left goes at gc."""
     data = tmp_path / "ds"
     data.mkdir()
     for i in range(12):
@@ -147,8 +148,13 @@ def test_a_manifest_is_served_from_its_protobuf_form_and_its_json_stays_the_trut
         (p_dir / "1.pb").write_bytes(b"\xff" * 40)   # damaged: N.json again, N.pb made anew
         assert (pulled("b") / "f03.bin").read_bytes() == (data / "f03.bin").read_bytes()
         assert (p_dir / "1.pb").read_bytes() == good
-        # q's N.pb put in place of p's: what a pull is served is N.pb (q's file) ...
+        # another model's N.pb is not p's: not served, and made anew
         shutil.copy(q_dir / "1.pb", p_dir / "1.pb")
+        assert (pulled("q") / "f05.bin").read_bytes() == (data / "f05.bin").read_bytes()
+        assert (p_dir / "1.pb").read_bytes() == good
+        # q's manifest under p's name (same length: still protobuf) in p's N.pb: what a pull is
+        # served is N.pb (q's file) ...
+        (p_dir / "1.pb").write_bytes((q_dir / "1.pb").read_bytes().replace(b"team/q", b"team/p"))
         assert pulled("c").read_bytes() == (tmp_path / "q.bin").read_bytes()
         # ... but a collection keeps what N.json names: p's chunks all stay (each file is one chunk;
         # looked for in the store itself, since a pull may take them from the client's cache)
@@ -156,6 +162,9 @@ def test_a_manifest_is_served_from_its_protobuf_form_and_its_json_stays_the_trut
         for x in data.iterdir():
             h = hashlib.sha256(x.read_bytes()).hexdigest()
             assert (root / "chunks" / h[:2] / h[2:]).exists(), x.name
+        if n == 1:   # ... and fsck writes N.pb anew from N.json
+            assert kestreld.api("POST", "/api/v1/admin/fsck")[0] == 200
+            assert (p_dir / "1.pb").read_bytes() == good
         (p_dir / "1.pb").unlink()
         got = pulled("d")
         assert all((got / x.name).read_bytes() == x.read_bytes() for x in data.iterdir())

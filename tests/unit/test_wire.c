@@ -261,6 +261,12 @@ static void unformatted_is_the_tree_printed(void **state)
     assert_streamed_as_tree(&met.base);
     met.value = -1e300;
     assert_streamed_as_tree(&met.base);
+    met.value = 0.0 / 0.0;   /* "NaN", "Infinity", "-Infinity": strings, as proto3 JSON writes them */
+    assert_streamed_as_tree(&met.base);
+    met.value = 1.0 / 0.0;
+    assert_streamed_as_tree(&met.base);
+    met.value = -1.0 / 0.0;
+    assert_streamed_as_tree(&met.base);
     assert_streamed_as_tree(&empty.base);   /* {"names":[]} */
     /* appended to what out held, which stays */
     kestrel__buf_puts(&before, "x");
