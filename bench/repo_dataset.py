@@ -47,25 +47,31 @@ def tar_baselines(src, work):
     return t_pack, t_copy
 
 
+def _status_mib(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def server_peak_reset(pid):
-    """Start kestreld's peak RSS (VmHWM) again from its RSS now; False where that is not allowed."""
+    """Start kestreld's peak RSS (VmHWM) again from its RSS now, which is returned (MiB); None where
+    that is not allowed."""
     try:
         with open(f"/proc/{pid}/clear_refs", "w") as f:
             f.write("5")
-        return True
+        return _status_mib(pid, "VmRSS")
     except OSError:
-        return False
+        return None
 
 
-def server_peak(pid, reset):
-    """kestreld's peak RSS in MiB since server_peak_reset, as text ("?" when it could not reset)."""
-    if not reset:
+def server_peak(pid, base):
+    """What kestreld's peak RSS grew by since server_peak_reset, as text ("?" when it could not reset)."""
+    if base is None:
         return "?"
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return f"{int(line.split()[1]) / 1024:.1f}"
-    return "?"
+    peak = _status_mib(pid, "VmHWM")
+    return f"+{peak - base:.1f} MiB over its {base:.1f}"
 
 
 def one_case(cli, env, work, label, name, count, sizes, seed, server_pid, goal="goal <= 1.5x"):
@@ -90,10 +96,10 @@ def one_case(cli, env, work, label, name, count, sizes, seed, server_pid, goal="
     # each, while kestreld and the pull create theirs (tar -cf creates one file)
     print(f"{label}: {count} files, {mib:.0f} MiB (version {pushed.get('version')})")
     print(f"  kestrel push          {t_push:6.2f} s   {1000 * t_push / count:6.3f} ms a file   peak RSS "
-          f"{rss_push / 1024:.1f} MiB (kestreld {server_push} MiB)")
+          f"{rss_push / 1024:.1f} MiB (kestreld {server_push})")
     print(f"  tar -cf + sync        {t_tar:6.2f} s   -> push at {t_push / t_tar:.2f}x tar ({goal})")
     print(f"  kestrel pull + sync   {t_pull:6.2f} s   {1000 * t_pull / count:6.3f} ms a file   peak RSS "
-          f"{rss_pull / 1024:.1f} MiB (kestreld {server_pull} MiB)   (tree {'identical' if same else 'DIFFERS'})")
+          f"{rss_pull / 1024:.1f} MiB (kestreld {server_pull})   (tree {'identical' if same else 'DIFFERS'})")
     print(f"  tar | tar + sync      {t_tar_copy:6.2f} s   -> pull at {t_pull / t_tar_copy:.2f}x tar ({goal})")
     return t_push / count, t_pull / count
 
