@@ -295,9 +295,11 @@ def test_a_deleted_dataset_is_not_served_and_its_cached_copy_goes(daemon, tmp_pa
     assert d.wait(first)["state"] == "SUCCEEDED"
     cache = d.data / "cache" / "data"
     assert len([p for p in cache.iterdir() if p.suffix == ".ref"]) == 1
-    gate = d.submit("--", "sleep", "3")
+    flag = tmp_path / "go"   # the gate ends once the version is deleted, not after 3 s
+    gate = d.submit("--", "sh", "-c", f"until [ -e '{flag}' ]; do sleep 0.05; done")
     later = d.submit("--after-ok", gate, "--data", "admin/ds:v.txt", "--", "cat", "v.txt")
     d.cli("rm", "admin/ds@1")
+    flag.touch()
     j = d.wait(later)
     assert j["state"] == "FAILED" and "dataset admin/ds@1" in j["reason"], j
     assert "old bytes" not in d.cli("logs", later).stdout
