@@ -140,10 +140,10 @@ static cJSON *message_to_cjson(const ProtobufCMessage *m)
     return obj;
 }
 
-/* v printed (unformatted) onto out, then deleted. */
-static int put_cjson(kestrel_buf *out, cJSON *v)
+/* v printed (unformatted, or pretty) onto out, then deleted; NULL v: out of memory. */
+static int put_cjson(kestrel_buf *out, cJSON *v, int pretty)
 {
-    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
+    char *s = v == NULL ? NULL : pretty ? cJSON_Print(v) : cJSON_PrintUnformatted(v);
     int rc;
     cJSON_Delete(v);
     if (s == NULL)
@@ -158,7 +158,7 @@ static int message_to_text(kestrel_buf *out, const ProtobufCMessage *m);
 static int value_to_text(kestrel_buf *out, const ProtobufCFieldDescriptor *f, const void *p)
 {
     return f->type == PROTOBUF_C_TYPE_MESSAGE ? message_to_text(out, *(const ProtobufCMessage *const *)p)
-                                              : put_cjson(out, value_to_cjson(f, p));
+                                              : put_cjson(out, value_to_cjson(f, p), 0);
 }
 
 /* m as message_to_cjson's tree prints unformatted, byte for byte, without the tree: each value is
@@ -194,25 +194,14 @@ static int message_to_text(kestrel_buf *out, const ProtobufCMessage *m)
 
 int kestrel__wire_to_json(kestrel_buf *out, const ProtobufCMessage *msg, int pretty)
 {
-    cJSON *root;
-    char *s;
+    size_t at = out->size;
     int rc;
-    if (!pretty) {
-        size_t at = out->size;
-        if ((rc = message_to_text(out, msg)) < 0 && out->ptr) {   /* nothing half-written */
-            out->size = at;
-            out->ptr[at] = '\0';
-        }
-        return rc;
+    if (pretty)   /* one tree: cJSON's printer lays it out */
+        return put_cjson(out, message_to_cjson(msg), 1);
+    if ((rc = message_to_text(out, msg)) < 0 && out->ptr) {   /* nothing half-written */
+        out->size = at;
+        out->ptr[at] = '\0';
     }
-    if ((root = message_to_cjson(msg)) == NULL)
-        return kestrel__error_oom();
-    s = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (s == NULL)
-        return kestrel__error_oom();
-    rc = kestrel__buf_puts(out, s);
-    cJSON_free(s);
     return rc;
 }
 
