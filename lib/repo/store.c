@@ -477,26 +477,29 @@ static int64_t highest_ever(const char *dir)
 
 int kestrel__store_read_text(const char *path, kestrel_buf *out)
 {
-    char chunk[4096];
-    size_t r;
     FILE *f = fopen(path, "rb");
     struct stat st;
+    size_t r;
     if (f == NULL)
         return errno == ENOENT ? KESTREL_ENOTFOUND : io_error("cannot read", path);
     out->size = 0;
-    /* room for all of it at once (grown as it came, a 5 MB manifest took an 8 MiB buffer) */
+    /* room for all of it at once, read straight in (grown as it came through a 4 KiB buffer, a
+     * 5 MB manifest took an 8 MiB one and a copy); more room only if it grew meanwhile */
     if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (off_t)(1 << 30) &&
-        kestrel__buf_reserve(out, (size_t)st.st_size + 1) < 0) {
+        kestrel__buf_reserve(out, (size_t)st.st_size + 2) < 0) {   /* + the NUL, + a byte to see the end */
         fclose(f);
         return kestrel__error_oom();
     }
-    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        if (kestrel__buf_put(out, chunk, r) < 0) {
+    do {
+        if (out->reserved < out->size + 2 && kestrel__buf_grow(out, 4096) < 0) {
             fclose(f);
             return kestrel__error_oom();
         }
+        out->size += (r = fread(out->ptr + out->size, 1, out->reserved - out->size - 1, f));
+    } while (r > 0);
     fclose(f);
-    return kestrel__buf_put(out, "", 0);
+    out->ptr[out->size] = '\0';
+    return 0;
 }
 
 static int alias_write(kestrel__store *s, const char *name, const char *alias, int64_t version)
