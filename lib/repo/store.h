@@ -85,7 +85,11 @@ int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Mani
 int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
 /* name@version's manifest from N.json alone, the truth: what a collection keeps and fsck checks. */
 int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
-/* versions/N.pb: m (committed as name@m->version) as protobuf, written atomically; removed. */
+/* A manifest file beside N.json (N.pb: content_type KESTREL__CT_PROTOBUF; N.listing: JSON), decoded;
+ * NULL when it is missing or does not decode (no error left set): its reader checks it is N's. */
+Kestrel__V1__Manifest *kestrel__store_sidecar_read(const char *path, const char *content_type);
+/* versions/N.pb: m (committed as name@m->version) as protobuf, written atomically unless it already
+ * holds exactly that (fsck rewrites each); removed. */
 int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m);
 void kestrel__store_pb_remove(kestrel__store *s, const char *name, int64_t version);
 /* m's aliases (m->name@m->version's, as the aliases folder says; whatever m held is freed). */

@@ -85,20 +85,13 @@ int kestrel__store_listing_write(kestrel__store *s, const char *name, const Kest
 static Kestrel__V1__Manifest *listing_read(kestrel__store *s, const char *name, int64_t version)
 {
     char path[PATH_MAX];
-    kestrel_buf b = KESTREL_BUF_INIT;
-    ProtobufCMessage *pm = NULL;
-    Kestrel__V1__Manifest *m = NULL;
+    Kestrel__V1__Manifest *m;
     listing_path(s, name, version, path, sizeof(path));
-    if (kestrel__store_read_text(path, &b) == 0 &&
-        kestrel__wire_from_json(&pm, &kestrel__v1__manifest__descriptor, b.ptr, b.size) == 0) {
-        m = (Kestrel__V1__Manifest *)pm;
-        if (m->version != version || m->n_chunks || m->n_files) {   /* not one this store wrote */
-            kestrel__manifest_free(m);
-            m = NULL;
-        }
+    if ((m = kestrel__store_sidecar_read(path, KESTREL__CT_JSON)) != NULL &&
+        (m->version != version || m->n_chunks || m->n_files)) {   /* not one this store wrote */
+        kestrel__manifest_free(m);
+        m = NULL;
     }
-    kestrel_buf_dispose(&b);
-    kestrel_error_clear();
     return m;
 }
 

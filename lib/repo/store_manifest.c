@@ -22,15 +22,30 @@ static void pb_path(kestrel__store *s, const char *name, int64_t version, const 
     snprintf(out, n, "%s/models/%s/versions/%lld.%s", kestrel__store_root(s), name, (long long)version, ext);
 }
 
+Kestrel__V1__Manifest *kestrel__store_sidecar_read(const char *path, const char *content_type)
+{
+    kestrel_buf b = KESTREL_BUF_INIT;
+    ProtobufCMessage *pm = NULL;
+    if (kestrel__store_read_text(path, &b) < 0 ||
+        kestrel__wire_decode(&pm, &kestrel__v1__manifest__descriptor, content_type, b.ptr, b.size) < 0)
+        pm = NULL;
+    kestrel_buf_dispose(&b);
+    kestrel_error_clear();
+    return (Kestrel__V1__Manifest *)pm;
+}
+
 int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m)
 {
     char path[PATH_MAX];
-    kestrel_buf b = KESTREL_BUF_INIT;
+    kestrel_buf b = KESTREL_BUF_INIT, was = KESTREL_BUF_INIT;
     int rc;
     pb_path(s, name, m->version, "pb", path, sizeof(path));
-    if ((rc = kestrel__wire_pack(&b, &m->base)) == 0)
-        rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);
+    if ((rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
+        !(kestrel__store_read_text(path, &was) == 0 && was.size == b.size && !memcmp(was.ptr, b.ptr, b.size)))
+        rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);   /* not when it says so already */
+    kestrel_error_clear();   /* of the read */
     kestrel_buf_dispose(&b);
+    kestrel_buf_dispose(&was);
     return rc;
 }
 
@@ -38,21 +53,15 @@ int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__
 static Kestrel__V1__Manifest *pb_read(kestrel__store *s, const char *name, int64_t version)
 {
     char path[PATH_MAX];
-    kestrel_buf b = KESTREL_BUF_INIT;
-    ProtobufCMessage *pm = NULL;
-    Kestrel__V1__Manifest *m = NULL;
+    Kestrel__V1__Manifest *m;
     pb_path(s, name, version, "pb", path, sizeof(path));
-    if (kestrel__store_read_text(path, &b) == 0 &&
-        kestrel__wire_unpack(&pm, &kestrel__v1__manifest__descriptor, (const uint8_t *)b.ptr, b.size) == 0) {
-        m = (Kestrel__V1__Manifest *)pm;
-        pb_path(s, name, version, "json", path, sizeof(path));
-        if (m->version != version || strcmp(m->name, name) || access(path, F_OK) != 0) {   /* not N's, or N is gone */
-            kestrel__manifest_free(m);
-            m = NULL;
-        }
+    if ((m = kestrel__store_sidecar_read(path, KESTREL__CT_PROTOBUF)) == NULL)
+        return NULL;
+    pb_path(s, name, version, "json", path, sizeof(path));
+    if (m->version != version || strcmp(m->name, name) || access(path, F_OK) != 0) {   /* not N's, or N is gone */
+        kestrel__manifest_free(m);
+        return NULL;
     }
-    kestrel_buf_dispose(&b);
-    kestrel_error_clear();
     return m;
 }
 
