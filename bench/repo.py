@@ -410,7 +410,7 @@ def main():
         keras_case(cli, env, work)
 
         from repo_dataset import dataset_cases   # datasets of many small files, beside tar
-        dataset_cases(cli, env, work, server.proc.pid)
+        dataset_cases(cli, env, work, server)
     finally:
         for p in (server, registry):
             if p:

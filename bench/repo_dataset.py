@@ -8,7 +8,8 @@ on the same disk in the same run (goal: push and pull each <= 1.5x tar):
   KESTREL_BENCH_TINY_FILES files of 4 KB (default 50,000; the issue's case is 200,000), and a tenth
         as many: the time a file at each count (10x the files must not cost more than 10x the time)
 The client's peak RSS is printed with each (it must stay bounded, whatever the count), and
-kestreld's during each (its peak reset through /proc/PID/clear_refs before it: needs root).
+what kestreld's grew by during each (its peak reset through /proc/PID/clear_refs before it), beside
+the size of the manifest it took in and served (its versions/N.pb).
 """
 import json
 import os
@@ -66,30 +67,33 @@ def server_peak_reset(pid):
         return None
 
 
-def server_peak(pid, base):
-    """What kestreld's peak RSS grew by since server_peak_reset, as text ("?" when it could not reset)."""
+def server_peak(pid, base, manifest):
+    """What kestreld's peak RSS grew by since server_peak_reset, and that over the manifest's size
+    (MiB), as text ("?" when it could not reset)."""
     if base is None:
         return "?"
-    peak = _status_mib(pid, "VmHWM")
-    return f"+{peak - base:.1f} MiB over its {base:.1f}"
+    grew = _status_mib(pid, "VmHWM") - base
+    return f"+{grew:.1f} MiB over its {base:.1f} = {grew / manifest:.1f}x the {manifest:.1f} MiB manifest"
 
 
-def one_case(cli, env, work, label, name, count, sizes, seed, server_pid, goal="goal <= 1.5x"):
+def one_case(cli, env, work, label, name, count, sizes, seed, server, goal="goal <= 1.5x"):
     src = os.path.join(work, name)
     total = make_tree(src, count, sizes, seed)
     mib = total / MIB
     t_tar, t_tar_copy = tar_baselines(src, work)
     drop_page_cache()
-    reset = server_peak_reset(server_pid)
+    reset = server_peak_reset(server.proc.pid)
     t_push, out, rss_push, _ = run([cli, "-o", "json", "push", f"bench/{name}", src], env=env)
-    server_push = server_peak(server_pid, reset)
     pushed = json.loads(out)
+    manifest = os.path.getsize(os.path.join(server.data, "repo", "models", "bench", name, "versions",
+                                            f"{pushed['version']}.pb")) / MIB
+    server_push = server_peak(server.proc.pid, reset, manifest)
     dest = os.path.join(work, name + ".pulled")
     shutil.rmtree(env["KESTREL_CACHE_DIR"], ignore_errors=True)
     drop_page_cache()
-    reset = server_peak_reset(server_pid)
+    reset = server_peak_reset(server.proc.pid)
     t_pull, _, rss_pull, _ = run(["sh", "-c", f"'{cli}' pull bench/{name} --dest '{dest}' && sync"], env=env)
-    server_pull = server_peak(server_pid, reset)
+    server_pull = server_peak(server.proc.pid, reset, manifest)
     same = subprocess.run(["diff", "-rq", src, dest], stdout=subprocess.DEVNULL).returncode == 0
     # src and dest stay until the bench ends: thousands of files removed just before the next case
     # would make ext4 without a journal (this VM's) skip each freed inode for a minute, one lookup
@@ -104,13 +108,13 @@ def one_case(cli, env, work, label, name, count, sizes, seed, server_pid, goal="
     return t_push / count, t_pull / count
 
 
-def dataset_cases(cli, env, work, server_pid):
+def dataset_cases(cli, env, work, server):
     files = int(os.environ.get("KESTREL_BENCH_FILES", "20000"))
     tiny = int(os.environ.get("KESTREL_BENCH_TINY_FILES", "50000"))
-    one_case(cli, env, work, "dataset", "dataset", files, (8 << 10, 56 << 10), 1, server_pid)
+    one_case(cli, env, work, "dataset", "dataset", files, (8 << 10, 56 << 10), 1, server)
     ref = "for reference: the goal for 4 KB files is growth linear in their count"
     push_s, pull_s = one_case(cli, env, work, "tiny files, a tenth", "tiny-tenth", tiny // 10, (4 << 10, 4 << 10), 2,
-                              server_pid, ref)
-    push_l, pull_l = one_case(cli, env, work, "tiny files", "tiny", tiny, (4 << 10, 4 << 10), 3, server_pid, ref)
+                              server, ref)
+    push_l, pull_l = one_case(cli, env, work, "tiny files", "tiny", tiny, (4 << 10, 4 << 10), 3, server, ref)
     print(f"  linear in the count: a file of {tiny} costs {push_l / push_s:.2f}x (push) and {pull_l / pull_s:.2f}x "
           f"(pull) a file of {tiny // 10} (goal <= 1.2x)")
