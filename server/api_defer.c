@@ -22,12 +22,17 @@ typedef struct {
     void *arg;
 } job;
 
+/* The handler's call: its reply is kept in r (send_bytes) when deferred, else returned. */
+static enum MHD_Result run(const job *j)
+{
+    return j->route ? j->route(j->r) : j->work(j->r, j->arg);
+}
+
 static void *worker(void *p)
 {
     job *j = p;
     kd_req *r = j->r;
-    /* its reply is kept in r (send_bytes), not queued */
-    r->deferred_rc = j->route ? j->route(r) : j->work(r, j->arg);
+    r->deferred_rc = run(j);
     free(j);
     r->deferring = 0;
     r->deferred_done = 1;
@@ -40,27 +45,26 @@ static void *worker(void *p)
     return NULL;
 }
 
-static enum MHD_Result defer(kd_req *r, job *j)
+static enum MHD_Result defer(job j)
 {
+    job *copy = NULL;
     pthread_attr_t attr;
     pthread_t th;
-    int now, made;
+    int made;
     pthread_mutex_lock(&mu);
-    if ((now = stopping || running >= DEFER_MAX) == 0) {
+    if (!stopping && running < DEFER_MAX && (copy = malloc(sizeof(*copy))) != NULL) {
+        *copy = j;
         running++;
-        r->deferring = 1;
-        MHD_suspend_connection(r->conn);   /* before the worker may resume it */
+        j.r->deferring = 1;
+        MHD_suspend_connection(j.r->conn);   /* before the worker may resume it */
     }
     pthread_mutex_unlock(&mu);
-    if (now) {   /* here, as before (a review: one deferred while the daemon stops would abort its stop) */
-        enum MHD_Result reply = j->route ? j->route(r) : j->work(r, j->arg);
-        free(j);
-        return reply;
-    }
+    if (copy == NULL)   /* here, as before (a review: one deferred while the daemon stops would abort its stop) */
+        return run(&j);
     made = pthread_attr_init(&attr) == 0;
     if (!made || pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
-        pthread_create(&th, &attr, worker, j) != 0)
-        worker(j);   /* no thread: here, by the same path (its reply queued once resumed) */
+        pthread_create(&th, &attr, worker, copy) != 0)
+        worker(copy);   /* no thread: here, by the same path (its reply queued once resumed) */
     if (made)
         pthread_attr_destroy(&attr);
     return MHD_YES;
@@ -68,20 +72,12 @@ static enum MHD_Result defer(kd_req *r, job *j)
 
 enum MHD_Result kd_defer(kd_req *r, kd_deferred_fn work, void *arg)
 {
-    job *j = malloc(sizeof(*j));
-    if (j == NULL)
-        return work(r, arg);
-    *j = (job){ r, NULL, work, arg };
-    return defer(r, j);
+    return defer((job){ r, NULL, work, arg });
 }
 
 enum MHD_Result kd_defer_route(kd_req *r, kd_route_fn route)
 {
-    job *j = malloc(sizeof(*j));
-    if (j == NULL)
-        return route(r);
-    *j = (job){ r, route, NULL, NULL };
-    return defer(r, j);
+    return defer((job){ r, route, NULL, NULL });
 }
 
 enum MHD_Result kd_defer_reply(kd_req *r)
