@@ -2,7 +2,11 @@
  *   kestrel-stat 2 NFILES   (written as 20 digits, filled in once the push's files are counted)
  *   then for each file: "F PATHLEN DEV INO SIZE MTIME_NS CTIME_NS STARTED_NS SHA256 NCHUNKS\n" (SHA256 "-"
  *   when the push left it to kestreld), the
- *   path's bytes and "\n", then one "HEX LEN\n" line per chunk, in file order. */
+ *   path's bytes and "\n", then one "HEX LEN\n" line per chunk, in file order.
+ * A push writes its files in its own order, which is the listing's (paths sorted by strcmp), and asks
+ * for them in that order again; so an entry is read as a merge, front to back, never held whole: a
+ * push of 200,000 unchanged files holds one record of it at a time, not 200,000. A record out of
+ * order, damaged or cut short ends the entry there: the files after it are hashed again. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -19,28 +23,33 @@
 #define MAX_PATH_LEN 4096
 
 typedef struct {
-    char *path;
+    char path[MAX_PATH_LEN + 1];
     unsigned long long dev, ino;
     long long size, mtime, ctime, started;
     char sha[65];
-    size_t first, n;         /* its chunks: refs[first, first + n) */
+    kestrel__chunk_ref *refs;   /* its chunks (grown to the longest file read so far) */
+    size_t n, cap;
 } record;
 
+/* A reader of the entry, front to back: r is the record it stands at (when have). */
 typedef struct {
-    record *r;
-    size_t n, cap;
-    kestrel__chunk_ref *refs;
-    size_t nrefs, caprefs;
-} record_set;
+    FILE *f;
+    unsigned long long left;    /* records the header announced, not read yet */
+    record r;
+    int have;
+    int started;                /* a record was read (r.path is the last one's, for the order) */
+} cursor;
 
 struct kestrel__pushcache {
     char file[2300];
-    record_set old;          /* as loaded, sorted by path */
-    FILE *out;               /* this push's entry, written as it goes (memory does not grow with it) */
-    char tmp[2400];          /* its temp name */
-    size_t written;          /* files in it */
-    int changed;             /* files remembered anew (not carried over) */
-    int failed;              /* the entry could not be written: it is dropped */
+    cursor look;                /* kestrel__pushcache_lookup's */
+    cursor ahead;               /* kestrel__pushcache_holds': the read-ahead asks ahead of the lookups */
+    unsigned long long old_n;   /* files the earlier entry announced */
+    FILE *out;                  /* this push's entry, written as it goes (memory does not grow with it) */
+    char tmp[2400];             /* its temp name */
+    size_t written;             /* files in it */
+    int changed;                /* files remembered anew (not carried over) */
+    int failed;                 /* the entry could not be written: it is dropped */
 };
 
 static int64_t ns(struct timespec t)
@@ -48,84 +57,114 @@ static int64_t ns(struct timespec t)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static void set_free(record_set *s)
+static void cursor_close(cursor *c)
 {
-    for (size_t i = 0; i < s->n; i++)
-        free(s->r[i].path);
-    free(s->r);
-    free(s->refs);
-    memset(s, 0, sizeof(*s));
+    if (c->f)
+        fclose(c->f);
+    free(c->r.refs);
+    memset(c, 0, sizeof(*c));
 }
 
-static int by_path(const void *a, const void *b)
+/* Start reading f (taken: closed by cursor_close) at its header; the count it announces in *count.
+ * A header that is not an entry's leaves the cursor empty. */
+static void cursor_open(cursor *c, FILE *f, unsigned long long *count)
 {
-    return strcmp(((const record *)a)->path, ((const record *)b)->path);
+    memset(c, 0, sizeof(*c));
+    if (f == NULL)
+        return;
+    c->f = f;
+    if (fscanf(f, "kestrel-stat 2 %llu", &c->left) != 1 || fgetc(f) != '\n')
+        c->left = 0;
+    if (count)
+        *count = c->left;
 }
 
-/* Read an entry from f into pc->old (closes f). */
-static int parse_stream(kestrel__pushcache *pc, FILE *f)
+/* Read the next record into c->r: 0 when there is none (the end, or one damaged or out of order:
+ * the entry ends there, and the cursor stays empty). */
+static int cursor_next(cursor *c)
 {
-    unsigned long long nfiles;
+    record *r = &c->r;
+    char prev[MAX_PATH_LEN + 1];
+    unsigned long long nchunks;
+    size_t len;
+    long long offset = 0;
     int ok;
-    ok = fscanf(f, "kestrel-stat 2 %llu\n", &nfiles) == 1;
-    for (unsigned long long k = 0; ok && k < nfiles; k++) {
-        record r;
-        unsigned long long nchunks;
-        size_t len;
-        long long offset = 0;
-        memset(&r, 0, sizeof(r));
-        ok = fscanf(f, "F %zu %llu %llu %lld %lld %lld %lld %64s %llu", &len, &r.dev, &r.ino, &r.size, &r.mtime, &r.ctime,
-                    &r.started, r.sha, &nchunks) == 9 && fgetc(f) == '\n' && len <= MAX_PATH_LEN &&
-             r.size >= 0 && nchunks <= (unsigned long long)r.size / KESTREL__CHUNK_MIN + 1 &&
-             (kestrel__is_sha256_hex(r.sha) || !strcmp(r.sha, "-")) && (r.path = malloc(len + 1)) != NULL;
-        if (ok && r.sha[0] == '-')
-            r.sha[0] = '\0';   /* the digest the repository computed, not known here */
-        if (ok) {
-            ok = fread(r.path, 1, len, f) == len && fgetc(f) == '\n';
-            r.path[len] = '\0';
-        }
-        ok = ok && kestrel__array_grow(&pc->old.refs, &pc->old.caprefs, pc->old.nrefs + nchunks + 1,
-                                       sizeof(*pc->old.refs)) == 0;
-        r.first = pc->old.nrefs;
-        r.n = (size_t)nchunks;
-        for (unsigned long long i = 0; ok && i < nchunks; i++) {
-            kestrel__chunk_ref *c = &pc->old.refs[pc->old.nrefs++];
-            unsigned long l;
-            ok = fscanf(f, "%64s %lu\n", c->hex, &l) == 2 && kestrel__is_sha256_hex(c->hex) && l > 0 &&
-                 l <= KESTREL__CHUNK_MAX;
-            c->offset = offset;
-            c->len = (uint32_t)l;
-            c->file = 0;
-            c->missing = 0;
-            offset += (long long)l;
-        }
-        ok = ok && offset == r.size && kestrel__array_grow(&pc->old.r, &pc->old.cap, pc->old.n + 1, sizeof(*pc->old.r)) == 0;
-        if (ok)
-            pc->old.r[pc->old.n++] = r;
-        else
-            free(r.path);
+    c->have = 0;
+    if (c->f == NULL || c->left == 0)
+        return 0;
+    c->left--;
+    memcpy(prev, r->path, strlen(r->path) + 1);
+    ok = fscanf(c->f, "F %zu %llu %llu %lld %lld %lld %lld %64s %llu", &len, &r->dev, &r->ino, &r->size, &r->mtime,
+                &r->ctime, &r->started, r->sha, &nchunks) == 9 && fgetc(c->f) == '\n' && len <= MAX_PATH_LEN &&
+         r->size >= 0 && nchunks <= (unsigned long long)r->size / KESTREL__CHUNK_MIN + 1 &&
+         (kestrel__is_sha256_hex(r->sha) || !strcmp(r->sha, "-")) && fread(r->path, 1, len, c->f) == len &&
+         fgetc(c->f) == '\n';
+    if (ok) {
+        r->path[len] = '\0';
+        ok = strlen(r->path) == len && (!c->started || strcmp(prev, r->path) < 0);
     }
-    fclose(f);
-    if (!ok)
-        set_free(&pc->old);
-    else if (pc->old.n > 1)
-        qsort(pc->old.r, pc->old.n, sizeof(*pc->old.r), by_path);
-    return (int)pc->old.n;
+    if (ok && r->sha[0] == '-')
+        r->sha[0] = '\0';   /* the digest the repository computed, not known here */
+    r->n = 0;
+    for (unsigned long long i = 0; ok && i < nchunks; i++) {
+        kestrel__chunk_ref *k;
+        unsigned long l;
+        if (kestrel__array_grow(&r->refs, &r->cap, r->n + 1, sizeof(*r->refs)) < 0)
+            break;
+        k = &r->refs[r->n++];
+        ok = fscanf(c->f, "%64s %lu", k->hex, &l) == 2 && fgetc(c->f) == '\n' && kestrel__is_sha256_hex(k->hex) &&
+             l > 0 && l <= KESTREL__CHUNK_MAX;
+        k->offset = offset;
+        k->len = (uint32_t)l;
+        k->file = 0;
+        k->missing = 0;
+        offset += (long long)l;
+    }
+    if (!ok || r->n != nchunks || offset != r->size) {
+        kestrel_error_clear();
+        fclose(c->f);
+        c->f = NULL;
+        return 0;
+    }
+    c->started = 1;
+    return c->have = 1;
+}
+
+/* The record of rel, when the entry has one: the cursor moves past every record before rel (the
+ * asks come in the entry's order, so none of those is asked for later). */
+static const record *cursor_find(cursor *c, const char *rel)
+{
+    int cmp = -1;
+    if (!c->started)
+        cursor_next(c);
+    while (c->have && (cmp = strcmp(c->r.path, rel)) < 0)
+        cursor_next(c);
+    return c->have && cmp == 0 ? &c->r : NULL;
 }
 
 int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t size)
 {
-    FILE *f = size ? fmemopen((void *)data, size, "r") : NULL;
-    return f ? parse_stream(pc, f) : 0;
+    int n = 0;
+    cursor_close(&pc->look);
+    cursor_close(&pc->ahead);
+    cursor_open(&pc->look, size ? fmemopen((void *)data, size, "r") : NULL, &pc->old_n);
+    cursor_open(&pc->ahead, size ? fmemopen((void *)data, size, "r") : NULL, NULL);
+    {   /* counted by a reader of its own, so the two above still stand at the start */
+        cursor count;
+        cursor_open(&count, size ? fmemopen((void *)data, size, "r") : NULL, NULL);
+        while (cursor_next(&count))
+            n++;
+        cursor_close(&count);
+    }
+    return n;
 }
 
-/* Read the entry (streamed, never whole in memory): whatever is damaged or missing just means a
- * cold cache. */
+/* Open the entry for both readers: whatever is damaged or missing just means a cold cache (from
+ * there on). */
 static void load(kestrel__pushcache *pc)
 {
-    FILE *f = fopen(pc->file, "r");
-    if (f)
-        parse_stream(pc, f);
+    cursor_open(&pc->look, fopen(pc->file, "r"), &pc->old_n);
+    cursor_open(&pc->ahead, fopen(pc->file, "r"), NULL);
     kestrel_error_clear();
 }
 
@@ -169,36 +208,30 @@ kestrel__pushcache *kestrel__pushcache_open(const char *abs)
     return pc;
 }
 
-/* The earlier push's record of rel when it still holds for st, else NULL. */
-static const record *holding(const kestrel__pushcache *pc, const char *rel, const struct stat *st)
+/* The earlier push's record of rel, read by c, when it still holds for st, else NULL. */
+static const record *holding(cursor *c, const char *rel, const struct stat *st)
 {
-    record key;
-    const record *r;
-    if (pc == NULL || pc->old.n == 0)
-        return NULL;
-    key.path = (char *)rel;
-    if ((r = bsearch(&key, pc->old.r, pc->old.n, sizeof(*pc->old.r), by_path)) == NULL)
-        return NULL;
-    if (r->dev != (unsigned long long)st->st_dev || r->ino != (unsigned long long)st->st_ino ||
+    const record *r = cursor_find(c, rel);
+    if (r == NULL || r->dev != (unsigned long long)st->st_dev || r->ino != (unsigned long long)st->st_ino ||
         r->size != (long long)st->st_size || r->mtime != ns(st->st_mtim) || r->ctime != ns(st->st_ctim) ||
         r->mtime >= r->started)
         return NULL;
     return r;
 }
 
-int kestrel__pushcache_holds(const kestrel__pushcache *pc, const char *rel, const struct stat *st)
+int kestrel__pushcache_holds(kestrel__pushcache *pc, const char *rel, const struct stat *st)
 {
-    return holding(pc, rel, st) != NULL;
+    return pc != NULL && holding(&pc->ahead, rel, st) != NULL;
 }
 
 int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const struct stat *st,
                               kestrel__chunk_ref **refs, size_t *n, char sha[65])
 {
-    const record *r = holding(pc, rel, st);
+    const record *r = pc ? holding(&pc->look, rel, st) : NULL;
     kestrel__chunk_ref *v;
     if (r == NULL || (v = malloc((r->n + 1) * sizeof(*v))) == NULL)
         return 0;
-    memcpy(v, pc->old.refs + r->first, r->n * sizeof(*v));
+    memcpy(v, r->refs, r->n * sizeof(*v));
     memcpy(sha, r->sha, 65);
     *refs = v;
     *n = r->n;
@@ -248,7 +281,7 @@ void kestrel__pushcache_close(kestrel__pushcache *pc)
     int keep;
     if (pc == NULL)
         return;
-    keep = !pc->failed && (pc->changed > 0 || pc->written != pc->old.n);
+    keep = !pc->failed && (pc->changed > 0 || pc->written != pc->old_n);
     if (pc->out == NULL && keep)   /* nothing to remember any more */
         unlink(pc->file);
     if (pc->out) {   /* the count in place, then the entry under its name (best effort) */
@@ -258,6 +291,7 @@ void kestrel__pushcache_close(kestrel__pushcache *pc)
         if (!keep)
             unlink(pc->tmp);
     }
-    set_free(&pc->old);
+    cursor_close(&pc->look);
+    cursor_close(&pc->ahead);
     free(pc);
 }

@@ -12,21 +12,24 @@
 
 typedef struct kestrel__pushcache kestrel__pushcache;
 
-/* The entry of abs (the pushed path, absolute), loaded. NULL when there is no cache (or memory). */
+/* The entry of abs (the pushed path, absolute), opened: it is read as the push asks, in the order it
+ * was written (the listing's), one record at a time. NULL when there is no cache (or memory). */
 kestrel__pushcache *kestrel__pushcache_open(const char *abs);
 /* 1 with the chunk list (malloc'd, file index 0) and digest when the earlier result for rel (the
- * file's path relative to the pushed directory, "" for a pushed file) still holds, else 0. */
+ * file's path relative to the pushed directory, "" for a pushed file) still holds, else 0. Asked for
+ * files in the listing's order (strcmp of rel): an entry's records before rel are passed for good. */
 int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const struct stat *st,
                               kestrel__chunk_ref **refs, size_t *n, char sha[65]);
 /* Whether kestrel__pushcache_lookup would find rel's earlier result (and nothing more: no copy, no
- * record carried over). */
-int kestrel__pushcache_holds(const kestrel__pushcache *pc, const char *rel, const struct stat *st);
+ * record carried over). A reader of its own, asked in the same order, ahead of the lookups. */
+int kestrel__pushcache_holds(kestrel__pushcache *pc, const char *rel, const struct stat *st);
 /* Remember rel's result (read from started_ns on) for the next push: written to the entry's temp
  * file at once, so a push of many files holds none of them in memory for the cache. */
 void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
                                  const kestrel__chunk_ref *refs, size_t n, const char sha[65]);
-/* An empty cache tied to no file (kestrel__pushcache_close frees it, writing nothing), and the
- * parser of an entry's bytes into it (the number of files it holds; damaged: 0). For the fuzzer. */
+/* An empty cache tied to no file (kestrel__pushcache_close frees it, writing nothing), and an
+ * entry's bytes given to it to read (data must outlive it; the number of records it holds before
+ * the end or the first one damaged or out of order). For the fuzzer. */
 kestrel__pushcache *kestrel__pushcache_new(void);
 int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t size);
 /* Make what this push remembered the path's entry (its count filled in, then renamed over the old

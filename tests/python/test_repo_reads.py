@@ -3,6 +3,7 @@ hashes (read-ahead: a disk serves many small reads at once), but never of a file
 vouches for: an identical re-push reads none of their bytes. Read-ahead holds descriptors, so it
 takes few where the process may open few, and gives them all back when they run out."""
 import ctypes
+import hashlib
 import mmap
 import os
 import subprocess
@@ -79,6 +80,76 @@ def test_a_push_does_not_read_ahead_what_the_stat_cache_vouches_for(kestreld, tm
     assert c.push("team/tree", str(tree), progress=seen.append) == 3 and seen[-1].bytes_new > 0
     c.pull("team/tree@3", str(tmp_path / "back"))
     assert all((tmp_path / "back" / p.relative_to(tree)).read_bytes() == p.read_bytes() for p in files)
+
+
+def entry_records(entry):
+    """A stat cache entry's header line and its records, each the list of its lines."""
+    lines = entry.read_text().split("\n")
+    head, recs, i = lines[0], [], 1
+    while i < len(lines) and lines[i].startswith("F "):
+        n = int(lines[i].split()[9])
+        recs.append(lines[i:i + 2 + n])
+        i += 2 + n
+    return head, recs
+
+
+def test_the_stat_cache_is_read_in_step_with_the_listing(kestreld, tmp_path, monkeypatch):
+    """A push reads its stat cache entry front to back beside the listing (both sorted by path), one
+    record at a time, never the whole entry at once: files removed and added since, before, between
+    and after the remembered ones change nothing for the others. A record out of order or damaged (an
+    entry this build did not write) ends the entry there: the files after it are read and hashed
+    again, never given another file's record; the records before it still hold."""
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    tree, old = tmp_path / "tree", time.time() - 60
+
+    def put(rel, size):
+        p = tree / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(os.urandom(size))
+        os.utime(p, (old, old))
+        return p
+
+    files = {f"d{i % 3}/f{i:03d}.bin": put(f"d{i % 3}/f{i:03d}.bin", 9000 + 13 * i) for i in range(120)}
+    assert c.push("team/merge", str(tree)) == 1
+    for rel in [r for r in files if int(r[4:7]) % 7 == 0]:
+        files.pop(rel).unlink()
+    new = {f"d{i % 3}/f{i:03d}a.bin": put(f"d{i % 3}/f{i:03d}a.bin", 5000 + i) for i in range(0, 120, 5)}
+    new.update({"d0/a-first.bin": put("d0/a-first.bin", 777), "d9/z-last.bin": put("d9/z-last.bin", 778)})
+    every = {**files, **new}
+    evict(every.values())
+    if any(cached(p) for p in every.values()):
+        pytest.skip("this file system keeps the files in memory (tmpfs?): nothing to observe")
+    seen = []
+    assert c.push("team/merge", str(tree), progress=seen.append) == 2
+    assert seen[-1].bytes_new == sum(p.stat().st_size for p in new.values())
+    assert sorted(r for r, p in every.items() if cached(p)) == sorted(new)   # only the new files were read
+    c.pull("team/merge@2", str(tmp_path / "back2"))
+    assert {str(p.relative_to(tmp_path / "back2")) for p in (tmp_path / "back2").rglob("*.bin")} == set(every)
+    assert all((tmp_path / "back2" / r).read_bytes() == p.read_bytes() for r, p in every.items())
+
+    key = hashlib.sha256(os.path.realpath(tree).encode()).hexdigest()
+    entry = tmp_path / "cache.stat" / key
+    head, recs = entry_records(entry)
+    paths = [r[1] for r in recs]
+    assert paths == sorted(every) and int(head.split()[2]) == len(every)   # in the listing's order
+    for broken in ("order", "damage"):
+        k = 40
+        if broken == "order":   # two records swapped
+            recs[k], recs[k + 1] = recs[k + 1], recs[k]
+        else:                   # a chunk's digest that is not one
+            recs[k][2] = "zz" + recs[k][2][2:]
+        entry.write_text("\n".join([head] + ["\n".join(r) for r in recs]) + "\n")
+        evict(every.values())
+        assert c.push("team/merge", str(tree), progress=seen.append) and seen[-1].bytes_new == 0
+        read = [r for r in paths if cached(every[r])]
+        assert read and not [r for r in read if r < paths[k]], read    # before the break: the entry held
+        assert set(paths[k + 2:]) <= set(read), read                   # after it: read again, all of them
+        head, recs = entry_records(entry)                              # and the entry written anew, in order
+        assert [r[1] for r in recs] == paths
+    evict(every.values())
+    assert c.push("team/merge", str(tree), progress=seen.append) and seen[-1].bytes_new == 0
+    assert [r for r in paths if cached(every[r])] == []
 
 
 @pytest.mark.parametrize("held", [0, 238])
