@@ -5,9 +5,10 @@
  * whole text, and kestreld's read of a 20,000-file dataset's manifest peaked at 37.5 MB of heap
  * (massif), its protobuf form's at a third of that. N.pb is written at the commit (store.c), or at
  * the first read of a version without one (an earlier build's, or one whose N.pb was damaged), and
- * rewritten by fsck; it is used only when it reads as N's (its number and its model's name) while
- * N.json exists, and one a killed delete left goes at the next collection. Change N.json by hand and
- * remove N.pb with it (or run fsck). */
+ * rewritten by fsck; it is used only when it reads as N's (its number and its model's name) and was
+ * written no earlier than N.json (a hand edit of N.json, or an N.json made anew under a number an
+ * earlier build reused, is newer: N.pb is then made anew from it), and one a killed delete left goes
+ * at the next collection. */
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -34,6 +35,22 @@ Kestrel__V1__Manifest *kestrel__store_sidecar_read(const char *path, const char 
     return (Kestrel__V1__Manifest *)pm;
 }
 
+/* 1 when N.pb and N.json both exist and N.pb was written no earlier than N.json (a commit writes
+ * N.json's bytes, then N.pb; its link does not change the time). */
+static int pb_current(kestrel__store *s, const char *name, int64_t version)
+{
+    char path[PATH_MAX];
+    struct stat pb, json;
+    pb_path(s, name, version, "pb", path, sizeof(path));
+    if (stat(path, &pb) < 0)
+        return 0;
+    pb_path(s, name, version, "json", path, sizeof(path));
+    if (stat(path, &json) < 0)
+        return 0;
+    return pb.st_mtim.tv_sec > json.st_mtim.tv_sec ||
+           (pb.st_mtim.tv_sec == json.st_mtim.tv_sec && pb.st_mtim.tv_nsec >= json.st_mtim.tv_nsec);
+}
+
 int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m)
 {
     char path[PATH_MAX];
@@ -41,7 +58,8 @@ int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__
     int rc;
     pb_path(s, name, m->version, "pb", path, sizeof(path));
     if ((rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
-        !(kestrel__store_read_text(path, &was) == 0 && was.size == b.size && !memcmp(was.ptr, b.ptr, b.size)))
+        !(pb_current(s, name, m->version) && kestrel__store_read_text(path, &was) == 0 && was.size == b.size &&
+          !memcmp(was.ptr, b.ptr, b.size)))
         rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);   /* not when it says so already */
     kestrel_error_clear();   /* of the read */
     kestrel_buf_dispose(&b);
@@ -49,16 +67,17 @@ int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__
     return rc;
 }
 
-/* versions/N.pb, when it reads as name@version's and N.json exists; NULL else. */
+/* versions/N.pb, when it reads as name@version's and is no older than N.json; NULL else. */
 static Kestrel__V1__Manifest *pb_read(kestrel__store *s, const char *name, int64_t version)
 {
     char path[PATH_MAX];
     Kestrel__V1__Manifest *m;
+    if (!pb_current(s, name, version))   /* N is gone, or N.json is newer */
+        return NULL;
     pb_path(s, name, version, "pb", path, sizeof(path));
     if ((m = kestrel__store_sidecar_read(path, KESTREL__CT_PROTOBUF)) == NULL)
         return NULL;
-    pb_path(s, name, version, "json", path, sizeof(path));
-    if (m->version != version || strcmp(m->name, name) || access(path, F_OK) != 0) {   /* not N's, or N is gone */
+    if (m->version != version || strcmp(m->name, name)) {   /* not N's */
         kestrel__manifest_free(m);
         return NULL;
     }

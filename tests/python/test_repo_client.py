@@ -120,8 +120,9 @@ def test_a_manifest_is_served_from_its_protobuf_form_and_its_json_stays_the_trut
     37.5 MB. Each version now has N.pb beside it, the same manifest as protobuf, written at the
     commit (or at the first read of an earlier build's version, or of one whose N.pb is damaged or
     another model's), and a pull is served from it. N.json stays the truth: a collection keeps what
-    it names, whatever N.pb says, and fsck writes N.pb anew from it; N.pb of a deleted version is
-    never served, and one a killed delete left goes at gc."""
+    it names, whatever N.pb says, and fsck writes N.pb anew from it; an N.pb older than N.json (a
+    hand edit of N.json) is not served either; N.pb of a deleted version is never served, and one a
+    killed delete left goes at gc."""
     data = tmp_path / "ds"
     data.mkdir()
     for i in range(12):
@@ -168,6 +169,20 @@ def test_a_manifest_is_served_from_its_protobuf_form_and_its_json_stays_the_trut
         (p_dir / "1.pb").unlink()
         got = pulled("d")
         assert all((got / x.name).read_bytes() == x.read_bytes() for x in data.iterdir())
+        # an N.pb older than its N.json (the number reused by a build that kept no tombstones, N.json
+        # written again) is not served, whatever it says, and is made anew
+        (p_dir / "1.pb").write_bytes((q_dir / "1.pb").read_bytes().replace(b"team/q", b"team/p"))
+        then = (p_dir / "1.json").stat().st_mtime - 5
+        os.utime(p_dir / "1.pb", (then, then))
+        assert (pulled("f") / "f07.bin").read_bytes() == (data / "f07.bin").read_bytes()
+        assert (p_dir / "1.pb").read_bytes() == good
+        if n == 1:   # N.json edited by hand: the next read serves the edit, with no N.pb removed
+            doc = json.loads((p_dir / "1.json").read_text())
+            doc["metadataJson" if "metadataJson" in doc else "metadata_json"] = '{"edited": 1}'
+            (p_dir / "1.json").write_text(json.dumps(doc))
+            status, body = kestreld.api("GET", "/api/v1/models/team/p/versions/1")
+            assert status == 200 and json.loads(body.get("metadataJson", body.get("metadata_json"))) == {"edited": 1}, body
+            assert (p_dir / "1.pb").read_bytes() != good and (pulled("g") / "f01.bin").exists()
         # deleted: its N.pb goes with it; one a killed delete left is never served, and goes at gc
         kestreld.cli("rm", "team/p@1", env=env)
         assert not (p_dir / "1.pb").exists()
