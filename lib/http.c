@@ -37,6 +37,47 @@ static size_t on_body(char *data, size_t size, size_t n, void *payload)
     return size * n;
 }
 
+/* A body sent as it is read: the packed message, then the request's tail. */
+typedef struct {
+    const kestrel_buf *head;
+    const kestrel__request *req;
+    int64_t at;
+    int rc;   /* the tail's failure */
+} body_reader;
+
+static size_t on_read(char *buf, size_t size, size_t n, void *payload)
+{
+    body_reader *r = payload;
+    int64_t total = (int64_t)r->head->size + r->req->tail_size, got;
+    size_t want = size * n;
+    if (r->at >= total)
+        return 0;
+    if (r->at < (int64_t)r->head->size) {
+        got = (int64_t)r->head->size - r->at < (int64_t)want ? (int64_t)r->head->size - r->at : (int64_t)want;
+        memcpy(buf, r->head->ptr + r->at, (size_t)got);
+    } else {
+        int64_t left = total - r->at;
+        got = r->req->tail(r->req->tail_ctx, r->at - (int64_t)r->head->size, buf,
+                           left < (int64_t)want ? (size_t)left : want);
+        if (got <= 0) {   /* failed, or shorter than it said */
+            r->rc = got < 0 ? (int)got : kestrel__error_set(KESTREL_EIO, "the body of %s %s ended early",
+                                                            r->req->method, r->req->path);
+            return CURL_READFUNC_ABORT;
+        }
+    }
+    r->at += got;
+    return (size_t)got;
+}
+
+static int on_seek(void *payload, curl_off_t offset, int origin)
+{
+    body_reader *r = payload;
+    if (origin != SEEK_SET || offset < 0)
+        return CURL_SEEKFUNC_CANTSEEK;
+    r->at = (int64_t)offset;
+    return CURL_SEEKFUNC_OK;
+}
+
 /* A request's stop hook, asked by curl as the request goes (its progress function). */
 typedef struct {
     const kestrel__request *req;
@@ -138,6 +179,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
     for (int attempt = 0;; attempt++) {
         CURL *h = c->curl;
         stopping st = { req, 0 };
+        body_reader rd = { &body, req, 0, 0 };
         int limit = retries;
         CURLcode cc;
         long status = 0;
@@ -150,8 +192,14 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
         if (!strcmp(req->method, "POST") || req->body) {
             curl_easy_setopt(h, CURLOPT_POST, 1L);
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.ptr ? body.ptr : "");
-            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.size);
+            if (req->tail) {
+                curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+                curl_easy_setopt(h, CURLOPT_READDATA, &rd);
+                curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+                curl_easy_setopt(h, CURLOPT_SEEKDATA, &rd);
+            } else
+                curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.ptr ? body.ptr : "");
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.size + (req->tail ? req->tail_size : 0));
         }
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp);
@@ -168,8 +216,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         }
 
         cc = curl_easy_perform(h);
-        if (st.rc < 0) {   /* the caller's stop: its error stands, whatever the request came to */
-            rc = st.rc;
+        if (st.rc < 0 || rd.rc < 0) {   /* the caller's stop, or its body's failure: that error stands */
+            rc = st.rc < 0 ? st.rc : rd.rc;
             goto done;
         }
         if (cc == CURLE_OK) {

@@ -20,6 +20,12 @@ typedef struct {
      * that code, never retried */
     int (*stop)(void *ctx);
     void *stop_ctx;
+    /* set: the body goes on after the packed message with tail_size bytes that tail gives, at will,
+     * from offset at (what it read, or a KESTREL_E* code that gives the request up): the records of a
+     * list too long to hold (kestrel__wire_pack_element). A retry reads them again. */
+    int64_t (*tail)(void *ctx, int64_t at, void *buf, size_t n);
+    void *tail_ctx;
+    int64_t tail_size;
 } kestrel__request;
 
 /* Perform req; on 2xx *out is the decoded response (protobuf_c_message_free_unpacked).

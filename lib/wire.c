@@ -554,6 +554,48 @@ static int read_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
     return -1;
 }
 
+int kestrel__wire_pack_element(kestrel_buf *out, unsigned field, const ProtobufCMessage *msg)
+{
+    uint8_t head[20];
+    size_t n = protobuf_c_message_get_packed_size(msg), k = 0;
+    uint64_t v = ((uint64_t)field << 3) | 2;   /* length-delimited */
+    int rc;
+    for (int i = 0; i < 2; i++, v = n) {   /* the key, then the length: varints */
+        for (; v >= 0x80; v >>= 7)
+            head[k++] = (uint8_t)(v | 0x80);
+        head[k++] = (uint8_t)v;
+    }
+    if ((rc = kestrel__buf_put(out, head, k)) < 0 || (rc = kestrel__buf_grow(out, n)) < 0)
+        return rc;
+    protobuf_c_message_pack(msg, (uint8_t *)out->ptr + out->size);
+    out->size += n;
+    out->ptr[out->size] = '\0';
+    return 0;
+}
+
+int kestrel__wire_next_element(const uint8_t *p, size_t len, size_t *at, unsigned *field, const uint8_t **data,
+                               size_t *n)
+{
+    size_t i = *at;
+    uint64_t key, size;
+    if (read_varint(p, len, &i, &key) < 0)   /* none, cut short, or longer than a varint may be */
+        return len - *at < 10 ? 0 : kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record");
+    if ((key & 7) != 2 || (key >> 3) == 0 || (key >> 3) > UINT32_MAX)
+        return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record (key %llu)", (unsigned long long)key);
+    {
+        size_t j = i;
+        if (read_varint(p, len, &i, &size) < 0)
+            return len - j < 10 ? 0 : kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record");
+    }
+    if (size > len - i)
+        return 0;
+    *field = (unsigned)(key >> 3);
+    *data = p + i;
+    *n = (size_t)size;
+    *at = i + (size_t)size;
+    return 1;
+}
+
 /* What protobuf-c accepts but the contract refuses, read off the wire: fields this schema does not
  * know (the JSON codec refuses them too), NUL inside strings, groups; nested messages alike. */
 static int pb_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, int depth)

@@ -19,6 +19,16 @@ int kestrel__wire_from_json(ProtobufCMessage **out, const ProtobufCMessageDescri
 int kestrel__wire_set_string(char **field, const char *v);
 /* Serialise msg as protobuf. */
 int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg);
+/* Append msg as one element of the repeated message field number `field` of a message whose encoding
+ * out holds: its key, its length, its bytes (protobuf-c's). A message's encoding followed by such
+ * records decodes as that message with these elements appended, in order (protobuf's merge rule), so
+ * a long list can be written, kept and sent an element at a time. */
+int kestrel__wire_pack_element(kestrel_buf *out, unsigned field, const ProtobufCMessage *msg);
+/* The record at *at of p[0, len), as kestrel__wire_pack_element writes them: its field number and
+ * bytes, and *at moved past it (1). 0 where p ends before the record does (at the end, or cut short:
+ * read more and ask again), KESTREL_EINVALID where it is no such record. */
+int kestrel__wire_next_element(const uint8_t *p, size_t len, size_t *at, unsigned *field, const uint8_t **data,
+                               size_t *n);
 /* Parse protobuf into a new message and validate it (known enum values, UTF-8 strings). */
 int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                          const uint8_t *data, size_t len);

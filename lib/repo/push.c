@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include "chunk.h"
+#include "chunk_spool.h"
 #include "file_open.h"
 #include "filehash.h"
 #include "push_cache.h"
@@ -542,62 +543,73 @@ static int sender_finish(sender *s, int stop, kestrel__progress *pr)
 }
 
 /* The whole-file digests the push left to a repository that does not compute them (a kestreld
- * older than fills_digests): a file of one chunk takes its chunk's, the others are read back and
- * hashed. sha: a pushed file's. */
-static int digests_here(Kestrel__V1__Manifest *m, const kestrel__push_files *files, int64_t size, char sha[65])
+ * older than fills_digests): a file of one chunk takes its chunk's (read from the chunk list, in
+ * step with the files), the others are read back and hashed. sha: a pushed file's. */
+static int digests_here(Kestrel__V1__Manifest *m, kestrel__spool *chunks, const kestrel__push_files *files,
+                        int64_t size, char sha[65])
 {
     kestrel__filehash *h;
-    char hex[65], path[KESTREL__PUSH_PATH_MAX];
+    char hex[65], next[65], path[KESTREL__PUSH_PATH_MAX];
+    uint32_t len;
     int rc = 0;
     if (m->n_files == 0 && !sha[0] && ((rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, 0, path), 1)) < 0 ||
                                        (rc = kestrel__filehash_finish(h, size, sha)) < 0))
         return rc;
-    for (size_t i = 0, at = 0; i < m->n_files && rc == 0; at += (size_t)m->files[i]->chunks, i++) {
+    if (m->n_files && (rc = kestrel__spool_rewind(chunks)) < 0)
+        return rc;
+    for (size_t i = 0; i < m->n_files && rc == 0; i++) {
         Kestrel__V1__TreeFile *f = m->files[i];
-        if (f->sha256[0])
+        for (int64_t k = 0; k < f->chunks && rc == 0; k++)   /* its chunks: the last one read is its first */
+            if ((rc = kestrel__spool_next(chunks, k == 0 ? hex : next, &len)) == 0)
+                rc = kestrel__error_set(KESTREL_EIO, "the chunk list ends before %s's chunks", f->path);
+        if (rc < 0 || f->sha256[0])
             continue;
         if (f->chunks == 1)
-            rc = kestrel__wire_set_string(&f->sha256, m->chunks[at]->digest);
+            rc = kestrel__wire_set_string(&f->sha256, hex);
         else if ((rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, (uint32_t)i, path), 1)) == 0 &&
                  (rc = kestrel__filehash_finish(h, f->size, hex)) == 0)
             rc = kestrel__wire_set_string(&f->sha256, hex);
     }
-    return rc;
+    return rc < 0 ? rc : 0;
 }
 
 /* A commit refused because chunks it names are not stored: a collection with a grace shorter than
  * the push removed them after they were sent or found there (lib/repo/store_gc.c). Ask which of the
- * manifest's chunks the repository lacks, BATCH_CHUNKS at a time, and send those again from the
- * files (each still checked against its digest); *lost: how many it lacked. */
-static int resend_lost(kestrel__transport *t, const Kestrel__V1__Manifest *m, const kestrel__push_files *files,
-                       kestrel__progress *pr, size_t *lost)
+ * manifest's chunks (its chunk list, read again) the repository lacks, BATCH_CHUNKS at a time, and
+ * send those again from the files (each still checked against its digest); *lost: how many it lacked. */
+static int resend_lost(kestrel__transport *t, const Kestrel__V1__Manifest *m, kestrel__spool *chunks,
+                       const kestrel__push_files *files, kestrel__progress *pr, size_t *lost)
 {
     kestrel__chunk_ref *refs = malloc(BATCH_CHUNKS * sizeof(*refs));
-    size_t i = 0, file = 0, left = m->n_files ? 0 : m->n_chunks;   /* chunks left in file */
+    size_t file = 0, left = m->n_files ? 0 : kestrel__spool_count(chunks);   /* chunks left in file */
     int64_t off = 0;
-    int rc = 0;
+    int rc, more = 1;
     *lost = 0;
     if (refs == NULL)
         return kestrel__error_oom();
+    rc = kestrel__spool_rewind(chunks);
     t->tick = pr;
-    while (rc == 0 && i < m->n_chunks) {
+    while (rc == 0 && more) {
         size_t n = 0, sent = 0;
-        for (; n < BATCH_CHUNKS && i < m->n_chunks && rc == 0; i++, n++) {
+        for (; n < BATCH_CHUNKS && rc == 0; n++) {
+            if ((rc = kestrel__spool_next(chunks, refs[n].hex, &refs[n].len)) <= 0) {
+                more = 0;
+                break;
+            }
+            rc = 0;
             for (; left == 0 && file < m->n_files; off = 0)
                 left = (size_t)m->files[file++]->chunks;
             if (left == 0) {
                 rc = kestrel__error_set(KESTREL_EINVALID, "the manifest's files hold fewer chunks than it lists");
                 break;
             }
-            snprintf(refs[n].hex, sizeof(refs[n].hex), "%s", m->chunks[i]->digest);
             refs[n].offset = off;
-            refs[n].len = (uint32_t)m->chunks[i]->size;
             refs[n].file = m->n_files ? (uint32_t)(file - 1) : 0;
             refs[n].missing = 0;
-            off += m->chunks[i]->size;
+            off += refs[n].len;
             left--;
         }
-        if (rc == 0 && (rc = send_missing(t, refs, n, files, pr, &sent)) == 0)
+        if (rc == 0 && n > 0 && (rc = send_missing(t, refs, n, files, pr, &sent)) == 0)
             *lost += sent;
     }
     t->tick = NULL;
@@ -612,6 +624,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     sender out;
     ahead ra;
     Kestrel__V1__Manifest *m = kestrel__manifest_new();
+    kestrel__spool *chunks = NULL;   /* m's chunk list, on disk until the commit sends it */
     kestrel__push_files files = { NULL, NULL };
     char root[PATH_MAX], sha[65] = "";
     size_t nfiles = 0;
@@ -625,6 +638,8 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         rc = kestrel__error_oom();
         goto done;
     }
+    if ((rc = kestrel__spool_open(&chunks)) < 0)
+        goto done;
     if (stat(path, &st) < 0) {
         rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
         goto done;
@@ -654,21 +669,21 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     for (size_t i = 0; i < nfiles && rc == 0; i++) {
         Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
         char fpath[KESTREL__PUSH_PATH_MAX];
-        int64_t chunks = 0;
+        int64_t nchunks = 0;
         size_t first = ps.n;
         int fd = ahead_take(&ra, i);
         if (f)
             ahead_fill(&ra, &ps, i, &files);
         if ((rc = chunk_one(&ps, fd, kestrel__push_file_path(&files, (uint32_t)i, fpath), f ? f->path : "", (uint32_t)i,
-                            f ? f->size : -1, sha, &chunks)) < 0 ||
-            (rc = kestrel__manifest_add_chunks(m, ps.refs + first, ps.n - first)) < 0)
+                            f ? f->size : -1, sha, &nchunks)) < 0 ||
+            (rc = kestrel__spool_add(chunks, ps.refs + first, ps.n - first)) < 0)
             break;
         refs_drop(&ps);
         if (f) {
-            f->chunks = chunks;
+            f->chunks = nchunks;
             /* a file of one chunk: its digest is its chunk's, in the manifest already, which the
              * repository (or digests_here) fills in: 200,000 small files do not hold it twice */
-            if (chunks != 1 && sha[0] && (f->sha256 = kestrel__strdup(sha)) == NULL) {
+            if (nchunks != 1 && sha[0] && (f->sha256 = kestrel__strdup(sha)) == NULL) {
                 f->sha256 = (char *)protobuf_c_empty_string;
                 rc = kestrel__error_oom();
             }
@@ -683,7 +698,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     }
     pr->p.bytes_new = out.pr.p.bytes_new;
     pr->p.chunks_new = out.pr.p.chunks_new;
-    if (rc < 0 || (!t->fills_digests && (rc = digests_here(m, &files, pr->p.bytes_total, sha)) < 0))
+    if (rc < 0 || (!t->fills_digests && (rc = digests_here(m, chunks, &files, pr->p.bytes_total, sha)) < 0))
         goto done;
     if (m->n_files) {   /* the listing's digest, once every file's is known (else the repository's) */
         if (kestrel__manifest_file_digests_open(m))
@@ -699,19 +714,19 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         goto done;
     }
     m->created_ms = kestrel__now_ms();
-    free(ps.refs);   /* the manifest holds the chunks now: what only the hashing needed goes before the commit */
+    free(ps.refs);   /* the chunk list holds the chunks now: what only the hashing needed goes before the commit */
     free(ps.buf);
     ps.refs = NULL;
     ps.buf = NULL;
     /* once more, when chunks were lost ("... is not stored": kestreld, file://, and kestreld before it
      * named the collection); any other refusal is said as it came */
-    if ((rc = t->ops->commit(t, m, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
+    if ((rc = t->ops->commit(t, m, chunks, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
                                                                            "is not stored")) {
         kestrel__error_kept why;
         size_t lost = 0;
         kestrel__error_keep(&why);
-        if ((rc = resend_lost(t, m, &files, pr, &lost)) == 0)
-            rc = lost ? t->ops->commit(t, m, version) : kestrel__error_restore(&why.err);
+        if ((rc = resend_lost(t, m, chunks, &files, pr, &lost)) == 0)
+            rc = lost ? t->ops->commit(t, m, chunks, version) : kestrel__error_restore(&why.err);
     }
     if (rc < 0)
         goto done;
@@ -720,6 +735,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     rc = 0;
 done:
     ahead_close(&ra);
+    kestrel__spool_close(chunks);
     kestrel__pushcache_close(ps.cache);
     free(ps.refs);
     free(ps.buf);

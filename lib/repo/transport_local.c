@@ -74,9 +74,13 @@ static int send_chunks(kestrel__transport *t, const kestrel__push_files *files, 
     return rc;
 }
 
-static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, int64_t *version)
+static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version)
 {
     int rc, hold;
+    /* the store commits a manifest it holds whole, as kestreld does (once: a commit again after
+     * resending lost chunks finds them in m) */
+    if (chunks && m->n_chunks == 0 && (rc = kestrel__spool_fill(chunks, m)) < 0)
+        return rc;
     if ((rc = kestrel__store_all_stored(STORE(t), m)) < 0)
         return rc;
     if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (a file of one

@@ -4,7 +4,9 @@ responses to chunk downloads ("GET /api/v1/chunks/SHA" and the batches of "POST 
 "older" plays a kestreld from before ChunkQueryResult.fills_digests (it drops that field from the
 answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
 kestreld then answers 404, as an older one does); "hang" plays a server that stops answering: from the
-first request that starts with `hang_on` on, that connection forwards nothing either way; "pass" changes
+first request that starts with `hang_on` on, that connection forwards nothing either way; "busy" answers
+the first commit of a version (POST .../versions) itself, once its whole body is in (kept in `busied`),
+with the 503 "unavailable" kestreld gives when its memory for bodies is spent; "pass" changes
 nothing. `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`.
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
@@ -23,6 +25,7 @@ class FaultProxy:
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
+        self.busied = []
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -41,6 +44,21 @@ class FaultProxy:
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _answer_busy(self, client, data):
+        """Read the rest of the request that starts data, keep its body, answer 503; what came after it."""
+        while (head := data.find(b"\r\n\r\n")) < 0:
+            data += client.recv(65536)
+        lines = data[:head].split(b"\r\n")
+        length = next(int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length:"))
+        while len(data) < head + 4 + length:
+            data += client.recv(65536)
+        self.busied.append(bytes(data[head + 4:head + 4 + length]))
+        self.damaged += 1
+        reply = b'{"code":"unavailable","message":"kestreld is busy: try again"}'
+        client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(reply) + reply)
+        return data[head + 4 + length:]
 
     def _serve(self, client):
         up = socket.create_connection(self.upstream)
@@ -64,6 +82,11 @@ class FaultProxy:
                         self.damaged += 1
                     if data.startswith(b"POST /api/v1/chunks/missing"):
                         state["missing_request"] = self.mode == "older"
+                    if self.mode == "busy" and not self.busied and data.startswith(b"POST /api/v1/models/") \
+                            and data.split(b"\r\n", 1)[0].endswith(b"/versions HTTP/1.1"):
+                        data = self._answer_busy(client, data)
+                        if not data:
+                            continue
                     self.sent += data
                     up.sendall(data)
             except OSError:

@@ -512,6 +512,42 @@ def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld,
     assert sorted(e.name for e in (tmp_path / "cache.stat").iterdir() if ".tmp." in e.name) == [live.name]
 
 
+def test_a_commit_answered_busy_is_sent_again_whole(kestreld, tmp_path, monkeypatch):
+    """A push keeps its chunk list in an unlinked temp file, not in memory, and the commit's body is the
+    manifest packed without it followed by its records, read from that file as curl sends them
+    (lib/repo/chunk_spool.h). kestreld answers 503 when its memory for bodies is spent: the commit goes
+    again, read again from the start, the same bytes, and the version holds every file. Where TMPDIR
+    cannot be written the list goes to /var/tmp; nothing is left behind."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    tree = tmp_path / "tree"
+    for i in range(400):
+        (tree / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (tree / f"d{i % 4}" / f"f{i:03d}").write_bytes(os.urandom(700 + i))
+    (tree / "big.bin").write_bytes(os.urandom(3 << 20))   # several chunks
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spool))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "busy")
+    try:
+        c = kestrel.Client(proxy.url, kestreld.token)
+        assert c.push("team/busy", str(tree)) == 1
+    finally:
+        proxy.close()
+    assert proxy.damaged == 1 and len(proxy.busied) == 1
+    body = proxy.busied[0]
+    assert len(body) > 401 * 70 and body in bytes(proxy.sent)     # every chunk's record, sent again the same
+    assert list(spool.iterdir()) == []
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.pull("team/busy", str(tmp_path / "back"))
+    assert subprocess.run(["diff", "-r", str(tree), str(tmp_path / "back")]).returncode == 0
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "no-such-dir"))
+    (tree / "d0" / "f000").write_bytes(b"changed")
+    assert c.push("team/busy", str(tree)) == 2
+    c.pull("team/busy@2", str(tmp_path / "back2"))
+    assert (tmp_path / "back2" / "d0" / "f000").read_bytes() == b"changed"
+
+
 @pytest.mark.parametrize("server", ["current", "older"])
 def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, monkeypatch, server):
     """kestreld computes every file's SHA-256 from the chunks at commit (to check the client's word), so a

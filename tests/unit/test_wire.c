@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
@@ -275,10 +276,88 @@ static void unformatted_is_the_tree_printed(void **state)
     kestrel_buf_dispose(&before);
 }
 
+/* A manifest packed without its chunks, then its chunks as records of that field, is the manifest
+ * (what a push's commit sends: lib/repo/chunk_spool.h); the records read back one by one, and a
+ * record cut short asks for more while one that is no such record is refused. */
+static void elements_append_to_a_packed_message(void **state)
+{
+    Kestrel__V1__Manifest m = KESTREL__V1__MANIFEST__INIT, *back;
+    Kestrel__V1__TreeFile f = KESTREL__V1__TREE_FILE__INIT;
+    Kestrel__V1__TreeFile *files[] = { &f };
+    Kestrel__V1__ChunkRef c[300], *cs[300];
+    char digests[300][65];
+    kestrel_buf whole = KESTREL_BUF_INIT, streamed = KESTREL_BUF_INIT;
+    unsigned field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "chunks")->id;
+    size_t at = 0, n, k = 0, head;
+    const uint8_t *data;
+    unsigned got;
+    (void)state;
+    m.name = "team/ds";
+    m.size = 300LL * 70000;
+    m.files = files;
+    m.n_files = 1;
+    f.path = "a/b.bin";
+    f.size = m.size;
+    f.chunks = 300;
+    for (int i = 0; i < 300; i++) {
+        kestrel__v1__chunk_ref__init(&c[i]);
+        snprintf(digests[i], sizeof(digests[i]), "%064x", i * 7919);
+        c[i].digest = digests[i];
+        c[i].size = 70000 + (i % 3) * 100000;   /* lengths of one and several varint bytes */
+        cs[i] = &c[i];
+    }
+    assert_int_equal(kestrel__wire_pack(&streamed, &m.base), 0);   /* without its chunks */
+    head = streamed.size;
+    for (int i = 0; i < 300; i++)
+        assert_int_equal(kestrel__wire_pack_element(&streamed, field, &c[i].base), 0);
+    m.chunks = cs;
+    m.n_chunks = 300;
+    assert_int_equal(kestrel__wire_pack(&whole, &m.base), 0);
+    assert_int_equal(streamed.size, whole.size);
+    assert_int_equal(kestrel__wire_unpack((ProtobufCMessage **)&back, &kestrel__v1__manifest__descriptor,
+                                          (const uint8_t *)streamed.ptr, streamed.size), 0);
+    assert_int_equal(back->n_chunks, 300);
+    assert_string_equal(back->chunks[299]->digest, digests[299]);
+    assert_int_equal(back->chunks[1]->size, c[1].size);
+    assert_int_equal(back->n_files, 1);
+    assert_string_equal(back->files[0]->path, "a/b.bin");
+    protobuf_c_message_free_unpacked(&back->base, NULL);
+    /* read back, record by record, from where the chunks start */
+    at = head;
+    while (kestrel__wire_next_element((const uint8_t *)streamed.ptr, streamed.size, &at, &got, &data, &n) == 1) {
+        Kestrel__V1__ChunkRef *r = (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(&kestrel__v1__chunk_ref__descriptor,
+                                                                                       NULL, n, data);
+        assert_non_null(r);
+        assert_int_equal(got, field);
+        assert_string_equal(r->digest, digests[k]);
+        k++;
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+    assert_int_equal(k, 300);
+    assert_int_equal(at, streamed.size);
+    /* cut short anywhere inside a record: asks for more, and at stays */
+    at = head;
+    assert_int_equal(kestrel__wire_next_element((const uint8_t *)streamed.ptr, streamed.size, &at, &got, &data, &n), 1);
+    for (size_t cut = head + 1, end = at; cut < end; cut++) {
+        at = head;
+        assert_int_equal(kestrel__wire_next_element((const uint8_t *)streamed.ptr, cut, &at, &got, &data, &n), 0);
+        assert_int_equal(at, head);
+    }
+    /* not a length-delimited record: refused */
+    at = 0;
+    assert_int_equal(kestrel__wire_next_element((const uint8_t *)"\x10\x05", 2, &at, &got, &data, &n), KESTREL_EINVALID);
+    at = 0;
+    assert_int_equal(kestrel__wire_next_element((const uint8_t *)"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11,
+                                                &at, &got, &data, &n), KESTREL_EINVALID);
+    kestrel_buf_dispose(&whole);
+    kestrel_buf_dispose(&streamed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(unformatted_is_the_tree_printed),
+        cmocka_unit_test(elements_append_to_a_packed_message),
         cmocka_unit_test(json_round_trip),
         cmocka_unit_test(protobuf_round_trip),
         cmocka_unit_test(json_accepts_proto3_forms),

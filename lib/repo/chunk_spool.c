@@ -1,0 +1,182 @@
+/* lib/repo/chunk_spool.c - a push's chunk list in an unlinked temp file (see chunk_spool.h). Records
+ * are gathered 1 MiB at a time before they are written, and read back 64 KiB at a time. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "chunk_spool.h"
+#include "store.h"
+
+#define WRITE_AT (1u << 20)   /* records gathered before they are written */
+#define READ_BUF (64u * 1024)
+
+struct kestrel__spool {
+    int fd;
+    unsigned field;           /* the manifest's `chunks` field number */
+    kestrel_buf pending;      /* records not written yet */
+    int64_t written;          /* bytes in the file */
+    size_t count;
+    uint8_t *rbuf;            /* reading back: rbuf[rat, rlen) not taken yet; roff the file's next byte */
+    size_t rlen, rat;
+    int64_t roff;
+};
+
+/* An unlinked file in dir (O_TMPFILE, else a named one unlinked at once); -1 where it cannot be. */
+static int temp_in(const char *dir)
+{
+    char path[4200];
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 || snprintf(path, sizeof(path), "%s/kestrel-chunks.XXXXXX", dir) >= (int)sizeof(path))
+        return fd;
+    if ((fd = mkostemp(path, O_CLOEXEC)) >= 0)
+        unlink(path);
+    return fd;
+}
+
+int kestrel__spool_open(kestrel__spool **out)
+{
+    const char *env = getenv("TMPDIR");
+    const char *dirs[] = { env && env[0] ? env : "/var/tmp", "/var/tmp", "/tmp" };
+    kestrel__spool *s = calloc(1, sizeof(*s));
+    *out = NULL;
+    if (s == NULL)
+        return kestrel__error_oom();
+    s->fd = -1;
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs) && s->fd < 0; i++)
+        s->fd = temp_in(dirs[i]);
+    if (s->fd < 0) {
+        int e = errno;
+        free(s);
+        return kestrel__error_set(KESTREL_EIO, "cannot make a temp file for the chunk list in %s: %s", dirs[0],
+                                  strerror(e));
+    }
+    s->field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "chunks")->id;
+    *out = s;
+    return 0;
+}
+
+/* Write what is gathered. */
+static int flush(kestrel__spool *s)
+{
+    size_t done = 0;
+    while (done < s->pending.size) {
+        ssize_t w = pwrite(s->fd, s->pending.ptr + done, s->pending.size - done, s->written + (off_t)done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return kestrel__error_set(KESTREL_EIO, "cannot write the chunk list's temp file: %s",
+                                      w < 0 ? strerror(errno) : "no space");
+        done += (size_t)w;
+    }
+    s->written += (int64_t)done;
+    s->pending.size = 0;
+    return 0;
+}
+
+int kestrel__spool_add(kestrel__spool *s, const kestrel__chunk_ref *refs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        Kestrel__V1__ChunkRef c = KESTREL__V1__CHUNK_REF__INIT;
+        int rc;
+        c.digest = (char *)refs[i].hex;
+        c.size = refs[i].len;
+        if ((rc = kestrel__wire_pack_element(&s->pending, s->field, &c.base)) < 0 ||
+            (s->pending.size >= WRITE_AT && (rc = flush(s)) < 0))
+            return rc;
+        s->count++;
+    }
+    return 0;
+}
+
+size_t kestrel__spool_count(const kestrel__spool *s)
+{
+    return s->count;
+}
+
+int64_t kestrel__spool_bytes(const kestrel__spool *s)
+{
+    return s->written + (int64_t)s->pending.size;
+}
+
+int kestrel__spool_rewind(kestrel__spool *s)
+{
+    int rc = flush(s);
+    if (rc == 0 && s->rbuf == NULL && (s->rbuf = malloc(READ_BUF)) == NULL)
+        rc = kestrel__error_oom();
+    s->rlen = s->rat = 0;
+    s->roff = 0;
+    return rc;
+}
+
+int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len)
+{
+    for (;;) {
+        const uint8_t *data;
+        size_t n;
+        unsigned field;
+        ssize_t got;
+        int rc = kestrel__wire_next_element(s->rbuf, s->rlen, &s->rat, &field, &data, &n);
+        if (rc < 0)
+            return kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+        if (rc == 1) {
+            Kestrel__V1__ChunkRef *c = (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(
+                &kestrel__v1__chunk_ref__descriptor, NULL, n, data);
+            int ok = c && field == s->field && kestrel__is_sha256_hex(c->digest) && c->size > 0 &&
+                     c->size <= UINT32_MAX;
+            if (ok) {
+                memcpy(hex, c->digest, 65);
+                *len = (uint32_t)c->size;
+            }
+            if (c)
+                protobuf_c_message_free_unpacked(&c->base, NULL);
+            return ok ? 1 : kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+        }
+        memmove(s->rbuf, s->rbuf + s->rat, s->rlen - s->rat);   /* the start of a record: keep it, read on */
+        s->rlen -= s->rat;
+        s->rat = 0;
+        got = s->rlen < READ_BUF ? pread(s->fd, s->rbuf + s->rlen, READ_BUF - s->rlen, s->roff) : 0;
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return kestrel__error_set(KESTREL_EIO, "cannot read the chunk list's temp file: %s", strerror(errno));
+        if (got == 0)   /* the end: nothing left, or a record cut short */
+            return s->rlen == 0 ? 0 : kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+        s->rlen += (size_t)got;
+        s->roff += got;
+    }
+}
+
+int64_t kestrel__spool_pread(kestrel__spool *s, int64_t at, void *buf, size_t n)
+{
+    ssize_t got;
+    int rc = flush(s);
+    if (rc < 0)
+        return rc;
+    do
+        got = pread(s->fd, buf, n, at);
+    while (got < 0 && errno == EINTR);
+    return got < 0 ? kestrel__error_set(KESTREL_EIO, "cannot read the chunk list's temp file: %s", strerror(errno))
+                   : (int64_t)got;
+}
+
+int kestrel__spool_fill(kestrel__spool *s, Kestrel__V1__Manifest *m)
+{
+    kestrel__chunk_ref r;
+    int rc = kestrel__spool_rewind(s);
+    memset(&r, 0, sizeof(r));
+    while (rc == 0 && (rc = kestrel__spool_next(s, r.hex, &r.len)) == 1)
+        rc = kestrel__manifest_add_chunks(m, &r, 1);
+    return rc;
+}
+
+void kestrel__spool_close(kestrel__spool *s)
+{
+    if (s == NULL)
+        return;
+    if (s->fd >= 0)
+        close(s->fd);
+    kestrel_buf_dispose(&s->pending);
+    free(s->rbuf);
+    free(s);
+}
