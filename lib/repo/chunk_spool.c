@@ -1,4 +1,4 @@
-/* lib/repo/chunk_spool.c - a push's chunk list in an unlinked temp file (see chunk_spool.h). Records
+/* lib/repo/chunk_spool.c - a push's chunk and file lists in an unlinked temp file (see chunk_spool.h). Records
  * are gathered 1 MiB at a time before they are written, and read back 64 KiB at a time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,10 +13,10 @@
 
 struct kestrel__spool {
     int fd;
-    unsigned field;           /* the manifest's `chunks` field number */
+    unsigned field, file_field;   /* the manifest's `chunks` and `files` field numbers */
     kestrel_buf pending;      /* records not written yet */
     int64_t written;          /* bytes in the file */
-    size_t count;
+    size_t count, files;
     uint8_t *rbuf;            /* reading back: rbuf[rat, rlen) not taken yet; roff the file's next byte */
     size_t rlen, rat;
     int64_t roff;
@@ -52,6 +52,7 @@ int kestrel__spool_open(kestrel__spool **out)
                                   strerror(e));
     }
     s->field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "chunks")->id;
+    s->file_field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "files")->id;
     *out = s;
     return 0;
 }
@@ -89,9 +90,24 @@ int kestrel__spool_add(kestrel__spool *s, const kestrel__chunk_ref *refs, size_t
     return 0;
 }
 
+int kestrel__spool_add_file(kestrel__spool *s, const Kestrel__V1__TreeFile *f)
+{
+    int rc;
+    if ((rc = kestrel__wire_pack_element(&s->pending, s->file_field, &f->base)) < 0 ||
+        (s->pending.size >= WRITE_AT && (rc = flush(s)) < 0))
+        return rc;
+    s->files++;
+    return 0;
+}
+
 size_t kestrel__spool_count(const kestrel__spool *s)
 {
     return s->count;
+}
+
+size_t kestrel__spool_files(const kestrel__spool *s)
+{
+    return s->files;
 }
 
 int64_t kestrel__spool_bytes(const kestrel__spool *s)
@@ -109,8 +125,30 @@ int kestrel__spool_rewind(kestrel__spool *s)
     return rc;
 }
 
-int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len)
+/* A record's bytes as what it is: 1 a chunk, 2 a file; KESTREL_EIO where it is neither. */
+static int record(kestrel__spool *s, unsigned field, const uint8_t *data, size_t n, char hex[65], uint32_t *len,
+                  Kestrel__V1__TreeFile **file)
 {
+    if (field == s->file_field) {
+        *file = (Kestrel__V1__TreeFile *)protobuf_c_message_unpack(&kestrel__v1__tree_file__descriptor, NULL, n, data);
+        return *file ? 2 : kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+    }
+    Kestrel__V1__ChunkRef *c = field == s->field ? (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(
+                                                       &kestrel__v1__chunk_ref__descriptor, NULL, n, data)
+                                                 : NULL;
+    int ok = c && kestrel__is_sha256_hex(c->digest) && c->size > 0 && c->size <= UINT32_MAX;
+    if (ok) {
+        memcpy(hex, c->digest, 65);
+        *len = (uint32_t)c->size;
+    }
+    if (c)
+        protobuf_c_message_free_unpacked(&c->base, NULL);
+    return ok ? 1 : kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+}
+
+int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len, Kestrel__V1__TreeFile **file)
+{
+    *file = NULL;
     for (;;) {
         const uint8_t *data;
         size_t n;
@@ -119,19 +157,8 @@ int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len)
         int rc = kestrel__wire_next_element(s->rbuf, s->rlen, &s->rat, &field, &data, &n);
         if (rc < 0)
             return kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
-        if (rc == 1) {
-            Kestrel__V1__ChunkRef *c = (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(
-                &kestrel__v1__chunk_ref__descriptor, NULL, n, data);
-            int ok = c && field == s->field && kestrel__is_sha256_hex(c->digest) && c->size > 0 &&
-                     c->size <= UINT32_MAX;
-            if (ok) {
-                memcpy(hex, c->digest, 65);
-                *len = (uint32_t)c->size;
-            }
-            if (c)
-                protobuf_c_message_free_unpacked(&c->base, NULL);
-            return ok ? 1 : kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
-        }
+        if (rc == 1)
+            return record(s, field, data, n, hex, len, file);
         memmove(s->rbuf, s->rbuf + s->rat, s->rlen - s->rat);   /* the start of a record: keep it, read on */
         s->rlen -= s->rat;
         s->rat = 0;
@@ -163,10 +190,22 @@ int64_t kestrel__spool_pread(kestrel__spool *s, int64_t at, void *buf, size_t n)
 int kestrel__spool_fill(kestrel__spool *s, Kestrel__V1__Manifest *m)
 {
     kestrel__chunk_ref r;
+    Kestrel__V1__TreeFile *f;
     int rc = kestrel__spool_rewind(s);
     memset(&r, 0, sizeof(r));
-    while (rc == 0 && (rc = kestrel__spool_next(s, r.hex, &r.len)) == 1)
-        rc = kestrel__manifest_add_chunks(m, &r, 1);
+    if (rc == 0 && s->files && (m->files = calloc(s->files, sizeof(*m->files))) == NULL)
+        rc = kestrel__error_oom();
+    while (rc == 0 && (rc = kestrel__spool_next(s, r.hex, &r.len, &f)) > 0) {
+        if (rc == 1)
+            rc = kestrel__manifest_add_chunks(m, &r, 1);
+        else if (m->n_files < s->files) {
+            m->files[m->n_files++] = f;
+            rc = 0;
+        } else {
+            protobuf_c_message_free_unpacked(&f->base, NULL);
+            rc = kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+        }
+    }
     return rc;
 }
 

@@ -96,6 +96,14 @@ int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at)
     return 0;
 }
 
+void kestrel__manifest_tree_digest_file(EVP_MD_CTX *ctx, const Kestrel__V1__TreeFile *f)
+{
+    char line[128];
+    int len = snprintf(line, sizeof(line), "%o %lld %.64s ", (unsigned)f->mode, (long long)f->size, f->sha256);
+    EVP_DigestUpdate(ctx, line, (size_t)len);
+    EVP_DigestUpdate(ctx, f->path, strlen(f->path) + 1);   /* NUL-terminated: names may hold newlines */
+}
+
 void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *f, size_t n, char hex[65])
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -106,12 +114,8 @@ void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *f, size_t n, ch
         EVP_MD_CTX_free(ctx);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        char line[128];
-        int len = snprintf(line, sizeof(line), "%o %lld %.64s ", (unsigned)f[i]->mode, (long long)f[i]->size, f[i]->sha256);
-        EVP_DigestUpdate(ctx, line, (size_t)len);
-        EVP_DigestUpdate(ctx, f[i]->path, strlen(f[i]->path) + 1);   /* NUL-terminated: names may hold newlines */
-    }
+    for (size_t i = 0; i < n; i++)
+        kestrel__manifest_tree_digest_file(ctx, f[i]);
     EVP_DigestFinal_ex(ctx, md, &mdn);
     EVP_MD_CTX_free(ctx);
     kestrel__hex(md, 32, hex);

@@ -279,13 +279,13 @@ static void ahead_close(ahead *a)
  * the push: the hasher opens each file itself. */
 static void ahead_fill(ahead *a, push_state *ps, size_t cur, const kestrel__push_files *files)
 {
-    const Kestrel__V1__Manifest *m = files->m;
-    size_t n = m->n_files;
+    const kestrel__listing *l = files->list;
+    size_t n = l->n;
     if (a->next <= cur)
         a->next = cur + 1;
     while (a->next < n && a->next - cur <= a->window && a->bytes < AHEAD_BYTES) {
         size_t i = a->next, slot = i % AHEAD_FILES;
-        int64_t size = m->files[i]->size, len = size < AHEAD_FILE_MAX ? size : AHEAD_FILE_MAX;
+        int64_t size = l->f[i].size, len = size < AHEAD_FILE_MAX ? size : AHEAD_FILE_MAX;
         struct stat st;
         char path[KESTREL__PUSH_PATH_MAX];
         int fd = kestrel__file_open(kestrel__push_file_path(files, (uint32_t)i, path), 1, &st);
@@ -298,7 +298,7 @@ static void ahead_fill(ahead *a, push_state *ps, size_t cur, const kestrel__push
         a->fd[slot] = fd;
         a->started[slot] = 0;
         if (fd < 0 || len == 0 || !S_ISREG(st.st_mode) ||
-            kestrel__pushcache_holds(ps->cache, m->files[i]->path, &st))
+            kestrel__pushcache_holds(ps->cache, kestrel__listed_path(l, i), &st))
             continue;
         if (posix_fadvise(fd, 0, (off_t)len, POSIX_FADV_WILLNEED) == 0) {
             a->started[slot] = len;
@@ -543,45 +543,80 @@ static int sender_finish(sender *s, int stop, kestrel__progress *pr)
 }
 
 /* The whole-file digests the push left to a repository that does not compute them (a kestreld
- * older than fills_digests): a file of one chunk takes its chunk's (read from the chunk list, in
- * step with the files), the others are read back and hashed. sha: a pushed file's. */
-static int digests_here(Kestrel__V1__Manifest *m, kestrel__spool *chunks, const kestrel__push_files *files,
-                        int64_t size, char sha[65])
+ * older than fills_digests): a file of one chunk takes its chunk's, the others are read back and
+ * hashed. sha: a pushed file's; of a directory, its listing's digest, once each file's is filled
+ * in. A directory's file records are written again, with their digests, to a new spool (*chunks). */
+static int digests_here(kestrel__spool **chunks, const kestrel__push_files *files, int64_t size, char sha[65])
 {
     kestrel__filehash *h;
-    char hex[65], next[65], path[KESTREL__PUSH_PATH_MAX];
-    uint32_t len;
-    int rc = 0;
-    if (m->n_files == 0 && !sha[0] && ((rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, 0, path), 1)) < 0 ||
-                                       (rc = kestrel__filehash_finish(h, size, sha)) < 0))
-        return rc;
-    if (m->n_files && (rc = kestrel__spool_rewind(chunks)) < 0)
-        return rc;
-    for (size_t i = 0; i < m->n_files && rc == 0; i++) {
-        Kestrel__V1__TreeFile *f = m->files[i];
-        for (int64_t k = 0; k < f->chunks && rc == 0; k++)   /* its chunks: the last one read is its first */
-            if ((rc = kestrel__spool_next(chunks, k == 0 ? hex : next, &len)) == 0)
-                rc = kestrel__error_set(KESTREL_EIO, "the chunk list ends before %s's chunks", f->path);
-        if (rc < 0 || f->sha256[0])
-            continue;
-        if (f->chunks == 1)
-            rc = kestrel__wire_set_string(&f->sha256, hex);
-        else if ((rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, (uint32_t)i, path), 1)) == 0 &&
-                 (rc = kestrel__filehash_finish(h, f->size, hex)) == 0)
-            rc = kestrel__wire_set_string(&f->sha256, hex);
+    kestrel__spool *out = NULL;
+    Kestrel__V1__TreeFile *f = NULL;
+    EVP_MD_CTX *ctx = NULL;
+    kestrel__chunk_ref r;
+    char first[65] = "", hex[65], path[KESTREL__PUSH_PATH_MAX];
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdn = 0;
+    uint32_t i = 0, in_file = 0;
+    int rc;
+    if (files->list == NULL) {
+        if (sha[0])
+            return 0;
+        if ((rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, 0, path), 1)) < 0)
+            return rc;
+        return kestrel__filehash_finish(h, size, sha);
     }
-    return rc < 0 ? rc : 0;
+    if ((rc = kestrel__spool_open(&out)) < 0 || (rc = kestrel__spool_rewind(*chunks)) < 0)
+        goto done;
+    if ((ctx = EVP_MD_CTX_new()) == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        rc = kestrel__error_oom();
+        goto done;
+    }
+    memset(&r, 0, sizeof(r));
+    while ((rc = kestrel__spool_next(*chunks, r.hex, &r.len, &f)) > 0) {
+        if (rc == 1) {   /* a chunk of file i */
+            if (in_file++ == 0)
+                memcpy(first, r.hex, sizeof(first));
+            rc = kestrel__spool_add(out, &r, 1);
+        } else {         /* file i, after its chunks */
+            if (!f->sha256[0] && f->chunks == 1)
+                rc = kestrel__wire_set_string(&f->sha256, first);
+            else if (!f->sha256[0] &&
+                     (rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, i, path), 1)) == 0 &&
+                     (rc = kestrel__filehash_finish(h, f->size, hex)) == 0)
+                rc = kestrel__wire_set_string(&f->sha256, hex);
+            if (rc == 0) {
+                kestrel__manifest_tree_digest_file(ctx, f);
+                rc = kestrel__spool_add_file(out, f);
+            }
+            protobuf_c_message_free_unpacked(&f->base, NULL);
+            i++;
+            in_file = 0;
+        }
+        if (rc < 0)
+            break;
+    }
+    if (rc == 0 && EVP_DigestFinal_ex(ctx, md, &mdn) == 1) {
+        kestrel__hex(md, 32, sha);
+        kestrel__spool_close(*chunks);
+        *chunks = out;
+        out = NULL;
+    }
+done:
+    EVP_MD_CTX_free(ctx);
+    kestrel__spool_close(out);
+    return rc;
 }
 
 /* A commit refused because chunks it names are not stored: a collection with a grace shorter than
  * the push removed them after they were sent or found there (lib/repo/store_gc.c). Ask which of the
  * manifest's chunks (its chunk list, read again) the repository lacks, BATCH_CHUNKS at a time, and
  * send those again from the files (each still checked against its digest); *lost: how many it lacked. */
-static int resend_lost(kestrel__transport *t, const Kestrel__V1__Manifest *m, kestrel__spool *chunks,
-                       const kestrel__push_files *files, kestrel__progress *pr, size_t *lost)
+static int resend_lost(kestrel__transport *t, kestrel__spool *chunks, const kestrel__push_files *files,
+                       kestrel__progress *pr, size_t *lost)
 {
     kestrel__chunk_ref *refs = malloc(BATCH_CHUNKS * sizeof(*refs));
-    size_t file = 0, left = m->n_files ? 0 : kestrel__spool_count(chunks);   /* chunks left in file */
+    Kestrel__V1__TreeFile *f;
+    uint32_t file = 0;   /* the file whose chunks come next: its record follows them */
     int64_t off = 0;
     int rc, more = 1;
     *lost = 0;
@@ -591,23 +626,27 @@ static int resend_lost(kestrel__transport *t, const Kestrel__V1__Manifest *m, ke
     t->tick = pr;
     while (rc == 0 && more) {
         size_t n = 0, sent = 0;
-        for (; n < BATCH_CHUNKS && rc == 0; n++) {
-            if ((rc = kestrel__spool_next(chunks, refs[n].hex, &refs[n].len)) <= 0) {
+        while (n < BATCH_CHUNKS && rc == 0) {
+            if ((rc = kestrel__spool_next(chunks, refs[n].hex, &refs[n].len, &f)) <= 0) {
                 more = 0;
                 break;
             }
-            rc = 0;
-            for (; left == 0 && file < m->n_files; off = 0)
-                left = (size_t)m->files[file++]->chunks;
-            if (left == 0) {
-                rc = kestrel__error_set(KESTREL_EINVALID, "the manifest's files hold fewer chunks than it lists");
-                break;
+            if (rc == 2) {   /* the end of a file's chunks */
+                if (files->list == NULL || file >= files->list->n ||
+                    strcmp(f->path, kestrel__listed_path(files->list, file)))
+                    rc = kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+                protobuf_c_message_free_unpacked(&f->base, NULL);
+                file++;
+                off = 0;
+                rc = rc < 0 ? rc : 0;
+                continue;
             }
+            rc = 0;
             refs[n].offset = off;
-            refs[n].file = m->n_files ? (uint32_t)(file - 1) : 0;
+            refs[n].file = file;
             refs[n].missing = 0;
             off += refs[n].len;
-            left--;
+            n++;
         }
         if (rc == 0 && n > 0 && (rc = send_missing(t, refs, n, files, pr, &sent)) == 0)
             *lost += sent;
@@ -624,12 +663,15 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     sender out;
     ahead ra;
     Kestrel__V1__Manifest *m = kestrel__manifest_new();
-    kestrel__spool *chunks = NULL;   /* m's chunk list, on disk until the commit sends it */
+    kestrel__spool *chunks = NULL;   /* m's chunks and files, on disk until the commit sends them */
+    kestrel__listing list;           /* a directory's files: paths, sizes, modes */
     kestrel__push_files files = { NULL, NULL };
+    EVP_MD_CTX *listing_digest = NULL;   /* of a directory's files, while each one's digest is known */
     char root[PATH_MAX], sha[65] = "";
     size_t nfiles = 0;
     struct stat st;
     int rc = 0;
+    memset(&list, 0, sizeof(list));
     memset(&ps, 0, sizeof(ps));
     ahead_init(&ra);
     ps.pr = pr;
@@ -650,44 +692,57 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     }
     ps.cache = kestrel__pushcache_open(root);
     if (S_ISDIR(st.st_mode)) {
-        if ((rc = kestrel__tree_list(path, select, nselect, m)) < 0)
+        if ((rc = kestrel__tree_list(path, select, nselect, &list)) < 0)
             goto done;
-        nfiles = m->n_files;
+        nfiles = list.n;
         pr->p.bytes_total = 0;
-        for (size_t i = 0; i < m->n_files; i++)
-            pr->p.bytes_total += m->files[i]->size;
+        for (size_t i = 0; i < list.n; i++)
+            pr->p.bytes_total += list.f[i].size;
+        if ((listing_digest = EVP_MD_CTX_new()) == NULL || EVP_DigestInit_ex(listing_digest, EVP_sha256(), NULL) != 1) {
+            rc = kestrel__error_oom();
+            goto done;
+        }
     } else {
         nfiles = 1;
         pr->p.bytes_total = (int64_t)st.st_size;
     }
     /* every file by the resolved path of the pushed file or directory: every later open refuses a
      * link in it (file_open.h) */
-    files = (kestrel__push_files){ root, m };
+    files = (kestrel__push_files){ root, S_ISDIR(st.st_mode) ? &list : NULL };
     if ((rc = sender_start(&out, t, &files)) < 0)
         goto done;
     ps.out = &out;
     for (size_t i = 0; i < nfiles && rc == 0; i++) {
-        Kestrel__V1__TreeFile *f = m->n_files ? m->files[i] : NULL;
+        Kestrel__V1__TreeFile f = KESTREL__V1__TREE_FILE__INIT;
         char fpath[KESTREL__PUSH_PATH_MAX];
         int64_t nchunks = 0;
         size_t first = ps.n;
         int fd = ahead_take(&ra, i);
-        if (f)
+        if (files.list) {
+            f.path = (char *)kestrel__listed_path(&list, i);
+            f.size = list.f[i].size;
+            f.mode = list.f[i].mode;
             ahead_fill(&ra, &ps, i, &files);
-        if ((rc = chunk_one(&ps, fd, kestrel__push_file_path(&files, (uint32_t)i, fpath), f ? f->path : "", (uint32_t)i,
-                            f ? f->size : -1, sha, &nchunks)) < 0 ||
+        }
+        if ((rc = chunk_one(&ps, fd, kestrel__push_file_path(&files, (uint32_t)i, fpath), files.list ? f.path : "",
+                            (uint32_t)i, files.list ? f.size : -1, sha, &nchunks)) < 0 ||
             (rc = kestrel__spool_add(chunks, ps.refs + first, ps.n - first)) < 0)
             break;
         refs_drop(&ps);
-        if (f) {
-            f->chunks = nchunks;
+        if (files.list) {   /* its record, after its chunks */
+            f.chunks = nchunks;
             /* a file of one chunk: its digest is its chunk's, in the manifest already, which the
              * repository (or digests_here) fills in: 200,000 small files do not hold it twice */
-            if (nchunks != 1 && sha[0] && (f->sha256 = kestrel__strdup(sha)) == NULL) {
-                f->sha256 = (char *)protobuf_c_empty_string;
-                rc = kestrel__error_oom();
+            if (nchunks != 1 && sha[0])
+                f.sha256 = sha;
+            if (!f.sha256[0] && listing_digest) {   /* the listing's digest is then the repository's */
+                EVP_MD_CTX_free(listing_digest);
+                listing_digest = NULL;
             }
-            ps.done += f->size;
+            if (listing_digest)
+                kestrel__manifest_tree_digest_file(listing_digest, &f);
+            rc = kestrel__spool_add_file(chunks, &f);
+            ps.done += f.size;
         }
     }
     if (rc == 0)
@@ -698,14 +753,17 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     }
     pr->p.bytes_new = out.pr.p.bytes_new;
     pr->p.chunks_new = out.pr.p.chunks_new;
-    if (rc < 0 || (!t->fills_digests && (rc = digests_here(m, chunks, &files, pr->p.bytes_total, sha)) < 0))
+    if (rc < 0)
         goto done;
-    if (m->n_files) {   /* the listing's digest, once every file's is known (else the repository's) */
-        if (kestrel__manifest_file_digests_open(m))
-            sha[0] = '\0';
-        else
-            kestrel__manifest_tree_digest(m->files, m->n_files, sha);
+    if (files.list) {   /* the listing's digest, when every file's is known (else the repository's) */
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int mdn = 0;
+        sha[0] = '\0';
+        if (listing_digest && EVP_DigestFinal_ex(listing_digest, md, &mdn) == 1)
+            kestrel__hex(md, 32, sha);
     }
+    if (!t->fills_digests && (rc = digests_here(&chunks, &files, pr->p.bytes_total, sha)) < 0)
+        goto done;
     m->size = pr->p.bytes_total;
     if ((m->name = kestrel__strdup(name)) == NULL || (m->sha256 = kestrel__strdup(sha)) == NULL ||
         (m->metadata_json = kestrel__strdup(o->metadata_json ? o->metadata_json : "")) == NULL ||
@@ -725,7 +783,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         kestrel__error_kept why;
         size_t lost = 0;
         kestrel__error_keep(&why);
-        if ((rc = resend_lost(t, m, chunks, &files, pr, &lost)) == 0)
+        if ((rc = resend_lost(t, chunks, &files, pr, &lost)) == 0)
             rc = lost ? t->ops->commit(t, m, chunks, version) : kestrel__error_restore(&why.err);
     }
     if (rc < 0)
@@ -735,6 +793,8 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     rc = 0;
 done:
     ahead_close(&ra);
+    EVP_MD_CTX_free(listing_digest);
+    kestrel__listing_free(&list);
     kestrel__spool_close(chunks);
     kestrel__pushcache_close(ps.cache);
     free(ps.refs);

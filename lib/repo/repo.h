@@ -66,6 +66,8 @@ int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m);
 int kestrel__manifest_file_digests_open(const Kestrel__V1__Manifest *m);
 /* A directory version's digest: SHA-256 over "mode size sha256 path\0" per file, in order. */
 void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *files, size_t n, char hex[65]);
+/* The same a file at a time: f's part of it, into ctx (an EVP SHA-256 digest begun by the caller). */
+void kestrel__manifest_tree_digest_file(struct evp_md_ctx_st *ctx, const Kestrel__V1__TreeFile *f);
 /* A relative, '/'-separated path without empty, '.' or '..' segments, at most 4000 bytes. */
 int kestrel__tree_path_valid(const char *path);
 /* Split "name[@ref]" into name (checked) and ref ("latest" when absent). */
@@ -73,15 +75,32 @@ int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at);
 
 /* ---- tree.c -------------------------------------------------------------------------------- */
 
-/* The regular files under root (select NULL), or those of select (relative paths), as m's sorted
- * listing (sha256 and chunk counts still empty). Symlinks and special files are an error. */
-int kestrel__tree_list(const char *root, char *const *select, size_t nselect, Kestrel__V1__Manifest *m);
-/* The files of a push: a pushed file (m lists none: root is the file), or a pushed directory (root,
- * resolved) and its listing m. Each is opened by its path, made when it is needed (file_open.h: no
+/* A pushed directory's files as a push holds them: each one's path (all in one buffer), size and mode,
+ * sorted by path (strcmp); about 40 bytes a small file. Its chunks and digest are not kept: they go
+ * to the push's chunk spool as it is hashed (chunk_spool.h). */
+typedef struct {
+    size_t at;               /* its path: paths + at */
+    int64_t size;
+    uint32_t mode;
+} kestrel__listed;
+typedef struct {
+    char *paths;             /* NUL-terminated, one after another */
+    size_t paths_len, paths_cap;
+    kestrel__listed *f;
+    size_t n, cap;
+} kestrel__listing;
+#define kestrel__listed_path(l, i) ((const char *)(l)->paths + (l)->f[(i)].at)
+/* The regular files under root (select NULL), or those of select (relative paths), listed into l
+ * (empty; kestrel__listing_free frees it, whatever this returned). Symlinks and special files are
+ * an error. */
+int kestrel__tree_list(const char *root, char *const *select, size_t nselect, kestrel__listing *l);
+void kestrel__listing_free(kestrel__listing *l);
+/* The files of a push: a pushed file (list NULL: root is the file), or a pushed directory (root,
+ * resolved) and its listing. Each is opened by its path, made when it is needed (file_open.h: no
  * link in it followed), so a push holds no path beside the listing's own. */
 typedef struct {
     const char *root;
-    const Kestrel__V1__Manifest *m;
+    const kestrel__listing *list;
 } kestrel__push_files;
 #define KESTREL__PUSH_PATH_MAX 8200   /* a root (PATH_MAX), "/", a listed path (4000 at most) */
 /* File i's path (root, or root/its listed path) in buf. */

@@ -31,8 +31,8 @@ typedef struct {
     int (*send)(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo, size_t n,
                 kestrel__progress *pr);
     /* Commit m (its chunks all stored) as the next version of m->name; *version is the number given.
-     * chunks (NULL: m holds them): m's chunk list, which m leaves out (chunk_spool.h); a transport
-     * may move them into m (the local store does), so m holds them or none after. */
+     * chunks (NULL: m holds them): m's chunk and file lists, which m leaves out (chunk_spool.h); a
+     * transport may move them into m (the local store does), so m holds both or neither after. */
     int (*commit)(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version);
     /* Fetch the wanted chunks, in any order, each handed to got as it arrives. */
     int (*fetch)(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx);

@@ -342,15 +342,16 @@ static int64_t chunks_read(void *ctx, int64_t at, void *buf, size_t n)
     return kestrel__spool_pread(ctx, at, buf, n);
 }
 
-/* The manifest as one body: m packed, then its chunk list's records as they lie in the spool (a
- * message followed by elements of its list decodes as the message with them: wire.h), read as sent. */
+/* The manifest as one body: m packed, then its chunks' and files' records as they lie in the spool
+ * (a message followed by elements of its lists decodes as the message with them: wire.h), read as
+ * curl sends them. */
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version)
 {
     char path[600];
     ProtobufCMessage *resp = NULL;
     kestrel__request req = { "POST", path, &m->base, &kestrel__v1__manifest__descriptor, 0, 0, NULL };
     int rc;
-    if (chunks && m->n_chunks == 0) {
+    if (chunks && m->n_chunks == 0 && m->n_files == 0) {
         req.tail = chunks_read;
         req.tail_ctx = chunks;
         req.tail_size = kestrel__spool_bytes(chunks);

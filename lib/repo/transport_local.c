@@ -78,8 +78,8 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
 {
     int rc, hold;
     /* the store commits a manifest it holds whole, as kestreld does (once: a commit again after
-     * resending lost chunks finds them in m) */
-    if (chunks && m->n_chunks == 0 && (rc = kestrel__spool_fill(chunks, m)) < 0)
+     * resending lost chunks finds the lists in m) */
+    if (chunks && m->n_chunks == 0 && m->n_files == 0 && (rc = kestrel__spool_fill(chunks, m)) < 0)
         return rc;
     if ((rc = kestrel__store_all_stored(STORE(t), m)) < 0)
         return rc;

@@ -19,36 +19,42 @@
 
 #define MAX_FILES 1000000
 
-static int by_path(const void *a, const void *b)
+static int by_path(const void *a, const void *b, void *paths)
 {
-    return strcmp((*(Kestrel__V1__TreeFile *const *)a)->path, (*(Kestrel__V1__TreeFile *const *)b)->path);
+    return strcmp((const char *)paths + ((const kestrel__listed *)a)->at, (const char *)paths + ((const kestrel__listed *)b)->at);
 }
 
 const char *kestrel__push_file_path(const kestrel__push_files *f, uint32_t i, char buf[KESTREL__PUSH_PATH_MAX])
 {
-    if (f->m->n_files == 0)
+    if (f->list == NULL)
         snprintf(buf, KESTREL__PUSH_PATH_MAX, "%s", f->root);
     else
-        snprintf(buf, KESTREL__PUSH_PATH_MAX, "%s/%s", f->root, f->m->files[i]->path);
+        snprintf(buf, KESTREL__PUSH_PATH_MAX, "%s/%s", f->root, kestrel__listed_path(f->list, i));
     return buf;
 }
 
-/* Append a file (path copied) to m's listing. */
-static int add_file(Kestrel__V1__Manifest *m, size_t *cap, const char *path, const struct stat *st)
+void kestrel__listing_free(kestrel__listing *l)
 {
-    Kestrel__V1__TreeFile *f;
-    if (m->n_files >= MAX_FILES)
+    free(l->paths);
+    free(l->f);
+    memset(l, 0, sizeof(*l));
+}
+
+/* Append a file (path copied) to the listing. */
+static int add_file(kestrel__listing *l, const char *path, const struct stat *st)
+{
+    size_t len = strlen(path) + 1;
+    if (l->n >= MAX_FILES)
         return kestrel__error_set(KESTREL_EINVALID, "more than %d files", MAX_FILES);
-    if (kestrel__array_grow(&m->files, cap, m->n_files + 1, sizeof(*m->files)) < 0 || (f = malloc(sizeof(*f))) == NULL)
+    if (kestrel__array_grow(&l->f, &l->cap, l->n + 1, sizeof(*l->f)) < 0 ||
+        kestrel__array_grow(&l->paths, &l->paths_cap, l->paths_len + len, 1) < 0)
         return kestrel__error_oom();
-    kestrel__v1__tree_file__init(f);
-    if ((f->path = kestrel__strdup(path)) == NULL) {
-        free(f);
-        return kestrel__error_oom();
-    }
-    f->size = (int64_t)st->st_size;
-    f->mode = (uint32_t)(st->st_mode & 0777);
-    m->files[m->n_files++] = f;
+    memcpy(l->paths + l->paths_len, path, len);
+    l->f[l->n].at = l->paths_len;
+    l->f[l->n].size = (int64_t)st->st_size;
+    l->f[l->n].mode = (uint32_t)(st->st_mode & 0777);
+    l->paths_len += len;
+    l->n++;
     return 0;
 }
 
@@ -66,7 +72,7 @@ static const char *escaped(const char *name, char *out, size_t n)
 /* One directory at a time: its files are listed and its folders' names kept while it is open, then
  * it is closed before those folders are walked, so a walk holds one descriptor however deep the
  * tree. A folder is opened without following a link (one swapped in since its parent was read). */
-static int walk(const char *root, const char *rel, Kestrel__V1__Manifest *m, size_t *cap, int depth)
+static int walk(const char *root, const char *rel, kestrel__listing *l, int depth)
 {
     char dir[8192], **subs = NULL;
     size_t nsubs = 0, capsubs = 0;
@@ -111,7 +117,7 @@ static int walk(const char *root, const char *rel, Kestrel__V1__Manifest *m, siz
                 rc = kestrel__error_oom();
             nsubs += rc == 0;
         } else if (S_ISREG(st.st_mode))
-            rc = add_file(m, cap, sub, &st);
+            rc = add_file(l, sub, &st);
         else
             rc = kestrel__error_set(KESTREL_EINVALID, "%s: '%s' is not a regular file or directory (symlinks and "
                                     "special files are not stored)", root, sub);
@@ -119,21 +125,20 @@ static int walk(const char *root, const char *rel, Kestrel__V1__Manifest *m, siz
     closedir(d);
     for (size_t i = 0; i < nsubs; i++) {
         if (rc == 0)
-            rc = walk(root, subs[i], m, cap, depth + 1);
+            rc = walk(root, subs[i], l, depth + 1);
         free(subs[i]);
     }
     free(subs);
     return rc;
 }
 
-int kestrel__tree_list(const char *root, char *const *select, size_t nselect, Kestrel__V1__Manifest *m)
+int kestrel__tree_list(const char *root, char *const *select, size_t nselect, kestrel__listing *l)
 {
-    size_t cap = 0;
     int rc = 0;
     if (select == NULL) {
-        if ((rc = walk(root, "", m, &cap, 0)) < 0)
+        if ((rc = walk(root, "", l, 0)) < 0)
             return rc;
-        if (m->n_files == 0)
+        if (l->n == 0)
             return kestrel__error_set(KESTREL_EINVALID, "%s: no files to push (an empty directory)", root);
     } else {
         if (nselect == 0)
@@ -151,16 +156,16 @@ int kestrel__tree_list(const char *root, char *const *select, size_t nselect, Ke
             if (!S_ISREG(st.st_mode))
                 return kestrel__error_set(KESTREL_EINVALID, "%s: '%s' is not a regular file (symlinks and special "
                                           "files are not stored: list it in .kestrelignore)", root, select[i]);
-            rc = add_file(m, &cap, select[i], &st);
+            rc = add_file(l, select[i], &st);
         }
         if (rc < 0)
             return rc;
     }
-    if (m->n_files > 1)
-        qsort(m->files, m->n_files, sizeof(*m->files), by_path);
-    for (size_t i = 1; i < m->n_files; i++)
-        if (!strcmp(m->files[i - 1]->path, m->files[i]->path))
-            return kestrel__error_set(KESTREL_EINVALID, "%s: '%s' listed twice", root, m->files[i]->path);
+    if (l->n > 1)
+        qsort_r(l->f, l->n, sizeof(*l->f), by_path, l->paths);
+    for (size_t i = 1; i < l->n; i++)
+        if (!strcmp(kestrel__listed_path(l, i - 1), kestrel__listed_path(l, i)))
+            return kestrel__error_set(KESTREL_EINVALID, "%s: '%s' listed twice", root, kestrel__listed_path(l, i));
     return 0;
 }
 
