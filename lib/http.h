@@ -20,9 +20,10 @@ typedef struct {
      * that code, never retried */
     int (*stop)(void *ctx);
     void *stop_ctx;
-    /* set: the body goes on after the packed message with tail_size bytes that tail gives, at will,
-     * from offset at (what it read, or a KESTREL_E* code that gives the request up): the records of a
-     * list too long to hold (kestrel__wire_pack_element). A retry reads them again. */
+    /* set: after the packed message, the body goes on with tail_size more bytes, the records of a
+     * list too long to hold in memory (kestrel__wire_pack_element). tail copies up to n of them,
+     * from offset at of those bytes, into buf and returns how many (> 0); 0 (they ended early) or a
+     * negative KESTREL_E* code gives the request up. Each retry reads them again from offset 0. */
     int64_t (*tail)(void *ctx, int64_t at, void *buf, size_t n);
     void *tail_ctx;
     int64_t tail_size;

@@ -2,6 +2,7 @@
  * are gathered 1 MiB at a time before they are written, and read back 64 KiB at a time. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,10 +14,10 @@
 
 struct kestrel__spool {
     int fd;
-    unsigned field, file_field;   /* the manifest's `chunks` and `files` field numbers */
+    unsigned chunk_field, file_field;   /* the manifest's `chunks` and `files` field numbers */
     kestrel_buf pending;      /* records not written yet */
     int64_t written;          /* bytes in the file */
-    size_t count, files;
+    size_t files;
     uint8_t *rbuf;            /* reading back: rbuf[rat, rlen) not taken yet; roff the file's next byte */
     size_t rlen, rat;
     int64_t roff;
@@ -39,19 +40,20 @@ int kestrel__spool_open(kestrel__spool **out)
     const char *env = getenv("TMPDIR");
     const char *dirs[] = { env && env[0] ? env : "/var/tmp", "/var/tmp", "/tmp" };
     kestrel__spool *s = calloc(1, sizeof(*s));
+    int first_errno = 0;
     *out = NULL;
     if (s == NULL)
         return kestrel__error_oom();
     s->fd = -1;
     for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs) && s->fd < 0; i++)
-        s->fd = temp_in(dirs[i]);
+        if ((i == 0 || strcmp(dirs[i], dirs[0])) && (s->fd = temp_in(dirs[i])) < 0 && i == 0)
+            first_errno = errno;
     if (s->fd < 0) {
-        int e = errno;
         free(s);
-        return kestrel__error_set(KESTREL_EIO, "cannot make a temp file for the chunk list in %s: %s", dirs[0],
-                                  strerror(e));
+        return kestrel__error_set(KESTREL_EIO, "cannot make a temp file for the push's lists in %s: %s", dirs[0],
+                                  strerror(first_errno));
     }
-    s->field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "chunks")->id;
+    s->chunk_field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "chunks")->id;
     s->file_field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "files")->id;
     *out = s;
     return 0;
@@ -66,7 +68,7 @@ static int flush(kestrel__spool *s)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot write the chunk list's temp file: %s",
+            return kestrel__error_set(KESTREL_EIO, "cannot write the push's temp list: %s",
                                       w < 0 ? strerror(errno) : "no space");
         done += (size_t)w;
     }
@@ -82,10 +84,9 @@ int kestrel__spool_add(kestrel__spool *s, const kestrel__chunk_ref *refs, size_t
         int rc;
         c.digest = (char *)refs[i].hex;
         c.size = refs[i].len;
-        if ((rc = kestrel__wire_pack_element(&s->pending, s->field, &c.base)) < 0 ||
+        if ((rc = kestrel__wire_pack_element(&s->pending, s->chunk_field, &c.base)) < 0 ||
             (s->pending.size >= WRITE_AT && (rc = flush(s)) < 0))
             return rc;
-        s->count++;
     }
     return 0;
 }
@@ -100,15 +101,6 @@ int kestrel__spool_add_file(kestrel__spool *s, const Kestrel__V1__TreeFile *f)
     return 0;
 }
 
-size_t kestrel__spool_count(const kestrel__spool *s)
-{
-    return s->count;
-}
-
-size_t kestrel__spool_files(const kestrel__spool *s)
-{
-    return s->files;
-}
 
 int64_t kestrel__spool_bytes(const kestrel__spool *s)
 {
@@ -131,9 +123,9 @@ static int record(kestrel__spool *s, unsigned field, const uint8_t *data, size_t
 {
     if (field == s->file_field) {
         *file = (Kestrel__V1__TreeFile *)protobuf_c_message_unpack(&kestrel__v1__tree_file__descriptor, NULL, n, data);
-        return *file ? 2 : kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+        return *file ? 2 : kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
     }
-    Kestrel__V1__ChunkRef *c = field == s->field ? (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(
+    Kestrel__V1__ChunkRef *c = field == s->chunk_field ? (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(
                                                        &kestrel__v1__chunk_ref__descriptor, NULL, n, data)
                                                  : NULL;
     int ok = c && kestrel__is_sha256_hex(c->digest) && c->size > 0 && c->size <= UINT32_MAX;
@@ -143,7 +135,7 @@ static int record(kestrel__spool *s, unsigned field, const uint8_t *data, size_t
     }
     if (c)
         protobuf_c_message_free_unpacked(&c->base, NULL);
-    return ok ? 1 : kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+    return ok ? 1 : kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
 }
 
 int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len, Kestrel__V1__TreeFile **file)
@@ -156,7 +148,7 @@ int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len, Kestrel_
         ssize_t got;
         int rc = kestrel__wire_next_element(s->rbuf, s->rlen, &s->rat, &field, &data, &n);
         if (rc < 0)
-            return kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+            return kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
         if (rc == 1)
             return record(s, field, data, n, hex, len, file);
         memmove(s->rbuf, s->rbuf + s->rat, s->rlen - s->rat);   /* the start of a record: keep it, read on */
@@ -166,9 +158,9 @@ int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len, Kestrel_
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot read the chunk list's temp file: %s", strerror(errno));
+            return kestrel__error_set(KESTREL_EIO, "cannot read the push's temp list: %s", strerror(errno));
         if (got == 0)   /* the end: nothing left, or a record cut short */
-            return s->rlen == 0 ? 0 : kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+            return s->rlen == 0 ? 0 : kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
         s->rlen += (size_t)got;
         s->roff += got;
     }
@@ -183,7 +175,7 @@ int64_t kestrel__spool_pread(kestrel__spool *s, int64_t at, void *buf, size_t n)
     do
         got = pread(s->fd, buf, n, at);
     while (got < 0 && errno == EINTR);
-    return got < 0 ? kestrel__error_set(KESTREL_EIO, "cannot read the chunk list's temp file: %s", strerror(errno))
+    return got < 0 ? kestrel__error_set(KESTREL_EIO, "cannot read the push's temp list: %s", strerror(errno))
                    : (int64_t)got;
 }
 
@@ -203,7 +195,7 @@ int kestrel__spool_fill(kestrel__spool *s, Kestrel__V1__Manifest *m)
             rc = 0;
         } else {
             protobuf_c_message_free_unpacked(&f->base, NULL);
-            rc = kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+            rc = kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
         }
     }
     return rc;

@@ -17,9 +17,7 @@ int kestrel__spool_open(kestrel__spool **out);
 /* Append n chunks (digest, size), in order; a directory's file after its chunks. */
 int kestrel__spool_add(kestrel__spool *s, const kestrel__chunk_ref *refs, size_t n);
 int kestrel__spool_add_file(kestrel__spool *s, const Kestrel__V1__TreeFile *f);
-/* How many chunks and files it holds, and how many bytes their records take. */
-size_t kestrel__spool_count(const kestrel__spool *s);
-size_t kestrel__spool_files(const kestrel__spool *s);
+/* How many bytes its records take. */
 int64_t kestrel__spool_bytes(const kestrel__spool *s);
 /* Read the records back in order from the first: kestrel__spool_rewind, then kestrel__spool_next
  * until it gives 0 (the end): 1 a chunk (hex, len), 2 a file (*file, the caller's to free with
@@ -29,7 +27,8 @@ int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len, Kestrel_
 /* n bytes of the records from offset at (the commit's body); what it read (0: at the end). */
 int64_t kestrel__spool_pread(kestrel__spool *s, int64_t at, void *buf, size_t n);
 /* Every chunk and file into m, which holds none (a transport that needs the whole manifest in
- * memory: the local store, which holds it there to commit it anyway). */
+ * memory: the local store, which holds it there to commit it anyway). On a failure m may hold some:
+ * it is only good to free then. */
 int kestrel__spool_fill(kestrel__spool *s, Kestrel__V1__Manifest *m);
 void kestrel__spool_close(kestrel__spool *s);
 

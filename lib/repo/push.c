@@ -18,6 +18,7 @@
 #include "chunk_spool.h"
 #include "file_open.h"
 #include "filehash.h"
+#include "push_digests.h"
 #include "push_cache.h"
 #include "store.h"
 #include "transport.h"
@@ -542,104 +543,43 @@ static int sender_finish(sender *s, int stop, kestrel__progress *pr)
     return rc;
 }
 
-/* The whole-file digests the push left to a repository that does not compute them (a kestreld
- * older than fills_digests): a file of one chunk takes its chunk's, the others are read back and
- * hashed. sha: a pushed file's; of a directory, its listing's digest, once each file's is filled
- * in. A directory's file records are written again, with their digests, to a new spool (*chunks). */
-static int digests_here(kestrel__spool **chunks, const kestrel__push_files *files, int64_t size, char sha[65])
-{
-    kestrel__filehash *h;
-    kestrel__spool *out = NULL;
-    Kestrel__V1__TreeFile *f = NULL;
-    EVP_MD_CTX *ctx = NULL;
-    kestrel__chunk_ref r;
-    char first[65] = "", hex[65], path[KESTREL__PUSH_PATH_MAX];
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdn = 0;
-    uint32_t i = 0, in_file = 0;
-    int rc;
-    if (files->list == NULL) {
-        if (sha[0])
-            return 0;
-        if ((rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, 0, path), 1)) < 0)
-            return rc;
-        return kestrel__filehash_finish(h, size, sha);
-    }
-    if ((rc = kestrel__spool_open(&out)) < 0 || (rc = kestrel__spool_rewind(*chunks)) < 0)
-        goto done;
-    if ((ctx = EVP_MD_CTX_new()) == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        rc = kestrel__error_oom();
-        goto done;
-    }
-    memset(&r, 0, sizeof(r));
-    while ((rc = kestrel__spool_next(*chunks, r.hex, &r.len, &f)) > 0) {
-        if (rc == 1) {   /* a chunk of file i */
-            if (in_file++ == 0)
-                memcpy(first, r.hex, sizeof(first));
-            rc = kestrel__spool_add(out, &r, 1);
-        } else {         /* file i, after its chunks */
-            if (!f->sha256[0] && f->chunks == 1)
-                rc = kestrel__wire_set_string(&f->sha256, first);
-            else if (!f->sha256[0] &&
-                     (rc = kestrel__filehash_start(&h, kestrel__push_file_path(files, i, path), 1)) == 0 &&
-                     (rc = kestrel__filehash_finish(h, f->size, hex)) == 0)
-                rc = kestrel__wire_set_string(&f->sha256, hex);
-            if (rc == 0) {
-                kestrel__manifest_tree_digest_file(ctx, f);
-                rc = kestrel__spool_add_file(out, f);
-            }
-            protobuf_c_message_free_unpacked(&f->base, NULL);
-            i++;
-            in_file = 0;
-        }
-        if (rc < 0)
-            break;
-    }
-    if (rc == 0 && EVP_DigestFinal_ex(ctx, md, &mdn) == 1) {
-        kestrel__hex(md, 32, sha);
-        kestrel__spool_close(*chunks);
-        *chunks = out;
-        out = NULL;
-    }
-done:
-    EVP_MD_CTX_free(ctx);
-    kestrel__spool_close(out);
-    return rc;
-}
-
 /* A commit refused because chunks it names are not stored: a collection with a grace shorter than
  * the push removed them after they were sent or found there (lib/repo/store_gc.c). Ask which of the
  * manifest's chunks (its chunk list, read again) the repository lacks, BATCH_CHUNKS at a time, and
  * send those again from the files (each still checked against its digest); *lost: how many it lacked. */
-static int resend_lost(kestrel__transport *t, kestrel__spool *chunks, const kestrel__push_files *files,
+static int resend_lost(kestrel__transport *t, kestrel__spool *lists, const kestrel__push_files *files,
                        kestrel__progress *pr, size_t *lost)
 {
     kestrel__chunk_ref *refs = malloc(BATCH_CHUNKS * sizeof(*refs));
     Kestrel__V1__TreeFile *f;
-    uint32_t file = 0;   /* the file whose chunks come next: its record follows them */
+    uint32_t file = 0;   /* the file whose lists come next: its record follows them */
     int64_t off = 0;
     int rc, more = 1;
     *lost = 0;
     if (refs == NULL)
         return kestrel__error_oom();
-    rc = kestrel__spool_rewind(chunks);
+    rc = kestrel__spool_rewind(lists);
     t->tick = pr;
     while (rc == 0 && more) {
         size_t n = 0, sent = 0;
         while (n < BATCH_CHUNKS && rc == 0) {
-            if ((rc = kestrel__spool_next(chunks, refs[n].hex, &refs[n].len, &f)) <= 0) {
+            if ((rc = kestrel__spool_next(lists, refs[n].hex, &refs[n].len, &f)) <= 0) {
                 more = 0;
                 break;
             }
             if (rc == 2) {   /* the end of a file's chunks */
                 if (files->list == NULL || file >= files->list->n ||
                     strcmp(f->path, kestrel__listed_path(files->list, file)))
-                    rc = kestrel__error_set(KESTREL_EIO, "the chunk list's temp file is damaged");
+                    rc = kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
                 protobuf_c_message_free_unpacked(&f->base, NULL);
                 file++;
                 off = 0;
                 rc = rc < 0 ? rc : 0;
                 continue;
+            }
+            if (files->list && file >= files->list->n) {   /* a chunk after the last file */
+                rc = kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
+                break;
             }
             rc = 0;
             refs[n].offset = off;
@@ -663,7 +603,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     sender out;
     ahead ra;
     Kestrel__V1__Manifest *m = kestrel__manifest_new();
-    kestrel__spool *chunks = NULL;   /* m's chunks and files, on disk until the commit sends them */
+    kestrel__spool *lists = NULL;   /* m's chunks and files, on disk until the commit sends them */
     kestrel__listing list;           /* a directory's files: paths, sizes, modes */
     kestrel__push_files files = { NULL, NULL };
     EVP_MD_CTX *listing_digest = NULL;   /* of a directory's files, while each one's digest is known */
@@ -680,7 +620,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         rc = kestrel__error_oom();
         goto done;
     }
-    if ((rc = kestrel__spool_open(&chunks)) < 0)
+    if ((rc = kestrel__spool_open(&lists)) < 0)
         goto done;
     if (stat(path, &st) < 0) {
         rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
@@ -726,7 +666,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         }
         if ((rc = chunk_one(&ps, fd, kestrel__push_file_path(&files, (uint32_t)i, fpath), files.list ? f.path : "",
                             (uint32_t)i, files.list ? f.size : -1, sha, &nchunks)) < 0 ||
-            (rc = kestrel__spool_add(chunks, ps.refs + first, ps.n - first)) < 0)
+            (rc = kestrel__spool_add(lists, ps.refs + first, ps.n - first)) < 0)
             break;
         refs_drop(&ps);
         if (files.list) {   /* its record, after its chunks */
@@ -741,7 +681,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
             }
             if (listing_digest)
                 kestrel__manifest_tree_digest_file(listing_digest, &f);
-            rc = kestrel__spool_add_file(chunks, &f);
+            rc = kestrel__spool_add_file(lists, &f);
             ps.done += f.size;
         }
     }
@@ -762,7 +702,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         if (listing_digest && EVP_DigestFinal_ex(listing_digest, md, &mdn) == 1)
             kestrel__hex(md, 32, sha);
     }
-    if (!t->fills_digests && (rc = digests_here(&chunks, &files, pr->p.bytes_total, sha)) < 0)
+    if (!t->fills_digests && (rc = kestrel__push_digests_here(&lists, &files, pr->p.bytes_total, sha)) < 0)
         goto done;
     m->size = pr->p.bytes_total;
     if ((m->name = kestrel__strdup(name)) == NULL || (m->sha256 = kestrel__strdup(sha)) == NULL ||
@@ -772,19 +712,19 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         goto done;
     }
     m->created_ms = kestrel__now_ms();
-    free(ps.refs);   /* the chunk list holds the chunks now: what only the hashing needed goes before the commit */
+    free(ps.refs);   /* the spool holds the chunks now: what only the hashing needed goes before the commit */
     free(ps.buf);
     ps.refs = NULL;
     ps.buf = NULL;
     /* once more, when chunks were lost ("... is not stored": kestreld, file://, and kestreld before it
      * named the collection); any other refusal is said as it came */
-    if ((rc = t->ops->commit(t, m, chunks, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
+    if ((rc = t->ops->commit(t, m, lists, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
                                                                            "is not stored")) {
         kestrel__error_kept why;
         size_t lost = 0;
         kestrel__error_keep(&why);
-        if ((rc = resend_lost(t, chunks, &files, pr, &lost)) == 0)
-            rc = lost ? t->ops->commit(t, m, chunks, version) : kestrel__error_restore(&why.err);
+        if ((rc = resend_lost(t, lists, &files, pr, &lost)) == 0)
+            rc = lost ? t->ops->commit(t, m, lists, version) : kestrel__error_restore(&why.err);
     }
     if (rc < 0)
         goto done;
@@ -795,7 +735,7 @@ done:
     ahead_close(&ra);
     EVP_MD_CTX_free(listing_digest);
     kestrel__listing_free(&list);
-    kestrel__spool_close(chunks);
+    kestrel__spool_close(lists);
     kestrel__pushcache_close(ps.cache);
     free(ps.refs);
     free(ps.buf);

@@ -282,7 +282,7 @@ void kestrel__pushcache_close(kestrel__pushcache *pc)
     if (pc == NULL)
         return;
     keep = !pc->failed && (pc->changed > 0 || pc->written != pc->old_n);
-    if (pc->out == NULL && keep)   /* nothing to remember any more */
+    if (pc->out == NULL && keep && pc->file[0])   /* nothing to remember any more */
         unlink(pc->file);
     if (pc->out) {   /* the count in place, then the entry under its name (best effort) */
         snprintf(head, sizeof(head), "kestrel-stat 2 %020zu\n", pc->written);

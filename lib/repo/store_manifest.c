@@ -6,9 +6,9 @@
  * (massif), its protobuf form's at a third of that. N.pb is written at the commit (store.c), or at
  * the first read of a version without one (an earlier build's, or one whose N.pb was damaged), and
  * rewritten by fsck; it is used only when it reads as N's (its number and its model's name) and was
- * written no earlier than N.json (a hand edit of N.json, or an N.json made anew under a number an
- * earlier build reused, is newer: N.pb is then made anew from it), and one a killed delete left goes
- * at the next collection. */
+ * written no earlier than N.json last changed (a hand edit of N.json, or an N.json made anew under a
+ * number an earlier build reused, is newer: N.pb is then made anew from it), and one a killed
+ * delete left goes at the next collection. */
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -35,8 +35,9 @@ Kestrel__V1__Manifest *kestrel__store_sidecar_read(const char *path, const char 
     return (Kestrel__V1__Manifest *)pm;
 }
 
-/* 1 when N.pb and N.json both exist and N.pb was written no earlier than N.json (a commit writes
- * N.json's bytes, then N.pb; its link does not change the time). */
+/* 1 when N.pb and N.json both exist and N.pb was written no earlier than N.json last changed: its
+ * ctime, which its link and the temp's unlink at a commit set before N.pb is written, and which a
+ * hand edit, or a restore that sets the mtime back, moves on (no tool sets a ctime back). */
 static int pb_current(kestrel__store *s, const char *name, int64_t version)
 {
     char path[PATH_MAX];
@@ -47,8 +48,8 @@ static int pb_current(kestrel__store *s, const char *name, int64_t version)
     pb_path(s, name, version, "json", path, sizeof(path));
     if (stat(path, &json) < 0)
         return 0;
-    return pb.st_mtim.tv_sec > json.st_mtim.tv_sec ||
-           (pb.st_mtim.tv_sec == json.st_mtim.tv_sec && pb.st_mtim.tv_nsec >= json.st_mtim.tv_nsec);
+    return pb.st_mtim.tv_sec > json.st_ctim.tv_sec ||
+           (pb.st_mtim.tv_sec == json.st_ctim.tv_sec && pb.st_mtim.tv_nsec >= json.st_ctim.tv_nsec);
 }
 
 int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m)

@@ -32,7 +32,8 @@ typedef struct {
                 kestrel__progress *pr);
     /* Commit m (its chunks all stored) as the next version of m->name; *version is the number given.
      * chunks (NULL: m holds them): m's chunk and file lists, which m leaves out (chunk_spool.h); a
-     * transport may move them into m (the local store does), so m holds both or neither after. */
+     * transport may move them into m (the local store does), so m holds both or neither after
+     * (or, when that failed, only what is good to free). */
     int (*commit)(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version);
     /* Fetch the wanted chunks, in any order, each handed to got as it arrives. */
     int (*fetch)(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx);

@@ -1,7 +1,8 @@
-"""Faults with the real daemon: a full disk during a push and during a job's log writes gives a
-clear error, leaves nothing half-written, and kestreld keeps serving; a kill -9 during a commit
-leaves no model name without versions, and a kill loop amid pushes and jobs loses nothing; a
-second kestreld on a data dir in use is refused and changes nothing there."""
+"""Faults with the real daemon: a full disk during a push (its store, or the push's temp space) and
+during a job's log writes gives a clear error, leaves nothing half-written, and kestreld keeps
+serving; a kill -9 during a commit leaves no model name without versions, and a kill loop amid
+pushes and jobs loses nothing; a second kestreld on a data dir in use is refused and changes
+nothing there."""
 import os
 import subprocess
 import time
@@ -191,3 +192,27 @@ def test_a_pull_that_fills_the_disk_takes_back_what_only_the_pull_cache_holds(sm
     assert (small_fs / "b.bin").read_bytes() == b.read_bytes()
     assert (small_fs / "k.bin").stat().st_nlink == 2               # its pack was not taken
     assert not list((small_fs / "cache").glob("**/*.kestrel-tmp*")) and not list(small_fs.glob("*.kestrel-tmp*"))
+
+
+def test_a_push_whose_temp_space_fills_fails_cleanly(daemon, tmp_path):
+    """A push keeps its chunk and file lists in an unlinked temp file in TMPDIR (lib/repo/chunk_spool.h),
+    not in memory. Where TMPDIR fills up, the push says so and commits nothing, and the space comes
+    back at once (the file has no name); with room, the same push goes through."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0777", "tmpfs", str(tmp)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        tree = tmp_path / "tree"
+        for i in range(3000):   # about 110 bytes of records a file: 330 KB, more than 64 KB
+            (tree / f"d{i % 10}").mkdir(parents=True, exist_ok=True)
+            (tree / f"d{i % 10}" / f"f{i:04d}").write_bytes(b"%d" % i)
+        d = daemon("--gpus", "0")
+        r = d.cli("push", "admin/tree", str(tree), check=False, env=d.env(TMPDIR=str(tmp)))
+        assert r.returncode != 0 and "push's temp list" in r.stderr and "No space left" in r.stderr, r.stderr
+        assert d.api("GET", "/api/v1/models")[1]["names"] == []     # no version, no name
+        assert list(tmp.iterdir()) == [] and os.statvfs(tmp).f_bfree == os.statvfs(tmp).f_blocks   # nothing kept
+        assert "pushed admin/tree@1" in d.cli("push", "admin/tree", str(tree)).stdout
+    finally:
+        subprocess.run(["umount", "-l", str(tmp)], check=False)

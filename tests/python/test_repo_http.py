@@ -512,6 +512,26 @@ def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld,
     assert sorted(e.name for e in (tmp_path / "cache.stat").iterdir() if ".tmp." in e.name) == [live.name]
 
 
+def test_a_directory_of_empty_files_is_a_directory(kestreld, tmp_path):
+    """A directory whose files are all empty has no chunk: kestreld is never asked which it lacks, so
+    the push fills in every digest itself; the version is still the directory, every file listed."""
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    for rel in ("pkg/__init__.py", "pkg/b.py", "README"):
+        (tree / rel).write_bytes(b"")
+    for url in (kestreld.url, f"file://{tmp_path / 'store'}"):
+        c = kestrel.Client(url, kestreld.token)
+        assert c.push("team/empties", str(tree)) == 1
+        v = c.versions("team/empties")[-1]
+        assert v.size == 0
+        back = tmp_path / f"back-{len(url)}"
+        c.pull("team/empties", str(back))
+        assert sorted(str(p.relative_to(back)) for p in back.rglob("*") if p.is_file()) == \
+            ["README", "pkg/__init__.py", "pkg/b.py"]
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/empties/versions/1")
+    assert status == 200 and [f["path"] for f in json.loads(body)["files"]] == ["README", "pkg/__init__.py", "pkg/b.py"]
+
+
 def test_a_commit_answered_busy_is_sent_again_whole(kestreld, tmp_path, monkeypatch):
     """A push keeps its chunk list in an unlinked temp file, not in memory, and the commit's body is the
     manifest packed without it followed by its records, read from that file as curl sends them
@@ -563,6 +583,7 @@ def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, mo
     (tree / "sub").mkdir(parents=True)
     (tree / "sub" / "w.bin").write_bytes(os.urandom(5 << 20))
     (tree / "a.txt").write_bytes(b"small")
+    (tree / "sub" / "__init__.py").write_bytes(b"")   # no chunk: its digest is known at once
     want = hashlib.sha256(big.read_bytes()).hexdigest()
     want_w = hashlib.sha256((tree / "sub" / "w.bin").read_bytes()).hexdigest()
     want_a = hashlib.sha256(b"small").hexdigest()
@@ -583,6 +604,7 @@ def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, mo
     status, body = raw(kestreld, "GET", f"/api/v1/models/team/wtree-{server}/versions/1")
     assert status == 200 and {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["sub/w.bin"] == want_w
     assert {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["a.txt"] == want_a
+    assert [f["path"] for f in json.loads(body)["files"]] == ["a.txt", "sub/__init__.py", "sub/w.bin"]
     c.pull(f"team/wtree-{server}", str(tmp_path / "out"))   # the pull checks every digest
     assert subprocess.run(["diff", "-r", str(tree), str(tmp_path / "out")]).returncode == 0
     # file:// hashes beside its read, and fills in a digest that a stat cache entry from kestreld lacks
