@@ -32,10 +32,11 @@ static int damaged_versions(kestrel__store *s, Kestrel__V1__FsckResult *res)
             continue;
         for (size_t i = 0; i < nv; i++) {
             Kestrel__V1__Manifest *m = NULL;
+            struct timespec read_at;
             int missing = 0;
-            if (kestrel__store_manifest_json(s, n, vs[i], &m) < 0)
+            if (kestrel__store_json_ctime(s, n, vs[i], &read_at) < 0 || kestrel__store_manifest_json(s, n, vs[i], &m) < 0)
                 continue;
-            if (kestrel__store_pb_write(s, n, m) < 0)   /* N.pb made anew from the truth (a hand-edited N.json) */
+            if (kestrel__store_pb_write(s, n, m, &read_at) < 0)   /* N.pb made anew from the truth (a hand-edited N.json) */
                 kestrel_error_clear();
             for (size_t k = 0; k < m->n_chunks && !missing; k++)
                 missing = !kestrel__store_has_chunk(s, m->chunks[k]->digest);

@@ -732,6 +732,10 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     (void)kestrel__progress_report(pr, 1);   /* the version exists: too late to cancel (repo.h) */
     rc = 0;
 done:
+    /* refused for what it read (a chunk that is not its bytes, a digest that does not hold, a file
+     * that changed): a record of the stat cache may be what lied, so none is trusted next time */
+    if (rc < 0 && (rc == KESTREL_EINVALID || strstr(kestrel_error_last()->message, "changed while it was pushed")))
+        kestrel__pushcache_forget(ps.cache);
     ahead_close(&ra);
     EVP_MD_CTX_free(listing_digest);
     kestrel__listing_free(&list);

@@ -275,6 +275,15 @@ void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const 
     pc->changed++;
 }
 
+void kestrel__pushcache_forget(kestrel__pushcache *pc)
+{
+    if (pc == NULL)
+        return;
+    pc->failed = 1;
+    if (pc->file[0])
+        unlink(pc->file);
+}
+
 void kestrel__pushcache_close(kestrel__pushcache *pc)
 {
     char head[40];

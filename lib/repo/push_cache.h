@@ -32,6 +32,10 @@ void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const 
  * the end or the first one damaged or out of order). For the fuzzer. */
 kestrel__pushcache *kestrel__pushcache_new(void);
 int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t size);
+/* Forget the path's entry: the push failed on what it read (a chunk or a digest refused, a file
+ * that changed), which a record the cache vouched for may have caused; the next push hashes every
+ * file. kestrel__pushcache_close then removes the entry and writes none. */
+void kestrel__pushcache_forget(kestrel__pushcache *pc);
 /* Make what this push remembered the path's entry (its count filled in, then renamed over the old
  * one: best effort; a temp a killed push left is removed by a later open after an hour), then free. */
 void kestrel__pushcache_close(kestrel__pushcache *pc);

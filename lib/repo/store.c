@@ -589,7 +589,7 @@ int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Mani
         }
         rc = 0;
     }
-    if (rc == 0 && kestrel__store_pb_write(s, name, m) < 0)   /* what N.json says, for reads; best effort */
+    if (rc == 0 && kestrel__store_pb_write(s, name, m, NULL) < 0)   /* what N.json says, for reads; best effort */
         kestrel_error_clear();
     m->aliases = aliases;
     m->n_aliases = naliases;

@@ -89,8 +89,12 @@ int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t ve
  * NULL when it is missing or does not decode (no error left set): its reader checks it is N's. */
 Kestrel__V1__Manifest *kestrel__store_sidecar_read(const char *path, const char *content_type);
 /* versions/N.pb: m (committed as name@m->version) as protobuf, written atomically unless it already
- * holds exactly that (fsck rewrites each); removed. */
-int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m);
+ * holds exactly that and is current (fsck rewrites each); removed. read_at: N.json's ctime taken
+ * before m was read from it (kestrel__store_json_ctime), the time N.pb is dated, so that an edit of
+ * N.json after that read leaves N.pb stale; NULL: now (the commit that has just written N.json). */
+int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m,
+                            const struct timespec *read_at);
+int kestrel__store_json_ctime(kestrel__store *s, const char *name, int64_t version, struct timespec *out);
 void kestrel__store_pb_remove(kestrel__store *s, const char *name, int64_t version);
 /* m's aliases (m->name@m->version's, as the aliases folder says; whatever m held is freed). */
 int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m);

@@ -10,6 +10,7 @@
  * number an earlier build reused, is newer: N.pb is then made anew from it), and one a killed
  * delete left goes at the next collection. */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <limits.h>
@@ -35,24 +36,37 @@ Kestrel__V1__Manifest *kestrel__store_sidecar_read(const char *path, const char 
     return (Kestrel__V1__Manifest *)pm;
 }
 
-/* 1 when N.pb and N.json both exist and N.pb was written no earlier than N.json last changed: its
+int kestrel__store_json_ctime(kestrel__store *s, const char *name, int64_t version, struct timespec *out)
+{
+    char path[PATH_MAX];
+    struct stat json;
+    pb_path(s, name, version, "json", path, sizeof(path));
+    if (stat(path, &json) < 0)
+        return kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
+    *out = json.st_ctim;
+    return 0;
+}
+
+/* 1 when N.pb and N.json both exist and N.pb is dated no earlier than N.json last changed: its
  * ctime, which its link and the temp's unlink at a commit set before N.pb is written, and which a
- * hand edit, or a restore that sets the mtime back, moves on (no tool sets a ctime back). */
+ * hand edit, or a restore that sets the mtime back, moves on (no tool sets a ctime back). An N.pb
+ * made from a read of N.json is dated at N.json's ctime before that read (kestrel__store_pb_write),
+ * so an edit during the read leaves it stale too. */
 static int pb_current(kestrel__store *s, const char *name, int64_t version)
 {
     char path[PATH_MAX];
-    struct stat pb, json;
+    struct stat pb;
+    struct timespec json;
     pb_path(s, name, version, "pb", path, sizeof(path));
-    if (stat(path, &pb) < 0)
+    if (stat(path, &pb) < 0 || kestrel__store_json_ctime(s, name, version, &json) < 0) {
+        kestrel_error_clear();
         return 0;
-    pb_path(s, name, version, "json", path, sizeof(path));
-    if (stat(path, &json) < 0)
-        return 0;
-    return pb.st_mtim.tv_sec > json.st_ctim.tv_sec ||
-           (pb.st_mtim.tv_sec == json.st_ctim.tv_sec && pb.st_mtim.tv_nsec >= json.st_ctim.tv_nsec);
+    }
+    return pb.st_mtim.tv_sec > json.tv_sec || (pb.st_mtim.tv_sec == json.tv_sec && pb.st_mtim.tv_nsec >= json.tv_nsec);
 }
 
-int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m)
+int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m,
+                            const struct timespec *read_at)
 {
     char path[PATH_MAX];
     kestrel_buf b = KESTREL_BUF_INIT, was = KESTREL_BUF_INIT;
@@ -60,8 +74,14 @@ int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__
     pb_path(s, name, m->version, "pb", path, sizeof(path));
     if ((rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
         !(pb_current(s, name, m->version) && kestrel__store_read_text(path, &was) == 0 && was.size == b.size &&
-          !memcmp(was.ptr, b.ptr, b.size)))
-        rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);   /* not when it says so already */
+          !memcmp(was.ptr, b.ptr, b.size))) {   /* not when it says so already */
+        rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);
+        if (rc == 0 && read_at) {
+            struct timespec times[2] = { { 0, UTIME_OMIT }, *read_at };
+            if (utimensat(AT_FDCWD, path, times, 0) < 0)   /* undated, it could hide an edit: gone */
+                unlink(path);
+        }
+    }
     kestrel_error_clear();   /* of the read */
     kestrel_buf_dispose(&b);
     kestrel_buf_dispose(&was);
@@ -95,13 +115,16 @@ void kestrel__store_pb_remove(kestrel__store *s, const char *name, int64_t versi
 int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
 {
     char dir[PATH_MAX];
-    int rc;
+    struct timespec read_at;
+    int rc, dated;
     if ((*out = pb_read(s, name, version)) != NULL)
         return 0;
+    dated = kestrel__store_json_ctime(s, name, version, &read_at) == 0;   /* before the read */
+    kestrel_error_clear();
     rc = kestrel__store_manifest_json(s, name, version, out);
     snprintf(dir, sizeof(dir), "%s/models/%s/versions", kestrel__store_root(s), name);
     /* its N.pb for next time, where this process may write (a file:// store may be another's) */
-    if (rc == 0 && access(dir, W_OK) == 0 && kestrel__store_pb_write(s, name, *out) < 0)
+    if (rc == 0 && dated && access(dir, W_OK) == 0 && kestrel__store_pb_write(s, name, *out, &read_at) < 0)
         kestrel_error_clear();
     return rc;
 }

@@ -144,7 +144,9 @@ def test_a_manifest_is_served_from_its_protobuf_form_and_its_json_stays_the_trut
         got = pulled("a")
         assert sorted(x.name for x in got.iterdir()) == sorted(x.name for x in data.iterdir())
         assert all((got / x.name).read_bytes() == x.read_bytes() for x in data.iterdir())
-        assert (p_dir / "1.pb").exists()              # ... and its N.pb written then
+        assert (p_dir / "1.pb").exists()              # ... and its N.pb written then, dated at N.json's
+        # last change before that read: an edit of N.json while it was read leaves N.pb stale
+        assert (p_dir / "1.pb").stat().st_mtime_ns == (p_dir / "1.json").stat().st_ctime_ns
         good = (p_dir / "1.pb").read_bytes()
         (p_dir / "1.pb").write_bytes(b"\xff" * 40)   # damaged: N.json again, N.pb made anew
         assert (pulled("b") / "f03.bin").read_bytes() == (data / "f03.bin").read_bytes()

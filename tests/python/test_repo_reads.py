@@ -152,6 +152,32 @@ def test_the_stat_cache_is_read_in_step_with_the_listing(kestreld, tmp_path, mon
     assert [r for r in paths if cached(every[r])] == []
 
 
+def test_a_stat_cache_record_that_lies_is_forgotten_when_the_push_fails(kestreld, tmp_path, monkeypatch):
+    """A record of the stat cache whose stat fields match its file but whose chunks do not (damaged on
+    disk, or edited) makes kestreld refuse the chunk the push sends from the file under that digest.
+    The push fails, and forgets the entry: the next one hashes every file and goes through."""
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    tree, old = tmp_path / "tree", time.time() - 60
+    tree.mkdir()
+    for name in ("a.bin", "b.bin"):
+        (tree / name).write_bytes(os.urandom(3000))
+        os.utime(tree / name, (old, old))
+    assert c.push("team/lies", str(tree)) == 1
+    entry = tmp_path / "cache.stat" / hashlib.sha256(os.path.realpath(tree).encode()).hexdigest()
+    head, recs = entry_records(entry)
+    assert [r[1] for r in recs] == ["a.bin", "b.bin"]
+    recs[0][2] = "ab" * 32 + " " + recs[0][2].split()[1]   # a.bin's one chunk, under a digest it is not
+    entry.write_text("\n".join([head] + ["\n".join(r) for r in recs]) + "\n")
+    with pytest.raises(kestrel.KestrelError) as e:
+        c.push("team/lies", str(tree))
+    assert "abababababab" in str(e.value), e.value
+    assert not entry.exists()
+    assert c.push("team/lies", str(tree)) == 2
+    c.pull("team/lies", str(tmp_path / "back"))
+    assert all((tmp_path / "back" / n).read_bytes() == (tree / n).read_bytes() for n in ("a.bin", "b.bin"))
+
+
 @pytest.mark.parametrize("held", [0, 238])
 @pytest.mark.parametrize("door", ["http", "file"])
 def test_a_push_works_with_few_descriptors_free(kestreld, tmp_path, held, door):
