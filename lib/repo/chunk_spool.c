@@ -101,7 +101,6 @@ int kestrel__spool_add_file(kestrel__spool *s, const Kestrel__V1__TreeFile *f)
     return 0;
 }
 
-
 int64_t kestrel__spool_bytes(const kestrel__spool *s)
 {
     return s->written + (int64_t)s->pending.size;
@@ -121,14 +120,16 @@ int kestrel__spool_rewind(kestrel__spool *s)
 static int record(kestrel__spool *s, unsigned field, const uint8_t *data, size_t n, char hex[65], uint32_t *len,
                   Kestrel__V1__TreeFile **file)
 {
+    Kestrel__V1__ChunkRef *c;
+    int ok;
     if (field == s->file_field) {
         *file = (Kestrel__V1__TreeFile *)protobuf_c_message_unpack(&kestrel__v1__tree_file__descriptor, NULL, n, data);
         return *file ? 2 : kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
     }
-    Kestrel__V1__ChunkRef *c = field == s->chunk_field ? (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(
-                                                       &kestrel__v1__chunk_ref__descriptor, NULL, n, data)
-                                                 : NULL;
-    int ok = c && kestrel__is_sha256_hex(c->digest) && c->size > 0 && c->size <= UINT32_MAX;
+    c = field == s->chunk_field
+            ? (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(&kestrel__v1__chunk_ref__descriptor, NULL, n, data)
+            : NULL;
+    ok = c && kestrel__is_sha256_hex(c->digest) && c->size > 0 && c->size <= UINT32_MAX;
     if (ok) {
         memcpy(hex, c->digest, 65);
         *len = (uint32_t)c->size;
