@@ -1,0 +1,168 @@
+"""What a push writes and sends around its commit: the stat cache that spares it rehashing unchanged
+files, the whole-file digests it leaves to kestreld (or fills in itself for one that does not compute
+them, and for a directory with no chunk at all), and the commit's body, streamed from the push's
+temp list and sent again whole when kestreld answers busy."""
+import hashlib
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from repo_api import raw
+
+kestrel = pytest.importorskip("kestrel")
+
+
+def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld, tmp_path, monkeypatch):
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    src = tmp_path / "ckpt.bin"
+    src.write_bytes(os.urandom(6 << 20))
+    seen = []
+    c.push("team/ckpt", str(src), progress=seen.append)
+    # written less than a second ago: its timestamps cannot be trusted yet, nothing is remembered
+    assert (tmp_path / "cache.stat").is_dir() and not list((tmp_path / "cache.stat").glob("*"))
+    old = time.time() - 60
+    os.utime(src, (old, old))
+    c.push("team/ckpt", str(src), progress=seen.append)
+    entries = list((tmp_path / "cache.stat").glob("*"))
+    head = entries[0].read_text().split("\n", 1)[0].split() if len(entries) == 1 else []
+    assert head[:2] == ["kestrel-stat", "2"] and int(head[2]) == 1, entries   # one file remembered
+    assert c.push("team/ckpt", str(src), progress=seen.append) == 3 and seen[-1].bytes_new == 0
+    # same size, same mtime, new bytes: the ctime moved, so it is hashed again and sent
+    data = bytearray(src.read_bytes())
+    data[1 << 20:(1 << 20) + 4096] = os.urandom(4096)
+    src.write_bytes(data)
+    os.utime(src, (old, old))
+    assert c.push("team/ckpt", str(src), progress=seen.append) == 4 and seen[-1].bytes_new > 0
+    c.pull("team/ckpt@4", str(tmp_path / "out.bin"))
+    assert (tmp_path / "out.bin").read_bytes() == bytes(data)
+    # a directory is one entry, whatever its files: 50 files, one file written
+    tree = tmp_path / "tree"
+    for i in range(50):
+        (tree / f"d{i % 5}").mkdir(parents=True, exist_ok=True)
+        (tree / f"d{i % 5}" / f"f{i}").write_bytes(os.urandom(1000 + i))
+        os.utime(tree / f"d{i % 5}" / f"f{i}", (old, old))
+    c.push("team/tree", str(tree))
+    entries = list((tmp_path / "cache.stat").glob("*"))
+    counts = sorted(int(e.read_text().split("\n", 1)[0].split()[2]) for e in entries)
+    assert len(entries) == 2 and 50 in counts, counts   # the file's entry, and the directory's of 50
+    (tree / "d0" / "f0").write_bytes(b"changed")   # one file changed: only its bytes are sent
+    assert c.push("team/tree", str(tree), progress=seen.append) == 2 and seen[-1].bytes_new == len(b"changed")
+    # a push writes its entry to a temp file as it goes; a temp that a killed push left is removed by a
+    # later push of the same path once it is an hour old, never while it may belong to a live push
+    key = hashlib.sha256(os.path.realpath(tree).encode()).hexdigest()
+    dead, live = tmp_path / "cache.stat" / f"{key}.tmp.dead01", tmp_path / "cache.stat" / f"{key}.tmp.live01"
+    dead.write_text("F")
+    live.write_text("F")
+    os.utime(dead, (time.time() - 7200, time.time() - 7200))
+    assert c.push("team/tree", str(tree)) == 3
+    assert not dead.exists() and live.exists()
+    assert sorted(e.name for e in (tmp_path / "cache.stat").iterdir() if ".tmp." in e.name) == [live.name]
+
+
+def test_a_directory_of_empty_files_is_a_directory(kestreld, tmp_path):
+    """A directory whose files are all empty has no chunk: kestreld is never asked which it lacks, so
+    the push fills in every digest itself; the version is still the directory, every file listed."""
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    for rel in ("pkg/__init__.py", "pkg/b.py", "README"):
+        (tree / rel).write_bytes(b"")
+    for url in (kestreld.url, f"file://{tmp_path / 'store'}"):
+        c = kestrel.Client(url, kestreld.token)
+        assert c.push("team/empties", str(tree)) == 1
+        v = c.versions("team/empties")[-1]
+        assert v.size == 0
+        back = tmp_path / f"back-{len(url)}"
+        c.pull("team/empties", str(back))
+        assert sorted(str(p.relative_to(back)) for p in back.rglob("*") if p.is_file()) == \
+            ["README", "pkg/__init__.py", "pkg/b.py"]
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/empties/versions/1")
+    assert status == 200 and [f["path"] for f in json.loads(body)["files"]] == ["README", "pkg/__init__.py", "pkg/b.py"]
+
+
+def test_a_commit_answered_busy_is_sent_again_whole(kestreld, tmp_path, monkeypatch):
+    """A push keeps its chunk list in an unlinked temp file, not in memory, and the commit's body is the
+    manifest packed without it followed by its records, read from that file as curl sends them
+    (lib/repo/chunk_spool.h). kestreld answers 503 when its memory for bodies is spent: the commit goes
+    again, read again from the start, the same bytes, and the version holds every file. Where TMPDIR
+    cannot be written the list goes to /var/tmp; nothing is left behind."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    tree = tmp_path / "tree"
+    for i in range(400):
+        (tree / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (tree / f"d{i % 4}" / f"f{i:03d}").write_bytes(os.urandom(700 + i))
+    (tree / "big.bin").write_bytes(os.urandom(3 << 20))   # several chunks
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spool))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "busy")
+    try:
+        c = kestrel.Client(proxy.url, kestreld.token)
+        assert c.push("team/busy", str(tree)) == 1
+    finally:
+        proxy.close()
+    assert proxy.damaged == 1 and len(proxy.busied) == 1
+    body = proxy.busied[0]
+    assert len(body) > 401 * 70 and body in bytes(proxy.sent)     # every chunk's record, sent again the same
+    assert list(spool.iterdir()) == []
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.pull("team/busy", str(tmp_path / "back"))
+    assert subprocess.run(["diff", "-r", str(tree), str(tmp_path / "back")]).returncode == 0
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "no-such-dir"))
+    (tree / "d0" / "f000").write_bytes(b"changed")
+    assert c.push("team/busy", str(tree)) == 2
+    c.pull("team/busy@2", str(tmp_path / "back2"))
+    assert (tmp_path / "back2" / "d0" / "f000").read_bytes() == b"changed"
+
+
+@pytest.mark.parametrize("server", ["current", "older"])
+def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, monkeypatch, server):
+    """kestreld computes every file's SHA-256 from the chunks at commit (to check the client's word), so a
+    push to it leaves the digest of a file of several chunks to it and reads each file once. A kestreld
+    that does not say it fills them in (an older one, played by a proxy that drops fills_digests from
+    its answers) gets them from the push, which reads those files back. A file of one chunk has its
+    chunk's digest, which only an older kestreld is sent twice (a push of 200,000 small files holds
+    each digest once). Either way the version holds the true digests."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    big, tree = tmp_path / "big.bin", tmp_path / "tree"
+    big.write_bytes(os.urandom(12 << 20))
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "w.bin").write_bytes(os.urandom(5 << 20))
+    (tree / "a.txt").write_bytes(b"small")
+    (tree / "sub" / "__init__.py").write_bytes(b"")   # no chunk: its digest is known at once
+    want = hashlib.sha256(big.read_bytes()).hexdigest()
+    want_w = hashlib.sha256((tree / "sub" / "w.bin").read_bytes()).hexdigest()
+    want_a = hashlib.sha256(b"small").hexdigest()
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older" if server == "older" else "pass")
+    try:
+        c = kestrel.Client(proxy.url, kestreld.token)
+        assert c.push(f"team/whole-{server}", str(big)) == 1
+        assert c.push(f"team/wtree-{server}", str(tree)) == 1
+        sent = bytes(proxy.sent)
+        assert (want.encode() in sent) == (server == "older") and (want_w.encode() in sent) == (server == "older")
+        # the missing query and the manifest name the chunk; only to an older kestreld does the file too
+        assert sent.count(want_a.encode()) == (3 if server == "older" else 2)
+        assert (proxy.damaged > 0) == (server == "older")
+    finally:
+        proxy.close()
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    assert c.versions(f"team/whole-{server}")[-1].sha256 == want
+    status, body = raw(kestreld, "GET", f"/api/v1/models/team/wtree-{server}/versions/1")
+    assert status == 200 and {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["sub/w.bin"] == want_w
+    assert {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["a.txt"] == want_a
+    assert [f["path"] for f in json.loads(body)["files"]] == ["a.txt", "sub/__init__.py", "sub/w.bin"]
+    c.pull(f"team/wtree-{server}", str(tmp_path / "out"))   # the pull checks every digest
+    assert subprocess.run(["diff", "-r", str(tree), str(tmp_path / "out")]).returncode == 0
+    # file:// hashes beside its read, and fills in a digest that a stat cache entry from kestreld lacks
+    old = time.time() - 60
+    os.utime(big, (old, old))
+    c.push(f"team/whole-{server}", str(big))                # remembered now, its digest left to kestreld
+    entry = tmp_path / "cache.stat" / hashlib.sha256(os.path.realpath(big).encode()).hexdigest()
+    assert entry.read_text().split("\n")[1].split()[8] == "-"
+    store = kestrel.Client(f"file://{tmp_path / 'store'}", "")
+    assert store.push("team/local", str(big)) == 1 and store.versions("team/local")[-1].sha256 == want
