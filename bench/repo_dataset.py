@@ -107,7 +107,8 @@ def one_case(cli, env, work, label, name, count, sizes, seed, server, goal="goal
           f"{rss_push / 1024:.1f} MiB (kestreld {server_push})")
     print(f"  tar -cf + sync        {t_tar:6.2f} s   -> push at {t_push / t_tar:.2f}x tar ({goal})")
     print(f"  push again, unchanged {t_again:6.2f} s   {1000 * t_again / count:6.3f} ms a file   peak RSS "
-          f"{rss_again / 1024:.1f} MiB   ({again_new} bytes new; the stat cache vouches for every file)")
+          f"{rss_again / 1024:.1f} MiB   -> {t_again / t_push:.2f}x the first push ({again_new} bytes new; the stat "
+          f"cache vouches for every file)")
     print(f"  kestrel pull + sync   {t_pull:6.2f} s   {1000 * t_pull / count:6.3f} ms a file   peak RSS "
           f"{rss_pull / 1024:.1f} MiB (kestreld {server_pull})   (tree {'identical' if same else 'DIFFERS'})")
     print(f"  tar | tar + sync      {t_tar_copy:6.2f} s   -> pull at {t_pull / t_tar_copy:.2f}x tar ({goal})")
