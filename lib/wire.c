@@ -573,27 +573,54 @@ int kestrel__wire_pack_element(kestrel_buf *out, unsigned field, const ProtobufC
     return 0;
 }
 
-int kestrel__wire_next_element(const uint8_t *p, size_t len, size_t *at, unsigned *field, const uint8_t **data,
-                               size_t *n)
+int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned *field, unsigned *type,
+                             const uint8_t **data, size_t *n)
 {
-    size_t i = *at;
-    uint64_t key, size;
+    size_t i = *at, j;
+    uint64_t key, size = 0;
     if (read_varint(p, len, &i, &key) < 0)   /* none, cut short, or longer than a varint may be */
         return len - *at < 10 ? 0 : kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record");
-    if ((key & 7) != 2 || (key >> 3) == 0 || (key >> 3) > UINT32_MAX)
+    if ((key >> 3) == 0 || (key >> 3) > UINT32_MAX)
         return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record (key %llu)", (unsigned long long)key);
-    {
-        size_t j = i;
+    j = i;
+    switch (key & 7) {
+    case 0:   /* a varint: its bytes */
         if (read_varint(p, len, &i, &size) < 0)
             return len - j < 10 ? 0 : kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record");
+        size = i - j;
+        i = j;
+        break;
+    case 1: size = 8; break;
+    case 5: size = 4; break;
+    case 2:
+        if (read_varint(p, len, &i, &size) < 0)
+            return len - j < 10 ? 0 : kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record");
+        break;
+    default:
+        return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record (key %llu)", (unsigned long long)key);
     }
     if (size > len - i)
         return 0;
     *field = (unsigned)(key >> 3);
+    *type = (unsigned)(key & 7);
     *data = p + i;
     *n = (size_t)size;
     *at = i + (size_t)size;
     return 1;
+}
+
+int kestrel__wire_next_element(const uint8_t *p, size_t len, size_t *at, unsigned *field, const uint8_t **data,
+                               size_t *n)
+{
+    size_t i = *at;
+    unsigned type;
+    int rc = kestrel__wire_next_field(p, len, &i, field, &type, data, n);
+    if (rc == 1 && type != 2)
+        return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record (key %llu)",
+                                  ((unsigned long long)*field << 3) | type);
+    if (rc == 1)
+        *at = i;
+    return rc;
 }
 
 /* What protobuf-c accepts but the contract refuses, read off the wire: fields this schema does not

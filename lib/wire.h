@@ -29,6 +29,11 @@ int kestrel__wire_pack_element(kestrel_buf *out, unsigned field, const ProtobufC
  * read more and ask again), KESTREL_EINVALID where it is no such record. */
 int kestrel__wire_next_element(const uint8_t *p, size_t len, size_t *at, unsigned *field, const uint8_t **data,
                                size_t *n);
+/* The field at *at of p[0, len), of any wire type: its number, its wire type (0 varint, 1 64-bit,
+ * 2 length-delimited, 5 32-bit), its value's bytes (of a varint its encoding, of a length-delimited
+ * field what follows the length), and *at moved past it (1). 0 and KESTREL_EINVALID as below. */
+int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned *field, unsigned *type,
+                             const uint8_t **data, size_t *n);
 /* Parse protobuf into a new message and validate it (known enum values, UTF-8 strings). */
 int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                          const uint8_t *data, size_t len);

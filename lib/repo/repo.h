@@ -60,6 +60,29 @@ int kestrel__manifest_check(const Kestrel__V1__Manifest *m);
  * file's) may be empty: the repository fills them in (kestrel__store_fill_digests), then the
  * manifest must pass kestrel__manifest_check. */
 int kestrel__manifest_check_commit(const Kestrel__V1__Manifest *m);
+/* The same checks a record at a time (manifest_check.c), for a manifest too long to hold: begin with
+ * its other fields (head) and how many chunks and files it lists; then each file, followed by its
+ * chunks (a file version: its chunks); the chunks no file claims; then end. Each step fails as the
+ * whole check would; free in any case. About 12 KB (the last path, and which of its prefixes are
+ * files): allocate it. */
+typedef struct {
+    const Kestrel__V1__Manifest *head;
+    size_t n_chunks, n_files, chunks_seen, files_seen;
+    int open, unknown;
+    int64_t total;                        /* the chunks' bytes so far */
+    int64_t file_total, file_chunks;      /* the files' bytes and chunks so far */
+    int64_t file_size, file_left, file_sum;   /* the last file: its size, chunks still to come, their bytes */
+    struct evp_md_ctx_st *digest;         /* the listing's */
+    char prev[4001];
+    uint16_t stack[4001];
+    size_t depth;
+} kestrel__mcheck;
+int kestrel__mcheck_begin(kestrel__mcheck *c, const Kestrel__V1__Manifest *head, size_t n_chunks, size_t n_files,
+                          int open);
+int kestrel__mcheck_file(kestrel__mcheck *c, const Kestrel__V1__TreeFile *f);
+int kestrel__mcheck_chunk(kestrel__mcheck *c, const Kestrel__V1__ChunkRef *r);
+int kestrel__mcheck_end(kestrel__mcheck *c);
+void kestrel__mcheck_free(kestrel__mcheck *c);
 /* 1 when a whole-file digest of m is left empty: the version's or a listed file's. */
 int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m);
 /* 1 when a listed file's digest is left empty. */

@@ -488,6 +488,54 @@ static void directory_round_trip(void **state)
     free(big);
 }
 
+/* A file that is also a folder of a later path, with paths between them that sort between ("a",
+ * "a-b", "a/c": '-' sorts before '/'), however deep; and lookalikes that are no such thing. The check
+ * reads the files in order, once (kestrel__mcheck, a pull's check of a manifest it does not hold). */
+static void tree_files_that_are_folders(void **state)
+{
+    static const struct {
+        const char *paths[5];
+        int ok;
+    } cases[] = {
+        { { "a", "a-b", "a/c" }, 0 },
+        { { "a", "a!", "a-b", "a.c", "a/c" }, 0 },
+        { { "a", "a-b", "a-b/c" }, 0 },
+        { { "x", "x-y/z", "x/y/z" }, 0 },
+        { { "d/e", "d/e-f", "d/e/g" }, 0 },
+        { { "a", "a!", "a-b/c", "a0", "b/c" }, 1 },
+        { { "a-b/c", "a/c", "a0/a" }, 1 },
+        { { "a!/b", "a", "a0" }, 1 },   /* not sorted: refused for that */
+    };
+    (void)state;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
+        Kestrel__V1__Manifest m = KESTREL__V1__MANIFEST__INIT;
+        Kestrel__V1__TreeFile f[5], *fp[5];
+        char sha[65], d[65];
+        size_t n = 0;
+        memset(sha, 'e', 64);
+        sha[64] = '\0';
+        while (n < 5 && cases[k].paths[n]) {
+            kestrel__v1__tree_file__init(&f[n]);
+            f[n].path = (char *)cases[k].paths[n];
+            f[n].sha256 = sha;
+            fp[n] = &f[n];
+            n++;
+        }
+        m.files = fp, m.n_files = n;
+        kestrel__manifest_tree_digest(fp, n, d);
+        m.sha256 = d;
+        if (k == sizeof(cases) / sizeof(*cases) - 1) {
+            assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+            assert_non_null(strstr(kestrel_error_last()->message, "sorted"));
+        } else if (cases[k].ok) {
+            assert_int_equal(kestrel__manifest_check(&m), 0);
+        } else {
+            assert_int_equal(kestrel__manifest_check(&m), KESTREL_EINVALID);
+            assert_non_null(strstr(kestrel_error_last()->message, "is both a file and a directory"));
+        }
+    }
+}
+
 /* Tree manifests: what a path may be, and listings that do not add up (kestrel__manifest_check, as
  * kestreld runs it on a commit and a pull on what it resolved). */
 static void tree_paths_and_listings(void **state)
@@ -640,6 +688,7 @@ int main(void)
         cmocka_unit_test(chunks_have_bounded_sizes_and_survive_an_insertion),
         cmocka_unit_test(the_cuts_are_those_of_every_earlier_build),
         cmocka_unit_test(tree_paths_and_listings),
+        cmocka_unit_test(tree_files_that_are_folders),
         cmocka_unit_test_setup_teardown(a_push_cuts_a_file_as_the_chunker_does, setup, teardown),
         cmocka_unit_test_setup_teardown(a_file_a_push_reads_is_opened_without_surprises, setup, teardown),
         cmocka_unit_test_setup_teardown(directory_round_trip, setup, teardown),
