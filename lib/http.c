@@ -1,7 +1,9 @@
 /* lib/http.c - requests to kestreld: protobuf bodies, retries, error mapping. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "client.h"
 #include "http.h"
 
@@ -29,11 +31,36 @@ int kestrel__query_add(kestrel_buf *path, const char *key, const char *value)
     return rc;
 }
 
+/* Where an answer goes: memory, or (a 2xx one, when the request says so) a file. */
+typedef struct {
+    kestrel_buf *resp;
+    CURL *h;
+    int fd;          /* -1: memory */
+    int64_t at;      /* the file's bytes so far */
+    int err;         /* errno of a failed write */
+} answer;
+
 static size_t on_body(char *data, size_t size, size_t n, void *payload)
 {
-    kestrel_buf *b = payload;
-    if (kestrel__buf_put(b, data, size * n) < 0)
-        return 0;
+    answer *a = payload;
+    long status = 0;
+    size_t left = size * n;
+    if (a->fd >= 0)
+        curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &status);
+    if (a->fd < 0 || status < 200 || status >= 300)
+        return kestrel__buf_put(a->resp, data, size * n) < 0 ? 0 : size * n;
+    while (left > 0) {
+        ssize_t w = pwrite(a->fd, data, left, a->at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            a->err = w < 0 ? errno : ENOSPC;
+            return 0;
+        }
+        data += w;
+        left -= (size_t)w;
+        a->at += w;
+    }
     return size * n;
 }
 
@@ -180,12 +207,17 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         CURL *h = c->curl;
         stopping st = { req, 0 };
         body_reader rd = { &body, req, 0, 0 };
+        answer ans = { &resp, h, req->to_fd ? *req->to_fd : -1, 0, 0 };
         int limit = retries;
         CURLcode cc;
         long status = 0;
         char *ctype = NULL;
 
         resp.size = 0;
+        if (ans.fd >= 0 && ftruncate(ans.fd, 0) < 0) {
+            rc = kestrel__error_set(KESTREL_EIO, "cannot empty the file for the answer to %s: %s", req->path, strerror(errno));
+            goto done;
+        }
         curl_easy_reset(h);
         curl_easy_setopt(h, CURLOPT_URL, url.ptr);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
@@ -202,7 +234,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.size + (req->tail ? req->tail_size : 0));
         }
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &ans);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->opts.connect_timeout_ms ? c->opts.connect_timeout_ms : 10000L);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -220,6 +252,10 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             rc = st.rc < 0 ? st.rc : rd.rc;
             goto done;
         }
+        if (ans.err) {
+            rc = kestrel__error_set(KESTREL_EIO, "cannot write the answer to %s: %s", req->path, strerror(ans.err));
+            goto done;
+        }
         if (cc == CURLE_OK) {
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
             curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ctype);
@@ -227,6 +263,12 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                 if (req->raw_json) {
                     kestrel_buf_dispose(req->raw_json);
                     rc = kestrel__buf_put(req->raw_json, resp.ptr ? resp.ptr : "", resp.size);
+                    goto done;
+                }
+                if (ans.fd >= 0) {   /* the caller reads it */
+                    rc = ctype && strstr(ctype, "protobuf")
+                             ? 0 : kestrel__error_set(KESTREL_EPROTO, "%s answered %s, not protobuf", req->path,
+                                                      ctype ? ctype : "no content type");
                     goto done;
                 }
                 if (req->response && out)

@@ -27,6 +27,9 @@ typedef struct {
     int64_t (*tail)(void *ctx, int64_t at, void *buf, size_t n);
     void *tail_ctx;
     int64_t tail_size;
+    /* set: a 2xx body, which must be protobuf, is written to this file from offset 0 (and again from
+     * 0 on a retry) instead of decoded: a body too long to hold (a pull's manifest). out is not set. */
+    const int *to_fd;
 } kestrel__request;
 
 /* Perform req; on 2xx *out is the decoded response (protobuf_c_message_free_unpacked).

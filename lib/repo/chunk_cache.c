@@ -384,12 +384,13 @@ void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kes
     }
 }
 
-void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, const Kestrel__V1__Manifest *m)
+void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, size_t n_files,
+                             kestrel__cache_windows next, void *ctx)
 {
     char id[40], idx[2300], tmp[2400], root[TREE_PATH_MAX];
-    size_t chunk = 0;
+    const Kestrel__V1__Manifest *m;
     FILE *f;
-    int fd, ok;
+    int fd, ok, more = 0;
     if (!cache->on || realpath(dest, root) == NULL)
         return;
     if (!cache->loaded)
@@ -406,14 +407,17 @@ void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, cons
         unlink(tmp);
         return;
     }
-    ok = fprintf(f, "kestrel-tree 1 %zu %zu\n%s\n", m->n_files, strlen(root), root) > 0;
-    for (size_t j = 0; j < m->n_files && ok; j++) {
-        const Kestrel__V1__TreeFile *t = m->files[j];
-        ok = fprintf(f, "F %lld %lld %zu\n%s\n", (long long)t->size, (long long)t->chunks, strlen(t->path), t->path) > 0;
-        for (int64_t k = 0; k < t->chunks && ok && chunk < m->n_chunks; k++, chunk++)
-            ok = fprintf(f, "%s %lld\n", m->chunks[chunk]->digest, (long long)m->chunks[chunk]->size) > 0;
+    ok = fprintf(f, "kestrel-tree 1 %zu %zu\n%s\n", n_files, strlen(root), root) > 0;
+    while (ok && (more = next(ctx, &m)) == 1) {
+        size_t chunk = 0;
+        for (size_t j = 0; j < m->n_files && ok; j++) {
+            const Kestrel__V1__TreeFile *t = m->files[j];
+            ok = fprintf(f, "F %lld %lld %zu\n%s\n", (long long)t->size, (long long)t->chunks, strlen(t->path), t->path) > 0;
+            for (int64_t k = 0; k < t->chunks && ok && chunk < m->n_chunks; k++, chunk++)
+                ok = fprintf(f, "%s %lld\n", m->chunks[chunk]->digest, (long long)m->chunks[chunk]->size) > 0;
+        }
     }
-    if (fclose(f) != 0 || !ok || rename(tmp, idx) < 0)
+    if (fclose(f) != 0 || !ok || more != 0 || rename(tmp, idx) < 0)
         unlink(tmp);
 }
 

@@ -61,10 +61,14 @@ int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t siz
 /* Keep the pulled file at path, whose chunks are items (in order), as a pack: a hard link to it.
  * Best effort: without it a later pull only downloads more. */
 void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kestrel__cache_item *items, size_t n);
-/* Keep the pulled directory dest (absolute; its files m's) as a tree pack: an index of where each
- * chunk lies in its files, no copy of them (they are read, and verified, where they are; a pack whose
- * files changed or went is dropped). Replaces an earlier tree pack of the same directory. */
-void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, const Kestrel__V1__Manifest *m);
+/* The files of a pulled directory and their chunks, a window at a time (manifest_file.h): 1 and *win,
+ * 0 at the end, < 0 a failure. */
+typedef int (*kestrel__cache_windows)(void *ctx, const Kestrel__V1__Manifest **win);
+/* Keep the pulled directory dest (its n_files files, given by next) as a tree pack: an index of where
+ * each chunk lies in its files, no copy of them (they are read, and verified, where they are; a pack
+ * whose files changed or went is dropped). Replaces an earlier tree pack of the same directory. */
+void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, size_t n_files,
+                             kestrel__cache_windows next, void *ctx);
 /* Evict least recently used packs until the cache fits its bound (tree packs hold no bytes of their
  * own: the newest TREE_PACKS_MAX of them are kept). */
 void kestrel__cache_trim(kestrel__chunk_cache *cache);

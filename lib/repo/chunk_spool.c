@@ -11,6 +11,7 @@
 
 #define WRITE_AT (1u << 20)   /* records gathered before they are written */
 #define READ_BUF (64u * 1024)
+#define RECORD_MAX (64u << 20)   /* the longest record read back */
 
 struct kestrel__spool {
     int fd;
@@ -18,9 +19,7 @@ struct kestrel__spool {
     kestrel_buf pending;      /* records not written yet */
     int64_t written;          /* bytes in the file */
     size_t files;
-    uint8_t *rbuf;            /* reading back: rbuf[rat, rlen) not taken yet; roff the file's next byte */
-    size_t rlen, rat;
-    int64_t roff;
+    kestrel__records rd;      /* reading back */
 };
 
 /* An unlinked file in dir (O_TMPFILE, else a named one unlinked at once); -1 where it cannot be. */
@@ -35,23 +34,30 @@ static int temp_in(const char *dir)
     return fd;
 }
 
-int kestrel__spool_open(kestrel__spool **out)
+int kestrel__temp_fd(const char *what)
 {
     const char *env = getenv("TMPDIR");
     const char *dirs[] = { env && env[0] ? env : "/var/tmp", "/var/tmp", "/tmp" };
+    int first_errno = 0, fd = -1;
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs) && fd < 0; i++)
+        if ((i == 0 || strcmp(dirs[i], dirs[0])) && (fd = temp_in(dirs[i])) < 0 && i == 0)
+            first_errno = errno;
+    if (fd < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot make a temp file for %s in %s: %s", what, dirs[0],
+                                  strerror(first_errno));
+    return fd;
+}
+
+int kestrel__spool_open(kestrel__spool **out)
+{
     kestrel__spool *s = calloc(1, sizeof(*s));
-    int first_errno = 0;
     *out = NULL;
     if (s == NULL)
         return kestrel__error_oom();
-    s->fd = -1;
-    for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs) && s->fd < 0; i++)
-        if ((i == 0 || strcmp(dirs[i], dirs[0])) && (s->fd = temp_in(dirs[i])) < 0 && i == 0)
-            first_errno = errno;
-    if (s->fd < 0) {
+    if ((s->fd = kestrel__temp_fd("the push's lists")) < 0) {
+        int rc = s->fd;
         free(s);
-        return kestrel__error_set(KESTREL_EIO, "cannot make a temp file for the push's lists in %s: %s", dirs[0],
-                                  strerror(first_errno));
+        return rc;
     }
     s->chunk_field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "chunks")->id;
     s->file_field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "files")->id;
@@ -108,12 +114,66 @@ int64_t kestrel__spool_bytes(const kestrel__spool *s)
 
 int kestrel__spool_rewind(kestrel__spool *s)
 {
-    int rc = flush(s);
-    if (rc == 0 && s->rbuf == NULL && (s->rbuf = malloc(READ_BUF)) == NULL)
-        rc = kestrel__error_oom();
-    s->rlen = s->rat = 0;
-    s->roff = 0;
-    return rc;
+    s->rd.fd = s->fd;
+    s->rd.what = "the push's temp list";
+    s->rd.bad = KESTREL_EIO;
+    kestrel__records_rewind(&s->rd);
+    return flush(s);
+}
+
+int kestrel__records_next(kestrel__records *r, unsigned *field, unsigned *type, const uint8_t **data, size_t *n,
+                          const uint8_t **raw, size_t *raw_n)
+{
+    for (;;) {
+        size_t start = r->at;
+        ssize_t got;
+        int rc = r->buf ? kestrel__wire_next_field(r->buf, r->len, &r->at, field, type, data, n) : 0;
+        if (rc < 0)
+            return kestrel__error_set(r->bad, "%s is damaged", r->what);
+        if (rc == 1) {
+            if (raw) {
+                *raw = r->buf + start;
+                *raw_n = r->at - start;
+            }
+            return 1;
+        }
+        if (r->at) {   /* the start of a record: keep it, read on */
+            memmove(r->buf, r->buf + r->at, r->len - r->at);
+            r->len -= r->at;
+            r->at = 0;
+        }
+        if (r->len == r->cap) {   /* a record longer than the buffer */
+            size_t cap = r->cap ? r->cap * 2 : READ_BUF;
+            uint8_t *b = cap <= RECORD_MAX ? realloc(r->buf, cap) : NULL;
+            if (b == NULL)
+                return cap <= RECORD_MAX ? kestrel__error_oom() : kestrel__error_set(r->bad, "%s is damaged", r->what);
+            r->buf = b;
+            r->cap = cap;
+        }
+        got = pread(r->fd, r->buf + r->len, r->cap - r->len, r->off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", r->what, strerror(errno));
+        if (got == 0)   /* the end: nothing left, or a record cut short */
+            return r->len == 0 ? 0 : kestrel__error_set(r->bad, "%s is damaged", r->what);
+        r->len += (size_t)got;
+        r->off += got;
+    }
+}
+
+void kestrel__records_rewind(kestrel__records *r)
+{
+    r->len = r->at = 0;
+    r->off = 0;
+}
+
+void kestrel__records_free(kestrel__records *r)
+{
+    free(r->buf);
+    r->buf = NULL;
+    r->cap = 0;
+    kestrel__records_rewind(r);
 }
 
 /* A record's bytes as what it is: 1 a chunk, 2 a file; KESTREL_EIO where it is neither. */
@@ -141,30 +201,14 @@ static int record(kestrel__spool *s, unsigned field, const uint8_t *data, size_t
 
 int kestrel__spool_next(kestrel__spool *s, char hex[65], uint32_t *len, Kestrel__V1__TreeFile **file)
 {
+    const uint8_t *data;
+    size_t n;
+    unsigned field, type;
+    int rc = kestrel__records_next(&s->rd, &field, &type, &data, &n, NULL, NULL);
     *file = NULL;
-    for (;;) {
-        const uint8_t *data;
-        size_t n;
-        unsigned field;
-        ssize_t got;
-        int rc = kestrel__wire_next_element(s->rbuf, s->rlen, &s->rat, &field, &data, &n);
-        if (rc < 0)
-            return kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
-        if (rc == 1)
-            return record(s, field, data, n, hex, len, file);
-        memmove(s->rbuf, s->rbuf + s->rat, s->rlen - s->rat);   /* the start of a record: keep it, read on */
-        s->rlen -= s->rat;
-        s->rat = 0;
-        got = s->rlen < READ_BUF ? pread(s->fd, s->rbuf + s->rlen, READ_BUF - s->rlen, s->roff) : 0;
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot read the push's temp list: %s", strerror(errno));
-        if (got == 0)   /* the end: nothing left, or a record cut short */
-            return s->rlen == 0 ? 0 : kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
-        s->rlen += (size_t)got;
-        s->roff += got;
-    }
+    if (rc == 1 && type != 2)
+        return kestrel__error_set(KESTREL_EIO, "the push's temp list is damaged");
+    return rc == 1 ? record(s, field, data, n, hex, len, file) : rc;
 }
 
 int64_t kestrel__spool_pread(kestrel__spool *s, int64_t at, void *buf, size_t n)
@@ -209,6 +253,6 @@ void kestrel__spool_close(kestrel__spool *s)
     if (s->fd >= 0)
         close(s->fd);
     kestrel_buf_dispose(&s->pending);
-    free(s->rbuf);
+    kestrel__records_free(&s->rd);
     free(s);
 }

@@ -138,23 +138,27 @@ void kestrel__mcheck_free(kestrel__mcheck *c)
     c->digest = NULL;
 }
 
-/* A whole manifest through the steps: each file, then its chunks; chunks no file claims last. */
+int kestrel__mcheck_lists(kestrel__mcheck *c, const Kestrel__V1__Manifest *w)
+{
+    size_t at = 0;
+    int rc = 0;
+    for (size_t j = 0; j < w->n_files && rc == 0; j++) {
+        rc = kestrel__mcheck_file(c, w->files[j]);
+        for (int64_t k = 0; k < w->files[j]->chunks && at < w->n_chunks && rc == 0; k++)
+            rc = kestrel__mcheck_chunk(c, w->chunks[at++]);
+    }
+    while (at < w->n_chunks && rc == 0)
+        rc = kestrel__mcheck_chunk(c, w->chunks[at++]);
+    return rc;
+}
+
 static int check(const Kestrel__V1__Manifest *m, int open)
 {
     kestrel__mcheck *c = malloc(sizeof(*c));
-    size_t at = 0;
     int rc;
     if (c == NULL)
         return kestrel__error_oom();
-    rc = kestrel__mcheck_begin(c, m, m->n_chunks, m->n_files, open);
-    for (size_t j = 0; j < m->n_files && rc == 0; j++) {
-        rc = kestrel__mcheck_file(c, m->files[j]);
-        for (int64_t k = 0; k < m->files[j]->chunks && at < m->n_chunks && rc == 0; k++)
-            rc = kestrel__mcheck_chunk(c, m->chunks[at++]);
-    }
-    while (at < m->n_chunks && rc == 0)
-        rc = kestrel__mcheck_chunk(c, m->chunks[at++]);
-    if (rc == 0)
+    if ((rc = kestrel__mcheck_begin(c, m, m->n_chunks, m->n_files, open)) == 0 && (rc = kestrel__mcheck_lists(c, m)) == 0)
         rc = kestrel__mcheck_end(c);
     kestrel__mcheck_free(c);
     free(c);

@@ -1,7 +1,8 @@
-/* lib/repo/pull.c - the one pull, over any transport: resolve the version, check its manifest (a
- * repository's answer is input too), take what the local cache has (each chunk verified as it is
- * read), fetch the rest (each placed at every offset it occupies), then check the whole and install
- * it. A file: a helper hashes it as it fills in, and that one hash covers every byte, so a fetched
+/* lib/repo/pull.c - the one pull, over any transport: resolve the version into a temp file and check
+ * its manifest there a record at a time (a repository's answer is input too; manifest_file.h), then,
+ * a window of its files at a time, take what the local cache has (each chunk verified as it is
+ * read), fetch the rest (each placed at every offset it occupies in the window), then check the
+ * whole and install it. A file: a helper hashes it as it fills in, and that one hash covers every byte, so a fetched
  * chunk's own digest is checked only when the whole does not match, to name the damaged chunk and
  * tell the repository (a second SHA-256 of every byte cost a 1 GiB pull 1.2 s of its 3 s of CPU);
  * then fsync and rename. A directory: each chunk is verified as it arrives (a file of one chunk has
@@ -21,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "chunk_cache.h"
+#include "manifest_file.h"
 #include "own_dir.h"
 #include "pull_layout.h"
 #include "store.h"
@@ -57,9 +59,9 @@ typedef struct {
     kestrel__error_kept err;
     int whole_hashed;           /* a file: its whole digest covers every byte, chunks are not hashed */
     char damaged[KESTREL__HEX_LEN + 1];   /* a chunk that arrived damaged: the transport is told */
-    int64_t bytes_placed, chunks_placed;  /* atomic: read by the fetching thread for progress; after
-                                           * the fetch, chunks_placed is what was downloaded */
-    int64_t bytes_before, chunks_before;  /* progress before the fetch (the cache's share) */
+    int64_t bytes_placed, chunks_placed;  /* atomic: read by the fetching thread for progress (a window's) */
+    int64_t bytes_before, chunks_before;  /* progress before the window's fetch */
+    int64_t downloaded;                   /* chunks fetched, every window's */
 } pull_state;
 
 /* Check a fetched chunk (it came with len bytes, data holds them when that is its size): its size,
@@ -115,6 +117,9 @@ static int placer_start(pull_state *ps)
 {
     ps->bytes_before = ps->pr->p.bytes_done;
     ps->chunks_before = ps->pr->p.chunks_done;
+    ps->bytes_placed = ps->chunks_placed = 0;   /* no placer runs: a window's count from 0 */
+    ps->closing = ps->abandon = 0;
+    ps->head = ps->n = 0;
     if (pthread_create(&ps->th, NULL, placer_main, ps) != 0)
         return kestrel__error_set(KESTREL_ENOMEM, "cannot start the thread that places pulled chunks");
     ps->running = 1;
@@ -143,6 +148,7 @@ static int placer_finish(pull_state *ps, int fetch_rc)
     pthread_join(ps->th, NULL);
     ps->running = 0;
     progress_sync(ps);
+    ps->downloaded += ps->chunks_placed;
     if (ps->damaged[0])
         ps->t->ops->damaged(ps->t, ps->damaged);   /* before the error is restored: it may set its own */
     if (ps->rc < 0 && (fetch_rc >= 0 || fetch_rc == KESTREL_ERROR)) {
@@ -253,16 +259,131 @@ static int from_cache(pull_state *ps, kestrel__chunk_cache *cache, const Kestrel
     return rc;
 }
 
+/* A window of the listing at a time (manifest_file.h): a pull holds the records of at most these many
+ * files and chunks, whatever the version's count. A digest in two windows is fetched for each (the
+ * layout places a chunk at each of its offsets within a window). */
+#define WINDOW_FILES 4096
+#define WINDOW_CHUNKS 16384
+
+/* The chunks of window w, placed: what the cache holds, then the rest fetched. A directory's go into
+ * its files (tree), a file's into fd (all its chunks are one window). Then ps->lay waits for
+ * kestrel__layout_finish. */
+static int pull_window(pull_state *ps, kestrel__chunk_cache *cache, const Kestrel__V1__Manifest *w, int fd,
+                       const char *tmp, kestrel__tree_out *tree)
+{
+    kestrel__want *want = calloc(w->n_chunks + 1, sizeof(*want));
+    size_t nwant = 0;
+    int rc;
+    if (want == NULL)
+        return kestrel__error_oom();
+    if (tree)   /* each chunk written straight into its file(s) */
+        rc = kestrel__tree_out_window(tree, w) < 0 ? KESTREL_ENOMEM
+                                                   : kestrel__layout_new(&ps->lay, w, -1, NULL, kestrel__tree_out_write, tree);
+    else        /* a temp file beside dest, hashed as it fills in */
+        rc = kestrel__layout_new(&ps->lay, w, fd, tmp, NULL, NULL);
+    if (rc == 0)
+        rc = from_cache(ps, cache, w, want, &nwant);
+    if (rc == 0 && nwant && (rc = placer_start(ps)) == 0) {
+        ps->t->tick = ps->pr;   /* a stop is seen while the repository does not answer, too */
+        rc = ps->t->ops->fetch(ps->t, want, nwant, arrived, ps);
+        ps->t->tick = NULL;
+        rc = placer_finish(ps, rc);
+    }
+    free(want);
+    return rc;
+}
+
+static int next_window(void *ctx, const Kestrel__V1__Manifest **w)
+{
+    return kestrel__mfile_next(ctx, w);
+}
+
+/* A directory: each window's files written and checked in a fresh directory, which replaces dest. */
+static int pull_tree(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile *mf, const char *dest)
+{
+    const Kestrel__V1__Manifest *w;
+    kestrel__tree_out *tree = NULL;
+    char sha[65];
+    int rc = kestrel__tree_out_new(&tree, dest);
+    kestrel__mfile_rewind(mf, WINDOW_FILES, WINDOW_CHUNKS);
+    while (rc == 0 && (rc = kestrel__mfile_next(mf, &w)) == 1) {
+        if ((rc = pull_window(ps, cache, w, -1, NULL, tree)) == 0) {
+            rc = kestrel__layout_finish(ps->lay, sha);
+            ps->lay = NULL;
+        }
+        if (rc == 0)
+            rc = kestrel__tree_out_settle(tree);   /* every file of the window checked */
+    }
+    kestrel__layout_free(ps->lay);   /* before the directory it writes into goes */
+    ps->lay = NULL;
+    if (rc < 0) {
+        kestrel__tree_out_abandon(tree);
+        return rc;
+    }
+    if ((rc = kestrel__tree_out_finish(tree, dest)) < 0)   /* renamed to dest */
+        return rc;
+    if (ps->downloaded) {   /* its files are the pack: nothing written twice */
+        kestrel__mfile_rewind(mf, WINDOW_FILES, WINDOW_CHUNKS);
+        kestrel__cache_add_tree(cache, dest, kestrel__mfile_files(mf), next_window, mf);
+        kestrel__cache_trim(cache);
+    }
+    return 0;
+}
+
+/* A file: its chunks into a temp file beside dest, its whole digest checked, then renamed to dest. */
+static int pull_file(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile *mf, const char *ref, const char *dest)
+{
+    const Kestrel__V1__Manifest *w;
+    char tmp[4096], sha[65];
+    struct stat st;
+    int fd, hold = -1, rc;
+    if (lstat(dest, &st) == 0 && S_ISDIR(st.st_mode))   /* said before a byte is fetched */
+        return kestrel__error_set(KESTREL_EEXISTS, "%s is a directory: a file version replaces only a file or a "
+                                  "symbolic link (name the file to make inside it)", dest);
+    snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.v2.XXXXXX", dest);
+    if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
+    if (kestrel__pull_temp_lock(fd) == 0)   /* ours while this process lives (pull_sweep.c), */
+        hold = dup(fd);                      /* until it is renamed, not only until it is closed */
+    kestrel__mfile_rewind(mf, 1, SIZE_MAX);   /* every chunk in one window: the file is hashed from its front */
+    ps->whole_hashed = 1;
+    if ((rc = kestrel__mfile_next(mf, &w)) == 0) {   /* an empty file */
+        static const Kestrel__V1__Manifest empty = KESTREL__V1__MANIFEST__INIT;
+        w = &empty;
+    }
+    if (rc >= 0 && (rc = pull_window(ps, cache, w, fd, tmp, NULL)) == 0) {
+        rc = kestrel__layout_finish(ps->lay, sha);
+        ps->lay = NULL;
+    }
+    if (rc == 0 && strcmp(sha, kestrel__mfile_head(mf)->sha256))
+        rc = whole_mismatch(ps, w, fd, ref);
+    if (rc == 0) {   /* a file pulled is like any file made here (mkstemp's 0600 is the temp's, found by a test) */
+        int synced = fchmod(fd, 0666 & ~kestrel__umask()) == 0 && fsync(fd) == 0, closed = close(fd) == 0;
+        fd = -1;
+        if (!synced || !closed)
+            rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
+    }
+    if (rc == 0 && rename(tmp, dest) < 0)
+        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+    if (rc == 0)
+        keep_pack(cache, dest, w, ps->downloaded);   /* a hard link: no byte is written twice */
+    kestrel__layout_free(ps->lay);
+    ps->lay = NULL;
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0)
+        unlink(tmp);   /* never leave half a file behind */
+    if (hold >= 0)
+        close(hold);
+    return rc;
+}
+
 static int pull_once(kestrel__transport *t, const char *ref, const char *dest, kestrel__progress *pr)
 {
-    Kestrel__V1__Manifest *mf = NULL;
+    kestrel__mfile *mf = NULL;
     kestrel__chunk_cache cache;
-    kestrel__tree_out *tree = NULL;
-    kestrel__want *want = NULL;
     pull_state ps;
-    char tmp[4096] = "", sha[65];
-    size_t nwant = 0;
-    int fd = -1, hold = -1, rc;
+    int rc;
 
     memset(&ps, 0, sizeof(ps));
     memset(&cache, 0, sizeof(cache));   /* closed at the end, opened or not */
@@ -270,89 +391,22 @@ static int pull_once(kestrel__transport *t, const char *ref, const char *dest, k
     ps.pr = pr;
     pthread_mutex_init(&ps.mu, NULL);
     pthread_cond_init(&ps.cv, NULL);
+    if ((rc = kestrel__mfile_open(&mf)) < 0)
+        goto done;
     t->tick = pr;   /* a stop is seen while the manifest does not come, too (a dataset's is large) */
-    rc = t->ops->resolve(t, ref, &mf);
+    rc = t->ops->resolve(t, ref, kestrel__mfile_fd(mf));
     t->tick = NULL;
     if (rc < 0)
         goto done;
-    if (kestrel__manifest_check(mf) < 0) {
+    if (kestrel__mfile_scan(mf) < 0 || kestrel__mfile_check(mf) < 0) {
         rc = kestrel__error_set(KESTREL_EPROTO, "the manifest of %s is damaged: %s", ref, kestrel_error_last()->message);
         goto done;
     }
-    pr->p.bytes_total = mf->size;
+    pr->p.bytes_total = kestrel__mfile_head(mf)->size;
     kestrel__cache_open(&cache);
-    if ((want = calloc(mf->n_chunks + 1, sizeof(*want))) == NULL) {
-        rc = kestrel__error_oom();
-        goto done;
-    }
     kestrel__pull_sweep(dest);   /* what killed pulls to dest left beside it */
-    if (mf->n_files) {   /* a directory: each chunk written straight into its file(s) */
-        if ((rc = kestrel__tree_out_new(&tree, mf, dest)) < 0 ||
-            (rc = kestrel__layout_new(&ps.lay, mf, -1, NULL, kestrel__tree_out_write, tree)) < 0)
-            goto done;
-    } else {             /* a file: a temp file beside dest, hashed as it fills in */
-        struct stat st;
-        if (lstat(dest, &st) == 0 && S_ISDIR(st.st_mode)) {   /* said before a byte is fetched */
-            rc = kestrel__error_set(KESTREL_EEXISTS, "%s is a directory: a file version replaces only a file or a "
-                                    "symbolic link (name the file to make inside it)", dest);
-            goto done;
-        }
-        snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.v2.XXXXXX", dest);
-        if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
-            tmp[0] = '\0';
-            rc = kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
-            goto done;
-        }
-        if (kestrel__pull_temp_lock(fd) == 0)   /* ours while this process lives (pull_sweep.c), */
-            hold = dup(fd);                      /* until it is renamed, not only until it is closed */
-        if ((rc = kestrel__layout_new(&ps.lay, mf, fd, tmp, NULL, NULL)) < 0)
-            goto done;
-        ps.whole_hashed = 1;
-    }
-    if ((rc = from_cache(&ps, &cache, mf, want, &nwant)) < 0)
+    if ((rc = kestrel__mfile_files(mf) ? pull_tree(&ps, &cache, mf, dest) : pull_file(&ps, &cache, mf, ref, dest)) < 0)
         goto done;
-    if (nwant) {
-        if ((rc = placer_start(&ps)) < 0)
-            goto done;
-        t->tick = ps.pr;   /* a stop is seen while the repository does not answer, too */
-        rc = t->ops->fetch(t, want, nwant, arrived, &ps);
-        t->tick = NULL;
-        if ((rc = placer_finish(&ps, rc)) < 0)
-            goto done;
-    }
-    rc = kestrel__layout_finish(ps.lay, sha);
-    ps.lay = NULL;
-    if (rc < 0)
-        goto done;
-    if (tree) {
-        rc = kestrel__tree_out_finish(tree, dest);   /* every file checked, then renamed to dest */
-        tree = NULL;
-        if (rc < 0)
-            goto done;
-        if (ps.chunks_placed) {
-            kestrel__cache_add_tree(&cache, dest, mf);   /* its files are the pack: nothing written twice */
-            kestrel__cache_trim(&cache);
-        }
-    } else {
-        if (strcmp(sha, mf->sha256)) {
-            rc = whole_mismatch(&ps, mf, fd, ref);
-            goto done;
-        }
-        {   /* a file pulled is like any file made here (mkstemp's 0600 is the temp's, found by a test) */
-            int synced = fchmod(fd, 0666 & ~kestrel__umask()) == 0 && fsync(fd) == 0, closed = close(fd) == 0;
-            fd = -1;
-            if (!synced || !closed) {
-                rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
-                goto done;
-            }
-        }
-        if (rename(tmp, dest) < 0) {
-            rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
-            goto done;
-        }
-        tmp[0] = '\0';
-        keep_pack(&cache, dest, mf, ps.chunks_placed);   /* a hard link: no byte is written twice */
-    }
     (void)kestrel__progress_report(pr, 1);   /* dest is in place: too late to cancel (repo.h) */
     rc = 0;
 done:
@@ -360,17 +414,8 @@ done:
         kestrel_buf_dispose(&ps.q[i].buf);
     pthread_mutex_destroy(&ps.mu);
     pthread_cond_destroy(&ps.cv);
-    if (fd >= 0)
-        close(fd);
-    if (rc < 0 && tmp[0])
-        unlink(tmp);   /* never leave half a file behind */
-    if (hold >= 0)
-        close(hold);
-    kestrel__layout_free(ps.lay);   /* before the directory it writes into goes */
-    kestrel__tree_out_abandon(tree);
     kestrel__cache_close(&cache);
-    free(want);
-    kestrel__manifest_free(mf);
+    kestrel__mfile_close(mf);
     return rc;
 }
 

@@ -81,6 +81,9 @@ int kestrel__mcheck_begin(kestrel__mcheck *c, const Kestrel__V1__Manifest *head,
                           int open);
 int kestrel__mcheck_file(kestrel__mcheck *c, const Kestrel__V1__TreeFile *f);
 int kestrel__mcheck_chunk(kestrel__mcheck *c, const Kestrel__V1__ChunkRef *r);
+/* Each file of w, then its chunks; then w's chunks no file claims (a whole manifest, or a window of
+ * one: manifest_file.h). */
+int kestrel__mcheck_lists(kestrel__mcheck *c, const Kestrel__V1__Manifest *w);
 int kestrel__mcheck_end(kestrel__mcheck *c);
 void kestrel__mcheck_free(kestrel__mcheck *c);
 /* 1 when a whole-file digest of m is left empty: the version's or a listed file's. */
@@ -128,14 +131,18 @@ typedef struct {
 #define KESTREL__PUSH_PATH_MAX 8200   /* a root (PATH_MAX), "/", a listed path (4000 at most) */
 /* File i's path (root, or root/its listed path) in buf. */
 const char *kestrel__push_file_path(const kestrel__push_files *f, uint32_t i, char buf[KESTREL__PUSH_PATH_MAX]);
-/* A directory being pulled: a fresh one beside dest that m's files are written into as their chunks
- * arrive (kestrel__tree_out_write: a pull layout's sink, at an offset of the files' concatenation). */
+/* A directory being pulled: a fresh one beside dest that the files are written into as their chunks
+ * arrive, a window of the listing at a time (manifest_file.h): kestrel__tree_out_window says which
+ * files the offsets of kestrel__tree_out_write (a pull layout's sink) are in, from 0 at the first. */
 typedef struct kestrel__tree_out kestrel__tree_out;
-int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *m, const char *dest);
+int kestrel__tree_out_new(kestrel__tree_out **out, const char *dest);
+int kestrel__tree_out_window(kestrel__tree_out *t, const Kestrel__V1__Manifest *w);
 int kestrel__tree_out_write(void *ctx, int64_t at, const void *data, size_t len);
-/* Every chunk placed: check each file against its digest (a file of one chunk is that chunk,
- * verified as it came; a longer one is read back and hashed), make them durable at once (one
- * syncfs), rename the directory to dest (an existing directory there is replaced). Frees t. */
+/* The window's chunks all placed: check each of its files against its digest (a file of one chunk is
+ * that chunk, verified as it came; a longer one is read back and hashed) and give it its mode. */
+int kestrel__tree_out_settle(kestrel__tree_out *t);
+/* Every window settled: make the files durable at once (one syncfs), rename the directory to dest
+ * (an existing directory there is replaced). Frees t. */
 int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest);
 /* Remove the half-made directory and free t (NULL is fine). */
 void kestrel__tree_out_abandon(kestrel__tree_out *t);

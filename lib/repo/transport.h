@@ -22,8 +22,10 @@ typedef struct {
 typedef int (*kestrel__fetched)(void *ctx, const kestrel__want *w, const void *data, size_t len);
 
 typedef struct {
-    /* The manifest of "name", "name@N" or "name@alias", with its chunks and files. */
-    int (*resolve)(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest **out);
+    /* The manifest of "name", "name@N" or "name@alias", with its chunks and files, packed, written
+     * into fd (an empty file) from offset 0: a pull reads it from there a window at a time
+     * (manifest_file.h). */
+    int (*resolve)(kestrel__transport *t, const char *ref, int fd);
     /* Set missing on the refs (sorted by digest, a digest possibly repeated) the repository lacks. */
     int (*missing)(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n);
     /* Store these chunks (each digest once), read from the push's file ref->file; progress counts them

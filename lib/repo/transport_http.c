@@ -366,17 +366,22 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
 
 /* ---- pull ----------------------------------------------------------------------------------- */
 
-static int resolve(kestrel__transport *t, const char *ref, Kestrel__V1__Manifest **out)
+/* The manifest goes into fd as it comes: a dataset's is long (manifest_file.h). */
+static int resolve(kestrel__transport *t, const char *ref, int fd)
 {
     char name[256], path[700];
     const char *at;
-    kestrel__request req = { "GET", path, NULL, &kestrel__v1__manifest__descriptor, 1, 0, NULL,
+    kestrel__request req = { "GET", path, NULL, NULL, 1, 0, NULL,
                              t->tick ? kestrel__http_tick : NULL, t };   /* a pull's stop: nothing is written yet */
     int rc = kestrel__ref_split(ref, name, sizeof(name), &at);
     if (rc < 0)
         return rc;
+    req.to_fd = &fd;
     snprintf(path, sizeof(path), "/api/v1/models/%s/versions/%s", name, at);
-    return kestrel__http_call((ProtobufCMessage **)out, CLIENT(t), &req);
+    if ((rc = kestrel__http_call(NULL, CLIENT(t), &req)) == KESTREL_EIO)   /* the temp file, not the network */
+        rc = kestrel__error_set(KESTREL_EIO, "cannot keep the manifest of %s in its temp file ($TMPDIR, else /var/tmp): %s",
+                                ref, kestrel_error_last()->message);
+    return rc;
 }
 
 /* kestreld re-hashes its copy and quarantines it when the stored bytes are wrong, so the next push

@@ -186,36 +186,26 @@ static int parents(const char *root, const char *rel, char *made, size_t n)
 }
 
 struct kestrel__tree_out {
-    const Kestrel__V1__Manifest *m;
+    const Kestrel__V1__Manifest *m;   /* the window being written (manifest_file.h) */
     char tmp[4200];
     char made[4200];
-    int64_t *start;          /* where file j begins in the files' concatenation */
+    int64_t *start;          /* where the window's file j begins in its files' concatenation */
     unsigned char *created;
+    size_t cap;              /* room in start and created */
     int fd;                  /* the open file, and which */
     size_t fd_file;
     int lock;                /* open on tmp, locked while this process lives (pull_sweep.c) */
     int64_t touched;         /* when tmp's mtime was last made fresh */
 };
 
-int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *m, const char *dest)
+int kestrel__tree_out_new(kestrel__tree_out **out, const char *dest)
 {
     kestrel__tree_out *t = calloc(1, sizeof(*t));
     struct stat st;
-    int64_t at = 0;
-    if (t == NULL || (t->start = calloc(m->n_files + 1, sizeof(*t->start))) == NULL ||
-        (t->created = calloc(m->n_files + 1, 1)) == NULL) {
-        if (t)
-            free(t->start);
-        free(t);
+    if (t == NULL)
         return kestrel__error_oom();
-    }
-    t->m = m;
     t->fd = -1;
     t->lock = -1;
-    for (size_t j = 0; j < m->n_files; j++) {
-        t->start[j] = at;
-        at += m->files[j]->size;
-    }
     if (lstat(dest, &st) == 0 && !S_ISDIR(st.st_mode)) {
         kestrel__tree_out_abandon(t);
         return kestrel__error_set(KESTREL_EEXISTS, S_ISLNK(st.st_mode) ? "%s is a symbolic link: a directory version "
@@ -232,6 +222,33 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const Kestrel__V1__Manifest *
         (void)kestrel__pull_temp_lock(t->lock);
     t->touched = (int64_t)time(NULL);
     *out = t;
+    return 0;
+}
+
+int kestrel__tree_out_window(kestrel__tree_out *t, const Kestrel__V1__Manifest *w)
+{
+    int64_t at = 0;
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    if (w->n_files + 1 > t->cap) {
+        size_t cap = w->n_files + 1;
+        int64_t *start = realloc(t->start, cap * sizeof(*start));
+        unsigned char *created = start ? realloc(t->created, cap) : NULL;
+        if (start)
+            t->start = start;
+        if (created)
+            t->created = created;
+        if (start == NULL || created == NULL)
+            return kestrel__error_oom();
+        t->cap = cap;
+    }
+    t->m = w;
+    memset(t->created, 0, w->n_files + 1);
+    for (size_t j = 0; j < w->n_files; j++) {
+        t->start[j] = at;
+        at += w->files[j]->size;
+    }
     return 0;
 }
 
@@ -312,12 +329,10 @@ static int file_matches(const kestrel__tree_out *t, size_t j, size_t first_chunk
     return !strcmp(hex, f->sha256) ? 0 : KESTREL_EPROTO;
 }
 
-int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
+int kestrel__tree_out_settle(kestrel__tree_out *t)
 {
-    char old[4200] = "";
     size_t chunk = 0;
-    struct stat st;
-    int rc = 0, dfd;
+    int rc = 0;
     mode_t mask = kestrel__umask();
     if (t->fd >= 0)
         close(t->fd);
@@ -339,6 +354,15 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
     if (t->fd >= 0)
         close(t->fd);
     t->fd = -1;
+    return rc;
+}
+
+int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
+{
+    char old[4200] = "";
+    struct stat st;
+    int rc = 0, dfd;
+    mode_t mask = kestrel__umask();
     /* every file and folder durable at once: one syncfs instead of an fsync a file */
     if (rc == 0 && (dfd = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
         chmod(t->tmp, 0777 & ~mask);   /* mkdtemp made it 0700; its folders were made with the umask */

@@ -194,10 +194,11 @@ def test_a_pull_that_fills_the_disk_takes_back_what_only_the_pull_cache_holds(sm
     assert not list((small_fs / "cache").glob("**/*.kestrel-tmp*")) and not list(small_fs.glob("*.kestrel-tmp*"))
 
 
-def test_a_push_whose_temp_space_fills_fails_cleanly(daemon, tmp_path):
+def test_a_push_or_pull_whose_temp_space_fills_fails_cleanly(daemon, tmp_path):
     """A push keeps its chunk and file lists in an unlinked temp file in TMPDIR (lib/repo/chunk_spool.h),
     not in memory. Where TMPDIR fills up, the push says so and commits nothing, and the space comes
-    back at once (the file has no name); with room, the same push goes through."""
+    back at once (the file has no name); with room, the same push goes through. A pull's manifest
+    goes there too, with the same outcome."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0777", "tmpfs", str(tmp)], capture_output=True)
@@ -214,5 +215,14 @@ def test_a_push_whose_temp_space_fills_fails_cleanly(daemon, tmp_path):
         assert d.api("GET", "/api/v1/models")[1]["names"] == []     # no version, no name
         assert list(tmp.iterdir()) == [] and os.statvfs(tmp).f_bfree == os.statvfs(tmp).f_blocks   # nothing kept
         assert "pushed admin/tree@1" in d.cli("push", "admin/tree", str(tree)).stdout
+        # a pull keeps the manifest in TMPDIR too (lib/repo/manifest_file.h): where it does not fit,
+        # the pull says so and leaves nothing at dest or beside it; with room, it goes through
+        out = tmp_path / "out"
+        r = d.cli("pull", "admin/tree", str(out), check=False, env=d.env(TMPDIR=str(tmp)))
+        assert r.returncode != 0 and "manifest of admin/tree in its temp file" in r.stderr and "No space left" in r.stderr, r.stderr
+        assert not out.exists() and not [p.name for p in tmp_path.iterdir() if ".kestrel-" in p.name]
+        assert list(tmp.iterdir()) == [] and os.statvfs(tmp).f_bfree == os.statvfs(tmp).f_blocks
+        d.cli("pull", "admin/tree", str(out))
+        assert subprocess.run(["diff", "-r", str(tree), str(out)]).returncode == 0
     finally:
         subprocess.run(["umount", "-l", str(tmp)], check=False)

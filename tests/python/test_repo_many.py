@@ -63,3 +63,71 @@ def test_thousands_of_files_are_counted_once_and_each_digest_filled_in(kestreld,
                        timeout=300)
     assert p.returncode == 0, p.stderr
     assert subprocess.run(["diff", "-r", str(src), str(out)]).returncode == 0
+
+
+WINDOW = 4096   # lib/repo/pull.c WINDOW_FILES: the files a pull holds the records of at once
+
+
+def window_tree(root, count):
+    """count files in sorted order d00/f00000 ...; at the edges of the first two windows an empty file
+    and one of several chunks; the same bytes in files of different windows, and of the same one."""
+    same = os.urandom(700)
+    for i in range(count):
+        d = root / f"d{i // 1000:02d}"
+        if i % 1000 == 0:
+            d.mkdir(parents=True)
+        if i in (WINDOW - 1, WINDOW, 2 * WINDOW - 1):
+            data = b""
+        elif i in (WINDOW - 2, 2 * WINDOW):
+            data = os.urandom(3 << 20)
+        elif i in (10, 11, WINDOW + 5, 3 * WINDOW + 7):
+            data = same
+        else:
+            data = os.urandom(16) + str(i).encode()
+        (d / f"f{i:05d}").write_bytes(data)
+
+
+def pull_peak_kib(env, ref, dest, log):
+    """Pull ref to dest with the CLI: its peak RSS (KiB), through GNU time (scripts/deps.sh installs it):
+    a child of this interpreter would count the interpreter's pages it was forked with."""
+    peak = str(log) + ".rss"
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak, KESTREL_CLI, "pull", ref, str(dest)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return int(open(peak).read().split()[-1])
+
+
+def test_a_pull_holds_a_window_of_the_listing_whatever_its_length(kestreld, tmp_path):
+    """A pull keeps the manifest in a temp file and reads it a window of files at a time
+    (lib/repo/manifest_file.c): the files at the windows' edges (empty ones, one of several chunks)
+    and bytes shared by files of different windows all come whole, and the pull cache's tree pack,
+    written a window at a time, serves a second pull entirely. Its memory does not grow with the
+    files: 20,000 take no more than 4,500 (a window and a bit) plus 4 MiB (what a window's big files
+    and the malloc arenas vary by: about 2 MiB). Before, a pull held the whole decoded manifest and,
+    while it decoded it, the body: 20,000 took 8.5 MiB more than 4,500."""
+    from faultproxy import FaultProxy
+    few, many = tmp_path / "few", tmp_path / "many"
+    window_tree(few, 4500)
+    window_tree(many, 20000)
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp_path))
+    for name, src in (("few", few), ("many", many)):
+        p = subprocess.run([KESTREL_CLI, "push", f"team/{name}", str(src)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr
+    peak_few = pull_peak_kib(dict(env, KESTREL_CACHE_DIR=str(tmp_path / "cache-few")), "team/few",
+                             tmp_path / "few.out", tmp_path / "few")
+    peak_many = pull_peak_kib(env, "team/many", tmp_path / "many.out", tmp_path / "many")
+    assert subprocess.run(["diff", "-r", str(few), str(tmp_path / "few.out")]).returncode == 0
+    assert subprocess.run(["diff", "-r", str(many), str(tmp_path / "many.out")]).returncode == 0
+    assert peak_many <= peak_few + 4096, (peak_few, peak_many)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("kestrel-")]   # the temp had no name
+    # every chunk of every window from the tree pack: a proxy that damages each download sees none
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "corrupt")
+    try:
+        p = subprocess.run([KESTREL_CLI, "pull", "team/many", str(tmp_path / "again")],
+                           env=dict(env, KESTREL_URL=proxy.url), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert proxy.damaged == 0
+    finally:
+        proxy.close()
+    assert subprocess.run(["diff", "-r", str(many), str(tmp_path / "again")]).returncode == 0
