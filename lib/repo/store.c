@@ -612,13 +612,12 @@ int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Mani
     return alias_write(s, name, "latest", next);
 }
 
-int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Manifest **out)
+int kestrel__store_resolve_version(kestrel__store *s, const char *ref, char name[256], int64_t *out)
 {
-    char name[256];
     const char *at = strrchr(ref, '@');
     int64_t version = 0;
     int rc;
-    snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
+    snprintf(name, 256, "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
     if (!kestrel__repo_name_valid(name))
         return kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': " KESTREL__NAME_RULE, name);
     if (at && at[1] >= '0' && at[1] <= '9') {
@@ -646,7 +645,16 @@ int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Mani
             return rc;
         }
     }
-    return kestrel__store_manifest(s, name, version, out);
+    *out = version;
+    return 0;
+}
+
+int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Manifest **out)
+{
+    char name[256];
+    int64_t version;
+    int rc = kestrel__store_resolve_version(s, ref, name, &version);
+    return rc < 0 ? rc : kestrel__store_manifest(s, name, version, out);
 }
 
 int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t version, kestrel_buf *out)

@@ -80,9 +80,15 @@ int kestrel__store_claim(kestrel__store *s);
 int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Manifest *m, int64_t *version_out);
 /* "name", "name@N", "name@alias" -> the manifest (owned: kestrel__manifest_free). */
 int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Manifest **out);
+/* The same -> the model's name (checked) and the version's number. */
+int kestrel__store_resolve_version(kestrel__store *s, const char *ref, char name[256], int64_t *version);
 /* store_manifest.c. name@version's manifest: from versions/N.pb when it reads as name@N's, else
  * from N.json (and N.pb written then, where this process may write). For reads that serve it. */
 int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
+/* The same, packed, written into fd from offset 0 without holding it decoded: N.pb copied a buffer
+ * at a time where it is current and names name@version (a pull of a long listing, file://); else
+ * read as above and packed. */
+int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t version, int fd);
 /* name@version's manifest from N.json alone, the truth: what a collection keeps and fsck checks. */
 int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
 /* A manifest file beside N.json (N.pb: content_type KESTREL__CT_PROTOBUF; N.listing: JSON), decoded;

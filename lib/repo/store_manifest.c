@@ -16,6 +16,8 @@
 #include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
+#include <stdlib.h>
+#include "chunk_spool.h"
 #include "repo.h"
 #include "store.h"
 
@@ -126,6 +128,79 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
     /* its N.pb for next time, where this process may write (a file:// store may be another's) */
     if (rc == 0 && dated && access(dir, W_OK) == 0 && kestrel__store_pb_write(s, name, *out, &read_at) < 0)
         kestrel_error_clear();
+    return rc;
+}
+
+/* 1 when the manifest in fd names name@version (its name and version fields, read a record at a time:
+ * its lists are skipped, not decoded), 0 when it does not, < 0 when it cannot be read. */
+static int pb_names(int fd, const char *name, int64_t version)
+{
+    kestrel__records r = { fd, "a version's N.pb", KESTREL_EIO, NULL, 0, 0, 0, 0 };
+    const uint8_t *data;
+    size_t n;
+    unsigned field, type;
+    int rc, named = 0, numbered = 0;
+    while ((rc = kestrel__records_next(&r, &field, &type, &data, &n, NULL, NULL)) == 1) {
+        if (field == 1 && type == 2) {   /* name: the last one given counts, as in protobuf */
+            named = n == strlen(name) && !memcmp(data, name, n);
+        } else if (field == 2 && type == 0) {   /* version, a varint */
+            uint64_t v = 0;
+            for (size_t i = 0; i < n && i < 10; i++)
+                v |= (uint64_t)(data[i] & 0x7f) << (7 * i);
+            numbered = v == (uint64_t)version;
+        }
+    }
+    kestrel__records_free(&r);
+    return rc < 0 ? rc : named && numbered;
+}
+
+#define COPY_BUF (256 * 1024)
+
+static int write_at(int fd, const char *p, size_t n, int64_t at)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return kestrel__error_set(KESTREL_EIO, "cannot write a manifest to its temp file: %s",
+                                      w < 0 ? strerror(errno) : "no space");
+        p += w;
+        n -= (size_t)w;
+        at += w;
+    }
+    return 0;
+}
+
+int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t version, int fd)
+{
+    char path[PATH_MAX], *buf;
+    Kestrel__V1__Manifest *m = NULL;
+    kestrel_buf b = KESTREL_BUF_INIT;
+    int64_t at = 0;
+    int pb = -1, rc;
+    pb_path(s, name, version, "pb", path, sizeof(path));
+    if (pb_current(s, name, version) && (pb = open(path, O_RDONLY | O_CLOEXEC)) >= 0 && pb_names(pb, name, version) == 1) {
+        ssize_t got;
+        rc = (buf = malloc(COPY_BUF)) ? 0 : kestrel__error_oom();
+        while (rc == 0 && (got = pread(pb, buf, COPY_BUF, at)) != 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            rc = got < 0 ? kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno))
+                         : write_at(fd, buf, (size_t)got, at);
+            at += got;
+        }
+        free(buf);
+        close(pb);
+        return rc;
+    }
+    if (pb >= 0)
+        close(pb);
+    kestrel_error_clear();
+    if ((rc = kestrel__store_manifest(s, name, version, &m)) == 0 && (rc = kestrel__wire_pack(&b, &m->base)) == 0)
+        rc = write_at(fd, b.ptr ? b.ptr : "", b.size, 0);
+    kestrel__manifest_free(m);
+    kestrel_buf_dispose(&b);
     return rc;
 }
 

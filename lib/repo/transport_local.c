@@ -19,26 +19,13 @@ typedef struct {
 
 #define STORE(t) (((local *)(t))->s)
 
-/* The store holds the manifest whole as it reads it (its N.pb): packed into fd, it is let go. */
+/* Its N.pb copied into fd a buffer at a time, not decoded (store_manifest.c). */
 static int resolve(kestrel__transport *t, const char *ref, int fd)
 {
-    Kestrel__V1__Manifest *m = NULL;
-    kestrel_buf b = KESTREL_BUF_INIT;
-    int rc = kestrel__store_resolve(STORE(t), ref, &m);
-    if (rc == 0)
-        rc = kestrel__wire_pack(&b, &m->base);
-    kestrel__manifest_free(m);
-    for (size_t done = 0; rc == 0 && done < b.size;) {
-        ssize_t w = pwrite(fd, b.ptr + done, b.size - done, (off_t)done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            rc = kestrel__error_set(KESTREL_EIO, "cannot write the pulled manifest: %s", w < 0 ? strerror(errno) : "no space");
-        else
-            done += (size_t)w;
-    }
-    kestrel_buf_dispose(&b);
-    return rc;
+    char name[256];
+    int64_t version;
+    int rc = kestrel__store_resolve_version(STORE(t), ref, name, &version);
+    return rc < 0 ? rc : kestrel__store_manifest_write(STORE(t), name, version, fd);
 }
 
 static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
