@@ -609,20 +609,6 @@ int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned 
     return 1;
 }
 
-int kestrel__wire_next_element(const uint8_t *p, size_t len, size_t *at, unsigned *field, const uint8_t **data,
-                               size_t *n)
-{
-    size_t i = *at;
-    unsigned type;
-    int rc = kestrel__wire_next_field(p, len, &i, field, &type, data, n);
-    if (rc == 1 && type != 2)
-        return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record (key %llu)",
-                                  ((unsigned long long)*field << 3) | type);
-    if (rc == 1)
-        *at = i;
-    return rc;
-}
-
 /* What protobuf-c accepts but the contract refuses, read off the wire: fields this schema does not
  * know (the JSON codec refuses them too), NUL inside strings, groups; nested messages alike. */
 static int pb_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, int depth)

@@ -24,14 +24,11 @@ int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg);
  * records decodes as that message with these elements appended, in order (protobuf's merge rule), so
  * a long list can be written, kept and sent an element at a time. */
 int kestrel__wire_pack_element(kestrel_buf *out, unsigned field, const ProtobufCMessage *msg);
-/* The record at *at of p[0, len), as kestrel__wire_pack_element writes them: its field number and
- * bytes, and *at moved past it (1). 0 where p ends before the record does (at the end, or cut short:
- * read more and ask again), KESTREL_EINVALID where it is no such record. */
-int kestrel__wire_next_element(const uint8_t *p, size_t len, size_t *at, unsigned *field, const uint8_t **data,
-                               size_t *n);
 /* The field at *at of p[0, len), of any wire type: its number, its wire type (0 varint, 1 64-bit,
  * 2 length-delimited, 5 32-bit), its value's bytes (of a varint its encoding, of a length-delimited
- * field what follows the length), and *at moved past it (1). 0 and KESTREL_EINVALID as below. */
+ * field what follows the length), and *at moved past it (1). 0 where p ends before the field does
+ * (at the end, or cut short: read more and ask again), KESTREL_EINVALID where it is no field (a
+ * group, field 0, a varint longer than 10 bytes). */
 int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned *field, unsigned *type,
                              const uint8_t **data, size_t *n);
 /* Parse protobuf into a new message and validate it (known enum values, UTF-8 strings). */

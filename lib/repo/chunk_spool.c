@@ -27,7 +27,7 @@ static int temp_in(const char *dir)
 {
     char path[4200];
     int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0 || snprintf(path, sizeof(path), "%s/kestrel-chunks.XXXXXX", dir) >= (int)sizeof(path))
+    if (fd >= 0 || snprintf(path, sizeof(path), "%s/kestrel-temp.XXXXXX", dir) >= (int)sizeof(path))
         return fd;
     if ((fd = mkostemp(path, O_CLOEXEC)) >= 0)
         unlink(path);
@@ -129,7 +129,7 @@ int kestrel__records_next(kestrel__records *r, unsigned *field, unsigned *type, 
         ssize_t got;
         int rc = r->buf ? kestrel__wire_next_field(r->buf, r->len, &r->at, field, type, data, n) : 0;
         if (rc < 0)
-            return kestrel__error_set(r->bad, "%s is damaged", r->what);
+            return kestrel__error_set(r->bad, "%s is damaged: %s", r->what, kestrel_error_last()->message);
         if (rc == 1) {
             if (raw) {
                 *raw = r->buf + start;
@@ -146,7 +146,8 @@ int kestrel__records_next(kestrel__records *r, unsigned *field, unsigned *type, 
             size_t cap = r->cap ? r->cap * 2 : READ_BUF;
             uint8_t *b = cap <= RECORD_MAX ? realloc(r->buf, cap) : NULL;
             if (b == NULL)
-                return cap <= RECORD_MAX ? kestrel__error_oom() : kestrel__error_set(r->bad, "%s is damaged", r->what);
+                return cap <= RECORD_MAX ? kestrel__error_oom()
+                                         : kestrel__error_set(r->bad, "%s is damaged: a record over 64 MiB", r->what);
             r->buf = b;
             r->cap = cap;
         }
@@ -156,7 +157,7 @@ int kestrel__records_next(kestrel__records *r, unsigned *field, unsigned *type, 
         if (got < 0)
             return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", r->what, strerror(errno));
         if (got == 0)   /* the end: nothing left, or a record cut short */
-            return r->len == 0 ? 0 : kestrel__error_set(r->bad, "%s is damaged", r->what);
+            return r->len == 0 ? 0 : kestrel__error_set(r->bad, "%s is damaged: it ends inside a record", r->what);
         r->len += (size_t)got;
         r->off += got;
     }

@@ -67,7 +67,8 @@ int kestrel__mfile_scan(kestrel__mfile *m)
     while ((rc = kestrel__records_next(&r, &field, &type, &data, &n, &raw, &raw_n)) == 1) {
         if (field == m->chunk_field || field == m->file_field) {
             if (type != 2) {
-                rc = kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged");
+                rc = kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged: field %u is a list of "
+                                        "messages, not of wire type %u", field, type);
                 break;
             }
             *(field == m->chunk_field ? &m->n_chunks : &m->n_files) += 1;
@@ -112,7 +113,8 @@ static int next_of(kestrel__records *r, unsigned want, const ProtobufCMessageDes
         if (field != want)
             continue;
         if (type != 2)
-            return kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged");
+            return kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged: field %u is a list of messages, "
+                                      "not of wire type %u", field, type);
         if (kestrel__wire_unpack(out, desc, data, n) < 0)
             return kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged: %s", kestrel_error_last()->message);
         return 1;
@@ -184,7 +186,8 @@ int kestrel__mfile_next(kestrel__mfile *m, const Kestrel__V1__Manifest **win)
         size_t take;
         if (f == NULL) {
             if ((rc = next_of(&m->files, m->file_field, &kestrel__v1__tree_file__descriptor, (ProtobufCMessage **)&f)) <= 0)
-                return rc < 0 ? rc : kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged");
+                return rc < 0 ? rc : kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged: it lists fewer "
+                                                        "files than it counts");
             m->files_read++;
             if (f->chunks < 0 || f->chunks > (int64_t)(m->n_chunks - m->chunks_read)) {   /* never read past the end */
                 protobuf_c_message_free_unpacked(&f->base, NULL);

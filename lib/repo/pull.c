@@ -276,10 +276,9 @@ static int pull_window(pull_state *ps, kestrel__chunk_cache *cache, const Kestre
     int rc;
     if (want == NULL)
         return kestrel__error_oom();
-    if (tree)   /* each chunk written straight into its file(s) */
-        rc = kestrel__tree_out_window(tree, w) < 0 ? KESTREL_ENOMEM
-                                                   : kestrel__layout_new(&ps->lay, w, -1, NULL, kestrel__tree_out_write, tree);
-    else        /* a temp file beside dest, hashed as it fills in */
+    if (tree && (rc = kestrel__tree_out_window(tree, w)) == 0)   /* each chunk written straight into its file(s) */
+        rc = kestrel__layout_new(&ps->lay, w, -1, NULL, kestrel__tree_out_write, tree);
+    else if (tree == NULL)   /* a temp file beside dest, hashed as it fills in */
         rc = kestrel__layout_new(&ps->lay, w, fd, tmp, NULL, NULL);
     if (rc == 0)
         rc = from_cache(ps, cache, w, want, &nwant);
@@ -398,9 +397,12 @@ static int pull_once(kestrel__transport *t, const char *ref, const char *dest, k
     t->tick = NULL;
     if (rc < 0)
         goto done;
-    if (kestrel__mfile_scan(mf) < 0 || kestrel__mfile_check(mf) < 0) {
-        rc = kestrel__error_set(KESTREL_EPROTO, "the manifest of %s is damaged: %s", ref, kestrel_error_last()->message);
-        goto done;
+    if ((rc = kestrel__mfile_scan(mf)) < 0 || (rc = kestrel__mfile_check(mf)) < 0) {
+        if (rc == KESTREL_EINVALID)   /* a check failed: what the repository sent is wrong */
+            rc = kestrel__error_set(KESTREL_EPROTO, "the manifest of %s is damaged: %s", ref, kestrel_error_last()->message);
+        else if (rc == KESTREL_EPROTO)   /* not a manifest: the reader says where */
+            rc = kestrel__error_set(KESTREL_EPROTO, "%s: %s", ref, kestrel_error_last()->message);
+        goto done;   /* else the temp file (KESTREL_EIO) or memory, as they are */
     }
     pr->p.bytes_total = kestrel__mfile_head(mf)->size;
     kestrel__cache_open(&cache);

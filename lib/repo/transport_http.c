@@ -379,7 +379,7 @@ static int resolve(kestrel__transport *t, const char *ref, int fd)
     req.to_fd = &fd;
     snprintf(path, sizeof(path), "/api/v1/models/%s/versions/%s", name, at);
     if ((rc = kestrel__http_call(NULL, CLIENT(t), &req)) == KESTREL_EIO)   /* the temp file, not the network */
-        rc = kestrel__error_set(KESTREL_EIO, "cannot keep the manifest of %s in its temp file ($TMPDIR, else /var/tmp): %s",
+        rc = kestrel__error_set(KESTREL_EIO, "cannot keep the manifest of %s in a temp file ($TMPDIR, else /var/tmp, else /tmp): %s",
                                 ref, kestrel_error_last()->message);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* tests/fuzz/wire_fuzzer.c - every byte string into the request decoders (JSON and protobuf),
  * and what decodes back out through the encoders: no crash, no leak, round trips stable; and into
- * the reader of list records (kestrel__wire_next_element). */
+ * the reader of fields (kestrel__wire_next_field, as a pull's and a push's temp files are read). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,10 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     {   /* read as list records (a push's chunk list): each one inside the input, after the last */
         size_t at = 0, n, was;
         const uint8_t *rec;
-        unsigned field;
+        unsigned field, type;
         int rc;
-        while (was = at, (rc = kestrel__wire_next_element(data, len, &at, &field, &rec, &n)) == 1)
-            if (at <= was || at > len || rec < data + was || rec + n != data + at || field == 0)
+        while (was = at, (rc = kestrel__wire_next_field(data, len, &at, &field, &type, &rec, &n)) == 1)
+            if (at <= was || at > len || rec <= data + was || rec + n != data + at || field == 0 || type == 3 ||
+                type == 4 || type > 5)
                 abort();
         if (rc != 0 && rc != KESTREL_EINVALID)
             abort();

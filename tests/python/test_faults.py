@@ -219,7 +219,7 @@ def test_a_push_or_pull_whose_temp_space_fills_fails_cleanly(daemon, tmp_path):
         # the pull says so and leaves nothing at dest or beside it; with room, it goes through
         out = tmp_path / "out"
         r = d.cli("pull", "admin/tree", str(out), check=False, env=d.env(TMPDIR=str(tmp)))
-        assert r.returncode != 0 and "manifest of admin/tree in its temp file" in r.stderr and "No space left" in r.stderr, r.stderr
+        assert r.returncode != 0 and "manifest of admin/tree in a temp file" in r.stderr and "No space left" in r.stderr, r.stderr
         assert not out.exists() and not [p.name for p in tmp_path.iterdir() if ".kestrel-" in p.name]
         assert list(tmp.iterdir()) == [] and os.statvfs(tmp).f_bfree == os.statvfs(tmp).f_blocks
         d.cli("pull", "admin/tree", str(out))

@@ -290,7 +290,7 @@ static void elements_append_to_a_packed_message(void **state)
     unsigned field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "chunks")->id;
     size_t at = 0, n, k = 0, head;
     const uint8_t *data;
-    unsigned got;
+    unsigned got, type;
     (void)state;
     m.name = "team/ds";
     m.size = 300LL * 70000;
@@ -324,11 +324,12 @@ static void elements_append_to_a_packed_message(void **state)
     protobuf_c_message_free_unpacked(&back->base, NULL);
     /* read back, record by record, from where the chunks start */
     at = head;
-    while (kestrel__wire_next_element((const uint8_t *)streamed.ptr, streamed.size, &at, &got, &data, &n) == 1) {
+    while (kestrel__wire_next_field((const uint8_t *)streamed.ptr, streamed.size, &at, &got, &type, &data, &n) == 1) {
         Kestrel__V1__ChunkRef *r = (Kestrel__V1__ChunkRef *)protobuf_c_message_unpack(&kestrel__v1__chunk_ref__descriptor,
                                                                                        NULL, n, data);
         assert_non_null(r);
         assert_int_equal(got, field);
+        assert_int_equal(type, 2);
         assert_string_equal(r->digest, digests[k]);
         k++;
         protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -337,18 +338,30 @@ static void elements_append_to_a_packed_message(void **state)
     assert_int_equal(at, streamed.size);
     /* cut short anywhere inside a record: asks for more, and at stays */
     at = head;
-    assert_int_equal(kestrel__wire_next_element((const uint8_t *)streamed.ptr, streamed.size, &at, &got, &data, &n), 1);
+    assert_int_equal(kestrel__wire_next_field((const uint8_t *)streamed.ptr, streamed.size, &at, &got, &type, &data, &n), 1);
     for (size_t cut = head + 1, end = at; cut < end; cut++) {
         at = head;
-        assert_int_equal(kestrel__wire_next_element((const uint8_t *)streamed.ptr, cut, &at, &got, &data, &n), 0);
+        assert_int_equal(kestrel__wire_next_field((const uint8_t *)streamed.ptr, cut, &at, &got, &type, &data, &n), 0);
         assert_int_equal(at, head);
     }
-    /* not a length-delimited record: refused */
+    /* other wire types: a varint (its bytes), 64 and 32 bits; a group, or a key too long: refused */
     at = 0;
-    assert_int_equal(kestrel__wire_next_element((const uint8_t *)"\x10\x05", 2, &at, &got, &data, &n), KESTREL_EINVALID);
+    assert_int_equal(kestrel__wire_next_field((const uint8_t *)"\x10\x85\x01", 3, &at, &got, &type, &data, &n), 1);
+    assert_true(got == 2 && type == 0 && n == 2 && at == 3);
     at = 0;
-    assert_int_equal(kestrel__wire_next_element((const uint8_t *)"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11,
-                                                &at, &got, &data, &n), KESTREL_EINVALID);
+    assert_int_equal(kestrel__wire_next_field((const uint8_t *)"\x19" "12345678" "\x1d" "1234", 14, &at, &got, &type, &data,
+                                              &n), 1);
+    assert_true(got == 3 && type == 1 && n == 8 && at == 9);
+    assert_int_equal(kestrel__wire_next_field((const uint8_t *)"\x19" "12345678" "\x1d" "1234", 14, &at, &got, &type, &data,
+                                              &n), 1);
+    assert_true(got == 3 && type == 5 && n == 4 && at == 14);
+    at = 0;
+    assert_int_equal(kestrel__wire_next_field((const uint8_t *)"\x19" "1234", 5, &at, &got, &type, &data, &n), 0);
+    at = 0;
+    assert_int_equal(kestrel__wire_next_field((const uint8_t *)"\x13\x14", 2, &at, &got, &type, &data, &n), KESTREL_EINVALID);
+    at = 0;
+    assert_int_equal(kestrel__wire_next_field((const uint8_t *)"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11,
+                                              &at, &got, &type, &data, &n), KESTREL_EINVALID);
     kestrel_buf_dispose(&whole);
     kestrel_buf_dispose(&streamed);
 }
