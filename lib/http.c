@@ -44,23 +44,15 @@ static size_t on_body(char *data, size_t size, size_t n, void *payload)
 {
     answer *a = payload;
     long status = 0;
-    size_t left = size * n;
     if (a->fd >= 0)
         curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &status);
     if (a->fd < 0 || status < 200 || status >= 300)
         return kestrel__buf_put(a->resp, data, size * n) < 0 ? 0 : size * n;
-    while (left > 0) {
-        ssize_t w = pwrite(a->fd, data, left, a->at);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            a->err = w < 0 ? errno : ENOSPC;
-            return 0;
-        }
-        data += w;
-        left -= (size_t)w;
-        a->at += w;
+    if (kestrel__pwrite_all(a->fd, data, size * n, a->at) < 0) {
+        a->err = errno;
+        return 0;
     }
+    a->at += (int64_t)(size * n);
     return size * n;
 }
 

@@ -50,6 +50,10 @@ int kestrel__check_handle(const void *h, uint32_t magic, uint32_t expected, cons
 int kestrel__initialized(void);
 int kestrel__require_init(void);
 
+/* fdio.c: write all n bytes at offset at of fd: 0, or -1 with errno (ENOSPC where the file
+ * took none). */
+int kestrel__pwrite_all(int fd, const void *data, size_t n, int64_t at);
+
 /* buf.c */
 int kestrel__buf_grow(kestrel_buf *buf, size_t extra);
 /* Make buf's memory exactly cap bytes when it has less (for a caller that counts it: a later put

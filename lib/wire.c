@@ -554,6 +554,11 @@ static int read_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
     return -1;
 }
 
+int kestrel__wire_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
+{
+    return read_varint(p, len, at, v);
+}
+
 int kestrel__wire_pack_element(kestrel_buf *out, unsigned field, const ProtobufCMessage *msg)
 {
     uint8_t head[20];

@@ -24,6 +24,9 @@ int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg);
  * records decodes as that message with these elements appended, in order (protobuf's merge rule), so
  * a long list can be written, kept and sent an element at a time. */
 int kestrel__wire_pack_element(kestrel_buf *out, unsigned field, const ProtobufCMessage *msg);
+/* The varint at *at of p[0, len) into *v, *at moved past it: 0, or -1 where it is cut short or longer
+ * than 10 bytes. */
+int kestrel__wire_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v);
 /* The field at *at of p[0, len), of any wire type: its number, its wire type (0 varint, 1 64-bit,
  * 2 length-delimited, 5 32-bit), its value's bytes (of a varint its encoding, of a length-delimited
  * field what follows the length), and *at moved past it (1). 0 where p ends before the field does

@@ -59,6 +59,7 @@ int kestrel__spool_open(kestrel__spool **out)
         free(s);
         return rc;
     }
+    kestrel__records_init(&s->rd, s->fd, "the push's temp list", KESTREL_EIO);
     s->chunk_field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "chunks")->id;
     s->file_field = protobuf_c_message_descriptor_get_field_by_name(&kestrel__v1__manifest__descriptor, "files")->id;
     *out = s;
@@ -68,17 +69,9 @@ int kestrel__spool_open(kestrel__spool **out)
 /* Write what is gathered. */
 static int flush(kestrel__spool *s)
 {
-    size_t done = 0;
-    while (done < s->pending.size) {
-        ssize_t w = pwrite(s->fd, s->pending.ptr + done, s->pending.size - done, s->written + (off_t)done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot write the push's temp list: %s",
-                                      w < 0 ? strerror(errno) : "no space");
-        done += (size_t)w;
-    }
-    s->written += (int64_t)done;
+    if (s->pending.size && kestrel__pwrite_all(s->fd, s->pending.ptr, s->pending.size, s->written) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot write the push's temp list: %s", strerror(errno));
+    s->written += (int64_t)s->pending.size;
     s->pending.size = 0;
     return 0;
 }
@@ -114,9 +107,6 @@ int64_t kestrel__spool_bytes(const kestrel__spool *s)
 
 int kestrel__spool_rewind(kestrel__spool *s)
 {
-    s->rd.fd = s->fd;
-    s->rd.what = "the push's temp list";
-    s->rd.bad = KESTREL_EIO;
     kestrel__records_rewind(&s->rd);
     return flush(s);
 }
@@ -161,6 +151,14 @@ int kestrel__records_next(kestrel__records *r, unsigned *field, unsigned *type, 
         r->len += (size_t)got;
         r->off += got;
     }
+}
+
+void kestrel__records_init(kestrel__records *r, int fd, const char *what, int bad)
+{
+    memset(r, 0, sizeof(*r));
+    r->fd = fd;
+    r->what = what;
+    r->bad = bad;
 }
 
 void kestrel__records_rewind(kestrel__records *r)

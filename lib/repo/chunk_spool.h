@@ -17,8 +17,8 @@ typedef struct kestrel__spool kestrel__spool;
  * KESTREL_EIO naming what it was for and the first directory tried. */
 int kestrel__temp_fd(const char *what);
 /* Fields read from a file front to back (a spool's records, a pulled manifest: manifest_file.h), a
- * buffer at a time; the buffer grows to hold the longest field, up to 64 MiB. Set fd, what (for
- * errors: "the pulled manifest") and bad (the code of damage) before the first read. */
+ * buffer at a time; the buffer grows to hold the longest field, up to 64 MiB. Begun with
+ * kestrel__records_init: fd, what (for errors: "the pulled manifest"), bad (the code of damage). */
 typedef struct {
     int fd;
     const char *what;
@@ -32,6 +32,7 @@ typedef struct {
  * short or malformed; KESTREL_EIO where the file cannot be read. */
 int kestrel__records_next(kestrel__records *r, unsigned *field, unsigned *type, const uint8_t **data, size_t *n,
                           const uint8_t **raw, size_t *raw_n);
+void kestrel__records_init(kestrel__records *r, int fd, const char *what, int bad);
 void kestrel__records_rewind(kestrel__records *r);
 void kestrel__records_free(kestrel__records *r);
 

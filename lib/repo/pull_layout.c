@@ -84,16 +84,8 @@ int kestrel__layout_first(const kestrel__layout *l, size_t i)
 
 static int write_at(int fd, const char *name, const char *p, size_t left, int64_t at)
 {
-    while (left > 0) {
-        ssize_t w = pwrite(fd, p, left, at);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", name, strerror(errno));
-        p += w;
-        left -= (size_t)w;
-        at += w;
-    }
+    if (kestrel__pwrite_all(fd, p, left, at) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", name, strerror(errno));
     return 0;
 }
 

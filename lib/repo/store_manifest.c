@@ -16,7 +16,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
-#include <stdlib.h>
 #include "chunk_spool.h"
 #include "repo.h"
 #include "store.h"
@@ -131,74 +130,71 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
     return rc;
 }
 
-/* 1 when the manifest in fd names name@version (its name and version fields, read a record at a time:
- * its lists are skipped, not decoded), 0 when it does not, < 0 when it cannot be read. */
-static int pb_names(int fd, const char *name, int64_t version)
-{
-    kestrel__records r = { fd, "a version's N.pb", KESTREL_EIO, NULL, 0, 0, 0, 0 };
-    const uint8_t *data;
-    size_t n;
-    unsigned field, type;
-    int rc, named = 0, numbered = 0;
-    while ((rc = kestrel__records_next(&r, &field, &type, &data, &n, NULL, NULL)) == 1) {
-        if (field == 1 && type == 2) {   /* name: the last one given counts, as in protobuf */
-            named = n == strlen(name) && !memcmp(data, name, n);
-        } else if (field == 2 && type == 0) {   /* version, a varint */
-            uint64_t v = 0;
-            for (size_t i = 0; i < n && i < 10; i++)
-                v |= (uint64_t)(data[i] & 0x7f) << (7 * i);
-            numbered = v == (uint64_t)version;
-        }
-    }
-    kestrel__records_free(&r);
-    return rc < 0 ? rc : named && numbered;
-}
-
 #define COPY_BUF (256 * 1024)
 
-static int write_at(int fd, const char *p, size_t n, int64_t at)
+/* What out gathered, written at *at of fd. */
+static int put_out(int fd, kestrel_buf *out, int64_t *at)
 {
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, at);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot write a manifest to its temp file: %s",
-                                      w < 0 ? strerror(errno) : "no space");
-        p += w;
-        n -= (size_t)w;
-        at += w;
-    }
+    if (out->size && kestrel__pwrite_all(fd, out->ptr, out->size, *at) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot write a manifest to its temp file: %s", strerror(errno));
+    *at += (int64_t)out->size;
+    out->size = 0;
     return 0;
+}
+
+/* The N.pb open on pb copied into fd as its fields are read, in one pass, the lists skipped rather
+ * than decoded: 1 when it named name@version (its name and version fields; the last one given
+ * counts, as in protobuf), 0 when it did not or could not be read (damaged: N.json is read then),
+ * < 0 when fd could not be written. */
+static int pb_copy(int pb, const char *name, int64_t version, int fd)
+{
+    kestrel__records r;
+    kestrel_buf out = KESTREL_BUF_INIT;
+    const uint8_t *data, *raw;
+    size_t n, raw_n;
+    unsigned field, type;
+    int64_t at = 0;
+    int rc, got, named = 0, numbered = 0;
+    kestrel__records_init(&r, pb, "a version's N.pb", KESTREL_EIO);
+    while ((rc = got = kestrel__records_next(&r, &field, &type, &data, &n, &raw, &raw_n)) == 1) {
+        if (field == 1 && type == 2) {   /* name */
+            named = n == strlen(name) && !memcmp(data, name, n);
+        } else if (field == 2 && type == 0) {   /* version, a varint */
+            size_t i = 0;
+            uint64_t v;
+            numbered = kestrel__wire_varint(data, n, &i, &v) == 0 && v == (uint64_t)version;
+        }
+        if ((rc = kestrel__buf_put(&out, raw, raw_n)) < 0 || (out.size >= COPY_BUF && (rc = put_out(fd, &out, &at)) < 0))
+            break;
+    }
+    if (rc == 0)
+        rc = put_out(fd, &out, &at);
+    kestrel__records_free(&r);
+    kestrel_buf_dispose(&out);
+    if (got < 0)   /* N.pb itself: its N.json says */
+        return 0;
+    return rc < 0 ? rc : named && numbered;
 }
 
 int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t version, int fd)
 {
-    char path[PATH_MAX], *buf;
+    char path[PATH_MAX];
     Kestrel__V1__Manifest *m = NULL;
     kestrel_buf b = KESTREL_BUF_INIT;
-    int64_t at = 0;
     int pb = -1, rc;
     pb_path(s, name, version, "pb", path, sizeof(path));
-    if (pb_current(s, name, version) && (pb = open(path, O_RDONLY | O_CLOEXEC)) >= 0 && pb_names(pb, name, version) == 1) {
-        ssize_t got;
-        rc = (buf = malloc(COPY_BUF)) ? 0 : kestrel__error_oom();
-        while (rc == 0 && (got = pread(pb, buf, COPY_BUF, at)) != 0) {
-            if (got < 0 && errno == EINTR)
-                continue;
-            rc = got < 0 ? kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno))
-                         : write_at(fd, buf, (size_t)got, at);
-            at += got;
-        }
-        free(buf);
+    if (pb_current(s, name, version) && (pb = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+        rc = pb_copy(pb, name, version, fd);
         close(pb);
-        return rc;
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+        if (ftruncate(fd, 0) < 0)   /* not N's, or unreadable: what was copied goes, N.json is read */
+            return kestrel__error_set(KESTREL_EIO, "cannot empty a manifest's temp file: %s", strerror(errno));
     }
-    if (pb >= 0)
-        close(pb);
     kestrel_error_clear();
-    if ((rc = kestrel__store_manifest(s, name, version, &m)) == 0 && (rc = kestrel__wire_pack(&b, &m->base)) == 0)
-        rc = write_at(fd, b.ptr ? b.ptr : "", b.size, 0);
+    if ((rc = kestrel__store_manifest(s, name, version, &m)) == 0 && (rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
+        kestrel__pwrite_all(fd, b.ptr ? b.ptr : "", b.size, 0) < 0)
+        rc = kestrel__error_set(KESTREL_EIO, "cannot write a manifest to its temp file: %s", strerror(errno));
     kestrel__manifest_free(m);
     kestrel_buf_dispose(&b);
     return rc;

@@ -294,18 +294,9 @@ int kestrel__tree_out_write(void *ctx, int64_t at, const void *data, size_t len)
         return kestrel__error_set(KESTREL_EPROTO, "a chunk crosses the end of its file");
     if ((rc = open_file(t, lo)) < 0)
         return rc;
-    at -= t->start[lo];
-    while (len > 0) {
-        ssize_t w = pwrite(t->fd, p, len, at);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot write %s/%s: %s", t->tmp, t->m->files[lo]->path,
-                                      strerror(errno));
-        p += w;
-        len -= (size_t)w;
-        at += w;
-    }
+    if (kestrel__pwrite_all(t->fd, p, len, at - t->start[lo]) < 0)
+        return kestrel__error_set(KESTREL_EIO, "cannot write %s/%s: %s", t->tmp, t->m->files[lo]->path,
+                                  strerror(errno));
     return 0;
 }
 
@@ -364,7 +355,7 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
     int rc = 0, dfd;
     mode_t mask = kestrel__umask();
     /* every file and folder durable at once: one syncfs instead of an fsync a file */
-    if (rc == 0 && (dfd = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+    if ((dfd = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
         chmod(t->tmp, 0777 & ~mask);   /* mkdtemp made it 0700; its folders were made with the umask */
         if (syncfs(dfd) < 0)
             rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", t->tmp, strerror(errno));
