@@ -23,10 +23,7 @@ struct kestrel__mfile {
 
 static void reader(kestrel__mfile *m, kestrel__records *r)
 {
-    memset(r, 0, sizeof(*r));
-    r->fd = m->fd;
-    r->what = "the pulled manifest";
-    r->bad = KESTREL_EPROTO;
+    kestrel__records_init(r, m->fd, "the pulled manifest", KESTREL_EPROTO);
 }
 
 int kestrel__mfile_open(kestrel__mfile **out)
@@ -72,6 +69,10 @@ int kestrel__mfile_scan(kestrel__mfile *m)
                 break;
             }
             *(field == m->chunk_field ? &m->n_chunks : &m->n_files) += 1;
+        } else if (other.size + raw_n > KESTREL__MANIFEST_HEAD_MAX) {
+            rc = kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged: its fields besides the lists "
+                                    "take more than %u MiB", KESTREL__MANIFEST_HEAD_MAX >> 20);
+            break;
         } else if ((rc = kestrel__buf_put(&other, raw, raw_n)) < 0) {
             break;
         }
@@ -145,27 +146,11 @@ void kestrel__mfile_rewind(kestrel__mfile *m, size_t max_files, size_t max_chunk
     m->max_chunks = max_chunks ? max_chunks : 1;
 }
 
-/* Room for one more in a window's list (grown by doubling). */
-static int room(void ***arr, size_t n, size_t *cap)
-{
-    if (n < *cap)
-        return 0;
-    {
-        size_t c = *cap ? *cap * 2 : 64;
-        void **a = realloc(*arr, c * sizeof(**arr));
-        if (a == NULL)
-            return kestrel__error_oom();
-        *arr = a;
-        *cap = c;
-    }
-    return 0;
-}
-
 /* The next chunk into the window. */
 static int take_chunk(kestrel__mfile *m)
 {
     ProtobufCMessage *c;
-    int rc = room((void ***)&m->win.chunks, m->win.n_chunks, &m->cap_chunks);
+    int rc = kestrel__array_grow(&m->win.chunks, &m->cap_chunks, m->win.n_chunks + 1, sizeof(*m->win.chunks));
     if (rc == 0 && (rc = next_of(&m->chunks, m->chunk_field, &kestrel__v1__chunk_ref__descriptor, &c)) == 0)
         rc = kestrel__error_set(KESTREL_EPROTO, "the pulled manifest is damaged: it lists fewer chunks than it counts");
     if (rc < 0)
@@ -199,7 +184,7 @@ int kestrel__mfile_next(kestrel__mfile *m, const Kestrel__V1__Manifest **win)
         take = (size_t)f->chunks;
         if (m->win.n_files && (m->win.n_files >= m->max_files || m->win.n_chunks + take > m->max_chunks))
             return 1;   /* it begins the next window */
-        if ((rc = room((void ***)&m->win.files, m->win.n_files, &m->cap_files)) < 0)
+        if ((rc = kestrel__array_grow(&m->win.files, &m->cap_files, m->win.n_files + 1, sizeof(*m->win.files))) < 0)
             return rc;
         m->win.files[m->win.n_files++] = f;
         m->pending = NULL;
@@ -223,7 +208,7 @@ int kestrel__mfile_check(kestrel__mfile *m)
     if (c == NULL)
         return kestrel__error_oom();
     rc = kestrel__mcheck_begin(c, m->head, m->n_chunks, m->n_files, 0);
-    kestrel__mfile_rewind(m, 4096, 16384);
+    kestrel__mfile_rewind(m, KESTREL__WINDOW_FILES, KESTREL__WINDOW_CHUNKS);
     while (rc == 0 && (rc = kestrel__mfile_next(m, &w)) == 1)
         rc = kestrel__mcheck_lists(c, w);
     if (rc == 0)

@@ -32,6 +32,13 @@ int kestrel__mfile_check(kestrel__mfile *m);
  * fields unset); after the files, the chunks no file claims, and of a file version its chunks,
  * max_chunks at a time. *win is m's until the next call. */
 void kestrel__mfile_rewind(kestrel__mfile *m, size_t max_files, size_t max_chunks);
+/* A pull's window, and the check's: a pull holds the records of at most these many files and chunks,
+ * whatever the version's count (about 1 MB of them). */
+#define KESTREL__WINDOW_FILES 4096
+#define KESTREL__WINDOW_CHUNKS 16384
+/* The fields besides the two lists (name, digest, metadata, aliases) are held in memory: more than
+ * this is refused. */
+#define KESTREL__MANIFEST_HEAD_MAX (4u << 20)
 int kestrel__mfile_next(kestrel__mfile *m, const Kestrel__V1__Manifest **win);
 void kestrel__mfile_close(kestrel__mfile *m);
 

@@ -259,15 +259,10 @@ static int from_cache(pull_state *ps, kestrel__chunk_cache *cache, const Kestrel
     return rc;
 }
 
-/* A window of the listing at a time (manifest_file.h): a pull holds the records of at most these many
- * files and chunks, whatever the version's count. A digest in two windows is fetched for each (the
- * layout places a chunk at each of its offsets within a window). */
-#define WINDOW_FILES 4096
-#define WINDOW_CHUNKS 16384
-
-/* The chunks of window w, placed: what the cache holds, then the rest fetched. A directory's go into
- * its files (tree), a file's into fd (all its chunks are one window). Then ps->lay waits for
- * kestrel__layout_finish. */
+/* The chunks of window w (manifest_file.h), placed: what the cache holds, then the rest fetched (a
+ * digest in two windows is fetched for each: the layout places a chunk at its offsets in one). A
+ * directory's go into its files (tree), a file's into fd (all its chunks are one window). Then
+ * ps->lay waits for kestrel__layout_finish. */
 static int pull_window(pull_state *ps, kestrel__chunk_cache *cache, const Kestrel__V1__Manifest *w, int fd,
                        const char *tmp, kestrel__tree_out *tree)
 {
@@ -304,7 +299,7 @@ static int pull_tree(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile
     kestrel__tree_out *tree = NULL;
     char sha[65];
     int rc = kestrel__tree_out_new(&tree, dest);
-    kestrel__mfile_rewind(mf, WINDOW_FILES, WINDOW_CHUNKS);
+    kestrel__mfile_rewind(mf, KESTREL__WINDOW_FILES, KESTREL__WINDOW_CHUNKS);
     while (rc == 0 && (rc = kestrel__mfile_next(mf, &w)) == 1) {
         if ((rc = pull_window(ps, cache, w, -1, NULL, tree)) == 0) {
             rc = kestrel__layout_finish(ps->lay, sha);
@@ -322,7 +317,7 @@ static int pull_tree(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile
     if ((rc = kestrel__tree_out_finish(tree, dest)) < 0)   /* renamed to dest */
         return rc;
     if (ps->downloaded) {   /* its files are the pack: nothing written twice */
-        kestrel__mfile_rewind(mf, WINDOW_FILES, WINDOW_CHUNKS);
+        kestrel__mfile_rewind(mf, KESTREL__WINDOW_FILES, KESTREL__WINDOW_CHUNKS);
         kestrel__cache_add_tree(cache, dest, kestrel__mfile_files(mf), next_window, mf);
         kestrel__cache_trim(cache);
     }

@@ -65,7 +65,7 @@ def test_thousands_of_files_are_counted_once_and_each_digest_filled_in(kestreld,
     assert subprocess.run(["diff", "-r", str(src), str(out)]).returncode == 0
 
 
-WINDOW = 4096   # lib/repo/pull.c WINDOW_FILES: the files a pull holds the records of at once
+WINDOW = 4096   # lib/repo/manifest_file.h KESTREL__WINDOW_FILES: the files a pull holds the records of at once
 
 
 def window_tree(root, count):

@@ -19,6 +19,7 @@
 #include "chunk.h"
 #include "file_open.h"
 #include "store.h"
+#include "manifest_file.h"
 #include "repo.h"
 
 static char dir[64], url[128];
@@ -488,6 +489,45 @@ static void directory_round_trip(void **state)
     free(big);
 }
 
+/* A pulled manifest's fields besides its lists are held in memory while it is read a window at a time
+ * (manifest_file.c): up to KESTREL__MANIFEST_HEAD_MAX, then refused, with what is wrong. */
+static void pulled_manifest_head_is_bounded(void **state)
+{
+    Kestrel__V1__Manifest m = KESTREL__V1__MANIFEST__INIT;
+    kestrel_buf b = KESTREL_BUF_INIT;
+    kestrel__mfile *f;
+    char alias[1025], sha[65];
+    size_t n = KESTREL__MANIFEST_HEAD_MAX / 1024 + 8;
+    char **aliases = calloc(n, sizeof(*aliases));
+    (void)state;
+    assert_non_null(aliases);
+    memset(alias, 'a', 1024);
+    alias[1024] = '\0';
+    memset(sha, 'e', 64);
+    sha[64] = '\0';
+    for (size_t i = 0; i < n; i++)
+        aliases[i] = alias;
+    m.name = "team/x", m.sha256 = sha, m.aliases = aliases;
+    for (int round = 0; round < 2; round++) {
+        m.n_aliases = round == 0 ? 3 : n;   /* within the bound, then past it */
+        b.size = 0;
+        assert_int_equal(kestrel__wire_pack(&b, &m.base), 0);
+        assert_int_equal(kestrel__mfile_open(&f), 0);
+        assert_int_equal(pwrite(kestrel__mfile_fd(f), b.ptr, b.size, 0), (ssize_t)b.size);
+        if (round == 0) {
+            assert_int_equal(kestrel__mfile_scan(f), 0);
+            assert_int_equal(kestrel__mfile_head(f)->n_aliases, 3);
+            assert_string_equal(kestrel__mfile_head(f)->name, "team/x");
+        } else {
+            assert_int_equal(kestrel__mfile_scan(f), KESTREL_EPROTO);
+            assert_non_null(strstr(kestrel_error_last()->message, "besides the lists take more than 4 MiB"));
+        }
+        kestrel__mfile_close(f);
+    }
+    kestrel_buf_dispose(&b);
+    free(aliases);
+}
+
 /* A file that is also a folder of a later path, with paths between them that sort between ("a",
  * "a-b", "a/c": '-' sorts before '/'), however deep; and lookalikes that are no such thing. The check
  * reads the files in order, once (kestrel__mcheck, a pull's check of a manifest it does not hold). */
@@ -689,6 +729,7 @@ int main(void)
         cmocka_unit_test(the_cuts_are_those_of_every_earlier_build),
         cmocka_unit_test(tree_paths_and_listings),
         cmocka_unit_test(tree_files_that_are_folders),
+        cmocka_unit_test(pulled_manifest_head_is_bounded),
         cmocka_unit_test_setup_teardown(a_push_cuts_a_file_as_the_chunker_does, setup, teardown),
         cmocka_unit_test_setup_teardown(a_file_a_push_reads_is_opened_without_surprises, setup, teardown),
         cmocka_unit_test_setup_teardown(directory_round_trip, setup, teardown),
