@@ -42,7 +42,6 @@ int kd_answer_hold(kd_req *r, uint64_t bytes)
 static enum MHD_Result send_bytes(kd_req *r, unsigned int status, kestrel_buf *b, int give, const char *ctype)
 {
     struct MHD_Response *resp;
-    enum MHD_Result ok;
     /* a large answer is held until the client reads it: from the budget (a review: 256 MiB
      * manifests asked for and never read held as much as the asker pleased) */
     if (b->size >= KD_ANSWER_CHARGED && r->answer_held == 0 && kd_answer_hold(r, b->size) < 0)
@@ -61,6 +60,12 @@ static enum MHD_Result send_bytes(kd_req *r, unsigned int status, kestrel_buf *b
         return MHD_NO;
     if (give)
         *b = (kestrel_buf)KESTREL_BUF_INIT;
+    return kd_reply_response(r, status, resp, ctype);
+}
+
+enum MHD_Result kd_reply_response(kd_req *r, unsigned int status, struct MHD_Response *resp, const char *ctype)
+{
+    enum MHD_Result ok;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->deferring) {   /* on a deferred handler's thread: queued once its connection is resumed */

@@ -81,6 +81,8 @@ void kd_defer_drain(void);
 enum MHD_Result kd_reply_msg(kd_req *r, unsigned int status, const ProtobufCMessage *msg);
 /* kd_reply_msg, then free msg (a protobuf-c message from the default allocator). */
 enum MHD_Result kd_reply_owned(kd_req *r, unsigned int status, ProtobufCMessage *msg);
+/* resp (freed here) as the answer, with that Content-Type (kept for a deferred handler's). */
+enum MHD_Result kd_reply_response(kd_req *r, unsigned int status, struct MHD_Response *resp, const char *ctype);
 /* b as it is, with that Content-Type. */
 enum MHD_Result kd_reply_bytes(kd_req *r, unsigned int status, const kestrel_buf *b, const char *content_type);
 enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code, const char *message);
@@ -111,6 +113,8 @@ enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id);
 enum MHD_Result kd_route_queue(kd_req *r);
 enum MHD_Result kd_route_nodes(kd_req *r);
 enum MHD_Result kd_route_repo(kd_req *r);
+/* GET /api/v1/models/NAME/versions/REF, the caller's right to read NAME checked (repo_manifest.c). */
+enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref);
 /* POST /api/v1/chunks/fetch: many chunks in one answer (repo_fetch.c). */
 enum MHD_Result kd_repo_fetch(kd_req *r);
 /* Queue resp (freed here) as a 200 answer of chunk bytes, bytes of them counted in the metrics. */

@@ -469,25 +469,15 @@ static enum MHD_Result versions(kd_req *r, const char *name)
     return reply;
 }
 
-static enum MHD_Result one_version(kd_req *r, const char *name, const char *ref)
+static enum MHD_Result delete_version(kd_req *r, const char *name, const char *ref)
 {
-    char full[512];
-    Kestrel__V1__Manifest *pb = NULL;
+    long long v;
     int rc;
-    snprintf(full, sizeof(full), "%s@%s", name, ref);
-    if (!strcmp(r->method, "DELETE")) {
-        long long v;
-        if (kd_parse_int(ref, 1, INT64_MAX, &v) < 0)
-            return kd_reply_error(r, 400, "invalid_argument", "delete takes a version number");
-        if ((rc = kestrel__store_delete(r->e->store, name, v)) < 0)
-            return kd_reply_failure(r, rc);
-        return kd_reply_msg(r, 200, &((Kestrel__V1__AliasUpdate)KESTREL__V1__ALIAS_UPDATE__INIT).base);
-    }
-    if ((rc = kestrel__store_resolve(r->e->store, full, &pb)) < 0 || (rc = kestrel__store_decorate(r->e->store, pb)) < 0) {
-        kestrel__manifest_free(pb);
+    if (kd_parse_int(ref, 1, INT64_MAX, &v) < 0)
+        return kd_reply_error(r, 400, "invalid_argument", "delete takes a version number");
+    if ((rc = kestrel__store_delete(r->e->store, name, v)) < 0)
         return kd_reply_failure(r, rc);
-    }
-    return kd_reply_owned(r, 200, &pb->base);
+    return kd_reply_msg(r, 200, &((Kestrel__V1__AliasUpdate)KESTREL__V1__ALIAS_UPDATE__INIT).base);
 }
 
 static enum MHD_Result alias(kd_req *r, const char *name, const char *a)
@@ -551,14 +541,9 @@ static enum MHD_Result settings(kd_req *r, const char *name)
 
 enum MHD_Result kd_reply_chunks(kd_req *r, struct MHD_Response *resp, uint64_t bytes)
 {
-    enum MHD_Result ok;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-    ok = MHD_queue_response(r->conn, 200, resp);
-    MHD_destroy_response(resp);
-    if (ok == MHD_YES) {
-        r->status = 200;
+    enum MHD_Result ok = kd_reply_response(r, 200, resp, "application/octet-stream");
+    if (ok == MHD_YES)
         kd_metrics_repo_bytes(r->e->metrics, 0, bytes);
-    }
     return ok;
 }
 
@@ -730,7 +715,7 @@ enum MHD_Result kd_route_repo(kd_req *r)
         if (part == KD_MODEL_VERSION && (get_ || del)) {
             if (del && (st = kd_repo_check(r, name, KD_REPO_DELETE, why, sizeof(why))) != 0)
                 return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
-            return one_version(r, name, arg);
+            return del ? delete_version(r, name, arg) : kd_repo_manifest(r, name, arg);
         }
         if (part == KD_MODEL_ALIAS && (!strcmp(r->method, "PUT") || del)) {
             if ((st = kd_repo_check(r, name, KD_REPO_ALIAS, why, sizeof(why))) != 0)

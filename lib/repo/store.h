@@ -89,6 +89,13 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
  * at a time where it is current and names name@version (a pull of a long listing, file://); else
  * read as above and packed. */
 int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t version, int fd);
+/* The same as kestreld answers it in protobuf (kestrel__store_manifest, then
+ * kestrel__store_decorate), without decoding it: *fd the open N.pb, found current and N's by one read
+ * of its records here, to be sent as it lies and followed by tail, the records decorate would add
+ * (the counts, metadata_json "{}", the aliases), which protobuf's merge rule lays over N.pb's. *fd
+ * is -1 (0 returned) where N.pb will not do (missing, older than N.json, damaged, another's, holding
+ * aliases): the caller decodes the manifest then, which says what is wrong or mends N.pb. */
+int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t version, int *fd, kestrel_buf *tail);
 /* name@version's manifest from N.json alone, the truth: what a collection keeps and fsck checks. */
 int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
 /* A manifest file beside N.json (N.pb: content_type KESTREL__CT_PROTOBUF; N.listing: JSON), decoded;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include "chunk_spool.h"
 #include "repo.h"
@@ -142,52 +143,79 @@ static int put_out(int fd, kestrel_buf *out, int64_t *at)
     return 0;
 }
 
-/* The N.pb open on pb copied into fd as its fields are read, in one pass, the lists skipped rather
- * than decoded: 1 when it named name@version (its name and version fields; the last one given
- * counts, as in protobuf), 0 when it did not or could not be read (damaged: N.json is read then),
- * < 0 when fd could not be written. */
-static int pb_copy(int pb, const char *name, int64_t version, int fd)
+/* What a read of N.pb found. */
+typedef struct {
+    int named, numbered;        /* its name and version fields (the last one given counts, as in
+                                 * protobuf) are those of name@version */
+    int64_t files, chunks;      /* the records of its two lists */
+    int metadata;               /* its metadata_json (the last one given) is not empty */
+    int aliases;                /* it holds aliases (a manifest never stores them) */
+} pb_facts;
+
+/* N.pb open on pb read once, a record at a time, the lists counted and skipped rather than decoded,
+ * and copied into out (when out >= 0) as read: 1 when it read whole, 0 when it could not be read
+ * (damaged: N.json is read then), < 0 when out could not be written. */
+static int pb_walk(int pb, const char *name, int64_t version, int out, pb_facts *f)
 {
     kestrel__records r;
-    kestrel_buf out = KESTREL_BUF_INIT;
+    kestrel_buf copy = KESTREL_BUF_INIT;
     const uint8_t *data, *raw;
     size_t n, raw_n;
     unsigned field, type;
     int64_t at = 0;
-    int rc, got, named = 0, numbered = 0;
+    int rc, got;
+    memset(f, 0, sizeof(*f));
     kestrel__records_init(&r, pb, "a version's N.pb", KESTREL_EIO);
-    while ((rc = got = kestrel__records_next(&r, &field, &type, &data, &n, &raw, &raw_n)) == 1) {
+    while ((rc = got = kestrel__records_next(&r, &field, &type, &data, &n, out >= 0 ? &raw : NULL, &raw_n)) == 1) {
         if (field == 1 && type == 2) {   /* name */
-            named = n == strlen(name) && !memcmp(data, name, n);
+            f->named = n == strlen(name) && !memcmp(data, name, n);
         } else if (field == 2 && type == 0) {   /* version, a varint */
             size_t i = 0;
             uint64_t v;
-            numbered = kestrel__wire_varint(data, n, &i, &v) == 0 && v == (uint64_t)version;
+            f->numbered = kestrel__wire_varint(data, n, &i, &v) == 0 && v == (uint64_t)version;
+        } else if (field == 5) {
+            f->chunks++;
+        } else if (field == 10) {
+            f->files++;
+        } else if (field == 6 && type == 2) {
+            f->metadata = n > 0;
+        } else if (field == 8) {
+            f->aliases = 1;
         }
-        if ((rc = kestrel__buf_put(&out, raw, raw_n)) < 0 || (out.size >= COPY_BUF && (rc = put_out(fd, &out, &at)) < 0))
+        if (out >= 0 && ((rc = kestrel__buf_put(&copy, raw, raw_n)) < 0 ||
+                         (copy.size >= COPY_BUF && (rc = put_out(out, &copy, &at)) < 0)))
             break;
     }
-    if (rc == 0)
-        rc = put_out(fd, &out, &at);
+    if (rc == 0 && out >= 0)
+        rc = put_out(out, &copy, &at);
     kestrel__records_free(&r);
-    kestrel_buf_dispose(&out);
+    kestrel_buf_dispose(&copy);
     if (got < 0)   /* N.pb itself: its N.json says */
         return 0;
-    return rc < 0 ? rc : named && numbered;
+    return rc < 0 ? rc : 1;
+}
+
+/* versions/N.pb open for reading when it is current (pb_current), else -1. */
+static int pb_open(kestrel__store *s, const char *name, int64_t version)
+{
+    char path[PATH_MAX];
+    pb_path(s, name, version, "pb", path, sizeof(path));
+    return pb_current(s, name, version) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 }
 
 int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t version, int fd)
 {
-    char path[PATH_MAX];
     Kestrel__V1__Manifest *m = NULL;
     kestrel_buf b = KESTREL_BUF_INIT;
-    int pb = -1, rc;
-    pb_path(s, name, version, "pb", path, sizeof(path));
-    if (pb_current(s, name, version) && (pb = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
-        rc = pb_copy(pb, name, version, fd);
+    pb_facts f;
+    int pb, rc;
+    if ((pb = pb_open(s, name, version)) >= 0) {
+        rc = pb_walk(pb, name, version, fd, &f);
         close(pb);
-        if (rc != 0)
-            return rc < 0 ? rc : 0;
+        if (rc < 0)
+            return rc;
+        if (rc == 1 && f.named && f.numbered)
+            return 0;
         if (ftruncate(fd, 0) < 0)   /* not N's, or unreadable: what was copied goes, N.json is read */
             return kestrel__error_set(KESTREL_EIO, "cannot empty a manifest's temp file: %s", strerror(errno));
     }
@@ -198,6 +226,45 @@ int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t v
     kestrel__manifest_free(m);
     kestrel_buf_dispose(&b);
     return rc;
+}
+
+int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t version, int *fd, kestrel_buf *tail)
+{
+    Kestrel__V1__Manifest t = KESTREL__V1__MANIFEST__INIT;
+    pb_facts f;
+    int pb, rc;
+    *fd = -1;
+    if ((pb = pb_open(s, name, version)) < 0 || pb_walk(pb, name, version, -1, &f) != 1 || !f.named || !f.numbered ||
+        f.aliases) {
+        if (pb >= 0)
+            close(pb);
+        kestrel_error_clear();
+        return 0;   /* the caller decodes it: kestrel__store_manifest says what is wrong, or mends it */
+    }
+    /* what kestrel__store_decorate adds, as records that follow N.pb's: a scalar's last value counts,
+     * a list's records append */
+    t.name = (char *)name;   /* for kestrel__store_aliases, then left out of the tail */
+    t.version = version;
+    if ((rc = kestrel__store_aliases(s, &t)) == 0) {
+        t.name = (char *)protobuf_c_empty_string;
+        t.version = 0;
+        if (f.files || f.chunks) {
+            t.file_count = f.files;
+            t.chunk_count = f.chunks;
+        }
+        if (!f.metadata)
+            t.metadata_json = (char *)"{}";
+        rc = kestrel__wire_pack(tail, &t.base);
+    }
+    for (size_t i = 0; i < t.n_aliases; i++)
+        free(t.aliases[i]);
+    free(t.aliases);
+    if (rc < 0) {
+        close(pb);
+        return rc;
+    }
+    *fd = pb;
+    return 0;
 }
 
 int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)

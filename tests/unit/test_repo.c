@@ -489,6 +489,120 @@ static void directory_round_trip(void **state)
     free(big);
 }
 
+/* kestreld answers a version's manifest in protobuf as its N.pb followed by the records it adds
+ * (kestrel__store_manifest_open): the bytes decode to exactly the manifest it answered when it decoded
+ * N.pb and decorated it; where N.pb will not do, the caller is told to decode. */
+static kestrel_buf served(kestrel__store *s, const char *name, int64_t version, int *fd_out)
+{
+    kestrel_buf b = KESTREL_BUF_INIT, tail = KESTREL_BUF_INIT;
+    char block[4096];
+    ssize_t n;
+    int fd = -2;
+    assert_int_equal(kestrel__store_manifest_open(s, name, version, &fd, &tail), 0);
+    *fd_out = fd;
+    if (fd < 0) {
+        assert_int_equal(tail.size, 0);
+        return b;
+    }
+    while ((n = read(fd, block, sizeof(block))) > 0)
+        assert_int_equal(kestrel__buf_put(&b, block, (size_t)n), 0);
+    close(fd);
+    assert_int_equal(kestrel__buf_put(&b, tail.ptr ? tail.ptr : "", tail.size), 0);
+    kestrel_buf_dispose(&tail);
+    return b;
+}
+
+static void decorated_packed(kestrel__store *s, const char *ref, kestrel_buf *out)
+{
+    Kestrel__V1__Manifest *m = NULL;
+    assert_int_equal(kestrel__store_resolve(s, ref, &m), 0);
+    assert_int_equal(kestrel__store_decorate(s, m), 0);
+    assert_int_equal(kestrel__wire_pack(out, &m->base), 0);
+    kestrel__manifest_free(m);
+}
+
+static void a_served_manifest_is_its_pb_and_what_is_added(void **state)
+{
+    char src[128], path[256], root[160];
+    uint8_t *big = random_bytes(2u << 20, 11);
+    kestrel__store *s;
+    int64_t v = 0;
+    int fd;
+    (void)state;
+    snprintf(src, sizeof(src), "%s/src", dir);
+    snprintf(path, sizeof(path), "%s/sub", src);
+    assert_int_equal(kestrel__mkdirs(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/a.bin", src);
+    write_file(path, big, 2u << 20);
+    snprintf(path, sizeof(path), "%s/sub/b.txt", src);
+    write_file(path, "b\n", 2);
+    assert_int_equal(kestrel_model_push(&v, C, "team/served", src, NULL), 0);   /* a directory */
+    snprintf(path, sizeof(path), "%s/a.bin", src);
+    assert_int_equal(kestrel_model_push(&v, C, "team/served", path, NULL), 0);  /* a file */
+    assert_int_equal(v, 2);
+    snprintf(root, sizeof(root), "%s/store", dir);
+    assert_int_equal(kestrel__store_open(&s, root), 0);
+    assert_int_equal(kestrel__store_alias_set(s, "team/served", "prod", 1), 0);
+    assert_int_equal(kestrel__store_alias_set(s, "team/served", "canary", 1), 0);
+    for (int64_t k = 1; k <= 2; k++) {
+        char ref[64];
+        kestrel_buf want = KESTREL_BUF_INIT, got;
+        Kestrel__V1__Manifest *m;
+        snprintf(ref, sizeof(ref), "team/served@%lld", (long long)k);
+        decorated_packed(s, ref, &want);   /* its N.pb is written by this read, if it was not */
+        got = served(s, "team/served", k, &fd);
+        assert_true(fd >= 0);
+        m = (Kestrel__V1__Manifest *)protobuf_c_message_unpack(&kestrel__v1__manifest__descriptor, NULL, got.size,
+                                                               (const uint8_t *)got.ptr);
+        assert_non_null(m);
+        assert_int_equal(m->n_aliases, k == 1 ? 2 : 1);   /* prod, canary; latest */
+        assert_string_equal(m->metadata_json, "{}");
+        assert_int_equal(m->file_count, k == 1 ? 2 : 0);
+        assert_int_equal(m->chunk_count, (int64_t)m->n_chunks);
+        kestrel_buf_dispose(&got);
+        assert_int_equal(kestrel__wire_pack(&got, &m->base), 0);   /* decoded, it packs as the decorated one */
+        assert_int_equal(got.size, want.size);
+        assert_memory_equal(got.ptr, want.ptr, want.size);
+        protobuf_c_message_free_unpacked(&m->base, NULL);
+        kestrel_buf_dispose(&got);
+        kestrel_buf_dispose(&want);
+    }
+    /* N.pb that will not do: the caller is told to decode (which mends it) */
+    snprintf(path, sizeof(path), "%s/models/team/served/versions/1.pb", root);
+    write_file(path, "\x0a\x05", 2);   /* cut short */
+    (void)served(s, "team/served", 1, &fd);
+    assert_int_equal(fd, -1);
+    {
+        Kestrel__V1__Manifest *m = NULL, other;
+        kestrel_buf b = KESTREL_BUF_INIT;
+        char *aliases[] = { (char *)"stored" };
+        assert_int_equal(kestrel__store_resolve(s, "team/served@1", &m), 0);   /* N.pb mended */
+        (void)served(s, "team/served", 1, &fd);
+        assert_true(fd >= 0);
+        close(fd);
+        other = *m;   /* aliases kept in N.pb: never written so, but not trusted to be absent */
+        other.aliases = aliases;
+        other.n_aliases = 1;
+        assert_int_equal(kestrel__wire_pack(&b, &other.base), 0);
+        write_file(path, b.ptr, b.size);
+        (void)served(s, "team/served", 1, &fd);
+        assert_int_equal(fd, -1);
+        other.aliases = NULL, other.n_aliases = 0;
+        other.name = (char *)"team/other";   /* another model's */
+        b.size = 0;
+        assert_int_equal(kestrel__wire_pack(&b, &other.base), 0);
+        write_file(path, b.ptr, b.size);
+        (void)served(s, "team/served", 1, &fd);
+        assert_int_equal(fd, -1);
+        kestrel_buf_dispose(&b);
+        kestrel__manifest_free(m);
+    }
+    (void)served(s, "team/served", 9, &fd);   /* no such version */
+    assert_int_equal(fd, -1);
+    kestrel__store_close(s);
+    free(big);
+}
+
 /* A pulled manifest's fields besides its lists are held in memory while it is read a window at a time
  * (manifest_file.c): up to KESTREL__MANIFEST_HEAD_MAX, then refused, with what is wrong. */
 static void pulled_manifest_head_is_bounded(void **state)
@@ -733,6 +847,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_push_cuts_a_file_as_the_chunker_does, setup, teardown),
         cmocka_unit_test_setup_teardown(a_file_a_push_reads_is_opened_without_surprises, setup, teardown),
         cmocka_unit_test_setup_teardown(directory_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_served_manifest_is_its_pb_and_what_is_added, setup, teardown),
         cmocka_unit_test_setup_teardown(push_pull_versions_aliases_and_dedupe, setup, teardown),
         cmocka_unit_test_setup_teardown(damaged_chunk_is_an_error_never_a_wrong_file, setup, teardown),
         cmocka_unit_test_setup_teardown(a_whole_that_does_not_match_is_an_error_even_when_every_chunk_does, setup,
