@@ -153,18 +153,46 @@ static int put_cjson(kestrel_buf *out, cJSON *v, int pretty)
     return rc;
 }
 
-static int message_to_text(kestrel_buf *out, const ProtobufCMessage *m);
+/* A message written into a file a block at a time (kestrel__wire_to_json_fd, kestrel__wire_pack_fd):
+ * buf gathers what is written and goes to fd at `at` once it holds a block. */
+#define SINK_BLOCK (256u * 1024)
+typedef struct {
+    ProtobufCBuffer base;   /* protobuf-c's appender, for its packer */
+    kestrel_buf buf;
+    int fd;
+    int64_t at;
+    int rc;
+} sink;
+
+static int sink_flush(sink *s)
+{
+    if (s->rc == 0 && s->buf.size && kestrel__pwrite_all(s->fd, s->buf.ptr, s->buf.size, s->at) < 0)
+        s->rc = kestrel__error_set(KESTREL_EIO, "cannot write: %s", strerror(errno));
+    s->at += (int64_t)s->buf.size;
+    s->buf.size = 0;
+    return s->rc;
+}
+
+static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
+{
+    sink *s = (sink *)b;
+    if (s->rc == 0 && (s->rc = kestrel__buf_put(&s->buf, data, len)) == 0 && s->buf.size >= SINK_BLOCK)
+        sink_flush(s);
+}
+
+static int message_to_text(kestrel_buf *out, const ProtobufCMessage *m, sink *s);
 
 static int value_to_text(kestrel_buf *out, const ProtobufCFieldDescriptor *f, const void *p)
 {
-    return f->type == PROTOBUF_C_TYPE_MESSAGE ? message_to_text(out, *(const ProtobufCMessage *const *)p)
+    return f->type == PROTOBUF_C_TYPE_MESSAGE ? message_to_text(out, *(const ProtobufCMessage *const *)p, NULL)
                                               : put_cjson(out, value_to_cjson(f, p), 0);
 }
 
 /* m as message_to_cjson's tree prints unformatted, byte for byte, without the tree: each value is
  * made, printed and freed in turn (a dataset's manifest, 20,000 files, took 28 MB as one tree; the
- * text alone is a fifth of that). Field names are protoc's identifiers: nothing in them to escape. */
-static int message_to_text(kestrel_buf *out, const ProtobufCMessage *m)
+ * text alone is a fifth of that). Field names are protoc's identifiers: nothing in them to escape.
+ * With s (out is then s->buf), what is made goes to s's file between the elements of m's lists. */
+static int message_to_text(kestrel_buf *out, const ProtobufCMessage *m, sink *s)
 {
     const ProtobufCMessageDescriptor *d = m->descriptor;
     int rc = kestrel__buf_puts(out, "{"), first = 1;
@@ -181,8 +209,9 @@ static int message_to_text(kestrel_buf *out, const ProtobufCMessage *m)
             const char *arr = *(const char *const *)CAT(m, f->offset);
             rc = kestrel__buf_puts(out, "[");
             for (size_t k = 0; k < n && rc == 0; k++)
-                if ((rc = k ? kestrel__buf_puts(out, ",") : 0) == 0)
-                    rc = value_to_text(out, f, arr + k * elem_size(f->type));
+                if ((rc = k ? kestrel__buf_puts(out, ",") : 0) == 0 &&
+                    (rc = value_to_text(out, f, arr + k * elem_size(f->type))) == 0 && s && out->size >= SINK_BLOCK)
+                    rc = sink_flush(s);
             if (rc == 0)
                 rc = kestrel__buf_puts(out, "]");
         } else {
@@ -198,11 +227,30 @@ int kestrel__wire_to_json(kestrel_buf *out, const ProtobufCMessage *msg, int pre
     int rc;
     if (pretty)   /* one tree: cJSON's printer lays it out */
         return put_cjson(out, message_to_cjson(msg), 1);
-    if ((rc = message_to_text(out, msg)) < 0 && out->ptr) {   /* nothing half-written */
+    if ((rc = message_to_text(out, msg, NULL)) < 0 && out->ptr) {   /* nothing half-written */
         out->size = at;
         out->ptr[at] = '\0';
     }
     return rc;
+}
+
+int kestrel__wire_to_json_fd(int fd, const ProtobufCMessage *msg)
+{
+    sink s = { .buf = KESTREL_BUF_INIT, .fd = fd };
+    int rc = message_to_text(&s.buf, msg, &s);
+    if (rc == 0)
+        rc = sink_flush(&s);
+    kestrel_buf_dispose(&s.buf);
+    return rc;
+}
+
+int kestrel__wire_pack_fd(int fd, const ProtobufCMessage *msg)
+{
+    sink s = { .base = { .append = sink_append }, .buf = KESTREL_BUF_INIT, .fd = fd };
+    protobuf_c_message_pack_to_buffer(msg, &s.base);
+    sink_flush(&s);
+    kestrel_buf_dispose(&s.buf);
+    return s.rc;
 }
 
 /* ---- from JSON --------------------------------------------------------------- */

@@ -11,6 +11,11 @@
 
 /* Serialise msg as JSON (proto field names; int64 as strings; enums by name; all scalars emitted). */
 int kestrel__wire_to_json(kestrel_buf *out, const ProtobufCMessage *msg, int pretty);
+/* msg as kestrel__wire_to_json writes it unformatted, or as kestrel__wire_pack does (_pack_fd), into
+ * fd from offset 0, a block of 256 KiB at a time: a long manifest is never held as text (a 50,000-file
+ * dataset's JSON is 13 MB). KESTREL_EIO where fd cannot be written (what was written stays). */
+int kestrel__wire_to_json_fd(int fd, const ProtobufCMessage *msg);
+int kestrel__wire_pack_fd(int fd, const ProtobufCMessage *msg);
 /* Parse JSON into a new message of type desc (free with protobuf_c_message_free_unpacked).
  * Unknown fields, wrong types, unknown enum names, bad UTF-8: KESTREL_EINVALID with a message. */
 int kestrel__wire_from_json(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,

@@ -297,6 +297,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
     int rc, hold = -1;
     if (in == NULL)
         return reply;
+    kd_body_release(r);
     if (kestrel__manifest_check_commit(in) < 0) {   /* whole-file digests may be left to us */
         reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
         goto out;

@@ -24,6 +24,9 @@ typedef struct kestrel__store kestrel__store;
 int kestrel__mkdirs(const char *path, mode_t mode);
 /* Write data to path: a temp name next to it, fsync, chmod mode, rename. 0 or an error. */
 int kestrel__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* The same for msg as JSON (json set: kestrel__wire_to_json's form) or protobuf, written a block at a
+ * time as it is made (kestrel__wire_to_json_fd, kestrel__wire_pack_fd), never held whole. */
+int kestrel__write_message_atomic(const char *path, const ProtobufCMessage *msg, int json, mode_t mode);
 /* rm -rf path (best effort: what cannot be removed stays). */
 void kestrel__rm_tree(const char *path);
 

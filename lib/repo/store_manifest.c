@@ -72,17 +72,17 @@ int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__
 {
     char path[PATH_MAX];
     kestrel_buf b = KESTREL_BUF_INIT, was = KESTREL_BUF_INIT;
-    int rc;
+    int rc = 0, write = 1;
     pb_path(s, name, m->version, "pb", path, sizeof(path));
-    if ((rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
-        !(pb_current(s, name, m->version) && kestrel__store_read_text(path, &was) == 0 && was.size == b.size &&
-          !memcmp(was.ptr, b.ptr, b.size))) {   /* not when it says so already */
-        rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);
-        if (rc == 0 && read_at) {
-            struct timespec times[2] = { { 0, UTIME_OMIT }, *read_at };
-            if (utimensat(AT_FDCWD, path, times, 0) < 0)   /* undated, it could hide an edit: gone */
-                unlink(path);
-        }
+    if (!pb_current(s, name, m->version))   /* a commit's: written as it is packed, never held whole */
+        rc = kestrel__write_message_atomic(path, &m->base, 0, 0);
+    else if ((rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
+             (write = !(kestrel__store_read_text(path, &was) == 0 && was.size == b.size && !memcmp(was.ptr, b.ptr, b.size))))
+        rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);   /* not when it says so already */
+    if (rc == 0 && write && read_at) {
+        struct timespec times[2] = { { 0, UTIME_OMIT }, *read_at };
+        if (utimensat(AT_FDCWD, path, times, 0) < 0)   /* undated, it could hide an edit: gone */
+            unlink(path);
     }
     kestrel_error_clear();   /* of the read */
     kestrel_buf_dispose(&b);

@@ -2,8 +2,11 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 #include "wire.h"
@@ -276,6 +279,74 @@ static void unformatted_is_the_tree_printed(void **state)
     kestrel_buf_dispose(&before);
 }
 
+/* The file writers (what a commit writes N.json and N.pb with) write what the buffer ones make, byte
+ * for byte, across many blocks of 256 KiB; a file that cannot be written is KESTREL_EIO. */
+static void file_bytes(int fd, kestrel_buf *out)
+{
+    char block[65536];
+    ssize_t n;
+    assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+    while ((n = read(fd, block, sizeof(block))) > 0)
+        assert_int_equal(kestrel__buf_put(out, block, (size_t)n), 0);
+}
+
+static void written_into_a_file_as_made(void **state)
+{
+    enum { N = 20000 };   /* about 2 MB of JSON, 1.6 MB of protobuf */
+    Kestrel__V1__Manifest m = KESTREL__V1__MANIFEST__INIT;
+    Kestrel__V1__ChunkRef *c = calloc(N, sizeof(*c)), **cs = calloc(N, sizeof(*cs));
+    Kestrel__V1__TreeFile *f = calloc(N, sizeof(*f)), **fs = calloc(N, sizeof(*fs));
+    char (*digest)[65] = calloc(N, 65), (*path)[24] = calloc(N, 24);
+    kestrel_buf want = KESTREL_BUF_INIT, got = KESTREL_BUF_INIT;
+    char tmp[] = "/tmp/kestrel-wire-XXXXXX";
+    int fd = mkstemp(tmp), full;
+    (void)state;
+    assert_true(fd >= 0);
+    unlink(tmp);
+    for (size_t i = 0; i < N; i++) {
+        c[i] = (Kestrel__V1__ChunkRef)KESTREL__V1__CHUNK_REF__INIT;
+        f[i] = (Kestrel__V1__TreeFile)KESTREL__V1__TREE_FILE__INIT;
+        snprintf(digest[i], 65, "%064zx", i * 2654435761u);
+        snprintf(path[i], 24, "d%02zu/f\"%05zu", i / 1000, i);
+        c[i].digest = digest[i];
+        c[i].size = 4096 + (int64_t)i;
+        f[i].path = path[i];
+        f[i].size = c[i].size;
+        f[i].chunks = 1;
+        f[i].sha256 = digest[i];
+        cs[i] = &c[i];
+        fs[i] = &f[i];
+    }
+    m.name = "team/ds";
+    m.metadata_json = "{\"\u00e9\": 1}";
+    m.chunks = cs;
+    m.n_chunks = N;
+    m.files = fs;
+    m.n_files = N;
+    assert_int_equal(kestrel__wire_to_json(&want, &m.base, 0), 0);
+    assert_true(want.size > 8 * 256 * 1024);
+    assert_int_equal(kestrel__wire_to_json_fd(fd, &m.base), 0);
+    file_bytes(fd, &got);
+    assert_int_equal(got.size, want.size);
+    assert_memory_equal(got.ptr, want.ptr, want.size);
+    assert_int_equal(ftruncate(fd, 0), 0);
+    want.size = got.size = 0;
+    assert_int_equal(kestrel__wire_pack(&want, &m.base), 0);
+    assert_int_equal(kestrel__wire_pack_fd(fd, &m.base), 0);
+    file_bytes(fd, &got);
+    assert_int_equal(got.size, want.size);
+    assert_memory_equal(got.ptr, want.ptr, want.size);
+    close(fd);
+    if ((full = open("/dev/full", O_WRONLY)) >= 0) {   /* no space left */
+        assert_int_equal(kestrel__wire_to_json_fd(full, &m.base), KESTREL_EIO);
+        assert_int_equal(kestrel__wire_pack_fd(full, &m.base), KESTREL_EIO);
+        close(full);
+    }
+    kestrel_buf_dispose(&want);
+    kestrel_buf_dispose(&got);
+    free(c), free(cs), free(f), free(fs), free(digest), free(path);
+}
+
 /* A manifest packed without its chunks, then its chunks as records of that field, is the manifest
  * (what a push's commit sends: lib/repo/chunk_spool.h); the records read back one by one, and a
  * record cut short asks for more while one that is no such record is refused. */
@@ -370,6 +441,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(unformatted_is_the_tree_printed),
+        cmocka_unit_test(written_into_a_file_as_made),
         cmocka_unit_test(elements_append_to_a_packed_message),
         cmocka_unit_test(json_round_trip),
         cmocka_unit_test(protobuf_round_trip),
