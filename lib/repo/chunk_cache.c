@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/crypto.h>
 #include "chunk_cache.h"
 #include "own_dir.h"
 #include "internal.h"
@@ -78,23 +79,28 @@ void kestrel__cache_close(kestrel__chunk_cache *cache)
 {
     for (size_t i = 0; i < cache->npacks; i++)
         free(cache->roots[i]);
-    for (size_t i = 0; i < cache->npaths; i++)
-        free(cache->paths[i]);
     free(cache->ents);
     free(cache->packs);
     free(cache->roots);
-    free(cache->paths);
+    kestrel_buf_dispose(&cache->names);
     cache->ents = NULL;
     cache->packs = NULL;
-    cache->roots = cache->paths = NULL;
-    cache->nents = cache->npacks = cache->npaths = 0;
-    cache->cap_packs = cache->cap_roots = cache->cap_paths = 0;
+    cache->roots = NULL;
+    cache->nents = cache->npacks = 0;
+    cache->cap_packs = cache->cap_roots = 0;
     cache->loaded = 0;
 }
 
-static int by_hex(const void *a, const void *b)
+static int by_digest(const void *a, const void *b)
 {
-    return strcmp(((const kestrel__cache_entry *)a)->hex, ((const kestrel__cache_entry *)b)->hex);
+    return memcmp(((const kestrel__cache_entry *)a)->digest, ((const kestrel__cache_entry *)b)->digest, 32);
+}
+
+/* A digest's 64 lowercase hex digits as its 32 bytes: 0, or -1 where it is not one. */
+static int digest_of(const char *hex, uint8_t out[32])
+{
+    size_t n = 0;
+    return kestrel__is_sha256_hex(hex) && OPENSSL_hexstr2buf_ex(out, 32, &n, hex, '\0') && n == 32 ? 0 : -1;
 }
 
 static int is_pack_id(const char *s)
@@ -121,18 +127,20 @@ static int new_pack(kestrel__chunk_cache *cache, const char *id, char *root)
     return (int)cache->npacks++;
 }
 
-static int add_entry(kestrel__chunk_cache *cache, size_t *cap, const char *hex, int pack, int path, int64_t off,
+static int add_entry(kestrel__chunk_cache *cache, size_t *cap, const char *hex, int pack, int64_t path, int64_t off,
                      uint32_t len)
 {
     kestrel__cache_entry *e;
     if (kestrel__array_grow(&cache->ents, cap, cache->nents + 1, sizeof(*cache->ents)) < 0)
         return -1;
-    e = &cache->ents[cache->nents++];
-    snprintf(e->hex, sizeof(e->hex), "%s", hex);
+    e = &cache->ents[cache->nents];
+    if (digest_of(hex, e->digest) < 0)
+        return -1;
     e->pack = pack;
     e->path = path;
     e->offset = off;
     e->len = len;
+    cache->nents++;
     return 0;
 }
 
@@ -157,20 +165,32 @@ static void load_file_pack(kestrel__chunk_cache *cache, size_t *cap, FILE *f, co
     }
 }
 
-/* A length-prefixed name: len bytes, then a newline. */
-static char *read_name(FILE *f, size_t len, const char *prefix)
+/* A length-prefixed name: len bytes, then a newline; NULL where it is not one. With prefix, that and
+ * a '/' before it (malloc'd); else appended to names, NUL-ended (the returned pointer is valid until
+ * names grows). */
+static char *read_name(FILE *f, size_t len, const char *prefix, kestrel_buf *names)
 {
-    size_t pl = prefix ? strlen(prefix) + 1 : 0;
+    size_t pl = prefix ? strlen(prefix) + 1 : 0, at = names ? names->size : 0;
     char *s;
-    if (len == 0 || len > TREE_PATH_MAX || (s = malloc(pl + len + 1)) == NULL)
+    if (len == 0 || len > TREE_PATH_MAX)
         return NULL;
+    if (names) {
+        if (kestrel__buf_grow(names, len + 1) < 0)
+            return NULL;
+        s = names->ptr + at;
+    } else if ((s = malloc(pl + len + 1)) == NULL) {
+        return NULL;
+    }
     if (prefix)
         snprintf(s, pl + 1, "%s/", prefix);
     if (fread(s + pl, 1, len, f) != len || fgetc(f) != '\n' || memchr(s + pl, '\0', len)) {
-        free(s);
+        if (!names)
+            free(s);
         return NULL;
     }
     s[pl + len] = '\0';
+    if (names)
+        names->size = at + len + 1;
     return s;
 }
 
@@ -182,26 +202,21 @@ static void load_tree_pack(kestrel__chunk_cache *cache, size_t *cap, FILE *f, co
     char *root;
     int pack;
     if (fscanf(f, "kestrel-tree 1 %llu %zu", &nfiles, &rootlen) != 2 || fgetc(f) != '\n' ||
-        (root = read_name(f, rootlen, NULL)) == NULL || (pack = new_pack(cache, id, root)) < 0)
+        (root = read_name(f, rootlen, NULL, NULL)) == NULL || (pack = new_pack(cache, id, root)) < 0)
         return;
     for (unsigned long long k = 0; k < nfiles; k++) {
         long long size, off = 0;
         unsigned long long nchunks;
         size_t plen;
-        char *path;
+        int64_t path = (int64_t)cache->names.size;
         if (fscanf(f, "F %lld %llu %zu", &size, &nchunks, &plen) != 3 || fgetc(f) != '\n' ||
-            (path = read_name(f, plen, root)) == NULL)
+            read_name(f, plen, NULL, &cache->names) == NULL)
             return;
-        if (kestrel__array_grow(&cache->paths, &cache->cap_paths, cache->npaths + 1, sizeof(*cache->paths)) < 0) {
-            free(path);
-            return;
-        }
-        cache->paths[cache->npaths++] = path;
         for (unsigned long long i = 0; i < nchunks; i++) {
             char hex[65];
             unsigned long l;
             if (fscanf(f, "%64s %lu\n", hex, &l) != 2 || !kestrel__is_sha256_hex(hex) || l == 0 || l > ENTRY_MAX ||
-                (long long)l > size - off || add_entry(cache, cap, hex, pack, (int)cache->npaths - 1, off, (uint32_t)l) < 0)
+                (long long)l > size - off || add_entry(cache, cap, hex, pack, path, off, (uint32_t)l) < 0)
                 return;
             off += (long long)l;
         }
@@ -249,20 +264,15 @@ static void load(kestrel__chunk_cache *cache)
             close(fd);
             continue;
         }
-        {
-            kestrel_buf b = KESTREL_BUF_INIT;
-            char chunk[65536];
-            size_t r;
-            while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0 && kestrel__buf_put(&b, chunk, r) == 0)
-                ;
-            parse_index(cache, &cap_e, id, tree, b.ptr, b.size);
-            kestrel_buf_dispose(&b);
-        }
+        if (tree)   /* read as it is parsed: never held whole */
+            load_tree_pack(cache, &cap_e, f, id);
+        else
+            load_file_pack(cache, &cap_e, f, id);
         fclose(f);
     }
     closedir(d);
     if (cache->nents > 1)
-        qsort(cache->ents, cache->nents, sizeof(*cache->ents), by_hex);
+        qsort(cache->ents, cache->nents, sizeof(*cache->ents), by_digest);
 }
 
 int kestrel__cache_parse_index(kestrel__chunk_cache *cache, const char *id, int tree, const char *data, size_t len)
@@ -297,22 +307,24 @@ int kestrel__cache_get(kestrel__chunk_cache *cache, const char *hex, int64_t siz
         return 0;
     if (!cache->loaded)
         load(cache);
-    snprintf(key.hex, sizeof(key.hex), "%s", hex);
-    if (cache->nents == 0 || (e = bsearch(&key, cache->ents, cache->nents, sizeof(key), by_hex)) == NULL)
+    if (cache->nents == 0 || digest_of(hex, key.digest) < 0 ||
+        (e = bsearch(&key, cache->ents, cache->nents, sizeof(key), by_digest)) == NULL)
         return 0;
-    while (e > cache->ents && !strcmp(e[-1].hex, hex))
+    while (e > cache->ents && !by_digest(e - 1, &key))
         e--;
-    for (; e < cache->ents + cache->nents && !strcmp(e->hex, hex); e++) {
-        char path[TREE_PATH_MAX + 2200];
+    for (; e < cache->ents + cache->nents && !by_digest(e, &key); e++) {
+        char path[2 * TREE_PATH_MAX + 2200];
         struct stat st;
         ssize_t r;
-        int fd;
+        int fd, n;
         if (e->pack < 0 || (int64_t)e->len != size)
             continue;
         if (e->path >= 0)
-            snprintf(path, sizeof(path), "%s", cache->paths[e->path]);
+            n = snprintf(path, sizeof(path), "%s/%s", cache->roots[e->pack], cache->names.ptr + e->path);
         else
-            snprintf(path, sizeof(path), "%s/packs/%s", cache->dir, cache->packs[e->pack]);
+            n = snprintf(path, sizeof(path), "%s/packs/%s", cache->dir, cache->packs[e->pack]);
+        if (n < 0 || (size_t)n >= sizeof(path))
+            continue;
         if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0 ||
             !S_ISREG(st.st_mode)) {
             if (fd >= 0)
