@@ -32,21 +32,43 @@ int kestrel__query_add(kestrel_buf *path, const char *key, const char *value)
 }
 
 /* Where an answer goes: memory, or (a 2xx one, when the request says so) a file. */
+/* The most an answer may hold: an input has a bound. In memory, far above any kestreld gives there
+ * (a listing, a job's log page); into a file (a pull's manifest), kestreld's largest --max-manifest
+ * (4 GiB) and what it adds to a manifest it answers. */
+#define ANSWER_MAX (1ull << 30)
+#define ANSWER_FILE_MAX ((4ull << 30) + (64ull << 20))
+
 typedef struct {
     kestrel_buf *resp;
     CURL *h;
     int fd;          /* -1: memory */
     int64_t at;      /* the file's bytes so far */
     int err;         /* errno of a failed write */
+    uint64_t over;   /* the bound it went past (its Content-Length said so, or its bytes did) */
 } answer;
+
+/* 1 (a->over set) when the answer would go past its bound with `more` bytes. */
+static int answer_too_big(answer *a, int to_file, size_t more)
+{
+    uint64_t max = to_file ? ANSWER_FILE_MAX : ANSWER_MAX, have = to_file ? (uint64_t)a->at : a->resp->size;
+    curl_off_t said = -1;
+    curl_easy_getinfo(a->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &said);
+    if ((said > 0 && (uint64_t)said > max) || have + more > max)
+        a->over = max;
+    return a->over != 0;
+}
 
 static size_t on_body(char *data, size_t size, size_t n, void *payload)
 {
     answer *a = payload;
     long status = 0;
+    int to_file;
     if (a->fd >= 0)
         curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &status);
-    if (a->fd < 0 || status < 200 || status >= 300)
+    to_file = a->fd >= 0 && status >= 200 && status < 300;
+    if (answer_too_big(a, to_file, size * n))
+        return 0;
+    if (!to_file)
         return kestrel__buf_put(a->resp, data, size * n) < 0 ? 0 : size * n;
     if (kestrel__pwrite_all(a->fd, data, size * n, a->at) < 0) {
         a->err = errno;
@@ -199,7 +221,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         CURL *h = c->curl;
         stopping st = { req, 0 };
         body_reader rd = { &body, req, 0, 0 };
-        answer ans = { &resp, h, req->to_fd ? *req->to_fd : -1, 0, 0 };
+        answer ans = { &resp, h, req->to_fd ? *req->to_fd : -1, 0, 0, 0 };
         int limit = retries;
         CURLcode cc;
         long status = 0;
@@ -246,6 +268,12 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         }
         if (ans.err) {
             rc = kestrel__error_set(KESTREL_EIO, "cannot write the answer to %s: %s", req->path, strerror(ans.err));
+            goto done;
+        }
+        if (ans.over) {   /* a server's fault, or not a repository: never sent again */
+            rc = kestrel__error_set(KESTREL_EPROTO, "the answer to %s %s is larger than %llu MiB, more than any "
+                                    "kestreld sends: refused", req->method, req->path,
+                                    (unsigned long long)(ans.over >> 20));
             goto done;
         }
         if (cc == CURLE_OK) {

@@ -3,13 +3,15 @@ during a job's log writes gives a clear error, leaves nothing half-written, and 
 serving; a kill -9 during a commit leaves no model name without versions, and a kill loop amid
 pushes and jobs loses nothing; a second kestreld on a data dir in use is refused and changes
 nothing there."""
+import http.server
 import os
 import subprocess
+import threading
 import time
 
 import pytest
 
-from conftest import Daemon
+from conftest import Daemon, KESTREL_CLI
 
 
 @pytest.fixture
@@ -226,3 +228,56 @@ def test_a_push_or_pull_whose_temp_space_fills_fails_cleanly(daemon, tmp_path):
         assert subprocess.run(["diff", "-r", str(tree), str(out)]).returncode == 0
     finally:
         subprocess.run(["umount", "-l", str(tmp)], check=False)
+
+
+class _Huge(http.server.BaseHTTPRequestHandler):
+    """Answers every GET 200 with a Content-Length far past any kestreld's, sends a little, then waits."""
+    protocol_version = "HTTP/1.1"
+    declared = 0
+    gets = []
+
+    def do_GET(self):
+        type(self).gets.append(self.path)
+        ctype = "application/x-protobuf" if "/versions/" in self.path else "application/json"
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(self.declared))
+        self.end_headers()
+        try:
+            self.wfile.write(b"\x0a\x06team/x" if ctype.endswith("protobuf") else b"{")
+            self.wfile.flush()
+            time.sleep(20)   # a client that believed the length would wait here
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("what", ["manifest", "listing"])
+def test_an_answer_larger_than_any_kestreld_sends_is_refused_at_once(tmp_path, what):
+    """Every answer the client takes has a bound (lib/http.c): a pull's manifest, written to a temp
+    file, 4 GiB and 64 MiB (kestreld's largest --max-manifest and what it adds); an answer held in
+    memory, 1 GiB. A server that declares more is refused as soon as it says so, with what was wrong,
+    and not asked again; the pull leaves nothing at dest and its temp file goes with it."""
+    _Huge.declared = (5 << 30) if what == "manifest" else (2 << 30)
+    _Huge.gets = []
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Huge)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KESTREL_")}
+        env.update(KESTREL_URL=f"http://127.0.0.1:{srv.server_address[1]}", KESTREL_TOKEN="t", HOME=str(tmp_path),
+                   KESTREL_CACHE_DIR="", TMPDIR=str(tmp_path))
+        args = ["pull", "team/x", str(tmp_path / "out")] if what == "manifest" else ["models"]
+        t0 = time.monotonic()
+        r = subprocess.run([KESTREL_CLI, *args], env=env, capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    limit = "4160 MiB" if what == "manifest" else "1024 MiB"
+    assert r.returncode != 0 and f"is larger than {limit}" in r.stderr, r.stderr
+    assert took < 10, took            # not the 20 s the server would hold a believer for, nor a retry
+    assert len(_Huge.gets) == 1, _Huge.gets
+    assert [p.name for p in tmp_path.iterdir()] == []   # no dest, no temp file
