@@ -161,13 +161,15 @@ typedef struct {
     kestrel_buf buf;
     int fd;
     int64_t at;
-    int rc;
+    int rc, err;            /* err: errno of a failed write */
 } sink;
 
 static int sink_flush(sink *s)
 {
-    if (s->rc == 0 && s->buf.size && kestrel__pwrite_all(s->fd, s->buf.ptr, s->buf.size, s->at) < 0)
-        s->rc = kestrel__error_set(KESTREL_EIO, "cannot write: %s", strerror(errno));
+    if (s->rc == 0 && s->buf.size && kestrel__pwrite_all(s->fd, s->buf.ptr, s->buf.size, s->at) < 0) {
+        s->err = errno;
+        s->rc = kestrel__error_set(KESTREL_EIO, "cannot write a message into its file: %s", strerror(s->err));
+    }
     s->at += (int64_t)s->buf.size;
     s->buf.size = 0;
     return s->rc;
@@ -241,6 +243,8 @@ int kestrel__wire_to_json_fd(int fd, const ProtobufCMessage *msg)
     if (rc == 0)
         rc = sink_flush(&s);
     kestrel_buf_dispose(&s.buf);
+    if (s.err)
+        errno = s.err;
     return rc;
 }
 
@@ -250,6 +254,8 @@ int kestrel__wire_pack_fd(int fd, const ProtobufCMessage *msg)
     protobuf_c_message_pack_to_buffer(msg, &s.base);
     sink_flush(&s);
     kestrel_buf_dispose(&s.buf);
+    if (s.err)
+        errno = s.err;
     return s.rc;
 }
 

@@ -13,7 +13,8 @@
 int kestrel__wire_to_json(kestrel_buf *out, const ProtobufCMessage *msg, int pretty);
 /* msg as kestrel__wire_to_json writes it unformatted, or as kestrel__wire_pack does (_pack_fd), into
  * fd from offset 0, a block of 256 KiB at a time: a long manifest is never held as text (a 50,000-file
- * dataset's JSON is 13 MB). KESTREL_EIO where fd cannot be written (what was written stays). */
+ * dataset's JSON is 13 MB). KESTREL_EIO, errno set, where fd cannot be written (what was written
+ * stays). */
 int kestrel__wire_to_json_fd(int fd, const ProtobufCMessage *msg);
 int kestrel__wire_pack_fd(int fd, const ProtobufCMessage *msg);
 /* Parse JSON into a new message of type desc (free with protobuf_c_message_free_unpacked).

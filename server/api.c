@@ -153,13 +153,6 @@ ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enu
     return m;
 }
 
-void kd_body_release(kd_req *r)
-{
-    kestrel_buf_dispose(&r->body);
-    kd_upload_mem_give(r->mem, r->held_by, r->held);
-    r->held = 0;
-}
-
 /* Bearer token (or, with no Authorization header, a console session cookie) -> principal. Replies
  * 401 itself and returns -1 when missing or bad; a cookie-borne request that changes anything
  * (not GET or HEAD) without the session's CSRF token gets 403. */

@@ -90,9 +90,6 @@ enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code,
 enum MHD_Result kd_reply_failure(kd_req *r, int rc);
 /* Decode the request body as a message of type desc (400 on failure, replied already: returns NULL). */
 ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enum MHD_Result *reply);
-/* The body is no longer needed (decoded): its buffer freed and given back to the budget now, not
- * when the request ends (a commit of a 50,000-file manifest held its 8 MB body to the end). */
-void kd_body_release(kd_req *r);
 const char *kd_query(kd_req *r, const char *key);
 
 /* GET /metrics (metrics_api.c, with the open listener of --metrics-listen). */
@@ -118,6 +115,10 @@ enum MHD_Result kd_route_nodes(kd_req *r);
 enum MHD_Result kd_route_repo(kd_req *r);
 /* GET /api/v1/models/NAME/versions/REF, the caller's right to read NAME checked (repo_manifest.c). */
 enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref);
+/* Files that answers hold open while they go out, however slowly they are read (repo_fetch.c): at
+ * most a quarter of the process's descriptors. Take one: 0, or -1 when they are all taken. */
+int kd_answer_file_take(void);
+void kd_answer_file_give(void);
 /* POST /api/v1/chunks/fetch: many chunks in one answer (repo_fetch.c). */
 enum MHD_Result kd_repo_fetch(kd_req *r);
 /* Queue resp (freed here) as a 200 answer of chunk bytes, bytes of them counted in the metrics. */

@@ -61,10 +61,24 @@ static long files_budget(void)
     return __atomic_load_n(&budget, __ATOMIC_RELAXED);
 }
 
+int kd_answer_file_take(void)
+{
+    if (__atomic_add_fetch(&files_open, 1, __ATOMIC_RELAXED) > files_budget()) {
+        __atomic_sub_fetch(&files_open, 1, __ATOMIC_RELAXED);
+        return -1;
+    }
+    return 0;
+}
+
+void kd_answer_file_give(void)
+{
+    __atomic_sub_fetch(&files_open, 1, __ATOMIC_RELAXED);
+}
+
 static void file_close(int fd)
 {
     close(fd);
-    __atomic_sub_fetch(&files_open, 1, __ATOMIC_RELAXED);
+    kd_answer_file_give();
 }
 
 /* Open the chunks from i on, up to AHEAD of them, and start their reads (an empty one is not

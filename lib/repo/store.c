@@ -183,9 +183,10 @@ static int write_temp_fill(const char *final, const temp_fill *what, char *tmp, 
         return io_error("cannot create", tmp);
     if (mode && fchmod(fd, mode) < 0)
         rc = io_error("cannot chmod", tmp);
-    else if (what->msg)
-        rc = what->json ? kestrel__wire_to_json_fd(fd, what->msg) : kestrel__wire_pack_fd(fd, what->msg);
-    else if (kestrel__pwrite_all(fd, what->data, what->len, 0) < 0)
+    else if (what->msg && (what->json ? kestrel__wire_to_json_fd(fd, what->msg)
+                                      : kestrel__wire_pack_fd(fd, what->msg)) < 0)
+        rc = io_error("cannot write", tmp);   /* errno: the write's (or malloc's) */
+    else if (!what->msg && kestrel__pwrite_all(fd, what->data, what->len, 0) < 0)
         rc = io_error("cannot write", tmp);
     if (rc < 0) {
         close(fd);

@@ -93,12 +93,14 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
  * read as above and packed. */
 int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t version, int fd);
 /* The same as kestreld answers it in protobuf (kestrel__store_manifest, then
- * kestrel__store_decorate), without decoding it: *fd the open N.pb, found current and N's by one read
- * of its records here, to be sent as it lies and followed by tail, the records decorate would add
- * (the counts, metadata_json "{}", the aliases), which protobuf's merge rule lays over N.pb's. *fd
- * is -1 (0 returned) where N.pb will not do (missing, older than N.json, damaged, another's, holding
- * aliases): the caller decodes the manifest then, which says what is wrong or mends N.pb. */
-int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t version, int *fd, kestrel_buf *tail);
+ * kestrel__store_decorate), without decoding it whole: *out_fd the open N.pb, found current and N's
+ * by one read of its records here, each decoded alone, to be sent as it lies and followed by
+ * out_tail, the records decorate would add (the counts, metadata_json "{}", the aliases), which
+ * protobuf's merge rule lays over N.pb's. *out_fd is -1 (0 returned) where N.pb will not do
+ * (missing, older than N.json, damaged, another's, holding what no commit stores: aliases, an alias,
+ * the counts): the caller decodes the manifest then, which says what is wrong or mends N.pb. */
+int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t version, int *out_fd,
+                                 kestrel_buf *out_tail);
 /* name@version's manifest from N.json alone, the truth: what a collection keeps and fsck checks. */
 int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
 /* A manifest file beside N.json (N.pb: content_type KESTREL__CT_PROTOBUF; N.listing: JSON), decoded;

@@ -72,14 +72,15 @@ int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__
 {
     char path[PATH_MAX];
     kestrel_buf b = KESTREL_BUF_INIT, was = KESTREL_BUF_INIT;
-    int rc = 0, write = 1;
+    int rc = 0, stale = 1;
     pb_path(s, name, m->version, "pb", path, sizeof(path));
     if (!pb_current(s, name, m->version))   /* a commit's: written as it is packed, never held whole */
         rc = kestrel__write_message_atomic(path, &m->base, 0, 0);
     else if ((rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
-             (write = !(kestrel__store_read_text(path, &was) == 0 && was.size == b.size && !memcmp(was.ptr, b.ptr, b.size))))
+             (stale = !(kestrel__store_read_text(path, &was) == 0 && was.size == b.size &&
+                        !memcmp(was.ptr, b.ptr, b.size))))
         rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);   /* not when it says so already */
-    if (rc == 0 && write && read_at) {
+    if (rc == 0 && stale && read_at) {
         struct timespec times[2] = { { 0, UTIME_OMIT }, *read_at };
         if (utimensat(AT_FDCWD, path, times, 0) < 0)   /* undated, it could hide an edit: gone */
             unlink(path);
@@ -100,7 +101,10 @@ static Kestrel__V1__Manifest *pb_read(kestrel__store *s, const char *name, int64
     pb_path(s, name, version, "pb", path, sizeof(path));
     if ((m = kestrel__store_sidecar_read(path, KESTREL__CT_PROTOBUF)) == NULL)
         return NULL;
-    if (m->version != version || strcmp(m->name, name)) {   /* not N's */
+    /* not N's, or holding what no commit stores (aliases, an alias, the listings' counts): made
+     * anew from N.json, as a stream of it would be refused (kestrel__store_manifest_open) */
+    if (m->version != version || strcmp(m->name, name) || m->n_aliases || m->alias[0] || m->file_count ||
+        m->chunk_count) {
         kestrel__manifest_free(m);
         return NULL;
     }
@@ -149,12 +153,13 @@ typedef struct {
                                  * protobuf) are those of name@version */
     int64_t files, chunks;      /* the records of its two lists */
     int metadata;               /* its metadata_json (the last one given) is not empty */
-    int aliases;                /* it holds aliases (a manifest never stores them) */
+    int foreign;                /* it holds fields a commit never stores: aliases, alias, the counts */
 } pb_facts;
 
-/* N.pb open on pb read once, a record at a time, the lists counted and skipped rather than decoded,
- * and copied into out (when out >= 0) as read: 1 when it read whole, 0 when it could not be read
- * (damaged: N.json is read then), < 0 when out could not be written. */
+/* N.pb open on pb read once, a record at a time, each record decoded alone as the whole would be
+ * (the same codec: a wrong wire type, an unknown field, bad UTF-8 or a damaged chunk or file is
+ * damage here as it is there), and, when out >= 0, copied into out as read: 1 when it read whole,
+ * 0 when it is damaged (N.json is read then), < 0 when out could not be written. */
 static int pb_walk(int pb, const char *name, int64_t version, int out, pb_facts *f)
 {
     kestrel__records r;
@@ -163,36 +168,38 @@ static int pb_walk(int pb, const char *name, int64_t version, int out, pb_facts 
     size_t n, raw_n;
     unsigned field, type;
     int64_t at = 0;
-    int rc, got;
+    int rc = 0, got, damaged = 0;
     memset(f, 0, sizeof(*f));
     kestrel__records_init(&r, pb, "a version's N.pb", KESTREL_EIO);
-    while ((rc = got = kestrel__records_next(&r, &field, &type, &data, &n, out >= 0 ? &raw : NULL, &raw_n)) == 1) {
-        if (field == 1 && type == 2) {   /* name */
-            f->named = n == strlen(name) && !memcmp(data, name, n);
-        } else if (field == 2 && type == 0) {   /* version, a varint */
-            size_t i = 0;
-            uint64_t v;
-            f->numbered = kestrel__wire_varint(data, n, &i, &v) == 0 && v == (uint64_t)version;
-        } else if (field == 5) {
-            f->chunks++;
-        } else if (field == 10) {
-            f->files++;
-        } else if (field == 6 && type == 2) {
-            f->metadata = n > 0;
-        } else if (field == 8) {
-            f->aliases = 1;
+    while ((got = kestrel__records_next(&r, &field, &type, &data, &n, &raw, &raw_n)) == 1) {
+        Kestrel__V1__Manifest *one = NULL;
+        if (kestrel__wire_unpack((ProtobufCMessage **)&one, &kestrel__v1__manifest__descriptor, raw, raw_n) < 0) {
+            damaged = 1;
+            break;
         }
+        if (field == 1)
+            f->named = !strcmp(one->name, name);
+        else if (field == 2)
+            f->numbered = one->version == version;
+        else if (field == 5)
+            f->chunks++;
+        else if (field == 10)
+            f->files++;
+        else if (field == 6)
+            f->metadata = one->metadata_json[0] != '\0';
+        else if (field == 8 || field == 9 || field == 11 || field == 12)
+            f->foreign = 1;
+        kestrel__manifest_free(one);
         if (out >= 0 && ((rc = kestrel__buf_put(&copy, raw, raw_n)) < 0 ||
                          (copy.size >= COPY_BUF && (rc = put_out(out, &copy, &at)) < 0)))
             break;
     }
-    if (rc == 0 && out >= 0)
+    damaged = damaged || got < 0;   /* cut short, malformed, unreadable: N.pb itself, its N.json says */
+    if (!damaged && rc == 0 && out >= 0)
         rc = put_out(out, &copy, &at);
     kestrel__records_free(&r);
     kestrel_buf_dispose(&copy);
-    if (got < 0)   /* N.pb itself: its N.json says */
-        return 0;
-    return rc < 0 ? rc : 1;
+    return damaged ? 0 : rc < 0 ? rc : 1;
 }
 
 /* versions/N.pb open for reading when it is current (pb_current), else -1. */
@@ -214,7 +221,7 @@ int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t v
         close(pb);
         if (rc < 0)
             return rc;
-        if (rc == 1 && f.named && f.numbered)
+        if (rc == 1 && f.named && f.numbered && !f.foreign)
             return 0;
         if (ftruncate(fd, 0) < 0)   /* not N's, or unreadable: what was copied goes, N.json is read */
             return kestrel__error_set(KESTREL_EIO, "cannot empty a manifest's temp file: %s", strerror(errno));
@@ -228,14 +235,15 @@ int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t v
     return rc;
 }
 
-int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t version, int *fd, kestrel_buf *tail)
+int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t version, int *out_fd,
+                                 kestrel_buf *out_tail)
 {
     Kestrel__V1__Manifest t = KESTREL__V1__MANIFEST__INIT;
     pb_facts f;
     int pb, rc;
-    *fd = -1;
+    *out_fd = -1;
     if ((pb = pb_open(s, name, version)) < 0 || pb_walk(pb, name, version, -1, &f) != 1 || !f.named || !f.numbered ||
-        f.aliases) {
+        f.foreign) {
         if (pb >= 0)
             close(pb);
         kestrel_error_clear();
@@ -254,7 +262,7 @@ int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t ve
         }
         if (!f.metadata)
             t.metadata_json = (char *)"{}";
-        rc = kestrel__wire_pack(tail, &t.base);
+        rc = kestrel__wire_pack(out_tail, &t.base);
     }
     for (size_t i = 0; i < t.n_aliases; i++)
         free(t.aliases[i]);
@@ -263,7 +271,7 @@ int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t ve
         close(pb);
         return rc;
     }
-    *fd = pb;
+    *out_fd = pb;
     return 0;
 }
 

@@ -320,3 +320,59 @@ def test_unread_answers_cannot_take_every_descriptor(tmp_path, monkeypatch):
             s.close()
     finally:
         d.stop()
+
+
+def test_unread_manifest_answers_share_the_descriptors_of_answers(tmp_path, monkeypatch):
+    """kestreld answers a manifest by sending its versions/N.pb as it lies (server/repo_manifest.c),
+    which it holds open until the answer is read: 10,800 answers never read took it to its last
+    descriptor (a hostile test). Those files are counted with the chunk answers' (a quarter of the
+    descriptors): with 256, of 150 stalled answers of a 30,000-file manifest some are refused with 503
+    and none breaks kestreld; a new connection is served meanwhile, and each answer begun is whole."""
+    import socket
+    import conftest
+    wrapper = tmp_path / "kestreld-256"
+    wrapper.write_text(f"#!/bin/sh\nexec prlimit --nofile=256:256 {conftest.KESTRELD} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(conftest, "KESTRELD", str(wrapper))
+    d = conftest.Daemon(tmp_path / "d", "--idle-timeout", "600")
+    try:
+        src = tmp_path / "src"
+        for i in range(30000):
+            if i % 1000 == 0:
+                (src / f"d{i // 1000:02d}").mkdir(parents=True)
+            (src / f"d{i // 1000:02d}" / f"f{i:05d}").write_bytes(b"%d" % i)
+        d.cli("push", "team/long", str(src), timeout=300)
+        port = int(d.url.rsplit(":", 1)[1])
+        socks, refused = [], 0
+        for _ in range(150):   # a descriptor each for the connection and, unbounded, for its N.pb
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(60)
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"GET /api/v1/models/team/long/versions/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                      d.token.encode() + b"\r\nAccept: application/x-protobuf\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(1)
+            if head.startswith(b"HTTP/1.1 503"):
+                refused += 1
+                s.close()
+                continue
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            assert length > 30000 * 100
+            socks.append((s, length))
+        assert refused > 0 and len(socks) >= 32, (refused, len(socks))
+        with urllib.request.urlopen(d.url + "/healthz", timeout=30) as r:   # still served
+            assert r.status == 200
+        for s, length in socks:
+            n = 0
+            while n < length:
+                part = s.recv(1 << 20)
+                assert part, f"an answer was cut short at {n} of {length} bytes"
+                n += len(part)
+            s.close()
+        assert d.cli("-o", "json", "models", "team/long").returncode == 0   # and then as before
+    finally:
+        d.stop()

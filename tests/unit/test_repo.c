@@ -594,6 +594,43 @@ static void a_served_manifest_is_its_pb_and_what_is_added(void **state)
         write_file(path, b.ptr, b.size);
         (void)served(s, "team/served", 1, &fd);
         assert_int_equal(fd, -1);
+        /* N.pb itself whole, then a record that the whole's decoder refuses, or that no commit
+         * stores: refused by the stream too; the decoder reads N.json and mends N.pb each time */
+        {
+            static const struct {
+                const char *bytes;
+                size_t n;
+            } extra[] = {
+                { "\x2a\x02\x08\x01", 4 },       /* a chunk whose digest is a varint */
+                { "\x2a\x03\x0a\x01\xff", 5 },   /* a chunk whose digest is not UTF-8 */
+                { "\x28\x01", 2 },               /* the chunks field as a varint */
+                { "\xa0\x01\x01", 3 },           /* field 20: no such field */
+                { "\x58\xe7\x07", 3 },           /* file_count 999: a listing's, never stored */
+                { "\x4a\x02rc", 4 },             /* alias "rc": a commit's request, never stored */
+            };
+            for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+                Kestrel__V1__Manifest *mended = NULL;
+                kestrel_buf whole = KESTREL_BUF_INIT;
+                b.size = 0;
+                assert_int_equal(kestrel__wire_pack(&b, &m->base), 0);
+                assert_int_equal(kestrel__buf_put(&b, extra[i].bytes, extra[i].n), 0);
+                write_file(path, b.ptr, b.size);
+                (void)served(s, "team/served", 1, &fd);
+                assert_int_equal(fd, -1);
+                assert_int_equal(kestrel__store_resolve(s, "team/served@1", &mended), 0);
+                assert_int_equal(mended->file_count, 0);
+                assert_string_equal(mended->alias, "");
+                assert_int_equal(kestrel__wire_pack(&whole, &mended->base), 0);
+                b.size = 0;
+                assert_int_equal(kestrel__wire_pack(&b, &m->base), 0);
+                assert_int_equal(whole.size, b.size);   /* N.json's manifest */
+                assert_memory_equal(whole.ptr, b.ptr, b.size);
+                whole = served(s, "team/served", 1, &fd);   /* mended: streamed again */
+                assert_true(fd >= 0);
+                kestrel_buf_dispose(&whole);
+                kestrel__manifest_free(mended);
+            }
+        }
         kestrel_buf_dispose(&b);
         kestrel__manifest_free(m);
     }
