@@ -55,22 +55,15 @@ static void answer_free(void *cls)
     free(a);
 }
 
-/* name@version's N.pb and its tail as the answer: 1 when answered (*reply), 0 when N.pb will not
+/* model@version's N.pb and its tail as the answer: 1 when answered (*reply), 0 when N.pb will not
  * do (the caller decodes the manifest), -1 with *reply when an error was answered. */
-static int stream(kd_req *r, const char *name, const char *ref, enum MHD_Result *reply)
+static int stream(kd_req *r, const char *model, int64_t version, enum MHD_Result *reply)
 {
-    char full[512], model[256];
-    int64_t version;
     manifest_answer *a;
     struct MHD_Response *resp;
     struct stat st;
     int rc, fd = -1;
     kestrel_buf tail = KESTREL_BUF_INIT;
-    snprintf(full, sizeof(full), "%s@%s", name, ref);
-    if ((rc = kestrel__store_resolve_version(r->e->store, full, model, &version)) < 0) {
-        *reply = kd_reply_failure(r, rc);
-        return -1;
-    }
     if ((rc = kestrel__store_manifest_open(r->e->store, model, version, &fd, &tail)) < 0) {
         kestrel_buf_dispose(&tail);
         *reply = kd_reply_failure(r, rc);
@@ -112,14 +105,17 @@ static int stream(kd_req *r, const char *name, const char *ref, enum MHD_Result 
 
 enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref)
 {
-    char full[512];
+    char full[512], model[256];
     Kestrel__V1__Manifest *pb = NULL;
     enum MHD_Result reply;
+    int64_t version;
     int rc;
-    if (!r->want_json && stream(r, name, ref, &reply) != 0)
-        return reply;
     snprintf(full, sizeof(full), "%s@%s", name, ref);
-    if ((rc = kestrel__store_resolve(r->e->store, full, &pb)) < 0 ||
+    if ((rc = kestrel__store_resolve_version(r->e->store, full, model, &version)) < 0)
+        return kd_reply_failure(r, rc);
+    if (!r->want_json && stream(r, model, version, &reply) != 0)
+        return reply;
+    if ((rc = kestrel__store_manifest(r->e->store, model, version, &pb)) < 0 ||
         (rc = kestrel__store_decorate(r->e->store, pb)) < 0) {
         kestrel__manifest_free(pb);
         return kd_reply_failure(r, rc);
