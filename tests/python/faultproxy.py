@@ -7,21 +7,25 @@ kestreld then answers 404, as an older one does); "hang" plays a server that sto
 first request that starts with `hang_on` on, that connection forwards nothing either way; "busy" answers
 the first commit of a version (POST .../versions) itself, once its whole body is in (kept in `busied`),
 with the 503 "unavailable" kestreld gives when its memory for bodies is spent; "pass" changes
-nothing. `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
+nothing; "slow" forwards what clients send at `rate` bytes a second (a repository slower than the
+client's hashing). `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`.
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
 sides is the real libcurl and libmicrohttpd."""
 import socket
 import threading
+import time
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None):
+    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None):
         self.upstream = ("127.0.0.1", upstream_port)
         self.before = before
         self.mode = mode
         self.hang_on = hang_on
         assert mode != "hang" or hang_on, "hang needs hang_on: the start of the request that hangs"
+        assert mode != "slow" or rate, "slow needs rate: bytes a second"
+        self.rate = rate
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -87,8 +91,11 @@ class FaultProxy:
                         data = self._answer_busy(client, data)
                         if not data:
                             continue
-                    self.sent += data
+                    if self.mode != "slow":
+                        self.sent += data
                     up.sendall(data)
+                    if self.mode == "slow":
+                        time.sleep(len(data) / self.rate)
             except OSError:
                 pass
             finally:

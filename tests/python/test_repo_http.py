@@ -164,6 +164,29 @@ def test_a_damaged_transfer_through_a_fault_proxy_is_an_error(kestreld, tmp_path
     assert (tmp_path / "ok.bin").read_bytes() == src.read_bytes()
 
 
+def test_a_push_hashes_at_most_two_batches_ahead_of_a_slow_repository(kestreld, tmp_path, monkeypatch):
+    """The hashing waits for the sender once a batch (64 MiB) waits for it beside the one it sends:
+    a push of 512 MiB through a link of 64 MiB/s is never more than about 200 MiB (the first batch,
+    the one being sent, the one waiting, the one being hashed) ahead of what the repository took.
+    Hashing to the end of the file first left the repository the cores' leftovers meanwhile and its
+    disk the whole file at the end (lib/repo/push.c, QUEUED_BYTES): here 497 MiB ahead, 193 MiB now."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "big.bin"
+    with open(src, "wb") as f:
+        for _ in range(8):
+            f.write(os.urandom(64 << 20))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "slow", rate=64 << 20)
+    ahead = []
+    try:
+        kestrel.Client(proxy.url, kestreld.token).push(
+            "team/slow", str(src), progress=lambda p: ahead.append((p.bytes_done - p.bytes_new) >> 20))
+    finally:
+        proxy.close()
+    assert len(ahead) > 20 and ahead[-1] == 0, ahead   # every byte new, all sent, reports all along
+    assert max(ahead) <= 232, ahead
+
+
 def test_the_pull_cache_is_bounded_least_recently_used_first(kestreld, tmp_path, monkeypatch):
     from faultproxy import FaultProxy
     cache = tmp_path / "cache"
