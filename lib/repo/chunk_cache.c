@@ -22,6 +22,10 @@
 
 #define DEFAULT_MAX (10ll << 30)
 #define TREE_PACKS_MAX 32
+/* Tree packs' indexes, all together, at most: what a pull loads of them (about 56 bytes a chunk and
+ * the path, in memory, for the ~110 bytes of index a small file takes: ~40 MiB for this much). Their
+ * count alone bounded nothing: 32 indexes of 200,000 files each were 700 MiB to load. */
+#define TREE_BYTES_MAX (64ll << 20)
 #define ENTRY_MAX (4u << 20)   /* a chunk is at most 1 MiB; kestreld takes up to 4 */
 #define TREE_PATH_MAX 8192
 
@@ -236,11 +240,13 @@ static void parse_index(kestrel__chunk_cache *cache, size_t *cap, const char *id
     fclose(f);
 }
 
-/* Read every pack's index once per pull. */
+/* Read every pack's index once per pull; of the tree packs', at most TREE_BYTES_MAX (a cache that an
+ * earlier build filled past it, before this pull trims it). */
 static void load(kestrel__chunk_cache *cache)
 {
     char packs[2100];
     size_t cap_e = 0;
+    int64_t tree_bytes = 0;
     struct dirent *de;
     DIR *d;
     cache->loaded = 1;
@@ -260,6 +266,14 @@ static void load(kestrel__chunk_cache *cache)
         snprintf(id, sizeof(id), "%.*s", (int)(len - 4 - (size_t)tree), de->d_name);
         if (!is_pack_id(id) || (fd = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC)) < 0)
             continue;
+        if (tree) {
+            struct stat st;
+            if (fstat(fd, &st) < 0 || tree_bytes + st.st_size > TREE_BYTES_MAX) {
+                close(fd);
+                continue;
+            }
+            tree_bytes += st.st_size;
+        }
         if ((f = fdopen(fd, "r")) == NULL) {
             close(fd);
             continue;
@@ -435,8 +449,9 @@ void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, size
 
 typedef struct {
     char id[40];
-    int64_t size;
+    int64_t size;       /* a pack's file; a tree pack's index */
     int64_t used_ns;
+    int tree, gone;
 } pack_use;
 
 static int older_first(const void *a, const void *b)
@@ -445,14 +460,27 @@ static int older_first(const void *a, const void *b)
     return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
 }
 
+/* Remove pack u (a tree pack: its index only, never the files it points at): 0, or -1 when it stays. */
+static int pack_remove(int dir, pack_use *u)
+{
+    char name[48];
+    snprintf(name, sizeof(name), "%s.%s", u->id, u->tree ? "tree" : "idx");
+    if (unlinkat(dir, name, 0) < 0 && errno != ENOENT && u->tree)
+        return -1;
+    if (!u->tree && unlinkat(dir, u->id, 0) < 0)
+        return -1;
+    u->gone = 1;
+    return 0;
+}
+
 void kestrel__cache_trim(kestrel__chunk_cache *cache)
 {
     char packs[2100];
     DIR *d;
     struct dirent *e;
-    pack_use *v = NULL, *trees = NULL;
-    size_t n = 0, cap = 0, ntrees = 0, cap_t = 0;
-    int64_t total = 0;
+    pack_use *v = NULL;
+    size_t n = 0, cap = 0, kept_trees = 0;
+    int64_t total = 0, tree_bytes = 0;
     if (!cache->on)
         return;
     snprintf(packs, sizeof(packs), "%s/packs", cache->dir);
@@ -462,53 +490,46 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
         struct stat si, sp;
         char id[40];
         size_t len = strlen(e->d_name);
-        if (len > 5 && len - 5 < sizeof(id) && !strcmp(e->d_name + len - 5, ".tree")) {
-            if (fstatat(dirfd(d), e->d_name, &si, AT_SYMLINK_NOFOLLOW) == 0 &&
-                kestrel__array_grow(&trees, &cap_t, ntrees + 1, sizeof(*trees)) == 0) {
-                snprintf(trees[ntrees].id, sizeof(trees[ntrees].id), "%.*s", (int)(len - 5), e->d_name);
-                trees[ntrees].size = 0;
-                trees[ntrees++].used_ns = (int64_t)si.st_mtim.tv_sec * 1000000000 + si.st_mtim.tv_nsec;
-            }
+        int tree = len > 5 && !strcmp(e->d_name + len - 5, ".tree");
+        if (!tree && (len < 5 || strcmp(e->d_name + len - 4, ".idx")))
             continue;
-        }
-        if (len < 5 || len - 4 >= sizeof(id) || strcmp(e->d_name + len - 4, ".idx"))
+        if (len - 4 - (size_t)tree >= sizeof(id))
             continue;
-        snprintf(id, sizeof(id), "%.*s", (int)(len - 4), e->d_name);
+        snprintf(id, sizeof(id), "%.*s", (int)(len - 4 - (size_t)tree), e->d_name);
         if (fstatat(dirfd(d), e->d_name, &si, AT_SYMLINK_NOFOLLOW) < 0)
             continue;
-        if (fstatat(dirfd(d), id, &sp, AT_SYMLINK_NOFOLLOW) < 0) {   /* a pack without its file */
+        if (!tree && fstatat(dirfd(d), id, &sp, AT_SYMLINK_NOFOLLOW) < 0) {   /* a pack without its file */
             unlinkat(dirfd(d), e->d_name, 0);
             continue;
         }
         if (kestrel__array_grow(&v, &cap, n + 1, sizeof(*v)) < 0)
             break;
         memcpy(v[n].id, id, sizeof(id));
-        v[n].size = sp.st_size;
+        v[n].size = tree ? si.st_size : sp.st_size;
         v[n].used_ns = (int64_t)si.st_mtim.tv_sec * 1000000000 + si.st_mtim.tv_nsec;
-        total += sp.st_size;
+        v[n].tree = tree;
+        v[n].gone = 0;
+        total += v[n].size;
         n++;
     }
-    if (total > cache->max_bytes && n > 0) {
+    if (n > 0)
         qsort(v, n, sizeof(*v), older_first);
-        for (size_t i = 0; i < n && total > cache->max_bytes; i++) {
-            char name[48];
-            snprintf(name, sizeof(name), "%s.idx", v[i].id);
-            unlinkat(dirfd(d), name, 0);
-            if (unlinkat(dirfd(d), v[i].id, 0) == 0)
-                total -= v[i].size;
+    /* the bytes the cache holds, a tree pack's index among them: least recently used first */
+    for (size_t i = 0; i < n && total > cache->max_bytes; i++)
+        if (pack_remove(dirfd(d), &v[i]) == 0)
+            total -= v[i].size;
+    /* and of the tree packs, the newest that fit both of their own bounds */
+    for (size_t i = n; i-- > 0;)
+        if (v[i].tree && !v[i].gone) {
+            if (kept_trees < TREE_PACKS_MAX && tree_bytes + v[i].size <= TREE_BYTES_MAX) {
+                kept_trees++;
+                tree_bytes += v[i].size;
+            } else {
+                pack_remove(dirfd(d), &v[i]);
+            }
         }
-    }
-    if (ntrees > TREE_PACKS_MAX) {   /* they hold no bytes: only their number is bounded */
-        qsort(trees, ntrees, sizeof(*trees), older_first);
-        for (size_t i = 0; i + TREE_PACKS_MAX < ntrees; i++) {
-            char name[48];
-            snprintf(name, sizeof(name), "%s.tree", trees[i].id);
-            unlinkat(dirfd(d), name, 0);
-        }
-    }
     closedir(d);
     free(v);
-    free(trees);
 }
 
 int64_t kestrel__cache_free_sole(kestrel__chunk_cache *cache, dev_t dev)

@@ -71,8 +71,9 @@ typedef int (*kestrel__cache_windows)(void *ctx, const Kestrel__V1__Manifest **w
  * whose files changed or went is dropped). Replaces an earlier tree pack of the same directory. */
 void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, size_t n_files,
                              kestrel__cache_windows next, void *ctx);
-/* Evict least recently used packs until the cache fits its bound (tree packs hold no bytes of their
- * own: the newest TREE_PACKS_MAX of them are kept). */
+/* Evict least recently used packs until the cache fits its bound: a pack's bytes, a tree pack's index
+ * (it holds no bytes of its own); then of the tree packs, the newest are kept, at most TREE_PACKS_MAX
+ * and TREE_BYTES_MAX of index (64 MiB: about 600,000 small files), which bounds what a pull loads. */
 void kestrel__cache_trim(kestrel__chunk_cache *cache);
 /* Drop every pack on file system dev whose bytes only the cache holds (the pulled file it links to
  * was removed since): what a pull that ran out of space there may take back. The bytes freed. */

@@ -333,6 +333,34 @@ def test_a_pulled_directory_is_its_own_pack_in_the_pull_cache(kestreld, tmp_path
     assert not [p.name for p in tmp_path.iterdir() if ".kestrel-" in p.name]
 
 
+def test_tree_packs_count_toward_the_cache_bound_least_recently_used_first(kestreld, tmp_path, monkeypatch):
+    """A tree pack holds none of the bytes, but its index is the cache's, and every pull loads it:
+    indexes count toward KESTREL_CACHE_MAX like a pack's bytes, least recently used first, and all
+    together are at most 64 MiB (lib/repo/chunk_cache.c: only their count, 32, was bounded, and 32
+    indexes of 200,000 files would have been 700 MiB for a pull to load)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(cache))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    for name in ("a", "b", "c"):
+        src = tmp_path / f"src-{name}"
+        src.mkdir()
+        for i in range(3000):   # an index of about 250 KB
+            (src / f"f{i:04d}").write_bytes(f"{name}{i}".encode())
+        c.push(f"team/{name}", str(src))
+
+    def trees():
+        return sorted(t.read_text().split("\n")[1] for t in (cache / "packs").glob("*.tree"))
+
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "600K")   # two of them fit, not three
+    c.pull("team/a", str(tmp_path / "a"))
+    c.pull("team/b", str(tmp_path / "b"))
+    assert trees() == [str(tmp_path / "a"), str(tmp_path / "b")]
+    c.pull("team/c", str(tmp_path / "c"))
+    assert trees() == [str(tmp_path / "b"), str(tmp_path / "c")]
+    assert sum(p.stat().st_size for p in (cache / "packs").iterdir()) <= 600 << 10
+    assert subprocess.run(["diff", "-r", str(tmp_path / "src-c"), str(tmp_path / "c")]).returncode == 0
+
+
 def make_tree(root):
     (root / "sub" / "deeper").mkdir(parents=True)
     (root / "weights.bin").write_bytes(os.urandom(3 << 20))

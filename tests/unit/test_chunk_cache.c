@@ -1,0 +1,75 @@
+/* Unit tests: the pull cache's bounds on its tree packs (lib/repo/chunk_cache.c). A tree pack's index
+ * is made here at the size a pulled directory's would have (a sparse file: trimming looks at sizes
+ * and times only), so that 64 MiB of them cost nothing to make. */
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "chunk_cache.h"
+#include "store.h"
+
+static char dir[64], packs[128];
+
+static void tree_pack(int i, off_t size, time_t used)
+{
+    char path[256];
+    struct timespec t[2] = { { used, 0 }, { used, 0 } };
+    int fd;
+    snprintf(path, sizeof(path), "%s/%032x.tree", packs, i);
+    assert_true((fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
+    assert_int_equal(ftruncate(fd, size), 0);
+    assert_int_equal(futimens(fd, t), 0);
+    close(fd);
+}
+
+static int kept(int i)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%032x.tree", packs, i);
+    return access(path, F_OK) == 0;
+}
+
+static void tree_packs_keep_the_newest_within_their_count_and_their_bytes(void **state)
+{
+    kestrel__chunk_cache cache;
+    char root[128];
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/kestrel-cache-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(root, sizeof(root), "%s/cache", dir);
+    snprintf(packs, sizeof(packs), "%s/packs", root);
+    setenv("KESTREL_CACHE_DIR", root, 1);
+    unsetenv("KESTREL_CACHE_MAX");   /* 10G: far above all of them */
+    kestrel__cache_open(&cache);
+    assert_true(cache.on);
+    /* three indexes of 30 MiB (about 280,000 small files each): the newest two fit in 64 MiB */
+    for (int i = 0; i < 3; i++)
+        tree_pack(i, 30 << 20, 1000 + i);
+    kestrel__cache_trim(&cache);
+    assert_false(kept(0));
+    assert_true(kept(1) && kept(2));
+    /* 40 small ones, newer: the newest 32 stay, and nothing older */
+    for (int i = 10; i < 50; i++)
+        tree_pack(i, 100, 2000 + i);
+    kestrel__cache_trim(&cache);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(kept(i), i >= 18);
+    kestrel__cache_close(&cache);
+    kestrel__rm_tree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tree_packs_keep_the_newest_within_their_count_and_their_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
