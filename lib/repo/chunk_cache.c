@@ -22,9 +22,9 @@
 
 #define DEFAULT_MAX (10ll << 30)
 #define TREE_PACKS_MAX 32
-/* Tree packs' indexes, all together, at most: what a pull loads of them (about 56 bytes a chunk and
- * the path, in memory, for the ~110 bytes of index a small file takes: ~40 MiB for this much). Their
- * count alone bounded nothing: 32 indexes of 200,000 files each were 700 MiB to load. */
+/* Tree packs' indexes, all together, at most: what a pull loads of them (56 bytes a chunk and the
+ * path, in memory, for the 80-110 bytes of index a small file takes: about 50 MiB for this much).
+ * Their count alone bounded nothing: 32 indexes of 200,000 files would be about 0.5 GiB to load. */
 #define TREE_BYTES_MAX (64ll << 20)
 #define ENTRY_MAX (4u << 20)   /* a chunk is at most 1 MiB; kestreld takes up to 4 */
 #define TREE_PATH_MAX 8192

@@ -337,7 +337,7 @@ def test_tree_packs_count_toward_the_cache_bound_least_recently_used_first(kestr
     """A tree pack holds none of the bytes, but its index is the cache's, and every pull loads it:
     indexes count toward KESTREL_CACHE_MAX like a pack's bytes, least recently used first, and all
     together are at most 64 MiB (lib/repo/chunk_cache.c: only their count, 32, was bounded, and 32
-    indexes of 200,000 files would have been 700 MiB for a pull to load)."""
+    indexes of 200,000 files would have been about 0.5 GiB for a pull to load)."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(cache))
     c = kestrel.Client(kestreld.url, kestreld.token)
