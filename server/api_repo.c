@@ -203,8 +203,21 @@ void kd_pack_free(kd_pack *p)
 static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in)
 {
     Kestrel__V1__Manifest *l = NULL;
+    char model[256];
+    int64_t latest = 0;
     int same, rc = 0;
-    if (kestrel__store_resolve(r->e->store, name, &l) < 0) {
+    /* its listing first (N.listing: no list in it): a version of another size, other counts or another
+     * given digest is not the same, and is never decoded (a 50,000-file version is megabytes of it) */
+    if (kestrel__store_resolve_version(r->e->store, name, model, &latest) < 0 ||
+        kestrel__store_listing(r->e->store, model, latest, &l) < 0) {
+        kestrel_error_clear();
+        return 0;
+    }
+    same = l->size == in->size && l->chunk_count == (int64_t)in->n_chunks && l->file_count == (int64_t)in->n_files &&
+           (!in->sha256[0] || !strcmp(l->sha256, in->sha256));
+    kestrel__manifest_free(l);
+    l = NULL;
+    if (!same || kestrel__store_manifest(r->e->store, model, latest, &l) < 0) {
         kestrel_error_clear();
         return 0;
     }
