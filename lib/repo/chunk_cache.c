@@ -268,7 +268,7 @@ static void load(kestrel__chunk_cache *cache)
             continue;
         if (tree) {
             struct stat st;
-            if (fstat(fd, &st) < 0 || tree_bytes + st.st_size > TREE_BYTES_MAX) {
+            if (fstat(fd, &st) < 0 || st.st_size > TREE_BYTES_MAX - tree_bytes) {
                 close(fd);
                 continue;
             }
@@ -438,7 +438,9 @@ void kestrel__cache_add_tree(kestrel__chunk_cache *cache, const char *dest, size
         size_t chunk = 0;
         for (size_t j = 0; j < m->n_files && ok; j++) {
             const Kestrel__V1__TreeFile *t = m->files[j];
-            ok = fprintf(f, "F %lld %lld %zu\n%s\n", (long long)t->size, (long long)t->chunks, strlen(t->path), t->path) > 0;
+            /* an index past what the cache keeps of them all would be removed by the trim that follows */
+            ok = ftell(f) <= TREE_BYTES_MAX &&
+                 fprintf(f, "F %lld %lld %zu\n%s\n", (long long)t->size, (long long)t->chunks, strlen(t->path), t->path) > 0;
             for (int64_t k = 0; k < t->chunks && ok && chunk < m->n_chunks; k++, chunk++)
                 ok = fprintf(f, "%s %lld\n", m->chunks[chunk]->digest, (long long)m->chunks[chunk]->size) > 0;
         }
@@ -460,14 +462,15 @@ static int older_first(const void *a, const void *b)
     return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
 }
 
-/* Remove pack u (a tree pack: its index only, never the files it points at): 0, or -1 when it stays. */
+/* Remove pack u (a tree pack: its index only, never the files it points at): 0 (gone, also when
+ * another pull's trim took it first), or -1 when it stays. */
 static int pack_remove(int dir, pack_use *u)
 {
     char name[48];
     snprintf(name, sizeof(name), "%s.%s", u->id, u->tree ? "tree" : "idx");
     if (unlinkat(dir, name, 0) < 0 && errno != ENOENT && u->tree)
         return -1;
-    if (!u->tree && unlinkat(dir, u->id, 0) < 0)
+    if (!u->tree && unlinkat(dir, u->id, 0) < 0 && errno != ENOENT)
         return -1;
     u->gone = 1;
     return 0;
@@ -509,7 +512,7 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
         v[n].used_ns = (int64_t)si.st_mtim.tv_sec * 1000000000 + si.st_mtim.tv_nsec;
         v[n].tree = tree;
         v[n].gone = 0;
-        total += v[n].size;
+        total = v[n].size > INT64_MAX - total ? INT64_MAX : total + v[n].size;   /* sparse files say anything */
         n++;
     }
     if (n > 0)
@@ -521,7 +524,7 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
     /* and of the tree packs, the newest that fit both of their own bounds */
     for (size_t i = n; i-- > 0;)
         if (v[i].tree && !v[i].gone) {
-            if (kept_trees < TREE_PACKS_MAX && tree_bytes + v[i].size <= TREE_BYTES_MAX) {
+            if (kept_trees < TREE_PACKS_MAX && v[i].size <= TREE_BYTES_MAX - tree_bytes) {
                 kept_trees++;
                 tree_bytes += v[i].size;
             } else {

@@ -40,12 +40,14 @@
  * 41-44 MiB peak RSS then, 3.79-4.55 s and 35 MiB with it. Half of it made the hashing wait on the
  * sender too often (5.7-6.9 s, measured while every batch went at 8 MiB). */
 #define QUEUED_MAX (4 * BATCH_CHUNKS)
-/* ... and their bytes, at most one batch's: so the hashing runs at most about two batches (the one
- * being sent, the one waiting) ahead of the sending. Where it ran as far ahead as the chunk bound
- * let it (a whole 1 GiB file: 4,096 chunks of 256 KiB), the repository, starved of the two cores
- * meanwhile, stored a fraction of it by the time the hashing ended and the disk then wrote the rest
- * at the end, alone; alternating rounds, 1 GiB pushed 4.8-5.8 s before, 4.0-4.8 s after (dd 3.2-3.5 s),
- * four clients of 256 MiB at once 4.4-5.2 s before, 3.9-5.2 s after (median 4.54 s -> 4.47 s). */
+/* ... and the bytes of them it read, at most one batch's: so the hashing runs at most about two
+ * batches (the one being sent, the one waiting) ahead of the sending. Where it ran as far ahead as
+ * the chunk bound let it (a whole 1 GiB file: 4,096 chunks of 256 KiB), the repository, starved of
+ * the two cores meanwhile, stored a fraction of it by the time the hashing ended and the disk then
+ * wrote the rest at the end, alone; alternating rounds, 1 GiB pushed 4.8-5.8 s before, 4.0-4.8 s
+ * after (dd 3.2-3.5 s), four clients of 256 MiB at once 4.4-5.2 s before, 3.9-5.2 s after (median
+ * 4.54 s -> 4.47 s). What the stat cache vouched for was not read and does not count: an unchanged
+ * re-push still hands the sender up to 16,384 chunks a question (`missing`), not one batch's. */
 #define QUEUED_BYTES ((int64_t)BATCH_BYTES)
 
 /* The sender: a thread that asks which of the chunks hashed so far the repository lacks and sends
@@ -57,7 +59,7 @@ typedef struct {
     pthread_cond_t cv;
     kestrel__chunk_ref *q;      /* handed over, not yet taken */
     size_t nq, capq;
-    int64_t qbytes;             /* their bytes */
+    int64_t qread;              /* the bytes of them the push read (not the stat cache's) */
     int closing;
     int rc;                     /* its first failure (atomic), and that failure's error: */
     kestrel__error_kept err;
@@ -73,6 +75,7 @@ typedef struct {
     sender *out;
     size_t handed, counted;     /* refs [0, handed) are the sender's; [handed, counted) add up to pending */
     int64_t pending;
+    int64_t read;               /* of pending, the bytes read from the files (not vouched for) */
     kestrel__pushcache *cache;  /* NULL: none */
     kestrel__chunk_ref *refs;   /* the chunks not yet handed to the sender, and the current file's */
     size_t n, cap;
@@ -131,6 +134,7 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
             r = &ps->refs[ps->n++];
             r->offset = offset;
             r->len = (uint32_t)cut;
+            ps->read += (int64_t)cut;
             r->file = file;
             r->missing = 0;
             off += cut;
@@ -402,7 +406,7 @@ static void *sender_main(void *arg)
         n = s->nq;
         s->q = NULL;
         s->nq = s->capq = 0;
-        s->qbytes = 0;
+        s->qread = 0;
         pthread_cond_broadcast(&s->cv);   /* the hashing may hand over more (handover) */
         pthread_mutex_unlock(&s->mu);
         if (n == 0) {
@@ -480,7 +484,7 @@ static int handover(push_state *ps, int final)
          ps->n - ps->handed < BATCH_CHUNKS))
         return 0;
     pthread_mutex_lock(&s->mu);
-    while (s->nq > 0 && (s->nq + (ps->n - ps->handed) > QUEUED_MAX || s->qbytes + ps->pending > QUEUED_BYTES) &&
+    while (s->nq > 0 && (s->nq + (ps->n - ps->handed) > QUEUED_MAX || s->qread + ps->read > QUEUED_BYTES) &&
            !s->done && rc == 0)
         rc = sender_tick(s, ps->pr, 0);
     if (rc == 0 && s->done)   /* it failed while this waited */
@@ -490,7 +494,7 @@ static int handover(push_state *ps, int final)
     if (rc == 0) {
         memcpy(s->q + s->nq, ps->refs + ps->handed, (ps->n - ps->handed) * sizeof(*s->q));
         s->nq += ps->n - ps->handed;
-        s->qbytes += ps->pending;
+        s->qread += ps->read;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -498,6 +502,7 @@ static int handover(push_state *ps, int final)
         return rc;
     ps->handed = ps->n;
     ps->pending = 0;
+    ps->read = 0;
     return 0;
 }
 

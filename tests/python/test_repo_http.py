@@ -183,8 +183,32 @@ def test_a_push_hashes_at_most_two_batches_ahead_of_a_slow_repository(kestreld, 
             "team/slow", str(src), progress=lambda p: ahead.append((p.bytes_done - p.bytes_new) >> 20))
     finally:
         proxy.close()
+        src.unlink()   # 512 MiB: pytest keeps the last runs' folders
     assert len(ahead) > 20 and ahead[-1] == 0, ahead   # every byte new, all sent, reports all along
     assert max(ahead) <= 232, ahead
+
+
+def test_an_unchanged_re_push_asks_for_its_chunks_in_few_questions(kestreld, tmp_path, monkeypatch):
+    """What the stat cache vouches for is not read, so it does not count toward how far the hashing
+    may run ahead of the sender (64 MiB read): the 64 files of 8 MiB pushed again unchanged are asked
+    about in a question or two (up to 16,384 chunks each), not one a batch of 64 MiB (9 or more)."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "files"
+    src.mkdir()
+    for i in range(64):
+        (src / f"f{i:02d}").write_bytes(os.urandom(8 << 20))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.push("team/files", str(src))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "pass")
+    try:
+        seen = []
+        kestrel.Client(proxy.url, kestreld.token).push("team/files", str(src), progress=seen.append)
+    finally:
+        proxy.close()
+    assert seen[-1].bytes_new == 0
+    asked = proxy.sent.count(b"POST /api/v1/chunks/missing")
+    assert 1 <= asked <= 4, asked
 
 
 def test_the_pull_cache_is_bounded_least_recently_used_first(kestreld, tmp_path, monkeypatch):

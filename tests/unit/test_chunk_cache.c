@@ -16,7 +16,7 @@
 #include "chunk_cache.h"
 #include "store.h"
 
-static char dir[64], packs[128];
+static char dir[160], packs[200];
 
 static void tree_pack(int i, off_t size, time_t used)
 {
@@ -37,19 +37,30 @@ static int kept(int i)
     return access(path, F_OK) == 0;
 }
 
-static void tree_packs_keep_the_newest_within_their_count_and_their_bytes(void **state)
+/* A fresh cache in a folder of its own under $TMPDIR (else /tmp), KESTREL_CACHE_MAX as given (NULL: the
+ * default, 10G). */
+static void cache_in_fresh_folder(kestrel__chunk_cache *cache, const char *max)
 {
-    kestrel__chunk_cache cache;
-    char root[128];
-    (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kestrel-cache-XXXXXX");
+    char root[192];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof(dir), "%s/kestrel-cache-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     assert_non_null(mkdtemp(dir));
     snprintf(root, sizeof(root), "%s/cache", dir);
     snprintf(packs, sizeof(packs), "%s/packs", root);
     setenv("KESTREL_CACHE_DIR", root, 1);
-    unsetenv("KESTREL_CACHE_MAX");   /* 10G: far above all of them */
-    kestrel__cache_open(&cache);
-    assert_true(cache.on);
+    if (max)
+        setenv("KESTREL_CACHE_MAX", max, 1);
+    else
+        unsetenv("KESTREL_CACHE_MAX");
+    kestrel__cache_open(cache);
+    assert_true(cache->on);
+}
+
+static void tree_packs_keep_the_newest_within_their_count_and_their_bytes(void **state)
+{
+    kestrel__chunk_cache cache;
+    (void)state;
+    cache_in_fresh_folder(&cache, NULL);   /* 10G: far above all of them */
     /* three indexes of 30 MiB (about 280,000 small files each): the newest two fit in 64 MiB */
     for (int i = 0; i < 3; i++)
         tree_pack(i, 30 << 20, 1000 + i);
@@ -66,10 +77,54 @@ static void tree_packs_keep_the_newest_within_their_count_and_their_bytes(void *
     kestrel__rm_tree(dir);
 }
 
+/* A file pack: its file of size bytes and its index, used (the index's time) at used. */
+static void file_pack(int i, off_t size, time_t used)
+{
+    char path[256];
+    struct timespec t[2] = { { used, 0 }, { used, 0 } };
+    int fd;
+    snprintf(path, sizeof(path), "%s/%032x", packs, i);
+    assert_true((fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
+    assert_int_equal(ftruncate(fd, size), 0);
+    close(fd);
+    snprintf(path, sizeof(path), "%s/%032x.idx", packs, i);
+    assert_true((fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
+    assert_int_equal(futimens(fd, t), 0);
+    close(fd);
+}
+
+static int file_kept(int i)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%032x", packs, i);
+    return access(path, F_OK) == 0;
+}
+
+/* A tree pack's index counts toward KESTREL_CACHE_MAX with the packs' bytes, least recently used
+ * first, whichever kind that is. */
+static void tree_indexes_and_file_packs_go_least_recently_used_first(void **state)
+{
+    kestrel__chunk_cache cache;
+    (void)state;
+    cache_in_fresh_folder(&cache, "1M");
+    file_pack(1, 600 << 10, 1000);   /* older than the tree: it goes */
+    tree_pack(2, 600 << 10, 2000);
+    kestrel__cache_trim(&cache);
+    assert_false(file_kept(1));
+    assert_true(kept(2));
+    file_pack(3, 600 << 10, 3000);   /* newer than the tree: the tree goes */
+    kestrel__cache_trim(&cache);
+    assert_false(kept(2));
+    assert_true(file_kept(3));
+    kestrel__cache_close(&cache);
+    kestrel__rm_tree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tree_packs_keep_the_newest_within_their_count_and_their_bytes),
+        cmocka_unit_test(tree_indexes_and_file_packs_go_least_recently_used_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
