@@ -196,18 +196,62 @@ void kd_pack_free(kd_pack *p)
 
 /* ---- commits ------------------------------------------------------------------------------- */
 
+/* same_as_latest's walk of the latest version, a record at a time: pass 0 compares, pass 1 fills in. */
+typedef struct {
+    Kestrel__V1__Manifest *in;
+    size_t chunk, file;         /* the records of each list seen in this pass */
+} latest_walk;
+
+/* 1 where the latest version's record differs from in's (the walk ends: not the same). */
+static int latest_record(void *ctx, int pass, unsigned field, const Kestrel__V1__Manifest *one)
+{
+    latest_walk *w = ctx;
+    Kestrel__V1__Manifest *in = w->in;
+    if (field == 5 && pass == 0) {
+        const Kestrel__V1__ChunkRef *c = one->chunks[0], *mine;
+        if (w->chunk >= in->n_chunks)
+            return 1;
+        mine = in->chunks[w->chunk++];
+        return c->size != mine->size || strcmp(c->digest, mine->digest);
+    }
+    if (field == 10) {
+        const Kestrel__V1__TreeFile *t = one->files[0];
+        Kestrel__V1__TreeFile *mine;
+        if (w->file >= in->n_files)
+            return 1;
+        mine = in->files[w->file++];
+        if (pass == 1)
+            return mine->sha256[0] ? 0 : kestrel__wire_set_string(&mine->sha256, t->sha256);
+        return t->size != mine->size || t->chunks != mine->chunks || t->mode != mine->mode ||
+               strcmp(t->path, mine->path) || (mine->sha256[0] && strcmp(t->sha256, mine->sha256));
+    }
+    if (field == 4 && pass == 1 && !in->sha256[0])
+        return kestrel__wire_set_string(&in->sha256, one->sha256);
+    if (field == 4 && pass == 0 && in->sha256[0] && strcmp(one->sha256, in->sha256))
+        return 1;
+    if (field == 0 && pass == 0) {   /* compared through: as many of each, then the second pass */
+        if (w->chunk != in->n_chunks || w->file != in->n_files)
+            return 1;
+        w->chunk = w->file = 0;
+    }
+    return 0;
+}
+
 /* The same files as the model's latest version (a re-push of unchanged data): the same chunks, and
  * for a directory the same paths, sizes and modes. Their digests were computed when that version
  * committed, so the bytes are not read again: the digests in is given must be those, and the ones it
- * leaves empty are taken from it. 1 when so (in filled in), 0 when not the same, < 0 out of memory. */
+ * leaves empty are taken from it. 1 when so (in filled in), 0 when not the same, < 0 out of memory.
+ * Its listing first (N.listing: no list in it): a version of another size, other counts or another
+ * given digest is not the same, and is never read further; else its records a record at a time
+ * (kestrel__store_manifest_each), compared, then copied where in leaves them empty: the latest is
+ * never decoded whole beside in (a 50,000-file version is megabytes of it). */
 static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in)
 {
     Kestrel__V1__Manifest *l = NULL;
+    latest_walk w = { in, 0, 0 };
     char model[256];
     int64_t latest = 0;
-    int same, rc = 0;
-    /* its listing first (N.listing: no list in it): a version of another size, other counts or another
-     * given digest is not the same, and is never decoded (a 50,000-file version is megabytes of it) */
+    int same, rc;
     if (kestrel__store_resolve_version(r->e->store, name, model, &latest) < 0 ||
         kestrel__store_listing(r->e->store, model, latest, &l) < 0) {
         kestrel_error_clear();
@@ -216,26 +260,15 @@ static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in
     same = l->size == in->size && l->chunk_count == (int64_t)in->n_chunks && l->file_count == (int64_t)in->n_files &&
            (!in->sha256[0] || !strcmp(l->sha256, in->sha256));
     kestrel__manifest_free(l);
-    l = NULL;
-    if (!same || kestrel__store_manifest(r->e->store, model, latest, &l) < 0) {
+    if (!same)
+        return 0;
+    /* pass 0 compares every record, pass 1 (over the same bytes) copies the digests in leaves empty */
+    rc = kestrel__store_manifest_each(r->e->store, model, latest, 2, latest_record, &w);
+    if (rc < 0 && rc != KESTREL_ENOMEM) {   /* the latest cannot be read: its digests are not taken */
         kestrel_error_clear();
         return 0;
     }
-    same = l->size == in->size && l->n_chunks == in->n_chunks && l->n_files == in->n_files &&
-           (!in->sha256[0] || !strcmp(l->sha256, in->sha256));
-    for (size_t i = 0; same && i < in->n_chunks; i++)
-        same = l->chunks[i]->size == in->chunks[i]->size && !strcmp(l->chunks[i]->digest, in->chunks[i]->digest);
-    for (size_t i = 0; same && i < in->n_files; i++)
-        same = l->files[i]->size == in->files[i]->size && l->files[i]->chunks == in->files[i]->chunks &&
-               l->files[i]->mode == in->files[i]->mode && !strcmp(l->files[i]->path, in->files[i]->path) &&
-               (!in->files[i]->sha256[0] || !strcmp(l->files[i]->sha256, in->files[i]->sha256));
-    for (size_t i = 0; same && rc == 0 && i < in->n_files; i++)
-        if (!in->files[i]->sha256[0])
-            rc = kestrel__wire_set_string(&in->files[i]->sha256, l->files[i]->sha256);
-    if (same && rc == 0 && !in->sha256[0])
-        rc = kestrel__wire_set_string(&in->sha256, l->sha256);
-    kestrel__manifest_free(l);
-    return rc < 0 ? rc : same;
+    return rc < 0 ? rc : rc == 0;
 }
 
 /* The digests of in's files that runs computed as their chunks streamed in (repo_runs.h): set

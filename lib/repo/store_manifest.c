@@ -156,11 +156,20 @@ typedef struct {
     int foreign;                /* it holds fields a commit never stores: aliases, alias, the counts */
 } pb_facts;
 
+/* A walk's caller (kestrel__store_manifest_each): its function, given each record, and the pass. */
+typedef struct {
+    kestrel__manifest_each_fn fn;
+    void *ctx;
+    int pass;
+    int rc;                     /* what fn returned, when not 0: the walk ended there */
+} each_call;
+
 /* N.pb open on pb read once, a record at a time, each record decoded alone as the whole would be
  * (the same codec: a wrong wire type, an unknown field, bad UTF-8 or a damaged chunk or file is
- * damage here as it is there), and, when out >= 0, copied into out as read: 1 when it read whole,
- * 0 when it is damaged (N.json is read then), < 0 when out could not be written. */
-static int pb_walk(int pb, const char *name, int64_t version, int out, pb_facts *f)
+ * damage here as it is there), and, when out >= 0, copied into out as read, and, when each, given to
+ * it (a non-zero answer ends the read: in each->rc): 1 when it read whole (or each ended it), 0 when
+ * it is damaged (N.json is read then), < 0 when out could not be written. */
+static int pb_walk(int pb, const char *name, int64_t version, int out, pb_facts *f, each_call *each)
 {
     kestrel__records r;
     kestrel_buf copy = KESTREL_BUF_INIT;
@@ -189,6 +198,10 @@ static int pb_walk(int pb, const char *name, int64_t version, int out, pb_facts 
             f->metadata = one->metadata_json[0] != '\0';
         else if (field == 8 || field == 9 || field == 11 || field == 12)
             f->foreign = 1;
+        if (each && (each->rc = each->fn(each->ctx, each->pass, field, one)) != 0) {
+            kestrel__manifest_free(one);
+            break;
+        }
         kestrel__manifest_free(one);
         if (out >= 0 && ((rc = kestrel__buf_put(&copy, raw, raw_n)) < 0 ||
                          (copy.size >= COPY_BUF && (rc = put_out(out, &copy, &at)) < 0)))
@@ -217,7 +230,7 @@ int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t v
     pb_facts f;
     int pb, rc;
     if ((pb = pb_open(s, name, version)) >= 0) {
-        rc = pb_walk(pb, name, version, fd, &f);
+        rc = pb_walk(pb, name, version, fd, &f, NULL);
         close(pb);
         if (rc < 0)
             return rc;
@@ -242,7 +255,7 @@ int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t ve
     pb_facts f;
     int pb, rc;
     *out_fd = -1;
-    if ((pb = pb_open(s, name, version)) < 0 || pb_walk(pb, name, version, -1, &f) != 1 || !f.named || !f.numbered ||
+    if ((pb = pb_open(s, name, version)) < 0 || pb_walk(pb, name, version, -1, &f, NULL) != 1 || !f.named || !f.numbered ||
         f.foreign) {
         if (pb >= 0)
             close(pb);
@@ -273,6 +286,61 @@ int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t ve
     }
     *out_fd = pb;
     return 0;
+}
+
+/* The records of decoded m given to each as N.pb's are: its digest (field 4), then its chunks, then
+ * its files, each alone in a manifest on the stack. */
+static int each_decoded(const Kestrel__V1__Manifest *m, each_call *each)
+{
+    Kestrel__V1__Manifest one = KESTREL__V1__MANIFEST__INIT;
+    one.sha256 = m->sha256;
+    if ((each->rc = each->fn(each->ctx, each->pass, 4, &one)) != 0)
+        return 0;
+    one.sha256 = (char *)protobuf_c_empty_string;
+    one.n_chunks = 1;
+    for (size_t i = 0; i < m->n_chunks; i++) {
+        one.chunks = &m->chunks[i];
+        if ((each->rc = each->fn(each->ctx, each->pass, 5, &one)) != 0)
+            return 0;
+    }
+    one.n_chunks = 0;
+    one.chunks = NULL;
+    one.n_files = 1;
+    for (size_t i = 0; i < m->n_files; i++) {
+        one.files = &m->files[i];
+        if ((each->rc = each->fn(each->ctx, each->pass, 10, &one)) != 0)
+            return 0;
+    }
+    return 0;
+}
+
+int kestrel__store_manifest_each(kestrel__store *s, const char *name, int64_t version, int passes,
+                                 kestrel__manifest_each_fn fn, void *ctx)
+{
+    kestrel_buf tail = KESTREL_BUF_INIT;
+    Kestrel__V1__Manifest *m = NULL;
+    each_call each = { fn, ctx, 0, 0 };
+    pb_facts f;
+    int pb = -1, rc;
+    if ((rc = kestrel__store_manifest_open(s, name, version, &pb, &tail)) < 0)
+        return rc;
+    kestrel_buf_dispose(&tail);
+    if (pb < 0 && (rc = kestrel__store_manifest(s, name, version, &m)) < 0)
+        return rc;
+    for (; each.pass < passes && each.rc == 0 && rc == 0; each.pass++) {
+        if (pb < 0)
+            rc = each_decoded(m, &each);
+        else if ((rc = pb_walk(pb, name, version, -1, &f, &each)) == 0)   /* found whole a moment ago */
+            rc = kestrel__error_set(KESTREL_EIO, "%s@%lld: its N.pb changed as it was read", name, (long long)version);
+        else if (rc == 1)
+            rc = 0;
+        if (rc == 0 && each.rc == 0)   /* the pass is over */
+            each.rc = fn(ctx, each.pass, 0, NULL);
+    }
+    if (pb >= 0)
+        close(pb);
+    kestrel__manifest_free(m);
+    return rc < 0 ? rc : each.rc;
 }
 
 int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)

@@ -18,23 +18,43 @@
 
 static char dir[160], packs[200];
 
-static void tree_pack(int i, off_t size, time_t used)
+/* packs/ID + suffix (ID: i as a pack's 32 hex digits), size bytes (sparse), last used at used. */
+static void pack_file(int i, const char *suffix, off_t size, time_t used)
 {
     char path[256];
     struct timespec t[2] = { { used, 0 }, { used, 0 } };
     int fd;
-    snprintf(path, sizeof(path), "%s/%032x.tree", packs, i);
+    snprintf(path, sizeof(path), "%s/%032x%s", packs, i, suffix);
     assert_true((fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
     assert_int_equal(ftruncate(fd, size), 0);
     assert_int_equal(futimens(fd, t), 0);
     close(fd);
 }
 
-static int kept(int i)
+/* A tree pack: its index alone. */
+static void tree_pack(int i, off_t size, time_t used)
+{
+    pack_file(i, ".tree", size, used);
+}
+
+/* A file pack: its file of size bytes, and its index, whose time says when it was last used. */
+static void file_pack(int i, off_t size, time_t used)
+{
+    pack_file(i, "", size, used);
+    pack_file(i, ".idx", 0, used);
+}
+
+/* Whether packs/ID + suffix is still there. */
+static int pack_kept(int i, const char *suffix)
 {
     char path[256];
-    snprintf(path, sizeof(path), "%s/%032x.tree", packs, i);
+    snprintf(path, sizeof(path), "%s/%032x%s", packs, i, suffix);
     return access(path, F_OK) == 0;
+}
+
+static int kept(int i)
+{
+    return pack_kept(i, ".tree");
 }
 
 /* A fresh cache in a folder of its own under $TMPDIR (else /tmp), KESTREL_CACHE_MAX as given (NULL: the
@@ -77,29 +97,6 @@ static void tree_packs_keep_the_newest_within_their_count_and_their_bytes(void *
     kestrel__rm_tree(dir);
 }
 
-/* A file pack: its file of size bytes and its index, used (the index's time) at used. */
-static void file_pack(int i, off_t size, time_t used)
-{
-    char path[256];
-    struct timespec t[2] = { { used, 0 }, { used, 0 } };
-    int fd;
-    snprintf(path, sizeof(path), "%s/%032x", packs, i);
-    assert_true((fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
-    assert_int_equal(ftruncate(fd, size), 0);
-    close(fd);
-    snprintf(path, sizeof(path), "%s/%032x.idx", packs, i);
-    assert_true((fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
-    assert_int_equal(futimens(fd, t), 0);
-    close(fd);
-}
-
-static int file_kept(int i)
-{
-    char path[256];
-    snprintf(path, sizeof(path), "%s/%032x", packs, i);
-    return access(path, F_OK) == 0;
-}
-
 /* A tree pack's index counts toward KESTREL_CACHE_MAX with the packs' bytes, least recently used
  * first, whichever kind that is. */
 static void tree_indexes_and_file_packs_go_least_recently_used_first(void **state)
@@ -110,12 +107,12 @@ static void tree_indexes_and_file_packs_go_least_recently_used_first(void **stat
     file_pack(1, 600 << 10, 1000);   /* older than the tree: it goes */
     tree_pack(2, 600 << 10, 2000);
     kestrel__cache_trim(&cache);
-    assert_false(file_kept(1));
+    assert_false(pack_kept(1, ""));
     assert_true(kept(2));
     file_pack(3, 600 << 10, 3000);   /* newer than the tree: the tree goes */
     kestrel__cache_trim(&cache);
     assert_false(kept(2));
-    assert_true(file_kept(3));
+    assert_true(pack_kept(3, ""));
     kestrel__cache_close(&cache);
     kestrel__rm_tree(dir);
 }
