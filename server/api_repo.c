@@ -200,6 +200,10 @@ void kd_pack_free(kd_pack *p)
 typedef struct {
     Kestrel__V1__Manifest *in;
     size_t chunk, file;         /* the records of each list seen in this pass */
+    int64_t size;               /* its size and digest as its records say (the last one given counts) */
+    char sha256[KESTREL__HEX_LEN + 1];
+    int fill;                   /* pass 1: in left its own digest empty */
+    int filling;                /* pass 1 began: what fails now has copied some digests into in */
 } latest_walk;
 
 /* 1 where the latest version's record differs from in's (the walk ends: not the same). */
@@ -207,6 +211,7 @@ static int latest_record(void *ctx, int pass, unsigned field, const Kestrel__V1_
 {
     latest_walk *w = ctx;
     Kestrel__V1__Manifest *in = w->in;
+    w->filling = pass == 1;
     if (field == 5 && pass == 0) {
         const Kestrel__V1__ChunkRef *c = one->chunks[0], *mine;
         if (w->chunk >= in->n_chunks)
@@ -225,22 +230,26 @@ static int latest_record(void *ctx, int pass, unsigned field, const Kestrel__V1_
         return t->size != mine->size || t->chunks != mine->chunks || t->mode != mine->mode ||
                strcmp(t->path, mine->path) || (mine->sha256[0] && strcmp(t->sha256, mine->sha256));
     }
-    if (field == 4 && pass == 1 && !in->sha256[0])
-        return kestrel__wire_set_string(&in->sha256, one->sha256);
-    if (field == 4 && pass == 0 && in->sha256[0] && strcmp(one->sha256, in->sha256))
-        return 1;
-    if (field == 0 && pass == 0) {   /* compared through: as many of each, then the second pass */
-        if (w->chunk != in->n_chunks || w->file != in->n_files)
+    if (field == 3 && pass == 0)
+        w->size = one->size;
+    else if (field == 4 && pass == 0)
+        snprintf(w->sha256, sizeof(w->sha256), "%s", one->sha256);
+    else if (field == 0 && pass == 0) {   /* compared through: as many of each, the same size and digest */
+        if (w->chunk != in->n_chunks || w->file != in->n_files || w->size != in->size || !w->sha256[0] ||
+            (in->sha256[0] && strcmp(w->sha256, in->sha256)))
             return 1;
         w->chunk = w->file = 0;
-    }
+        w->fill = !in->sha256[0];
+    } else if (field == 0 && pass == 1 && w->fill)
+        return kestrel__wire_set_string(&in->sha256, w->sha256);
     return 0;
 }
 
 /* The same files as the model's latest version (a re-push of unchanged data): the same chunks, and
  * for a directory the same paths, sizes and modes. Their digests were computed when that version
  * committed, so the bytes are not read again: the digests in is given must be those, and the ones it
- * leaves empty are taken from it. 1 when so (in filled in), 0 when not the same, < 0 out of memory.
+ * leaves empty are taken from it. 1 when so (in filled in), 0 when not the same, < 0 out of memory or
+ * the latest changed as its digests were copied (some of them in in by then).
  * Its listing first (N.listing: no list in it): a version of another size, other counts or another
  * given digest is not the same, and is never read further; else its records a record at a time
  * (kestrel__store_manifest_each), compared, then copied where in leaves them empty: the latest is
@@ -248,7 +257,7 @@ static int latest_record(void *ctx, int pass, unsigned field, const Kestrel__V1_
 static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in)
 {
     Kestrel__V1__Manifest *l = NULL;
-    latest_walk w = { in, 0, 0 };
+    latest_walk w = { .in = in };
     char model[256];
     int64_t latest = 0;
     int same, rc;
@@ -264,7 +273,7 @@ static int same_as_latest(kd_req *r, const char *name, Kestrel__V1__Manifest *in
         return 0;
     /* pass 0 compares every record, pass 1 (over the same bytes) copies the digests in leaves empty */
     rc = kestrel__store_manifest_each(r->e->store, model, latest, 2, latest_record, &w);
-    if (rc < 0 && rc != KESTREL_ENOMEM) {   /* the latest cannot be read: its digests are not taken */
+    if (rc < 0 && rc != KESTREL_ENOMEM && !w.filling) {   /* the latest cannot be read: its digests are not taken */
         kestrel_error_clear();
         return 0;
     }

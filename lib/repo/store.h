@@ -102,12 +102,15 @@ int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t v
 int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t version, int *out_fd,
                                  kestrel_buf *out_tail);
 /* name@version's manifest a record at a time, passes times over the same bytes (pass 0, 1, ...): from
- * its N.pb where it is current and N's (kestrel__store_manifest_open), never decoded whole, else
- * decoded (kestrel__store_manifest) and its records given alike. fn(ctx, pass, field, one): one holds
- * that record alone (field 5: a chunk, one->chunks[0]; 10: a file, one->files[0]; else that scalar of
- * the manifest, field 4 its digest among them), in the stored order (the scalars, the chunks, the
+ * its N.pb where it will do (as for kestrel__store_manifest_open), never decoded whole, else decoded
+ * (kestrel__store_manifest) and its records given alike, of its scalars only its size and digest.
+ * fn(ctx, pass, field, one): one holds that record alone (field 5: a chunk, one->chunks[0]; 10: a file,
+ * one->files[0]; else that scalar of the manifest: 3 its size, 4 its digest, a field given twice
+ * counting by its last record, as protobuf's), in the stored order (the scalars, the chunks, the
  * files), and its memory is the walk's; field 0 and one NULL once a pass has given every record. A
- * non-zero answer ends the walk and is returned; 0 when every pass ran, < 0 an error. */
+ * non-zero answer ends the walk and is returned; 0 when every pass ran, < 0 an error (one past the
+ * first pass: N.pb changed as it was read, or memory). Its payload comes first, as the other walks'
+ * of this wing (pull_layout.h, transport.h). */
 typedef int (*kestrel__manifest_each_fn)(void *ctx, int pass, unsigned field, const Kestrel__V1__Manifest *one);
 int kestrel__store_manifest_each(kestrel__store *s, const char *name, int64_t version, int passes,
                                  kestrel__manifest_each_fn fn, void *ctx);

@@ -248,6 +248,19 @@ int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t v
     return rc;
 }
 
+/* versions/N.pb open when it will do (current, whole, N's, holding nothing a commit never stores:
+ * read through once, each record decoded alone), what that read found in f; else -1 (no error left). */
+static int pb_usable(kestrel__store *s, const char *name, int64_t version, pb_facts *f)
+{
+    int pb = pb_open(s, name, version);
+    if (pb >= 0 && (pb_walk(pb, name, version, -1, f, NULL) != 1 || !f->named || !f->numbered || f->foreign)) {
+        close(pb);
+        pb = -1;
+    }
+    kestrel_error_clear();
+    return pb;
+}
+
 int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t version, int *out_fd,
                                  kestrel_buf *out_tail)
 {
@@ -255,13 +268,8 @@ int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t ve
     pb_facts f;
     int pb, rc;
     *out_fd = -1;
-    if ((pb = pb_open(s, name, version)) < 0 || pb_walk(pb, name, version, -1, &f, NULL) != 1 || !f.named || !f.numbered ||
-        f.foreign) {
-        if (pb >= 0)
-            close(pb);
-        kestrel_error_clear();
+    if ((pb = pb_usable(s, name, version, &f)) < 0)
         return 0;   /* the caller decodes it: kestrel__store_manifest says what is wrong, or mends it */
-    }
     /* what kestrel__store_decorate adds, as records that follow N.pb's: a scalar's last value counts,
      * a list's records append */
     t.name = (char *)name;   /* for kestrel__store_aliases, then left out of the tail */
@@ -288,11 +296,15 @@ int kestrel__store_manifest_open(kestrel__store *s, const char *name, int64_t ve
     return 0;
 }
 
-/* The records of decoded m given to each as N.pb's are: its digest (field 4), then its chunks, then
- * its files, each alone in a manifest on the stack. */
+/* The records of decoded m given to each as N.pb's are: its size (field 3) and digest (4), then its
+ * chunks, then its files, each alone in a manifest on the stack (its other scalars are not given). */
 static int each_decoded(const Kestrel__V1__Manifest *m, each_call *each)
 {
     Kestrel__V1__Manifest one = KESTREL__V1__MANIFEST__INIT;
+    one.size = m->size;
+    if ((each->rc = each->fn(each->ctx, each->pass, 3, &one)) != 0)
+        return 0;
+    one.size = 0;
     one.sha256 = m->sha256;
     if ((each->rc = each->fn(each->ctx, each->pass, 4, &one)) != 0)
         return 0;
@@ -317,14 +329,10 @@ static int each_decoded(const Kestrel__V1__Manifest *m, each_call *each)
 int kestrel__store_manifest_each(kestrel__store *s, const char *name, int64_t version, int passes,
                                  kestrel__manifest_each_fn fn, void *ctx)
 {
-    kestrel_buf tail = KESTREL_BUF_INIT;
     Kestrel__V1__Manifest *m = NULL;
     each_call each = { fn, ctx, 0, 0 };
     pb_facts f;
-    int pb = -1, rc;
-    if ((rc = kestrel__store_manifest_open(s, name, version, &pb, &tail)) < 0)
-        return rc;
-    kestrel_buf_dispose(&tail);
+    int pb = pb_usable(s, name, version, &f), rc = 0;
     if (pb < 0 && (rc = kestrel__store_manifest(s, name, version, &m)) < 0)
         return rc;
     for (; each.pass < passes && each.rc == 0 && rc == 0; each.pass++) {
