@@ -176,7 +176,7 @@ def test_a_commit_never_decodes_the_latest_version_beside_its_own(kestreld, tmp_
     or other counts is not the same; else it compares it with the new one a record at a time from its
     N.pb (kestrel__store_manifest_each), then copies its digests. Decoded whole beside the new
     manifest, 20,000 files grew a fresh kestreld's peak by 16.5-16.7 MiB; the new one alone takes
-    about 10 (8.4-10.4), so each commit below stays under 12 MiB."""
+    about 10 (8.2-10.2), so each commit below stays under 12 MiB."""
     many = tmp_path / "many"
     window_tree(many, 20000)
 
