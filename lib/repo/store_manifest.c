@@ -339,7 +339,8 @@ int kestrel__store_manifest_each(kestrel__store *s, const char *name, int64_t ve
         if (pb < 0)
             rc = each_decoded(m, &each);
         else if ((rc = pb_walk(pb, name, version, -1, &f, &each)) == 0)   /* found whole a moment ago */
-            rc = kestrel__error_set(KESTREL_EIO, "%s@%lld: its N.pb changed as it was read", name, (long long)version);
+            rc = kestrel__error_set(KESTREL_EIO, "%s@%lld: its N.pb changed as it was read (fsck rewrote it?): "
+                                    "send it again", name, (long long)version);
         else if (rc == 1)
             rc = 0;
         if (rc == 0 && each.rc == 0)   /* the pass is over */

@@ -9,7 +9,8 @@ the first commit of a version (POST .../versions) itself, once its whole body is
 with the 503 "unavailable" kestreld gives when its memory for bodies is spent; "pass" changes
 nothing; "slow" forwards what clients send at `rate` bytes a second (a repository slower than the
 client's hashing). `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
-before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`.
+before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`
+(not in "slow", which carries hundreds of MiB).
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
 sides is the real libcurl and libmicrohttpd."""
 import socket

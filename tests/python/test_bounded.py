@@ -250,27 +250,35 @@ def _stalled_upload(port, token, path, length, first, answered_in=0.3):
     return s
 
 
-def _push_waiting(client, name, path, held, also=()):
-    """Push path while the sockets held keep the pusher's quarter full: it must still be waiting
-    (sending again) 1.5 s later, as must the threads also, then complete once they are closed. The
-    version pushed."""
+def _started(call):
+    """call() on a thread of its own: the thread, started, and a dict that gets "v" (what call returned)
+    or "e" (what it raised)."""
     import threading
     out = {}
 
-    def push():
+    def run():
         try:
-            out["v"] = client.push(name, str(path))
-        except Exception as e:   # noqa: BLE001 (reported below)
+            out["v"] = call()
+        except Exception as e:   # noqa: BLE001 (reported by the caller)
             out["e"] = e
-    t = threading.Thread(target=push)
+    t = threading.Thread(target=run)
     t.start()
+    return t, out
+
+
+def _push_waiting(client, name, path, held, also=()):
+    """Push path while the sockets held keep the pusher's quarter full: it must still be waiting
+    (sending again) 1.5 s later, as must the calls also (from _started), then complete once they are
+    closed, as must those. The version pushed."""
+    t, out = _started(lambda: client.push(name, str(path)))
     time.sleep(1.5)
     assert t.is_alive(), out   # waiting, not failed
-    assert all(a.is_alive() for a in also)
+    assert all(a.is_alive() for a, _ in also), [o for _, o in also]
     for s in held:
         s.close()
-    t.join(60)
-    assert "v" in out, out
+    for a, o in ((t, out),) + tuple(also):
+        a.join(60)
+        assert "v" in o, o
     return out["v"]
 
 
@@ -340,23 +348,11 @@ def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_pat
     # server/repo_manifest.c; it passed here only once kestreld cut her stalled bodies off as idle,
     # 30 s after they began), as a push's chunk query and commit do: each sent again until her
     # memory is free, then whole
-    import threading
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache2"))
-    pulled = {}
-
-    def pull():
-        try:
-            kestrel.Client(d.url, mallory).pull("mallory/small", str(tmp_path / "small-back"))
-            pulled["ok"] = True
-        except Exception as e:   # noqa: BLE001 (reported below)
-            pulled["e"] = e
-    puller = threading.Thread(target=pull)
-    puller.start()
+    puller = _started(lambda: kestrel.Client(d.url, mallory).pull("mallory/small", str(tmp_path / "small-back")))
     other = tmp_path / "o.bin"
     other.write_bytes(os.urandom(mib))
     assert _push_waiting(kestrel.Client(d.url, mallory), "mallory/o", other, held, also=(puller,)) == 1
-    puller.join(60)
-    assert pulled.get("ok"), pulled
     assert all((tmp_path / "small-back" / f"f{i}").read_bytes() == (small / f"f{i}").read_bytes() for i in range(30))
     assert kestrel.Client(d.url, mallory).versions("mallory/w")[0].version == 1
 
