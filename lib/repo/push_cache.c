@@ -9,6 +9,7 @@
  * order, damaged or cut short ends the entry there: the files after it are hashed again. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@ struct kestrel__pushcache {
     cursor ahead;               /* kestrel__pushcache_holds': the read-ahead asks ahead of the lookups */
     unsigned long long old_n;   /* files the earlier entry announced */
     FILE *out;                  /* this push's entry, written as it goes (memory does not grow with it) */
-    char tmp[2400];             /* its temp name */
+    char tmp[2400];             /* its temp name ("": unnamed, O_TMPFILE, until it is complete) */
     size_t written;             /* files in it */
     int changed;                /* files remembered anew (not carried over) */
     int failed;                 /* the entry could not be written: it is dropped */
@@ -174,7 +175,8 @@ kestrel__pushcache *kestrel__pushcache_new(void)
 }
 
 /* Remove the temp entries of key that a push killed mid-way left (a live push writes to its own
- * as it goes: one untouched for an hour is dead). */
+ * as it goes: one untouched for an hour is dead). Named temps are made only where O_TMPFILE is not
+ * supported, or for the instant between naming a complete entry and renaming it (out_name). */
 static void sweep_temps(const char *dir, const char *key)
 {
     char prefix[80], path[2400];
@@ -240,19 +242,48 @@ int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const str
     return 1;
 }
 
-/* The temp file this push's entry is written to, with a header whose count is filled in at the end. */
+/* The temp file this push's entry is written to, with a header whose count is filled in at the end:
+ * unnamed (O_TMPFILE) until it is complete, so a push killed meanwhile leaves nothing behind; where
+ * the file system cannot, a named temp (pc->tmp), which a later open removes once it is an hour old. */
 static int out_open(kestrel__pushcache *pc)
 {
+    char dir[sizeof(pc->file)];
     int fd;
-    snprintf(pc->tmp, sizeof(pc->tmp), "%s.tmp.XXXXXX", pc->file);
-    if ((fd = mkstemp(pc->tmp)) < 0)
-        return -1;
+    snprintf(dir, sizeof(dir), "%s", pc->file);
+    *strrchr(dir, '/') = '\0';
+    pc->tmp[0] = '\0';
+    if ((fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600)) < 0) {
+        snprintf(pc->tmp, sizeof(pc->tmp), "%s.tmp.XXXXXX", pc->file);
+        if ((fd = mkstemp(pc->tmp)) < 0)
+            return -1;
+    }
     if ((pc->out = fdopen(fd, "w")) == NULL) {
         close(fd);
-        unlink(pc->tmp);
+        if (pc->tmp[0])
+            unlink(pc->tmp);
         return -1;
     }
     return fprintf(pc->out, "kestrel-stat 2 %020zu\n", (size_t)0) > 0 ? 0 : -1;
+}
+
+/* Give the unnamed entry a temp name beside its final one (pc->tmp), to be renamed over it: a link
+ * through /proc (linkat's AT_EMPTY_PATH needs a privilege), under a name no one else has. */
+static int out_name(kestrel__pushcache *pc)
+{
+    char self[64];
+    unsigned char r[6];
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", fileno(pc->out));
+    for (int tries = 0; tries < 8; tries++) {
+        if (getentropy(r, sizeof(r)) < 0)
+            return -1;
+        snprintf(pc->tmp, sizeof(pc->tmp), "%s.tmp.%02x%02x%02x%02x%02x%02x", pc->file, r[0], r[1], r[2], r[3], r[4], r[5]);
+        if (linkat(AT_FDCWD, self, AT_FDCWD, pc->tmp, AT_SYMLINK_FOLLOW) == 0)
+            return 0;
+        if (errno != EEXIST)
+            break;
+    }
+    pc->tmp[0] = '\0';
+    return -1;
 }
 
 void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
@@ -295,9 +326,10 @@ void kestrel__pushcache_close(kestrel__pushcache *pc)
         unlink(pc->file);
     if (pc->out) {   /* the count in place, then the entry under its name (best effort) */
         snprintf(head, sizeof(head), "kestrel-stat 2 %020zu\n", pc->written);
-        keep = keep && fflush(pc->out) == 0 && pwrite(fileno(pc->out), head, strlen(head), 0) == (ssize_t)strlen(head);
+        keep = keep && fflush(pc->out) == 0 && pwrite(fileno(pc->out), head, strlen(head), 0) == (ssize_t)strlen(head) &&
+               (pc->tmp[0] || out_name(pc) == 0);
         keep = fclose(pc->out) == 0 && keep && rename(pc->tmp, pc->file) == 0;
-        if (!keep)
+        if (!keep && pc->tmp[0])
             unlink(pc->tmp);
     }
     cursor_close(&pc->look);

@@ -37,7 +37,9 @@ int kestrel__pushcache_parse(kestrel__pushcache *pc, const char *data, size_t si
  * file. kestrel__pushcache_close then removes the entry and writes none. */
 void kestrel__pushcache_forget(kestrel__pushcache *pc);
 /* Make what this push remembered the path's entry (its count filled in, then renamed over the old
- * one: best effort; a temp a killed push left is removed by a later open after an hour), then free. */
+ * one: best effort), then free. The entry has no name until then (O_TMPFILE), so a killed push leaves
+ * nothing; where the file system has no O_TMPFILE, a named temp a killed push left is removed by a
+ * later open once it is an hour old. */
 void kestrel__pushcache_close(kestrel__pushcache *pc);
 
 #endif

@@ -63,6 +63,42 @@ def test_the_stat_cache_skips_rehashing_only_files_that_did_not_change(kestreld,
     assert sorted(e.name for e in (tmp_path / "cache.stat").iterdir() if ".tmp." in e.name) == [live.name]
 
 
+def test_a_killed_push_leaves_no_stat_cache_temp(kestreld, tmp_path):
+    """A push writes its stat-cache entry as it goes, to a file with no name (O_TMPFILE) until the
+    entry is complete: killed meanwhile, it leaves nothing in the cache's folder (a named temp stayed
+    there for an hour, until a later push of the same path swept it), and the next push makes the
+    entry as usual."""
+    cache = tmp_path / "cache"
+    env = kestreld.env(KESTREL_CACHE_DIR=str(cache))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    old = time.time() - 60
+    (tree / "a").write_bytes(os.urandom(1 << 20))
+    with open(tree / "b", "wb") as f:   # zeros, sparse: hashed for seconds, read from no disk
+        f.truncate(1 << 30)
+    for p in (tree / "a", tree / "b"):
+        os.utime(p, (old, old))
+    stat_dir = cache.parent / "cache.stat"
+    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/killed", str(tree)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, writing = time.time() + 60, False
+    while not writing and p.poll() is None and time.time() < deadline:   # "a" remembered, "b" being read
+        for fd in os.listdir(f"/proc/{p.pid}/fd"):
+            try:
+                writing |= os.readlink(f"/proc/{p.pid}/fd/{fd}").startswith(str(stat_dir) + "/")
+            except OSError:
+                pass
+        time.sleep(0.002)
+    p.kill()
+    p.wait()
+    assert writing, "the push ended before its stat-cache entry was open"
+    assert list(stat_dir.iterdir()) == []
+    kestreld.cli("push", "team/killed", str(tree), env=env, timeout=300)
+    entries = list(stat_dir.iterdir())
+    head = entries[0].read_text().split("\n", 1)[0].split() if len(entries) == 1 else []
+    assert head[:2] == ["kestrel-stat", "2"] and int(head[2]) == 2, entries   # both files remembered
+
+
 def test_a_directory_of_empty_files_is_a_directory(kestreld, tmp_path):
     """A directory whose files are all empty has no chunk: kestreld is never asked which it lacks, so
     the push fills in every digest itself; the version is still the directory, every file listed."""
