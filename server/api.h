@@ -119,6 +119,9 @@ enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref);
  * most a quarter of the process's descriptors. Take one: 0, or -1 when they are all taken. */
 int kd_answer_file_take(void);
 void kd_answer_file_give(void);
+/* A commit of name that came before (its commit_key seen: repo_commit_key.c): 1 with *reply made
+ * (that version, or why the commit is refused), else 0 with in->commit_key in its stored form. */
+int kd_commit_again(kd_req *r, const char *name, Kestrel__V1__Manifest *in, enum MHD_Result *reply);
 /* POST /api/v1/chunks/fetch: many chunks in one answer (repo_fetch.c). */
 enum MHD_Result kd_repo_fetch(kd_req *r);
 /* Queue resp (freed here) as a 200 answer of chunk bytes, bytes of them counted in the metrics. */

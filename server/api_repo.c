@@ -363,6 +363,8 @@ static enum MHD_Result commit(kd_req *r, void *arg)
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'alias': " KESTREL__ALIAS_RULE ", not 'latest'");
         goto out;
     }
+    if (kd_commit_again(r, name, in, &reply))   /* sent again, its answer lost: the version it made */
+        goto out;
     if (in->alias[0] && r->who.job_id) {   /* a job may name a new alias, never move one */
         int64_t had = 0;
         if (kestrel__store_alias_get(r->e->store, name, in->alias, &had) == 0) {
@@ -466,6 +468,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
         Kestrel__V1__Manifest shown;
         kestrel__store_listing_of(in, &shown);
         shown.version = version;
+        shown.commit_key = (char *)protobuf_c_empty_string;   /* as listings show it (store.h) */
         reply = (rc = kestrel__store_aliases(r->e->store, &shown)) < 0 ? kd_reply_failure(r, rc)
                                                                        : kd_reply_msg(r, 201, &shown.base);
         for (size_t i = 0; i < shown.n_aliases; i++)

@@ -493,6 +493,13 @@ static int64_t highest_ever(const char *dir)
     return top;
 }
 
+int64_t kestrel__store_top_version(kestrel__store *s, const char *name)
+{
+    char dir[PATH_MAX];
+    model_dir(s, name, "versions", dir, sizeof(dir));
+    return highest_ever(dir);
+}
+
 int kestrel__store_read_text(const char *path, kestrel_buf *out)
 {
     FILE *f = fopen(path, "rb");

@@ -132,13 +132,19 @@ int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m);
 /* m as readers see it: file_count, its aliases, metadata_json "{}" when it has none. */
 int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m);
 /* name@version as listings show it: chunks and files left out (chunk_count and file_count say how
- * many), its aliases filled in, metadata_json "{}" when it has none. Read from versions/N.listing,
+ * many), its aliases filled in, metadata_json "{}" when it has none, no commit_key. Read from versions/N.listing,
  * written at the commit, so that a listing never reads a whole manifest (a dataset's is megabytes); a
  * version without one (an earlier build's) is read from its manifest and its N.listing written then. */
 int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
 /* Write versions/N.listing for m, committed as name@m->version (atomically; errors are the caller's
  * to ignore: the manifest stays the truth). */
 int kestrel__store_listing_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m);
+/* The highest version number name ever had (a deleted one's too: never given out again); 0: none. */
+int64_t kestrel__store_top_version(kestrel__store *s, const char *name);
+/* The newest of name's KESTREL__COMMIT_KEYS_SEEN newest versions whose commit_key is key (as stored),
+ * in *version: 1; 0 when none is (a version that cannot be read counts as none). */
+#define KESTREL__COMMIT_KEYS_SEEN 16
+int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *key, int64_t *version);
 /* m as a listing shows it, shallow (its strings are m's): lists and aliases left out, chunk_count and
  * file_count set, metadata_json "{}" when it has none. */
 void kestrel__store_listing_of(const Kestrel__V1__Manifest *m, Kestrel__V1__Manifest *shown);

@@ -114,11 +114,36 @@ int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version,
         m->n_files = 0;
     }
     if ((strcmp(m->name, name) && (rc = kestrel__wire_set_string(&m->name, name)) < 0) ||   /* its folder's */
+        (m->commit_key[0] && (rc = kestrel__wire_set_string(&m->commit_key, "")) < 0) ||   /* a commit's own */
         (rc = kestrel__store_decorate(s, m)) < 0) {
         kestrel__manifest_free(m);
         return rc;
     }
     *out = m;
+    return 0;
+}
+
+int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *key, int64_t *version)
+{
+    int64_t top = kestrel__store_top_version(s, name);
+    for (int64_t v = top; v > 0 && v > top - KESTREL__COMMIT_KEYS_SEEN; v--) {
+        Kestrel__V1__Manifest *m = listing_read(s, name, v);
+        int same;
+        if (m == NULL && kestrel__store_listing(s, name, v, &m) == 0) {   /* linked by a commit killed before */
+            kestrel__manifest_free(m);                                    /* its listing: written now, with */
+            m = listing_read(s, name, v);                                 /* its key (listings show none) */
+        }
+        if (m == NULL) {   /* deleted */
+            kestrel_error_clear();
+            continue;
+        }
+        same = !strcmp(m->commit_key, key);
+        kestrel__manifest_free(m);
+        if (same) {
+            *version = v;
+            return 1;
+        }
+    }
     return 0;
 }
 

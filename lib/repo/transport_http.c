@@ -344,20 +344,28 @@ static int64_t chunks_read(void *ctx, int64_t at, void *buf, size_t n)
 
 /* The manifest as one body: m packed, then its chunks' and files' records as they lie in the spool
  * (a message followed by elements of its lists decodes as the message with them: wire.h), read as
- * curl sends them. */
+ * curl sends them. It carries a key picked at random (commit_key): sent again, by a retry after
+ * kestreld died having made the version, it is answered that version (server/repo_commit_key.c). */
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version)
 {
-    char path[600];
+    char path[600], key[33];
+    unsigned char r[16];
     ProtobufCMessage *resp = NULL;
     kestrel__request req = { "POST", path, &m->base, &kestrel__v1__manifest__descriptor, 0, 0, NULL };
     int rc;
+    if (getentropy(r, sizeof(r)) == 0) {   /* else none: a commit sent again makes a second version */
+        kestrel__hex(r, sizeof(r), key);
+        m->commit_key = key;
+    }
     if (chunks && m->n_chunks == 0 && m->n_files == 0) {
         req.tail = chunks_read;
         req.tail_ctx = chunks;
         req.tail_size = kestrel__spool_bytes(chunks);
     }
     snprintf(path, sizeof(path), "/api/v1/models/%s/versions", m->name);
-    if ((rc = kestrel__http_call(&resp, CLIENT(t), &req)) < 0)
+    rc = kestrel__http_call(&resp, CLIENT(t), &req);
+    m->commit_key = (char *)protobuf_c_empty_string;
+    if (rc < 0)
         return rc;
     *version = ((Kestrel__V1__Manifest *)resp)->version;
     protobuf_c_message_free_unpacked(resp, NULL);

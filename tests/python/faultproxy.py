@@ -6,7 +6,9 @@ answers to /api/v1/chunks/missing) and before batched downloads (it renames the 
 kestreld then answers 404, as an older one does); "hang" plays a server that stops answering: from the
 first request that starts with `hang_on` on, that connection forwards nothing either way; "busy" answers
 the first commit of a version (POST .../versions) itself, once its whole body is in (kept in `busied`),
-with the 503 "unavailable" kestreld gives when its memory for bodies is spent; "pass" changes
+with the 503 "unavailable" kestreld gives when its memory for bodies is spent; "lost" forwards the first
+commit of a version to kestreld, which makes it, and answers the client that same 503 in place of
+kestreld's answer (a proxy whose upstream timed out, a kestreld that died before it answered); "pass" changes
 nothing; "slow" forwards what clients send at `rate` bytes a second (a repository slower than the
 client's hashing). `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`
@@ -67,7 +69,7 @@ class FaultProxy:
 
     def _serve(self, client):
         up = socket.create_connection(self.upstream)
-        state = {"chunk_request": False, "missing_request": False, "hung": False}
+        state = {"chunk_request": False, "missing_request": False, "hung": False, "lost_request": False}
 
         def requests():   # client -> server; notes whether the latest request fetches a chunk
             try:
@@ -92,6 +94,9 @@ class FaultProxy:
                         data = self._answer_busy(client, data)
                         if not data:
                             continue
+                    if self.mode == "lost" and not self.damaged and data.startswith(b"POST /api/v1/models/") \
+                            and data.split(b"\r\n", 1)[0].endswith(b"/versions HTTP/1.1"):
+                        state["lost_request"] = True
                     if self.mode != "slow":
                         self.sent += data
                     up.sendall(data)
@@ -125,6 +130,21 @@ class FaultProxy:
                     lines = [h for h in lines if not h.lower().startswith(b"content-length:")]
                     lines.append(b"Content-Length: %d" % len(body))
                     data, pending = b"\r\n".join(lines) + b"\r\n\r\n" + body + rest, b""
+                if state["lost_request"]:   # kestreld's whole answer, dropped for a 503
+                    pending += data
+                    head = pending.find(b"\r\n\r\n")
+                    if head < 0:
+                        continue
+                    lines = pending[:head].split(b"\r\n")
+                    length = next(int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length:"))
+                    if len(pending) < head + 4 + length:
+                        continue
+                    state["lost_request"] = False
+                    self.damaged += 1
+                    self.busied.append(bytes(pending[:head + 4 + length]))
+                    reply = b'{"code":"unavailable","message":"kestreld is busy: try again"}'
+                    data, pending = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                     b"Content-Length: %d\r\n\r\n" % len(reply) + reply + pending[head + 4 + length:]), b""
                 if state["chunk_request"]:
                     pending += data
                     head = pending.find(b"\r\n\r\n")

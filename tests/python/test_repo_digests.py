@@ -155,6 +155,55 @@ def test_a_commit_answered_busy_is_sent_again_whole(kestreld, tmp_path, monkeypa
     assert (tmp_path / "back2" / "d0" / "f000").read_bytes() == b"changed"
 
 
+def test_a_commit_sent_again_is_answered_the_version_it_made(kestreld, tmp_path, monkeypatch):
+    """A push's commit carries a key it picked at random. kestreld made the version, but its answer was
+    lost: a proxy answered 503 in its place (as one whose upstream timed out would, or as the client
+    finds it when kestreld died before it answered and is back when the push sends again). The commit
+    that comes again is answered the version it made, its alias set, and no second version is made
+    (found by a hostile test: kill kestreld at its commit, restart it at once, two identical versions).
+    A key is 32 lowercase hex digits (up to 64: the stored form, sent again in a manifest read back);
+    the same key from another commit of other bytes makes a version."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost")
+    try:
+        c = kestrel.Client(proxy.url, kestreld.token)
+        assert c.push("team/lost", str(src), alias="prod") == 1
+    finally:
+        proxy.close()
+    assert proxy.damaged == 1 and b" 201 " in proxy.busied[0].split(b"\r\n", 1)[0]   # made, answer lost
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    assert [v.version for v in c.versions("team/lost")] == [1]
+    c.pull("team/lost@prod", str(tmp_path / "back.bin"))
+    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+    assert c.push("team/lost", str(src)) == 2   # a push of the same bytes again is a new commit: a new key
+    # the key as kestreld takes it
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/lost/versions/1")
+    assert status == 200, body
+    m = json.loads(body)
+    assert len(m["commit_key"]) == 64   # kept as SHA-256 of the user's id and the key
+    m.pop("version"), m.pop("aliases", None), m.pop("commit_key")
+    for key, want in (("Z" * 32, 400), ("ab" * 8, 400), ("a" * 65, 400)):
+        status, body = raw(kestreld, "POST", "/api/v1/models/team/lost/versions", json.dumps(dict(m, commit_key=key)).encode())
+        assert status == want and b"commit_key" in body, body
+    first = dict(m, commit_key="0123456789abcdef" * 2)
+    answers = [raw(kestreld, "POST", "/api/v1/models/team/lost/versions", json.dumps(first).encode())]
+    # killed after it linked 3.json, before 3.listing: the key is read from the manifest
+    (kestreld.data / "repo" / "models" / "team" / "lost" / "versions" / "3.listing").unlink()
+    answers.append(raw(kestreld, "POST", "/api/v1/models/team/lost/versions", json.dumps(first).encode()))
+    assert [s for s, _ in answers] == [201, 201] and [int(json.loads(b)["version"]) for _, b in answers] == [3, 3]
+    assert json.loads(answers[1][1]).get("commit_key", "") == ""   # listings show none
+    (tmp_path / "o.bin").write_bytes(os.urandom(1 << 20))   # other bytes under the same key: a version
+    assert c.push("team/lost", str(tmp_path / "o.bin")) == 4
+    other = json.loads(raw(kestreld, "GET", "/api/v1/models/team/lost/versions/4")[1])
+    other.pop("version"), other.pop("aliases", None), other.pop("commit_key")
+    status, body = raw(kestreld, "POST", "/api/v1/models/team/lost/versions", json.dumps(dict(other, commit_key=first["commit_key"])).encode())
+    assert status == 201 and int(json.loads(body)["version"]) == 5, body
+    assert [v.version for v in c.versions("team/lost")] == [1, 2, 3, 4, 5]
+
+
 @pytest.mark.parametrize("server", ["current", "older"])
 def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, monkeypatch, server):
     """kestreld computes every file's SHA-256 from the chunks at commit (to check the client's word), so a
