@@ -169,7 +169,7 @@ enum MHD_Result kd_repo_fetch(kd_req *r)
     struct MHD_Response *resp;
     fetch_answer *a;
     uint64_t total = 0, bytes, cost;
-    char msg[200];
+    char msg[300];
     if (q == NULL)
         return reply;
     if (q->n_digests == 0 || q->n_digests > FETCH_MAX) {
@@ -211,7 +211,8 @@ enum MHD_Result kd_repo_fetch(kd_req *r)
             found = 0;
         }
         if (!found) {
-            snprintf(msg, sizeof(msg), "no such chunk: %.12s is not stored", a->hex[k]);
+            snprintf(msg, sizeof(msg), "no such chunk: %.12s is not stored (quarantined, or its versions deleted and "
+                     "collected): a push of a file that holds it stores it again", a->hex[k]);
             protobuf_c_message_free_unpacked(&q->base, NULL);
             answer_free(a);
             return kd_reply_error(r, 404, "not_found", msg);

@@ -132,8 +132,8 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
     int rc;
     if ((rc = load_topts(&o, in)) < 0)
         return rc;
-    if (ref == NULL || dest == NULL)
-        return kestrel__error_set(KESTREL_EINVALID, "ref and dest are required");
+    if (ref == NULL || dest == NULL || !dest[0])   /* "": no path (found by a hostile test: it failed at the rename) */
+        return kestrel__error_set(KESTREL_EINVALID, "ref and dest are required (dest a path, not \"\")");
     if ((rc = kestrel__ref_split(ref, name, sizeof(name), &at)) < 0 || (rc = kestrel__transport_open(&t, c)) < 0)
         return rc;
     progress_init(&pr, &o, KESTREL_PHASE_PULL);

@@ -80,7 +80,7 @@ static int walk(const char *root, const char *rel, kestrel__listing *l, int dept
     struct dirent *de;
     int rc = 0, fd;
     if (depth > 64)
-        return kestrel__error_set(KESTREL_EINVALID, "%s: directories nested too deep", root);
+        return kestrel__error_set(KESTREL_EINVALID, "%s: directories nested too deep (at most 64 levels)", root);
     snprintf(dir, sizeof(dir), "%s%s%s", root, rel[0] ? "/" : "", rel);
     if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (rel[0] ? O_NOFOLLOW : 0))) < 0 ||
         (d = fdopendir(fd)) == NULL) {
