@@ -20,6 +20,23 @@ import threading
 import time
 
 
+_BUSY_BODY = b'{"code":"unavailable","message":"kestreld is busy: try again"}'
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Content-Length: %d\r\n\r\n" % len(_BUSY_BODY) + _BUSY_BODY)   # kestreld's 503 "unavailable"
+
+
+def _whole_answer(pending):
+    """(its head's lines, its body, what follows it) once pending holds a whole answer, else None."""
+    head = pending.find(b"\r\n\r\n")
+    if head < 0:
+        return None
+    lines = pending[:head].split(b"\r\n")
+    length = next(int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length:"))
+    if len(pending) < head + 4 + length:
+        return None
+    return lines, pending[head + 4:head + 4 + length], pending[head + 4 + length:]
+
+
 class FaultProxy:
     def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None):
         self.upstream = ("127.0.0.1", upstream_port)
@@ -62,9 +79,7 @@ class FaultProxy:
             data += client.recv(65536)
         self.busied.append(bytes(data[head + 4:head + 4 + length]))
         self.damaged += 1
-        reply = b'{"code":"unavailable","message":"kestreld is busy: try again"}'
-        client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n" % len(reply) + reply)
+        client.sendall(_BUSY)
         return data[head + 4 + length:]
 
     def _serve(self, client):
@@ -113,38 +128,26 @@ class FaultProxy:
             while (data := up.recv(65536)):
                 if state["hung"]:
                     continue
-                if state["missing_request"]:   # the whole answer, then without fills_digests (field 2: 0x10 0x01)
+                if state["missing_request"] or state["lost_request"]:
                     pending += data
-                    head = pending.find(b"\r\n\r\n")
-                    if head < 0:
+                    whole = _whole_answer(pending)
+                    if whole is None:
                         continue
-                    lines = pending[:head].split(b"\r\n")
-                    length = next(int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length:"))
-                    if len(pending) < head + 4 + length:
-                        continue
+                    lines, body, rest = whole
+                    pending = b""
+                if state["missing_request"]:   # the whole answer, then without fills_digests (field 2: 0x10 0x01)
                     state["missing_request"] = False
-                    body, rest = pending[head + 4:head + 4 + length], pending[head + 4 + length:]
                     if body.endswith(b"\x10\x01"):
                         body = body[:-2]
                         self.damaged += 1
                     lines = [h for h in lines if not h.lower().startswith(b"content-length:")]
                     lines.append(b"Content-Length: %d" % len(body))
-                    data, pending = b"\r\n".join(lines) + b"\r\n\r\n" + body + rest, b""
+                    data = b"\r\n".join(lines) + b"\r\n\r\n" + body + rest
                 if state["lost_request"]:   # kestreld's whole answer, dropped for a 503
-                    pending += data
-                    head = pending.find(b"\r\n\r\n")
-                    if head < 0:
-                        continue
-                    lines = pending[:head].split(b"\r\n")
-                    length = next(int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length:"))
-                    if len(pending) < head + 4 + length:
-                        continue
                     state["lost_request"] = False
                     self.damaged += 1
-                    self.busied.append(bytes(pending[:head + 4 + length]))
-                    reply = b'{"code":"unavailable","message":"kestreld is busy: try again"}'
-                    data, pending = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                     b"Content-Length: %d\r\n\r\n" % len(reply) + reply + pending[head + 4 + length:]), b""
+                    self.busied.append(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+                    data = _BUSY + rest
                 if state["chunk_request"]:
                     pending += data
                     head = pending.find(b"\r\n\r\n")
