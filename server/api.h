@@ -120,8 +120,11 @@ enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref);
 int kd_answer_file_take(void);
 void kd_answer_file_give(void);
 /* A commit of name that came before (its commit_key seen: repo_commit_key.c): 1 with *reply made
- * (that version, or why the commit is refused), else 0 with in->commit_key in its stored form. */
-int kd_commit_again(kd_req *r, const char *name, Kestrel__V1__Manifest *in, enum MHD_Result *reply);
+ * (that version, 503 while another commit is making it, or why the commit is refused), else 0 with
+ * in->commit_key in its stored form, and *held set when this commit holds that key until it ends
+ * (kd_commit_key_release). */
+int kd_commit_again(kd_req *r, const char *name, Kestrel__V1__Manifest *in, int *held, enum MHD_Result *reply);
+void kd_commit_key_release(const char *hex);
 /* POST /api/v1/chunks/fetch: many chunks in one answer (repo_fetch.c). */
 enum MHD_Result kd_repo_fetch(kd_req *r);
 /* Queue resp (freed here) as a 200 answer of chunk bytes, bytes of them counted in the metrics. */

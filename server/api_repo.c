@@ -349,7 +349,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
     Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply);
     char msg[400], *s;
     int64_t version = 0;
-    int rc, hold = -1;
+    int rc, hold = -1, held = 0;
     if (in == NULL)
         return reply;
     /* decoded: the body's buffer goes now (a 50,000-file manifest's is 8 MB), its charge to the
@@ -363,7 +363,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'alias': " KESTREL__ALIAS_RULE ", not 'latest'");
         goto out;
     }
-    if (kd_commit_again(r, name, in, &reply))   /* sent again, its answer lost: the version it made */
+    if (kd_commit_again(r, name, in, &held, &reply))   /* sent again, its answer lost: the version it made */
         goto out;
     if (in->alias[0] && r->who.job_id) {   /* a job may name a new alias, never move one */
         int64_t had = 0;
@@ -477,6 +477,8 @@ static enum MHD_Result commit(kd_req *r, void *arg)
     }
 out:
     kestrel__store_commit_release(hold);
+    if (held)
+        kd_commit_key_release(in->commit_key);
     protobuf_c_message_free_unpacked(&in->base, NULL);
     return reply;
 }

@@ -252,7 +252,8 @@ static int out_open(kestrel__pushcache *pc)
     snprintf(dir, sizeof(dir), "%s", pc->file);
     *strrchr(dir, '/') = '\0';
     pc->tmp[0] = '\0';
-    if ((fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600)) < 0) {
+    /* named through /proc at the end: without it (a chroot), a named temp from the start */
+    if (access("/proc/self/fd", X_OK) != 0 || (fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600)) < 0) {
         snprintf(pc->tmp, sizeof(pc->tmp), "%s.tmp.XXXXXX", pc->file);
         if ((fd = mkstemp(pc->tmp)) < 0)
             return -1;

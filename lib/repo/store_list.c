@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "repo.h"
 #include "store.h"
 
@@ -127,8 +128,13 @@ int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *
 {
     int64_t top = kestrel__store_top_version(s, name);
     for (int64_t v = top; v > 0 && v > top - KESTREL__COMMIT_KEYS_SEEN; v--) {
-        Kestrel__V1__Manifest *m = listing_read(s, name, v);
+        Kestrel__V1__Manifest *m;
+        char path[PATH_MAX];
         int same;
+        snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", kestrel__store_root(s), name, (long long)v);
+        if (access(path, F_OK) != 0)   /* deleted (a delete killed before it removed N.listing) */
+            continue;
+        m = listing_read(s, name, v);
         if (m == NULL && kestrel__store_listing(s, name, v, &m) == 0) {   /* linked by a commit killed before */
             kestrel__manifest_free(m);                                    /* its listing: written now, with */
             m = listing_read(s, name, v);                                 /* its key (listings show none) */

@@ -195,13 +195,22 @@ def test_a_commit_sent_again_is_answered_the_version_it_made(kestreld, tmp_path,
     answers.append(raw(kestreld, "POST", "/api/v1/models/team/lost/versions", json.dumps(first).encode()))
     assert [s for s, _ in answers] == [201, 201] and [int(json.loads(b)["version"]) for _, b in answers] == [3, 3]
     assert json.loads(answers[1][1]).get("commit_key", "") == ""   # listings show none
+    # sent again while the first is still being made (a proxy that timed out): 503 until it is made,
+    # then that version; never a second one
+    import concurrent.futures
+    again = dict(m, commit_key="fedcba9876543210" * 2)
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: raw(kestreld, "POST", "/api/v1/models/team/lost/versions",
+                                              json.dumps(again).encode()), range(6)))
+    assert {s for s, _ in answers} <= {201, 503}, answers
+    assert {int(json.loads(b)["version"]) for s, b in answers if s == 201} == {4}, answers
     (tmp_path / "o.bin").write_bytes(os.urandom(1 << 20))   # other bytes under the same key: a version
-    assert c.push("team/lost", str(tmp_path / "o.bin")) == 4
-    other = json.loads(raw(kestreld, "GET", "/api/v1/models/team/lost/versions/4")[1])
+    assert c.push("team/lost", str(tmp_path / "o.bin")) == 5
+    other = json.loads(raw(kestreld, "GET", "/api/v1/models/team/lost/versions/5")[1])
     other.pop("version"), other.pop("aliases", None), other.pop("commit_key")
     status, body = raw(kestreld, "POST", "/api/v1/models/team/lost/versions", json.dumps(dict(other, commit_key=first["commit_key"])).encode())
-    assert status == 201 and int(json.loads(body)["version"]) == 5, body
-    assert [v.version for v in c.versions("team/lost")] == [1, 2, 3, 4, 5]
+    assert status == 201 and int(json.loads(body)["version"]) == 6, body
+    assert [v.version for v in c.versions("team/lost")] == [1, 2, 3, 4, 5, 6]
 
 
 @pytest.mark.parametrize("server", ["current", "older"])
