@@ -88,9 +88,7 @@ static int find(kd_req *r, const char *name, Kestrel__V1__Manifest *in, int64_t 
         return rc;
     if ((rc = hold(hex)) < 0)
         return 2;
-    if (!kestrel__store_find_commit(r->e->store, name, hex, &v) ||
-        kestrel__store_listing(r->e->store, name, v, &l) < 0) {
-        kestrel_error_clear();
+    if (!kestrel__store_find_commit(r->e->store, name, hex, &l)) {
         *held = rc;
         return 0;
     }
@@ -98,6 +96,7 @@ static int find(kd_req *r, const char *name, Kestrel__V1__Manifest *in, int64_t 
         kd_commit_key_release(hex);
     /* the same push: its size, and its digest where it gave one (a key used again for other bytes is
      * a client's fault; that commit is made as it came) */
+    v = l->version;
     rc = l->size == in->size && (!in->sha256[0] || !strcmp(l->sha256, in->sha256));
     kestrel__manifest_free(l);
     if (!rc)

@@ -141,10 +141,11 @@ int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version,
 int kestrel__store_listing_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m);
 /* The highest version number name ever had (a deleted one's too: never given out again); 0: none. */
 int64_t kestrel__store_top_version(kestrel__store *s, const char *name);
-/* The newest of name's KESTREL__COMMIT_KEYS_SEEN newest versions whose commit_key is key (as stored),
- * in *version: 1; 0 when none is (a version that cannot be read counts as none). */
+/* The newest of name's KESTREL__COMMIT_KEYS_SEEN newest versions whose commit_key is key (as stored):
+ * 1 with its N.listing as written (no aliases; the caller frees it) in *out; 0 when none is (a version
+ * that cannot be read counts as none). */
 #define KESTREL__COMMIT_KEYS_SEEN 16
-int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *key, int64_t *version);
+int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *key, Kestrel__V1__Manifest **out);
 /* m as a listing shows it, shallow (its strings are m's): lists and aliases left out, chunk_count and
  * file_count set, metadata_json "{}" when it has none. */
 void kestrel__store_listing_of(const Kestrel__V1__Manifest *m, Kestrel__V1__Manifest *shown);

@@ -124,13 +124,12 @@ int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version,
     return 0;
 }
 
-int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *key, int64_t *version)
+int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *key, Kestrel__V1__Manifest **out)
 {
     int64_t top = kestrel__store_top_version(s, name);
     for (int64_t v = top; v > 0 && v > top - KESTREL__COMMIT_KEYS_SEEN; v--) {
         Kestrel__V1__Manifest *m;
         char path[PATH_MAX];
-        int same;
         snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", kestrel__store_root(s), name, (long long)v);
         if (access(path, F_OK) != 0)   /* deleted (a delete killed before it removed N.listing) */
             continue;
@@ -143,12 +142,11 @@ int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *
             kestrel_error_clear();
             continue;
         }
-        same = !strcmp(m->commit_key, key);
-        kestrel__manifest_free(m);
-        if (same) {
-            *version = v;
+        if (!strcmp(m->commit_key, key)) {
+            *out = m;
             return 1;
         }
+        kestrel__manifest_free(m);
     }
     return 0;
 }
