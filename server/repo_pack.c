@@ -1,0 +1,184 @@
+/* server/repo_pack.c - POST /api/v1/chunks/pack: a pack of chunks, each verified against its digest
+ * as it streams in and stored; at most one chunk in memory (and the few its run holds), never the
+ * pack (api.h: kd_pack_*). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "api.h"
+#include "metrics.h"
+#include "repo_runs.h"
+#include "chunk.h"
+#include "store.h"
+#include "repo.h"
+#include "upload_mem.h"
+
+struct kd_pack {
+    kestrel__store *store;
+    uint8_t head[36];
+    size_t head_len;
+    uint32_t want;          /* bytes of the current chunk */
+    kestrel_buf chunk;      /* at most one chunk in memory (and a few its run has), never the pack */
+    kd_run_feed *run;       /* the run the pack advances (NULL: none) */
+    int64_t stored, bytes;
+    int full;               /* the store's disk is full: 507, not the client's fault */
+    int io;                 /* the store could not write: 500, not the client's fault either */
+    int too_big;            /* past KD_MAX_PACK: 413 */
+    int busy;               /* the budget of upload_mem.h could not hold the next chunk: 503 */
+    kd_upload_mem *mem;     /* the chunk buffers' memory is taken from it: held bytes, for user */
+    uint64_t held;
+    int64_t user;
+    unsigned nbufs;         /* chunk buffers it may have at once */
+    uint64_t received;      /* every byte of the body so far (a chunked upload has no Content-Length) */
+    char error[256];
+};
+
+/* Room for a chunk of want bytes in each buffer the pack may have at once: its own, and with a
+ * run those its helper holds (repo_runs.h), each grown to exactly a chunk when it is filled. -1: the
+ * budget refused it. */
+static int room_for(kd_pack *p, uint32_t want)
+{
+    uint64_t each = p->held / p->nbufs;
+    if ((uint64_t)want + 1 > each) {
+        if (kd_upload_mem_take(p->mem, p->user, p->nbufs * ((uint64_t)want + 1 - each)) < 0)
+            return -1;
+        p->held = p->nbufs * ((uint64_t)want + 1);
+    }
+    return kestrel__buf_reserve(&p->chunk, (size_t)want + 1);   /* a buffer the helper gave back may be new */
+}
+
+kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)
+{
+    kd_pack *p = calloc(1, sizeof(*p));
+    char *end = NULL;
+    long long off = at ? strtoll(at, &end, 10) : -1;
+    int with_run = run && end && end != at && *end == '\0' && off >= 0;
+    *busy = 0;
+    if (p == NULL)
+        return NULL;
+    p->store = e->store;
+    p->mem = mem;
+    p->user = user;
+    p->nbufs = with_run ? KD_RUN_BUFFERS : 1;
+    if (room_for(p, KESTREL__CHUNK_MAX) < 0) {   /* FastCDC's largest chunks, or not now (before any run) */
+        *busy = p->held == 0;
+        kd_pack_free(p);
+        return NULL;
+    }
+    if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off)) == NULL) {
+        uint64_t each = p->held / p->nbufs;   /* no run after all (busy, not at `at`): one buffer */
+        kd_upload_mem_give(p->mem, p->user, p->held - each);
+        p->held = each;
+        p->nbufs = 1;
+    }
+    return p;
+}
+
+static void pack_fail(kd_pack *p, const char *msg)
+{
+    if (!p->error[0])
+        snprintf(p->error, sizeof(p->error), "%s", msg);
+}
+
+static void chunk_done(kd_pack *p)
+{
+    char want[KESTREL__HEX_LEN + 1], got[KESTREL__HEX_LEN + 1];
+    kestrel__hex(p->head, 32, want);
+    kestrel__sha256_hex(p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size, got);
+    if (strcmp(want, got)) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "chunk %.12s does not match its bytes (they hash to %.12s): nothing stored for it",
+                 want, got);
+        pack_fail(p, msg);
+    } else if (!kestrel__store_has_chunk(p->store, want)) {
+        if (kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0) {
+            const char *m = kestrel_error_last()->message;
+            p->full = strstr(m, strerror(ENOSPC)) || strstr(m, strerror(EDQUOT)) || strstr(m, strerror(EFBIG));
+            p->io = !p->error[0];
+            pack_fail(p, m);
+        }
+        else
+            p->stored++;
+    }
+    p->bytes += (int64_t)p->chunk.size;
+    if (p->run && !p->error[0])   /* its bytes hashed into the run on the run's thread (the buffer swapped) */
+        kd_run_feed_chunk(p->run, want, &p->chunk);
+    p->chunk.size = 0;
+    p->head_len = 0;
+}
+
+void kd_pack_feed(kd_pack *p, const char *data, size_t len)
+{
+    if ((p->received += len) > KD_MAX_PACK && !p->error[0]) {   /* found by a hostile test: a chunked */
+        p->too_big = 1;                                           /* upload stored 1.1 GiB */
+        pack_fail(p, "a pack is at most 1 GiB: send more packs");
+    }
+    while (len > 0 && !p->error[0]) {
+        if (p->head_len < 36) {
+            size_t take = 36 - p->head_len < len ? 36 - p->head_len : len;
+            memcpy(p->head + p->head_len, data, take);
+            p->head_len += take;
+            data += take;
+            len -= take;
+            if (p->head_len == 36) {
+                p->want = ((uint32_t)p->head[32] << 24) | ((uint32_t)p->head[33] << 16) | ((uint32_t)p->head[34] << 8) |
+                          p->head[35];
+                if (p->want > KESTREL__CHUNK_MAX * 4)
+                    pack_fail(p, "a chunk in the pack is larger than 4 MiB");
+                else if (room_for(p, p->want) < 0) {
+                    p->busy = 1;
+                    pack_fail(p, "no memory for its next chunk");
+                } else if (p->want == 0)
+                    chunk_done(p);
+            }
+            continue;
+        }
+        {
+            size_t take = p->want - p->chunk.size < len ? p->want - p->chunk.size : len;
+            if (kestrel__buf_put(&p->chunk, data, take) < 0) {
+                pack_fail(p, "out of memory");
+                return;
+            }
+            data += take;
+            len -= take;
+            if (p->chunk.size == p->want)
+                chunk_done(p);
+        }
+    }
+}
+
+enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
+{
+    Kestrel__V1__PackResult res = KESTREL__V1__PACK_RESULT__INIT;
+    enum MHD_Result reply;
+    if (!p->error[0] && (p->head_len || p->chunk.size))
+        pack_fail(p, "the pack ends in the middle of a chunk");
+    kd_run_feed_end(p->run, !p->error[0]);
+    p->run = NULL;
+    if (p->error[0]) {
+        if (p->io && !p->full)
+            fprintf(stderr, "kestreld: %s %s: %s\n", r->method, r->path, p->error);
+        reply = p->too_big ? kd_reply_error(r, 413, "too_large", p->error)
+                : p->busy ? kd_reply_busy(r)
+                : p->full ? kd_reply_error(r, 507, "insufficient_storage", p->error)
+                : p->io ? kd_reply_error(r, 500, "internal", p->error)
+                        : kd_reply_error(r, 400, "invalid_argument", p->error);
+    } else {
+        res.stored = p->stored;
+        res.bytes = p->bytes;
+        kd_metrics_repo_bytes(r->e->metrics, 1, (uint64_t)p->bytes);
+        reply = kd_reply_msg(r, 200, &res.base);
+    }
+    return reply;
+}
+
+void kd_pack_free(kd_pack *p)
+{
+    if (p) {
+        kd_run_feed_end(p->run, 0);   /* a pack cut short: its run is dropped */
+        kestrel_buf_dispose(&p->chunk);
+        kd_upload_mem_give(p->mem, p->user, p->held);
+        free(p);
+    }
+}
+
