@@ -117,6 +117,23 @@ char *kestrel__hex(const void *bytes, size_t n, char *out)
     return out;
 }
 
+static int nibble(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int kestrel__unhex(const char *hex, size_t n, void *out)
+{
+    unsigned char *b = out;
+    for (size_t i = 0; i < n; i++) {
+        int hi = nibble(hex[2 * i]), lo = hi < 0 ? -1 : nibble(hex[2 * i + 1]);
+        if (lo < 0)
+            return -1;
+        b[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return 0;
+}
+
 int kestrel__utf8_valid(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s, *end = p + len;

@@ -71,6 +71,9 @@ int kestrel__buf_printf(kestrel_buf *buf, const char *fmt, ...);
 char *kestrel__strdup(const char *s);
 /* n bytes as 2n lowercase hex digits and a NUL into out (2n + 1 bytes); returns out. */
 char *kestrel__hex(const void *bytes, size_t n, char *out);
+/* The 2n hex digits at hex as n bytes into out: 0, or -1 where one is not a hex digit (out then partly
+ * written). */
+int kestrel__unhex(const char *hex, size_t n, void *out);
 
 /* Validation shared by the library and kestreld: printable UTF-8 without control characters. */
 int kestrel__text_is_clean(const char *s, size_t max_len);

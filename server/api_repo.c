@@ -492,6 +492,8 @@ static enum MHD_Result missing(kd_req *r)
     {
         const char *ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "fills_digests");
         res.fills_digests = ask && !strcmp(ask, "1");
+        ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "names_chunks");
+        res.names_chunks = ask && !strcmp(ask, "1");   /* a pack may send chunks unnamed (repo_pack.c) */
     }
     reply = kd_reply_msg(r, 200, &res.base);
     free(res.missing);

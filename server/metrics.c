@@ -38,7 +38,7 @@ struct kd_metrics {
     size_t nhttp;
     struct { const char *route; histo h; } routes[MAX_ROUTES];
     size_t nroutes;
-    uint64_t pushed, pulled, log_lines;
+    uint64_t pushed, pulled, named, log_lines;
     uint64_t digest_bytes[KD_DIGEST_SOURCES];   /* file bytes a commit's digests came from, by source */
 };
 
@@ -174,6 +174,15 @@ void kd_metrics_repo_bytes(kd_metrics *m, int pushed, uint64_t bytes)
         return;
     pthread_mutex_lock(&m->mu);
     *(pushed ? &m->pushed : &m->pulled) += bytes;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kd_metrics_repo_named(kd_metrics *m, uint64_t bytes)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->named += bytes;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -357,6 +366,11 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
     if (rc == 0 && (rc = kd_expo_family(out, "kestrel_repo_push_bytes_total", "counter",
                                         "Chunk bytes received by pushes (packs), before deduplication.")) == 0)
         rc = kd_expo_sample(out, "kestrel_repo_push_bytes_total", NULL, (double)m->pushed);
+    if (rc == 0 && (rc = kd_expo_family(out, "kestrel_repo_push_named_bytes_total", "counter",
+                                        "Of the chunk bytes received by pushes, those of chunks sent unnamed, which "
+                                        "kestreld named by hashing them (a big new file: the client leaves it the "
+                                        "digests).")) == 0)
+        rc = kd_expo_sample(out, "kestrel_repo_push_named_bytes_total", NULL, (double)m->named);
     if (rc == 0 && (rc = kd_expo_family(out, "kestrel_repo_pull_bytes_total", "counter",
                                         "Chunk bytes sent to pulls.")) == 0)
         rc = kd_expo_sample(out, "kestrel_repo_pull_bytes_total", NULL, (double)m->pulled);

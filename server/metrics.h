@@ -36,6 +36,8 @@ void kd_metrics_gpu_sample(kd_metrics *m, double seconds);
 /* route: a template from kd_route_template(); method and code as sent. */
 void kd_metrics_http(kd_metrics *m, const char *route, const char *method, int code, double seconds);
 void kd_metrics_repo_bytes(kd_metrics *m, int pushed, uint64_t bytes);
+/* Of the bytes pushed, those of chunks sent unnamed, which kestreld named (repo_pack.c). */
+void kd_metrics_repo_named(kd_metrics *m, uint64_t bytes);
 /* Where a commit's whole-file digests over bytes came from. */
 enum kd_digest_source {
     KD_DIGEST_STREAM,   /* hashed as the chunks streamed in (a run) */

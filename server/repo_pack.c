@@ -20,7 +20,7 @@ struct kd_pack {
     uint32_t want;          /* bytes of the current chunk */
     kestrel_buf chunk;      /* at most one chunk in memory (and a few its run has), never the pack */
     kd_run_feed *run;       /* the run the pack advances (NULL: none) */
-    int64_t stored, bytes;
+    int64_t stored, bytes, named_bytes;   /* named_bytes: of bytes, those of chunks sent unnamed */
     int full;               /* the store's disk is full: 507, not the client's fault */
     int io;                 /* the store could not write: 500, not the client's fault either */
     int too_big;            /* past KD_MAX_PACK: 413 */
@@ -30,8 +30,16 @@ struct kd_pack {
     int64_t user;
     unsigned nbufs;         /* chunk buffers it may have at once */
     uint64_t received;      /* every byte of the body so far (a chunked upload has no Content-Length) */
+    kestrel_buf named;      /* the digests of the chunks sent unnamed, 32 bytes each, for the answer */
+    int named_held;         /* its bound's bytes are taken from mem (at the first unnamed chunk) */
     char error[256];
 };
+
+/* Chunks a pack may send unnamed (an all-zero digest: the server names them), at most: the answer
+ * then holds 512 KiB of their digests, taken from the budget of upload_mem.h. A push sends those of
+ * a big file, in packs of at most 256 MiB: 4,097 chunks at most (FastCDC's 64 KiB least, the tail). */
+#define UNNAMED_MAX 16384
+static const uint8_t unnamed[32];
 
 /* Room for a chunk of want bytes in each buffer the pack may have at once: its own, and with a
  * run those its helper holds (repo_runs.h), each grown to exactly a chunk when it is filled. -1: the
@@ -80,11 +88,43 @@ static void pack_fail(kd_pack *p, const char *msg)
         snprintf(p->error, sizeof(p->error), "%s", msg);
 }
 
+/* An unnamed chunk's digest, kept for the answer: 0, or -1 (the pack failed: too many, no memory). */
+static int keep_name(kd_pack *p, const char *hex)
+{
+    uint8_t md[32];
+    if (p->named.size >= UNNAMED_MAX * sizeof(md)) {
+        pack_fail(p, "a pack sends at most 16384 chunks unnamed: send more packs");
+        return -1;
+    }
+    if (!p->named_held) {
+        if (kd_upload_mem_take(p->mem, p->user, UNNAMED_MAX * sizeof(md)) < 0) {
+            p->busy = 1;
+            pack_fail(p, "no memory for the digests of its unnamed chunks");
+            return -1;
+        }
+        p->named_held = 1;
+    }
+    if (kestrel__unhex(hex, sizeof(md), md) < 0 || kestrel__buf_put(&p->named, md, sizeof(md)) < 0) {
+        pack_fail(p, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The chunk in p->chunk is whole: verified against the digest it came with (or, sent unnamed,
+ * named by its bytes), stored unless the store has it, fed to the run. */
 static void chunk_done(kd_pack *p)
 {
     char want[KESTREL__HEX_LEN + 1], got[KESTREL__HEX_LEN + 1];
+    int name_it = !memcmp(p->head, unnamed, sizeof(unnamed));
     kestrel__hex(p->head, 32, want);
     kestrel__sha256_hex(p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size, got);
+    if (name_it && got[0]) {
+        memcpy(want, got, sizeof(want));
+        if (keep_name(p, got) < 0)
+            goto out;
+        p->named_bytes += (int64_t)p->chunk.size;
+    }
     if (strcmp(want, got)) {
         char msg[200];
         snprintf(msg, sizeof(msg), "chunk %.12s does not match its bytes (they hash to %.12s): nothing stored for it",
@@ -103,6 +143,7 @@ static void chunk_done(kd_pack *p)
     p->bytes += (int64_t)p->chunk.size;
     if (p->run && !p->error[0])   /* its bytes hashed into the run on the run's thread (the buffer swapped) */
         kd_run_feed_chunk(p->run, want, &p->chunk);
+out:
     p->chunk.size = 0;
     p->head_len = 0;
 }
@@ -166,7 +207,10 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
     } else {
         res.stored = p->stored;
         res.bytes = p->bytes;
+        res.named.data = (uint8_t *)p->named.ptr;
+        res.named.len = p->named.size;
         kd_metrics_repo_bytes(r->e->metrics, 1, (uint64_t)p->bytes);
+        kd_metrics_repo_named(r->e->metrics, (uint64_t)p->named_bytes);
         reply = kd_reply_msg(r, 200, &res.base);
     }
     return reply;
@@ -177,6 +221,9 @@ void kd_pack_free(kd_pack *p)
     if (p) {
         kd_run_feed_end(p->run, 0);   /* a pack cut short: its run is dropped */
         kestrel_buf_dispose(&p->chunk);
+        kestrel_buf_dispose(&p->named);
+        if (p->named_held)
+            kd_upload_mem_give(p->mem, p->user, UNNAMED_MAX * 32);
         kd_upload_mem_give(p->mem, p->user, p->held);
         free(p);
     }

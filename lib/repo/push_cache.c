@@ -119,6 +119,7 @@ static int cursor_next(cursor *c)
         k->len = (uint32_t)l;
         k->file = 0;
         k->missing = 0;
+        k->unnamed = 0;
         offset += (long long)l;
     }
     if (!ok || r->n != nchunks || offset != r->size) {

@@ -27,13 +27,17 @@ typedef struct {
 /* Call the progress callback (at most every 100 ms unless final); KESTREL_ECANCELLED / EUSER when it says stop. */
 int kestrel__progress_report(kestrel__progress *pr, int final);
 
-/* One chunk of a pushed file: its digest and where it lies (file: an index into the push's files). */
+/* One chunk of a pushed file: its digest and where it lies (file: an index into the push's files).
+ * unnamed: not hashed by the push, sent for the repository to name (hex "" until its answer; seq:
+ * its place among the file's unnamed chunks). */
 typedef struct {
     char hex[65];
     int64_t offset;
     uint32_t len;
     uint32_t file;
     int missing;
+    int unnamed;
+    uint32_t seq;
 } kestrel__chunk_ref;
 
 struct evp_md_ctx_st;

@@ -29,7 +29,8 @@ typedef struct {
     /* Set missing on the refs (sorted by digest, a digest possibly repeated) the repository lacks. */
     int (*missing)(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n);
     /* Store these chunks (each digest once), read from the push's file ref->file; progress counts them
-     * as new. */
+     * as new. A ref marked unnamed (only where t->names_chunks) goes without its digest: the repository
+     * names it by its bytes, and its hex is filled in from the answer. */
     int (*send)(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo, size_t n,
                 kestrel__progress *pr);
     /* Commit m (its chunks all stored) as the next version of m->name; *version is the number given.
@@ -58,6 +59,8 @@ struct kestrel__transport {
     int hash_whole;      /* a push hashes each whole file as it reads it (file://); else the repository does */
     int fills_digests;   /* the repository fills in a whole-file digest a commit leaves empty (file://;
                             kestreld says so in its answer to missing, sending sets it) */
+    int names_chunks;    /* send may send chunks unnamed (kestreld says so in its answer to missing) */
+    int64_t found_unnamed;   /* chunks sent unnamed that the repository held already (atomic: send adds) */
     /* Set by a push or a pull while it sends or fetches (NULL: none; never during a commit): the
      * progress a request reports while it waits, so that a stop is seen even while a server does not
      * answer (HTTP: missing, send, resolve and fetch; every 100 ms in a transfer of chunks, about every

@@ -42,9 +42,10 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
     for (size_t off = 0; off < n && rc == 0; off += QUERY_BATCH) {
         size_t k = n - off < QUERY_BATCH ? n - off : QUERY_BATCH, nq = 0;
         Kestrel__V1__ChunkQuery q = KESTREL__V1__CHUNK_QUERY__INIT;
-        /* ?fills_digests=1: an answer may say so (a kestreld that does not know it ignores the query,
-         * and one that does sets the field only when asked: an older client refuses unknown fields) */
-        kestrel__request req = { "POST", "/api/v1/chunks/missing?fills_digests=1", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
+        /* ?fills_digests=1, ?names_chunks=1: an answer may say so (a kestreld that does not know one
+         * ignores it, and one that does sets the field only when asked: an older client refuses
+         * unknown fields) */
+        kestrel__request req = { "POST", "/api/v1/chunks/missing?fills_digests=1&names_chunks=1", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
                                  NULL, t->tick ? kestrel__http_tick : NULL, t };
         ProtobufCMessage *res;
         const Kestrel__V1__ChunkQueryResult *qr;
@@ -62,6 +63,8 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
         qr = (const Kestrel__V1__ChunkQueryResult *)res;
         if (qr->fills_digests)   /* kestreld computes each file's digest at commit anyway: the push need not */
             t->fills_digests = 1;
+        if (qr->names_chunks)    /* and it names a chunk sent unnamed, hashing it as it would verify it */
+            __atomic_store_n(&t->names_chunks, 1, __ATOMIC_RELAXED);   /* read by the push's thread */
         for (size_t i = 0; i < k; i++) {   /* both sorted: one walk */
             while (at < qr->n_missing && strcmp(qr->missing[at], refs[off + i].hex) < 0)
                 at++;
@@ -115,11 +118,10 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
         if (u->in_head < 36) {
             size_t take;
             if (u->in_head == 0) {
-                for (int k = 0; k < 32; k++) {
-                    unsigned v;
-                    sscanf(c->hex + 2 * k, "%2x", &v);
-                    u->head[k] = (uint8_t)v;
-                }
+                if (c->unnamed)
+                    memset(u->head, 0, 32);   /* kestreld names it (names_chunks) */
+                else
+                    (void)kestrel__unhex(c->hex, 32, u->head);   /* hashed here: 64 hex digits */
                 u->head[32] = (uint8_t)(c->len >> 24);
                 u->head[33] = (uint8_t)(c->len >> 16);
                 u->head[34] = (uint8_t)(c->len >> 8);
@@ -283,6 +285,33 @@ static void pack_release(stream *s)
     free(u);
 }
 
+/* The digests kestreld gave the chunks u sent unnamed, from its answer, into their refs; the chunks
+ * of u it held already are counted in found_unnamed. */
+static int take_names(http *h, pack_upload *u, const kestrel_buf *resp)
+{
+    Kestrel__V1__PackResult *res;
+    size_t k = 0, unnamed = 0;
+    for (size_t i = 0; i < u->n; i++)
+        unnamed += u->todo[i]->unnamed != 0;
+    if (unnamed == 0)
+        return 0;
+    res = kestrel__v1__pack_result__unpack(NULL, resp->size, (const uint8_t *)(resp->ptr ? resp->ptr : ""));
+    if (res == NULL || res->named.len != 32 * unnamed) {
+        size_t got = res ? res->named.len / 32 : 0;
+        if (res)
+            protobuf_c_message_free_unpacked(&res->base, NULL);
+        return kestrel__error_set(KESTREL_EPROTO, "pack upload: kestreld named %zu of the %zu chunks sent unnamed",
+                                  got, unnamed);
+    }
+    for (size_t i = 0; i < u->n; i++)
+        if (u->todo[i]->unnamed)
+            kestrel__hex(res->named.data + 32 * k++, 32, u->todo[i]->hex);
+    if (res->stored < (int64_t)u->n)   /* it held some of them: the push hashes again (push.c) */
+        __atomic_fetch_add(&h->base.found_unnamed, (int64_t)u->n - res->stored, __ATOMIC_RELAXED);
+    protobuf_c_message_free_unpacked(&res->base, NULL);
+    return 0;
+}
+
 static int pack_end(void *ctx, stream *s, CURLcode cc)
 {
     packs *p = ctx;
@@ -308,6 +337,8 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         rc = kestrel__error_set(KESTREL_EIO, "a file changed while it was pushed (kestreld: %s)", why);
     }
+    if (rc == 0)
+        rc = take_names(p->h, u, &s->resp);
     if (rc == 0) {
         int64_t bytes = 0;
         for (size_t i = 0; i < u->n; i++)

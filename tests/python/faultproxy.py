@@ -1,8 +1,8 @@
 """A fault proxy for broken transports: forwards loopback TCP to a real kestreld, and damages the
 responses to chunk downloads ("GET /api/v1/chunks/SHA" and the batches of "POST /api/v1/chunks/fetch")
 - flips one body byte ("corrupt") or cuts the connection halfway through the body ("truncate").
-"older" plays a kestreld from before ChunkQueryResult.fills_digests (it drops that field from the
-answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
+"older" plays a kestreld from before ChunkQueryResult.fills_digests and names_chunks (it drops those
+fields from the answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
 kestreld then answers 404, as an older one does); "hang" plays a server that stops answering: from the
 first request that starts with `hang_on` on, that connection forwards nothing either way; "busy" answers
 the first commit of a version (POST .../versions) itself, once its whole body is in (kept in `busied`),
@@ -135,8 +135,10 @@ class FaultProxy:
                         continue
                     lines, body, rest = whole
                     pending = b""
-                if state["missing_request"]:   # the whole answer, then without fills_digests (field 2: 0x10 0x01)
-                    state["missing_request"] = False
+                if state["missing_request"]:   # the whole answer, then without fills_digests and names_chunks
+                    state["missing_request"] = False   # (fields 2 and 3: 0x10 0x01, 0x18 0x01)
+                    if body.endswith(b"\x18\x01"):
+                        body = body[:-2]
                     if body.endswith(b"\x10\x01"):
                         body = body[:-2]
                         self.damaged += 1

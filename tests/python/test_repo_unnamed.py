@@ -1,0 +1,133 @@
+"""Chunks sent unnamed: a push of a big file that kestreld lacks leaves the chunks' digests to kestreld,
+which hashes every chunk it receives anyway (proto/kestrel.proto PackResult, lib/repo/push.c). The version
+is the same as a hashed push's; what kestreld already holds is still found and not sent again."""
+import base64
+import hashlib
+import json
+import os
+import struct
+
+import pytest
+
+from repo_api import chunk_files, raw
+
+kestrel = pytest.importorskip("kestrel")
+
+MIB = 1 << 20
+
+
+def metric(d, name):
+    text = raw(d, "GET", "/metrics")[1].decode()
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def unnamed_pack(*chunks):
+    return b"".join(bytes(32) + struct.pack(">I", len(c)) + c for c in chunks)
+
+
+def test_a_new_big_file_goes_unnamed_and_pulls_back_the_same(kestreld, tmp_path, monkeypatch):
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    data = os.urandom(96 * MIB)
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    seen = []
+    assert c.push("team/big", str(src), progress=seen.append) == 1
+    named = metric(kestreld, "kestrel_repo_push_named_bytes_total")
+    # all but the first bytes, which asked kestreld whether it had them (push.c: PROBE_BYTES)
+    assert 64 * MIB < named < len(data), named
+    assert seen[-1].bytes_new == len(data)
+    v = c.versions("team/big")[0]
+    assert v.sha256 == hashlib.sha256(data).hexdigest()      # the file's own SHA-256, as for a hashed push
+    out = tmp_path / "out.bin"
+    c.pull("team/big", str(out))
+    assert out.read_bytes() == data
+    # every stored chunk is its bytes' digest
+    for f in chunk_files(kestreld):
+        assert hashlib.sha256(f.read_bytes()).hexdigest() == f.parent.name + f.name
+    # the stat cache holds the digests kestreld gave: an unchanged re-push reads nothing, sends nothing
+    assert c.push("team/big", str(src), progress=seen.append) == 2
+    assert seen[-1].bytes_new == 0
+    # so does a push from another cache (every chunk hashed, every one found): nothing sent unnamed
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache2"))
+    c2 = kestrel.Client(kestreld.url, kestreld.token)
+    assert c2.push("team/copy", str(src), progress=seen.append) == 1
+    assert seen[-1].bytes_new == 0
+    assert metric(kestreld, "kestrel_repo_push_named_bytes_total") == named
+
+
+def test_what_kestreld_holds_is_found_after_a_new_start(kestreld, tmp_path, monkeypatch):
+    """A file whose first 16 MiB are new and whose rest kestreld holds: its first chunks look new, so
+    later ones go unnamed, until kestreld answers that it held some of them; the push hashes the rest
+    then (what it read ahead meanwhile, up to about 200 MiB, went unnamed) and sends none of it.
+    Stored once all the same."""
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    old = os.urandom(256 * MIB)
+    (tmp_path / "old.bin").write_bytes(old)
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    assert c.push("team/m", str(tmp_path / "old.bin")) == 1
+    stored = sum(f.stat().st_size for f in chunk_files(kestreld))
+    new = os.urandom(16 * MIB) + old[16 * MIB:]
+    (tmp_path / "old.bin").unlink()
+    (tmp_path / "new.bin").write_bytes(new)
+    seen = []
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache2"))   # no stat cache entry for it
+    assert kestrel.Client(kestreld.url, kestreld.token).push("team/m", str(tmp_path / "new.bin"),
+                                                             progress=seen.append) == 2
+    assert metric(kestreld, "kestrel_repo_push_named_bytes_total") > 256 * MIB   # the first push's, and some
+    assert seen[-1].bytes_new < 240 * MIB, seen[-1].bytes_new      # not all 256 MiB: the rest was found
+    grown = sum(f.stat().st_size for f in chunk_files(kestreld)) - stored
+    assert grown < 18 * MIB, grown                                   # the new 16 MiB (and the chunk it cut)
+    assert c.versions("team/m")[1].sha256 == hashlib.sha256(new).hexdigest()
+
+
+def test_kestreld_names_an_unnamed_chunk_and_bounds_them(kestreld):
+    a, b = os.urandom(70_000), os.urandom(1000)
+    named_b = hashlib.sha256(b).digest()
+    status, body = raw(kestreld, "POST", "/api/v1/chunks/missing?names_chunks=1", json.dumps({"digests": []}).encode())
+    assert status == 200 and json.loads(body).get("names_chunks") is True
+    status, body = raw(kestreld, "POST", "/api/v1/chunks/missing", json.dumps({"digests": []}).encode())
+    assert status == 200 and json.loads(body)["names_chunks"] is False   # said only to a client that asks
+    # one unnamed, one named, one unnamed again: the answer names the unnamed ones, in order
+    body = unnamed_pack(a) + named_b + struct.pack(">I", len(b)) + b + unnamed_pack(b)
+    status, body = raw(kestreld, "POST", "/api/v1/chunks/pack", body, "application/octet-stream")
+    assert status == 200, body
+    res = json.loads(body)
+    assert base64.b64decode(res["named"]) == hashlib.sha256(a).digest() + named_b
+    assert res["stored"] == "2"                                       # b came twice: stored once
+    assert {f.parent.name + f.name for f in chunk_files(kestreld)} == {hashlib.sha256(a).hexdigest(), named_b.hex()}
+    # a named chunk is still checked against its bytes
+    status, body = raw(kestreld, "POST", "/api/v1/chunks/pack", named_b + struct.pack(">I", 5) + b"wrong",
+                       "application/octet-stream")
+    assert status == 400 and b"does not match its bytes" in body
+    # at most 16,384 unnamed chunks a pack: a pack of 16,385 empty ones is refused at the last one
+    status, body = raw(kestreld, "POST", "/api/v1/chunks/pack", unnamed_pack(*[b""] * 16385), "application/octet-stream")
+    assert status == 400 and b"at most 16384 chunks unnamed" in body, body
+    status, body = raw(kestreld, "POST", "/api/v1/chunks/pack", unnamed_pack(*[b""] * 16384), "application/octet-stream")
+    assert status == 200 and len(base64.b64decode(json.loads(body)["named"])) == 32 * 16384
+    before = chunk_files(kestreld)
+    # who may: a read-scoped token sends no pack, named or not, and stores nothing
+    reader = json.loads(raw(kestreld, "POST", "/api/v1/tokens", json.dumps({"user": "rita", "scope": "read"}).encode())[1])["token"]
+    c = os.urandom(2000)
+    status, _ = raw(kestreld, "POST", "/api/v1/chunks/pack", unnamed_pack(c), "application/octet-stream", token=reader)
+    assert status == 403
+    assert chunk_files(kestreld) == before
+
+
+def test_a_kestreld_that_does_not_name_chunks_gets_every_digest(kestreld, tmp_path, monkeypatch):
+    """An older kestreld (played by a proxy that drops names_chunks and fills_digests from its answers)
+    is never sent a chunk unnamed, which it would refuse as a chunk that does not match its bytes."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    data = os.urandom(80 * MIB)
+    (tmp_path / "big.bin").write_bytes(data)
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older")
+    try:
+        c = kestrel.Client(proxy.url, kestreld.token)
+        assert c.push("team/old", str(tmp_path / "big.bin")) == 1
+        assert proxy.damaged > 0                                       # the answers it changed
+    finally:
+        proxy.close()
+    assert metric(kestreld, "kestrel_repo_push_named_bytes_total") == 0
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    assert c.versions("team/old")[0].sha256 == hashlib.sha256(data).hexdigest()
