@@ -31,13 +31,15 @@ struct kd_pack {
     unsigned nbufs;         /* chunk buffers it may have at once */
     uint64_t received;      /* every byte of the body so far (a chunked upload has no Content-Length) */
     kestrel_buf named;      /* the digests of the chunks sent unnamed, 32 bytes each, for the answer */
-    int named_held;         /* its bound's bytes are taken from mem (at the first unnamed chunk) */
+    uint64_t named_mem;     /* what named's memory took from mem */
+    int64_t named_held;     /* chunks sent unnamed that the store held already */
     char error[256];
 };
 
 /* Chunks a pack may send unnamed (an all-zero digest: the server names them), at most: the answer
- * then holds 512 KiB of their digests, taken from the budget of upload_mem.h. A push sends those of
- * a big file, in packs of at most 256 MiB: 4,097 chunks at most (FastCDC's 64 KiB least, the tail). */
+ * then holds up to 512 KiB of their digests, grown as they come, taken from the budget of
+ * upload_mem.h. A push sends those of a big file, in packs of at most 256 MiB: 4,097 chunks at most
+ * (FastCDC's 64 KiB least, and the tail; lib/repo/transport_http.c checks it at build time). */
 #define UNNAMED_MAX 16384
 static const uint8_t unnamed[32];
 
@@ -88,26 +90,27 @@ static void pack_fail(kd_pack *p, const char *msg)
         snprintf(p->error, sizeof(p->error), "%s", msg);
 }
 
-/* An unnamed chunk's digest, kept for the answer: 0, or -1 (the pack failed: too many, no memory). */
+/* An unnamed chunk's digest, kept for the answer (its memory from the budget, grown by doubling):
+ * 0, or -1 (the pack failed: too many, the budget or memory spent). */
 static int keep_name(kd_pack *p, const char *hex)
 {
     uint8_t md[32];
+    int rc;
     if (p->named.size >= UNNAMED_MAX * sizeof(md)) {
         pack_fail(p, "a pack sends at most 16384 chunks unnamed: send more packs");
         return -1;
     }
-    if (!p->named_held) {
-        if (kd_upload_mem_take(p->mem, p->user, UNNAMED_MAX * sizeof(md)) < 0) {
-            p->busy = 1;
-            pack_fail(p, "no memory for the digests of its unnamed chunks");
-            return -1;
-        }
-        p->named_held = 1;
-    }
-    if (kestrel__unhex(hex, sizeof(md), md) < 0 || kestrel__buf_put(&p->named, md, sizeof(md)) < 0) {
-        pack_fail(p, "out of memory");
+    if ((rc = kd_upload_mem_fit(p->mem, p->user, &p->named_mem, &p->named, p->named.size + sizeof(md), 1,
+                                UNNAMED_MAX * sizeof(md) + 1)) != 0) {
+        p->busy = rc == -1;
+        p->io = rc != -1;
+        pack_fail(p, p->busy ? "no memory for the digests of its unnamed chunks" : "out of memory");
         return -1;
     }
+    (void)kestrel__unhex(hex, sizeof(md), md);   /* kestrel__sha256_hex's: 64 hex digits */
+    memcpy(p->named.ptr + p->named.size, md, sizeof(md));
+    p->named.size += sizeof(md);
+    p->named.ptr[p->named.size] = '\0';   /* a kestrel_buf's rule */
     return 0;
 }
 
@@ -119,7 +122,12 @@ static void chunk_done(kd_pack *p)
     int name_it = !memcmp(p->head, unnamed, sizeof(unnamed));
     kestrel__hex(p->head, 32, want);
     kestrel__sha256_hex(p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size, got);
-    if (name_it && got[0]) {
+    if (!got[0]) {   /* OpenSSL failed: not the client's fault */
+        p->io = 1;
+        pack_fail(p, "cannot hash a chunk (OpenSSL failed)");
+        goto out;
+    }
+    if (name_it) {
         memcpy(want, got, sizeof(want));
         if (keep_name(p, got) < 0)
             goto out;
@@ -130,7 +138,9 @@ static void chunk_done(kd_pack *p)
         snprintf(msg, sizeof(msg), "chunk %.12s does not match its bytes (they hash to %.12s): nothing stored for it",
                  want, got);
         pack_fail(p, msg);
-    } else if (!kestrel__store_has_chunk(p->store, want)) {
+    } else if (kestrel__store_has_chunk(p->store, want)) {
+        p->named_held += name_it;
+    } else {
         if (kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0) {
             const char *m = kestrel_error_last()->message;
             p->full = strstr(m, strerror(ENOSPC)) || strstr(m, strerror(EDQUOT)) || strstr(m, strerror(EFBIG));
@@ -209,6 +219,7 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
         res.bytes = p->bytes;
         res.named.data = (uint8_t *)p->named.ptr;
         res.named.len = p->named.size;
+        res.named_held = p->named_held;
         kd_metrics_repo_bytes(r->e->metrics, 1, (uint64_t)p->bytes);
         kd_metrics_repo_named(r->e->metrics, (uint64_t)p->named_bytes);
         reply = kd_reply_msg(r, 200, &res.base);
@@ -222,8 +233,7 @@ void kd_pack_free(kd_pack *p)
         kd_run_feed_end(p->run, 0);   /* a pack cut short: its run is dropped */
         kestrel_buf_dispose(&p->chunk);
         kestrel_buf_dispose(&p->named);
-        if (p->named_held)
-            kd_upload_mem_give(p->mem, p->user, UNNAMED_MAX * 32);
+        kd_upload_mem_give(p->mem, p->user, p->named_mem);
         kd_upload_mem_give(p->mem, p->user, p->held);
         free(p);
     }

@@ -20,6 +20,7 @@
 #include "filehash.h"
 #include "push_digests.h"
 #include "push_cache.h"
+#include "push_sender.h"
 #include "store.h"
 #include "transport.h"
 
@@ -32,63 +33,16 @@
 #define AHEAD_FILES 64
 #define AHEAD_BYTES (16 * 1024 * 1024)
 #define AHEAD_FILE_MAX (1024 * 1024)
-#define BATCH_BYTES (64u * 1024 * 1024)   /* hashed bytes handed to the sender at once */
+#define BATCH_BYTES KESTREL__PUSH_BATCH_BYTES
 #define FIRST_BATCH_BYTES (8u * 1024 * 1024)   /* the first time: the repository starts checking sooner */
-#define BATCH_CHUNKS 4096
-/* Chunks handed to the sender and not yet taken, at most (1.5 MiB of refs). 50,000 files of 4 KB,
- * alternating 4 rounds against the push before this bound (and before refs_drop): 4.15-4.63 s and
- * 41-44 MiB peak RSS then, 3.79-4.55 s and 35 MiB with it. Half of it made the hashing wait on the
- * sender too often (5.7-6.9 s, measured while every batch went at 8 MiB). */
-#define QUEUED_MAX (4 * BATCH_CHUNKS)
-/* ... and the bytes of them it read, at most one batch's: so the hashing runs at most about two
- * batches (the one being sent, the one waiting) ahead of the sending. Where it ran as far ahead as
- * the chunk bound let it (a whole 1 GiB file: 4,096 chunks of 256 KiB), the repository, starved of
- * the two cores meanwhile, stored a fraction of it by the time the hashing ended and the disk then
- * wrote the rest at the end, alone; alternating rounds, 1 GiB pushed 4.8-5.8 s before, 4.0-4.8 s
- * after (dd 3.2-3.5 s), four clients of 256 MiB at once 4.4-5.2 s before, 3.9-5.2 s after (median
- * 4.54 s -> 4.47 s). What the stat cache vouched for was not read and does not count: an unchanged
- * re-push still hands the sender up to 16,384 chunks a question (`missing`), not one batch's. */
-#define QUEUED_BYTES ((int64_t)BATCH_BYTES)
-/* Chunks sent unnamed: a file of at least UNNAMED_FILE_MIN bytes whose first PROBE_BYTES kestreld
- * lacked entirely (its answer to missing) is taken for new, and its later chunks go unnamed where
- * kestreld names chunks (transport.h): kestreld hashes every chunk it receives anyway, so the push
- * does not hash bytes it sends. A 1 GiB push spent 0.6 of its 1.7 s of client CPU on those digests
- * (perf), on a machine whose two cores the push filled. Where kestreld answers that it held some of
- * the chunks sent unnamed (a file new here, but not to it), the rest of the file is hashed again;
- * what was sent meanwhile is stored once all the same. A re-push of a changed file, whose first
- * chunks are stored, is hashed as before: it sends only what changed. */
-#define UNNAMED_FILE_MIN (64 * 1024 * 1024)
-#define PROBE_BYTES ((int64_t)FIRST_BATCH_BYTES)
+#define BATCH_CHUNKS KESTREL__PUSH_BATCH_CHUNKS
 
-/* The sender: a thread that asks which of the chunks hashed so far the repository lacks and sends
- * those, batch after batch, while the push goes on hashing the next ones. */
-typedef struct {
-    kestrel__transport *t;
-    const kestrel__push_files *files;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    kestrel__chunk_ref *q;      /* handed over, not yet taken */
-    size_t nq, capq;
-    int64_t qread;              /* the bytes of them the push read (not the stat cache's) */
-    int closing;
-    int rc;                     /* its first failure (atomic), and that failure's error: */
-    kestrel__error_kept err;
-    kestrel__progress pr;       /* what it sent (its callback only says whether to stop) */
-    int abort;                  /* set (atomic): stop sending at the next chunk or pack */
-    int done;                   /* set under mu when the thread ends */
-    pthread_t th;
-    int running;
-    /* under mu: what missing said of the current file's chunks (probe_file), and the digests of its
-     * chunks sent unnamed, by seq (named[seq], filled of them set) */
-    uint32_t probe_file;
-    int64_t probe_missing, probe_found;
-    char (*named)[65];
-    size_t named_cap, filled;
-} sender;
+
+
 
 typedef struct {
     kestrel__progress *pr;
-    sender *out;
+    kestrel__sender *out;
     size_t handed, counted;     /* refs [0, handed) are the sender's; [handed, counted) add up to pending */
     int64_t pending;
     int64_t read;               /* of pending, the bytes read from the files (not vouched for) */
@@ -99,68 +53,18 @@ typedef struct {
     uint8_t *buf;               /* READ_BUF, reused file after file */
     int hash_whole;             /* hash each whole file too (else its digest is left to the repository) */
     uint32_t unnamed;           /* the current file's chunks sent unnamed so far */
+    int named_here;             /* the last file read had chunks the repository named (not hashed here) */
     int64_t done;               /* bytes of the files before the current one */
 } push_state;
 
 static int handover(push_state *ps, int final);
-static int sender_tick(sender *s, kestrel__progress *pr, int quiet);
-static int sender_failed(sender *s);
 
-/* A file is being read: what missing says of its chunks is counted from now. Returns how many
- * chunks sent unnamed the repository said it held so far (unnamed_now compares). */
-static int64_t probe_begin(sender *s, uint32_t file)
-{
-    pthread_mutex_lock(&s->mu);
-    s->probe_file = file;
-    s->probe_missing = s->probe_found = 0;
-    pthread_mutex_unlock(&s->mu);
-    return __atomic_load_n(&s->t->found_unnamed, __ATOMIC_RELAXED);
-}
-
-/* The next chunks of file go unnamed: kestreld names chunks, it lacked each of the file's first
- * PROBE_BYTES (or more) it was asked about, and held none of those sent unnamed since found. */
-static int unnamed_now(sender *s, uint32_t file, int64_t found)
-{
-    int yes;
-    if (!__atomic_load_n(&s->t->names_chunks, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&s->t->found_unnamed, __ATOMIC_RELAXED) != found)
-        return 0;
-    pthread_mutex_lock(&s->mu);
-    yes = s->probe_file == file && s->probe_found == 0 && s->probe_missing >= PROBE_BYTES;
-    pthread_mutex_unlock(&s->mu);
-    return yes;
-}
-
-/* Room in s->named for n digests of the current file's unnamed chunks. */
-static int unnamed_room(sender *s, size_t n)
-{
-    int rc;
-    pthread_mutex_lock(&s->mu);
-    rc = kestrel__array_grow((void **)&s->named, &s->named_cap, n, sizeof(*s->named));
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-/* The end of a file with chunks sent unnamed: hand the rest over, wait until the sender has sent them
- * all and kestreld named them (or the sender failed), and put their digests in refs[first..]: the
- * stat cache and the manifest take them. */
+/* The end of a file with chunks sent unnamed: hand the rest over, and take their digests from
+ * kestreld's answers (refs[first..]): the stat cache and the manifest take them. */
 static int take_names(push_state *ps, size_t first)
 {
-    sender *s = ps->out;
     int rc = handover(ps, 1);
-    pthread_mutex_lock(&s->mu);
-    while (rc == 0 && s->filled < ps->unnamed && !s->done)
-        rc = sender_tick(s, ps->pr, 0);
-    if (rc == 0 && s->filled < ps->unnamed && (rc = sender_failed(s)) == 0)   /* it ended first */
-        rc = kestrel__error_set(KESTREL_EPROTO, "kestreld did not name every chunk sent unnamed");
-    for (size_t i = first; rc == 0 && i < ps->n; i++)
-        if (ps->refs[i].unnamed) {
-            memcpy(ps->refs[i].hex, s->named[ps->refs[i].seq], sizeof(ps->refs[i].hex));
-            ps->refs[i].unnamed = 0;
-        }
-    s->filled = 0;
-    pthread_mutex_unlock(&s->mu);
-    return rc;
+    return rc < 0 ? rc : kestrel__sender_names(ps->out, ps->refs + first, ps->n - first, ps->unnamed, ps->pr);
 }
 
 static int64_t now_ns(void)
@@ -189,7 +93,7 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
  * The file is read once: each buffer's chunks are hashed on this thread while a helper advances the
  * whole-file SHA-256 over the same bytes (a file of one chunk: that chunk's digest). When the
  * repository computes whole-file digests itself (kestreld), a file of several chunks gets "". Past
- * the probe of a big new file, chunks go unnamed (UNNAMED_FILE_MIN): not hashed here, their digests
+ * the probe of a big new file, chunks go unnamed (KESTREL__PUSH_UNNAMED_MIN): not hashed here, their digests
  * taken from kestreld's answers at the file's end, once every one is sent (so the caller's check that
  * the file did not change covers the sending too). */
 static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int64_t size, char sha[65])
@@ -197,8 +101,8 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
     EVP_MD_CTX *whole = NULL;
     size_t have = 0, first_ref = ps->n;
     int64_t offset = 0, fed = 0;   /* fed: the bytes the whole-file hash has had */
-    int eof = 0, rc = 0, probed = 0, candidate = !ps->hash_whole && size >= UNNAMED_FILE_MIN;
-    int64_t found = probe_begin(ps->out, file);
+    int eof = 0, rc = 0, probed = 0, candidate = !ps->hash_whole && size >= KESTREL__PUSH_UNNAMED_MIN;
+    int64_t found = kestrel__sender_probe(ps->out, file);
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     for (;;) {
         size_t off = 0, first = ps->n, wlen = 0;
@@ -223,8 +127,8 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
         }
         if (rc < 0)
             break;
-        if (candidate && unnamed_now(ps->out, file, found)) {   /* kestreld hashes them: not here */
-            if ((rc = unnamed_room(ps->out, ps->unnamed + (ps->n - first))) < 0)
+        if (candidate && kestrel__sender_unnamed_now(ps->out, file, found)) {   /* kestreld hashes them: not here */
+            if ((rc = kestrel__sender_unnamed_room(ps->out, ps->unnamed + (ps->n - first))) < 0)
                 break;
             for (size_t i = first; i < ps->n; i++) {
                 ps->refs[i].unnamed = 1;
@@ -246,10 +150,10 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
         ps->pr->p.bytes_done = ps->done + offset;
         ps->pr->p.chunks_done = (int64_t)(ps->dropped + ps->n);
         /* a big file's first PROBE_BYTES go to the sender at once: its answer says whether it is new */
-        if ((rc = handover(ps, candidate && !probed && offset >= PROBE_BYTES)) < 0 ||
+        if ((rc = handover(ps, candidate && !probed && offset >= KESTREL__PUSH_PROBE_BYTES)) < 0 ||
             (rc = kestrel__progress_report(ps->pr, 0)) < 0)
             break;
-        probed |= offset >= PROBE_BYTES;
+        probed |= offset >= KESTREL__PUSH_PROBE_BYTES;
         memmove(ps->buf, ps->buf + off, have - off);
         have -= off;
         if (eof && have == 0)
@@ -258,6 +162,7 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int
     if (rc == 0 && offset != size)
         rc = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (%lld bytes, then %lld)", path,
                                 (long long)size, (long long)offset);
+    ps->named_here = ps->unnamed > 0;
     if (ps->unnamed) {   /* its chunks sent unnamed: sent now, named by kestreld (every one, or a failure) */
         int r = rc < 0 ? rc : take_names(ps, first_ref);
         rc = rc < 0 ? rc : r;
@@ -347,7 +252,8 @@ static int chunk_one(push_state *ps, int fd, const char *path, const char *rel, 
     if (rc < 0)
         return rc;
     *chunks = (int64_t)(ps->n - before);
-    kestrel__pushcache_remember(ps->cache, rel, &st, started, ps->refs + before, ps->n - before, sha);
+    kestrel__pushcache_remember(ps->cache, rel, &st, started, ps->refs + before, ps->n - before, sha,
+                                ps->named_here ? ps->out->t->where : NULL);
     return 0;
 }
 
@@ -447,234 +353,27 @@ static void refs_drop(push_state *ps)
     ps->dropped += k;
 }
 
-static int by_digest(const void *a, const void *b)
-{
-    return strcmp(((const kestrel__chunk_ref *)a)->hex, ((const kestrel__chunk_ref *)b)->hex);
-}
-
-static int by_place(const void *a, const void *b)
-{
-    const kestrel__chunk_ref *x = *(kestrel__chunk_ref *const *)a, *y = *(kestrel__chunk_ref *const *)b;
-    if (x->file != y->file)
-        return x->file < y->file ? -1 : 1;
-    return (x->offset > y->offset) - (x->offset < y->offset);
-}
-
-/* Ask which of refs the repository lacks, then send each of those once, in file order, and every
- * ref marked unnamed (*sent: how many that was; NULL: not asked). s (NULL: none): the sender, told
- * what missing said of its probe file's chunks and given the digests of those sent unnamed. */
-static int send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs, size_t n,
-                        const kestrel__push_files *files, kestrel__progress *pr, size_t *sent, sender *s)
-{
-    kestrel__chunk_ref *sorted = malloc((n + 1) * sizeof(*sorted)), **todo = NULL;
-    size_t ntodo = 0, named = 0, unnamed = n;
-    int rc;
-    if (sorted == NULL)
-        return kestrel__error_oom();
-    for (size_t i = 0; i < n; i++)   /* those with a digest first, to be asked about; then the others */
-        sorted[refs[i].unnamed ? --unnamed : named++] = refs[i];
-    if (named > 1)
-        qsort(sorted, named, sizeof(*sorted), by_digest);
-    if ((rc = t->ops->missing(t, sorted, named)) == 0 && (todo = malloc((n + 1) * sizeof(*todo))) == NULL)
-        rc = kestrel__error_oom();
-    if (rc == 0 && s) {
-        pthread_mutex_lock(&s->mu);
-        for (size_t i = 0; i < named; i++)
-            if (sorted[i].file == s->probe_file) {
-                s->probe_missing += sorted[i].missing ? sorted[i].len : 0;
-                s->probe_found += !sorted[i].missing;
-            }
-        pthread_mutex_unlock(&s->mu);
-    }
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        if (i >= named || (sorted[i].missing && (ntodo == 0 || strcmp(todo[ntodo - 1]->hex, sorted[i].hex))))
-            todo[ntodo++] = &sorted[i];   /* one copy of each digest, and each unnamed chunk */
-    if (rc == 0 && ntodo > 1)
-        qsort(todo, ntodo, sizeof(*todo), by_place);   /* read each file front to back */
-    if (rc == 0 && ntodo)
-        rc = t->ops->send(t, files, todo, ntodo, pr);
-    if (rc == 0 && s && named < n) {
-        pthread_mutex_lock(&s->mu);
-        for (size_t i = named; i < n; i++)
-            memcpy(s->named[sorted[i].seq], sorted[i].hex, sizeof(sorted[i].hex));
-        s->filled += n - named;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-    }
-    if (sent)
-        *sent = ntodo;
-    free(todo);
-    free(sorted);
-    return rc;
-}
-
-static void *sender_main(void *arg)
-{
-    sender *s = arg;
-    for (;;) {
-        kestrel__chunk_ref *batch;
-        size_t n;
-        int rc;
-        pthread_mutex_lock(&s->mu);
-        while (s->nq == 0 && !s->closing)
-            pthread_cond_wait(&s->cv, &s->mu);
-        batch = s->q;
-        n = s->nq;
-        s->q = NULL;
-        s->nq = s->capq = 0;
-        s->qread = 0;
-        pthread_cond_broadcast(&s->cv);   /* the hashing may hand over more (handover) */
-        pthread_mutex_unlock(&s->mu);
-        if (n == 0) {
-            free(batch);
-            break;   /* closing, and everything sent */
-        }
-        rc = send_missing(s->t, batch, n, s->files, &s->pr, NULL, s);
-        free(batch);
-        if (rc < 0 && !__atomic_load_n(&s->abort, __ATOMIC_ACQUIRE)) {   /* kept for the push's thread */
-            kestrel__error_keep(&s->err);
-            __atomic_store_n(&s->rc, rc, __ATOMIC_RELEASE);
-        }
-        if (rc < 0)
-            break;
-    }
-    pthread_mutex_lock(&s->mu);
-    s->done = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
-}
-
-/* The sender's progress callback: stop once the push was told to. */
-static int sender_stop(const kestrel_progress *p, void *payload)
-{
-    (void)p;
-    return __atomic_load_n(&((sender *)payload)->abort, __ATOMIC_ACQUIRE);
-}
-
-static int sender_failed(sender *s)
-{
-    int rc = __atomic_load_n(&s->rc, __ATOMIC_ACQUIRE);
-    return rc < 0 ? kestrel__error_restore(&s->err.err) : 0;
-}
-
-/* With s->mu held: wait for the sender for up to 100 ms, then (unless quiet, or it has ended) report
- * its progress on this thread, s->mu released meanwhile. A callback that says stop: its error. */
-static int sender_tick(sender *s, kestrel__progress *pr, int quiet)
-{
-    struct timespec until;
-    int rc;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 100000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&s->cv, &s->mu, &until);
-    if (quiet || s->done)
-        return 0;
-    pthread_mutex_unlock(&s->mu);
-    pr->p.bytes_new = __atomic_load_n(&s->pr.p.bytes_new, __ATOMIC_RELAXED);
-    pr->p.chunks_new = __atomic_load_n(&s->pr.p.chunks_new, __ATOMIC_RELAXED);
-    rc = kestrel__progress_report(pr, 0);
-    pthread_mutex_lock(&s->mu);
-    return rc;
-}
-
 /* Hand the chunks hashed since the last hand-over to the sender once they make a batch (final:
- * whatever is left); report progress, and the sender's failure if it had one. Where the sender has
- * QUEUED_MAX chunks still to take, the hashing waits for it: what is handed over waits in memory,
- * and hashing far ahead of a slow repository would hold a whole directory's chunks. */
+ * whatever is left); report progress, and the sender's failure if it had one. */
 static int handover(push_state *ps, int final)
 {
-    sender *s = ps->out;
+    kestrel__sender *s = ps->out;
     int rc;
     for (; ps->counted < ps->n; ps->counted++)
         ps->pending += ps->refs[ps->counted].len;
-    ps->pr->p.bytes_new = __atomic_load_n(&s->pr.p.bytes_new, __ATOMIC_RELAXED);
-    ps->pr->p.chunks_new = __atomic_load_n(&s->pr.p.chunks_new, __ATOMIC_RELAXED);
-    if ((rc = sender_failed(s)) < 0)
+    kestrel__sender_progress(s, ps->pr);
+    if ((rc = kestrel__sender_failed(s)) < 0)
         return rc;
     if (ps->n == ps->handed ||
         (!final && ps->pending < (int64_t)(ps->dropped + ps->handed ? BATCH_BYTES : FIRST_BATCH_BYTES) &&
          ps->n - ps->handed < BATCH_CHUNKS))
         return 0;
-    pthread_mutex_lock(&s->mu);
-    while (s->nq > 0 && (s->nq + (ps->n - ps->handed) > QUEUED_MAX || s->qread + ps->read > QUEUED_BYTES) &&
-           !s->done && rc == 0)
-        rc = sender_tick(s, ps->pr, 0);
-    if (rc == 0 && s->done)   /* it failed while this waited */
-        rc = sender_failed(s);
-    if (rc == 0)
-        rc = kestrel__array_grow(&s->q, &s->capq, s->nq + (ps->n - ps->handed) + 1, sizeof(*s->q));
-    if (rc == 0) {
-        memcpy(s->q + s->nq, ps->refs + ps->handed, (ps->n - ps->handed) * sizeof(*s->q));
-        s->nq += ps->n - ps->handed;
-        s->qread += ps->read;
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (rc < 0)
+    if ((rc = kestrel__sender_put(s, ps->refs + ps->handed, ps->n - ps->handed, ps->read, ps->pr)) < 0)
         return rc;
     ps->handed = ps->n;
     ps->pending = 0;
     ps->read = 0;
     return 0;
-}
-
-static int sender_start(sender *s, kestrel__transport *t, const kestrel__push_files *files)
-{
-    memset(s, 0, sizeof(*s));
-    s->t = t;
-    s->files = files;
-    s->pr.p.version = 1;
-    s->pr.cb = sender_stop;
-    s->pr.payload = s;
-    t->tick = &s->pr;   /* a request of the sender's that waits on the repository sees a stop at once */
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    if (pthread_create(&s->th, NULL, sender_main, s) != 0) {
-        t->tick = NULL;
-        return kestrel__error_set(KESTREL_ENOMEM, "cannot start the sender thread");
-    }
-    s->running = 1;
-    return 0;
-}
-
-/* Wait for the sender to send what it has (stop: tell it to give up first), reporting its progress
- * on this thread as it goes (a callback that says stop stops it), then free it. */
-static int sender_finish(sender *s, int stop, kestrel__progress *pr)
-{
-    int rc = 0;
-    if (s->running) {
-        pthread_mutex_lock(&s->mu);
-        if (stop) {
-            s->nq = 0;
-            __atomic_store_n(&s->abort, 1, __ATOMIC_RELEASE);
-        }
-        s->closing = 1;
-        pthread_cond_broadcast(&s->cv);
-        while (!s->done) {
-            int r = sender_tick(s, pr, stop || rc < 0);
-            if (r < 0) {   /* cancelled: the sender stops at its next chunk */
-                rc = r;
-                __atomic_store_n(&s->abort, 1, __ATOMIC_RELEASE);
-            }
-        }
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->th, NULL);
-        s->running = 0;
-        if (rc == 0 && !stop)
-            rc = sender_failed(s);
-    }
-    s->t->tick = NULL;
-    free(s->q);
-    s->q = NULL;
-    free(s->named);
-    s->named = NULL;
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    return rc;
 }
 
 /* A commit refused because chunks it names are not stored: a collection with a grace shorter than
@@ -723,7 +422,7 @@ static int resend_lost(kestrel__transport *t, kestrel__spool *lists, const kestr
             off += refs[n].len;
             n++;
         }
-        if (rc == 0 && n > 0 && (rc = send_missing(t, refs, n, files, pr, &sent, NULL)) == 0)
+        if (rc == 0 && n > 0 && (rc = kestrel__send_missing(t, refs, n, files, pr, &sent, NULL)) == 0)
             *lost += sent;
     }
     t->tick = NULL;
@@ -735,7 +434,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
                   const kestrel_transfer_options *o, kestrel__progress *pr, int64_t *version)
 {
     push_state ps;
-    sender out;
+    kestrel__sender out;
     ahead ra;
     Kestrel__V1__Manifest *m = kestrel__manifest_new();
     kestrel__spool *lists = NULL;   /* m's chunks and files, on disk until the commit sends them */
@@ -765,7 +464,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         rc = kestrel__error_set(KESTREL_EIO, "cannot resolve %s: %s", path, strerror(errno));
         goto done;
     }
-    ps.cache = kestrel__pushcache_open(root);
+    ps.cache = kestrel__pushcache_open(root, t->where);
     if (S_ISDIR(st.st_mode)) {
         if ((rc = kestrel__tree_list(path, select, nselect, &list)) < 0)
             goto done;
@@ -784,7 +483,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     /* every file by the resolved path of the pushed file or directory: every later open refuses a
      * link in it (file_open.h) */
     files = (kestrel__push_files){ root, S_ISDIR(st.st_mode) ? &list : NULL };
-    if ((rc = sender_start(&out, t, &files)) < 0)
+    if ((rc = kestrel__sender_start(&out, t, &files)) < 0)
         goto done;
     ps.out = &out;
     for (size_t i = 0; i < nfiles && rc == 0; i++) {
@@ -823,7 +522,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     if (rc == 0)
         rc = handover(&ps, 1);
     {
-        int r = sender_finish(&out, rc < 0, pr);   /* everything sent, or the first failure */
+        int r = kestrel__sender_finish(&out, rc < 0, pr);   /* everything sent, or the first failure */
         rc = rc < 0 ? rc : r;
     }
     pr->p.bytes_new = out.pr.p.bytes_new;

@@ -2,7 +2,11 @@
  *   kestrel-stat 2 NFILES   (written as 20 digits, filled in once the push's files are counted)
  *   then for each file: "F PATHLEN DEV INO SIZE MTIME_NS CTIME_NS STARTED_NS SHA256 NCHUNKS\n" (SHA256 "-"
  *   when the push left it to kestreld), the
- *   path's bytes and "\n", then one "HEX LEN\n" line per chunk, in file order.
+ *   path's bytes and "\n", then one "HEX LEN\n" line per chunk, in file order. A file whose chunks
+ *   kestreld named (sent unnamed: push.c) starts "N REPO " instead of "F ", REPO the first 16 hex
+ *   digits of SHA-256 of that kestreld's URL: such a record holds for pushes to it only, since
+ *   another repository would take its word for what those digests are (an older build reads the
+ *   entry up to there, and hashes the files from there on).
  * A push writes its files in its own order, which is the listing's (paths sorted by strcmp), and asks
  * for them in that order again; so an entry is read as a merge, front to back, never held whole: a
  * push of 200,000 unchanged files holds one record of it at a time, not 200,000. A record out of
@@ -28,6 +32,7 @@ typedef struct {
     unsigned long long dev, ino;
     long long size, mtime, ctime, started;
     char sha[65];
+    char by[17];                /* "": hashed here; else the repository that named its chunks */
     kestrel__chunk_ref *refs;   /* its chunks (grown to the longest file read so far) */
     size_t n, cap;
 } record;
@@ -43,6 +48,7 @@ typedef struct {
 
 struct kestrel__pushcache {
     char file[2300];
+    char where[17];             /* the repository pushed to (kestrel__pushcache_open) */
     cursor look;                /* kestrel__pushcache_lookup's */
     cursor ahead;               /* kestrel__pushcache_holds': the read-ahead asks ahead of the lookups */
     unsigned long long old_n;   /* files the earlier entry announced */
@@ -85,7 +91,7 @@ static void cursor_open(cursor *c, FILE *f, unsigned long long *count)
 static int cursor_next(cursor *c)
 {
     record *r = &c->r;
-    char prev[MAX_PATH_LEN + 1];
+    char prev[MAX_PATH_LEN + 1], tag[2];
     unsigned long long nchunks;
     size_t len;
     long long offset = 0;
@@ -95,7 +101,9 @@ static int cursor_next(cursor *c)
         return 0;
     c->left--;
     memcpy(prev, r->path, strlen(r->path) + 1);
-    ok = fscanf(c->f, "F %zu %llu %llu %lld %lld %lld %lld %64s %llu", &len, &r->dev, &r->ino, &r->size, &r->mtime,
+    r->by[0] = '\0';
+    ok = fscanf(c->f, "%1[FN]", tag) == 1 && (tag[0] == 'F' || (fscanf(c->f, " %16[0-9a-f]", r->by) == 1 && strlen(r->by) == 16)) &&
+         fscanf(c->f, " %zu %llu %llu %lld %lld %lld %lld %64s %llu", &len, &r->dev, &r->ino, &r->size, &r->mtime,
                 &r->ctime, &r->started, r->sha, &nchunks) == 9 && fgetc(c->f) == '\n' && len <= MAX_PATH_LEN &&
          r->size >= 0 && nchunks <= (unsigned long long)r->size / KESTREL__CHUNK_MIN + 1 &&
          (kestrel__is_sha256_hex(r->sha) || !strcmp(r->sha, "-")) && fread(r->path, 1, len, c->f) == len &&
@@ -196,7 +204,7 @@ static void sweep_temps(const char *dir, const char *key)
     closedir(d);
 }
 
-kestrel__pushcache *kestrel__pushcache_open(const char *abs)
+kestrel__pushcache *kestrel__pushcache_open(const char *abs, const char *where)
 {
     char dir[2100], key[KESTREL__HEX_LEN + 1];
     kestrel__pushcache *pc;
@@ -206,31 +214,32 @@ kestrel__pushcache *kestrel__pushcache_open(const char *abs)
         return NULL;
     kestrel__sha256_hex(abs, strlen(abs), key);
     snprintf(pc->file, sizeof(pc->file), "%s/%s", dir, key);
+    snprintf(pc->where, sizeof(pc->where), "%s", where ? where : "");
     sweep_temps(dir, key);
     load(pc);
     return pc;
 }
 
 /* The earlier push's record of rel, read by c, when it still holds for st, else NULL. */
-static const record *holding(cursor *c, const char *rel, const struct stat *st)
+static const record *holding(cursor *c, const char *where, const char *rel, const struct stat *st)
 {
     const record *r = cursor_find(c, rel);
     if (r == NULL || r->dev != (unsigned long long)st->st_dev || r->ino != (unsigned long long)st->st_ino ||
         r->size != (long long)st->st_size || r->mtime != ns(st->st_mtim) || r->ctime != ns(st->st_ctim) ||
-        r->mtime >= r->started)
+        r->mtime >= r->started || (r->by[0] && strcmp(r->by, where)))   /* named by another repository */
         return NULL;
     return r;
 }
 
 int kestrel__pushcache_holds(kestrel__pushcache *pc, const char *rel, const struct stat *st)
 {
-    return pc != NULL && holding(&pc->ahead, rel, st) != NULL;
+    return pc != NULL && holding(&pc->ahead, pc->where, rel, st) != NULL;
 }
 
 int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const struct stat *st,
                               kestrel__chunk_ref **refs, size_t *n, char sha[65])
 {
-    const record *r = pc ? holding(&pc->look, rel, st) : NULL;
+    const record *r = pc ? holding(&pc->look, pc->where, rel, st) : NULL;
     kestrel__chunk_ref *v;
     if (r == NULL || (v = malloc((r->n + 1) * sizeof(*v))) == NULL)
         return 0;
@@ -238,7 +247,7 @@ int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const str
     memcpy(sha, r->sha, 65);
     *refs = v;
     *n = r->n;
-    kestrel__pushcache_remember(pc, rel, st, r->started, v, r->n, sha);
+    kestrel__pushcache_remember(pc, rel, st, r->started, v, r->n, sha, r->by);
     pc->changed--;   /* carried over, not new */
     return 1;
 }
@@ -289,13 +298,14 @@ static int out_name(kestrel__pushcache *pc)
 }
 
 void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
-                                 const kestrel__chunk_ref *refs, size_t n, const char sha[65])
+                                 const kestrel__chunk_ref *refs, size_t n, const char sha[65], const char *by)
 {
     int ok;
     if (pc == NULL || !pc->file[0] || pc->failed || ns(st->st_mtim) >= started_ns)   /* modified while read: never trusted */
         return;
     ok = (pc->out || out_open(pc) == 0) &&
-         fprintf(pc->out, "F %zu %llu %llu %lld %lld %lld %lld %s %zu\n%s\n", strlen(rel), (unsigned long long)st->st_dev,
+         fprintf(pc->out, "%s%s %zu %llu %llu %lld %lld %lld %lld %s %zu\n%s\n", by && by[0] ? "N " : "F",
+                 by && by[0] ? by : "", strlen(rel), (unsigned long long)st->st_dev,
                  (unsigned long long)st->st_ino, (long long)st->st_size, (long long)ns(st->st_mtim),
                  (long long)ns(st->st_ctim), (long long)started_ns, sha[0] ? sha : "-", n, rel) > 0;
     for (size_t k = 0; ok && k < n; k++)

@@ -12,9 +12,10 @@
 
 typedef struct kestrel__pushcache kestrel__pushcache;
 
-/* The entry of abs (the pushed path, absolute), opened: it is read as the push asks, in the order it
- * was written (the listing's), one record at a time. NULL when there is no cache (or memory). */
-kestrel__pushcache *kestrel__pushcache_open(const char *abs);
+/* The entry of abs (the pushed path, absolute), opened for a push to the repository where (16 hex
+ * digits, transport.h; "" or NULL: none): it is read as the push asks, in the order it was written
+ * (the listing's), one record at a time. NULL when there is no cache (or memory). */
+kestrel__pushcache *kestrel__pushcache_open(const char *abs, const char *where);
 /* 1 with the chunk list (malloc'd, file index 0) and digest when the earlier result for rel (the
  * file's path relative to the pushed directory, "" for a pushed file) still holds, else 0. Asked for
  * files in the listing's order (strcmp of rel): an entry's records before rel are passed for good. */
@@ -24,9 +25,10 @@ int kestrel__pushcache_lookup(kestrel__pushcache *pc, const char *rel, const str
  * record carried over). A reader of its own, asked in the same order, ahead of the lookups. */
 int kestrel__pushcache_holds(kestrel__pushcache *pc, const char *rel, const struct stat *st);
 /* Remember rel's result (read from started_ns on) for the next push: written to the entry's temp
- * file at once, so a push of many files holds none of them in memory for the cache. */
+ * file at once, so a push of many files holds none of them in memory for the cache. by (NULL or "":
+ * hashed here): the repository whose answers named its chunks, for whose pushes alone it holds. */
 void kestrel__pushcache_remember(kestrel__pushcache *pc, const char *rel, const struct stat *st, int64_t started_ns,
-                                 const kestrel__chunk_ref *refs, size_t n, const char sha[65]);
+                                 const kestrel__chunk_ref *refs, size_t n, const char sha[65], const char *by);
 /* An empty cache tied to no file (kestrel__pushcache_close frees it, writing nothing), and an
  * entry's bytes given to it to read (data must outlive it; the number of records it holds before
  * the end or the first one damaged or out of order). For the fuzzer. */

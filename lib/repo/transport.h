@@ -60,6 +60,8 @@ struct kestrel__transport {
     int fills_digests;   /* the repository fills in a whole-file digest a commit leaves empty (file://;
                             kestreld says so in its answer to missing, sending sets it) */
     int names_chunks;    /* send may send chunks unnamed (kestreld says so in its answer to missing) */
+    char where[17];      /* the repository: 16 hex digits of SHA-256 of kestreld's URL ("" for file://), the
+                            stat cache's mark on what its answers named (push_cache.h) */
     int64_t found_unnamed;   /* chunks sent unnamed that the repository held already (atomic: send adds) */
     /* Set by a push or a pull while it sends or fetches (NULL: none; never during a commit): the
      * progress a request reports while it waits, so that a stop is seen even while a server does not

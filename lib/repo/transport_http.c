@@ -20,10 +20,14 @@
 #include "http_streams.h"
 #include "store.h"
 #include "transport.h"
+#include "wire.h"
 
 #define PACK_MAX (32u << 20)
 #define RUN_PACK_MAX (256u << 20)   /* a pack of a run (well under kestreld's 1 GiB a pack) */
 #define RUN_MIN (16u << 20)         /* fewer bytes of a file in a batch, ending in it: no run, read back */
+/* kestreld names at most 16,384 chunks a pack (server/repo_pack.c): FastCDC's cuts fit in any pack */
+_Static_assert(RUN_PACK_MAX / KESTREL__CHUNK_MIN + 1 <= 16384 && PACK_MAX / KESTREL__CHUNK_MIN + 1 <= 16384,
+               "a pack of unnamed chunks kestreld would refuse");
 #define QUERY_BATCH 10000
 /* A pack kestreld answered 503 "unavailable" (its memory for requests spent: upload_mem.h) is sent
  * again after 0.1 s, 0.2 s, ... 12.8 s (25 s in all, with the client's retry_backoff_ms), one lost
@@ -285,29 +289,31 @@ static void pack_release(stream *s)
     free(u);
 }
 
-/* The digests kestreld gave the chunks u sent unnamed, from its answer, into their refs; the chunks
- * of u it held already are counted in found_unnamed. */
-static int take_names(http *h, pack_upload *u, const kestrel_buf *resp)
+/* The digests kestreld gave the chunks u sent unnamed, from its answer, into their refs; those of
+ * them it held already are counted in found_unnamed. */
+static int pack_names(http *h, pack_upload *u, const kestrel_buf *resp)
 {
-    Kestrel__V1__PackResult *res;
+    Kestrel__V1__PackResult *res = NULL;
     size_t k = 0, unnamed = 0;
+    int rc;
     for (size_t i = 0; i < u->n; i++)
         unnamed += u->todo[i]->unnamed != 0;
     if (unnamed == 0)
         return 0;
-    res = kestrel__v1__pack_result__unpack(NULL, resp->size, (const uint8_t *)(resp->ptr ? resp->ptr : ""));
-    if (res == NULL || res->named.len != 32 * unnamed) {
-        size_t got = res ? res->named.len / 32 : 0;
-        if (res)
-            protobuf_c_message_free_unpacked(&res->base, NULL);
-        return kestrel__error_set(KESTREL_EPROTO, "pack upload: kestreld named %zu of the %zu chunks sent unnamed",
-                                  got, unnamed);
+    if ((rc = kestrel__wire_unpack((ProtobufCMessage **)&res, &kestrel__v1__pack_result__descriptor,
+                                   (const uint8_t *)(resp->ptr ? resp->ptr : ""), resp->size)) < 0)
+        return kestrel__error_set(KESTREL_EPROTO, "pack upload: kestreld's answer is not a PackResult");
+    if (res->named.len != 32 * unnamed) {
+        rc = kestrel__error_set(KESTREL_EPROTO, "pack upload: kestreld named %zu of the %zu chunks sent unnamed",
+                                res->named.len / 32, unnamed);
+        protobuf_c_message_free_unpacked(&res->base, NULL);
+        return rc;
     }
     for (size_t i = 0; i < u->n; i++)
         if (u->todo[i]->unnamed)
             kestrel__hex(res->named.data + 32 * k++, 32, u->todo[i]->hex);
-    if (res->stored < (int64_t)u->n)   /* it held some of them: the push hashes again (push.c) */
-        __atomic_fetch_add(&h->base.found_unnamed, (int64_t)u->n - res->stored, __ATOMIC_RELAXED);
+    if (res->named_held > 0)   /* it held some of them: the push hashes the rest of the file (push.c) */
+        __atomic_fetch_add(&h->base.found_unnamed, res->named_held, __ATOMIC_RELAXED);
     protobuf_c_message_free_unpacked(&res->base, NULL);
     return 0;
 }
@@ -338,7 +344,7 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
         rc = kestrel__error_set(KESTREL_EIO, "a file changed while it was pushed (kestreld: %s)", why);
     }
     if (rc == 0)
-        rc = take_names(p->h, u, &s->resp);
+        rc = pack_names(p->h, u, &s->resp);
     if (rc == 0) {
         int64_t bytes = 0;
         for (size_t i = 0; i < u->n; i++)
@@ -695,6 +701,11 @@ int kestrel__transport_http(kestrel__transport **out, kestrel_client *c)
     }
     h->base.ops = &ops;
     h->c = c;
+    {   /* which kestreld: the stat cache ties the digests its answers named to it */
+        char hex[KESTREL__HEX_LEN + 1];
+        kestrel__sha256_hex(c->url, strlen(c->url), hex);
+        snprintf(h->base.where, sizeof(h->base.where), "%.16s", hex);
+    }
     *out = &h->base;
     return 0;
 }

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import struct
+import time
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_a_new_big_file_goes_unnamed_and_pulls_back_the_same(kestreld, tmp_path,
 def test_what_kestreld_holds_is_found_after_a_new_start(kestreld, tmp_path, monkeypatch):
     """A file whose first 16 MiB are new and whose rest kestreld holds: its first chunks look new, so
     later ones go unnamed, until kestreld answers that it held some of them; the push hashes the rest
-    then (what it read ahead meanwhile, up to about 200 MiB, went unnamed) and sends none of it.
+    then (what it read ahead meanwhile, up to about 200 MiB, went unnamed) and sends none of the rest.
     Stored once all the same."""
     c = kestrel.Client(kestreld.url, kestreld.token)
     old = os.urandom(256 * MIB)
@@ -131,3 +132,41 @@ def test_a_kestreld_that_does_not_name_chunks_gets_every_digest(kestreld, tmp_pa
     assert metric(kestreld, "kestrel_repo_push_named_bytes_total") == 0
     c = kestrel.Client(kestreld.url, kestreld.token)
     assert c.versions("team/old")[0].sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_digests_kestreld_named_are_trusted_for_pushes_to_it_only(kestreld, tmp_path, monkeypatch):
+    """The stat cache keeps what a push learned of a file, and a later push of it to any repository
+    takes that for true. Digests kestreld named are kept with its mark: a push of the same file to
+    another repository (here a file:// store) hashes it, and does not take kestreld's word."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(cache))
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(80 * MIB))
+    os.utime(src, (time.time() - 60,) * 2)
+    entry = lambda: next((cache.parent / "cache.stat").iterdir()).read_bytes()
+    mark = hashlib.sha256(kestreld.url.encode()).hexdigest()[:16]
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    assert c.push("team/m", str(src)) == 1
+    assert entry().split(b"\n")[1].startswith(b"N " + mark.encode() + b" ")   # named by this kestreld
+    seen = []
+    assert c.push("team/m", str(src), progress=seen.append) == 2                # to it: a stat, no hash
+    assert seen[-1].bytes_new == 0 and entry().split(b"\n")[1].startswith(b"N " + mark.encode())
+    store = kestrel.Client(f"file://{tmp_path / 'store'}")
+    assert store.push("team/m", str(src)) == 1                                  # elsewhere: hashed here
+    assert entry().split(b"\n")[1].startswith(b"F ")
+    assert store.versions("team/m")[0].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert c.push("team/m", str(src), progress=seen.append) == 3                # what was hashed here holds
+    assert seen[-1].bytes_new == 0 and entry().split(b"\n")[1].startswith(b"F ")
+
+
+def test_a_file_of_repeated_chunks_is_hashed(kestreld, tmp_path, monkeypatch):
+    """A file whose first chunks repeat (zeros: a preallocated or sparse file) is not taken for new:
+    hashed, each repeated chunk goes once."""
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "zeros.bin"
+    with open(src, "wb") as f:
+        f.truncate(128 * MIB)
+    seen = []
+    assert kestrel.Client(kestreld.url, kestreld.token).push("team/zeros", str(src), progress=seen.append) == 1
+    assert seen[-1].bytes_new <= 2 * MIB, seen[-1].bytes_new
+    assert metric(kestreld, "kestrel_repo_push_named_bytes_total") == 0
