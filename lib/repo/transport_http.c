@@ -166,6 +166,18 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
     return done;
 }
 
+/* curl's rewind of a pack it must send again from its start (kestreld died or restarted as it was
+ * sent: curl connects again and starts over). Without it, a push ended "Send failed since
+ * rewinding of the data stream failed" where kestreld restarted or died mid-pack (a hostile test). */
+static int pack_seek(void *payload, curl_off_t offset, int origin)
+{
+    pack_upload *u = payload;
+    if (origin != SEEK_SET || offset != 0)
+        return CURL_SEEKFUNC_CANTSEEK;
+    u->i = u->in_head = u->in_chunk = 0;
+    return CURL_SEEKFUNC_OK;
+}
+
 /* todo[i] and todo[i + 1]: the same file, one right after the other. */
 static int follows(kestrel__chunk_ref *const *todo, size_t n, size_t i)
 {
@@ -206,6 +218,8 @@ static int pack_launch(http *h, stream *s, pack_upload *u)
     curl_easy_setopt(s->e, CURLOPT_POST, 1L);
     curl_easy_setopt(s->e, CURLOPT_READFUNCTION, pack_read);
     curl_easy_setopt(s->e, CURLOPT_READDATA, u);
+    curl_easy_setopt(s->e, CURLOPT_SEEKFUNCTION, pack_seek);
+    curl_easy_setopt(s->e, CURLOPT_SEEKDATA, u);
     curl_easy_setopt(s->e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)total);
     curl_easy_setopt(s->e, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);   /* the 64 KiB default halves throughput */
     return 1;

@@ -1,11 +1,13 @@
-"""Chunks sent unnamed: a push of a big file that kestreld lacks leaves the chunks' digests to kestreld,
-which hashes every chunk it receives anyway (proto/kestrel.proto PackResult, lib/repo/push.c). The version
-is the same as a hashed push's; what kestreld already holds is still found and not sent again."""
+"""Packs of chunks. Chunks sent unnamed: a push of a big file that kestreld lacks leaves the chunks'
+digests to kestreld, which hashes every chunk it receives anyway (proto/kestrel.proto PackResult,
+lib/repo/push.c). The version is the same as a hashed push's; what kestreld already holds is still found
+and not sent again. And a pack curl must send again from its start."""
 import base64
 import hashlib
 import json
 import os
 import struct
+import subprocess
 import time
 
 import pytest
@@ -170,3 +172,22 @@ def test_a_file_of_repeated_chunks_is_hashed(kestreld, tmp_path, monkeypatch):
     assert kestrel.Client(kestreld.url, kestreld.token).push("team/zeros", str(src), progress=seen.append) == 1
     assert seen[-1].bytes_new <= 2 * MIB, seen[-1].bytes_new
     assert metric(kestreld, "kestrel_repo_push_named_bytes_total") == 0
+
+
+def test_a_push_whose_kestreld_dies_mid_pack_says_it_cannot_connect(kestreld, tmp_path):
+    """kestreld killed while a pack streams in: curl connects again to send the pack from its start,
+    finds no kestreld, and the push says so. Without a rewind for the pack, the push ended with curl's
+    "Send failed since rewinding of the data stream failed" (2 of 3 tries; a hostile test)."""
+    (tmp_path / "big.bin").write_bytes(os.urandom(400 * MIB))
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/cut", str(tmp_path / "big.bin")], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(chunk_files(kestreld)) < 100 and p.poll() is None and time.time() < deadline:   # mid-push
+        time.sleep(0.01)
+    kestreld.proc.kill()
+    kestreld.proc.wait()
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode != 0 and "connect" in err and "rewind" not in err, err
+    kestreld.restart()                                           # and a push to it works again
+    assert kestrel.Client(kestreld.url, kestreld.token).push("team/cut", str(tmp_path / "big.bin")) == 1
