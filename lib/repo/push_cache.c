@@ -281,13 +281,13 @@ static int out_open(kestrel__pushcache *pc)
  * through /proc (linkat's AT_EMPTY_PATH needs a privilege), under a name no one else has. */
 static int out_name(kestrel__pushcache *pc)
 {
-    char self[64];
+    char self[64], hex[13];
     unsigned char r[6];
     snprintf(self, sizeof(self), "/proc/self/fd/%d", fileno(pc->out));
     for (int tries = 0; tries < 8; tries++) {
         if (getentropy(r, sizeof(r)) < 0)
             return -1;
-        snprintf(pc->tmp, sizeof(pc->tmp), "%s.tmp.%02x%02x%02x%02x%02x%02x", pc->file, r[0], r[1], r[2], r[3], r[4], r[5]);
+        snprintf(pc->tmp, sizeof(pc->tmp), "%s.tmp.%s", pc->file, kestrel__hex(r, sizeof(r), hex));
         if (linkat(AT_FDCWD, self, AT_FDCWD, pc->tmp, AT_SYMLINK_FOLLOW) == 0)
             return 0;
         if (errno != EEXIST)
