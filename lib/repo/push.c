@@ -96,13 +96,14 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
  * the probe of a big new file, chunks go unnamed (KESTREL__PUSH_UNNAMED_MIN): not hashed here, their digests
  * taken from kestreld's answers at the file's end, once every one is sent (so the caller's check that
  * the file did not change covers the sending too). */
-static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, int64_t size, char sha[65])
+static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, const struct stat *st, char sha[65])
 {
+    int64_t size = (int64_t)st->st_size;
     EVP_MD_CTX *whole = NULL;
     size_t have = 0, first_ref = ps->n;
     int64_t offset = 0, fed = 0;   /* fed: the bytes the whole-file hash has had */
     int eof = 0, rc = 0, probed = 0, candidate = !ps->hash_whole && size >= KESTREL__PUSH_UNNAMED_MIN;
-    int64_t found = kestrel__sender_probe(ps->out, file);
+    int64_t found = kestrel__sender_probe(ps->out, file, st);
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     for (;;) {
         size_t off = 0, first = ps->n, wlen = 0;
@@ -245,7 +246,7 @@ static int chunk_one(push_state *ps, int fd, const char *path, const char *rel, 
         return rc < 0 ? rc : kestrel__progress_report(ps->pr, 0);
     }
     started = now_ns() - 1000000000;   /* timestamps are coarse */
-    rc = chunk_fd(ps, fd, path, file, (int64_t)st.st_size, sha);
+    rc = chunk_fd(ps, fd, path, file, &st, sha);
     if (rc == 0)
         rc = unchanged_since(fd, &st, path);
     close(fd);

@@ -22,10 +22,11 @@
  * re-push still hands the sender up to 16,384 chunks a question (`missing`), not one batch's. */
 #define QUEUED_BYTES ((int64_t)KESTREL__PUSH_BATCH_BYTES)
 
-int64_t kestrel__sender_probe(kestrel__sender *s, uint32_t file)
+int64_t kestrel__sender_probe(kestrel__sender *s, uint32_t file, const struct stat *st)
 {
     pthread_mutex_lock(&s->mu);
     s->probe_file = file;
+    s->probe_st = *st;
     s->probe_missing = s->probe_found = 0;
     pthread_mutex_unlock(&s->mu);
     return __atomic_load_n(&s->t->found_unnamed, __ATOMIC_RELAXED);
@@ -94,8 +95,15 @@ int kestrel__send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs,
             todo[ntodo++] = &sorted[i];   /* one copy of each digest, and each unnamed chunk */
     if (rc == 0 && ntodo > 1)
         qsort(todo, ntodo, sizeof(*todo), by_place);   /* read each file front to back */
-    if (rc == 0 && ntodo)
-        rc = t->ops->send(t, files, todo, ntodo, pr);
+    if (rc == 0 && ntodo) {
+        struct stat read;   /* unnamed chunks are all the probe file's: the push waits for them at its end */
+        if (s) {
+            pthread_mutex_lock(&s->mu);
+            read = s->probe_st;
+            pthread_mutex_unlock(&s->mu);
+        }
+        rc = t->ops->send(t, files, todo, ntodo, pr, s && named < n ? &read : NULL);
+    }
     if (rc == 0 && s && named < n) {
         pthread_mutex_lock(&s->mu);
         for (size_t i = named; i < n; i++)

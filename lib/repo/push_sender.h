@@ -43,6 +43,7 @@ typedef struct kestrel__sender {
      * chunks sent unnamed, by seq (named[seq], filled of them set) */
     uint32_t probe_file;
     int64_t probe_missing, probe_found;
+    struct stat probe_st;       /* the probe file as the push opened it */
     char (*named)[65];
     size_t named_cap, filled;
 } kestrel__sender;
@@ -65,9 +66,10 @@ void kestrel__sender_progress(kestrel__sender *s, kestrel__progress *pr);
 int kestrel__send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs, size_t n,
                           const kestrel__push_files *files, kestrel__progress *pr, size_t *sent, kestrel__sender *s);
 
-/* A file is being read: what missing says of its chunks is counted from now. Returns how many
+/* A file is being read (st: as opened, the file its unnamed chunks must still be when they are
+ * sent): what missing says of its chunks is counted from now. Returns how many
  * chunks sent unnamed the repository said it held so far (kestrel__sender_unnamed_now compares). */
-int64_t kestrel__sender_probe(kestrel__sender *s, uint32_t file);
+int64_t kestrel__sender_probe(kestrel__sender *s, uint32_t file, const struct stat *st);
 /* The next chunks of file go unnamed: kestreld names chunks, it lacked each of the file's first
  * KESTREL__PUSH_PROBE_BYTES (or more) it was asked about, and held none of those sent unnamed since found. */
 int kestrel__sender_unnamed_now(kestrel__sender *s, uint32_t file, int64_t found);

@@ -5,6 +5,7 @@
 #ifndef KESTREL_TRANSPORT_H
 #define KESTREL_TRANSPORT_H
 
+#include <sys/stat.h>
 #include "chunk_spool.h"
 #include "repo.h"
 #include "store.h"
@@ -30,9 +31,11 @@ typedef struct {
     int (*missing)(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n);
     /* Store these chunks (each digest once), read from the push's file ref->file; progress counts them
      * as new. A ref marked unnamed (only where t->names_chunks) goes without its digest: the repository
-     * names it by its bytes, and its hex is filled in from the answer. */
+     * names it by its bytes, and its hex is filled in from the answer. read (NULL: none): the file whose
+     * unnamed chunks these are, as the push read it: another file there now (one renamed over it) fails
+     * the send, since no digest would tell its bytes from those the push cut. */
     int (*send)(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo, size_t n,
-                kestrel__progress *pr);
+                kestrel__progress *pr, const struct stat *read);
     /* Commit m (its chunks all stored) as the next version of m->name; *version is the number given.
      * chunks (NULL: m holds them): m's chunk and file lists, which m leaves out (chunk_spool.h); a
      * transport may move them into m (the local store does), so m holds both or neither after

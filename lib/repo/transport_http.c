@@ -86,6 +86,7 @@ typedef struct {
     int fd;
     uint32_t fd_file;
     int open_rc;         /* its file could not be read again: the error, kept (curl sets its own) */
+    const struct stat *read;   /* packs.read */
     kestrel__error_kept open_err;
     uint8_t head[36];
     size_t in_head, in_chunk;
@@ -104,6 +105,7 @@ typedef struct {
     pack_upload *again[STREAMS];   /* packs to send again (PACK_TRIES) */
     size_t nagain;
     http *h;
+    const struct stat *read;        /* the file of the unnamed chunks, as the push read it (NULL: none) */
 } packs;
 
 static int64_t mono_ms(void)
@@ -143,7 +145,13 @@ static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
             if (u->fd >= 0)
                 close(u->fd);
             u->fd_file = c->file;
-            if ((u->fd = kestrel__file_open_regular(-1, kestrel__push_file_path(u->files, c->file, path), 1, &st)) < 0) {
+            if ((u->fd = kestrel__file_open_regular(-1, kestrel__push_file_path(u->files, c->file, path), 1, &st)) < 0 ||
+                (c->unnamed && u->read && (st.st_dev != u->read->st_dev || st.st_ino != u->read->st_ino))) {
+                if (u->fd >= 0) {   /* another file renamed over the one read: kestreld would name its bytes */
+                    close(u->fd);
+                    u->fd = kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (another file took its "
+                                                            "place): push it again once it is complete", path);
+                }
                 u->open_rc = u->fd;   /* for pack_end */
                 kestrel__error_keep(&u->open_err);
                 u->fd = -1;
@@ -282,6 +290,7 @@ static int pack_start(void *ctx, http *h, stream *s)
             bytes += p->todo[p->next++]->len;
     }
     u->files = p->files;
+    u->read = p->read;
     u->todo = p->todo + first;
     u->n = p->next - first;
     u->fd = -1;
@@ -372,9 +381,9 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
 }
 
 static int send_chunks(kestrel__transport *t, const kestrel__push_files *files, kestrel__chunk_ref *const *todo,
-                       size_t n, kestrel__progress *pr)
+                       size_t n, kestrel__progress *pr, const struct stat *read)
 {
-    packs p = { files, todo, n, 0, pr, "", { NULL }, 0, (http *)t };
+    packs p = { files, todo, n, 0, pr, "", { NULL }, 0, (http *)t, read };
     int rc;
     snprintf(p.url, sizeof(p.url), "%s/api/v1/chunks/pack", CLIENT(t)->url);
     ((http *)t)->run_busy = 0;

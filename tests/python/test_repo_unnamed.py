@@ -191,3 +191,26 @@ def test_a_push_whose_kestreld_dies_mid_pack_says_it_cannot_connect(kestreld, tm
     assert p.returncode != 0 and "connect" in err and "rewind" not in err, err
     kestreld.restart()                                           # and a push to it works again
     assert kestrel.Client(kestreld.url, kestreld.token).push("team/cut", str(tmp_path / "big.bin")) == 1
+
+
+def test_a_file_renamed_over_the_one_pushed_fails_the_push(kestreld, tmp_path):
+    """A save that writes a temp and renames it over the file, while the push sends the file's unnamed
+    chunks: the sender, opening the file again by its path, would find the new one and send its bytes at
+    the old one's cuts, which kestreld names as they are; a version of neither file (found by a hostile
+    test). The push fails, and makes no version."""
+    model, other = tmp_path / "model.bin", tmp_path / "model.tmp"
+    model.write_bytes(os.urandom(256 * MIB))
+    other.write_bytes(os.urandom(256 * MIB))
+    old = time.time() - 60
+    os.utime(model, (old, old))
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/saved", str(model)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(chunk_files(kestreld)) < 100 and p.poll() is None and time.time() < deadline:   # mid-push
+        time.sleep(0.01)
+    os.rename(other, model)
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode != 0 and "changed while it was pushed" in err, err
+    status, _ = raw(kestreld, "GET", "/api/v1/models/team/saved/versions")
+    assert status == 404                                          # no version
