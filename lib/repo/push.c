@@ -194,16 +194,18 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, con
  * as we read it"). Every write moves the ctime, and so does a touch that puts the mtime back. A link
  * made or removed moves it too and changes no byte (the pull cache links the files a pull left; a
  * save renamed over the file unlinks the one read): with the link count moved and the mtime not, the
- * bytes read are taken as one version. A write in the same clock tick as the one before the open is
- * not seen (timestamps are coarse). */
-static int unchanged_since(int fd, const struct stat *st, const char *path)
+ * bytes read are taken as one version. Not for a file with chunks sent unnamed (strict): those were
+ * read twice, cut from the first read and sent from the second, and a write between them with the
+ * mtime put back and a link made would pass (a hostile test made such a version of neither state).
+ * A write in the same clock tick as the one before the open is not seen (timestamps are coarse). */
+static int unchanged_since(int fd, const struct stat *st, const char *path, int strict)
 {
     struct stat now;
     if (fstat(fd, &now) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot stat %s: %s", path, strerror(errno));
     if (now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
         now.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
-        (now.st_nlink == st->st_nlink &&
+        ((now.st_nlink == st->st_nlink || strict) &&
          (now.st_ctim.tv_sec != st->st_ctim.tv_sec || now.st_ctim.tv_nsec != st->st_ctim.tv_nsec)))
         return kestrel__error_set(KESTREL_EIO, "%s changed while it was pushed (written to as it was read): "
                                   "push it again once it is complete", path);
@@ -248,7 +250,7 @@ static int chunk_one(push_state *ps, int fd, const char *path, const char *rel, 
     started = now_ns() - 1000000000;   /* timestamps are coarse */
     rc = chunk_fd(ps, fd, path, file, &st, sha);
     if (rc == 0)
-        rc = unchanged_since(fd, &st, path);
+        rc = unchanged_since(fd, &st, path, ps->named_here);
     close(fd);
     if (rc < 0)
         return rc;

@@ -214,3 +214,28 @@ def test_a_file_renamed_over_the_one_pushed_fails_the_push(kestreld, tmp_path):
     assert p.returncode != 0 and "changed while it was pushed" in err, err
     status, _ = raw(kestreld, "GET", "/api/v1/models/team/saved/versions")
     assert status == 404                                          # no version
+
+
+def test_a_write_hidden_by_a_link_fails_a_push_of_unnamed_chunks(kestreld, tmp_path):
+    """Bytes written in place while the push sends a big file's unnamed chunks, the mtime put back and a
+    hard link made: a link alone moves the ctime and changes no byte, so a hashed push takes the bytes
+    for one version; but unnamed chunks were cut from one read and sent from another, and kestreld
+    names whatever came (a hostile test). Such a push fails."""
+    model = tmp_path / "model.bin"
+    model.write_bytes(os.urandom(256 * MIB))
+    old = time.time() - 60
+    os.utime(model, (old, old))
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/linked", str(model)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(chunk_files(kestreld)) < 100 and p.poll() is None and time.time() < deadline:   # mid-push
+        time.sleep(0.01)
+    with open(model, "r+b") as f:
+        f.seek(200 * MIB)
+        f.write(os.urandom(MIB))
+    os.utime(model, (old, old))
+    os.link(model, tmp_path / "model.hard")
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode != 0 and "changed while it was pushed" in err, err
+    assert raw(kestreld, "GET", "/api/v1/models/team/linked/versions")[0] == 404
