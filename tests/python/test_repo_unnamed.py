@@ -28,6 +28,17 @@ def unnamed_pack(*chunks):
     return b"".join(bytes(32) + struct.pack(">I", len(c)) + c for c in chunks)
 
 
+def push_midway(kestreld, tmp_path, name, path):
+    """The CLI pushing path as name, once kestreld has stored 100 of its chunks (its stderr piped)."""
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", name, str(path)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(chunk_files(kestreld)) < 100 and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    return p
+
+
 def test_a_new_big_file_goes_unnamed_and_pulls_back_the_same(kestreld, tmp_path, monkeypatch):
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     c = kestrel.Client(kestreld.url, kestreld.token)
@@ -179,12 +190,7 @@ def test_a_push_whose_kestreld_dies_mid_pack_says_it_cannot_connect(kestreld, tm
     finds no kestreld, and the push says so. Without a rewind for the pack, the push ended with curl's
     "Send failed since rewinding of the data stream failed" (2 of 3 tries; a hostile test)."""
     (tmp_path / "big.bin").write_bytes(os.urandom(400 * MIB))
-    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/cut", str(tmp_path / "big.bin")], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while len(chunk_files(kestreld)) < 100 and p.poll() is None and time.time() < deadline:   # mid-push
-        time.sleep(0.01)
+    p = push_midway(kestreld, tmp_path, "team/cut", tmp_path / "big.bin")
     kestreld.proc.kill()
     kestreld.proc.wait()
     err = p.communicate(timeout=120)[1]
@@ -203,12 +209,7 @@ def test_a_file_renamed_over_the_one_pushed_fails_the_push(kestreld, tmp_path):
     other.write_bytes(os.urandom(256 * MIB))
     old = time.time() - 60
     os.utime(model, (old, old))
-    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/saved", str(model)], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while len(chunk_files(kestreld)) < 100 and p.poll() is None and time.time() < deadline:   # mid-push
-        time.sleep(0.01)
+    p = push_midway(kestreld, tmp_path, "team/saved", model)
     os.rename(other, model)
     err = p.communicate(timeout=120)[1]
     assert p.returncode != 0 and "changed while it was pushed" in err, err
@@ -225,12 +226,7 @@ def test_a_write_hidden_by_a_link_fails_a_push_of_unnamed_chunks(kestreld, tmp_p
     model.write_bytes(os.urandom(256 * MIB))
     old = time.time() - 60
     os.utime(model, (old, old))
-    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/linked", str(model)], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while len(chunk_files(kestreld)) < 100 and p.poll() is None and time.time() < deadline:   # mid-push
-        time.sleep(0.01)
+    p = push_midway(kestreld, tmp_path, "team/linked", model)
     with open(model, "r+b") as f:
         f.seek(200 * MIB)
         f.write(os.urandom(MIB))
