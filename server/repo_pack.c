@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <openssl/evp.h>
 #include "api.h"
 #include "metrics.h"
 #include "repo_runs.h"
@@ -92,24 +93,22 @@ static void pack_fail(kd_pack *p, const char *msg)
 
 /* An unnamed chunk's digest, kept for the answer (its memory from the budget, grown by doubling):
  * 0, or -1 (the pack failed: too many, the budget or memory spent). */
-static int keep_name(kd_pack *p, const char *hex)
+static int keep_name(kd_pack *p, const uint8_t md[32])
 {
-    uint8_t md[32];
     int rc;
-    if (p->named.size >= UNNAMED_MAX * sizeof(md)) {
+    if (p->named.size >= UNNAMED_MAX * 32) {
         pack_fail(p, "a pack sends at most 16384 chunks unnamed: send more packs");
         return -1;
     }
-    if ((rc = kd_upload_mem_fit(p->mem, p->user, &p->named_mem, &p->named, p->named.size + sizeof(md), 1,
-                                UNNAMED_MAX * sizeof(md) + 1)) != 0) {
+    if ((rc = kd_upload_mem_fit(p->mem, p->user, &p->named_mem, &p->named, p->named.size + 32, 1,
+                                UNNAMED_MAX * 32 + 1)) != 0) {
         p->busy = rc == -1;
         p->io = rc != -1;
         pack_fail(p, p->busy ? "no memory for the digests of its unnamed chunks" : "out of memory");
         return -1;
     }
-    (void)kestrel__unhex(hex, sizeof(md), md);   /* kestrel__sha256_hex's: 64 hex digits */
-    memcpy(p->named.ptr + p->named.size, md, sizeof(md));
-    p->named.size += sizeof(md);
+    memcpy(p->named.ptr + p->named.size, md, 32);
+    p->named.size += 32;
     p->named.ptr[p->named.size] = '\0';   /* a kestrel_buf's rule */
     return 0;
 }
@@ -119,17 +118,20 @@ static int keep_name(kd_pack *p, const char *hex)
 static void chunk_done(kd_pack *p)
 {
     char want[KESTREL__HEX_LEN + 1], got[KESTREL__HEX_LEN + 1];
+    unsigned char md[EVP_MAX_MD_SIZE];   /* hashed once: bytes for an unnamed chunk's answer, hex to compare */
+    unsigned int mdn = 0;
     int name_it = !memcmp(p->head, unnamed, sizeof(unnamed));
     kestrel__hex(p->head, 32, want);
-    kestrel__sha256_hex(p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size, got);
-    if (!got[0]) {   /* OpenSSL failed: not the client's fault */
+    if (EVP_Digest(p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size, md, &mdn, EVP_sha256(), NULL) != 1 || mdn != 32) {
+        /* OpenSSL failed: not the client's fault */
         p->io = 1;
         pack_fail(p, "cannot hash a chunk (OpenSSL failed)");
         goto out;
     }
+    kestrel__hex(md, 32, got);
     if (name_it) {
         memcpy(want, got, sizeof(want));
-        if (keep_name(p, got) < 0)
+        if (keep_name(p, md) < 0)
             goto out;
         p->named_bytes += (int64_t)p->chunk.size;
     }
