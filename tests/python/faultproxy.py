@@ -8,7 +8,8 @@ first request that starts with `hang_on` on, that connection forwards nothing ei
 the first commit of a version (POST .../versions) itself, once its whole body is in (kept in `busied`),
 with the 503 "unavailable" kestreld gives when its memory for bodies is spent; "lost" forwards the first
 commit of a version to kestreld, which makes it, and answers the client that same 503 in place of
-kestreld's answer (a proxy whose upstream timed out, a kestreld that died before it answered); "pass" changes
+kestreld's answer (a proxy whose upstream timed out, a kestreld that died before it answered), or
+`answer` (a proxy's own 502 or 504 page), or with answer=b"" closes the connection without a word; "pass" changes
 nothing; "slow" forwards what clients send at `rate` bytes a second (a repository slower than the
 client's hashing). `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`
@@ -38,7 +39,7 @@ def _whole_answer(pending):
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None):
+    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY):
         self.upstream = ("127.0.0.1", upstream_port)
         self.before = before
         self.mode = mode
@@ -46,6 +47,7 @@ class FaultProxy:
         assert mode != "hang" or hang_on, "hang needs hang_on: the start of the request that hangs"
         assert mode != "slow" or rate, "slow needs rate: bytes a second"
         self.rate = rate
+        self.answer = answer   # "lost": what the client is told in place of kestreld's answer
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -149,7 +151,9 @@ class FaultProxy:
                     state["lost_request"] = False
                     self.damaged += 1
                     self.busied.append(b"\r\n".join(lines) + b"\r\n\r\n" + body)
-                    data = _BUSY + rest
+                    if not self.answer:
+                        break   # the connection closed, no answer
+                    data = self.answer + rest
                 if state["chunk_request"]:
                     pending += data
                     head = pending.find(b"\r\n\r\n")
