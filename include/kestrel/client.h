@@ -18,7 +18,9 @@ typedef struct kestrel_client_options {
     const char *token;          /**< bearer token; NULL: $KESTREL_TOKEN, else none */
     long connect_timeout_ms;    /**< 0: 10000 */
     long timeout_ms;            /**< whole-request timeout (long polls add their wait); 0: 60000 */
-    int max_retries;            /**< retries of idempotent requests on transport errors and 502/503/504; 0: 3, negative: none */
+    /** retries of idempotent requests (reads; a push's commit, which carries a key kestreld answers
+     *  again with the version it made) on transport errors and 502/503/504; 0: 3, negative: none */
+    int max_retries;
     long retry_backoff_ms;      /**< first backoff, doubled each retry; 0: 100 */
 } kestrel_client_options;
 
