@@ -94,8 +94,8 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
         return;
     }
     if (!strcmp(path, "/") || !strcmp(path, "/ui") || !strncmp(path, "/ui/", 4)) {
-        out->area = KD_AREA_CONSOLE;
-        out->read_ok = 1;
+        out->area = KD_AREA_CONSOLE;   /* its pages, and its forms (sign in and out, a login code), */
+        out->read_ok = get_ || post || !strcmp(method, "HEAD");   /* which console.c checks itself */
         return;
     }
     if (!prefix(path, "/api/v1/", &api))

@@ -79,9 +79,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 
     kd_route_parse(method, path, &rt);
     CHECK(rt.rest != NULL);
-    if (rt.read_ok && rt.area != KD_AREA_HEALTH)
+    if (rt.read_ok && rt.area == KD_AREA_CONSOLE)   /* its pages and forms; never DELETE, PUT, PATCH */
+        CHECK(!strcmp(method, "GET") || !strcmp(method, "HEAD") || !strcmp(method, "POST"));
+    else if (rt.read_ok && rt.area != KD_AREA_HEALTH)
         CHECK(!strcmp(method, "GET") || (!strcmp(method, "POST") &&
-              (rt.area == KD_AREA_CHUNK_VERIFY || !strcmp(path, "/api/v1/chunks/missing"))));
+              (rt.area == KD_AREA_CHUNK_VERIFY || !strcmp(path, "/api/v1/chunks/missing") ||
+               !strcmp(path, "/api/v1/chunks/fetch"))));
     if (rt.area == KD_AREA_NONE)
         CHECK(strncmp(path, "/api/v1/", 8) && strcmp(path, "/healthz"));
     if (rt.area == KD_AREA_JOBS || rt.area == KD_AREA_TOKENS) {
