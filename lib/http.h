@@ -39,7 +39,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *client, co
 /* Record the error of a non-2xx answer (the server's Error message wins); returns the code. */
 int kestrel__http_failure(long status, const char *content_type, const kestrel_buf *body);
 /* 1 when an answer is kestreld's 503 "unavailable" (server/upload_mem.h: its memory for requests
- * was spent and nothing was done), which any request may send again shortly. */
+ * was spent and nothing was done; or a commit's key is held by the request still making its
+ * version, server/repo_commit_key.c), which any request may send again shortly. */
 int kestrel__http_busy(long status, const kestrel_buf *body);
 /* Apply the client's timeouts, token and TLS settings to an easy handle of our own. */
 struct curl_slist;

@@ -126,8 +126,9 @@ int kd_commit_again(kd_req *r, const char *name, Kestrel__V1__Manifest *in, int 
     *held = 0;
     if (!in->commit_key[0] || (rc = find(r, name, in, &made, held, msg, sizeof(msg))) == 0)
         return 0;
-    if (rc == 2)
-        *reply = kd_reply_busy(r);
+    if (rc == 2)   /* "unavailable": a client sends it again shortly, then finds the version made */
+        *reply = kd_reply_error(r, 503, "unavailable", "another request with this commit's key is still making its "
+                                "version: send it again shortly");
     else if (rc == KESTREL_EINVALID)
         *reply = kd_reply_error(r, 400, "invalid_argument", msg);
     else if (rc == KESTREL_EAUTH)

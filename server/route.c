@@ -80,7 +80,7 @@ static int under(const char *path, const char *base, const char **rest)
 void kd_route_parse(const char *method, const char *path, kd_route *out)
 {
     const char *rest = "", *api;
-    int get_ = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    int get_ = !strcmp(method, "GET"), post = !strcmp(method, "POST"), head = !strcmp(method, "HEAD");
     memset(out, 0, sizeof(*out));
     out->rest = "";
     if (!strcmp(path, "/healthz")) {
@@ -94,8 +94,9 @@ void kd_route_parse(const char *method, const char *path, kd_route *out)
         return;
     }
     if (!strcmp(path, "/") || !strcmp(path, "/ui") || !strncmp(path, "/ui/", 4)) {
-        out->area = KD_AREA_CONSOLE;   /* its pages, and its forms (sign in and out, a login code), */
-        out->read_ok = get_ || post || !strcmp(method, "HEAD");   /* which console.c checks itself */
+        /* its pages and its forms (sign in and out, a login code); console.c checks who may itself */
+        out->area = KD_AREA_CONSOLE;
+        out->read_ok = get_ || head || post;
         return;
     }
     if (!prefix(path, "/api/v1/", &api))

@@ -36,8 +36,8 @@ typedef struct kd_route {
     const char *rest;       /* points into the path */
     char chunk[65];         /* KD_AREA_CHUNK_VERIFY */
     int read_ok;            /* a read-scoped token may make this request (GETs, and the two POSTs a
-                               pull makes: /chunks/missing, /chunks/fetch and /chunks/SHA/verify; the console's
-                               pages and forms: GET, HEAD, POST) */
+                               pull makes: /chunks/missing, /chunks/fetch and /chunks/SHA/verify; for the
+                               console GET, HEAD and POST, though not consulted: console.c checks) */
 } kd_route;
 
 /* Which part of the API a request names. Never fails: unknown paths get KD_AREA_NONE/_API_OTHER. */

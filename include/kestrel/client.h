@@ -18,9 +18,10 @@ typedef struct kestrel_client_options {
     const char *token;          /**< bearer token; NULL: $KESTREL_TOKEN, else none */
     long connect_timeout_ms;    /**< 0: 10000 */
     long timeout_ms;            /**< whole-request timeout (long polls add their wait); 0: 60000 */
-    /** retries of idempotent requests (reads; a push's commit, which carries a key kestreld answers
-     *  again with the version it made) on transport errors and 502/503/504; 0: 3, negative: none */
-    int max_retries;
+    int max_retries;            /**< retries of an idempotent request (a push's commit is one, to a kestreld
+                                     that keeps its key) on transport errors but timeouts, and on 502/503/504;
+                                     kestreld's 503 "unavailable" (busy) any request, at least 8; 0: 3,
+                                     negative: none */
     long retry_backoff_ms;      /**< first backoff, doubled each retry; 0: 100 */
 } kestrel_client_options;
 

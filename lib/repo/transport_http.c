@@ -406,9 +406,12 @@ static int64_t chunks_read(void *ctx, int64_t at, void *buf, size_t n)
  * (a message followed by elements of its lists decodes as the message with them: wire.h), read as
  * curl sends them. It carries a key picked at random (commit_key): sent again, by a retry after
  * kestreld died having made the version, it is answered that version (server/repo_commit_key.c).
- * With its key it is retried as an idempotent request is (lib/http.c): a proxy's 502, 503 or 504
- * and a connection lost after it was sent too (before keys, each would fail a push whose version
- * may have been made, and the push run again made a second one). */
+ * To a kestreld known to keep keys it is retried as an idempotent request is (lib/http.c): after a
+ * proxy's 502, 503 or 504 and a connection lost once it was sent too (before it was, each failed a
+ * push whose version may have been made, and the push run again made a second one). Known: it said
+ * it names chunks (`missing`'s answer), which came after keys; a kestreld before keys ignores the
+ * field, and a commit it is sent again makes a second version, so there a lost answer still fails
+ * the push, as it did. */
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version)
 {
     char path[600], key[33];
@@ -419,7 +422,7 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
     if (getentropy(r, sizeof(r)) == 0) {   /* else none: a commit sent again makes a second version */
         kestrel__hex(r, sizeof(r), key);
         m->commit_key = key;
-        req.idempotent = 1;   /* so a proxy's 502 or 504, or a connection lost before the answer, sends it again */
+        req.idempotent = __atomic_load_n(&t->names_chunks, __ATOMIC_RELAXED);   /* it keeps keys */
     }
     if (chunks && m->n_chunks == 0 && m->n_files == 0) {
         req.tail = chunks_read;

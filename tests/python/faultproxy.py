@@ -9,7 +9,8 @@ the first commit of a version (POST .../versions) itself, once its whole body is
 with the 503 "unavailable" kestreld gives when its memory for bodies is spent; "lost" forwards the first
 commit of a version to kestreld, which makes it, and answers the client that same 503 in place of
 kestreld's answer (a proxy whose upstream timed out, a kestreld that died before it answered), or
-`answer` (a proxy's own 502 or 504 page), or with answer=b"" closes the connection without a word; "pass" changes
+`answer` (a proxy's own 502 or 504 page; with then_close=True the connection closes after it: part of an
+answer, cut), or with answer=b"" closes the connection without a word; "pass" changes
 nothing; "slow" forwards what clients send at `rate` bytes a second (a repository slower than the
 client's hashing). `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`
@@ -39,7 +40,7 @@ def _whole_answer(pending):
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY):
+    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY, then_close=False):
         self.upstream = ("127.0.0.1", upstream_port)
         self.before = before
         self.mode = mode
@@ -48,6 +49,7 @@ class FaultProxy:
         assert mode != "slow" or rate, "slow needs rate: bytes a second"
         self.rate = rate
         self.answer = answer   # "lost": what the client is told in place of kestreld's answer
+        self.then_close = then_close
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -153,6 +155,9 @@ class FaultProxy:
                     self.busied.append(b"\r\n".join(lines) + b"\r\n\r\n" + body)
                     if not self.answer:
                         break   # the connection closed, no answer
+                    if self.then_close:
+                        client.sendall(self.answer)
+                        break
                     data = self.answer + rest
                 if state["chunk_request"]:
                     pending += data

@@ -203,6 +203,7 @@ def test_a_commit_sent_again_is_answered_the_version_it_made(kestreld, tmp_path,
         answers = list(pool.map(lambda _: raw(kestreld, "POST", "/api/v1/models/team/lost/versions",
                                               json.dumps(again).encode()), range(6)))
     assert {s for s, _ in answers} <= {201, 503}, answers
+    assert all(b"still making its version" in b for s, b in answers if s == 503), answers   # not "memory spent"
     assert {int(json.loads(b)["version"]) for s, b in answers if s == 201} == {4}, answers
     (tmp_path / "o.bin").write_bytes(os.urandom(1 << 20))   # other bytes under the same key: a version
     assert c.push("team/lost", str(tmp_path / "o.bin")) == 5
@@ -219,24 +220,28 @@ _GATEWAY = {   # a proxy's own pages, as nginx words them: not kestreld's JSON
 }
 
 
-@pytest.mark.parametrize("status", [504, 502, None])
+@pytest.mark.parametrize("status", [504, 502, "cut", None])
 def test_a_commit_whose_answer_a_proxy_lost_is_sent_again(kestreld, tmp_path, monkeypatch, status):
     """A proxy in front of kestreld forwards the commit, kestreld makes the version, and the client is
-    told the proxy's own 504 (its upstream timed out) or 502, or the connection closes with no answer.
-    The commit's key makes it safe to send again: the push does, is answered the version made, and
-    there is one version. The build before failed the push with that 504 or 502 though the version was
-    made (run again, the push made a second one); the closed connection it sent again already (libcurl
-    sends a request again once where a reused connection closes before any answer), as it does now."""
+    told the proxy's own 504 (its upstream timed out) or 502, or gets part of an answer before the
+    connection closes ("cut"), or it closes with no answer. The commit's key makes it safe to send
+    again (this kestreld keeps keys: it names chunks): the push does, is answered the version made,
+    and there is one version. The build before failed the push with that 504, 502 or "Transferred a
+    partial file" though the version was made (run again, the push made a second one); the connection
+    closed with no answer it sent again already (libcurl sends a request again once where a reused
+    connection closes before any answer), as it does now."""
     from faultproxy import FaultProxy
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     src = tmp_path / "w.bin"
     src.write_bytes(os.urandom(3 << 20))
     answer = b""
-    if status:
+    if status == "cut":   # the head, then 1 byte of the 100 it announces
+        answer = b"HTTP/1.1 201 Created\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\n\x08"
+    if isinstance(status, int):
         answer = (b"HTTP/1.1 %d %s\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n"
                   % (status, b"Gateway Time-out" if status == 504 else b"Bad Gateway", len(_GATEWAY[status]))
                   + _GATEWAY[status])
-    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=answer)
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=answer, then_close=status == "cut")
     try:
         c = kestrel.Client(proxy.url, kestreld.token)
         assert c.push("team/gw", str(src), alias="prod") == 1
@@ -249,3 +254,74 @@ def test_a_commit_whose_answer_a_proxy_lost_is_sent_again(kestreld, tmp_path, mo
     c.pull("team/gw@prod", str(tmp_path / "back.bin"))
     assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
 
+
+def test_a_commit_to_a_kestreld_not_known_to_keep_keys_is_not_sent_again(kestreld, tmp_path, monkeypatch):
+    """A kestreld from before commit keys ignores the key, and a commit it is sent again makes a second
+    version. The push knows a kestreld keeps keys by its saying it names chunks (which came later);
+    one that does not say so (played by the fault proxy's "older", behind the proxy that answers 502
+    for the commit) has its commit sent once, and the push fails with the 502, as it did before keys."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    older = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older")
+    gateway = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(_GATEWAY[502])
+    lost = FaultProxy(older.port, "lost", answer=gateway + _GATEWAY[502])
+    try:
+        with pytest.raises(kestrel.KestrelError, match="502"):
+            kestrel.Client(lost.url, kestreld.token).push("team/old", str(src))
+    finally:
+        lost.close()
+        older.close()
+    assert older.damaged >= 1 and lost.damaged == 1   # names_chunks dropped; the commit's answer lost
+    assert bytes(lost.sent).count(b"/versions HTTP/1.1") == 1
+    assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/old")] == [1]
+
+
+@pytest.mark.parametrize("server", ["current", "older"])
+def test_whole_file_digests_are_computed_once_by_kestreld(kestreld, tmp_path, monkeypatch, server):
+    """kestreld computes every file's SHA-256 from the chunks at commit (to check the client's word), so a
+    push to it leaves the digest of a file of several chunks to it and reads each file once. A kestreld
+    that does not say it fills them in (an older one, played by a proxy that drops fills_digests from
+    its answers) gets them from the push, which reads those files back. A file of one chunk has its
+    chunk's digest, which only an older kestreld is sent twice (a push of 200,000 small files holds
+    each digest once). Either way the version holds the true digests."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    big, tree = tmp_path / "big.bin", tmp_path / "tree"
+    big.write_bytes(os.urandom(12 << 20))
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "w.bin").write_bytes(os.urandom(5 << 20))
+    (tree / "a.txt").write_bytes(b"small")
+    (tree / "sub" / "__init__.py").write_bytes(b"")   # no chunk: its digest is known at once
+    want = hashlib.sha256(big.read_bytes()).hexdigest()
+    want_w = hashlib.sha256((tree / "sub" / "w.bin").read_bytes()).hexdigest()
+    want_a = hashlib.sha256(b"small").hexdigest()
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "older" if server == "older" else "pass")
+    try:
+        c = kestrel.Client(proxy.url, kestreld.token)
+        assert c.push(f"team/whole-{server}", str(big)) == 1
+        assert c.push(f"team/wtree-{server}", str(tree)) == 1
+        sent = bytes(proxy.sent)
+        assert (want.encode() in sent) == (server == "older") and (want_w.encode() in sent) == (server == "older")
+        # the missing query and the manifest name the chunk; only to an older kestreld does the file too
+        assert sent.count(want_a.encode()) == (3 if server == "older" else 2)
+        assert (proxy.damaged > 0) == (server == "older")
+    finally:
+        proxy.close()
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    assert c.versions(f"team/whole-{server}")[-1].sha256 == want
+    status, body = raw(kestreld, "GET", f"/api/v1/models/team/wtree-{server}/versions/1")
+    assert status == 200 and {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["sub/w.bin"] == want_w
+    assert {f["path"]: f["sha256"] for f in json.loads(body)["files"]}["a.txt"] == want_a
+    assert [f["path"] for f in json.loads(body)["files"]] == ["a.txt", "sub/__init__.py", "sub/w.bin"]
+    c.pull(f"team/wtree-{server}", str(tmp_path / "out"))   # the pull checks every digest
+    assert subprocess.run(["diff", "-r", str(tree), str(tmp_path / "out")]).returncode == 0
+    # file:// hashes beside its read, and fills in a digest that a stat cache entry from kestreld lacks
+    old = time.time() - 60
+    os.utime(big, (old, old))
+    c.push(f"team/whole-{server}", str(big))                # remembered now, its digest left to kestreld
+    entry = tmp_path / "cache.stat" / hashlib.sha256(os.path.realpath(big).encode()).hexdigest()
+    assert entry.read_text().split("\n")[1].split()[8] == "-"
+    store = kestrel.Client(f"file://{tmp_path / 'store'}", "")
+    assert store.push("team/local", str(big)) == 1 and store.versions("team/local")[-1].sha256 == want
