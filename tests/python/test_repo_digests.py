@@ -155,6 +155,27 @@ def test_a_commit_answered_busy_is_sent_again_whole(kestreld, tmp_path, monkeypa
     assert (tmp_path / "back2" / "d0" / "f000").read_bytes() == b"changed"
 
 
+def _push_answer_lost(kestreld, tmp_path, name, **lost):
+    """Push 3 MiB to name, alias prod, through the fault proxy's "lost" (it forwards the commit,
+    kestreld makes the version, and the client is told `lost`'s answer in place of kestreld's); the
+    push's commit is sent again and answered version 1, the only one, which pulls back the same.
+    (the proxy, a client of kestreld itself, the file)"""
+    from faultproxy import FaultProxy
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", **lost)
+    try:
+        assert kestrel.Client(proxy.url, kestreld.token).push(name, str(src), alias="prod") == 1
+    finally:
+        proxy.close()
+    assert proxy.damaged == 1 and b" 201 " in proxy.busied[0].split(b"\r\n", 1)[0]   # made, answer lost
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    assert [v.version for v in c.versions(name)] == [1]
+    c.pull(name + "@prod", str(tmp_path / "back.bin"))
+    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+    return proxy, c, src
+
+
 def test_a_commit_sent_again_is_answered_the_version_it_made(kestreld, tmp_path, monkeypatch):
     """A push's commit carries a key it picked at random. kestreld made the version, but its answer was
     lost: a proxy answered 503 in its place (as one whose upstream timed out would, or as the client
@@ -163,21 +184,8 @@ def test_a_commit_sent_again_is_answered_the_version_it_made(kestreld, tmp_path,
     (found by a hostile test: kill kestreld at its commit, restart it at once, two identical versions).
     A key is 32 lowercase hex digits (up to 64: the stored form, sent again in a manifest read back);
     the same key from another commit of other bytes makes a version."""
-    from faultproxy import FaultProxy
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
-    src = tmp_path / "w.bin"
-    src.write_bytes(os.urandom(3 << 20))
-    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost")
-    try:
-        c = kestrel.Client(proxy.url, kestreld.token)
-        assert c.push("team/lost", str(src), alias="prod") == 1
-    finally:
-        proxy.close()
-    assert proxy.damaged == 1 and b" 201 " in proxy.busied[0].split(b"\r\n", 1)[0]   # made, answer lost
-    c = kestrel.Client(kestreld.url, kestreld.token)
-    assert [v.version for v in c.versions("team/lost")] == [1]
-    c.pull("team/lost@prod", str(tmp_path / "back.bin"))
-    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+    _, c, src = _push_answer_lost(kestreld, tmp_path, "team/lost")
     assert c.push("team/lost", str(src)) == 2   # a push of the same bytes again is a new commit: a new key
     # the key as kestreld takes it
     status, body = raw(kestreld, "GET", "/api/v1/models/team/lost/versions/1")
@@ -230,10 +238,7 @@ def test_a_commit_whose_answer_a_proxy_lost_is_sent_again(kestreld, tmp_path, mo
     partial file" though the version was made (run again, the push made a second one); the connection
     closed with no answer it sent again already (libcurl sends a request again once where a reused
     connection closes before any answer), as it does now."""
-    from faultproxy import FaultProxy
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
-    src = tmp_path / "w.bin"
-    src.write_bytes(os.urandom(3 << 20))
     answer = b""
     if status == "cut":   # the head, then 1 byte of the 100 it announces
         answer = b"HTTP/1.1 201 Created\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\n\x08"
@@ -241,18 +246,8 @@ def test_a_commit_whose_answer_a_proxy_lost_is_sent_again(kestreld, tmp_path, mo
         answer = (b"HTTP/1.1 %d %s\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n"
                   % (status, b"Gateway Time-out" if status == 504 else b"Bad Gateway", len(_GATEWAY[status]))
                   + _GATEWAY[status])
-    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=answer, then_close=status == "cut")
-    try:
-        c = kestrel.Client(proxy.url, kestreld.token)
-        assert c.push("team/gw", str(src), alias="prod") == 1
-    finally:
-        proxy.close()
-    assert proxy.damaged == 1 and b" 201 " in proxy.busied[0].split(b"\r\n", 1)[0]   # made, answer lost
+    proxy, _, _ = _push_answer_lost(kestreld, tmp_path, "team/gw", answer=answer, then_close=status == "cut")
     assert bytes(proxy.sent).count(b"/versions HTTP/1.1") == 2   # sent again, once
-    c = kestrel.Client(kestreld.url, kestreld.token)
-    assert [v.version for v in c.versions("team/gw")] == [1]
-    c.pull("team/gw@prod", str(tmp_path / "back.bin"))
-    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
 
 
 def test_a_commit_to_a_kestreld_not_known_to_keep_keys_is_not_sent_again(kestreld, tmp_path, monkeypatch):
