@@ -426,7 +426,7 @@ def main():
         keras_case(cli, env, work)
 
         from repo_dataset import dataset_cases   # datasets of many small files, beside tar
-        dataset_cases(cli, env, work, server)
+        dataset_cases(cli, env, work, server, lambda d: Kestreld(kestreld_bin, d), rounds)
     finally:
         for p in (server, registry):
             if p:
