@@ -319,6 +319,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             if (!req->idempotent && cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST)
                 goto done;
         }
+        if (req->patient && retries > 0 && limit < BUSY_RETRIES)
+            limit = BUSY_RETRIES;   /* about 25 s: a kestreld restarting, a proxy's blip */
         if (attempt >= limit)
             goto done;
         for (long left = backoff; left > 0; left -= 100) {   /* a stop is seen within 0.1 s: not retried */

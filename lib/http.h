@@ -30,6 +30,10 @@ typedef struct {
     /* set: a 2xx body, which must be protobuf, is written to this file from offset 0 (and again from
      * 0 on a retry) instead of decoded: a body too long to hold (a pull's manifest). out is not set. */
     const int *to_fd;
+    /* set: what it does may be done by now (a push's commit), so where it is retried at all it is
+     * retried as kestreld's busy answer is, for about 25 s with the default backoff, not
+     * max_retries times: a kestreld restarted after it made the version answers the retry with it */
+    int patient;
 } kestrel__request;
 
 /* Perform req; on 2xx *out is the decoded response (protobuf_c_message_free_unpacked).

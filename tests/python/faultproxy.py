@@ -10,7 +10,8 @@ with the 503 "unavailable" kestreld gives when its memory for bodies is spent; "
 commit of a version to kestreld, which makes it, and answers the client that same 503 in place of
 kestreld's answer (a proxy whose upstream timed out, a kestreld that died before it answered), or
 `answer` (a proxy's own 502 or 504 page; with then_close=True the connection closes after it: part of an
-answer, cut), or with answer=b"" closes the connection without a word; "pass" changes
+answer, cut), or with answer=b"" closes the connection without a word (`lost_then`, when given, is called
+once kestreld's answer is in, before the client is told anything); "pass" changes
 nothing; "slow" forwards what clients send at `rate` bytes a second (a repository slower than the
 client's hashing). `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`
@@ -40,7 +41,7 @@ def _whole_answer(pending):
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY, then_close=False):
+    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY, then_close=False, lost_then=None):
         self.upstream = ("127.0.0.1", upstream_port)
         self.before = before
         self.mode = mode
@@ -50,6 +51,7 @@ class FaultProxy:
         self.rate = rate
         self.answer = answer   # "lost": what the client is told in place of kestreld's answer
         self.then_close = then_close
+        self.lost_then = lost_then
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -87,7 +89,11 @@ class FaultProxy:
         return data[head + 4 + length:]
 
     def _serve(self, client):
-        up = socket.create_connection(self.upstream)
+        try:
+            up = socket.create_connection(self.upstream)
+        except OSError:   # kestreld is down: the client's connection closes, as it would without us
+            client.close()
+            return
         state = {"chunk_request": False, "missing_request": False, "hung": False, "lost_request": False}
 
         def requests():   # client -> server; notes whether the latest request fetches a chunk
@@ -153,6 +159,8 @@ class FaultProxy:
                     state["lost_request"] = False
                     self.damaged += 1
                     self.busied.append(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+                    if self.lost_then:
+                        self.lost_then()
                     if not self.answer:
                         break   # the connection closed, no answer
                     if self.then_close:

@@ -250,6 +250,46 @@ def test_a_commit_whose_answer_a_proxy_lost_is_sent_again(kestreld, tmp_path, mo
     assert bytes(proxy.sent).count(b"/versions HTTP/1.1") == 2   # sent again, once
 
 
+def test_a_commit_is_sent_again_until_a_restarted_kestreld_is_back(kestreld, tmp_path, monkeypatch):
+    """kestreld makes the version, its answer is lost (the connection closes) and it dies; it is
+    back 2 s later. The push sends its commit again until it is (for about 25 s with the default
+    backoff, as a busy answer) and is answered the version made: one version. The build before gave
+    up after 3 retries, 0.7 s, with the version made (a hostile test), and the push run again made a
+    second one."""
+    import threading
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    died = threading.Event()
+
+    def kill():
+        kestreld.proc.kill()
+        kestreld.proc.wait()
+        died.set()
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=b"", lost_then=kill)
+    got = {}
+
+    def push():
+        try:
+            got["version"] = kestrel.Client(proxy.url, kestreld.token).push("team/back", str(src))
+        except kestrel.KestrelError as e:
+            got["error"] = e
+    t = threading.Thread(target=push)
+    t.start()
+    try:
+        assert died.wait(60)
+        time.sleep(2)
+        kestreld.restart()
+        proxy.upstream = ("127.0.0.1", int(kestreld.url.rsplit(":", 1)[1]))   # the retries reach it now
+        t.join(60)
+    finally:
+        proxy.close()
+    assert got == {"version": 1}, got
+    assert b" 201 " in proxy.busied[0].split(b"\r\n", 1)[0]   # made before it died
+    assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/back")] == [1]
+
+
 def test_a_commit_to_a_kestreld_not_known_to_keep_keys_is_not_sent_again(kestreld, tmp_path, monkeypatch):
     """A kestreld from before commit keys ignores the key, and a commit it is sent again makes a second
     version. The push knows a kestreld keeps keys by its saying it names chunks (which came later);
