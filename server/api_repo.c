@@ -286,7 +286,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
     rc = kestrel__store_commit(r->e->store, name, in, &version);
     kestrel__store_commit_release(hold);
     hold = -1;
-    if (rc < 0 || (in->alias[0] && (rc = kestrel__store_alias_set(r->e->store, name, in->alias, version)) < 0)) {
+    if (rc < 0 || (in->alias[0] && (rc = kestrel__store_alias_forward(r->e->store, name, in->alias, version)) < 0)) {
         reply = kd_reply_failure(r, rc);
         goto out;
     }

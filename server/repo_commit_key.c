@@ -108,7 +108,7 @@ static int find(kd_req *r, const char *name, Kestrel__V1__Manifest *in, int64_t 
             snprintf(msg, n, "a job token cannot move the existing alias %s@%s", name, in->alias);
             return KESTREL_EAUTH;
         }
-        if ((rc = kestrel__store_alias_set(r->e->store, name, in->alias, v)) < 0)
+        if ((rc = kestrel__store_alias_forward(r->e->store, name, in->alias, v)) < 0)
             return rc;
     }
     if (r->who.job_id && kd_catalog_lineage_add(r->e->cat, r->who.job_id, name, v) < 0)   /* where the first */

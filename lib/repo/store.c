@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <openssl/evp.h>
@@ -720,6 +721,26 @@ int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *al
         return kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
     }
     return 0;
+}
+
+int kestrel__store_alias_forward(kestrel__store *s, const char *name, const char *alias, int64_t version)
+{
+    char dir[PATH_MAX];
+    int64_t now = 0;
+    int fd, rc;
+    snprintf(dir, sizeof(dir), "%s/models/%s/versions", s->root, name);
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return io_error("cannot open", dir);
+    while (flock(fd, LOCK_EX) < 0 && errno == EINTR)
+        ;
+    if (alias_read(s, name, alias, &now) == 0 && now > version)
+        rc = 0;   /* a push that made a newer version set it meanwhile: it stays */
+    else {
+        kestrel_error_clear();
+        rc = kestrel__store_alias_set(s, name, alias, version);
+    }
+    close(fd);   /* and the lock with it */
+    return rc;
 }
 
 int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias)

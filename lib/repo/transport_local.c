@@ -107,7 +107,7 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
     kestrel__store_commit_release(hold);
     if (rc < 0)
         return rc;
-    return m->alias[0] ? kestrel__store_alias_set(STORE(t), m->name, m->alias, *version) : 0;
+    return m->alias[0] ? kestrel__store_alias_forward(STORE(t), m->name, m->alias, *version) : 0;
 }
 
 static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx)
