@@ -35,7 +35,7 @@ typedef struct kd_route {
     kd_area area;
     const char *rest;       /* points into the path */
     char chunk[65];         /* KD_AREA_CHUNK_VERIFY */
-    int read_ok;            /* a read-scoped token may make this request (GETs, and the two POSTs a
+    int read_ok;            /* a read-scoped token may make this request (GETs, and the POSTs a
                                pull makes: /chunks/missing, /chunks/fetch and /chunks/SHA/verify; for the
                                console GET, HEAD and POST, though not consulted: console.c checks) */
 } kd_route;
