@@ -348,10 +348,9 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
     char reason[400];
     kd_transition t = { kestrel__now_ms(), reason, 0, 0, NULL, 0, NULL };
     int final = kd_slurm_state_final(v->state);
-    int requeued = j->kstate == KESTREL_JOB_STATE_RUNNING &&
-                   (kd_slurm_state_pending(v->state) || (j->restarts >= 0 && v->restarts > j->restarts));
+    int what = kd_slurm_follow(&j->kstate, &j->restarts, v);
+    int requeued = what == KD_SLURM_REQUEUED, started = what == KD_SLURM_STARTED;
     int64_t by = 0;
-    int started;
     kd_sjob snap;
     char why[64];
 
@@ -362,12 +361,6 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
     if (requeued)
         by = preemptor(s, j);
     snap = *j;
-    /* it ran and ended between two polls: record the start first */
-    started = j->kstate == KESTREL_JOB_STATE_QUEUED &&
-              (kd_slurm_state_running(v->state) || (final && v->node[0] && strcmp(v->state, "CANCELLED")));
-    if (requeued || started)
-        j->kstate = requeued ? KESTREL_JOB_STATE_QUEUED : KESTREL_JOB_STATE_RUNNING;
-    j->restarts = v->restarts;
     pthread_mutex_unlock(&s->mu);
 
     if (requeued) {

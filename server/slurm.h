@@ -67,6 +67,15 @@ int kd_slurm_parse_sacct(const char *line, kd_sview *v);
 int kd_slurm_state_pending(const char *st);   /* waits for resources, dependencies, a node boot, a requeue */
 int kd_slurm_state_running(const char *st);
 int kd_slurm_state_final(const char *st);
+/* What one poll's view v means for a job the follower has in *kstate (QUEUED or RUNNING) with
+ * Slurm's Restarts= last seen in *restarts (-1 unknown); both are updated.
+ * KD_SLURM_REQUEUED: the run Kestrel knew ended and the job waits again (its state is pending, or
+ * its restart count went up, possibly while it still completes). KD_SLURM_STARTED: a new run began,
+ * or one began and ended between two polls. 0: nothing Kestrel records. A requeued job stays
+ * COMPLETING (flags win over the base state in scontrol's JobState) for a while with its new count:
+ * that is the old run's end, never a start. */
+enum { KD_SLURM_REQUEUED = 1, KD_SLURM_STARTED = 2 };
+int kd_slurm_follow(int *kstate, int *restarts, const kd_sview *v);
 
 /* Submit the job (catalog load, dependencies, script, sbatch). 0 submitted (j->slurm_id set),
  * 1 not yet (waits for a dependency or an affinity target; j->reason says why), -1 failed for good

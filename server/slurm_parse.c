@@ -122,3 +122,19 @@ int kd_slurm_state_final(const char *st)
                                      "BOOT_FAIL", "DEADLINE", "REVOKED", NULL };
     return in(st, f);
 }
+
+int kd_slurm_follow(int *kstate, int *restarts, const kd_sview *v)
+{
+    int what = 0;
+    if (*kstate == KESTREL_JOB_STATE_RUNNING &&
+        (kd_slurm_state_pending(v->state) || (*restarts >= 0 && v->restarts > *restarts)))
+        what = KD_SLURM_REQUEUED;
+    else if (*kstate == KESTREL_JOB_STATE_QUEUED &&
+             ((kd_slurm_state_running(v->state) && strcmp(v->state, "COMPLETING")) ||
+              (kd_slurm_state_final(v->state) && v->node[0] && strcmp(v->state, "CANCELLED"))))
+        what = KD_SLURM_STARTED;
+    if (what)
+        *kstate = what == KD_SLURM_REQUEUED ? KESTREL_JOB_STATE_QUEUED : KESTREL_JOB_STATE_RUNNING;
+    *restarts = v->restarts;
+    return what;
+}

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -71,12 +72,71 @@ static void state_classes(void **st)
                  kd_slurm_state_pending("COMPLETED"));
 }
 
+/* Feed the follower one poll after another; count what it records. */
+static void follow(const char *const *polls, int restarts0, int *requeues, int *starts, int *kstate)
+{
+    int restarts = restarts0;
+    *requeues = *starts = 0;
+    for (; *polls; polls++) {
+        kd_sview v;
+        memset(&v, 0, sizeof(v));
+        assert_int_equal(sscanf(*polls, "%31[A-Z_]/%d", v.state, &v.restarts), 2);
+        if (strcmp(v.state, "PENDING"))
+            snprintf(v.node, sizeof(v.node), "node1");
+        switch (kd_slurm_follow(kstate, &restarts, &v)) {
+        case KD_SLURM_REQUEUED: ++*requeues; break;
+        case KD_SLURM_STARTED: ++*starts; break;
+        }
+        assert_int_equal(restarts, v.restarts);
+    }
+}
+
+static void follower_steps(void **st)
+{
+    int requeues, starts, kstate;
+    (void)st;
+    /* a requeued job completes with its new count before it waits (a CI run saw it counted twice:
+     * requeued at the COMPLETING, started at the next COMPLETING, requeued again at PENDING) */
+    static const char *const requeue[] = { "PENDING/0", "RUNNING/0", "COMPLETING/1", "COMPLETING/1",
+                                            "PENDING/1", "REQUEUED/1", "RUNNING/1", "COMPLETING/1",
+                                            "COMPLETED/1", NULL };
+    kstate = KESTREL_JOB_STATE_QUEUED;
+    follow(requeue, 0, &requeues, &starts, &kstate);
+    assert_int_equal(requeues, 1);
+    assert_int_equal(starts, 2);
+    assert_int_equal(kstate, KESTREL_JOB_STATE_RUNNING);
+    /* requeued and running again between two polls: the count tells */
+    static const char *const quick[] = { "RUNNING/0", "RUNNING/1", "RUNNING/1", NULL };
+    kstate = KESTREL_JOB_STATE_QUEUED;
+    follow(quick, 0, &requeues, &starts, &kstate);
+    assert_int_equal(requeues, 1);
+    assert_int_equal(starts, 2);
+    /* ran and ended between two polls: one start, recorded from the final state */
+    static const char *const brief[] = { "PENDING/0", "COMPLETING/0", "COMPLETED/0", NULL };
+    kstate = KESTREL_JOB_STATE_QUEUED;
+    follow(brief, 0, &requeues, &starts, &kstate);
+    assert_int_equal(requeues, 0);
+    assert_int_equal(starts, 1);
+    /* cancelled while waiting: never started */
+    static const char *const cancelled[] = { "PENDING/0", "CANCELLED/0", NULL };
+    kstate = KESTREL_JOB_STATE_QUEUED;
+    follow(cancelled, 0, &requeues, &starts, &kstate);
+    assert_int_equal(requeues + starts, 0);
+    /* followed again after kestreld restarted: the count is learnt, not taken for a requeue */
+    static const char *const again[] = { "RUNNING/3", "RUNNING/3", "PENDING/4", NULL };
+    kstate = KESTREL_JOB_STATE_RUNNING;
+    follow(again, -1, &requeues, &starts, &kstate);
+    assert_int_equal(requeues, 1);
+    assert_int_equal(starts, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(scontrol_lines),
         cmocka_unit_test(sacct_lines),
         cmocka_unit_test(state_classes),
+        cmocka_unit_test(follower_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
