@@ -197,10 +197,13 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
     int retries = c->opts.max_retries == 0 ? 3 : (c->opts.max_retries < 0 ? 0 : c->opts.max_retries);
     long backoff = c->opts.retry_backoff_ms ? c->opts.retry_backoff_ms : 100;
     long timeout = (c->opts.timeout_ms ? c->opts.timeout_ms : 60000) + req->extra_timeout_ms;
-    int rc;
+    int rc, unknown = 0;   /* a try may have been done by the server, its answer lost */
+    int timed_out = 0;
 
     if (out)
         *out = NULL;
+    if (req->outcome_unknown)
+        *req->outcome_unknown = 0;
     if (c->store_root)
         return kestrel__error_set(KESTREL_EUNSUPPORTED, "%s needs a kestreld (http:// or https://), not a file:// repository",
                                   req->path);
@@ -264,6 +267,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         cc = curl_easy_perform(h);
         if (st.rc < 0 || rd.rc < 0) {   /* the caller's stop, or its body's failure: that error stands */
             rc = st.rc < 0 ? st.rc : rd.rc;
+            unknown |= st.rc < 0;   /* stopped while it was under way */
             goto done;
         }
         if (ans.err) {
@@ -306,18 +310,27 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
              * another 502, 503 or 504 (a proxy's may follow a forwarded request) only an idempotent one */
             if (kestrel__http_busy(status, &resp) && retries > 0)
                 limit = retries > BUSY_RETRIES ? retries : BUSY_RETRIES;
-            else if (!(req->idempotent && (status == 502 || status == 503 || status == 504)))
+            else if (status == 502 || status == 503 || status == 504) {
+                unknown = 1;   /* a proxy's: it may have forwarded the request */
+                if (!req->idempotent)
+                    goto done;
+            } else
                 goto done;
         } else if (cc == CURLE_OPERATION_TIMEDOUT) {
             rc = kestrel__error_set(KESTREL_ETIMEOUT, "%s %s: %s", req->method, req->path, curl_easy_strerror(cc));
-            goto done;
+            unknown = 1;
+            if (!(req->idempotent && req->patient) || timed_out++)   /* once: a hung server, not minutes */
+                goto done;
         } else {
             char msg[300];
             snprintf(msg, sizeof(msg), "%s %s: %s", req->method, c->url, curl_easy_strerror(cc));
             rc = kestrel__error_set_net((int)cc, msg);
             /* a request that never reached the server may always be retried */
-            if (!req->idempotent && cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST)
-                goto done;
+            if (cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST) {
+                unknown = 1;
+                if (!req->idempotent)
+                    goto done;
+            }
         }
         if (req->patient && retries > 0 && limit < BUSY_RETRIES)
             limit = BUSY_RETRIES;   /* about 25 s: a kestreld restarting, a proxy's blip */
@@ -334,6 +347,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         backoff *= 2;
     }
 done:
+    if (req->outcome_unknown)
+        *req->outcome_unknown = rc < 0 && unknown;
     curl_slist_free_all(hdrs);
     kestrel_buf_dispose(&url);
     kestrel_buf_dispose(&body);

@@ -32,8 +32,14 @@ typedef struct {
     const int *to_fd;
     /* set: what it does may be done by now (a push's commit), so where it is retried at all it is
      * retried as kestreld's busy answer is, for about 25 s with the default backoff, not
-     * max_retries times: a kestreld restarted after it made the version answers the retry with it */
+     * max_retries times (a kestreld restarted after it made the version answers the retry with it),
+     * and an idempotent one is retried once after its timeout too (kestreld still making the version
+     * answers the retry 503 "unavailable" until it is made, then with it) */
     int patient;
+    /* set: where the request fails, *outcome_unknown is 1 when a try of it may have been done by the
+     * server all the same (its answer lost: a proxy's 502 or 504, a connection broken or timed out
+     * once it was sent, a stop while it was under way), else 0 (never sent, or refused by kestreld) */
+    int *outcome_unknown;
 } kestrel__request;
 
 /* Perform req; on 2xx *out is the decoded response (protobuf_c_message_free_unpacked).

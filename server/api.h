@@ -65,7 +65,9 @@ void kd_api_stop(kd_api *api);
 
 /* Run work(r, arg) on a thread of its own, r's connection suspended meanwhile (MHD_YES), for a
  * handler that takes seconds; its kd_reply_* is kept and queued by kd_defer_reply once resumed.
- * Past 16 at once, or once kd_defer_drain began, work runs here and its answer is returned. */
+ * Past KD_DEFER_MAX at once, or once kd_defer_drain began, work runs here and its answer is returned
+ * (so at most KD_DEFER_MAX + KD_HTTP_THREADS_MAX handlers run at once). */
+#define KD_DEFER_MAX 16
 typedef enum MHD_Result (*kd_deferred_fn)(kd_req *r, void *arg);
 typedef enum MHD_Result (*kd_route_fn)(kd_req *r);
 enum MHD_Result kd_defer(kd_req *r, kd_deferred_fn work, void *arg);

@@ -3,13 +3,11 @@
  * own while its connection is suspended: on the HTTP thread it would hold up every other
  * connection that thread serves (an eighth of them with the default 8 threads; all of them with
  * --http-threads 1). Its reply is made on that thread and queued once the connection is resumed
- * (api.c: on_request). At most DEFER_MAX at once; past that, and once the daemon stops, a handler
+ * (api.c: on_request). At most KD_DEFER_MAX (api.h) at once; past that, and once the daemon stops, a handler
  * runs where it is called, as before. */
 #include <pthread.h>
 #include <stdlib.h>
 #include "api.h"
-
-#define DEFER_MAX 16
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
@@ -52,7 +50,7 @@ static enum MHD_Result defer(job j)
     pthread_t th;
     int made;
     pthread_mutex_lock(&mu);
-    if (!stopping && running < DEFER_MAX && (copy = malloc(sizeof(*copy))) != NULL) {
+    if (!stopping && running < KD_DEFER_MAX && (copy = malloc(sizeof(*copy))) != NULL) {
         *copy = j;
         running++;
         j.r->deferring = 1;

@@ -15,6 +15,8 @@ typedef struct {
     char *requirements;
 } kd_env_decl;
 
+#define KD_HTTP_THREADS_MAX 256
+
 typedef struct {
     const char *listen;        /* address to bind, "127.0.0.1" */
     int port;                  /* 0: ephemeral */
@@ -41,7 +43,7 @@ typedef struct {
     const char *tls_ca;        /* CA bundle jobs verify this server with (their KESTREL_CA_FILE) */
     int64_t max_log_bytes;     /* a job's stored log: head and tail past it (0: default 256 MiB) */
     int max_queued;            /* QUEUED jobs per user (429 past it) */
-    int http_threads;          /* the HTTP server's thread pool */
+    int http_threads;          /* the HTTP server's thread pool, 1 to KD_HTTP_THREADS_MAX */
     int max_connections;       /* open connections in all (more are refused) */
     int max_connections_per_ip;
     int idle_timeout_s;        /* a connection silent this long (headers, body, keep-alive) is closed */

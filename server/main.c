@@ -539,7 +539,7 @@ int main(int argc, char **argv)
             break;
         }
         case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
-        case 19: if (parse_int("--http-threads", optarg, 1, 256, &v) < 0) return 2; cfg.http_threads = (int)v; break;
+        case 19: if (parse_int("--http-threads", optarg, 1, KD_HTTP_THREADS_MAX, &v) < 0) return 2; cfg.http_threads = (int)v; break;
         case 20: if (parse_int("--max-connections", optarg, 16, 1000000, &v) < 0) return 2; cfg.max_connections = (int)v; break;
         case 21: if (parse_int("--max-connections-per-ip", optarg, 1, 1000000, &v) < 0) return 2; cfg.max_connections_per_ip = (int)v; break;
         case 22: if (parse_int("--idle-timeout", optarg, 1, 3600, &v) < 0) return 2; cfg.idle_timeout_s = (int)v; break;

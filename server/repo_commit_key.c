@@ -30,13 +30,15 @@
 #define KEY_MIN 32
 #define KEY_MAX 64
 
-/* The keys (stored form) of the commits being made now: at most MAKING; beyond, a key is not held,
- * and two commits of it at once may both be made, as before keys. */
-#define MAKING 64
+/* The keys (stored form) of the commits being made now. A commit runs deferred or on an HTTP
+ * thread (api.h), so no more than MAKING run at once and a key always finds room; were it ever full,
+ * a commit would be answered 503 "unavailable" (sent again shortly), never made without its key held
+ * (two commits of one key at once could then both be made). */
+#define MAKING (KD_DEFER_MAX + KD_HTTP_THREADS_MAX)
 static pthread_mutex_t making_mu = PTHREAD_MUTEX_INITIALIZER;
 static char making[MAKING][KESTREL__HEX_LEN + 1];
 
-/* 1: hex held for this commit; 0: not held (no room); -1: another commit is making it. */
+/* 1: hex held for this commit; 0: no room; -1: another commit is making it. */
 static int hold(const char *hex)
 {
     int rc = 0, free_slot = -1;
@@ -70,8 +72,8 @@ static int is_key(const char *s)
     return n >= KEY_MIN && n <= KEY_MAX && s[n] == '\0';
 }
 
-/* 1: a match (*made), 0: none (in->commit_key now the stored form, *held when this commit holds it),
- * 2: another commit is making it, < 0: refused (msg). */
+/* 1: a match (*made), 0: none (in->commit_key now the stored form, held by this commit: *held),
+ * 2: another commit is making it, 3: no room to hold it, < 0: refused (msg). */
 static int find(kd_req *r, const char *name, Kestrel__V1__Manifest *in, int64_t *made, int *held, char *msg, size_t n)
 {
     char text[32 + KEY_MAX], hex[KESTREL__HEX_LEN + 1];
@@ -86,14 +88,13 @@ static int find(kd_req *r, const char *name, Kestrel__V1__Manifest *in, int64_t 
     kestrel__sha256_hex(text, strlen(text), hex);
     if ((rc = kestrel__wire_set_string(&in->commit_key, hex)) < 0)
         return rc;
-    if ((rc = hold(hex)) < 0)
-        return 2;
+    if ((rc = hold(hex)) <= 0)
+        return rc < 0 ? 2 : 3;
     if (!kestrel__store_find_commit(r->e->store, name, hex, &l)) {
-        *held = rc;
+        *held = 1;
         return 0;
     }
-    if (rc)
-        kd_commit_key_release(hex);
+    kd_commit_key_release(hex);
     /* the same push: its size, and its digest where it gave one (a key used again for other bytes is
      * a client's fault; that commit is made as it came) */
     v = l->version;
@@ -129,6 +130,8 @@ int kd_commit_again(kd_req *r, const char *name, Kestrel__V1__Manifest *in, int 
     if (rc == 2)   /* "unavailable": a client sends it again shortly, then finds the version made */
         *reply = kd_reply_error(r, 503, "unavailable", "another request with this commit's key is still making its "
                                 "version: send it again shortly");
+    else if (rc == 3)
+        *reply = kd_reply_error(r, 503, "unavailable", "too many commits are being made at once: send it again shortly");
     else if (rc == KESTREL_EINVALID)
         *reply = kd_reply_error(r, 400, "invalid_argument", msg);
     else if (rc == KESTREL_EAUTH)

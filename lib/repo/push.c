@@ -555,14 +555,18 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     ps.buf = NULL;
     /* once more, when chunks were lost ("... is not stored": kestreld, file://, and kestreld before it
      * named the collection); any other refusal is said as it came */
+    t->tick = pr;   /* a stop is seen while the commit waits, too: the push then says its version may be made */
     if ((rc = t->ops->commit(t, m, lists, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
                                                                            "is not stored")) {
         kestrel__error_kept why;
         size_t lost = 0;
         kestrel__error_keep(&why);
-        if ((rc = resend_lost(t, lists, &files, pr, &lost)) == 0)
+        if ((rc = resend_lost(t, lists, &files, pr, &lost)) == 0) {
+            t->tick = pr;
             rc = lost ? t->ops->commit(t, m, lists, version) : kestrel__error_restore(&why.err);
+        }
     }
+    t->tick = NULL;
     if (rc < 0)
         goto done;
     pr->p.bytes_done = pr->p.bytes_total;

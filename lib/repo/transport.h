@@ -66,10 +66,10 @@ struct kestrel__transport {
     char where[17];      /* the repository: 16 hex digits of SHA-256 of kestreld's URL ("" for file://), the
                             stat cache's mark on what its answers named (push_cache.h) */
     int64_t found_unnamed;   /* chunks sent unnamed that the repository held already (atomic: send adds) */
-    /* Set by a push or a pull while it sends or fetches (NULL: none; never during a commit): the
-     * progress a request reports while it waits, so that a stop is seen even while a server does not
-     * answer (HTTP: missing, send, resolve and fetch; every 100 ms in a transfer of chunks, about every
-     * second in missing and resolve). The report's error (the callback said stop) gives the request up with it. */
+    /* Set by a push or a pull while it sends, fetches or commits (NULL: none): the progress a request
+     * reports while it waits, so that a stop is seen even while a server does not answer (HTTP:
+     * missing, send, commit, resolve and fetch; every 100 ms in a transfer of chunks, about every
+     * second in the others). The report's error (the callback said stop) gives the request up with it. */
     kestrel__progress *tick;
 };
 

@@ -411,14 +411,19 @@ static int64_t chunks_read(void *ctx, int64_t at, void *buf, size_t n)
  * push whose version may have been made, and the push run again made a second one). Known: it said
  * it names chunks (`missing`'s answer), which came after keys; a kestreld before keys ignores the
  * field, and a commit it is sent again makes a second version, so there a lost answer still fails
- * the push, as it did. */
+ * the push, as it did. A stop (the push's progress callback) is seen while it is under way and
+ * between its tries; a push that fails or stops with a try's outcome unknown says that its version
+ * may have been made. */
+#define MAYBE_MADE "its version may have been made all the same (list the versions of %s to see)"
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version)
 {
     char path[600], key[33];
     unsigned char r[16];
     ProtobufCMessage *resp = NULL;
-    kestrel__request req = { "POST", path, &m->base, &kestrel__v1__manifest__descriptor, 0, 0, NULL };
-    int rc;
+    kestrel__request req = { "POST", path, &m->base, &kestrel__v1__manifest__descriptor, 0, 0, NULL,
+                             t->tick ? kestrel__http_tick : NULL, t };
+    int rc, unknown = 0;
+    req.outcome_unknown = &unknown;
     if (getentropy(r, sizeof(r)) == 0) {   /* else none: a commit sent again makes a second version */
         kestrel__hex(r, sizeof(r), key);
         m->commit_key = key;
@@ -433,6 +438,15 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
     snprintf(path, sizeof(path), "/api/v1/models/%s/versions", m->name);
     rc = kestrel__http_call(&resp, CLIENT(t), &req);
     m->commit_key = (char *)protobuf_c_empty_string;
+    if (rc < 0 && unknown) {   /* a push must not say "failed" of a version that may be there */
+        char was[400];
+        snprintf(was, sizeof(was), "%s", kestrel_error_last()->message);
+        if (rc == KESTREL_ECANCELLED || rc == KESTREL_EUSER)
+            return kestrel__error_set(rc, "stopped while the commit of %s was unanswered: " MAYBE_MADE, m->name,
+                                      m->name);
+        return kestrel__error_set(rc, "%s; the commit of %s was sent and its answer lost: " MAYBE_MADE, was,
+                                  m->name, m->name);
+    }
     if (rc < 0)
         return rc;
     *version = ((Kestrel__V1__Manifest *)resp)->version;

@@ -11,7 +11,8 @@ commit of a version to kestreld, which makes it, and answers the client that sam
 kestreld's answer (a proxy whose upstream timed out, a kestreld that died before it answered), or
 `answer` (a proxy's own 502 or 504 page; with then_close=True the connection closes after it: part of an
 answer, cut), or with answer=b"" closes the connection without a word (`lost_then`, when given, is called
-once kestreld's answer is in, before the client is told anything); "pass" changes
+once kestreld's answer is in, before the client is told anything); it does so to the first `lose` commits
+(None: every one); "pass" changes
 nothing; "slow" forwards what clients send at `rate` bytes a second (a repository slower than the
 client's hashing). `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`
@@ -41,7 +42,8 @@ def _whole_answer(pending):
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY, then_close=False, lost_then=None):
+    def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY, then_close=False, lost_then=None,
+                 lose=1):
         self.upstream = ("127.0.0.1", upstream_port)
         self.before = before
         self.mode = mode
@@ -52,6 +54,7 @@ class FaultProxy:
         self.answer = answer   # "lost": what the client is told in place of kestreld's answer
         self.then_close = then_close
         self.lost_then = lost_then
+        self.lose = lose
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -119,7 +122,8 @@ class FaultProxy:
                         data = self._answer_busy(client, data)
                         if not data:
                             continue
-                    if self.mode == "lost" and not self.damaged and data.startswith(b"POST /api/v1/models/") \
+                    if self.mode == "lost" and (self.lose is None or self.damaged < self.lose) \
+                            and data.startswith(b"POST /api/v1/models/") \
                             and data.split(b"\r\n", 1)[0].endswith(b"/versions HTTP/1.1"):
                         state["lost_request"] = True
                     if self.mode != "slow":

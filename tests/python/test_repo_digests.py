@@ -5,6 +5,7 @@ temp list and sent again whole when kestreld answers busy."""
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -290,6 +291,54 @@ def test_a_commit_is_sent_again_until_a_restarted_kestreld_is_back(kestreld, tmp
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/back")] == [1]
 
 
+def test_a_commit_that_timed_out_is_sent_again(kestreld, tmp_path, monkeypatch):
+    """kestreld made the version and its answer came after the client's timeout (a commit of many
+    files on a loaded server; here the proxy holds the answer 3 s, the client waits 1.5 s). The commit
+    is sent again once (its key held, kestreld answers 503 until the version is made, then with it):
+    one version. The build before failed the push with the timeout, the version made."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=b"", lost_then=lambda: time.sleep(3))
+    try:
+        assert kestrel.Client(proxy.url, kestreld.token, timeout=1.5).push("team/slow", str(src)) == 1
+    finally:
+        proxy.close()
+    assert proxy.damaged == 1 and bytes(proxy.sent).count(b"/versions HTTP/1.1") == 2
+    assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/slow")] == [1]
+
+
+def test_ctrl_c_while_a_commit_is_sent_again_stops_the_push_saying_its_version_may_be_made(kestreld, tmp_path):
+    """Every answer to the commit is a proxy's 502 (kestreld made the version at the first). The push
+    sends it again for about 25 s; Ctrl-C among those tries stops the CLI at once, by the signal, and
+    it says the version may have been made, which is so. The build before went on with its tries for
+    the 25 s (the commit had no stop) and then failed with the 502 alone."""
+    from faultproxy import FaultProxy
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    gateway = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(_GATEWAY[502])
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=gateway + _GATEWAY[502], lose=None)
+    env = dict(kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache")), KESTREL_URL=proxy.url)
+    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/gone", str(src)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while proxy.damaged < 3 and time.time() < deadline:   # the first commit and two tries again
+            time.sleep(0.01)
+        assert proxy.damaged >= 3, p.stderr.read() if p.poll() is not None else "no commit"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=8)   # not the 20 s of tries left
+    finally:
+        proxy.close()
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == -signal.SIGINT, (p.returncode, err)
+    assert "stopped by Interrupt; stopped while the commit of team/gone was unanswered: its version may have " \
+           "been made all the same (list the versions of team/gone to see)" in err, err
+    assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/gone")] == [1]
+
+
 @pytest.mark.parametrize("where", ["kestreld", "file"])
 def test_pushes_that_race_leave_their_alias_on_the_newest_version(kestreld, tmp_path, where):
     """Six pushes at once (CLI processes) to one model, each naming the alias prod: it ends on the
@@ -319,7 +368,8 @@ def test_a_commit_to_a_kestreld_not_known_to_keep_keys_is_not_sent_again(kestrel
     """A kestreld from before commit keys ignores the key, and a commit it is sent again makes a second
     version. The push knows a kestreld keeps keys by its saying it names chunks (which came later);
     one that does not say so (played by the fault proxy's "older", behind the proxy that answers 502
-    for the commit) has its commit sent once, and the push fails with the 502, as it did before keys."""
+    for the commit) has its commit sent once, and the push fails with the 502, as it did before keys,
+    saying now that its version may have been made (it was)."""
     from faultproxy import FaultProxy
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     src = tmp_path / "w.bin"
@@ -328,7 +378,8 @@ def test_a_commit_to_a_kestreld_not_known_to_keep_keys_is_not_sent_again(kestrel
     gateway = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(_GATEWAY[502])
     lost = FaultProxy(older.port, "lost", answer=gateway + _GATEWAY[502])
     try:
-        with pytest.raises(kestrel.KestrelError, match="502"):
+        with pytest.raises(kestrel.KestrelError, match="502.*the commit of team/old was sent and its answer lost: "
+                                                        "its version may have been made all the same"):
             kestrel.Client(lost.url, kestreld.token).push("team/old", str(src))
     finally:
         lost.close()
