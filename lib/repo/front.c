@@ -44,8 +44,8 @@ int kestrel__progress_report(kestrel__progress *pr, int final)
         return 0;
     pr->last_ms = now;
     r = pr->cb(&pr->p, pr->payload);
-    if (r == KESTREL_EUSER)
-        return KESTREL_EUSER;
+    if (r == KESTREL_EUSER)   /* returned as it is; recorded, so that no older error is taken for it */
+        return kestrel__error_set(KESTREL_EUSER, "the progress callback stopped the transfer");
     return r ? kestrel__error_set(KESTREL_ECANCELLED, "the progress callback cancelled the transfer") : 0;
 }
 

@@ -339,6 +339,32 @@ def test_ctrl_c_while_a_commit_is_sent_again_stops_the_push_saying_its_version_m
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/gone")] == [1]
 
 
+def test_a_progress_callback_that_stops_a_commit_being_sent_again_gets_a_note_that_its_version_may_be_made(kestreld, tmp_path, monkeypatch):
+    """The same in Python: the progress callback raises while the commit is sent again (every answer a
+    proxy's 502, the version made at the first); the push raises that exception at once, with a note
+    that the version may have been made. Before, the callback was not called during the commit."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    gateway = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(_GATEWAY[502])
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=gateway + _GATEWAY[502], lose=None)
+
+    def progress(p):
+        if proxy.damaged >= 2:
+            raise LookupError("enough")
+    try:
+        t0 = time.time()
+        with pytest.raises(LookupError, match="enough") as e:
+            kestrel.Client(proxy.url, kestreld.token).push("team/note", str(src), progress=progress)
+        assert time.time() - t0 < 10   # not the 25 s of tries
+    finally:
+        proxy.close()
+    assert e.value.__notes__ == ["stopped while the commit of team/note was unanswered: its version may have been "
+                                 "made all the same (list the versions of team/note to see)"]
+    assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/note")] == [1]
+
+
 @pytest.mark.parametrize("where", ["kestreld", "file"])
 def test_pushes_that_race_leave_their_alias_on_the_newest_version(kestreld, tmp_path, where):
     """Six pushes at once (CLI processes) to one model, each naming the alias prod: it ends on the

@@ -1,6 +1,6 @@
 """Exceptions, one per libkestrel error code, each also a familiar builtin where one fits."""
 import threading
-from typing import Any
+from typing import Any, Optional
 
 from .ffi import C, ffi
 
@@ -92,12 +92,17 @@ def check(rc: int, payload: object = None) -> int:
         return rc
     pending = getattr(_tls, "pending", None)
     _tls.pending = None
-    if pending is not None:
-        raise pending
     stored = getattr(payload, "stored_exception", None)
     if stored is not None:
         setattr(payload, "stored_exception", None)
-        raise stored
+    exc: Optional[BaseException] = pending if pending is not None else stored
+    if exc is not None:
+        # a push stopped while its commit was unanswered: its version may be there all the same
+        said = C.kestrel_error_last().message
+        said = ffi.string(said).decode("utf-8", "replace") if said != ffi.NULL else ""
+        if "may have been made" in said and hasattr(exc, "add_note"):
+            exc.add_note(said)
+        raise exc
     if rc == C.KESTREL_ENOMEM:
         raise MemoryError("libkestrel: out of memory")
     err: Any = C.kestrel_error_last()
