@@ -348,7 +348,7 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
     char reason[400];
     kd_transition t = { kestrel__now_ms(), reason, 0, 0, NULL, 0, NULL };
     int final = kd_slurm_state_final(v->state);
-    int what = kd_slurm_follow(&j->kstate, &j->restarts, v);
+    int what = kd_slurm_follow(&j->kstate, &j->restarts, &j->ending, v);
     int requeued = what == KD_SLURM_REQUEUED, started = what == KD_SLURM_STARTED;
     int64_t by = 0;
     kd_sjob snap;

@@ -19,6 +19,7 @@ typedef struct kd_sjob {
     int kstate;                 /* what the catalog says: QUEUED or RUNNING */
     int priority;
     int restarts;               /* Slurm's Restarts= when last seen; -1 unknown */
+    int ending;                 /* requeued, its old run still COMPLETING (kd_slurm_follow) */
     char sstate[32];            /* Slurm's JobState */
     char reason[160];           /* why it waits: Slurm's Reason, or ours before submission */
     char node[64];
@@ -68,14 +69,16 @@ int kd_slurm_state_pending(const char *st);   /* waits for resources, dependenci
 int kd_slurm_state_running(const char *st);
 int kd_slurm_state_final(const char *st);
 /* What one poll's view v means for a job the follower has in *kstate (QUEUED or RUNNING) with
- * Slurm's Restarts= last seen in *restarts (-1 unknown); both are updated.
- * KD_SLURM_REQUEUED: the run Kestrel knew ended and the job waits again (its state is pending, or
- * its restart count went up, possibly while it still completes). KD_SLURM_STARTED: a new run began,
- * or one began and ended between two polls. 0: nothing Kestrel records. A requeued job stays
- * COMPLETING (flags win over the base state in scontrol's JobState) for a while with its new count:
- * that is the old run's end, never a start. */
+ * Slurm's Restarts= last seen in *restarts (-1 unknown) and *ending (requeued, its old run still
+ * completing); all three are updated. KD_SLURM_REQUEUED: the run Kestrel knew ended and the job
+ * waits again (its state is pending, or its count went up, possibly while it still completes).
+ * KD_SLURM_STARTED: a new run began, or one began and ended between two polls, or one began and was
+ * requeued between two polls (its count went up: *restarts is left as it was, so that the next poll
+ * says REQUEUED). 0: nothing Kestrel records. A requeued job stays COMPLETING (flags win over the
+ * base state in scontrol's JobState) with its new count until its old run has ended: that is the
+ * old run's end, never a start (a CI run counted one requeue twice: a start there, then PENDING). */
 enum { KD_SLURM_REQUEUED = 1, KD_SLURM_STARTED = 2 };
-int kd_slurm_follow(int *kstate, int *restarts, const kd_sview *v);
+int kd_slurm_follow(int *kstate, int *restarts, int *ending, const kd_sview *v);
 
 /* Submit the job (catalog load, dependencies, script, sbatch). 0 submitted (j->slurm_id set),
  * 1 not yet (waits for a dependency or an affinity target; j->reason says why), -1 failed for good

@@ -123,16 +123,25 @@ int kd_slurm_state_final(const char *st)
     return in(st, f);
 }
 
-int kd_slurm_follow(int *kstate, int *restarts, const kd_sview *v)
+int kd_slurm_follow(int *kstate, int *restarts, int *ending, const kd_sview *v)
 {
+    int completing = !strcmp(v->state, "COMPLETING"), final = kd_slurm_state_final(v->state);
+    int more = *restarts >= 0 && v->restarts > *restarts;   /* requeued since the last poll */
     int what = 0;
-    if (*kstate == KESTREL_JOB_STATE_RUNNING &&
-        (kd_slurm_state_pending(v->state) || (*restarts >= 0 && v->restarts > *restarts)))
-        what = KD_SLURM_REQUEUED;
-    else if (*kstate == KESTREL_JOB_STATE_QUEUED &&
-             ((kd_slurm_state_running(v->state) && strcmp(v->state, "COMPLETING")) ||
-              (kd_slurm_state_final(v->state) && v->node[0] && strcmp(v->state, "CANCELLED"))))
+    if (!completing)
+        *ending = 0;
+    if (*kstate == KESTREL_JOB_STATE_RUNNING) {
+        if (kd_slurm_state_pending(v->state) || more) {
+            what = KD_SLURM_REQUEUED;
+            *ending = completing;
+        }
+    } else if (more && !final) {   /* it ran and was requeued between two polls: the start first */
+        *kstate = KESTREL_JOB_STATE_RUNNING;
+        return KD_SLURM_STARTED;
+    } else if ((kd_slurm_state_running(v->state) && !(completing && *ending)) ||
+               (final && v->node[0] && strcmp(v->state, "CANCELLED"))) {
         what = KD_SLURM_STARTED;
+    }
     if (what)
         *kstate = what == KD_SLURM_REQUEUED ? KESTREL_JOB_STATE_QUEUED : KESTREL_JOB_STATE_RUNNING;
     *restarts = v->restarts;
