@@ -15,7 +15,8 @@ static kestrel_progress last;
 
 /* SIGINT or SIGTERM during a push or pull: its number. The transfer stops at its next progress
  * report (about every 100 ms while bytes move), which removes what it had half-written (a pull's
- * temp file or directory; a push commits nothing), then kestrel ends by that signal. One that comes
+ * temp file or directory; a push commits nothing, or, stopped while its commit was unanswered, says
+ * that its version may have been made), then kestrel ends by that signal. One that comes
  * after the last report (the version committed, dest in place) cannot stop it: kestrel prints the
  * result, then ends by the signal. A second one ends it at once (the handler is reset by the first). */
 static volatile sig_atomic_t stopped_by;

@@ -225,7 +225,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         stopping st = { req, 0 };
         body_reader rd = { &body, req, 0, 0 };
         answer ans = { &resp, h, req->to_fd ? *req->to_fd : -1, 0, 0, 0 };
-        int limit = retries;
+        int limit = retries, sent;
         CURLcode cc;
         long status = 0;
         char *ctype = NULL;
@@ -265,9 +265,16 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         }
 
         cc = curl_easy_perform(h);
+        {   /* the whole request went out: the server may have acted on it, whatever came back */
+            curl_off_t up = 0;
+            long head = 0;
+            curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &head);
+            curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &up);
+            sent = head > 0 && up >= (curl_off_t)body.size + (req->tail ? req->tail_size : 0);
+        }
         if (st.rc < 0 || rd.rc < 0) {   /* the caller's stop, or its body's failure: that error stands */
             rc = st.rc < 0 ? st.rc : rd.rc;
-            unknown |= st.rc < 0;   /* stopped while it was under way */
+            unknown |= st.rc < 0 && sent;   /* stopped while the server had it */
             goto done;
         }
         if (ans.err) {
@@ -299,9 +306,11 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                     rc = kestrel__wire_decode(out, req->response, ctype, resp.ptr ? resp.ptr : "", resp.size);
                 else
                     rc = 0;
-                if (rc < 0)
+                if (rc < 0) {
                     rc = kestrel__error_set(KESTREL_EPROTO, "malformed %s from server: %s",
                                             req->response->short_name, kestrel_error_last()->message);
+                    unknown = 1;   /* done, its answer unreadable */
+                }
                 goto done;
             }
             rc = kestrel__http_failure(status, ctype, &resp);
@@ -311,26 +320,27 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             if (kestrel__http_busy(status, &resp) && retries > 0)
                 limit = retries > BUSY_RETRIES ? retries : BUSY_RETRIES;
             else if (status == 502 || status == 503 || status == 504) {
-                unknown = 1;   /* a proxy's: it may have forwarded the request */
+                unknown |= sent;   /* a proxy's: it may have forwarded the request */
                 if (!req->idempotent)
                     goto done;
-            } else
+            } else {   /* refused (4xx: as any try of the same request was), or failed partway (5xx) */
+                unknown = status >= 500 ? unknown | sent : 0;
                 goto done;
+            }
         } else if (cc == CURLE_OPERATION_TIMEDOUT) {
             rc = kestrel__error_set(KESTREL_ETIMEOUT, "%s %s: %s", req->method, req->path, curl_easy_strerror(cc));
-            unknown = 1;
-            if (!(req->idempotent && req->patient) || timed_out++)   /* once: a hung server, not minutes */
+            unknown |= sent;
+            /* once: against a hung server a commit waits twice its timeout and the busy tries, not more */
+            if (!(req->idempotent && req->patient) || timed_out++)
                 goto done;
         } else {
             char msg[300];
             snprintf(msg, sizeof(msg), "%s %s: %s", req->method, c->url, curl_easy_strerror(cc));
             rc = kestrel__error_set_net((int)cc, msg);
+            unknown |= sent;
             /* a request that never reached the server may always be retried */
-            if (cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST) {
-                unknown = 1;
-                if (!req->idempotent)
-                    goto done;
-            }
+            if (!req->idempotent && cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST)
+                goto done;
         }
         if (req->patient && retries > 0 && limit < BUSY_RETRIES)
             limit = BUSY_RETRIES;   /* about 25 s: a kestreld restarting, a proxy's blip */

@@ -37,8 +37,10 @@ typedef struct {
      * answers the retry 503 "unavailable" until it is made, then with it) */
     int patient;
     /* set: where the request fails, *outcome_unknown is 1 when a try of it may have been done by the
-     * server all the same (its answer lost: a proxy's 502 or 504, a connection broken or timed out
-     * once it was sent, a stop while it was under way), else 0 (never sent, or refused by kestreld) */
+     * server all the same: the whole of it went out (libcurl's counts) and then came a proxy's 502,
+     * 503 or 504, a 5xx, a broken connection, a timeout or a stop; or a 2xx whose body was unreadable.
+     * Else 0: no try went out whole, or the last was refused (4xx: so was any try of the same request,
+     * and kestreld answers a commit sent again with the version it made, not a refusal). */
     int *outcome_unknown;
 } kestrel__request;
 

@@ -32,7 +32,7 @@
 
 /* The keys (stored form) of the commits being made now. A commit runs deferred or on an HTTP
  * thread (api.h), so no more than MAKING run at once and a key always finds room; were it ever full,
- * a commit would be answered 503 "unavailable" (sent again shortly), never made without its key held
+ * a commit would be answered 503 "unavailable" (sent again shortly), not made with its key unheld
  * (two commits of one key at once could then both be made). */
 #define MAKING (KD_DEFER_MAX + KD_HTTP_THREADS_MAX)
 static pthread_mutex_t making_mu = PTHREAD_MUTEX_INITIALIZER;

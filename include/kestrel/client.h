@@ -21,7 +21,8 @@ typedef struct kestrel_client_options {
     int max_retries;            /**< retries of an idempotent request (a push's commit is one, to a kestreld
                                      that keeps its key) on transport errors but timeouts, and on 502/503/504;
                                      kestreld's 503 "unavailable" (busy) any request, and such a commit
-                                     any of those, at least 8 times (about 25 s); 0: 3, negative: none */
+                                     any of those, at least 8 times (about 25 s), and a timeout once;
+                                     0: 3, negative: none */
     long retry_backoff_ms;      /**< first backoff, doubled each retry; 0: 100 */
 } kestrel_client_options;
 

@@ -35,12 +35,12 @@ typedef struct kestrel_progress {
 
 /** Called on the caller's thread, at most every 100 ms plus once at the end. Non-zero cancels, except
  *  at the end: that report comes once the version is committed (push) or dest is in place (pull), and
- *  what it returns is ignored. While a push sends its chunks and commits, and while a pull fetches its
- *  version's manifest and its chunks, it comes about every 100 ms even when no byte moves, so a
- *  cancel is seen within a second or so though a server stopped answering (those requests are given
- *  up, not waited on until they time out); bytes_total is -1 until the pull has the manifest. A push
- *  cancelled once its commit was sent cannot know whether the version was made: its error message
- *  says that it may have been. */
+ *  what it returns is ignored. While a push sends its chunks and commits to a kestreld, and while a
+ *  pull fetches its version's manifest and its chunks, it comes about every 100 ms while bytes move
+ *  and about every second while none do, so a cancel is seen within a second or so though a server
+ *  stopped answering (those requests are given up, not waited on until they time out); bytes_total
+ *  is -1 until the pull has the manifest. A push cancelled once its commit went out cannot know
+ *  whether the version was made: its error message says that it may have been. */
 typedef int KESTREL_CALLBACK(kestrel_progress_cb)(const kestrel_progress *progress, void *payload);
 
 /** Options of push and pull. Initialise with KESTREL_TRANSFER_OPTIONS_INIT. */
@@ -62,10 +62,11 @@ KESTREL_API int kestrel_transfer_options_init(kestrel_transfer_options *opts, un
  * are not stored again; the version becomes visible only once everything it needs is stored. "latest"
  * moves to it. version_out (may be NULL) receives the new version number. A directory is stored as a
  * tree of its regular files (path, size, SHA-256, permission bits); symlinks, special files and an
- * empty directory are refused with KESTREL_EINVALID. A commit whose answer is lost (a proxy's 502 or
- * 504, a connection broken or timed out once it was sent) is sent again for about 25 s, and a
- * kestreld that made the version answers it with that version; a push that still fails (or is
- * cancelled) with its commit unanswered says in its error message that the version may have been made.
+ * empty directory are refused with KESTREL_EINVALID. To a kestreld that keeps commit keys (one as
+ * new as this library), a commit whose answer is lost (a proxy's 502, 503 or 504, a connection
+ * broken once it was sent) is sent again for about 25 s, after a timeout once, and a kestreld that
+ * made the version answers it with that version. A push that still fails (or is cancelled) once its
+ * commit went out unanswered says first in its error message that the version may have been made.
  */
 KESTREL_API int kestrel_model_push(int64_t *version_out, kestrel_client *client, const char *name, const char *path,
                                    const kestrel_transfer_options *opts);

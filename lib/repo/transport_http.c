@@ -411,10 +411,11 @@ static int64_t chunks_read(void *ctx, int64_t at, void *buf, size_t n)
  * push whose version may have been made, and the push run again made a second one). Known: it said
  * it names chunks (`missing`'s answer), which came after keys; a kestreld before keys ignores the
  * field, and a commit it is sent again makes a second version, so there a lost answer still fails
- * the push, as it did. A stop (the push's progress callback) is seen while it is under way and
- * between its tries; a push that fails or stops with a try's outcome unknown says that its version
- * may have been made. */
-#define MAYBE_MADE "its version may have been made all the same (list the versions of %s to see)"
+ * the push, as it did. There a timeout is retried once too (lib/http.h: patient). A stop (the
+ * push's progress callback) is seen while it is under way and between its tries; a push that fails
+ * or stops once a try went out whole, unanswered, says first that its version may have been made
+ * (the CLI and Python look for "may have been made"), its code and HTTP status kept. */
+#define MAYBE_MADE "its version may have been made all the same (list the model's versions to see)"
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version)
 {
     char path[600], key[33];
@@ -439,13 +440,16 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
     rc = kestrel__http_call(&resp, CLIENT(t), &req);
     m->commit_key = (char *)protobuf_c_empty_string;
     if (rc < 0 && unknown) {   /* a push must not say "failed" of a version that may be there */
-        char was[400];
-        snprintf(was, sizeof(was), "%s", kestrel_error_last()->message);
+        kestrel__error_kept was;   /* its code, status and transport code stay; said first, the cause after */
+        char msg[sizeof(was.msg)];
+        kestrel__error_keep(&was);
         if (rc == KESTREL_ECANCELLED || rc == KESTREL_EUSER)
-            return kestrel__error_set(rc, "stopped while the commit of %s was unanswered: " MAYBE_MADE, m->name,
-                                      m->name);
-        return kestrel__error_set(rc, "%s; the commit of %s was sent and its answer lost: " MAYBE_MADE, was,
-                                  m->name, m->name);
+            snprintf(msg, sizeof(msg), "stopped while the commit of %s was unanswered: " MAYBE_MADE, m->name);
+        else
+            snprintf(msg, sizeof(msg), "the commit of %s was sent and its answer lost, so " MAYBE_MADE ": %s",
+                     m->name, was.msg);
+        was.err.message = msg;
+        return kestrel__error_restore(&was.err);
     }
     if (rc < 0)
         return rc;

@@ -55,6 +55,7 @@ class FaultProxy:
         self.then_close = then_close
         self.lost_then = lost_then
         self.lose = lose
+        self.losing = 0   # commits whose answers it loses, counted as they come
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -122,10 +123,11 @@ class FaultProxy:
                         data = self._answer_busy(client, data)
                         if not data:
                             continue
-                    if self.mode == "lost" and (self.lose is None or self.damaged < self.lose) \
+                    if self.mode == "lost" and (self.lose is None or self.losing < self.lose) \
                             and data.startswith(b"POST /api/v1/models/") \
                             and data.split(b"\r\n", 1)[0].endswith(b"/versions HTTP/1.1"):
                         state["lost_request"] = True
+                        self.losing += 1   # counted as it comes: a try sent again meanwhile passes
                     if self.mode != "slow":
                         self.sent += data
                     up.sendall(data)

@@ -335,7 +335,7 @@ def test_ctrl_c_while_a_commit_is_sent_again_stops_the_push_saying_its_version_m
             p.kill()
     assert p.returncode == -signal.SIGINT, (p.returncode, err)
     assert "stopped by Interrupt; stopped while the commit of team/gone was unanswered: its version may have " \
-           "been made all the same (list the versions of team/gone to see)" in err, err
+           "been made all the same (list the model's versions to see)" in err, err
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/gone")] == [1]
 
 
@@ -361,7 +361,7 @@ def test_a_progress_callback_that_stops_a_commit_being_sent_again_gets_a_note_th
     finally:
         proxy.close()
     assert e.value.__notes__ == ["stopped while the commit of team/note was unanswered: its version may have been "
-                                 "made all the same (list the versions of team/note to see)"]
+                                 "made all the same (list the model's versions to see)"]
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/note")] == [1]
 
 
@@ -404,12 +404,14 @@ def test_a_commit_to_a_kestreld_not_known_to_keep_keys_is_not_sent_again(kestrel
     gateway = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(_GATEWAY[502])
     lost = FaultProxy(older.port, "lost", answer=gateway + _GATEWAY[502])
     try:
-        with pytest.raises(kestrel.KestrelError, match="502.*the commit of team/old was sent and its answer lost: "
-                                                        "its version may have been made all the same"):
+        with pytest.raises(kestrel.KestrelError, match=r"^the commit of team/old was sent and its answer lost, so its "
+                                                        r"version may have been made all the same \(list the model's "
+                                                        r"versions to see\): .*502") as e:
             kestrel.Client(lost.url, kestreld.token).push("team/old", str(src))
     finally:
         lost.close()
         older.close()
+    assert e.value.http_status == 502   # the cause's status kept
     assert older.damaged >= 1 and lost.damaged == 1   # names_chunks dropped; the commit's answer lost
     assert bytes(lost.sent).count(b"/versions HTTP/1.1") == 1
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/old")] == [1]

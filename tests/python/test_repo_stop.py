@@ -230,6 +230,35 @@ def test_the_first_signal_stops_a_transfer_whose_server_stopped_answering(kestre
     assert kestreld.api("GET", "/api/v1/models/team/hung2/versions")[0] == 404
 
 
+def test_the_first_signal_stops_a_push_whose_commit_is_unanswered_saying_its_version_may_be_made(kestreld, tmp_path):
+    """The server stops answering once the commit went out whole: Ctrl-C stops the push at once (it
+    waited for the minute of its timeout, then sent the commit again: a commit had no stop), and it
+    says that the version may have been made, since it cannot know (here the proxy dropped it)."""
+    from faultproxy import FaultProxy
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(8 << 20))
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "hang", hang_on=b"POST /api/v1/models/team/hung3/versions ")
+    p = subprocess.Popen([KESTREL_CLI, "push", "team/hung3", str(src)], env=dict(env, KESTREL_URL=proxy.url),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while not proxy.damaged and time.time() < deadline:
+            time.sleep(0.01)
+        assert proxy.damaged, "the push never reached its commit"
+        time.sleep(0.5)   # the commit, sent whole, now waits
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=20)
+    finally:
+        proxy.close()
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == -signal.SIGINT, (p.returncode, err)
+    assert "stopped by Interrupt; stopped while the commit of team/hung3 was unanswered: its version may have " \
+           "been made all the same" in err, err
+    assert kestreld.api("GET", "/api/v1/models/team/hung3/versions")[0] == 404   # the proxy dropped it
+
+
 def tree_of(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 

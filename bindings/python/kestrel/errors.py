@@ -86,8 +86,18 @@ _BY_CODE: dict[int, type[KestrelError]] = {
 }
 
 
-def check(rc: int, payload: object = None) -> int:
-    """Raise the exception for a negative return code (callback exceptions win, as themselves)."""
+def _note(exc: BaseException, note: str) -> None:
+    """exc.add_note(note), also before Python 3.11 (the same list; shown by 3.11's traceback)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:
+        setattr(exc, "__notes__", [*getattr(exc, "__notes__", []), note])
+
+
+def check(rc: int, payload: object = None, *, maybe_made: bool = False) -> int:
+    """Raise the exception for a negative return code (callback exceptions win, as themselves).
+    maybe_made: a push whose error record was cleared before it; a callback's exception that stopped
+    it while its commit was unanswered gets the library's word that the version may have been made."""
     if rc >= 0:
         return rc
     pending = getattr(_tls, "pending", None)
@@ -97,11 +107,11 @@ def check(rc: int, payload: object = None) -> int:
         setattr(payload, "stored_exception", None)
     exc: Optional[BaseException] = pending if pending is not None else stored
     if exc is not None:
-        # a push stopped while its commit was unanswered: its version may be there all the same
-        said = C.kestrel_error_last().message
-        said = ffi.string(said).decode("utf-8", "replace") if said != ffi.NULL else ""
-        if "may have been made" in said and hasattr(exc, "add_note"):
-            exc.add_note(said)
+        if maybe_made:
+            said = C.kestrel_error_last().message
+            said = ffi.string(said).decode("utf-8", "replace") if said != ffi.NULL else ""
+            if "may have been made" in said:
+                _note(exc, said)
         raise exc
     if rc == C.KESTREL_ENOMEM:
         raise MemoryError("libkestrel: out of memory")

@@ -123,8 +123,9 @@ def push(client: "Client", name: str, path: str, *, alias: Optional[str] = None,
     out = ffi.new("int64_t *")
     try:
         with client._lock:
+            C.kestrel_error_clear()   # what the push records is its own (check's maybe_made)
             rc = C.kestrel_model_push(out, client._p(), _c(name, "name"), _c(path, "path"), opts)
-        check(rc, payload)
+        check(rc, payload, maybe_made=True)
         _raise_stored(payload)
     finally:
         if bar is not None:
