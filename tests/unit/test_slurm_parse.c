@@ -96,61 +96,39 @@ static void follow(const char *const *polls, int restarts0, int *requeues, int *
 
 static void follower_steps(void **st)
 {
-    int requeues, starts, kstate;
+    enum { Q = KESTREL_JOB_STATE_QUEUED, R = KESTREL_JOB_STATE_RUNNING };
+    static const struct {
+        const char *why;
+        const char *polls[10];   /* STATE/Restarts, NULL-terminated */
+        int restarts0, kstate0, requeues, starts, kstate;
+    } cases[] = {
+        /* a CI run counted it twice: requeued at the COMPLETING, started at the next, requeued at PENDING */
+        { "a requeued job completes with its new count before it waits",
+          { "PENDING/0", "RUNNING/0", "COMPLETING/1", "COMPLETING/1", "PENDING/1", "REQUEUED/1", "RUNNING/1",
+            "COMPLETING/1", "COMPLETED/1", NULL }, 0, Q, 1, 2, R },
+        { "requeued and running again between two polls: the count tells",
+          { "RUNNING/0", "RUNNING/1", "RUNNING/1", NULL }, 0, Q, 1, 2, R },
+        { "started and requeued between two polls, seen completing, then waiting: the start, the requeue",
+          { "PENDING/0", "COMPLETING/1", "COMPLETING/1", "PENDING/1", "RUNNING/1", NULL }, 0, Q, 1, 2, R },
+        { "started, requeued and started again between two polls: all three",
+          { "PENDING/0", "RUNNING/1", "RUNNING/1", "RUNNING/1", NULL }, 0, Q, 1, 2, R },
+        { "a short run seen only as it completes, then cancelled: it started",
+          { "PENDING/0", "COMPLETING/0", "CANCELLED/0", NULL }, 0, Q, 0, 1, R },
+        { "ran and ended between two polls: one start, from the final state",
+          { "PENDING/0", "COMPLETING/0", "COMPLETED/0", NULL }, 0, Q, 0, 1, R },
+        { "cancelled while waiting: never started", { "PENDING/0", "CANCELLED/0", NULL }, 0, Q, 0, 0, Q },
+        { "followed again after kestreld restarted: the count is learnt, not taken for a requeue",
+          { "RUNNING/3", "RUNNING/3", "PENDING/4", NULL }, -1, R, 1, 0, Q },
+    };
     (void)st;
-    /* a requeued job completes with its new count before it waits (a CI run saw it counted twice:
-     * requeued at the COMPLETING, started at the next COMPLETING, requeued again at PENDING) */
-    static const char *const requeue[] = { "PENDING/0", "RUNNING/0", "COMPLETING/1", "COMPLETING/1",
-                                            "PENDING/1", "REQUEUED/1", "RUNNING/1", "COMPLETING/1",
-                                            "COMPLETED/1", NULL };
-    kstate = KESTREL_JOB_STATE_QUEUED;
-    follow(requeue, 0, &requeues, &starts, &kstate);
-    assert_int_equal(requeues, 1);
-    assert_int_equal(starts, 2);
-    assert_int_equal(kstate, KESTREL_JOB_STATE_RUNNING);
-    /* requeued and running again between two polls: the count tells */
-    static const char *const quick[] = { "RUNNING/0", "RUNNING/1", "RUNNING/1", NULL };
-    kstate = KESTREL_JOB_STATE_QUEUED;
-    follow(quick, 0, &requeues, &starts, &kstate);
-    assert_int_equal(requeues, 1);
-    assert_int_equal(starts, 2);
-    /* started and requeued between two polls, seen completing its first run, then waiting: the
-     * start, then the requeue; started, requeued and started again between two polls: all three */
-    static const char *const unseen[] = { "PENDING/0", "COMPLETING/1", "COMPLETING/1", "PENDING/1", "RUNNING/1",
-                                           NULL };
-    kstate = KESTREL_JOB_STATE_QUEUED;
-    follow(unseen, 0, &requeues, &starts, &kstate);
-    assert_int_equal(requeues, 1);
-    assert_int_equal(starts, 2);
-    static const char *const again_unseen[] = { "PENDING/0", "RUNNING/1", "RUNNING/1", "RUNNING/1", NULL };
-    kstate = KESTREL_JOB_STATE_QUEUED;
-    follow(again_unseen, 0, &requeues, &starts, &kstate);
-    assert_int_equal(requeues, 1);
-    assert_int_equal(starts, 2);
-    assert_int_equal(kstate, KESTREL_JOB_STATE_RUNNING);
-    /* a short run seen only as it completes, then cancelled: it started */
-    static const char *const short_run[] = { "PENDING/0", "COMPLETING/0", "CANCELLED/0", NULL };
-    kstate = KESTREL_JOB_STATE_QUEUED;
-    follow(short_run, 0, &requeues, &starts, &kstate);
-    assert_int_equal(requeues + starts, 1);
-    assert_int_equal(starts, 1);
-    /* ran and ended between two polls: one start, recorded from the final state */
-    static const char *const brief[] = { "PENDING/0", "COMPLETING/0", "COMPLETED/0", NULL };
-    kstate = KESTREL_JOB_STATE_QUEUED;
-    follow(brief, 0, &requeues, &starts, &kstate);
-    assert_int_equal(requeues, 0);
-    assert_int_equal(starts, 1);
-    /* cancelled while waiting: never started */
-    static const char *const cancelled[] = { "PENDING/0", "CANCELLED/0", NULL };
-    kstate = KESTREL_JOB_STATE_QUEUED;
-    follow(cancelled, 0, &requeues, &starts, &kstate);
-    assert_int_equal(requeues + starts, 0);
-    /* followed again after kestreld restarted: the count is learnt, not taken for a requeue */
-    static const char *const again[] = { "RUNNING/3", "RUNNING/3", "PENDING/4", NULL };
-    kstate = KESTREL_JOB_STATE_RUNNING;
-    follow(again, -1, &requeues, &starts, &kstate);
-    assert_int_equal(requeues, 1);
-    assert_int_equal(starts, 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int requeues, starts, kstate = cases[i].kstate0;
+        print_message("%s\n", cases[i].why);
+        follow(cases[i].polls, cases[i].restarts0, &requeues, &starts, &kstate);
+        assert_int_equal(requeues, cases[i].requeues);
+        assert_int_equal(starts, cases[i].starts);
+        assert_int_equal(kstate, cases[i].kstate);
+    }
 }
 
 int main(void)
