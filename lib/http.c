@@ -256,6 +256,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+        if (req->outcome_unknown)   /* never sent again by libcurl itself, its counts reset (http.h) */
+            curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
         curl_easy_setopt(h, CURLOPT_USERAGENT, "libkestrel/" KESTREL_VERSION_STRING);
         kestrel__http_tls(h);
         if (req->stop) {
@@ -323,8 +325,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                 unknown |= sent;   /* a proxy's: it may have forwarded the request */
                 if (!req->idempotent)
                     goto done;
-            } else {   /* refused (4xx: as any try of the same request was), or failed partway (5xx) */
-                unknown = status >= 500 ? unknown | sent : 0;
+            } else {   /* refused (4xx: a try before it may still have been done), or failed partway (5xx) */
+                unknown |= status >= 500 && sent;
                 goto done;
             }
         } else if (cc == CURLE_OPERATION_TIMEDOUT) {

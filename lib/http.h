@@ -39,8 +39,9 @@ typedef struct {
     /* set: where the request fails, *outcome_unknown is 1 when a try of it may have been done by the
      * server all the same: the whole of it went out (libcurl's counts) and then came a proxy's 502,
      * 503 or 504, a 5xx, a broken connection, a timeout or a stop; or a 2xx whose body was unreadable.
-     * Else 0: no try went out whole, or the last was refused (4xx: so was any try of the same request,
-     * and kestreld answers a commit sent again with the version it made, not a refusal). */
+     * Else 0: no try went out whole. Such a request goes on a fresh connection each try: libcurl
+     * sends a request again by itself where a reused one closes unanswered, and its upload count then
+     * starts again from 0 (a kestreld that died having made the version read as never sent). */
     int *outcome_unknown;
 } kestrel__request;
 

@@ -393,9 +393,9 @@ static int apply(kd_slurm *s, kd_sjob *j, const kd_sview *v)
     } else if (started) {
         t.node = snap.node;
         t.devices = "";
-        if (v->restarts > 0)
+        if (snap.restarts > 0)   /* the count the follower kept (a run requeued unseen is started first) */
             snprintf(reason, sizeof(reason), "resumed on node %s by Slurm (job %s, run %d)", snap.node,
-                     snap.slurm_id, v->restarts + 1);
+                     snap.slurm_id, snap.restarts + 1);
         else
             snprintf(reason, sizeof(reason), "started on node %s by Slurm (job %s)", snap.node, snap.slurm_id);
         kd_catalog_job_transition(e->cat, j->id, KESTREL_JOB_STATE_QUEUED, KESTREL_JOB_STATE_RUNNING, &t);

@@ -76,7 +76,9 @@ int kd_slurm_state_final(const char *st);
  * requeued between two polls (its count went up: *restarts is left as it was, so that the next poll
  * says REQUEUED). 0: nothing Kestrel records. A requeued job stays COMPLETING (flags win over the
  * base state in scontrol's JobState) with its new count until its old run has ended: that is the
- * old run's end, never a start (a CI run counted one requeue twice: a start there, then PENDING). */
+ * old run's end, never a start (a CI run counted one requeue twice: a start there, then PENDING),
+ * also when followed again after kestreld restarted. A job whose count went up in a final state is
+ * recorded started and ended, without the runs between (it is dropped after that poll). */
 enum { KD_SLURM_REQUEUED = 1, KD_SLURM_STARTED = 2 };
 int kd_slurm_follow(int *kstate, int *restarts, int *ending, const kd_sview *v);
 

@@ -130,6 +130,8 @@ int kd_slurm_follow(int *kstate, int *restarts, int *ending, const kd_sview *v)
     int what = 0;
     if (!completing)
         *ending = 0;
+    else if (*restarts < 0 && *kstate == KESTREL_JOB_STATE_QUEUED && v->restarts > 0)
+        *ending = 1;   /* followed again while a requeued run ends (a run that ends says so when final) */
     if (*kstate == KESTREL_JOB_STATE_RUNNING) {
         if (kd_slurm_state_pending(v->state) || more) {
             what = KD_SLURM_REQUEUED;

@@ -237,8 +237,8 @@ def test_a_commit_whose_answer_a_proxy_lost_is_sent_again(kestreld, tmp_path, mo
     again (this kestreld keeps keys: it names chunks): the push does, is answered the version made,
     and there is one version. The build before failed the push with that 504, 502 or "Transferred a
     partial file" though the version was made (run again, the push made a second one); the connection
-    closed with no answer it sent again already (libcurl sends a request again once where a reused
-    connection closes before any answer), as it does now."""
+    closed with no answer was sent again already, by libcurl itself (it does so once where a reused
+    connection closes before any answer); now the push does, each try on a fresh connection."""
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     answer = b""
     if status == "cut":   # the head, then 1 byte of the 100 it announces
@@ -305,7 +305,8 @@ def test_a_commit_that_timed_out_is_sent_again(kestreld, tmp_path, monkeypatch):
         assert kestrel.Client(proxy.url, kestreld.token, timeout=1.5).push("team/slow", str(src)) == 1
     finally:
         proxy.close()
-    assert proxy.damaged == 1 and bytes(proxy.sent).count(b"/versions HTTP/1.1") == 2
+    # sent again once; more where kestreld still made the first (503 until it was made)
+    assert proxy.damaged == 1 and bytes(proxy.sent).count(b"/versions HTTP/1.1") >= 2
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/slow")] == [1]
 
 

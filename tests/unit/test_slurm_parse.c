@@ -99,7 +99,7 @@ static void follower_steps(void **st)
     enum { Q = KESTREL_JOB_STATE_QUEUED, R = KESTREL_JOB_STATE_RUNNING };
     static const struct {
         const char *why;
-        const char *polls[10];   /* STATE/Restarts, NULL-terminated */
+        const char *polls[12];   /* STATE/Restarts, NULL-terminated */
         int restarts0, kstate0, requeues, starts, kstate;
     } cases[] = {
         /* a CI run counted it twice: requeued at the COMPLETING, started at the next, requeued at PENDING */
@@ -116,7 +116,11 @@ static void follower_steps(void **st)
           { "PENDING/0", "COMPLETING/0", "CANCELLED/0", NULL }, 0, Q, 0, 1, R },
         { "ran and ended between two polls: one start, from the final state",
           { "PENDING/0", "COMPLETING/0", "COMPLETED/0", NULL }, 0, Q, 0, 1, R },
+        { "ran and ended between two polls, seen only ended: one start", { "PENDING/0", "COMPLETED/0", NULL },
+          0, Q, 0, 1, R },
         { "cancelled while waiting: never started", { "PENDING/0", "CANCELLED/0", NULL }, 0, Q, 0, 0, Q },
+        { "followed again after kestreld restarted while a requeued run completes: no start there",
+          { "COMPLETING/1", "PENDING/1", "RUNNING/1", NULL }, -1, Q, 0, 1, R },
         { "followed again after kestreld restarted: the count is learnt, not taken for a requeue",
           { "RUNNING/3", "RUNNING/3", "PENDING/4", NULL }, -1, R, 1, 0, Q },
     };
