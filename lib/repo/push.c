@@ -395,7 +395,6 @@ static int resend_lost(kestrel__transport *t, kestrel__spool *lists, const kestr
     if (refs == NULL)
         return kestrel__error_oom();
     rc = kestrel__spool_rewind(lists);
-    t->tick = pr;
     while (rc == 0 && more) {
         size_t n = 0, sent = 0;
         while (n < BATCH_CHUNKS && rc == 0) {
@@ -428,7 +427,6 @@ static int resend_lost(kestrel__transport *t, kestrel__spool *lists, const kestr
         if (rc == 0 && n > 0 && (rc = kestrel__send_missing(t, refs, n, files, pr, &sent, NULL)) == 0)
             *lost += sent;
     }
-    t->tick = NULL;
     free(refs);
     return rc;
 }
@@ -555,16 +553,14 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     ps.buf = NULL;
     /* once more, when chunks were lost ("... is not stored": kestreld, file://, and kestreld before it
      * named the collection); any other refusal is said as it came */
-    t->tick = pr;   /* a stop is seen while the commit waits, too: the push then says its version may be made */
+    t->tick = pr;   /* a stop is seen while the commit (and a resend of lost chunks) waits, too */
     if ((rc = t->ops->commit(t, m, lists, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
                                                                            "is not stored")) {
         kestrel__error_kept why;
         size_t lost = 0;
         kestrel__error_keep(&why);
-        if ((rc = resend_lost(t, lists, &files, pr, &lost)) == 0) {
-            t->tick = pr;
+        if ((rc = resend_lost(t, lists, &files, pr, &lost)) == 0)
             rc = lost ? t->ops->commit(t, m, lists, version) : kestrel__error_restore(&why.err);
-        }
     }
     t->tick = NULL;
     if (rc < 0)

@@ -201,11 +201,12 @@ int kestrel__sender_start(kestrel__sender *s, kestrel__transport *t, const kestr
     s->pr.p.version = 1;
     s->pr.cb = sender_stop;
     s->pr.payload = s;
+    s->tick_was = t->tick;
     t->tick = &s->pr;   /* a request of the sender's that waits on the repository sees a stop at once */
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->th, NULL, sender_main, s) != 0) {
-        t->tick = NULL;
+        t->tick = s->tick_was;
         return kestrel__error_set(KESTREL_ENOMEM, "cannot start the sender thread");
     }
     s->running = 1;
@@ -236,7 +237,7 @@ int kestrel__sender_finish(kestrel__sender *s, int stop, kestrel__progress *pr)
         if (rc == 0 && !stop)
             rc = kestrel__sender_failed(s);
     }
-    s->t->tick = NULL;
+    s->t->tick = s->tick_was;   /* the phase around it (a commit's resend) goes on seeing a stop */
     free(s->q);
     s->q = NULL;
     free(s->named);

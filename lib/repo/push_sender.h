@@ -35,6 +35,7 @@ typedef struct kestrel__sender {
     int rc;                     /* its first failure (atomic), and that failure's error: */
     kestrel__error_kept err;
     kestrel__progress pr;       /* what it sent (its callback only says whether to stop) */
+    kestrel__progress *tick_was;   /* the transport's tick before it (restored by finish) */
     int abort;                  /* set (atomic): stop sending at the next chunk or pack */
     int done;                   /* set under mu when the thread ends */
     pthread_t th;
