@@ -19,7 +19,9 @@ before it goes on (whatever the mode). Everything else passes through untouched,
 (not in "slow", which carries hundreds of MiB).
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
 sides is the real libcurl and libmicrohttpd."""
+import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -197,3 +199,22 @@ class FaultProxy:
                 except OSError:
                     pass
                 s.close()
+
+
+def interrupt_cli(argv, env, ready, settle=0.0, sig=signal.SIGINT, timeout=20):
+    """Run the kestrel CLI (argv, env: its KESTREL_URL a proxy's), wait until ready() holds (a fault
+    reached: 30 s at most), settle seconds more, send sig; (its exit status, its stderr), once it
+    ended (within timeout seconds: not the minute a request waits for its timeout)."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while not ready() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        assert ready(), p.stderr.read() if p.poll() is not None else "the fault was not reached in 30 s"
+        time.sleep(settle)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return p.returncode, err

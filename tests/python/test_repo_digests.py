@@ -315,26 +315,18 @@ def test_ctrl_c_while_a_commit_is_sent_again_stops_the_push_saying_its_version_m
     sends it again for about 25 s; Ctrl-C among those tries stops the CLI at once, by the signal, and
     it says the version may have been made, which is so. The build before went on with its tries for
     the 25 s (the commit had no stop) and then failed with the 502 alone."""
-    from faultproxy import FaultProxy
+    from faultproxy import FaultProxy, interrupt_cli
     src = tmp_path / "w.bin"
     src.write_bytes(os.urandom(3 << 20))
     gateway = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(_GATEWAY[502])
     proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=gateway + _GATEWAY[502], lose=None)
     env = dict(kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache")), KESTREL_URL=proxy.url)
-    p = subprocess.Popen([os.environ["KESTREL_CLI"], "push", "team/gone", str(src)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 30
-        while proxy.damaged < 3 and time.time() < deadline:   # the first commit and two tries again
-            time.sleep(0.01)
-        assert proxy.damaged >= 3, p.stderr.read() if p.poll() is not None else "no commit"
-        p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=8)   # not the 20 s of tries left
+    try:   # after the first commit and two tries again; it ends within 8 s, not the 20 s of tries left
+        rc, err = interrupt_cli([os.environ["KESTREL_CLI"], "push", "team/gone", str(src)], env,
+                                lambda: proxy.damaged >= 3, timeout=8)
     finally:
         proxy.close()
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == -signal.SIGINT, (p.returncode, err)
+    assert rc == -signal.SIGINT, (rc, err)
     assert "stopped by Interrupt; stopped while the commit of team/gone was unanswered: its version may have " \
            "been made all the same (list the model's versions to see)" in err, err
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/gone")] == [1]

@@ -198,7 +198,7 @@ def test_the_first_signal_stops_a_transfer_whose_server_stopped_answering(kestre
     """A kestreld that stops answering mid-transfer (hung, or a network that drops everything): the
     first Ctrl-C stops the push or pull at once, though no byte moves and no request ends (each would
     wait a minute for its timeout); the CLI ends by the signal, no version made, nothing left."""
-    from faultproxy import FaultProxy
+    from faultproxy import FaultProxy, interrupt_cli
     env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
     src = tmp_path / "big.bin"
     src.write_bytes(os.urandom(64 << 20))
@@ -210,21 +210,11 @@ def test_the_first_signal_stops_a_transfer_whose_server_stopped_answering(kestre
     out.mkdir()
     argv = [KESTREL_CLI, "push", "team/hung2", str(src)] if cmd == "push" else \
            [KESTREL_CLI, "pull", "team/hung", "--dest", str(out / "big.bin")]
-    p = subprocess.Popen(argv, env=dict(env, KESTREL_URL=proxy.url), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 30
-        while not proxy.damaged and time.time() < deadline:
-            time.sleep(0.01)
-        assert proxy.damaged, "the transfer never reached the request that hangs"
-        time.sleep(0.3)   # well inside the request that now waits
-        p.send_signal(signal.SIGINT)
-        printed, err = p.communicate(timeout=20)   # not the minute a request waits before it gives up
+    try:   # 0.3 s: well inside the request that now waits
+        rc, err = interrupt_cli(argv, dict(env, KESTREL_URL=proxy.url), lambda: proxy.damaged, settle=0.3)
     finally:
         proxy.close()
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == -signal.SIGINT, (p.returncode, err)
+    assert rc == -signal.SIGINT, (rc, err)
     assert "stopped by" in err and "nothing half-written is left" in err, err
     assert list(out.iterdir()) == []
     assert kestreld.api("GET", "/api/v1/models/team/hung2/versions")[0] == 404
@@ -234,26 +224,17 @@ def test_the_first_signal_stops_a_push_whose_commit_is_unanswered_saying_its_ver
     """The server stops answering once the commit went out whole: Ctrl-C stops the push at once (it
     waited for the minute of its timeout, then sent the commit again: a commit had no stop), and it
     says that the version may have been made, since it cannot know (here the proxy dropped it)."""
-    from faultproxy import FaultProxy
+    from faultproxy import FaultProxy, interrupt_cli
     env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
     src = tmp_path / "big.bin"
     src.write_bytes(os.urandom(8 << 20))
     proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "hang", hang_on=b"POST /api/v1/models/team/hung3/versions ")
-    p = subprocess.Popen([KESTREL_CLI, "push", "team/hung3", str(src)], env=dict(env, KESTREL_URL=proxy.url),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 30
-        while not proxy.damaged and time.time() < deadline:
-            time.sleep(0.01)
-        assert proxy.damaged, "the push never reached its commit"
-        time.sleep(0.5)   # the commit, sent whole, now waits
-        p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=20)
+    try:   # 0.5 s: the commit, sent whole, now waits
+        rc, err = interrupt_cli([KESTREL_CLI, "push", "team/hung3", str(src)], dict(env, KESTREL_URL=proxy.url),
+                                lambda: proxy.damaged, settle=0.5)
     finally:
         proxy.close()
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == -signal.SIGINT, (p.returncode, err)
+    assert rc == -signal.SIGINT, (rc, err)
     assert "stopped by Interrupt; stopped while the commit of team/hung3 was unanswered: its version may have " \
            "been made all the same" in err, err
     assert kestreld.api("GET", "/api/v1/models/team/hung3/versions")[0] == 404   # the proxy dropped it
