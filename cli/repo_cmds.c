@@ -54,14 +54,15 @@ static void end_by_signal(void)
 
 /* A transfer that failed: said as usual (a failure of its own, though a signal came too), or, when
  * the signal stopped it, said so; then ended by the signal if one came. A push stopped while its
- * commit was unanswered says so in the library's message (kestrel_model_push): that one is shown. */
+ * commit was unanswered says so in the library's message (kestrel_model_push,
+ * kestrel_error_outcome_unknown): that one is shown. */
 static int transfer_failed(const char *what, int rc)
 {
     int code = 128 + stopped_by;
     const char *msg = kestrel_error_last()->message;
     if (!stopped_by || rc != KESTREL_ECANCELLED)
         code = cli_fail(what, rc);
-    else if (strstr(msg, "may have been made"))
+    else if (kestrel_error_outcome_unknown())
         fprintf(stderr, "\nkestrel: %s: stopped by %s; %s\n", what, strsignal(stopped_by), msg);
     else
         fprintf(stderr, "\nkestrel: %s: stopped by %s; nothing half-written is left\n", what, strsignal(stopped_by));

@@ -6,6 +6,7 @@
 typedef struct {
     kestrel_error pub;
     char message[KESTREL__MSG_MAX];
+    int outcome_unknown;   /* kestrel_error_outcome_unknown() */
 } error_record;
 
 static _Thread_local error_record tls_error;
@@ -17,6 +18,7 @@ static int record(int code, int http_status, int transport_code, const char *msg
 {
     size_t n = 0;
     tls_oom = 0;
+    tls_error.outcome_unknown = 0;
     if (msg) {
         /* one line: stop at the first newline, drop control characters */
         for (; msg[n] && n < KESTREL__MSG_MAX - 1; n++) {
@@ -49,9 +51,11 @@ int kestrel__error_set_http(int code, int http_status, const char *message)
     return record(code, http_status, 0, message);
 }
 
-int kestrel__error_restore(const kestrel_error *e)
+int kestrel__error_restore(const kestrel__error_kept *k)
 {
-    return record(e->code, e->http_status, e->transport_code, e->message);
+    int rc = record(k->err.code, k->err.http_status, k->err.transport_code, k->err.message);
+    tls_error.outcome_unknown = k->outcome_unknown;
+    return rc;
 }
 
 void kestrel__error_keep(kestrel__error_kept *k)
@@ -60,6 +64,17 @@ void kestrel__error_keep(kestrel__error_kept *k)
     snprintf(k->msg, sizeof(k->msg), "%s", e->message ? e->message : "");
     k->err = *e;
     k->err.message = k->msg;
+    k->outcome_unknown = !tls_oom && tls_error.outcome_unknown;
+}
+
+void kestrel__error_outcome_unknown(void)
+{
+    tls_error.outcome_unknown = !tls_oom;
+}
+
+int kestrel_error_outcome_unknown(void)
+{
+    return !tls_oom && tls_error.outcome_unknown;
 }
 
 int kestrel__error_set_net(int transport_code, const char *message)

@@ -29,16 +29,21 @@ __attribute__((format(printf, 2, 3)))
 int kestrel__error_set(int code, const char *fmt, ...);
 int kestrel__error_set_http(int code, int http_status, const char *message);
 int kestrel__error_set_net(int transport_code, const char *message);
-/* Record e (another thread's error, copied) as this thread's; returns its code. */
-int kestrel__error_restore(const kestrel_error *e);
 #define KESTREL__MSG_MAX 512
-/* A helper thread's error, kept for the thread that reports it (the last error is per thread):
- * kestrel__error_keep on the helper, kestrel__error_restore(&kept.err) on the other. */
+/* An error kept: a helper thread's, for the thread that reports it (the last error is per thread),
+ * or this thread's, across calls that record others: kestrel__error_keep, then
+ * kestrel__error_restore(&kept). err.message may be pointed elsewhere before the restore. */
 typedef struct {
     kestrel_error err;
     char msg[KESTREL__MSG_MAX];
+    int outcome_unknown;   /* kestrel_error_outcome_unknown() */
 } kestrel__error_kept;
 void kestrel__error_keep(kestrel__error_kept *k);
+/* Record k as this thread's error; returns its code. */
+int kestrel__error_restore(const kestrel__error_kept *k);
+/* The error just recorded on this thread came after a request went out whole and its answer was
+ * lost: what it asked may have been done (kestrel_error_outcome_unknown). Any later error clears it. */
+void kestrel__error_outcome_unknown(void);
 int kestrel__error_oom(void);
 /* Misuse check for a handle: returns 0 when h is non-NULL and alive. */
 int kestrel__check_handle(const void *h, uint32_t magic, uint32_t expected, const char *what);

@@ -41,6 +41,19 @@ typedef struct kestrel_error {
  * record may be stale after a success.
  */
 KESTREL_API const kestrel_error *kestrel_error_last(void);
+/**
+ * 1 when the calling thread's last error left the outcome of its request unknown: the request went
+ * out whole and its answer was lost (a timeout, a broken connection, a proxy's 502, 503 or 504, a
+ * 5xx, an unreadable answer, or a stop by the progress callback while it was unanswered), so what it
+ * asked may have been done all the same. 0 for every other error, after kestrel_error_clear(), and
+ * when the record is out of memory's. Like the record, stale after a success: check the return code
+ * first.
+ *
+ * Set today by kestrel_model_push, for its commit: a push that fails or stops so may have made its
+ * version (list the model's versions to see before pushing again, which would make another). The
+ * failures before the commit, which make nothing, and the other calls leave it 0. Since KESTREL_1.6.
+ */
+KESTREL_API int kestrel_error_outcome_unknown(void);
 /** Clear the calling thread's error record. */
 KESTREL_API void kestrel_error_clear(void);
 /** A static description of an error code (borrowed, never NULL). */

@@ -40,7 +40,8 @@ typedef struct kestrel_progress {
  *  and about every second while none do, so a cancel is seen within a second or so though a server
  *  stopped answering (those requests are given up, not waited on until they time out); bytes_total
  *  is -1 until the pull has the manifest. A push cancelled once its commit went out cannot know
- *  whether the version was made: its error message says that it may have been. */
+ *  whether the version was made: its error message says that it may have been, and
+ *  kestrel_error_outcome_unknown() is 1. */
 typedef int KESTREL_CALLBACK(kestrel_progress_cb)(const kestrel_progress *progress, void *payload);
 
 /** Options of push and pull. Initialise with KESTREL_TRANSFER_OPTIONS_INIT. */
@@ -66,7 +67,8 @@ KESTREL_API int kestrel_transfer_options_init(kestrel_transfer_options *opts, un
  * new as this library), a commit whose answer is lost (a proxy's 502, 503 or 504, a connection
  * broken once it was sent) is sent again for about 25 s, after a timeout once, and a kestreld that
  * made the version answers it with that version. A push that still fails (or is cancelled) once its
- * commit went out unanswered says first in its error message that the version may have been made.
+ * commit went out unanswered says first in its error message that the version may have been made,
+ * and kestrel_error_outcome_unknown() is then 1 (errors.h).
  */
 KESTREL_API int kestrel_model_push(int64_t *version_out, kestrel_client *client, const char *name, const char *path,
                                    const kestrel_transfer_options *opts);

@@ -152,7 +152,7 @@ static int placer_finish(pull_state *ps, int fetch_rc)
     if (ps->damaged[0])
         ps->t->ops->damaged(ps->t, ps->damaged);   /* before the error is restored: it may set its own */
     if (ps->rc < 0 && (fetch_rc >= 0 || fetch_rc == KESTREL_ERROR)) {
-        kestrel__error_restore(&ps->err.err);
+        kestrel__error_restore(&ps->err);
         return ps->rc;
     }
     return fetch_rc;
@@ -448,7 +448,7 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     freed = kestrel__cache_free_sole(&cache, dev);
     kestrel__cache_close(&cache);
     if (freed == 0)
-        return kestrel__error_restore(&why.err);
+        return kestrel__error_restore(&why);
     *pr = start;   /* progress from the beginning again */
     return pull_once(t, ref, dest, pr);
 }

@@ -560,7 +560,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
         size_t lost = 0;
         kestrel__error_keep(&why);
         if ((rc = resend_lost(t, lists, &files, pr, &lost)) == 0)
-            rc = lost ? t->ops->commit(t, m, lists, version) : kestrel__error_restore(&why.err);
+            rc = lost ? t->ops->commit(t, m, lists, version) : kestrel__error_restore(&why);
     }
     t->tick = NULL;
     if (rc < 0)

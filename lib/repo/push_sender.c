@@ -166,7 +166,7 @@ static int sender_stop(const kestrel_progress *p, void *payload)
 int kestrel__sender_failed(kestrel__sender *s)
 {
     int rc = __atomic_load_n(&s->rc, __ATOMIC_ACQUIRE);
-    return rc < 0 ? kestrel__error_restore(&s->err.err) : 0;
+    return rc < 0 ? kestrel__error_restore(&s->err) : 0;
 }
 
 /* With s->mu held: wait for the sender for up to 100 ms, then (unless quiet, or it has ended) report

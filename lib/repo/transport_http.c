@@ -360,7 +360,7 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
     }
     rc = kestrel__stream_result(s->e, cc, &s->resp, "pack upload");
     if (rc < 0 && u->open_rc < 0) {   /* say why the file could not be read again, not "changed" */
-        rc = kestrel__error_restore(&u->open_err.err);
+        rc = kestrel__error_restore(&u->open_err);
     } else if (rc == KESTREL_EINVALID) {   /* a chunk did not match its bytes: they changed since they were hashed */
         char why[300];
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
@@ -413,8 +413,9 @@ static int64_t chunks_read(void *ctx, int64_t at, void *buf, size_t n)
  * field, and a commit it is sent again makes a second version, so there a lost answer still fails
  * the push, as it did. There a timeout is retried once too (lib/http.h: patient). A stop (the
  * push's progress callback) is seen while it is under way and between its tries; a push that fails
- * or stops once a try went out whole, unanswered, says first that its version may have been made
- * (the CLI and Python look for "may have been made"), its code and HTTP status kept. */
+ * or stops once a try went out whole, unanswered, says first that its version may have been made,
+ * its code and HTTP status kept, and kestrel_error_outcome_unknown() is 1 (which the CLI and Python
+ * read). */
 #define MAYBE_MADE "its version may have been made all the same (list the model's versions to see)"
 static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *chunks, int64_t *version)
 {
@@ -449,7 +450,8 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
             snprintf(msg, sizeof(msg), "the commit of %s was sent and its answer lost, so " MAYBE_MADE ": %s",
                      m->name, was.msg);
         was.err.message = msg;
-        return kestrel__error_restore(&was.err);
+        was.outcome_unknown = 1;
+        return kestrel__error_restore(&was);
     }
     if (rc < 0)
         return rc;

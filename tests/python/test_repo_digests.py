@@ -5,6 +5,7 @@ temp list and sent again whole when kestreld answers busy."""
 import hashlib
 import json
 import os
+import socket
 import signal
 import subprocess
 import time
@@ -405,9 +406,28 @@ def test_a_commit_to_a_kestreld_not_known_to_keep_keys_is_not_sent_again(kestrel
         lost.close()
         older.close()
     assert e.value.http_status == 502   # the cause's status kept
+    assert e.value.outcome_unknown is True   # kestrel_error_outcome_unknown(), not the message's words
     assert older.damaged >= 1 and lost.damaged == 1   # names_chunks dropped; the commit's answer lost
     assert bytes(lost.sent).count(b"/versions HTTP/1.1") == 1
-    assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/old")] == [1]
+    client = kestrel.Client(kestreld.url, kestreld.token)
+    assert [v.version for v in client.versions("team/old")] == [1]
+    with pytest.raises(kestrel.KestrelError) as later:   # the next error is known: nothing was done
+        client.pull("team/nothing-here", str(tmp_path / "out.bin"))
+    assert later.value.outcome_unknown is False
+
+
+def test_a_push_that_fails_before_its_commit_is_known_to_have_made_nothing(kestreld, tmp_path, monkeypatch):
+    """outcome_unknown (kestrel_error_outcome_unknown() in C) is False where nothing can have been
+    made: a push to a port where nobody listens fails with nothing sent."""
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "n.bin"
+    src.write_bytes(os.urandom(1 << 20))
+    with socket.socket() as s:   # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(kestrel.NetworkError) as e:
+        kestrel.Client(f"http://127.0.0.1:{port}", kestreld.token).push("team/none", str(src))
+    assert e.value.outcome_unknown is False
 
 
 @pytest.mark.parametrize("server", ["current", "older"])

@@ -3,6 +3,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
 #include "internal.h"
@@ -37,6 +38,48 @@ static void error_is_thread_local_and_one_line(void **state)
     kestrel_error_clear();
     assert_int_equal(kestrel_error_last()->code, 0);
     assert_string_equal(kestrel_error_last()->message, "");
+}
+
+/* kestrel_error_outcome_unknown: set only with the error it marks; any later error, a clear or out of
+ * memory reads 0; a kept error carries it to the thread that restores it, and only there. */
+static void *restore_kept(void *arg)
+{
+    kestrel__error_restore(arg);
+    return (void *)(intptr_t)kestrel_error_outcome_unknown();
+}
+
+static void outcome_unknown_goes_with_its_error(void **state)
+{
+    kestrel__error_kept kept;
+    pthread_t t;
+    void *seen = NULL;
+    (void)state;
+    kestrel_error_clear();
+    assert_int_equal(kestrel_error_outcome_unknown(), 0);
+    kestrel__error_set_http(KESTREL_EHTTP, 502, "the commit's answer was lost");
+    assert_int_equal(kestrel_error_outcome_unknown(), 0);
+    kestrel__error_outcome_unknown();
+    assert_int_equal(kestrel_error_outcome_unknown(), 1);
+    kestrel__error_keep(&kept);
+    kestrel__error_set(KESTREL_EINVALID, "a later error");
+    assert_int_equal(kestrel_error_outcome_unknown(), 0);
+    pthread_create(&t, NULL, restore_kept, &kept);
+    pthread_join(t, &seen);
+    assert_int_equal((intptr_t)seen, 1);
+    assert_int_equal(kestrel_error_outcome_unknown(), 0);   /* the other thread's record, not this one's */
+    assert_int_equal(kestrel__error_restore(&kept), KESTREL_EHTTP);
+    assert_int_equal(kestrel_error_outcome_unknown(), 1);
+    assert_int_equal(kestrel_error_last()->http_status, 502);
+    assert_string_equal(kestrel_error_last()->message, "the commit's answer was lost");
+    kestrel__error_oom();
+    assert_int_equal(kestrel_error_outcome_unknown(), 0);
+    kestrel__error_keep(&kept);   /* out of memory kept: not unknown either */
+    assert_int_equal(kestrel__error_restore(&kept), KESTREL_ENOMEM);
+    assert_int_equal(kestrel_error_outcome_unknown(), 0);
+    kestrel__error_set_net(7, "connection refused");
+    kestrel__error_outcome_unknown();
+    kestrel_error_clear();
+    assert_int_equal(kestrel_error_outcome_unknown(), 0);
 }
 
 static void init_is_refcounted(void **state)
@@ -141,6 +184,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(strerror_covers_every_code),
         cmocka_unit_test(error_is_thread_local_and_one_line),
+        cmocka_unit_test(outcome_unknown_goes_with_its_error),
         cmocka_unit_test(init_is_refcounted),
         cmocka_unit_test(options_versioning),
         cmocka_unit_test(handles_report_misuse),

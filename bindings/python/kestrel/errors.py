@@ -8,13 +8,18 @@ _tls = threading.local()
 
 
 class KestrelError(Exception):
-    """A libkestrel call failed. `code` is the KESTREL_E* value; `http_status` the server's status."""
+    """A libkestrel call failed. `code` is the KESTREL_E* value; `http_status` the server's status.
+    `outcome_unknown` is True when its request went out whole and its answer was lost, so what it
+    asked may have been done all the same (a push's version may exist: list the model's versions
+    before pushing again); kestrel_error_outcome_unknown() in C."""
 
-    def __init__(self, message: str, code: int = -1, http_status: int = 0, transport_code: int = 0) -> None:
+    def __init__(self, message: str, code: int = -1, http_status: int = 0, transport_code: int = 0,
+                 outcome_unknown: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.http_status = http_status
         self.transport_code = transport_code
+        self.outcome_unknown = outcome_unknown
 
 
 class InvalidArgumentError(KestrelError, ValueError):
@@ -107,18 +112,17 @@ def check(rc: int, payload: object = None, *, maybe_made: bool = False) -> int:
         setattr(payload, "stored_exception", None)
     exc: Optional[BaseException] = pending if pending is not None else stored
     if exc is not None:
-        if maybe_made:
+        if maybe_made and C.kestrel_error_outcome_unknown():
             said = C.kestrel_error_last().message
-            said = ffi.string(said).decode("utf-8", "replace") if said != ffi.NULL else ""
-            if "may have been made" in said:
-                _note(exc, said)
+            _note(exc, ffi.string(said).decode("utf-8", "replace") if said != ffi.NULL else "")
         raise exc
     if rc == C.KESTREL_ENOMEM:
         raise MemoryError("libkestrel: out of memory")
     err: Any = C.kestrel_error_last()
     msg = ffi.string(err.message).decode("utf-8", "replace") if err.message != ffi.NULL else ""
     cls: type[KestrelError] = _BY_CODE.get(rc, KestrelError)
-    raise cls(msg or f"error {rc}", rc, int(err.http_status), int(err.transport_code))
+    raise cls(msg or f"error {rc}", rc, int(err.http_status), int(err.transport_code),
+              bool(C.kestrel_error_outcome_unknown()))
 
 
 def on_callback_error(exc_type: type, exc: BaseException, tb: object) -> int:

@@ -34,6 +34,7 @@ int kestrel_init(void);
 int kestrel_shutdown(void);
 const kestrel_error *kestrel_error_last(void);
 void kestrel_error_clear(void);
+int kestrel_error_outcome_unknown(void);
 const char *kestrel_strerror(int code);
 void kestrel_buf_dispose(kestrel_buf *buf);
 
