@@ -43,6 +43,10 @@ int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned 
 /* Parse protobuf into a new message and validate it (known enum values, UTF-8 strings). */
 int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                          const uint8_t *data, size_t len);
+/* What decoding data (as kestrel__wire_decode would) may allocate at most, in *cost (lib/wire_cost.c):
+ * 0, or KESTREL_EINVALID for protobuf the decoder would refuse as malformed. */
+int kestrel__wire_decode_cost(const ProtobufCMessageDescriptor *desc, const char *content_type, const void *data,
+                              size_t len, uint64_t *cost);
 /* Decode by content type: a type containing "protobuf" is protobuf, anything else JSON. */
 int kestrel__wire_decode(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                          const char *content_type, const void *data, size_t len);

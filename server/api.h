@@ -30,6 +30,7 @@ typedef struct kd_req {
     struct kd_upload_mem *mem;  /* the budget of request memory (upload_mem.h; NULL: a console form's, */
     uint64_t held;              /* outside it): what body's buffer holds of it, */
     uint64_t answer_held;       /* what an answer's buffer holds (repo_fetch.c, a large one), */
+    uint64_t decoded_held;      /* what the body decoded may hold (kd_body: kestrel__wire_decode_cost), */
     int64_t held_by;            /* taken for this user */
     int busy;                   /* the budget refused the body's growth: 503 */
     /* long polls (api_wait.c) */

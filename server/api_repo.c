@@ -181,9 +181,11 @@ static enum MHD_Result commit(kd_req *r, void *arg)
     int rc, hold = -1, held = 0;
     if (in == NULL)
         return reply;
-    /* decoded: the body's buffer goes now (a 50,000-file manifest's is 8 MB), its charge to the
-     * budget of request memory when the request ends, since the decoded manifest, larger, stays */
+    /* decoded: the body's buffer goes now (a 50,000-file manifest's is 8 MB), and its charge to the
+     * budget of request memory; the decoded manifest's (kd_body) stays until the request ends */
     kestrel_buf_dispose(&r->body);
+    kd_upload_mem_give(r->mem, r->held_by, r->held);
+    r->held = 0;
     if (kestrel__manifest_check_commit(in) < 0) {   /* whole-file digests may be left to us */
         reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
         goto out;

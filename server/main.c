@@ -47,11 +47,13 @@ static void usage(FILE *f)
         "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
         "      --max-manifest BYTES largest version manifest a push may commit (a directory of N files needs\n"
         "                           about 200 N bytes; default 268435456)\n"
-        "      --max-upload-memory BYTES  memory request bodies, streamed packs and batches of chunks\n"
-        "                           being answered may hold at once, a quarter of it per user; past\n"
-        "                           it, 503 and the client tries again\n"
+        "      --max-upload-memory BYTES  memory request bodies (and what they take decoded),\n"
+        "                           streamed packs and batches of chunks being answered may hold at\n"
+        "                           once, a quarter of it per user; past it, 503 and the client tries\n"
+        "                           again (413 for a body whose decoding alone would pass a quarter)\n"
         "                           (at least 4 x (the larger of the two limits above + 8 MiB); by\n"
-        "                           default that or 1073741824, whichever is more)\n"
+        "                           default 4 x (3 x that limit + 8 MiB), room for a manifest that\n"
+        "                           large decoded beside its bytes, or 1073741824, whichever is more)\n"
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
@@ -604,11 +606,13 @@ int main(int argc, char **argv)
         }
         cfg.tls_ca = ca;
     }
-    {   /* one user's quarter must hold the largest body it may send, and a pack beside it */
+    {   /* one user's quarter must hold the largest body it may send, and a pack beside it; by default
+         * also that body decoded (kd_body: a real manifest takes about twice its bytes), so that the
+         * largest commit fits as it did before its decoding was counted */
         uint64_t body = cfg.max_manifest > cfg.max_body ? cfg.max_manifest : cfg.max_body;
-        uint64_t need = 4 * (body + (8u << 20));
+        uint64_t need = 4 * (body + (8u << 20)), room = 4 * (3 * body + (8u << 20));
         if (cfg.max_upload_memory == 0)
-            cfg.max_upload_memory = need > (1ull << 30) ? need : 1ull << 30;
+            cfg.max_upload_memory = room > (1ull << 30) ? room : 1ull << 30;
         else if (cfg.max_upload_memory < need) {
             fprintf(stderr, "kestreld: --max-upload-memory %llu is too small: a user's quarter must hold a body "
                     "of --max-manifest/--max-body (%llu bytes) and a pack; give at least %llu\n",

@@ -1,5 +1,6 @@
-/* tests/fuzz/wire_fuzzer.c - every byte string into the request decoders (JSON and protobuf),
- * and what decodes back out through the encoders: no crash, no leak, round trips stable; and into
+/* tests/fuzz/wire_fuzzer.c - every byte string into the request decoders (JSON and protobuf) and
+ * what they cost (kestrel__wire_decode_cost: a price for whatever protobuf decodes), and what
+ * decodes back out through the encoders: no crash, no leak, round trips stable; and into
  * the reader of fields (kestrel__wire_next_field, as a pull's and a push's temp files are read). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,6 +35,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         ProtobufCMessage *m = NULL, *again = NULL;
         kestrel_buf json = KESTREL_BUF_INIT, json2 = KESTREL_BUF_INIT, pb = KESTREL_BUF_INIT;
+        uint64_t cost;
+        /* what a decode costs is read off every body the decoder takes (kestreld charges it first) */
+        int priced = kestrel__wire_decode_cost(types[t], KESTREL__CT_PROTOBUF, data, len, &cost) == 0;
+        if (kestrel__wire_decode_cost(types[t], KESTREL__CT_JSON, data, len, &cost) != 0)
+            abort();
+        if (kestrel__wire_unpack(&m, types[t], data, len) == 0 && !priced)
+            abort();
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
+        m = NULL;
         if (kestrel__wire_from_json(&m, types[t], (const char *)data, len) == 0 ||
             kestrel__wire_unpack(&m, types[t], data, len) == 0) {
             /* whatever decodes must encode, and decode again to the same JSON */

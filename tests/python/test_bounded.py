@@ -225,11 +225,12 @@ def test_a_body_is_read_only_for_a_caller_allowed_the_route(daemon):
     assert first_line(d.token) == "no answer"            # allowed: its body is awaited, as before
 
 
-def _rss_kib(pid):
+def _rss_kib(pid, field="VmRSS"):
+    """kestreld's resident memory now (VmRSS), or at its peak so far (VmHWM), in KiB."""
     for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    raise AssertionError("no " + field)
 
 
 def _stalled_upload(port, token, path, length, first, answered_in=0.3):
@@ -545,14 +546,56 @@ def test_large_answers_no_one_reads_hold_at_most_the_budget(daemon):
     one = b"x"
     body = hashlib.sha256(one).digest() + struct.pack(">I", 1) + one
     assert urllib_request(d, "/api/v1/chunks/pack", body, "application/octet-stream") == 200
-    n = 40000   # files of the same one-byte chunk: a manifest of about 10 MB, cheap to commit
-    entry = {"digest": hashlib.sha256(one).hexdigest(), "size": "1"}
-    m = json.dumps({"size": str(n), "chunks": [entry] * n,
-                    "files": [{"path": f"f{i:05d}", "size": "1", "chunks": 1} for i in range(n)]}).encode()
-    assert urllib_request(d, "/api/v1/models/admin/wide/versions", m, "application/json") == 201
+    n = 40000   # files of the same one-byte chunk: a manifest of about 10 MB as JSON, cheap to commit
+    # sent as protobuf, as a push sends it: decoded, that JSON would pass the quarter (a body's memory
+    # decoded is counted: kd_body), its protobuf about 9 MB
+    def ld(field, payload):
+        n, out = len(payload), bytes([field << 3 | 2])
+        while True:
+            out += bytes([n & 0x7F | (0x80 if n > 0x7F else 0)])
+            n >>= 7
+            if not n:
+                return out + payload
+    chunk = ld(5, ld(1, hashlib.sha256(one).hexdigest().encode()) + b"\x10\x01")
+    m = b"\x18" + bytes([n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14]) + chunk * n + b"".join(
+        ld(10, ld(1, f"f{i:05d}".encode()) + b"\x10\x01\x28\x01") for i in range(n))
+    assert urllib_request(d, "/api/v1/models/admin/wide/versions", m, "application/x-protobuf") == 201
     socks, lines = _unread_answers(port, 8, f"GET /api/v1/models/admin/wide/versions/1 HTTP/1.1\r\nHost: x\r\n"
                                    f"Authorization: Bearer {d.token}\r\n\r\n".encode())
     busy = lines.count(b"HTTP/1.1 503 Service Unavailable")
     assert lines.count(b"HTTP/1.1 200 OK") + busy == 8 and busy >= 5, lines   # 0 refused before
     for s in socks:
         s.close()
+
+
+def test_a_body_is_counted_as_it_decodes_not_as_it_lies(daemon, tmp_path, monkeypatch):
+    """Two bytes on the wire (an empty element of a list) decode to about 48: a 64 MiB commit of
+    empty chunk references took kestreld to 2.9 GB (a hostile test), 46 times what the budget
+    counted. kestreld counts what a body takes decoded before it decodes it (a real manifest about
+    twice its bytes): one whose decoding alone would pass a user's quarter is 413, in protobuf and
+    in JSON, with nothing decoded or made, and kestreld's peak memory stays near the bodies'. A
+    real push under the same budget is decoded and committed."""
+    import pytest
+    from repo_api import raw
+    kestrel = pytest.importorskip("kestrel")
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    mib = 1 << 20
+    d = daemon("--max-upload-memory", str(96 * mib), "--max-manifest", str(16 * mib), "--max-body", str(mib))
+    peak0 = _rss_kib(d.proc.pid, "VmHWM")
+    empty = b"\x0a\x06team/x" + b"\x2a\x00" * (4 << 20)   # 8 MiB: about 200 MiB decoded
+    status, body = raw(d, "POST", "/api/v1/models/team/x/versions", empty, "application/x-protobuf")
+    assert status == 413, body
+    said = json.loads(body)["message"]
+    assert "decoded" in said and "a quarter of --max-upload-memory" in said and "(24 MiB" in said, said
+    as_json = b'{"name":"team/x","chunks":[{}' + b",{}" * (2 << 20) + b"]}"   # 6 MiB
+    status, body = raw(d, "POST", "/api/v1/models/team/x/versions", as_json)
+    assert status == 413, body
+    grew = _rss_kib(d.proc.pid, "VmHWM") - peak0
+    assert grew < 48 * 1024, f"kestreld's peak grew {grew} KiB for two bodies of 8 and 6 MiB"   # was 200 MiB and more
+    assert raw(d, "GET", "/api/v1/models/team/x/versions")[0] == 404   # nothing made
+    files = tmp_path / "files"
+    files.mkdir()
+    for i in range(200):
+        (files / f"f{i:03d}").write_bytes(os.urandom(3000))
+    assert kestrel.Client(d.url, d.token).push("team/files", str(files)) == 1
+

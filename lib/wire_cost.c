@@ -1,0 +1,128 @@
+/* lib/wire_cost.c - how much memory decoding a body takes, read off the body before it is decoded.
+ *
+ * A body's bytes are not what decoding it holds: protobuf-c gives each element of a repeated
+ * message field its own struct and each string its own block, so two bytes on the wire (an empty
+ * ChunkRef) became about 64 in memory. kestreld once decoded a 64 MiB commit of empty chunk
+ * references into 2.9 GB. kestrel__wire_decode_cost walks the body as the decoder will (the
+ * protobuf fields, each by its descriptor; JSON by its tokens) and adds up what each piece allocates,
+ * with the allocator's overhead, so a server can take that from its budget first and refuse what it
+ * cannot hold. It is an upper bound: exact enough that a real manifest costs about twice its bytes. */
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "wire.h"
+
+/* A malloc'd block of n bytes as glibc holds it: its header, rounded to 16, at least 32. */
+static uint64_t block(uint64_t n)
+{
+    uint64_t b = (n + 8 + 15) & ~(uint64_t)15;
+    return b < 32 ? 32 : b;
+}
+
+/* The packed scalars of n bytes: a fixed-width one takes in memory what it takes on the wire; a
+ * varint one at least a byte on the wire, at most 8 in memory. */
+static uint64_t packed(const ProtobufCFieldDescriptor *f, size_t n)
+{
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_FIXED32: case PROTOBUF_C_TYPE_SFIXED32: case PROTOBUF_C_TYPE_FLOAT:
+    case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_SFIXED64: case PROTOBUF_C_TYPE_DOUBLE:
+        return (uint64_t)n;
+    default:
+        return 8 * (uint64_t)n;
+    }
+}
+
+static int pb_cost(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, int depth, uint64_t *cost)
+{
+    size_t at = 0;
+    int rc;
+    if (depth > 32)
+        return kestrel__error_set(KESTREL_EINVALID, "protobuf body for %s nests too deep", d->name);
+    /* the message itself, and one array for each repeated field (grown to its count at once) */
+    *cost += block(d->sizeof_message);
+    for (unsigned i = 0; i < d->n_fields; i++)
+        *cost += d->fields[i].label == PROTOBUF_C_LABEL_REPEATED ? block(0) : 0;
+    for (;;) {
+        unsigned field, type;
+        const uint8_t *v;
+        size_t n;
+        const ProtobufCFieldDescriptor *f;
+        if ((rc = kestrel__wire_next_field(p, len, &at, &field, &type, &v, &n)) <= 0) {
+            if (rc == 0 && at < len)
+                rc = kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", d->name);
+            return rc;
+        }
+        if ((f = protobuf_c_message_descriptor_get_field(d, field)) == NULL)
+            continue;   /* the decoder refuses it (wire.c: pb_scan) */
+        if (f->label == PROTOBUF_C_LABEL_REPEATED)
+            *cost += type == 2 && f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES &&
+                             f->type != PROTOBUF_C_TYPE_MESSAGE
+                         ? packed(f, n)
+                         : 8;
+        if (type != 2)
+            continue;
+        if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES)
+            *cost += block((uint64_t)n + 1);
+        else if (f->type == PROTOBUF_C_TYPE_MESSAGE && (rc = pb_cost(f->descriptor, v, n, depth + 1, cost)) < 0)
+            return rc;
+    }
+}
+
+/* The largest message a JSON value of type d may become: d or one nested in it. */
+static size_t largest(const ProtobufCMessageDescriptor *d, int depth)
+{
+    size_t most = d->sizeof_message;
+    for (unsigned i = 0; depth < 32 && i < d->n_fields; i++)
+        if (d->fields[i].type == PROTOBUF_C_TYPE_MESSAGE) {
+            size_t m = largest(d->fields[i].descriptor, depth + 1);
+            most = m > most ? m : most;
+        }
+    return most;
+}
+
+/* JSON: cJSON's tree, then the message, both held at once. Each value is a cJSON node and an array
+ * slot at most (the first, each after ':' in an object, each element of an array); each object at
+ * most the largest message; each string two blocks (cJSON's copy, the message's), whose bytes are
+ * the body's. Strings are skipped by their quotes; containers are told apart on a stack of bits as
+ * deep as cJSON parses (1000), deeper ones counted as arrays (more, never less). */
+static uint64_t json_cost(const ProtobufCMessageDescriptor *d, const char *p, size_t len)
+{
+    uint64_t values = 1, objects = 0, strings = 0, in_array[1024 / 64] = { 0 };
+    size_t depth = 0;
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = p[i];
+        int arr = depth == 0 || depth > 1024 || (in_array[(depth - 1) / 64] >> ((depth - 1) % 64) & 1);
+        if (in_string) {
+            i += c == '\\';
+            in_string = c != '"';
+            continue;
+        }
+        switch (c) {
+        case '"': in_string = 1; strings++; break;
+        case ':': values += !arr; break;
+        case ',': values += arr; break;
+        case '{': case '[':
+            objects += c == '{';
+            if (++depth <= 1024) {
+                uint64_t *w = &in_array[(depth - 1) / 64], bit = (uint64_t)1 << ((depth - 1) % 64);
+                *w = c == '[' ? *w | bit : *w & ~bit;
+            }
+            values += c == '[';   /* its first element, if any */
+            break;
+        case '}': case ']': depth -= depth > 0; break;
+        default: break;
+        }
+    }
+    return values * (block(sizeof(cJSON)) + 8) + objects * block(largest(d, 0)) + strings * 2 * block(0) +
+           2 * (uint64_t)len;
+}
+
+int kestrel__wire_decode_cost(const ProtobufCMessageDescriptor *desc, const char *content_type, const void *data,
+                              size_t len, uint64_t *cost)
+{
+    *cost = 0;
+    if (content_type && strstr(content_type, "protobuf"))
+        return pb_cost(desc, data, len, 0, cost);
+    *cost = json_cost(desc, data, len);
+    return 0;
+}
