@@ -160,15 +160,17 @@ ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enu
             *reply = kd_reply_busy(r);
             return NULL;
         }
-        snprintf(msg, sizeof(msg), "this body would take %llu MiB of memory decoded, more than a user's share of "
-                 "kestreld's request memory (%llu MiB, a quarter of --max-upload-memory) can hold: send less at once",
+        snprintf(msg, sizeof(msg), "this body and what it decodes to would take %llu MiB of memory, more than a "
+                 "user's share of kestreld's request memory (%llu MiB, a quarter of --max-upload-memory) can hold: "
+                 "send less at once",
                  (unsigned long long)((cost + r->held) >> 20), (unsigned long long)(total >> 22));
         *reply = kd_reply_error(r, 413, "too_large", msg);
         return NULL;
     }
-    r->decoded_held += r->mem ? cost : 0;   /* given back when the request ends (on_done) */
-    if (rc == 0)
+    if (rc == 0) {   /* taken: given back when the request ends (on_done); a malformed body took nothing */
+        r->decoded_held += r->mem ? cost : 0;
         rc = kestrel__wire_decode(&m, desc, r->content_type, data, r->body.size);
+    }
     if (rc < 0)
         *reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
     return m;

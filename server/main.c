@@ -52,8 +52,9 @@ static void usage(FILE *f)
         "                           once, a quarter of it per user; past it, 503 and the client tries\n"
         "                           again (413 for a body whose decoding alone would pass a quarter)\n"
         "                           (at least 4 x (the larger of the two limits above + 8 MiB); by\n"
-        "                           default 4 x (3 x that limit + 8 MiB), room for a manifest that\n"
-        "                           large decoded beside its bytes, or 1073741824, whichever is more)\n"
+        "                           default 4 x (5 x that limit + 8 MiB), room for a manifest that\n"
+        "                           large decoded (up to 4 times its bytes) beside its bytes, or\n"
+        "                           1073741824, whichever is more; below that, a warning at start)\n"
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
@@ -607,12 +608,21 @@ int main(int argc, char **argv)
         cfg.tls_ca = ca;
     }
     {   /* one user's quarter must hold the largest body it may send, and a pack beside it; by default
-         * also that body decoded (kd_body: a real manifest takes about twice its bytes), so that the
-         * largest commit fits as it did before its decoding was counted */
+         * also that body decoded (kd_body: a real manifest takes 2.4 to 4 times its bytes,
+         * tests/unit/test_wire_cost.c), so that the largest commit fits as it did before its decoding
+         * was counted. A budget given below that is kept (it may be a deployment's since before):
+         * the largest commits are refused 413, which the warning says. */
         uint64_t body = cfg.max_manifest > cfg.max_body ? cfg.max_manifest : cfg.max_body;
-        uint64_t need = 4 * (body + (8u << 20)), room = 4 * (3 * body + (8u << 20));
+        uint64_t need = 4 * (body + (8u << 20)), room = 4 * (5 * body + (8u << 20));
         if (cfg.max_upload_memory == 0)
             cfg.max_upload_memory = room > (1ull << 30) ? room : 1ull << 30;
+        else if (cfg.max_upload_memory < room && cfg.max_upload_memory >= need)
+            fprintf(stderr, "kestreld: warning: --max-upload-memory %llu: a commit's manifest decoded takes up to 4 "
+                    "times its bytes, so one of more than about %llu MiB may be refused (413) though under "
+                    "--max-manifest (%llu MiB); give %llu to take every one\n",
+                    (unsigned long long)cfg.max_upload_memory,
+                    (unsigned long long)(cfg.max_upload_memory / 4 / 5 >> 20),
+                    (unsigned long long)(cfg.max_manifest >> 20), (unsigned long long)room);
         else if (cfg.max_upload_memory < need) {
             fprintf(stderr, "kestreld: --max-upload-memory %llu is too small: a user's quarter must hold a body "
                     "of --max-manifest/--max-body (%llu bytes) and a pack; give at least %llu\n",

@@ -49,9 +49,11 @@ KESTREL_API const kestrel_error *kestrel_error_last(void);
  * when the record is out of memory's. Like the record, stale after a success: check the return code
  * first.
  *
- * Set today by kestrel_model_push, for its commit: a push that fails or stops so may have made its
- * version (list the model's versions to see before pushing again, which would make another). The
- * failures before the commit, which make nothing, and the other calls leave it 0. Since KESTREL_1.6.
+ * Set today by the calls that push a version, for its commit (kestrel_model_push, and
+ * kestrel_code_push and a job submitted with code, which push a code snapshot): one that fails or
+ * stops so may have made its version (list the model's versions to see before pushing again, which
+ * would make another). The failures before the commit, which make nothing, and the other calls leave
+ * it 0. Since KESTREL_1.6.
  */
 KESTREL_API int kestrel_error_outcome_unknown(void);
 /** Clear the calling thread's error record. */

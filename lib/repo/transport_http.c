@@ -450,8 +450,9 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
             snprintf(msg, sizeof(msg), "the commit of %s was sent and its answer lost, so " MAYBE_MADE ": %s",
                      m->name, was.msg);
         was.err.message = msg;
-        was.outcome_unknown = 1;
-        return kestrel__error_restore(&was);
+        rc = kestrel__error_restore(&was);
+        kestrel__error_outcome_unknown();
+        return rc;
     }
     if (rc < 0)
         return rc;

@@ -389,6 +389,12 @@ def test_an_upload_budget_too_small_for_a_body_is_refused_at_start(tmp_path):
     p = subprocess.run([KESTRELD, "--data-dir", str(tmp_path / "d"), "--max-upload-memory", str(64 << 20)],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--max-upload-memory" in p.stderr and "at least" in p.stderr, p.stderr
+    # one that holds a body but not the largest manifest decoded beside it starts, and says so
+    p = subprocess.run([KESTRELD, "--data-dir", str(tmp_path / "d"), "--max-upload-memory", str(96 << 20),
+                        "--max-manifest", str(16 << 20), "--max-body", str(1 << 20), "--check-config"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "warning: --max-upload-memory 100663296" in p.stderr, p.stderr
+    assert "more than about 4 MiB may be refused (413)" in p.stderr and "give 369098752" in p.stderr, p.stderr
 
 
 def _big_commit(d, port, chunks=512):
@@ -586,13 +592,32 @@ def test_a_body_is_counted_as_it_decodes_not_as_it_lies(daemon, tmp_path, monkey
     status, body = raw(d, "POST", "/api/v1/models/team/x/versions", empty, "application/x-protobuf")
     assert status == 413, body
     said = json.loads(body)["message"]
-    assert "decoded" in said and "a quarter of --max-upload-memory" in said and "(24 MiB" in said, said
+    assert "decodes to" in said and "a quarter of --max-upload-memory" in said and "(24 MiB" in said, said
     as_json = b'{"name":"team/x","chunks":[{}' + b",{}" * (2 << 20) + b"]}"   # 6 MiB
     status, body = raw(d, "POST", "/api/v1/models/team/x/versions", as_json)
     assert status == 413, body
     grew = _rss_kib(d.proc.pid, "VmHWM") - peak0
     assert grew < 48 * 1024, f"kestreld's peak grew {grew} KiB for two bodies of 8 and 6 MiB"   # was 200 MiB and more
     assert raw(d, "GET", "/api/v1/models/team/x/versions")[0] == 404   # nothing made
+    # a malformed body, priced partway and refused 400, takes nothing and so gives nothing back: a
+    # commit of 15 MiB stalled holds the quarter, a second is refused 503 before and after (a review
+    # found the partial price given back: eight such commits held 120 MiB of a 96 MiB budget)
+    port = int(d.url.rsplit(":", 1)[1])
+    first = _stalled_upload(port, d.token, "/api/v1/models/team/y/versions", 15 * mib, b"\x0a")
+    assert not isinstance(first, str), first
+    try:
+        assert _stalled_upload(port, d.token, "/api/v1/models/team/y/versions", 15 * mib, b"", 3).startswith(
+            "HTTP/1.1 503")
+        for _ in range(3):
+            status, body = raw(d, "POST", "/api/v1/models/team/z/versions", b"\x2a\x00" * 300000 + b"\x2a\x05",
+                               "application/x-protobuf")
+            assert status == 400 and b"malformed" in body, body
+        second = _stalled_upload(port, d.token, "/api/v1/models/team/y/versions", 15 * mib, b"", 3)
+        if not isinstance(second, str):
+            second.close()
+        assert isinstance(second, str) and second.startswith("HTTP/1.1 503"), "the quarter's charge was given back"
+    finally:
+        first.close()
     files = tmp_path / "files"
     files.mkdir()
     for i in range(200):
