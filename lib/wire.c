@@ -668,55 +668,12 @@ int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned 
     return 1;
 }
 
-/* What protobuf-c accepts but the contract refuses, read off the wire: fields this schema does not
- * know (the JSON codec refuses them too), NUL inside strings, groups; nested messages alike. */
-static int pb_scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, int depth)
-{
-    size_t at = 0;
-    if (depth > 32)
-        return kestrel__error_set(KESTREL_EINVALID, "protobuf body for %s nests too deep", d->name);
-    while (at < len) {
-        uint64_t key, n = 0;
-        const ProtobufCFieldDescriptor *f;
-        if (read_varint(p, len, &at, &key) < 0)
-            return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", d->name);
-        if ((key >> 3) == 0 || (key >> 3) > UINT32_MAX ||
-            (f = protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))) == NULL)
-            return kestrel__error_set(KESTREL_EINVALID, "%s has no field number %llu", d->name,
-                                      (unsigned long long)(key >> 3));
-        switch (key & 7) {
-        case 0: if (read_varint(p, len, &at, &n) < 0) goto malformed; break;
-        case 1: if (len - at < 8) goto malformed; at += 8; break;
-        case 5: if (len - at < 4) goto malformed; at += 4; break;
-        case 2:
-            if (read_varint(p, len, &at, &n) < 0 || n > len - at)
-                goto malformed;
-            if (f->type == PROTOBUF_C_TYPE_STRING && memchr(p + at, 0, (size_t)n))
-                return kestrel__error_set(KESTREL_EINVALID, "field '%s': a NUL character in a string", f->name);
-            if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                int rc = pb_scan(f->descriptor, p + at, (size_t)n, depth + 1);
-                if (rc < 0)
-                    return rc;
-            }
-            at += (size_t)n;
-            break;
-        default:
-            goto malformed;
-        }
-    }
-    return 0;
-malformed:
-    return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", d->name);
-}
-
-int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
-                         const uint8_t *data, size_t len)
+/* data, read by kestrel__wire_scan already, decoded and validated */
+static int unpack_scanned(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc, const uint8_t *data,
+                          size_t len)
 {
     ProtobufCMessage *m;
     int rc;
-    *out = NULL;
-    if ((rc = pb_scan(desc, data, len, 0)) < 0)
-        return rc;
     if ((m = protobuf_c_message_unpack(desc, NULL, len, data)) == NULL)
         return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", desc->name);
     if ((rc = validate(m, "")) < 0) {
@@ -727,12 +684,33 @@ int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescripto
     return 0;
 }
 
+int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
+                         const uint8_t *data, size_t len)
+{
+    int rc;
+    *out = NULL;
+    return (rc = kestrel__wire_scan(desc, data, len, NULL)) < 0 ? rc : unpack_scanned(out, desc, data, len);
+}
+
 int kestrel__wire_decode(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                          const char *content_type, const void *data, size_t len)
 {
-    if (content_type && strstr(content_type, "protobuf"))
-        return kestrel__wire_unpack(out, desc, data, len);
-    return kestrel__wire_from_json(out, desc, data, len);
+    return kestrel__wire_decode_charged(out, desc, content_type, data, len, NULL, NULL);
+}
+
+int kestrel__wire_decode_charged(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
+                                 const char *content_type, const void *data, size_t len,
+                                 int (*charge)(void *ctx, uint64_t cost), void *ctx)
+{
+    uint64_t cost = 0;
+    int rc, pb = content_type && strstr(content_type, "protobuf");
+    *out = NULL;
+    if (charge == NULL)
+        return pb ? kestrel__wire_unpack(out, desc, data, len) : kestrel__wire_from_json(out, desc, data, len);
+    /* priced in the walk that checks it (protobuf), charged, then decoded without a second walk */
+    if ((rc = kestrel__wire_decode_cost(desc, content_type, data, len, &cost)) < 0 || (rc = charge(ctx, cost)) < 0)
+        return rc;
+    return pb ? unpack_scanned(out, desc, data, len) : kestrel__wire_from_json(out, desc, data, len);
 }
 
 int kestrel__wire_encode(kestrel_buf *out, const ProtobufCMessage *msg, int as_json)

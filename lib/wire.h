@@ -43,13 +43,23 @@ int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned 
 /* Parse protobuf into a new message and validate it (known enum values, UTF-8 strings). */
 int kestrel__wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                          const uint8_t *data, size_t len);
-/* What decoding data (as kestrel__wire_decode would) may allocate at most, in *cost (lib/wire_cost.c):
- * 0, or KESTREL_EINVALID for protobuf the decoder would refuse as malformed. */
+/* protobuf data read before it is decoded (lib/wire_scan.c): 0, or KESTREL_EINVALID for what the
+ * contract refuses (unknown fields, NUL in strings, groups, nesting past 32, malformed records);
+ * cost (may be NULL) gets the most decoding it allocates at once. */
+int kestrel__wire_scan(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len, uint64_t *cost);
+/* What decoding data (as kestrel__wire_decode would) may allocate at most, in *cost (lib/wire_scan.c):
+ * 0, or KESTREL_EINVALID for protobuf the decoder would refuse. */
 int kestrel__wire_decode_cost(const ProtobufCMessageDescriptor *desc, const char *content_type, const void *data,
                               size_t len, uint64_t *cost);
 /* Decode by content type: a type containing "protobuf" is protobuf, anything else JSON. */
 int kestrel__wire_decode(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
                          const char *content_type, const void *data, size_t len);
+/* The same, its price (kestrel__wire_decode_cost) passed to charge first, in the walk that checks a
+ * protobuf body: a charge < 0 is returned as it is, nothing decoded; a body refused before it is
+ * priced is never charged. charge NULL: kestrel__wire_decode. */
+int kestrel__wire_decode_charged(ProtobufCMessage **out, const ProtobufCMessageDescriptor *desc,
+                                 const char *content_type, const void *data, size_t len,
+                                 int (*charge)(void *ctx, uint64_t cost), void *ctx);
 /* Encode as protobuf (as_json == 0) or JSON. */
 int kestrel__wire_encode(kestrel_buf *out, const ProtobufCMessage *msg, int as_json);
 

@@ -144,33 +144,49 @@ enum MHD_Result kd_reply_failure(kd_req *r, int rc)
     }
 }
 
+/* kd_body's charge: the body's memory decoded, from the budget (its price is given back when the
+ * request ends, on_done). Refused: *reply says why, 413 where the body and its price alone would pass
+ * a user's quarter, 503 where it is not free now. */
+typedef struct {
+    kd_req *r;
+    enum MHD_Result *reply;
+    int refused;
+} body_charge;
+
+static int charge_body(void *ctx, uint64_t cost)
+{
+    body_charge *c = ctx;
+    kd_req *r = c->r;
+    uint64_t mine, held, total;
+    char msg[300];
+    if (kd_upload_mem_take(r->mem, r->held_by, cost) == 0) {
+        r->decoded_held += r->mem ? cost : 0;
+        return 0;
+    }
+    kd_upload_mem_state(r->mem, r->held_by, &mine, &held, &total);
+    c->refused = 1;
+    if (cost + r->held <= total / 4) {
+        *c->reply = kd_reply_busy(r);
+        return -1;
+    }
+    snprintf(msg, sizeof(msg), "this body and what it decodes to would take %llu MiB of memory, more than a user's "
+             "share of kestreld's request memory (%llu MiB, a quarter of --max-upload-memory) can hold: send less "
+             "at once", (unsigned long long)((cost + r->held) >> 20), (unsigned long long)(total >> 22));
+    *c->reply = kd_reply_error(r, 413, "too_large", msg);
+    return -1;
+}
+
 /* The body's memory decoded is taken from the budget before it is decoded: two bytes on the wire
- * (an empty element of a list) decode to about 64, and a 64 MiB commit of them took 2.9 GB (a
- * hostile test). More than a user's quarter can ever hold: 413; more than is free now: 503. */
+ * (an empty element of a list) take about 100 while they decode, and a 64 MiB commit of them took
+ * 2.9 GB (a hostile test). It is priced in the walk that checks the body (lib/wire_scan.c). */
 ProtobufCMessage *kd_body(kd_req *r, const ProtobufCMessageDescriptor *desc, enum MHD_Result *reply)
 {
     ProtobufCMessage *m = NULL;
-    const void *data = r->body.ptr ? r->body.ptr : "";
-    uint64_t cost = 0, mine, held, total;
-    int rc = kestrel__wire_decode_cost(desc, r->content_type, data, r->body.size, &cost);
-    if (rc == 0 && kd_upload_mem_take(r->mem, r->held_by, cost) < 0) {
-        char msg[300];
-        kd_upload_mem_state(r->mem, r->held_by, &mine, &held, &total);
-        if (cost + r->held <= total / 4) {
-            *reply = kd_reply_busy(r);
-            return NULL;
-        }
-        snprintf(msg, sizeof(msg), "this body and what it decodes to would take %llu MiB of memory, more than a "
-                 "user's share of kestreld's request memory (%llu MiB, a quarter of --max-upload-memory) can hold: "
-                 "send less at once",
-                 (unsigned long long)((cost + r->held) >> 20), (unsigned long long)(total >> 22));
-        *reply = kd_reply_error(r, 413, "too_large", msg);
+    body_charge c = { r, reply, 0 };
+    int rc = kestrel__wire_decode_charged(&m, desc, r->content_type, r->body.ptr ? r->body.ptr : "", r->body.size,
+                                          charge_body, &c);
+    if (c.refused)   /* answered */
         return NULL;
-    }
-    if (rc == 0) {   /* taken: given back when the request ends (on_done); a malformed body took nothing */
-        r->decoded_held += r->mem ? cost : 0;
-        rc = kestrel__wire_decode(&m, desc, r->content_type, data, r->body.size);
-    }
     if (rc < 0)
         *reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
     return m;

@@ -1,4 +1,5 @@
-/* lib/wire_cost.c - how much memory decoding a body takes, read off the body before it is decoded.
+/* lib/wire_scan.c - a body read before it is decoded: what the contract refuses that protobuf-c would
+ * accept, and how much memory decoding it takes, in one walk.
  *
  * A body's bytes are not what decoding it holds: protobuf-c gives each element of a repeated
  * message field its own struct and each string its own block, so two bytes on the wire (an empty
@@ -39,45 +40,76 @@ static uint64_t packed(const ProtobufCFieldDescriptor *f, size_t n)
 #define SCANNED_ON_STACK 16
 #define SCANNED_BYTES 32
 
-static int pb_cost(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, int depth, uint64_t *cost)
+/* The records protobuf-c keeps of k fields read in one message, beyond those on its stack. */
+static uint64_t scanned(uint64_t k)
+{
+    uint64_t cost = 0;
+    for (uint64_t left = k > SCANNED_ON_STACK ? k - SCANNED_ON_STACK : 0, slab = 2 * SCANNED_ON_STACK; left > 0;
+         left -= left < slab ? left : slab, slab *= 2)
+        cost += block(slab * SCANNED_BYTES);
+    return cost;
+}
+
+/* What protobuf-c accepts but the contract refuses, read off the wire: fields this schema does not
+ * know (the JSON codec refuses them too), NUL inside strings, groups; nested messages alike. cost
+ * (may be NULL) gets what decoding allocates: the message, an array for each repeated field (grown
+ * to its count at once) and a slot in it for each element, each string's block, nested messages,
+ * and the records of the fields scanned. */
+static int scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, int depth, uint64_t *cost)
 {
     size_t at = 0;
-    uint64_t fields = 0;
-    int rc;
+    uint64_t fields = 0, mine = block(d->sizeof_message);
     if (depth > 32)
         return kestrel__error_set(KESTREL_EINVALID, "protobuf body for %s nests too deep", d->name);
-    /* the message itself, and one array for each repeated field (grown to its count at once) */
-    *cost += block(d->sizeof_message);
     for (unsigned i = 0; i < d->n_fields; i++)
-        *cost += d->fields[i].label == PROTOBUF_C_LABEL_REPEATED ? block(0) : 0;
-    for (;;) {
-        unsigned field, type;
-        const uint8_t *v;
-        size_t n;
+        mine += d->fields[i].label == PROTOBUF_C_LABEL_REPEATED ? block(0) : 0;
+    while (at < len) {
+        uint64_t key, n = 0;
         const ProtobufCFieldDescriptor *f;
-        if ((rc = kestrel__wire_next_field(p, len, &at, &field, &type, &v, &n)) <= 0) {
-            if (rc == 0 && at < len)
-                rc = kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", d->name);
-            for (uint64_t left = fields > SCANNED_ON_STACK ? fields - SCANNED_ON_STACK : 0, slab = 2 * SCANNED_ON_STACK;
-                 rc == 0 && left > 0; left -= left < slab ? left : slab, slab *= 2)
-                *cost += block(slab * SCANNED_BYTES);
-            return rc;
-        }
+        if (kestrel__wire_varint(p, len, &at, &key) < 0)
+            return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", d->name);
+        if ((key >> 3) == 0 || (key >> 3) > UINT32_MAX ||
+            (f = protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))) == NULL)
+            return kestrel__error_set(KESTREL_EINVALID, "%s has no field number %llu", d->name,
+                                      (unsigned long long)(key >> 3));
         fields++;
-        if ((f = protobuf_c_message_descriptor_get_field(d, field)) == NULL)
-            continue;   /* the decoder refuses it (wire.c: pb_scan) */
-        if (f->label == PROTOBUF_C_LABEL_REPEATED)
-            *cost += type == 2 && f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES &&
-                             f->type != PROTOBUF_C_TYPE_MESSAGE
-                         ? packed(f, n)
-                         : 8;
-        if (type != 2)
-            continue;
-        if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES)
-            *cost += block((uint64_t)n + 1);
-        else if (f->type == PROTOBUF_C_TYPE_MESSAGE && (rc = pb_cost(f->descriptor, v, n, depth + 1, cost)) < 0)
-            return rc;
+        switch (key & 7) {
+        case 0: if (kestrel__wire_varint(p, len, &at, &n) < 0) goto malformed; break;
+        case 1: if (len - at < 8) goto malformed; at += 8; break;
+        case 5: if (len - at < 4) goto malformed; at += 4; break;
+        case 2:
+            if (kestrel__wire_varint(p, len, &at, &n) < 0 || n > len - at)
+                goto malformed;
+            if (f->type == PROTOBUF_C_TYPE_STRING && memchr(p + at, 0, (size_t)n))
+                return kestrel__error_set(KESTREL_EINVALID, "field '%s': a NUL character in a string", f->name);
+            if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES)
+                mine += block(n + 1);
+            else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                int rc = scan(f->descriptor, p + at, (size_t)n, depth + 1, cost);
+                if (rc < 0)
+                    return rc;
+            }
+            at += (size_t)n;
+            break;
+        default:
+            goto malformed;
+        }
+        if (f->label == PROTOBUF_C_LABEL_REPEATED)   /* packed scalars: each in the array; else its slot */
+            mine += (key & 7) == 2 && f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES &&
+                            f->type != PROTOBUF_C_TYPE_MESSAGE
+                        ? packed(f, (size_t)n)
+                        : 8;
     }
+    if (cost)
+        *cost += mine + scanned(fields);
+    return 0;
+malformed:
+    return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf body for %s", d->name);
+}
+
+int kestrel__wire_scan(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len, uint64_t *cost)
+{
+    return scan(desc, data, len, 0, cost);
 }
 
 /* The largest message a JSON value of type d may become: d or one nested in it. */
@@ -135,7 +167,7 @@ int kestrel__wire_decode_cost(const ProtobufCMessageDescriptor *desc, const char
 {
     *cost = 0;
     if (content_type && strstr(content_type, "protobuf"))
-        return pb_cost(desc, data, len, 0, cost);
+        return scan(desc, data, len, 0, cost);
     *cost = json_cost(desc, data, len);
     return 0;
 }
