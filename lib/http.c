@@ -175,14 +175,14 @@ void kestrel__http_tls(void *handle)
         curl_easy_setopt(h, CURLOPT_CAINFO, ca);
 }
 
-struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type)
+struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type, int expect_continue)
 {
     struct curl_slist *h = NULL;
     char ct[128];
     snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
     h = curl_slist_append(h, "Accept: " KESTREL__CT_PROTOBUF);
     h = curl_slist_append(h, ct);
-    h = curl_slist_append(h, "Expect:");
+    h = curl_slist_append(h, expect_continue ? "Expect: 100-continue" : "Expect:");
     if (c->auth_header)
         h = curl_slist_append(h, c->auth_header);
     return h;
@@ -212,7 +212,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         goto done;
     hdrs = curl_slist_append(hdrs, req->raw_json ? "Accept: " KESTREL__CT_JSON : "Accept: " KESTREL__CT_PROTOBUF);
     hdrs = curl_slist_append(hdrs, "Content-Type: " KESTREL__CT_PROTOBUF);
-    hdrs = curl_slist_append(hdrs, "Expect:");
+    hdrs = curl_slist_append(hdrs, (int64_t)body.size + (req->tail ? req->tail_size : 0) >= (int64_t)KESTREL__EXPECT_MIN
+                                         ? "Expect: 100-continue" : "Expect:");
     if (c->auth_header)
         hdrs = curl_slist_append(hdrs, c->auth_header);
     if (hdrs == NULL) {

@@ -30,8 +30,10 @@ _Static_assert(RUN_PACK_MAX / KESTREL__CHUNK_MIN + 1 <= 16384 && PACK_MAX / KEST
                "a pack of unnamed chunks kestreld would refuse");
 #define QUERY_BATCH 10000
 /* A pack kestreld answered 503 "unavailable" (its memory for requests spent: upload_mem.h) is sent
- * again after 0.1 s, 0.2 s, ... 12.8 s (25 s in all, with the client's retry_backoff_ms), one lost
- * on the way (a reset connection) twice: storing chunks twice is harmless. Not with max_retries < 0. */
+ * again after 0.1 s, 0.2 s, ... 12.8 s (25 s in all, with the client's retry_backoff_ms); one lost
+ * on the way (a reset connection) is sent again too, twice more, counted apart from the busy
+ * answers (found in CI: a reset after two 503s failed the push); storing chunks twice is harmless.
+ * Not with max_retries < 0. */
 #define PACK_TRIES 9
 #define PACK_RESETS 3
 
@@ -93,6 +95,7 @@ typedef struct {
     kestrel__http_transport *run;   /* a pack of the transport's run: it is busy until this one ends */
     char url[2300];
     int tries;           /* sent this often already; again once due (ms, CLOCK_MONOTONIC) */
+    int resets;          /* of those, lost on the way */
     int64_t due;
 } pack_upload;
 
@@ -218,7 +221,7 @@ static int pack_launch(http *h, stream *s, pack_upload *u)
     for (size_t i = 0; i < u->n; i++)
         total += 36 + u->todo[i]->len;
     u->i = u->in_head = u->in_chunk = 0;
-    if (kestrel__stream_open(h, s, u->url, "application/octet-stream", 1u << 20) < 0)
+    if (kestrel__stream_open(h, s, u->url, "application/octet-stream", 1u << 20, 1) < 0)
         return KESTREL_ENOMEM;
     s->job = u;
     if (u->run)
@@ -350,7 +353,7 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
     if (u->open_rc == 0 && o->max_retries >= 0 && p->nagain < STREAMS &&
         (cc == CURLE_OK ? kestrel__http_busy(kestrel__stream_status(s), &s->resp) && u->tries + 1 < PACK_TRIES
                         : (cc == CURLE_SEND_ERROR || cc == CURLE_RECV_ERROR || cc == CURLE_GOT_NOTHING) &&
-                              u->tries + 1 < PACK_RESETS)) {
+                              ++u->resets < PACK_RESETS && u->tries + 1 < PACK_TRIES)) {
         if (u->fd >= 0)   /* kept: it goes again (its run stays busy, so the run's next pack waits) */
             close(u->fd);
         u->fd = -1;
@@ -594,7 +597,7 @@ static int fetch_start(void *ctx, http *h, stream *s)
         rc = kestrel__wire_pack(&d->query, &q.base);
         free(q.digests);
         snprintf(url, sizeof(url), "%s/api/v1/chunks/fetch", h->c->url);
-        if (rc < 0 || kestrel__stream_open(h, s, url, KESTREL__CT_PROTOBUF, ERROR_MAX) < 0) {
+        if (rc < 0 || kestrel__stream_open(h, s, url, KESTREL__CT_PROTOBUF, ERROR_MAX, 0) < 0) {
             download_free(d);
             return rc < 0 ? rc : kestrel__error_oom();
         }
@@ -604,7 +607,7 @@ static int fetch_start(void *ctx, http *h, stream *s)
         curl_easy_setopt(s->e, CURLOPT_WRITEFUNCTION, batch_write);
     } else {
         snprintf(url, sizeof(url), "%s/api/v1/chunks/%s", h->c->url, f->want[first].digest);
-        if (kestrel__stream_open(h, s, url, NULL, (size_t)f->want[first].size) < 0) {
+        if (kestrel__stream_open(h, s, url, NULL, (size_t)f->want[first].size, 0) < 0) {
             download_free(d);
             return kestrel__error_oom();
         }

@@ -14,7 +14,11 @@ answer, cut), or with answer=b"" closes the connection without a word (`lost_the
 once kestreld's answer is in, before the client is told anything); it does so to the first `lose` commits
 (None: every one); "pass" changes
 nothing; "slow" forwards what clients send at `rate` bytes a second (a repository slower than the
-client's hashing). `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
+client's hashing); "refuse" refuses the first requests that start with `refuse[0]` at their headers, one
+way each from the list `refuse[1]`: "busy" as kestreld refuses a body it will not read (its 503, then the
+connection closed), "cut" closing the connection without a word; it keeps in `early` how many bytes of
+each one's body came before the connection closed (after a 503, those that came within 0.3 s), and
+its head in `busied`. `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`
 (not in "slow", which carries hundreds of MiB).
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
@@ -45,7 +49,7 @@ def _whole_answer(pending):
 
 class FaultProxy:
     def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY, then_close=False, lost_then=None,
-                 lose=1):
+                 lose=1, refuse=(b"", [])):
         self.upstream = ("127.0.0.1", upstream_port)
         self.before = before
         self.mode = mode
@@ -58,6 +62,8 @@ class FaultProxy:
         self.lost_then = lost_then
         self.lose = lose
         self.losing = 0   # commits whose answers it loses, counted as they come
+        self.refuse_on, self.refusals = refuse[0], list(refuse[1])
+        self.early = []
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -94,6 +100,23 @@ class FaultProxy:
         client.sendall(_BUSY)
         return data[head + 4 + length:]
 
+    def _refuse(self, client, data, how):
+        """Refuse the request that starts data at its headers, as how says (the class's "refuse")."""
+        while data.find(b"\r\n\r\n") < 0:
+            data += client.recv(65536)
+        early = len(data) - data.find(b"\r\n\r\n") - 4
+        self.busied.append(bytes(data[:data.find(b"\r\n\r\n")]))
+        self.damaged += 1
+        if how == "busy":
+            client.sendall(_BUSY.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
+            client.settimeout(0.3)
+            try:
+                while (more := client.recv(65536)):
+                    early += len(more)
+            except OSError:
+                pass
+        self.early.append(early)
+
     def _serve(self, client):
         try:
             up = socket.create_connection(self.upstream)
@@ -120,6 +143,10 @@ class FaultProxy:
                         self.damaged += 1
                     if data.startswith(b"POST /api/v1/chunks/missing"):
                         state["missing_request"] = self.mode == "older"
+                    if self.mode == "refuse" and self.refusals and data.startswith(self.refuse_on):
+                        self._refuse(client, data, self.refusals.pop(0))
+                        up.shutdown(socket.SHUT_RDWR)   # ends the answers' loop, and with it the connection
+                        return
                     if self.mode == "busy" and not self.busied and data.startswith(b"POST /api/v1/models/") \
                             and data.split(b"\r\n", 1)[0].endswith(b"/versions HTTP/1.1"):
                         data = self._answer_busy(client, data)

@@ -157,6 +157,58 @@ def test_a_commit_answered_busy_is_sent_again_whole(kestreld, tmp_path, monkeypa
     assert (tmp_path / "back2" / "d0" / "f000").read_bytes() == b"changed"
 
 
+def test_a_body_refused_at_its_headers_is_heard_and_sent_again(kestreld, tmp_path, monkeypatch):
+    """kestreld refuses a pack, or a large commit, at its headers (503 when its memory is spent, 403,
+    413) and closes the connection without reading the body. A client that sent the body meanwhile
+    could meet the closed connection before the answer (found in CI: "pack upload: Failed sending data
+    to the peer" failed a push whose packs were answered busy). So a pack, and any body of 1 MiB or
+    more, waits for kestreld to take its headers (Expect: 100-continue): no byte of it goes to a
+    refusal. A pack lost on the way (the connection cut) goes again twice, counted apart from busy
+    answers (before, a cut after two 503s failed the push); a third cut fails it."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    port = int(kestreld.url.rsplit(":", 1)[1])
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    refusals = ["busy", "busy", "cut", "busy", "cut"]
+    proxy = FaultProxy(port, "refuse", refuse=(b"POST /api/v1/chunks/pack", refusals))
+    try:
+        assert kestrel.Client(proxy.url, kestreld.token).push("team/refused", str(src)) == 1
+    finally:
+        proxy.close()
+    assert proxy.damaged == len(refusals) and proxy.early == [0] * len(refusals), proxy.early
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    c.pull("team/refused", str(tmp_path / "back"))
+    assert (tmp_path / "back").read_bytes() == src.read_bytes()
+    # a third cut of the same pack fails the push, saying so; nothing is made
+    src.write_bytes(os.urandom(3 << 20))
+    proxy = FaultProxy(port, "refuse", refuse=(b"POST /api/v1/chunks/pack", ["cut"] * 3))
+    try:
+        with pytest.raises(kestrel.NetworkError, match="pack upload") as e:
+            kestrel.Client(proxy.url, kestreld.token).push("team/refused", str(src))
+        assert e.value.outcome_unknown is False
+    finally:
+        proxy.close()
+    assert proxy.damaged == 3 and [v.version for v in c.versions("team/refused")] == [1]
+    # a commit of more than 1 MiB (a manifest of 12,000 files) refused busy at its headers: not a byte
+    # of it sent to the refusal, then sent again whole
+    tree = tmp_path / "tree"
+    for i in range(12000):
+        (tree / f"d{i % 40}").mkdir(parents=True, exist_ok=True)
+        (tree / f"d{i % 40}" / f"file-with-a-longer-name-{i:05d}").write_bytes(b"%d" % i)
+    proxy = FaultProxy(port, "refuse", refuse=(b"POST /api/v1/models/team/many/versions", ["busy"]))
+    try:
+        assert kestrel.Client(proxy.url, kestreld.token).push("team/many", str(tree)) == 1
+    finally:
+        proxy.close()
+    assert proxy.damaged == 1 and proxy.early == [0], proxy.early
+    head = proxy.busied[0]
+    length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")).split(b":")[1])
+    assert length > 1 << 20 and b"Expect: 100-continue" in head, head
+    assert bytes(proxy.sent).count(b"POST /api/v1/models/team/many/versions") == 1   # then sent again, taken
+    assert [(v.version, v.size) for v in c.versions("team/many")] == [(1, sum(len(str(i)) for i in range(12000)))]
+
+
 def _push_answer_lost(kestreld, tmp_path, name, **lost):
     """Push 3 MiB to name, alias prod, through the fault proxy's "lost" (it forwards the commit,
     kestreld makes the version, and the client is told `lost`'s answer in place of kestreld's); the
