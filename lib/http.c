@@ -179,9 +179,11 @@ struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *c
 {
     struct curl_slist *h = NULL;
     char ct[128];
-    snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
     h = curl_slist_append(h, "Accept: " KESTREL__CT_PROTOBUF);
-    h = curl_slist_append(h, ct);
+    if (content_type) {   /* none for a GET (it sent "Content-Type: (null)", glibc's word for NULL) */
+        snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
+        h = curl_slist_append(h, ct);
+    }
     h = curl_slist_append(h, expect_continue ? "Expect: 100-continue" : "Expect:");
     if (c->auth_header)
         h = curl_slist_append(h, c->auth_header);

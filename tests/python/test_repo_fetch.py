@@ -4,6 +4,7 @@ without the route, and treats a damaged or cut batch as it treats a damaged chun
 import hashlib
 import json
 import os
+import re
 import struct
 import subprocess
 import urllib.request
@@ -56,6 +57,8 @@ def test_a_pull_of_many_small_files_fetches_them_in_batches(kestreld, tmp_path, 
         assert 1 <= batches <= 8 and gets == 0, (batches, gets)
     else:                     # refused (404): every chunk one GET, the refused batches' chunks too
         assert batches >= 1 and proxy.damaged >= 1 and gets >= 300, (batches, gets)
+        heads = re.findall(rb"GET /api/v1/chunks/[0-9a-f]{64} HTTP/1.1\r\n(.*?)\r\n\r\n", bytes(proxy.sent), re.S)
+        assert len(heads) == gets and not [h for h in heads if b"Content-Type" in h], heads[:1]   # was "(null)"
 
 
 # where the proxy strikes the first batch's answer: a chunk's bytes, the first head's digest and
