@@ -191,13 +191,20 @@ struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *c
 }
 
 #define BUSY_RETRIES 8   /* after 0.1 s, 0.2 s, ... 12.8 s with the default backoff */
+/* A body of at least this many bytes (a chunk query's, a commit's) goes with "Expect: 100-continue"
+ * (kestrel__http_headers): one that may still be on its way when kestreld refuses it at the headers.
+ * A smaller one is in the socket whole before an answer could come, and is read after it. */
+#define EXPECT_MIN (64u << 10)
 
 int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const kestrel__request *req)
 {
     kestrel_buf url = KESTREL_BUF_INIT, body = KESTREL_BUF_INIT, resp = KESTREL_BUF_INIT;
     struct curl_slist *hdrs = NULL;
     int retries = c->opts.max_retries == 0 ? 3 : (c->opts.max_retries < 0 ? 0 : c->opts.max_retries);
-    long backoff = c->opts.retry_backoff_ms ? c->opts.retry_backoff_ms : 100;
+    long backoff = c->opts.retry_backoff_ms ? c->opts.retry_backoff_ms : 100, most = backoff << 7;
+    int busied = 0, failed = 0;   /* tries answered busy, and failed otherwise: each kind has its own
+                                   * count (a review: a reset after three busy answers was the last
+                                   * of a chunk query's tries, as a pack's was in CI) */
     long timeout = (c->opts.timeout_ms ? c->opts.timeout_ms : 60000) + req->extra_timeout_ms;
     int rc, unknown = 0;   /* a try may have been done by the server, its answer lost */
     int timed_out = 0;
@@ -214,7 +221,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         goto done;
     hdrs = curl_slist_append(hdrs, req->raw_json ? "Accept: " KESTREL__CT_JSON : "Accept: " KESTREL__CT_PROTOBUF);
     hdrs = curl_slist_append(hdrs, "Content-Type: " KESTREL__CT_PROTOBUF);
-    hdrs = curl_slist_append(hdrs, (int64_t)body.size + (req->tail ? req->tail_size : 0) >= (int64_t)KESTREL__EXPECT_MIN
+    hdrs = curl_slist_append(hdrs, (int64_t)body.size + (req->tail ? req->tail_size : 0) >= (int64_t)EXPECT_MIN
                                          ? "Expect: 100-continue" : "Expect:");
     if (c->auth_header)
         hdrs = curl_slist_append(hdrs, c->auth_header);
@@ -223,12 +230,12 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         goto done;
     }
 
-    for (int attempt = 0;; attempt++) {
+    for (;;) {
         CURL *h = c->curl;
         stopping st = { req, 0 };
         body_reader rd = { &body, req, 0, 0 };
         answer ans = { &resp, h, req->to_fd ? *req->to_fd : -1, 0, 0, 0 };
-        int limit = retries, sent;
+        int limit = retries, sent, *tried = &failed;
         CURLcode cc;
         long status = 0;
         char *ctype = NULL;
@@ -322,9 +329,10 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             /* kestreld's 503 "unavailable" (its memory for requests spent) did nothing: any request
              * goes again, for about 25 s (a push's commit failed at once while its packs waited);
              * another 502, 503 or 504 (a proxy's may follow a forwarded request) only an idempotent one */
-            if (kestrel__http_busy(status, &resp) && retries > 0)
+            if (kestrel__http_busy(status, &resp) && retries > 0) {
                 limit = retries > BUSY_RETRIES ? retries : BUSY_RETRIES;
-            else if (status == 502 || status == 503 || status == 504) {
+                tried = &busied;
+            } else if (status == 502 || status == 503 || status == 504) {
                 unknown |= sent;   /* a proxy's: it may have forwarded the request */
                 if (!req->idempotent)
                     goto done;
@@ -349,7 +357,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
         }
         if (req->patient && retries > 0 && limit < BUSY_RETRIES)
             limit = BUSY_RETRIES;   /* about 25 s: a kestreld restarting, a proxy's blip */
-        if (attempt >= limit)
+        if (++*tried > limit)
             goto done;
         for (long left = backoff; left > 0; left -= 100) {   /* a stop is seen within 0.1 s: not retried */
             int r;
@@ -359,7 +367,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                 goto done;
             }
         }
-        backoff *= 2;
+        if (backoff < most)   /* 12.8 s at most with the default, however many tries of both kinds */
+            backoff *= 2;
     }
 done:
     if (req->outcome_unknown)

@@ -55,7 +55,7 @@ int kestrel__http_failure(long status, const char *content_type, const kestrel_b
  * was spent and nothing was done; or a commit's key is held by the request still making its
  * version, server/repo_commit_key.c), which any request may send again shortly. */
 int kestrel__http_busy(long status, const kestrel_buf *body);
-/* The headers of a request of ours: Accept protobuf, content_type (NULL: none), the client's token. With
+/* The headers of a request of ours: Accept protobuf, content_type (NULL: none, for a GET), the client's token. With
  * expect_continue, "Expect: 100-continue": the body goes once the server has accepted the headers
  * (curl waits 1 s for that, then sends it anyway), so a refusal at the headers (kestreld's 401, 403,
  * 413 or 503 of a pack or a large body, before it reads one) is heard, where a body already on its
@@ -63,8 +63,6 @@ int kestrel__http_busy(long status, const kestrel_buf *body);
  * none ("Expect:"), sparing small requests a round trip. */
 struct curl_slist;
 struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type, int expect_continue);
-/* Bodies of at least this many bytes go with "Expect: 100-continue" (kestrel__http_call). */
-#define KESTREL__EXPECT_MIN (1u << 20)
 
 /* TLS on an easy handle: peer and host verified against the system CAs, or the bundle in
  * $KESTREL_CA_FILE (a PEM file) when set. */

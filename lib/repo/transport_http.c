@@ -344,16 +344,24 @@ static int pack_names(http *h, pack_upload *u, const kestrel_buf *resp)
     return 0;
 }
 
+/* Whether u, ended with cc, goes again (PACK_TRIES, PACK_RESETS). */
+static int pack_again(const packs *p, pack_upload *u, stream *s, CURLcode cc)
+{
+    int reset = cc == CURLE_SEND_ERROR || cc == CURLE_RECV_ERROR || cc == CURLE_GOT_NOTHING;
+    if (u->open_rc != 0 || p->h->c->opts.max_retries < 0 || p->nagain >= STREAMS || u->tries + 1 >= PACK_TRIES)
+        return 0;
+    if (reset)
+        return ++u->resets < PACK_RESETS;
+    return cc == CURLE_OK && kestrel__http_busy(kestrel__stream_status(s), &s->resp);
+}
+
 static int pack_end(void *ctx, stream *s, CURLcode cc)
 {
     packs *p = ctx;
     pack_upload *u = s->job;
     int rc;
     const kestrel_client_options *o = &p->h->c->opts;
-    if (u->open_rc == 0 && o->max_retries >= 0 && p->nagain < STREAMS &&
-        (cc == CURLE_OK ? kestrel__http_busy(kestrel__stream_status(s), &s->resp) && u->tries + 1 < PACK_TRIES
-                        : (cc == CURLE_SEND_ERROR || cc == CURLE_RECV_ERROR || cc == CURLE_GOT_NOTHING) &&
-                              ++u->resets < PACK_RESETS && u->tries + 1 < PACK_TRIES)) {
+    if (pack_again(p, u, s, cc)) {
         if (u->fd >= 0)   /* kept: it goes again (its run stays busy, so the run's next pack waits) */
             close(u->fd);
         u->fd = -1;

@@ -18,7 +18,7 @@ client's hashing); "refuse" refuses the first requests that start with `refuse[0
 way each from the list `refuse[1]`: "busy" as kestreld refuses a body it will not read (its 503, then the
 connection closed), "cut" closing the connection without a word; it keeps in `early` how many bytes of
 each one's body came before the connection closed (after a 503, those that came within 0.3 s), and
-its head in `busied`. `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
+its head in `refused`. `before=(prefix, fn)` calls fn() once, when the first request that starts with prefix arrives,
 before it goes on (whatever the mode). Everything else passes through untouched, and what clients send is kept in `sent`
 (not in "slow", which carries hundreds of MiB).
 It works on bytes only (it finds the end of the response head, nothing more): the HTTP on both
@@ -64,6 +64,7 @@ class FaultProxy:
         self.losing = 0   # commits whose answers it loses, counted as they come
         self.refuse_on, self.refusals = refuse[0], list(refuse[1])
         self.early = []
+        self.refused = []
         self.at = at if at is not None else 1000 if mode == "corrupt" else 2048   # the body byte flipped / cut at
         self.damaged = 0
         self.sent = bytearray()
@@ -100,12 +101,20 @@ class FaultProxy:
         client.sendall(_BUSY)
         return data[head + 4 + length:]
 
+    def _next_refusal(self):
+        try:
+            return self.refusals.pop(0)   # atomic: two connections never take the same one
+        except IndexError:
+            return None
+
     def _refuse(self, client, data, how):
         """Refuse the request that starts data at its headers, as how says (the class's "refuse")."""
         while data.find(b"\r\n\r\n") < 0:
-            data += client.recv(65536)
+            if not (more := client.recv(65536)):
+                return
+            data += more
         early = len(data) - data.find(b"\r\n\r\n") - 4
-        self.busied.append(bytes(data[:data.find(b"\r\n\r\n")]))
+        self.refused.append(bytes(data[:data.find(b"\r\n\r\n")]))
         self.damaged += 1
         if how == "busy":
             client.sendall(_BUSY.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
@@ -143,8 +152,8 @@ class FaultProxy:
                         self.damaged += 1
                     if data.startswith(b"POST /api/v1/chunks/missing"):
                         state["missing_request"] = self.mode == "older"
-                    if self.mode == "refuse" and self.refusals and data.startswith(self.refuse_on):
-                        self._refuse(client, data, self.refusals.pop(0))
+                    if self.mode == "refuse" and data.startswith(self.refuse_on) and (how := self._next_refusal()):
+                        self._refuse(client, data, how)
                         up.shutdown(socket.SHUT_RDWR)   # ends the answers' loop, and with it the connection
                         return
                     if self.mode == "busy" and not self.busied and data.startswith(b"POST /api/v1/models/") \
