@@ -10,6 +10,9 @@ Figures (each beside the limit or peer measured here, on the same disk and loopb
                                                and OpenSSL SHA-256 of them (goal >= 70 % of the lower
                                                of the two)
   (these two alternate Kestrel and its peers over KESTREL_BENCH_ROUNDS rounds, default 3: medians)
+  the store alone                             kestreld's store writing the same bytes as chunk files of the
+                                               push's mean size, then its sync (bench_store_floor: no hashing,
+                                               chunking or network), beside dd: the floor its format sets
   CPU of the client and of kestreld           for the push, the pull and the 4 concurrent pushes: how busy
                                                they kept the cores, and the floor that CPU sets on these
                                                cores beside the peer
@@ -331,7 +334,9 @@ def main():
         # kestreld pays for a push and dd, writing one file, never did.
         rounds = int(os.environ.get("KESTREL_BENCH_ROUNDS", "3"))
         digest = run(["openssl", "dgst", "-sha256", "-r", src])[1].split()[0]
-        t_push, t_dd, t_reg, t_pull, t_sync, t_sha = [], [], [], [], [], []
+        t_push, t_dd, t_reg, t_pull, t_sync, t_sha, t_floor = [], [], [], [], [], [], []
+        floor_bin = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(kestreld_bin))), "bench",
+                                 "bench_store_floor")
         cpu_push, cpu_pull = [], []   # (client, kestreld) CPU seconds of each round's push and pull
         push = rss = rss_pull = None
         for r in range(rounds):
@@ -353,6 +358,10 @@ def main():
                 t_reg.append(registry.push_blob(src, digest))
                 registry.stop()
                 registry = None
+            if os.path.exists(floor_bin):   # in a store of its own, kept to the end as the rounds are
+                drop_page_cache()
+                t_floor.append(float(run([floor_bin, src, os.path.join(work, "floor"),
+                                          str(max(1, push["bytes"] // max(1, push["chunks"])))])[1]))
             # verified pull with a cold cache, beside a durable write of the same bytes (the file read
             # from a cold page cache, written, fdatasync'd) and SHA-256 of them (OpenSSL, cold cache)
             dest = os.path.join(work, "pulled.bin")
@@ -378,6 +387,11 @@ def main():
         print(f"  dd conv=fdatasync     {med(t_dd):6.2f} s {rate(mib, med(t_dd))}   "
               f"-> push at {pct(med(t_dd), med(t_push)):.0f} % of the disk's durable write (goal >= 80 %)   "
               f"(rounds: {', '.join(f'{t:.2f}' for t in t_dd)} s)")
+        if t_floor:
+            print(f"  the store alone       {med(t_floor):6.2f} s {rate(mib, med(t_floor))}   "
+                  f"({push['chunks']} chunk files of the push's mean size, then its sync: no hashing, chunking or "
+                  f"network) -> at {pct(med(t_dd), med(t_floor)):.0f} % of dd's speed; the push takes "
+                  f"{med(t_push) / med(t_floor):.1f}x it   (rounds: {', '.join(f'{t:.2f}' for t in t_floor)} s)")
         where_cpu(*median_round(t_push, cpu_push), med(t_dd))
         if t_reg:
             print(f"  docker-registry blob  {med(t_reg):6.2f} s {rate(mib, med(t_reg))}   "
