@@ -1,5 +1,6 @@
 /* lib/http.c - requests to kestreld: protobuf bodies, retries, error mapping. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -201,7 +202,8 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
     kestrel_buf url = KESTREL_BUF_INIT, body = KESTREL_BUF_INIT, resp = KESTREL_BUF_INIT;
     struct curl_slist *hdrs = NULL;
     int retries = c->opts.max_retries == 0 ? 3 : (c->opts.max_retries < 0 ? 0 : c->opts.max_retries);
-    long backoff = c->opts.retry_backoff_ms ? c->opts.retry_backoff_ms : 100, most = backoff << 7;
+    long backoff = c->opts.retry_backoff_ms ? c->opts.retry_backoff_ms : 100;
+    long most = backoff > 0 && backoff <= LONG_MAX / 128 ? backoff * 128 : backoff;   /* never overflows */
     int busied = 0, failed = 0;   /* tries answered busy, and failed otherwise: each kind has its own
                                    * count (a review: a reset after three busy answers was the last
                                    * of a chunk query's tries, as a pack's was in CI) */
