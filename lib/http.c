@@ -176,26 +176,27 @@ void kestrel__http_tls(void *handle)
         curl_easy_setopt(h, CURLOPT_CAINFO, ca);
 }
 
-struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type, int expect_continue)
+/* A body of at least this many bytes goes with "Expect: 100-continue" (kestrel__http_headers). */
+#define EXPECT_MIN (64 << 10)
+
+struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *accept, const char *content_type,
+                                         int64_t body_bytes)
 {
     struct curl_slist *h = NULL;
     char ct[128];
-    h = curl_slist_append(h, "Accept: " KESTREL__CT_PROTOBUF);
+    snprintf(ct, sizeof(ct), "Accept: %s", accept);
+    h = curl_slist_append(h, ct);
     if (content_type) {   /* none for a GET (it sent "Content-Type: (null)", glibc's word for NULL) */
         snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
         h = curl_slist_append(h, ct);
     }
-    h = curl_slist_append(h, expect_continue ? "Expect: 100-continue" : "Expect:");
+    h = curl_slist_append(h, body_bytes >= EXPECT_MIN ? "Expect: 100-continue" : "Expect:");
     if (c->auth_header)
         h = curl_slist_append(h, c->auth_header);
     return h;
 }
 
 #define BUSY_RETRIES 8   /* after 0.1 s, 0.2 s, ... 12.8 s with the default backoff */
-/* A body of at least this many bytes (a chunk query's, a commit's) goes with "Expect: 100-continue"
- * (kestrel__http_headers): one that may still be on its way when kestreld refuses it at the headers.
- * A smaller one is in the socket whole before an answer could come, and is read after it. */
-#define EXPECT_MIN (64u << 10)
 
 int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const kestrel__request *req)
 {
@@ -210,6 +211,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
     long timeout = (c->opts.timeout_ms ? c->opts.timeout_ms : 60000) + req->extra_timeout_ms;
     int rc, unknown = 0;   /* a try may have been done by the server, its answer lost */
     int timed_out = 0;
+    int64_t body_bytes;   /* the packed message and the tail */
 
     if (out)
         *out = NULL;
@@ -221,13 +223,9 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
     if ((rc = kestrel__buf_printf(&url, "%s%s", c->url, req->path)) < 0 ||
         (req->body && (rc = kestrel__wire_pack(&body, req->body)) < 0))
         goto done;
-    hdrs = curl_slist_append(hdrs, req->raw_json ? "Accept: " KESTREL__CT_JSON : "Accept: " KESTREL__CT_PROTOBUF);
-    hdrs = curl_slist_append(hdrs, "Content-Type: " KESTREL__CT_PROTOBUF);
-    hdrs = curl_slist_append(hdrs, (int64_t)body.size + (req->tail ? req->tail_size : 0) >= (int64_t)EXPECT_MIN
-                                         ? "Expect: 100-continue" : "Expect:");
-    if (c->auth_header)
-        hdrs = curl_slist_append(hdrs, c->auth_header);
-    if (hdrs == NULL) {
+    body_bytes = (int64_t)body.size + (req->tail ? req->tail_size : 0);
+    if ((hdrs = kestrel__http_headers(c, req->raw_json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF, KESTREL__CT_PROTOBUF,
+                                      body_bytes)) == NULL) {
         rc = kestrel__error_oom();
         goto done;
     }
@@ -260,7 +258,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                 curl_easy_setopt(h, CURLOPT_SEEKDATA, &rd);
             } else
                 curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.ptr ? body.ptr : "");
-            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.size + (req->tail ? req->tail_size : 0));
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_bytes);
         }
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &ans);
@@ -284,7 +282,7 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
             long head = 0;
             curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &head);
             curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &up);
-            sent = head > 0 && up >= (curl_off_t)body.size + (req->tail ? req->tail_size : 0);
+            sent = head > 0 && up >= (curl_off_t)body_bytes;
         }
         if (st.rc < 0 || rd.rc < 0) {   /* the caller's stop, or its body's failure: that error stands */
             rc = st.rc < 0 ? st.rc : rd.rc;

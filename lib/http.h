@@ -55,14 +55,16 @@ int kestrel__http_failure(long status, const char *content_type, const kestrel_b
  * was spent and nothing was done; or a commit's key is held by the request still making its
  * version, server/repo_commit_key.c), which any request may send again shortly. */
 int kestrel__http_busy(long status, const kestrel_buf *body);
-/* The headers of a request of ours: Accept protobuf, content_type (NULL: none, for a GET), the client's token. With
- * expect_continue, "Expect: 100-continue": the body goes once the server has accepted the headers
- * (curl waits 1 s for that, then sends it anyway), so a refusal at the headers (kestreld's 401, 403,
- * 413 or 503 of a pack or a large body, before it reads one) is heard, where a body already on its
- * way meets a connection the server closed and reads "Failed sending data to the peer"; without it
- * none ("Expect:"), sparing small requests a round trip. */
+/* The headers of a request of ours: accept, content_type (NULL: none, for a GET), the client's token.
+ * A body of body_bytes >= 64 KiB goes with "Expect: 100-continue": it is sent once the server has
+ * accepted the headers (curl waits 1 s for that, then sends it anyway), so a refusal at the headers
+ * (kestreld's 401, 403, 413 or 503 of a pack or a large body, before it reads one) is heard, where a
+ * body already on its way meets a connection the server closed and reads "Failed sending data to
+ * the peer". A smaller one is in the socket whole before an answer could come, and is read after
+ * it: none ("Expect:"), sparing it a round trip. */
 struct curl_slist;
-struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *content_type, int expect_continue);
+struct curl_slist *kestrel__http_headers(struct kestrel_client *c, const char *accept, const char *content_type,
+                                         int64_t body_bytes);
 
 /* TLS on an easy handle: peer and host verified against the system CAs, or the bundle in
  * $KESTREL_CA_FILE (a PEM file) when set. */

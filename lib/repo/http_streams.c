@@ -31,12 +31,12 @@ size_t kestrel__stream_collect(char *data, size_t size, size_t n, void *payload)
     return kestrel__buf_put(&s->resp, data, size * n) < 0 ? 0 : size * n;
 }
 
-int kestrel__stream_open(http *h, stream *s, const char *url, const char *content_type, size_t max, int expect_continue)
+int kestrel__stream_open(http *h, stream *s, const char *url, const char *content_type, size_t max, int64_t body_bytes)
 {
     s->resp.size = 0;
     s->max = max;
     s->over = 0;
-    if ((s->e = curl_easy_init()) == NULL || (s->hdrs = kestrel__http_headers(h->c, content_type, expect_continue)) == NULL) {
+    if ((s->e = curl_easy_init()) == NULL || (s->hdrs = kestrel__http_headers(h->c, KESTREL__CT_PROTOBUF, content_type, body_bytes)) == NULL) {
         if (s->e)
             curl_easy_cleanup(s->e);
         s->e = NULL;

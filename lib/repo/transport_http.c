@@ -221,7 +221,7 @@ static int pack_launch(http *h, stream *s, pack_upload *u)
     for (size_t i = 0; i < u->n; i++)
         total += 36 + u->todo[i]->len;
     u->i = u->in_head = u->in_chunk = 0;
-    if (kestrel__stream_open(h, s, u->url, "application/octet-stream", 1u << 20, 1) < 0)
+    if (kestrel__stream_open(h, s, u->url, "application/octet-stream", 1u << 20, total) < 0)
         return KESTREL_ENOMEM;
     s->job = u;
     if (u->run)
@@ -605,7 +605,7 @@ static int fetch_start(void *ctx, http *h, stream *s)
         rc = kestrel__wire_pack(&d->query, &q.base);
         free(q.digests);
         snprintf(url, sizeof(url), "%s/api/v1/chunks/fetch", h->c->url);
-        if (rc < 0 || kestrel__stream_open(h, s, url, KESTREL__CT_PROTOBUF, ERROR_MAX, 0) < 0) {
+        if (rc < 0 || kestrel__stream_open(h, s, url, KESTREL__CT_PROTOBUF, ERROR_MAX, (int64_t)d->query.size) < 0) {
             download_free(d);
             return rc < 0 ? rc : kestrel__error_oom();
         }
