@@ -169,8 +169,8 @@ def test_slow_and_greedy_clients_are_cut_off(daemon):
     host, port = d.url.split("//")[1].split(":")
     # a client that never finishes its headers is closed after the idle timeout
     slow = socket.create_connection((host, int(port)))
+    t0 = time.time()   # before the bytes kestreld's idle clock starts from, however late this thread runs
     slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-    t0 = time.time()
     slow.settimeout(10)
     assert slow.recv(100) == b""                                # closed, nothing answered
     assert 1.5 < time.time() - t0 < 6
@@ -233,20 +233,24 @@ def _rss_kib(pid, field="VmRSS"):
     raise AssertionError("no " + field)
 
 
-def _stalled_upload(port, token, path, length, first, answered_in=0.3):
-    """A request that sends its headers, then first, then nothing: what kestreld answered to its
-    headers within answered_in seconds (status line and body), else the open socket (the caller
-    closes it). Where an answer is certain, a long answered_in costs nothing and a loaded machine
-    cannot turn a late answer into a stall."""
+def _stalled_upload(port, token, path, length, first, answered_in=30):
+    """A request that sends its headers with Expect: 100-continue, then (once kestreld said 100
+    Continue) first, then nothing: kestreld's answer to its headers (status line and body) where it
+    refused them, else the open socket (the caller closes it). kestreld answers every head at once,
+    100 or a refusal, so the two are told apart by what it says, not by a timer: with 0.3 s to
+    answer, a loaded machine could make a late refusal look like a stall (a review)."""
     import select
     import socket
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-              f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n".encode())
-    if select.select([s], [], [], answered_in)[0]:
-        answer = s.recv(65536).decode(errors="replace")
+              f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n"
+              f"Expect: 100-continue\r\n\r\n".encode())
+    answer = s.recv(65536).decode(errors="replace") if select.select([s], [], [], answered_in)[0] else ""
+    if not answer.startswith("HTTP/1.1 100 "):
         s.close()
+        assert answer, f"kestreld said nothing in {answered_in} s to the head of {path}"
         return answer
+    assert answer.endswith("\r\n\r\n"), answer   # 100 Continue alone: nothing after it yet
     s.sendall(first)
     return s
 
@@ -344,7 +348,7 @@ def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_pat
     filler = _stalled_upload(port, mallory, "/api/v1/models/mallory/m/versions", rest, b"{")
     assert not isinstance(filler, str), filler[:200]
     held.append(filler)
-    assert _stalled_upload(port, mallory, "/api/v1/jobs", 1, b"", answered_in=30)[:12] == "HTTP/1.1 503"   # not a byte more
+    assert _stalled_upload(port, mallory, "/api/v1/jobs", 1, b"")[:12] == "HTTP/1.1 503"   # not a byte more
     # with her quarter full of bodies, a pull waits too (the answer of its manifest is charged a block,
     # server/repo_manifest.c; it passed here only once kestreld cut her stalled bodies off as idle,
     # 30 s after they began), as a push's chunk query and commit do: each sent again until her
@@ -367,7 +371,7 @@ def test_no_one_without_a_token_can_spend_the_upload_budget(daemon):
     d = daemon()
     port = int(d.url.rsplit(":", 1)[1])
     user = d.api("POST", "/api/v1/tokens", {"user": "ursula"})[1]["token"]
-    answers = [_stalled_upload(port, "nobody", path, 16 << 20, b"x", answered_in=30)
+    answers = [_stalled_upload(port, "nobody", path, 16 << 20, b"x")
                for path in ["/healthz", "/no/such/path"] * 40 + ["/ui/login"] * 20]
     assert all(isinstance(a, str) for a in answers), "a request without a token was left holding memory"
     assert all(a.startswith("HTTP/1.1 200") for a in answers[0:80:2]), answers[0][:200]
@@ -606,13 +610,13 @@ def test_a_body_is_counted_as_it_decodes_not_as_it_lies(daemon, tmp_path, monkey
     first = _stalled_upload(port, d.token, "/api/v1/models/team/y/versions", 15 * mib, b"\x0a")
     assert not isinstance(first, str), first
     try:
-        assert _stalled_upload(port, d.token, "/api/v1/models/team/y/versions", 15 * mib, b"", 3).startswith(
+        assert _stalled_upload(port, d.token, "/api/v1/models/team/y/versions", 15 * mib, b"").startswith(
             "HTTP/1.1 503")
         for _ in range(3):
             status, body = raw(d, "POST", "/api/v1/models/team/z/versions", b"\x2a\x00" * 300000 + b"\x2a\x05",
                                "application/x-protobuf")
             assert status == 400 and b"malformed" in body, body
-        second = _stalled_upload(port, d.token, "/api/v1/models/team/y/versions", 15 * mib, b"", 3)
+        second = _stalled_upload(port, d.token, "/api/v1/models/team/y/versions", 15 * mib, b"")
         if not isinstance(second, str):
             second.close()
         assert isinstance(second, str) and second.startswith("HTTP/1.1 503"), "the quarter's charge was given back"
