@@ -5,10 +5,9 @@ import pathlib
 import time
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import NoSuchElementException, TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
@@ -49,8 +48,17 @@ class Browser:
         return self.d.find_elements(By.CSS_SELECTOR, sel)
 
     def wait_css(self, sel, timeout=20):
+        def present(d):
+            try:
+                return d.find_element(By.CSS_SELECTOR, sel)
+            except NoSuchElementException:
+                return False
+            except WebDriverException as e:   # asked while the page loads anew (a logout's reload): ask again
+                if "aborted by navigation" in str(e):   # (CI: the logout test failed on it once)
+                    return False
+                raise
         try:
-            return WebDriverWait(self.d, timeout).until(EC.presence_of_element_located((By.CSS_SELECTOR, sel)))
+            return WebDriverWait(self.d, timeout).until(present)
         except TimeoutException:
             raise AssertionError(f"no {sel!r} within {timeout} s on {self.d.current_url}:\n"
                                  f"{self.d.find_element(By.TAG_NAME, 'body').text[:2000]}\n{self.console()}")
