@@ -68,6 +68,10 @@ def test_gpu_telemetry_per_job_and_the_idle_gpu_alert(daemon, tmp_path):
     def usage():   # the busy job's telemetry, as the CLI shows it
         return json.loads(d.cli("-o", "json", "metrics", "--gpu", str(busy)).stdout)
 
+    def ended_at_80():   # its telemetry once the series has 4 samples or more and ends at 80%
+        t = usage()
+        return len(t["samples"]) >= 4 and t["samples"][-1]["utilization"] == 80 and t
+
     # two samples at 30% before it goes to 80%: the sampler's pace on a loaded machine, not a sleep
     wait_for(lambda: [s["utilization"] for s in usage()["samples"]].count(30) >= 2, 30, "samples at 30%")
     utils[other] = 80
@@ -79,8 +83,7 @@ def test_gpu_telemetry_per_job_and_the_idle_gpu_alert(daemon, tmp_path):
     alerts = json.loads(d.cli("-o", "json", "alerts", env=d.env(KESTREL_TOKEN=alice)).stdout)["alerts"]   # the API's
     assert [(int(a["job_id"]), a["kind"]) for a in alerts] == [(int(idle), "idle-gpu")]
     assert held in alerts[0]["message"]
-    t = wait_for(lambda: len((t := usage())["samples"]) >= 4 and t["samples"][-1]["utilization"] == 80 and t, 30,
-                 "samples at 80%")
+    t = wait_for(ended_at_80, 30, "samples at 80%")
     (u,) = t["usage"]
     assert u["uuid"] == uuid(other) and u["max_utilization"] == 80 and 30 < u["mean_utilization"] < 80
     assert u["peak_memory_bytes"] == 40 << 30

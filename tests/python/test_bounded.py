@@ -233,7 +233,7 @@ def _rss_kib(pid, field="VmRSS"):
     raise AssertionError("no " + field)
 
 
-def _stalled_upload(port, token, path, length, first, answered_in=30):
+def _stalled_upload(port, token, path, length, first):
     """A request that sends its headers with Expect: 100-continue, then (once kestreld said 100
     Continue) first, then nothing: kestreld's answer to its headers (status line and body) where it
     refused them, else the open socket (the caller closes it). kestreld answers every head at once,
@@ -245,10 +245,10 @@ def _stalled_upload(port, token, path, length, first, answered_in=30):
     s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
               f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n"
               f"Expect: 100-continue\r\n\r\n".encode())
-    answer = s.recv(65536).decode(errors="replace") if select.select([s], [], [], answered_in)[0] else ""
+    answer = s.recv(65536).decode(errors="replace") if select.select([s], [], [], 30)[0] else ""
     if not answer.startswith("HTTP/1.1 100 "):
         s.close()
-        assert answer, f"kestreld said nothing in {answered_in} s to the head of {path}"
+        assert answer, f"kestreld said nothing in 30 s to the head of {path}"
         return answer
     assert answer.endswith("\r\n\r\n"), answer   # 100 Continue alone: nothing after it yet
     s.sendall(first)

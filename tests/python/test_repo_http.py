@@ -199,9 +199,9 @@ def test_an_unchanged_re_push_asks_for_its_chunks_in_few_questions(kestreld, tmp
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     src = tmp_path / "files"
     src.mkdir()
+    old = time.time() - 60   # a file changed within a second of its hashing is never vouched for
     for i in range(64):
         (src / f"f{i:02d}").write_bytes(os.urandom(8 << 20))
-        old = time.time() - 60   # a file changed within a second of its hashing is never vouched for
         os.utime(src / f"f{i:02d}", (old, old))
     c = kestrel.Client(kestreld.url, kestreld.token)
     c.push("team/files", str(src))
