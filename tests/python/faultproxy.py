@@ -88,14 +88,20 @@ class FaultProxy:
                 return
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
+    def _recv_more(self, client):
+        """The client's next bytes; the client closing mid-request is the connection's end (OSError)."""
+        if not (more := client.recv(65536)):
+            raise ConnectionAbortedError("the client closed in the middle of a request")
+        return more
+
     def _answer_busy(self, client, data):
         """Read the rest of the request that starts data, keep its body, answer 503; what came after it."""
         while (head := data.find(b"\r\n\r\n")) < 0:
-            data += client.recv(65536)
+            data += self._recv_more(client)
         lines = data[:head].split(b"\r\n")
         length = next(int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length:"))
         while len(data) < head + 4 + length:
-            data += client.recv(65536)
+            data += self._recv_more(client)
         self.busied.append(bytes(data[head + 4:head + 4 + length]))
         self.damaged += 1
         client.sendall(_BUSY)
