@@ -1,4 +1,4 @@
-/* cli/repo_cmds.c - push, pull, models, alias, rm. */
+/* cli/repo_cmds.c - push, pull, models, alias, rm, gc, model (a model's settings). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>

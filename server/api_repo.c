@@ -1,5 +1,10 @@
 /* server/api_repo.c - the model repository over HTTP, on the same store as file:// URLs
- * (lib/repo/store.c): chunk queries, manifests, versions, aliases (packs: repo_pack.c). */
+ * (lib/repo/store.c): chunk queries, versions and their commits, aliases, a model's settings. The
+ * rest of the repository side is in its own files: packs of chunks going up (repo_pack.c, taken at
+ * the headers by api.c's on_request, with repo_runs.c for a big file's whole digest), a version's
+ * manifest (repo_manifest.c), chunks coming down in batches (repo_fetch.c), a chunk checked again
+ * on a client's report of damage (repo_fsck.c), a commit's key for a commit sent again
+ * (repo_commit_key.c), and who may do what to a model (repo_acl.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -35,20 +40,24 @@ typedef struct {
     int filling;                /* pass 1 began: what fails now has copied some digests into in */
 } latest_walk;
 
+/* The records kestrel__store_manifest_each gives (lib/repo/store.h): Manifest's field numbers, and 0
+ * once a pass has given them all. */
+enum { REC_END = 0, REC_SIZE = 3, REC_SHA256 = 4, REC_CHUNK = 5, REC_FILE = 10 };
+
 /* 1 where the latest version's record differs from in's (the walk ends: not the same). */
 static int latest_record(void *ctx, int pass, unsigned field, const Kestrel__V1__Manifest *one)
 {
     latest_walk *w = ctx;
     Kestrel__V1__Manifest *in = w->in;
     w->filling = pass == 1;
-    if (field == 5 && pass == 0) {
+    if (field == REC_CHUNK && pass == 0) {
         const Kestrel__V1__ChunkRef *c = one->chunks[0], *mine;
         if (w->chunk >= in->n_chunks)
             return 1;
         mine = in->chunks[w->chunk++];
         return c->size != mine->size || strcmp(c->digest, mine->digest);
     }
-    if (field == 10) {
+    if (field == REC_FILE) {
         const Kestrel__V1__TreeFile *t = one->files[0];
         Kestrel__V1__TreeFile *mine;
         if (w->file >= in->n_files)
@@ -59,17 +68,17 @@ static int latest_record(void *ctx, int pass, unsigned field, const Kestrel__V1_
         return t->size != mine->size || t->chunks != mine->chunks || t->mode != mine->mode ||
                strcmp(t->path, mine->path) || (mine->sha256[0] && strcmp(t->sha256, mine->sha256));
     }
-    if (field == 3 && pass == 0)
+    if (field == REC_SIZE && pass == 0)
         w->size = one->size;
-    else if (field == 4 && pass == 0)
+    else if (field == REC_SHA256 && pass == 0)
         snprintf(w->sha256, sizeof(w->sha256), "%s", one->sha256);
-    else if (field == 0 && pass == 0) {   /* compared through: as many of each, the same size and digest */
+    else if (field == REC_END && pass == 0) {   /* compared through: as many of each, the same size and digest */
         if (w->chunk != in->n_chunks || w->file != in->n_files || w->size != in->size || !w->sha256[0] ||
             (in->sha256[0] && strcmp(w->sha256, in->sha256)))
             return 1;
         w->chunk = w->file = 0;
         w->fill = !in->sha256[0];
-    } else if (field == 0 && pass == 1 && w->fill)
+    } else if (field == REC_END && pass == 1 && w->fill)
         return kestrel__wire_set_string(&in->sha256, w->sha256);
     return 0;
 }
@@ -604,6 +613,8 @@ enum MHD_Result kd_route_repo(kd_req *r)
         if (part == KD_MODEL_SETTINGS)
             return settings(r, name);
         if (part == KD_MODEL_VERSIONS) {
+            /* api.c's on_request checked this at the headers, before reading the body; checked again
+             * here, where the route is served, so that the rule stands without that early check */
             if (post && (st = kd_repo_check(r, name, KD_REPO_PUSH, why, sizeof(why))) != 0)
                 return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
             return post ? commit_deferred(r, name) : get_ ? versions(r, name) : kd_reply_error(r, 405, "method_not_allowed", "GET or POST");

@@ -1,6 +1,8 @@
 /* server/repo_pack.c - POST /api/v1/chunks/pack: a pack of chunks, each verified against its digest
  * as it streams in and stored; at most one chunk in memory (and the few its run holds), never the
- * pack (api.h: kd_pack_*). */
+ * pack (api.h: kd_pack_*). Not routed through api_repo.c: api.c's on_request takes the pack at its
+ * headers (kd_pack_begin, after the token and scope checks), feeds its body as it arrives
+ * (kd_pack_feed) and answers at its end (kd_pack_finish). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

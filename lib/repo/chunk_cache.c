@@ -1,5 +1,5 @@
 /* lib/repo/chunk_cache.c - the local content cache of pulled chunks, as packs (see chunk_cache.h).
- *   DIR/packs/ID      a hard link to a pulled file (or a pulled directory's blob)
+ *   DIR/packs/ID      a hard link to a pulled file
  *   DIR/packs/ID.idx  "kestrel-pack 1 SIZE" then one "HEX OFFSET LEN" line per chunk; its mtime is
  *                     the pack's last use
  *   DIR/packs/ID.tree a pulled directory where it was put: "kestrel-tree 1 NFILES ROOTLEN", the root's

@@ -4,9 +4,10 @@
  * Chunks are read back from packs and verified on every read (a pack changed in place is dropped).
  * Lives in KESTREL_CACHE_DIR (default $XDG_CACHE_HOME/kestrel/chunks or ~/.cache/kestrel/chunks;
  * "" turns it off), bounded by KESTREL_CACHE_MAX (bytes, with an optional K/M/G/T suffix; default
- * 10G; 0 turns it off), enforced after each pull: least recently used packs go first. A pull to
- * another filesystem than the cache's is not cached (a hard link cannot cross). A pulled directory is
- * kept as a tree pack (kestrel__cache_add_tree). */
+ * 10G; 0 turns it off), enforced after each pull: least recently used packs go first. A file version
+ * pulled to another filesystem than the cache's is not cached (a hard link cannot cross). A pulled
+ * directory is kept as a tree pack (kestrel__cache_add_tree), an index of where its chunks lie in
+ * the directory's own files, whatever the filesystem. */
 #ifndef KESTREL_CHUNK_CACHE_H
 #define KESTREL_CHUNK_CACHE_H
 

@@ -134,6 +134,8 @@ int kestrel_model_pull(kestrel_client *c, const char *ref, const char *dest, con
         return rc;
     if (ref == NULL || dest == NULL || !dest[0])   /* "": no path (found by a hostile test: it failed at the rename) */
         return kestrel__error_set(KESTREL_EINVALID, "ref and dest are required (dest a path, not \"\")");
+    /* ref is checked here, before anything is opened (name and at are not used: the transport's
+     * resolve splits ref again) */
     if ((rc = kestrel__ref_split(ref, name, sizeof(name), &at)) < 0 || (rc = kestrel__transport_open(&t, c)) < 0)
         return rc;
     progress_init(&pr, &o, KESTREL_PHASE_PULL);

@@ -1,7 +1,9 @@
 /* lib/repo/pull_layout.h - where the chunks of a pulled file go. Each distinct chunk is fetched once
  * and written at every offset it occupies; as the file fills in from the front, a helper thread
  * hashes it (filehash follow mode), so the whole-file check runs beside the download instead of
- * re-reading the file after it. */
+ * re-reading the file after it. A directory's window goes through the same layout into a sink
+ * (tree.c's kestrel__tree_out_write), without the whole-file hash: its files are checked each on
+ * its own (kestrel__tree_out_settle). */
 #ifndef KESTREL_PULL_LAYOUT_H
 #define KESTREL_PULL_LAYOUT_H
 

@@ -1,7 +1,9 @@
 /* lib/repo/push.c - the one push, over any transport: list the files (one, or a directory's), cut
- * each into content-defined chunks and hash them (or take both from the stat cache), ask the
- * repository which chunks it lacks (all of them at once, in batches), send those, commit the
- * manifest. The repository checks what it receives; nothing is visible before the commit. */
+ * each into content-defined chunks and hash them (or take both from the stat cache), and hand them
+ * batch by batch to the sender thread (push_sender.c), which asks the repository which it lacks and
+ * sends those while the hashing goes on (a big new file's later chunks go unnamed, for kestreld to
+ * name); then commit the manifest. The repository checks what it receives; nothing is visible
+ * before the commit. */
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -89,8 +91,10 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
 }
 
 /* Chunk and hash the open file fd: its chunks appended to ps->refs (file index file), its SHA-256.
- * The file is read once: each buffer's chunks are hashed on this thread while a helper advances the
- * whole-file SHA-256 over the same bytes (a file of one chunk: that chunk's digest). When the
+ * The file is read once: with file:// (hash_whole), each buffer's chunks are hashed on this thread
+ * while a helper advances the whole-file SHA-256 over the same bytes (a file of one chunk: that
+ * chunk's digest); with kestreld, the buffer's chunks are split between this thread and a helper
+ * (kestrel__hash_chunks). When the
  * repository computes whole-file digests itself (kestreld), a file of several chunks gets "". Past
  * the probe of a big new file, chunks go unnamed (KESTREL__PUSH_UNNAMED_MIN): not hashed here, their digests
  * taken from kestreld's answers at the file's end, once every one is sent (so the caller's check that
@@ -102,7 +106,7 @@ static int chunk_fd(push_state *ps, int fd, const char *path, uint32_t file, con
     size_t have = 0, first_ref = ps->n;
     int64_t offset = 0, fed = 0;   /* fed: the bytes the whole-file hash has had */
     int eof = 0, rc = 0, probed = 0, candidate = !ps->hash_whole && size >= KESTREL__PUSH_UNNAMED_MIN;
-    int64_t found = kestrel__sender_probe(ps->out, file, st);
+    int64_t found = kestrel__sender_file_begin(ps->out, file, st);
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     for (;;) {
         size_t off = 0, first = ps->n, wlen = 0;

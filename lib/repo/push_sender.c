@@ -22,7 +22,7 @@
  * re-push still hands the sender up to 16,384 chunks a question (`missing`), not one batch's. */
 #define QUEUED_BYTES ((int64_t)KESTREL__PUSH_BATCH_BYTES)
 
-int64_t kestrel__sender_probe(kestrel__sender *s, uint32_t file, const struct stat *st)
+int64_t kestrel__sender_file_begin(kestrel__sender *s, uint32_t file, const struct stat *st)
 {
     pthread_mutex_lock(&s->mu);
     s->probe_file = file;
@@ -70,19 +70,19 @@ int kestrel__send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs,
                           const kestrel__push_files *files, kestrel__progress *pr, size_t *sent, kestrel__sender *s)
 {
     kestrel__chunk_ref *sorted = malloc((n + 1) * sizeof(*sorted)), **todo = NULL;
-    size_t ntodo = 0, named = 0, unnamed = n;
+    size_t ntodo = 0, with_digest = 0, unnamed = n;
     int rc;
     if (sorted == NULL)
         return kestrel__error_oom();
     for (size_t i = 0; i < n; i++)   /* those with a digest first, to be asked about; then the others */
-        sorted[refs[i].unnamed ? --unnamed : named++] = refs[i];
-    if (named > 1)
-        qsort(sorted, named, sizeof(*sorted), by_digest);
-    if ((rc = t->ops->missing(t, sorted, named)) == 0 && (todo = malloc((n + 1) * sizeof(*todo))) == NULL)
+        sorted[refs[i].unnamed ? --unnamed : with_digest++] = refs[i];
+    if (with_digest > 1)
+        qsort(sorted, with_digest, sizeof(*sorted), by_digest);
+    if ((rc = t->ops->missing(t, sorted, with_digest)) == 0 && (todo = malloc((n + 1) * sizeof(*todo))) == NULL)
         rc = kestrel__error_oom();
     if (rc == 0 && s) {
         pthread_mutex_lock(&s->mu);
-        for (size_t i = 0; i < named; i++)   /* a chunk stored, or repeated in the file: dedupe pays here */
+        for (size_t i = 0; i < with_digest; i++)   /* a chunk stored, or repeated in the file: dedupe pays here */
             if (sorted[i].file == s->probe_file) {
                 int again = i > 0 && sorted[i - 1].file == s->probe_file && !strcmp(sorted[i - 1].hex, sorted[i].hex);
                 s->probe_missing += sorted[i].missing && !again ? sorted[i].len : 0;
@@ -91,7 +91,7 @@ int kestrel__send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs,
         pthread_mutex_unlock(&s->mu);
     }
     for (size_t i = 0; rc == 0 && i < n; i++)
-        if (i >= named || (sorted[i].missing && (ntodo == 0 || strcmp(todo[ntodo - 1]->hex, sorted[i].hex))))
+        if (i >= with_digest || (sorted[i].missing && (ntodo == 0 || strcmp(todo[ntodo - 1]->hex, sorted[i].hex))))
             todo[ntodo++] = &sorted[i];   /* one copy of each digest, and each unnamed chunk */
     if (rc == 0 && ntodo > 1)
         qsort(todo, ntodo, sizeof(*todo), by_place);   /* read each file front to back */
@@ -102,13 +102,13 @@ int kestrel__send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs,
             read = s->probe_st;
             pthread_mutex_unlock(&s->mu);
         }
-        rc = t->ops->send(t, files, todo, ntodo, pr, s && named < n ? &read : NULL);
+        rc = t->ops->send(t, files, todo, ntodo, pr, s && with_digest < n ? &read : NULL);
     }
-    if (rc == 0 && s && named < n) {
+    if (rc == 0 && s && with_digest < n) {
         pthread_mutex_lock(&s->mu);
-        for (size_t i = named; i < n; i++)
+        for (size_t i = with_digest; i < n; i++)
             memcpy(s->named[sorted[i].seq], sorted[i].hex, sizeof(sorted[i].hex));
-        s->filled += n - named;
+        s->filled += n - with_digest;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
@@ -171,7 +171,7 @@ int kestrel__sender_failed(kestrel__sender *s)
 
 /* With s->mu held: wait for the sender for up to 100 ms, then (unless quiet, or it has ended) report
  * its progress on this thread, s->mu released meanwhile. A callback that says stop: its error. */
-static int tick(kestrel__sender *s, kestrel__progress *pr, int quiet)
+static int wait_and_report(kestrel__sender *s, kestrel__progress *pr, int quiet)
 {
     struct timespec until;
     int rc;
@@ -225,7 +225,7 @@ int kestrel__sender_finish(kestrel__sender *s, int stop, kestrel__progress *pr)
         s->closing = 1;
         pthread_cond_broadcast(&s->cv);
         while (!s->done) {
-            int r = tick(s, pr, stop || rc < 0);
+            int r = wait_and_report(s, pr, stop || rc < 0);
             if (r < 0) {   /* cancelled: the sender stops at its next chunk */
                 rc = r;
                 __atomic_store_n(&s->abort, 1, __ATOMIC_RELEASE);
@@ -260,7 +260,7 @@ int kestrel__sender_put(kestrel__sender *s, const kestrel__chunk_ref *refs, size
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     while (s->nq > 0 && (s->nq + n > QUEUED_MAX || s->qread + read > QUEUED_BYTES) && !s->done && rc == 0)
-        rc = tick(s, pr, 0);
+        rc = wait_and_report(s, pr, 0);
     if (rc == 0 && s->done)   /* it failed while this waited */
         rc = kestrel__sender_failed(s);
     if (rc == 0)
@@ -280,7 +280,7 @@ int kestrel__sender_names(kestrel__sender *s, kestrel__chunk_ref *refs, size_t n
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     while (rc == 0 && s->filled < count && !s->done)
-        rc = tick(s, pr, 0);
+        rc = wait_and_report(s, pr, 0);
     if (rc == 0 && s->filled < count && (rc = kestrel__sender_failed(s)) == 0)   /* it ended first */
         rc = kestrel__error_set(KESTREL_EPROTO, "kestreld did not name every chunk sent unnamed");
     for (size_t i = 0; rc == 0 && i < n; i++)

@@ -70,7 +70,7 @@ int kestrel__send_missing(kestrel__transport *t, const kestrel__chunk_ref *refs,
 /* A file is being read (st: as opened, the file its unnamed chunks must still be when they are
  * sent): what missing says of its chunks is counted from now. Returns how many
  * chunks sent unnamed the repository said it held so far (kestrel__sender_unnamed_now compares). */
-int64_t kestrel__sender_probe(kestrel__sender *s, uint32_t file, const struct stat *st);
+int64_t kestrel__sender_file_begin(kestrel__sender *s, uint32_t file, const struct stat *st);
 /* The next chunks of file go unnamed: kestreld names chunks, it lacked each of the file's first
  * KESTREL__PUSH_PROBE_BYTES (or more) it was asked about, and held none of those sent unnamed since found. */
 int kestrel__sender_unnamed_now(kestrel__sender *s, uint32_t file, int64_t found);

@@ -61,7 +61,7 @@ struct kestrel__transport {
     const kestrel__transport_ops *ops;
     int hash_whole;      /* a push hashes each whole file as it reads it (file://); else the repository does */
     int fills_digests;   /* the repository fills in a whole-file digest a commit leaves empty (file://;
-                            kestreld says so in its answer to missing, sending sets it) */
+                            kestreld says so in its answer to missing, and missing() sets it) */
     int names_chunks;    /* send may send chunks unnamed (kestreld says so in its answer to missing) */
     char where[17];      /* the repository: 16 hex digits of SHA-256 of kestreld's URL ("" for file://), the
                             stat cache's mark on what its answers named (push_cache.h) */
@@ -73,7 +73,7 @@ struct kestrel__transport {
     kestrel__progress *tick;
 };
 
-/* The transport of client c: the store of a file:// client, else its kestreld. */
+/* The transport of client c: the store of a file:// client, else its kestreld (front.c). */
 int kestrel__transport_open(kestrel__transport **out, kestrel_client *c);
 int kestrel__transport_local(kestrel__transport **out, const char *root);
 int kestrel__transport_http(kestrel__transport **out, kestrel_client *c);

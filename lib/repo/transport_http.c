@@ -84,7 +84,7 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
 typedef struct {
     const kestrel__push_files *files;
     kestrel__chunk_ref *const *todo;
-    size_t n, i;         /* the pack's chunks: todo[first, n) of the pack */
+    size_t n, i;         /* the pack's chunks: todo[0, n); i: the one pack_read is at */
     int fd;
     uint32_t fd_file;
     int open_rc;         /* its file could not be read again: the error, kept (curl sets its own) */
@@ -361,8 +361,9 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
     pack_upload *u = s->job;
     int rc;
     const kestrel_client_options *o = &p->h->c->opts;
-    if (pack_again(p, u, s, cc)) {
-        if (u->fd >= 0)   /* kept: it goes again (its run stays busy, so the run's next pack waits) */
+    if (pack_again(p, u, s, cc)) {   /* u is kept: it goes again (its run stays busy, so the run's next
+                                      * pack waits); its file is opened anew then */
+        if (u->fd >= 0)
             close(u->fd);
         u->fd = -1;
         u->due = mono_ms() + (int64_t)(o->retry_backoff_ms ? o->retry_backoff_ms : 100) * (1 << u->tries++);
@@ -493,7 +494,7 @@ static int resolve(kestrel__transport *t, const char *ref, int fd)
 }
 
 /* kestreld re-hashes its copy and quarantines it when the stored bytes are wrong, so the next push
- * heals every version using it (a network fault changes nothing there). */
+ * heals every version using it (a network fault changes nothing there): server/repo_fsck.c. */
 static void damaged(kestrel__transport *t, const char *digest)
 {
     char path[128];

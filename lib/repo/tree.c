@@ -1,8 +1,9 @@
 /* lib/repo/tree.c - directories in the repository (a Keras model saved as a directory, a dataset): a
  * version's listing (Manifest.files) names each regular file (relative path, size, SHA-256, mode,
  * how many of the version's chunks are its own); the chunk list is the files' chunks in path order.
- * A push lists the tree here; a pull assembles the concatenation as for a file, then splits it here
- * into a fresh directory, verifying every file, and renames that into place. */
+ * A push lists the tree here. A pull (pull.c's pull_window) writes each window's chunks straight
+ * into the files of a fresh directory here (kestrel__tree_out_write), checks every file of the
+ * window (kestrel__tree_out_settle), and at the end renames the directory into place. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
