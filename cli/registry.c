@@ -92,11 +92,13 @@ static const cli_command commands[] = {
       cli_opts_push, NULL },
     { "pull", cmd_pull, "pull a version, verified",
       "Usage: kestrel pull REF [DEST] [--replace]\n\nPull NAME, NAME@N or NAME@ALIAS (a file or a directory), every\n"
-      "byte verified, to DEST (what is there is replaced). Without DEST, or when DEST is an existing\n"
-      "directory, the version goes in the current directory or in DEST under the name it was pushed\n"
-      "from (kestrel push records it; a hidden name, one starting with '-', or with a separator, a\n"
+      "byte verified, to DEST (a file or link there is replaced). Without DEST, or when DEST is an\n"
+      "existing directory, the version goes in the current directory or in DEST under the name it was\n"
+      "pushed from (kestrel push records it; a hidden name, one starting with '-', or with a separator, a\n"
       "control character or a bidirectional mark is not taken), else the model's last name segment.\n"
       "The pushed name, being the pusher's choice, replaces nothing already there unless --replace.\n"
+      "So a directory pulled under its pushed name is replaced by naming its parent:\n"
+      "kestrel pull NAME@2 PARENT --replace.\n"
       "  --dest PATH    DEST as a flag (-o PATH, --output PATH: its older spelling, still taken)\n"
       "  --replace      let the pushed name replace the file or directory already there\n",
       cli_opts_pull, NULL },

@@ -61,7 +61,7 @@ int kestrel__manifest_add_chunks(Kestrel__V1__Manifest *m, const kestrel__chunk_
 int kestrel__tree_path_valid(const char *p)
 {
     size_t len = p ? strlen(p) : 0;
-    if (len == 0 || len > 4000 || p[0] == '/' || p[len - 1] == '/' || !kestrel__utf8_valid(p, len))
+    if (len == 0 || len > KESTREL__TREE_PATH_MAX || p[0] == '/' || p[len - 1] == '/' || !kestrel__utf8_valid(p, len))
         return 0;   /* UTF-8: a manifest is JSON in the store and protobuf strings on the wire */
     for (const char *seg = p; seg;) {
         const char *slash = strchr(seg, '/');

@@ -328,13 +328,14 @@ static int pull_tree(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile
 static int pull_file(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile *mf, const char *ref, const char *dest)
 {
     const Kestrel__V1__Manifest *w;
-    char tmp[4096], sha[65];
+    char tmp[PATH_MAX + 32], sha[65];
     struct stat st;
     int fd, hold = -1, rc;
     if (lstat(dest, &st) == 0 && S_ISDIR(st.st_mode))   /* said before a byte is fetched */
         return kestrel__error_set(KESTREL_EEXISTS, "%s is a directory: a file version replaces only a file or a "
                                   "symbolic link (name the file to make inside it)", dest);
-    snprintf(tmp, sizeof(tmp), "%s.kestrel-tmp.v2.XXXXXX", dest);
+    if (kestrel__pull_temp_name(dest, tmp, sizeof(tmp)) < 0)
+        return kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
     if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
     if (kestrel__pull_temp_lock(fd) == 0)   /* ours while this process lives (pull_sweep.c), */

@@ -27,6 +27,21 @@
 #define TOUCH_S 30
 #define SUFFIX_LEN 6   /* mkstemp's XXXXXX */
 
+int kestrel__pull_temp_name(const char *dest, char *out, size_t n)
+{
+    const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
+    size_t keep = strlen(base), room = NAME_MAX - (sizeof(KESTREL__PULL_TEMP_MARK) - 1) - SUFFIX_LEN;
+    if (keep > room) {   /* cut, never inside a UTF-8 character (its continuation bytes are 10xxxxxx) */
+        keep = room;
+        while (keep > 0 && ((unsigned char)base[keep] & 0xC0) == 0x80)
+            keep--;
+    }
+    if ((size_t)snprintf(out, n, "%.*s%.*s" KESTREL__PULL_TEMP_MARK "XXXXXX", (int)(base - dest), dest, (int)keep,
+                         base) >= n)
+        return -1;
+    return 0;
+}
+
 int kestrel__pull_temp_lock(int fd)
 {
     return flock(fd, LOCK_EX | LOCK_NB);
@@ -72,15 +87,17 @@ int kestrel__dest_dir(const char *dest, char *dir, size_t n)
 void kestrel__pull_sweep(const char *dest)
 {
     const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
-    char dir[PATH_MAX], prefix[NAME_MAX + 24];
+    char dir[PATH_MAX], prefix[NAME_MAX + 1];
     size_t plen;
     time_t now = time(NULL);
     DIR *d;
     struct dirent *e;
     int dfd;
-    if (!*base || (size_t)snprintf(prefix, sizeof(prefix), "%s.kestrel-tmp.v2.", base) >= sizeof(prefix))
+    /* the temps' names: this pull's own, less the directory and the XXXXXX */
+    if (!*base || kestrel__pull_temp_name(base, prefix, sizeof(prefix)) < 0)
         return;
-    plen = strlen(prefix);
+    plen = strlen(prefix) - SUFFIX_LEN;
+    prefix[plen] = '\0';
     if (kestrel__dest_dir(dest, dir, sizeof(dir)) < 0)
         return;
     if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)

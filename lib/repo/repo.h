@@ -98,7 +98,9 @@ int kestrel__manifest_file_digests_open(const Kestrel__V1__Manifest *m);
 void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *files, size_t n, char hex[65]);
 /* The same a file at a time: f's part of it, into ctx (an EVP SHA-256 digest begun by the caller). */
 void kestrel__manifest_tree_digest_file(struct evp_md_ctx_st *ctx, const Kestrel__V1__TreeFile *f);
-/* A relative, '/'-separated path without empty, '.' or '..' segments, at most 4000 bytes. */
+/* A relative, '/'-separated path without empty, '.' or '..' segments, at most KESTREL__TREE_PATH_MAX
+ * bytes. */
+#define KESTREL__TREE_PATH_MAX 4000
 int kestrel__tree_path_valid(const char *path);
 /* Split "name[@ref]" into name (checked) and ref ("latest" when absent). */
 int kestrel__ref_split(const char *ref, char *name, size_t n, const char **at);
@@ -156,6 +158,12 @@ void kestrel__tree_out_abandon(kestrel__tree_out *t);
 /* A pull's temp is named DEST.kestrel-tmp.v2.XXXXXX (a file, or a directory: fd open on it); it is
  * locked while the pull lives, and a directory's mtime kept fresh (touch: at most every 30 s, *last
  * the time of the last touch). */
+#define KESTREL__PULL_TEMP_MARK ".kestrel-tmp.v2."
+/* dest's temp name, the template for mkostemp or mkdtemp, in out (n bytes): DEST.kestrel-tmp.v2.XXXXXX,
+ * DEST's last name cut (at a UTF-8 character's start) so that the temp's fits NAME_MAX: a name of
+ * 234-255 bytes is pulled under its own name too (found by a hostile test: "File name too long").
+ * 0, or -1 when it does not fit in n. */
+int kestrel__pull_temp_name(const char *dest, char *out, size_t n);
 int kestrel__pull_temp_lock(int fd);
 void kestrel__pull_temp_touch(int fd, int64_t *last);
 /* The folder dest is in ("." for a bare name): 0, or -1 when it does not fit in n. */

@@ -104,7 +104,14 @@ static int walk(const char *root, const char *rel, kestrel__listing *l, int dept
             break;
         }
         if ((size_t)snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >= sizeof(sub) ||
-            !kestrel__tree_path_valid(sub)) {
+            strlen(sub) > KESTREL__TREE_PATH_MAX) {   /* each name may be fine: say it is the path */
+            char shown[100];
+            rc = kestrel__error_set(KESTREL_EINVALID, "%s: the path '%s...' is longer than the %d bytes a stored path "
+                                    "may have (shorten its folders' names)", root, escaped(sub, shown, sizeof(shown)),
+                                    KESTREL__TREE_PATH_MAX);
+            break;
+        }
+        if (!kestrel__tree_path_valid(sub)) {
             char shown[404];
             rc = kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%s'", root,
                                     escaped(de->d_name, shown, sizeof(shown)));
@@ -213,7 +220,11 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const char *dest)
                                   "replaces only a directory, and a link is never followed (pull into "
                                   "the folder it points to by its own path)" : "%s exists and is not a directory", dest);
     }
-    snprintf(t->tmp, sizeof(t->tmp), "%s.kestrel-tmp.v2.XXXXXX", dest);
+    if (kestrel__pull_temp_name(dest, t->tmp, sizeof(t->tmp)) < 0) {
+        t->tmp[0] = '\0';
+        kestrel__tree_out_abandon(t);
+        return kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
+    }
     if (mkdtemp(t->tmp) == NULL) {
         t->tmp[0] = '\0';
         kestrel__tree_out_abandon(t);

@@ -1,6 +1,7 @@
 """What the repository refuses before anything is sent or made, through both doors: file names
 that are not UTF-8, model names that clash with a model's own folders, metadata past its bound, an
-empty reference; and what a pull's progress says before its manifest comes."""
+empty reference, a path past its bound; what a pull's progress says before its manifest comes; and
+a name as long as the file system allows, pulled under itself."""
 import json
 import os
 import subprocess
@@ -110,3 +111,58 @@ def test_a_version_number_past_int64_is_a_bad_reference(kestreld):
     9223372036854775807' (found by a hostile test); it is a bad reference: 400."""
     status, body = raw(kestreld, "GET", "/api/v1/models/team/m/versions/99999999999999999999")
     assert status == 400 and b"bad version" in body, body
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_name_as_long_as_the_file_system_allows_is_pulled_under_itself(kestreld, tmp_path, what):
+    """A pull's temp beside DEST was DEST's name plus 22 bytes (.kestrel-tmp.v2.XXXXXX): a file or
+    folder named with 234-255 bytes pushed, then failed to pull under its own name, "cannot create a
+    temp file next to ...: File name too long" (found by a hostile test). The temp now cuts DEST's
+    name (never inside a UTF-8 character) to fit 255 bytes, and a killed pull's temp of that cut
+    name is swept by the next pull as any other (pull_sweep.c)."""
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    name = "a" * 255 if what == "file" else "\u00e9" * 127 + "x"   # 255 bytes; 127 two-byte characters and one
+    src = tmp_path / "src"
+    src.mkdir()
+    if what == "file":
+        (src / name).write_bytes(os.urandom(200_000))
+    else:
+        (src / name / "sub").mkdir(parents=True)
+        (src / name / "sub" / "f").write_bytes(os.urandom(200_000))
+    c.push("team/long", str(src / name))
+    work = tmp_path / "work"
+    work.mkdir()
+    cut = os.fsencode(name)[:233].decode("utf-8", "ignore")   # what the temp keeps of the name
+    stale = work / (cut + ".kestrel-tmp.v2.Aa1Bb2")              # a killed pull's, 10 minutes old
+    stale.write_bytes(b"half a file")
+    os.utime(stale, (time.time() - 600, time.time() - 600))
+    c.pull("team/long", str(work / name))
+    got = work / name
+    want = src / name
+    if what == "file":
+        assert got.read_bytes() == want.read_bytes()
+    else:
+        assert (got / "sub" / "f").read_bytes() == (want / "sub" / "f").read_bytes()
+    assert sorted(p.name for p in work.iterdir()) == [name], "the stale temp is swept, the pull's own renamed"
+    p = kestreld.cli("pull", "team/long", str(work / name), "--replace", check=False)
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_path_past_its_bound_is_refused_saying_it_is_the_path(kestreld, tmp_path):
+    """A tree whose relative path passes 4000 bytes, each name in it fine, was refused as an
+    "unsupported file name" naming the last folder (found by a hostile test); it says the path is too
+    long now, before anything is sent."""
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    fd = os.open(deep, os.O_RDONLY)
+    for i in range(20):   # 20 folders of 200 bytes: past PATH_MAX from /, so made one below the other
+        os.mkdir(chr(ord("a") + i) * 200, dir_fd=fd)
+        inner = os.open(chr(ord("a") + i) * 200, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    os.close(fd)
+    p = kestreld.cli("push", "team/deep", str(deep), check=False)
+    assert p.returncode == 1 and "is longer than the 4000 bytes a stored path may have" in p.stderr, p.stderr
+    assert "unsupported file name" not in p.stderr
+    assert chunk_files(kestreld) == []
