@@ -91,8 +91,8 @@ static const cli_command commands[] = {
       "  --meta K=V     metadata of the version (repeatable)\n",
       cli_opts_push, NULL },
     { "pull", cmd_pull, "pull a version, verified",
-      "Usage: kestrel pull REF [DEST] [--replace]\n\nPull NAME, NAME@N or NAME@ALIAS (a file or a directory), every\n"
-      "byte verified, to DEST (a file or link there is replaced). Without DEST, or when DEST is an\n"
+      "Usage: kestrel pull REF [DEST] [--replace]\n\nPull NAME, NAME@N or NAME@ALIAS (a file or a directory), every byte\n"
+      "verified, to DEST (a file version replaces a file or link there). Without DEST, or when DEST is an\n"
       "existing directory, the version goes in the current directory or in DEST under the name it was\n"
       "pushed from (kestrel push records it; a hidden name, one starting with '-', or with a separator, a\n"
       "control character or a bidirectional mark is not taken), else the model's last name segment.\n"

@@ -334,8 +334,8 @@ static int pull_file(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile
     if (lstat(dest, &st) == 0 && S_ISDIR(st.st_mode))   /* said before a byte is fetched */
         return kestrel__error_set(KESTREL_EEXISTS, "%s is a directory: a file version replaces only a file or a "
                                   "symbolic link (name the file to make inside it)", dest);
-    if (kestrel__pull_temp_name(dest, tmp, sizeof(tmp)) < 0)
-        return kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
+    if ((rc = kestrel__pull_temp_name(dest, KESTREL__PULL_TEMP_MARK, tmp, sizeof(tmp))) < 0)
+        return rc == -2 ? KESTREL_EINVALID : kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
     if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
     if (kestrel__pull_temp_lock(fd) == 0)   /* ours while this process lives (pull_sweep.c), */

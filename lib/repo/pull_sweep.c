@@ -27,17 +27,20 @@
 #define TOUCH_S 30
 #define SUFFIX_LEN 6   /* mkstemp's XXXXXX */
 
-int kestrel__pull_temp_name(const char *dest, char *out, size_t n)
+int kestrel__pull_temp_name(const char *dest, const char *mark, char *out, size_t n)
 {
     const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
-    size_t keep = strlen(base), room = NAME_MAX - (sizeof(KESTREL__PULL_TEMP_MARK) - 1) - SUFFIX_LEN;
+    size_t keep = strlen(base), room = NAME_MAX - strlen(mark) - SUFFIX_LEN;
+    if (keep > NAME_MAX) {   /* said before anything is fetched, not at the rename after it all */
+        kestrel__error_set(KESTREL_EINVALID, "a file name is at most %d bytes, not %zu: '%.40s...'", NAME_MAX, keep, base);
+        return -2;
+    }
     if (keep > room) {   /* cut, never inside a UTF-8 character (its continuation bytes are 10xxxxxx) */
         keep = room;
         while (keep > 0 && ((unsigned char)base[keep] & 0xC0) == 0x80)
             keep--;
     }
-    if ((size_t)snprintf(out, n, "%.*s%.*s" KESTREL__PULL_TEMP_MARK "XXXXXX", (int)(base - dest), dest, (int)keep,
-                         base) >= n)
+    if ((size_t)snprintf(out, n, "%.*s%.*s%sXXXXXX", (int)(base - dest), dest, (int)keep, base, mark) >= n)
         return -1;
     return 0;
 }
@@ -94,8 +97,10 @@ void kestrel__pull_sweep(const char *dest)
     struct dirent *e;
     int dfd;
     /* the temps' names: this pull's own, less the directory and the XXXXXX */
-    if (!*base || kestrel__pull_temp_name(base, prefix, sizeof(prefix)) < 0)
+    if (!*base || kestrel__pull_temp_name(base, KESTREL__PULL_TEMP_MARK, prefix, sizeof(prefix)) < 0) {
+        kestrel_error_clear();   /* best effort: a name too long for a temp has none to sweep */
         return;
+    }
     plen = strlen(prefix) - SUFFIX_LEN;
     prefix[plen] = '\0';
     if (kestrel__dest_dir(dest, dir, sizeof(dir)) < 0)

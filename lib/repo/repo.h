@@ -159,11 +159,12 @@ void kestrel__tree_out_abandon(kestrel__tree_out *t);
  * locked while the pull lives, and a directory's mtime kept fresh (touch: at most every 30 s, *last
  * the time of the last touch). */
 #define KESTREL__PULL_TEMP_MARK ".kestrel-tmp.v2."
-/* dest's temp name, the template for mkostemp or mkdtemp, in out (n bytes): DEST.kestrel-tmp.v2.XXXXXX,
- * DEST's last name cut (at a UTF-8 character's start) so that the temp's fits NAME_MAX: a name of
- * 234-255 bytes is pulled under its own name too (found by a hostile test: "File name too long").
- * 0, or -1 when it does not fit in n. */
-int kestrel__pull_temp_name(const char *dest, char *out, size_t n);
+#define KESTREL__PULL_OLD_MARK ".kestrel-old."   /* the old tree moved aside (tree.c) */
+/* A name beside dest, the template for mkostemp or mkdtemp, in out (n bytes): DEST MARK XXXXXX, DEST's
+ * last name cut (at a UTF-8 character's start) so that it fits NAME_MAX: a name of 234-255 bytes is
+ * pulled under its own name too (found by a hostile test: "File name too long"). 0; -1 when it
+ * does not fit in n; -2 when DEST's last name itself is longer than NAME_MAX (its error recorded). */
+int kestrel__pull_temp_name(const char *dest, const char *mark, char *out, size_t n);
 int kestrel__pull_temp_lock(int fd);
 void kestrel__pull_temp_touch(int fd, int64_t *last);
 /* The folder dest is in ("." for a bare name): 0, or -1 when it does not fit in n. */

@@ -210,6 +210,7 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const char *dest)
 {
     kestrel__tree_out *t = calloc(1, sizeof(*t));
     struct stat st;
+    int rc;
     if (t == NULL)
         return kestrel__error_oom();
     t->fd = -1;
@@ -220,10 +221,10 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const char *dest)
                                   "replaces only a directory, and a link is never followed (pull into "
                                   "the folder it points to by its own path)" : "%s exists and is not a directory", dest);
     }
-    if (kestrel__pull_temp_name(dest, t->tmp, sizeof(t->tmp)) < 0) {
+    if ((rc = kestrel__pull_temp_name(dest, KESTREL__PULL_TEMP_MARK, t->tmp, sizeof(t->tmp))) < 0) {
         t->tmp[0] = '\0';
         kestrel__tree_out_abandon(t);
-        return kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
+        return rc == -2 ? KESTREL_EINVALID : kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
     }
     if (mkdtemp(t->tmp) == NULL) {
         t->tmp[0] = '\0';
@@ -386,8 +387,8 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
         }
     }
     if (rc == 0 && t->tmp[0] && lstat(dest, &st) == 0) {
-        snprintf(old, sizeof(old), "%s.kestrel-old.XXXXXX", dest);
-        if (mkdtemp(old) == NULL || rename(dest, old) < 0) {
+        if (kestrel__pull_temp_name(dest, KESTREL__PULL_OLD_MARK, old, sizeof(old)) < 0 || mkdtemp(old) == NULL ||
+            rename(dest, old) < 0) {
             rc = kestrel__error_set(KESTREL_EIO, "cannot move the old %s aside: %s", dest, strerror(errno));
             if (old[0])
                 rmdir(old);

@@ -146,6 +146,10 @@ def test_a_name_as_long_as_the_file_system_allows_is_pulled_under_itself(kestrel
     assert sorted(p.name for p in work.iterdir()) == [name], "the stale temp is swept, the pull's own renamed"
     p = kestreld.cli("pull", "team/long", str(work / name), "--replace", check=False)
     assert p.returncode == 0, p.stderr
+    # a name no file system here takes is refused before a byte is fetched, not at the rename after
+    with pytest.raises(kestrel.InvalidArgumentError, match="a file name is at most 255 bytes, not 300"):
+        c.pull("team/long", str(work / ("b" * 300)))
+    assert sorted(p.name for p in work.iterdir()) == [name]
 
 
 def test_a_path_past_its_bound_is_refused_saying_it_is_the_path(kestreld, tmp_path):
