@@ -356,6 +356,35 @@ def test_a_commit_is_sent_again_until_a_restarted_kestreld_is_back(kestreld, tmp
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/back")] == [1]
 
 
+def test_a_commit_whose_kestreld_stays_dead_fails_saying_its_version_may_be_made(kestreld, tmp_path, monkeypatch):
+    """kestreld makes the version, its answer is lost (the connection closes) and it dies for good. The
+    push sends its commit again for about 25 s (0.1 s, 0.2 s, ... 12.8 s apart), then gives up: the
+    error says the version may have been made and is marked so (outcome_unknown), not a bare network
+    error, and the push ends rather than trying for ever. kestreld started again has the one version."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(3 << 20))
+
+    def kill():
+        kestreld.proc.kill()
+        kestreld.proc.wait()
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "lost", answer=b"", lost_then=kill)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(kestrel.KestrelError, match=r"^the commit of team/gone was sent and its answer lost, so "
+                                                        r"its version may have been made all the same") as e:
+            kestrel.Client(proxy.url, kestreld.token).push("team/gone", str(src))
+    finally:
+        proxy.close()
+    tried = time.monotonic() - t0
+    assert e.value.outcome_unknown is True
+    assert 20 < tried < 120, tried   # its tries spread over about 25 s; then it ends
+    assert b" 201 " in proxy.busied[0].split(b"\r\n", 1)[0]   # made before it died
+    kestreld.restart()
+    assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/gone")] == [1]
+
+
 def test_a_commit_that_timed_out_is_sent_again(kestreld, tmp_path, monkeypatch):
     """kestreld made the version and its answer came after the client's timeout (a commit of many
     files on a loaded server; here the proxy holds the answer 3 s, the client waits 1.5 s). The commit
