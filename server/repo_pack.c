@@ -23,9 +23,16 @@ struct kd_pack {
     uint32_t want;          /* bytes of the current chunk */
     kestrel_buf chunk;      /* at most one chunk in memory (and a few its run has), never the pack */
     kd_run_feed *run;       /* the run the pack advances (NULL: none) */
-    int64_t stored, bytes, named_bytes;   /* named_bytes: of bytes, those of chunks sent unnamed */
+    int64_t bytes, named_bytes;   /* named_bytes: of bytes, those of chunks sent unnamed */
     int full;               /* the store's disk is full: 507, not the client's fault */
     int io;                 /* the store could not write: 500, not the client's fault either */
+    /* What storing the chunks came to, written by the one thread that stores them (the run's helper
+     * where the pack has a run, else the receiving thread) and read by the receiving thread once
+     * store_failed says so, or after kd_run_feed_end; the failure's message is set before it */
+    int64_t stored;
+    int64_t named_held;     /* chunks sent unnamed that the store held already */
+    int store_full, store_failed;
+    char store_error[256];
     int too_big;            /* past KD_MAX_PACK: 413 */
     int busy;               /* the budget of upload_mem.h could not hold the next chunk: 503 */
     kd_upload_mem *mem;     /* the chunk buffers' memory is taken from it: held bytes, for user */
@@ -35,7 +42,6 @@ struct kd_pack {
     uint64_t received;      /* every byte of the body so far (a chunked upload has no Content-Length) */
     kestrel_buf named;      /* the digests of the chunks sent unnamed, 32 bytes each, for the answer */
     uint64_t named_mem;     /* what named's memory took from mem */
-    int64_t named_held;     /* chunks sent unnamed that the store held already */
     char error[256];
 };
 
@@ -58,6 +64,43 @@ static int room_for(kd_pack *p, uint32_t want)
         p->held = p->nbufs * ((uint64_t)want + 1);
     }
     return kestrel__buf_reserve(&p->chunk, (size_t)want + 1);   /* a buffer the helper gave back may be new */
+}
+
+static void pack_fail(kd_pack *p, const char *msg)
+{
+    if (!p->error[0])
+        snprintf(p->error, sizeof(p->error), "%s", msg);
+}
+
+/* A verified chunk stored unless the store has it: 0, or -1 with store_* set (a kd_run_chunk_fn:
+ * on the run's helper thread, or on the receiving thread for a pack without a run). */
+static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int named)
+{
+    kd_pack *p = ctx;
+    const char *m;
+    if (kestrel__store_has_chunk(p->store, hex)) {
+        p->named_held += named;
+        return 0;
+    }
+    if (kestrel__store_put_chunk(p->store, hex, chunk->ptr ? chunk->ptr : "", chunk->size) == 0) {
+        p->stored++;
+        return 0;
+    }
+    m = kestrel_error_last()->message;   /* this thread's */
+    p->store_full = strstr(m, strerror(ENOSPC)) || strstr(m, strerror(EDQUOT)) || strstr(m, strerror(EFBIG));
+    snprintf(p->store_error, sizeof(p->store_error), "%s", m);
+    __atomic_store_n(&p->store_failed, 1, __ATOMIC_RELEASE);
+    return -1;
+}
+
+/* The pack fails as its store did, where nothing failed it before (a full disk: 507, else 500). */
+static void store_failure_heard(kd_pack *p)
+{
+    if (!__atomic_load_n(&p->store_failed, __ATOMIC_ACQUIRE) || p->error[0])
+        return;
+    p->full = p->store_full;
+    p->io = 1;
+    pack_fail(p, p->store_error);
 }
 
 kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)
@@ -84,13 +127,9 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
         p->held = each;
         p->nbufs = 1;
     }
+    if (p->run)   /* its chunks are stored on the run's helper thread, off the receiving one */
+        kd_run_feed_on_chunk(p->run, store_chunk, p);
     return p;
-}
-
-static void pack_fail(kd_pack *p, const char *msg)
-{
-    if (!p->error[0])
-        snprintf(p->error, sizeof(p->error), "%s", msg);
 }
 
 /* An unnamed chunk's digest, kept for the answer (its memory from the budget, grown by doubling):
@@ -116,13 +155,17 @@ static int keep_name(kd_pack *p, const uint8_t md[32])
 }
 
 /* The chunk in p->chunk is whole: verified against the digest it came with (or, sent unnamed,
- * named by its bytes), stored unless the store has it, fed to the run. */
+ * named by its bytes), then stored unless the store has it: here, or with a run on the run's
+ * helper thread as it is fed to the run. */
 static void chunk_done(kd_pack *p)
 {
     char want[KESTREL__HEX_LEN + 1], got[KESTREL__HEX_LEN + 1];
     unsigned char md[EVP_MAX_MD_SIZE];   /* hashed once: bytes for an unnamed chunk's answer, hex to compare */
     unsigned int mdn = 0;
     int name_it = !memcmp(p->head, unnamed, sizeof(unnamed));
+    store_failure_heard(p);   /* the run's helper could not store an earlier chunk: no more */
+    if (p->error[0])
+        goto out;
     kestrel__hex(p->head, 32, want);
     if (EVP_Digest(p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size, md, &mdn, EVP_sha256(), NULL) != 1 || mdn != 32) {
         /* OpenSSL failed: not the client's fault */
@@ -142,21 +185,11 @@ static void chunk_done(kd_pack *p)
         snprintf(msg, sizeof(msg), "chunk %.12s does not match its bytes (they hash to %.12s): nothing stored for it",
                  want, got);
         pack_fail(p, msg);
-    } else if (kestrel__store_has_chunk(p->store, want)) {
-        p->named_held += name_it;
-    } else {
-        if (kestrel__store_put_chunk(p->store, want, p->chunk.ptr ? p->chunk.ptr : "", p->chunk.size) < 0) {
-            const char *m = kestrel_error_last()->message;
-            p->full = strstr(m, strerror(ENOSPC)) || strstr(m, strerror(EDQUOT)) || strstr(m, strerror(EFBIG));
-            p->io = !p->error[0];
-            pack_fail(p, m);
-        }
-        else
-            p->stored++;
-    }
+    } else if (p->run == NULL && store_chunk(p, want, &p->chunk, name_it) < 0)
+        store_failure_heard(p);
     p->bytes += (int64_t)p->chunk.size;
-    if (p->run && !p->error[0])   /* its bytes hashed into the run on the run's thread (the buffer swapped) */
-        kd_run_feed_chunk(p->run, want, &p->chunk);
+    if (p->run && !p->error[0])   /* stored and hashed into the run on the run's thread (the buffer swapped) */
+        kd_run_feed_chunk(p->run, want, &p->chunk, name_it);
 out:
     p->chunk.size = 0;
     p->head_len = 0;
@@ -208,8 +241,9 @@ enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p)
     enum MHD_Result reply;
     if (!p->error[0] && (p->head_len || p->chunk.size))
         pack_fail(p, "the pack ends in the middle of a chunk");
-    kd_run_feed_end(p->run, !p->error[0]);
+    kd_run_feed_end(p->run, !p->error[0]);   /* every chunk stored, or the store failed */
     p->run = NULL;
+    store_failure_heard(p);
     if (p->error[0]) {
         if (p->io && !p->full)
             fprintf(stderr, "kestreld: %s %s: %s\n", r->method, r->path, p->error);

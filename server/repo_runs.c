@@ -36,6 +36,9 @@ struct kd_run_feed {
     pthread_cond_t cv;
     kestrel_buf q[DEPTH];   /* ring: [head, head + n) to hash */
     char hex[DEPTH][65];
+    int tag[DEPTH];
+    kd_run_chunk_fn fn;     /* and to hand the pack first (NULL: none) */
+    void *ctx;
     size_t head, n;
     kestrel_buf spare[DEPTH + 1];   /* hashed, ready to be handed back */
     size_t nspare;
@@ -73,7 +76,7 @@ static void *feed_main(void *arg)
     for (;;) {
         kestrel_buf b;
         char hex[65], line[96];
-        int len;
+        int len, tag;
         pthread_mutex_lock(&f->mu);
         while (f->n == 0 && !f->closing)
             pthread_cond_wait(&f->cv, &f->mu);
@@ -83,10 +86,13 @@ static void *feed_main(void *arg)
         }
         b = f->q[f->head];
         memcpy(hex, f->hex[f->head], 65);
+        tag = f->tag[f->head];
         pthread_mutex_unlock(&f->mu);
         len = snprintf(line, sizeof(line), "%s %zu\n", hex, b.size);
-        if (EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
-            EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1)
+        if (!f->failed && f->fn && f->fn(f->ctx, hex, &b, tag) < 0)
+            f->failed = 1;   /* the pack's own failure: the run is dropped */
+        else if (!f->failed && (EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
+                                EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1))
             f->failed = 1;
         f->r->bytes += (int64_t)b.size;
         f->r->chunks++;
@@ -157,7 +163,13 @@ kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int6
     return f;
 }
 
-void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk)
+void kd_run_feed_on_chunk(kd_run_feed *f, kd_run_chunk_fn fn, void *ctx)
+{
+    f->fn = fn;   /* before the first chunk: the helper reads it after the lock that hands it one */
+    f->ctx = ctx;
+}
+
+void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk, int tag)
 {
     kestrel_buf fresh = KESTREL_BUF_INIT;
     pthread_mutex_lock(&f->mu);
@@ -165,6 +177,7 @@ void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk)
         pthread_cond_wait(&f->cv, &f->mu);
     f->q[(f->head + f->n) % DEPTH] = *chunk;
     snprintf(f->hex[(f->head + f->n) % DEPTH], 65, "%s", hex);
+    f->tag[(f->head + f->n) % DEPTH] = tag;
     f->n++;
     if (f->nspare)
         fresh = f->spare[--f->nspare];
