@@ -93,14 +93,17 @@ static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int
     return -1;
 }
 
-/* The pack fails as its store did, where nothing failed it before (a full disk: 507, else 500). */
+/* The pack fails as its store did (a full disk: 507, else 500). That failure comes first in the
+ * pack whatever the receiving thread found since: the helper is handed chunks only while nothing
+ * has failed, and may store up to 4 behind the thread that goes on to check the next. */
 static void store_failure_heard(kd_pack *p)
 {
-    if (!__atomic_load_n(&p->store_failed, __ATOMIC_ACQUIRE) || p->error[0])
+    if (!__atomic_load_n(&p->store_failed, __ATOMIC_ACQUIRE))
         return;
     p->full = p->store_full;
     p->io = 1;
-    pack_fail(p, p->store_error);
+    p->too_big = p->busy = 0;
+    snprintf(p->error, sizeof(p->error), "%s", p->store_error);
 }
 
 kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)
@@ -121,14 +124,13 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
         kd_pack_free(p);
         return NULL;
     }
-    if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off)) == NULL) {
+    /* its chunks stored on the run's helper thread, off the receiving one */
+    if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off, store_chunk, p)) == NULL) {
         uint64_t each = p->held / p->nbufs;   /* no run after all (busy, not at `at`): one buffer */
         kd_upload_mem_give(p->mem, p->user, p->held - each);
         p->held = each;
         p->nbufs = 1;
     }
-    if (p->run)   /* its chunks are stored on the run's helper thread, off the receiving one */
-        kd_run_feed_on_chunk(p->run, store_chunk, p);
     return p;
 }
 

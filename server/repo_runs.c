@@ -39,6 +39,7 @@ struct kd_run_feed {
     int tag[DEPTH];
     kd_run_chunk_fn fn;     /* and to hand the pack first (NULL: none) */
     void *ctx;
+    int fn_failed;          /* fn returned < 0: called no more */
     size_t head, n;
     kestrel_buf spare[DEPTH + 1];   /* hashed, ready to be handed back */
     size_t nspare;
@@ -89,11 +90,11 @@ static void *feed_main(void *arg)
         tag = f->tag[f->head];
         pthread_mutex_unlock(&f->mu);
         len = snprintf(line, sizeof(line), "%s %zu\n", hex, b.size);
-        if (!f->failed && f->fn && f->fn(f->ctx, hex, &b, tag) < 0)
-            f->failed = 1;   /* the pack's own failure: the run is dropped */
-        else if (!f->failed && (EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
-                                EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1))
-            f->failed = 1;
+        if (f->fn && !f->fn_failed && f->fn(f->ctx, hex, &b, tag) < 0)
+            f->fn_failed = f->failed = 1;   /* the pack's own failure: the run is dropped */
+        if (!f->failed && (EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
+                           EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1))
+            f->failed = 1;   /* the run is dropped; the pack's own calls go on */
         f->r->bytes += (int64_t)b.size;
         f->r->chunks++;
         pthread_mutex_lock(&f->mu);
@@ -113,7 +114,8 @@ static int is_hex32(const char *s)
     return n == 32 && s[32] == '\0';
 }
 
-kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at)
+kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at, kd_run_chunk_fn fn,
+                               void *ctx)
 {
     kd_run_feed *f;
     run *r = NULL;
@@ -147,6 +149,8 @@ kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int6
     pthread_mutex_unlock(&runs->mu);
     f->runs = runs;
     f->r = r;
+    f->fn = fn;
+    f->ctx = ctx;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     if (r == NULL || pthread_create(&f->th, NULL, feed_main, f) != 0) {
@@ -161,12 +165,6 @@ kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int6
         return NULL;
     }
     return f;
-}
-
-void kd_run_feed_on_chunk(kd_run_feed *f, kd_run_chunk_fn fn, void *ctx)
-{
-    f->fn = fn;   /* before the first chunk: the helper reads it after the lock that hands it one */
-    f->ctx = ctx;
 }
 
 void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk, int tag)

@@ -3,8 +3,8 @@
  * A push sends a big file's new chunks in file order, in packs that name one run
  * (POST /api/v1/chunks/pack?run=ID&at=BYTES: ID 32 hex digits the client picked, BYTES the run's
  * length before this pack). Each chunk of such a pack that the server verified also advances the
- * run's SHA-256, on a helper thread of the pack beside the verification (where the pack also
- * stores it: kd_run_feed_on_chunk). A commit whose file is exactly a run's chunks takes the
+ * run's SHA-256, on a helper thread of the pack beside the verification (which may also store
+ * it: kd_run_chunk_fn). A commit whose file is exactly a run's chunks takes the
  * file's digest from the run instead of reading those chunks back and hashing them after the
  * upload: the server computed it from bytes it verified itself, so nothing is taken on the
  * client's word. A run is the user's who started it, used once, and the table is bounded (1024
@@ -26,18 +26,16 @@ typedef struct kd_run_feed kd_run_feed;
 
 kd_runs *kd_runs_new(void);
 void kd_runs_free(kd_runs *runs);
-/* A pack of run id (user's) starting at byte `at` of it: at 0 starts the run (again), else it must
- * continue where the run's last pack ended. NULL: no run for this pack (an id that is not 32 hex
- * digits, a run to continue that is not there or not at `at`, one busy with another pack, memory);
- * the pack is stored all the same. */
-kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at);
-/* What the pack does with each chunk besides hashing it into the run, on the helper's thread:
- * the pack stores its chunks there, so that the thread receiving the pack only receives and
- * verifies (a new 1 GiB push: 2.36 s -> 2.17 s, medians of 6 rounds alternated, dd 2.74 s beside).
- * Called with each chunk fed, in order, before its bytes are hashed, with the tag it was fed with;
- * one that returns < 0 drops the run, and the helper calls it no more. Set before the first chunk. */
+/* What the pack does with each chunk on the run's helper thread before hashing it (repo_pack.c
+ * stores it there): called with each chunk fed, in order, with the tag it was fed with (opaque
+ * here, handed back); one that returns < 0 drops the run, and the helper calls it no more. */
 typedef int (*kd_run_chunk_fn)(void *ctx, const char *hex, const kestrel_buf *chunk, int tag);
-void kd_run_feed_on_chunk(kd_run_feed *f, kd_run_chunk_fn fn, void *ctx);
+/* A pack of run id (user's) starting at byte `at` of it: at 0 starts the run (again), else it must
+ * continue where the run's last pack ended; fn (NULL: none) with ctx as above. NULL: no run for
+ * this pack (an id that is not 32 hex digits, a run to continue that is not there or not at `at`,
+ * one busy with another pack, memory); the pack is stored all the same. */
+kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at, kd_run_chunk_fn fn,
+                               void *ctx);
 /* A chunk of the pack, verified: its digest and bytes. The bytes go to the helper: *chunk is
  * swapped for a buffer the helper is done with (empty), so no chunk is copied. */
 void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk, int tag);

@@ -3,11 +3,15 @@ during a job's log writes gives a clear error, leaves nothing half-written, and 
 serving; a kill -9 during a commit leaves no model name without versions, and a kill loop amid
 pushes and jobs loses nothing; a second kestreld on a data dir in use is refused and changes
 nothing there."""
+import hashlib
 import http.server
 import os
+import struct
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -53,6 +57,39 @@ def test_a_full_disk_fails_cleanly_and_kestreld_keeps_serving(small_fs, tmp_path
         assert d.api("GET", "/healthz")[0] == 200
         out = tmp_path / "back.bin"
         assert d.cli("pull", "admin/small", "-o", str(out)).returncode == 0 and out.read_bytes() == small.read_bytes()
+    finally:
+        d.stop()
+
+
+def test_a_full_store_is_a_packs_answer_whatever_follows_it(small_fs, tmp_path):
+    """A pack of one run has its chunks written on the run's helper thread, up to 4 behind the thread
+    that receives and checks the next ones. The first write the full disk refuses is the pack's
+    answer, 507 'No space left', though the pack then ends in the middle of a chunk, which the
+    receiving thread finds first (alone, a 400): the store's failure comes first in the pack. Nothing
+    half-written is left, and kestreld goes on."""
+    d = Daemon(small_fs / "k", "--gpus", "0")
+    try:
+        room = os.statvfs(small_fs)
+        fill = room.f_bavail * room.f_frsize - (15 << 19)   # 7.5 MiB left: the 8th chunk, the last, fails
+        with open(small_fs / "filler", "wb") as f:
+            f.truncate(0)
+            f.write(b"\0" * max(0, fill))
+        chunks = [os.urandom(1 << 20) for _ in range(8)]
+        body = b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks)
+        body += hashlib.sha256(b"next").digest() + struct.pack(">I", 1000) + b"cut"   # ends mid-chunk
+        req = urllib.request.Request(f"{d.url}/api/v1/chunks/pack?run={'ab' * 16}&at=0", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {d.token}",
+                                              "Content-Type": "application/octet-stream"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                status, answer = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, answer = e.code, e.read()
+        assert status == 507 and b"No space left" in answer, (status, answer)
+        leftovers = [p for p in (d.data / "repo").rglob("*") if ".tmp." in p.name]
+        assert leftovers == [], leftovers
+        (small_fs / "filler").unlink()
+        assert d.api("GET", "/healthz")[0] == 200
     finally:
         d.stop()
 
