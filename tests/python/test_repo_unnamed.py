@@ -98,7 +98,13 @@ def test_what_kestreld_holds_is_found_after_a_new_start(kestreld, tmp_path, monk
     assert metric(kestreld, "kestrel_repo_push_named_bytes_total") > 256 * MIB   # the first push's, and some
     assert seen[-1].bytes_new < 240 * MIB, seen[-1].bytes_new      # not all 256 MiB: the rest was found
     grown = sum(f.stat().st_size for f in chunk_files(kestreld)) - stored
-    assert grown < 18 * MIB, grown                                   # the new 16 MiB (and the chunk it cut)
+    had = {ch["digest"] for ch in json.loads(raw(kestreld, "GET", "/api/v1/models/team/m/versions/1")[1])["chunks"]}
+    fresh = {ch["digest"]: int(ch["size"]) for ch in json.loads(raw(kestreld, "GET", "/api/v1/models/team/m/versions/2")[1])["chunks"]
+             if ch["digest"] not in had}
+    assert grown == sum(fresh.values()), (grown, sum(fresh.values()))   # each chunk new to kestreld, once
+    # the new 16 MiB, and the chunks cut until FastCDC meets the old cuts again: 0.05-1.30 MiB more in 20
+    # runs here, 2.12 MiB once in CI (random bytes: where the cuts meet again varies); 18 MiB was too tight
+    assert grown < 20 * MIB, grown
     assert c.versions("team/m")[1].sha256 == hashlib.sha256(new).hexdigest()
 
 
