@@ -335,7 +335,7 @@ static int pull_file(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile
         return kestrel__error_set(KESTREL_EEXISTS, "%s is a directory: a file version replaces only a file or a "
                                   "symbolic link (name the file to make inside it)", dest);
     if ((rc = kestrel__pull_temp_name(dest, KESTREL__PULL_TEMP_MARK, tmp, sizeof(tmp))) < 0)
-        return rc == -2 ? KESTREL_EINVALID : kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
+        return rc;
     if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
         return kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
     if (kestrel__pull_temp_lock(fd) == 0)   /* ours while this process lives (pull_sweep.c), */

@@ -31,17 +31,19 @@ int kestrel__pull_temp_name(const char *dest, const char *mark, char *out, size_
 {
     const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
     size_t keep = strlen(base), room = NAME_MAX - strlen(mark) - SUFFIX_LEN;
-    if (keep > NAME_MAX) {   /* said before anything is fetched, not at the rename after it all */
-        kestrel__error_set(KESTREL_EINVALID, "a file name is at most %d bytes, not %zu: '%.40s...'", NAME_MAX, keep, base);
-        return -2;
-    }
+    out[0] = '\0';
+    if (keep > NAME_MAX)   /* said before anything is fetched, not at the rename after it all */
+        return kestrel__error_set(KESTREL_EINVALID, "a file name is at most %d bytes, not %zu: '%.40s...'", NAME_MAX,
+                                  keep, base);
     if (keep > room) {   /* cut, never inside a UTF-8 character (its continuation bytes are 10xxxxxx) */
         keep = room;
         while (keep > 0 && ((unsigned char)base[keep] & 0xC0) == 0x80)
             keep--;
     }
-    if ((size_t)snprintf(out, n, "%.*s%.*s%sXXXXXX", (int)(base - dest), dest, (int)keep, base, mark) >= n)
-        return -1;
+    if ((size_t)snprintf(out, n, "%.*s%.*s%sXXXXXX", (int)(base - dest), dest, (int)keep, base, mark) >= n) {
+        out[0] = '\0';
+        return kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
+    }
     return 0;
 }
 

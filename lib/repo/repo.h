@@ -162,8 +162,9 @@ void kestrel__tree_out_abandon(kestrel__tree_out *t);
 #define KESTREL__PULL_OLD_MARK ".kestrel-old."   /* the old tree moved aside (tree.c) */
 /* A name beside dest, the template for mkostemp or mkdtemp, in out (n bytes): DEST MARK XXXXXX, DEST's
  * last name cut (at a UTF-8 character's start) so that it fits NAME_MAX: a name of 234-255 bytes is
- * pulled under its own name too (found by a hostile test: "File name too long"). 0; -1 when it
- * does not fit in n; -2 when DEST's last name itself is longer than NAME_MAX (its error recorded). */
+ * pulled under its own name too (found by a hostile test: "File name too long"). 0; else
+ * KESTREL_EINVALID, recorded, and out "": DEST's last name is longer than NAME_MAX, or the name
+ * does not fit in n. */
 int kestrel__pull_temp_name(const char *dest, const char *mark, char *out, size_t n);
 int kestrel__pull_temp_lock(int fd);
 void kestrel__pull_temp_touch(int fd, int64_t *last);

@@ -222,9 +222,8 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const char *dest)
                                   "the folder it points to by its own path)" : "%s exists and is not a directory", dest);
     }
     if ((rc = kestrel__pull_temp_name(dest, KESTREL__PULL_TEMP_MARK, t->tmp, sizeof(t->tmp))) < 0) {
-        t->tmp[0] = '\0';
-        kestrel__tree_out_abandon(t);
-        return rc == -2 ? KESTREL_EINVALID : kestrel__error_set(KESTREL_EINVALID, "%.200s...: the path is too long", dest);
+        kestrel__tree_out_abandon(t);   /* t->tmp "": nothing made */
+        return rc;
     }
     if (mkdtemp(t->tmp) == NULL) {
         t->tmp[0] = '\0';
@@ -387,13 +386,15 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
         }
     }
     if (rc == 0 && t->tmp[0] && lstat(dest, &st) == 0) {
-        if (kestrel__pull_temp_name(dest, KESTREL__PULL_OLD_MARK, old, sizeof(old)) < 0 || mkdtemp(old) == NULL ||
-            rename(dest, old) < 0) {
+        int made = 0;
+        if ((rc = kestrel__pull_temp_name(dest, KESTREL__PULL_OLD_MARK, old, sizeof(old))) == 0 &&
+            (!(made = mkdtemp(old) != NULL) || rename(dest, old) < 0)) {
             rc = kestrel__error_set(KESTREL_EIO, "cannot move the old %s aside: %s", dest, strerror(errno));
-            if (old[0])
-                rmdir(old);
-            old[0] = '\0';
+            if (made)
+                rmdir(old);   /* the empty one mkdtemp made */
         }
+        if (rc < 0)
+            old[0] = '\0';
     }
     if (rc == 0 && t->tmp[0] && rename(t->tmp, dest) < 0) {
         int e = errno;
