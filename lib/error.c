@@ -7,6 +7,7 @@ typedef struct {
     kestrel_error pub;
     char message[KESTREL__MSG_MAX];
     int outcome_unknown;   /* kestrel_error_outcome_unknown() */
+    int sys_errno;         /* kestrel__error_errno() */
 } error_record;
 
 static _Thread_local error_record tls_error;
@@ -19,6 +20,7 @@ static int record(int code, int http_status, int transport_code, const char *msg
     size_t n = 0;
     tls_oom = 0;
     tls_error.outcome_unknown = 0;
+    tls_error.sys_errno = 0;
     if (msg) {
         /* one line: stop at the first newline, drop control characters */
         for (; msg[n] && n < KESTREL__MSG_MAX - 1; n++) {
@@ -46,6 +48,26 @@ int kestrel__error_set(int code, const char *fmt, ...)
     return record(code, 0, 0, tmp);
 }
 
+int kestrel__error_sys(int code, int err, const char *fmt, ...)
+{
+    char tmp[KESTREL__MSG_MAX];
+    size_t n;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    n = strlen(tmp);
+    snprintf(tmp + n, sizeof(tmp) - n, ": %s", strerror(err));
+    record(code, 0, 0, tmp);
+    tls_error.sys_errno = err;
+    return code;
+}
+
+int kestrel__error_errno(void)
+{
+    return tls_oom ? 0 : tls_error.sys_errno;
+}
+
 int kestrel__error_set_http(int code, int http_status, const char *message)
 {
     return record(code, http_status, 0, message);
@@ -55,6 +77,7 @@ int kestrel__error_restore(const kestrel__error_kept *k)
 {
     int rc = record(k->err.code, k->err.http_status, k->err.transport_code, k->err.message);
     tls_error.outcome_unknown = k->outcome_unknown;
+    tls_error.sys_errno = k->sys_errno;
     return rc;
 }
 
@@ -65,6 +88,7 @@ void kestrel__error_keep(kestrel__error_kept *k)
     k->err = *e;
     k->err.message = k->msg;
     k->outcome_unknown = !tls_oom && tls_error.outcome_unknown;
+    k->sys_errno = kestrel__error_errno();
 }
 
 void kestrel__error_outcome_unknown(void)

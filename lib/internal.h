@@ -27,6 +27,11 @@
 __attribute__((format(printf, 2, 3)))
 #endif
 int kestrel__error_set(int code, const char *fmt, ...);
+/* A system call's failure: fmt's message, then ": " and strerror(err); err is kept beside it, so that
+ * a caller asks what failed (kestrel__error_errno: ENOSPC, say), not the message's words. */
+int kestrel__error_sys(int code, int err, const char *fmt, ...);
+/* The errno kestrel__error_sys kept with this thread's last error; 0 for any other error. */
+int kestrel__error_errno(void);
 int kestrel__error_set_http(int code, int http_status, const char *message);
 int kestrel__error_set_net(int transport_code, const char *message);
 #define KESTREL__MSG_MAX 512
@@ -37,6 +42,7 @@ typedef struct {
     kestrel_error err;
     char msg[KESTREL__MSG_MAX];
     int outcome_unknown;   /* kestrel_error_outcome_unknown() */
+    int sys_errno;         /* kestrel__error_errno() */
 } kestrel__error_kept;
 void kestrel__error_keep(kestrel__error_kept *k);
 /* Record k as this thread's error; returns its code. */

@@ -77,7 +77,7 @@ static void pack_fail(kd_pack *p, const char *msg)
 static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int named)
 {
     kd_pack *p = ctx;
-    const char *m;
+    int err;
     if (kestrel__store_has_chunk(p->store, hex)) {
         p->named_held += named;
         return 0;
@@ -86,9 +86,9 @@ static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int
         p->stored++;
         return 0;
     }
-    m = kestrel_error_last()->message;   /* this thread's */
-    p->store_full = strstr(m, strerror(ENOSPC)) || strstr(m, strerror(EDQUOT)) || strstr(m, strerror(EFBIG));
-    snprintf(p->store_error, sizeof(p->store_error), "%s", m);
+    err = kestrel__error_errno();   /* this thread's last error, as its message */
+    p->store_full = err == ENOSPC || err == EDQUOT || err == EFBIG;
+    snprintf(p->store_error, sizeof(p->store_error), "%s", kestrel_error_last()->message);
     __atomic_store_n(&p->store_failed, 1, __ATOMIC_RELEASE);
     return -1;
 }

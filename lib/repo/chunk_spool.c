@@ -43,8 +43,7 @@ int kestrel__temp_fd(const char *what)
         if ((i == 0 || strcmp(dirs[i], dirs[0])) && (fd = temp_in(dirs[i])) < 0 && i == 0)
             first_errno = errno;
     if (fd < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot make a temp file for %s in %s: %s", what, dirs[0],
-                                  strerror(first_errno));
+        return kestrel__error_sys(KESTREL_EIO, first_errno, "cannot make a temp file for %s in %s", what, dirs[0]);
     return fd;
 }
 
@@ -70,7 +69,7 @@ int kestrel__spool_open(kestrel__spool **out)
 static int flush(kestrel__spool *s)
 {
     if (s->pending.size && kestrel__pwrite_all(s->fd, s->pending.ptr, s->pending.size, s->written) < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot write the push's temp list: %s", strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot write the push's temp list");
     s->written += (int64_t)s->pending.size;
     s->pending.size = 0;
     return 0;
@@ -145,7 +144,7 @@ int kestrel__records_next(kestrel__records *r, unsigned *field, unsigned *type, 
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", r->what, strerror(errno));
+            return kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", r->what);
         if (got == 0)   /* the end: nothing left, or a record cut short */
             return r->len == 0 ? 0 : kestrel__error_set(r->bad, "%s is damaged: it ends inside a record", r->what);
         r->len += (size_t)got;
@@ -219,7 +218,7 @@ int64_t kestrel__spool_pread(kestrel__spool *s, int64_t at, void *buf, size_t n)
     do
         got = pread(s->fd, buf, n, at);
     while (got < 0 && errno == EINTR);
-    return got < 0 ? kestrel__error_set(KESTREL_EIO, "cannot read the push's temp list: %s", strerror(errno))
+    return got < 0 ? kestrel__error_sys(KESTREL_EIO, errno, "cannot read the push's temp list")
                    : (int64_t)got;
 }
 

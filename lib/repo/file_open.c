@@ -77,7 +77,7 @@ int kestrel__file_open_regular(int fd, const char *path, int nofollow, struct st
         return kestrel__error_set(KESTREL_EINVALID, "%s, or a folder in its path, is a symbolic link now (a pushed "
                                   "directory's files are pushed as they are, links refused)", path);
     if (fd < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);
     if (!S_ISREG(st->st_mode)) {
         close(fd);
         return kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);

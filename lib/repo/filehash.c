@@ -108,7 +108,7 @@ int kestrel__filehash_follow(kestrel__filehash **out, int fd)
     int own = dup(fd);
     *out = NULL;
     if (own < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot hash the file: %s", strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot hash the file");
     return start(out, own, 1);
 }
 
@@ -139,7 +139,7 @@ int kestrel__filehash_finish(kestrel__filehash *h, long long expect_size, char h
     pthread_join(h->thread, NULL);
     close(h->fd);
     if (h->err > 0)
-        rc = kestrel__error_set(KESTREL_EIO, "cannot read the file: %s", strerror(h->err));
+        rc = kestrel__error_sys(KESTREL_EIO, h->err, "cannot read the file");
     else if (h->err < 0)
         rc = kestrel__error_oom();
     else if (h->size != expect_size && expect_size >= 0)

@@ -205,7 +205,7 @@ static int whole_mismatch(pull_state *ps, const Kestrel__V1__Manifest *mf, int f
             if (got < 0 && errno == EINTR)
                 continue;
             if (got < 0)
-                rc = kestrel__error_set(KESTREL_EIO, "cannot read back %s: %s", ref, strerror(errno));
+                rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot read back %s", ref);
             if (got <= 0)
                 break;
             b.size += (size_t)got;
@@ -337,7 +337,7 @@ static int pull_file(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile
     if ((rc = kestrel__pull_temp_name(dest, KESTREL__PULL_TEMP_MARK, tmp, sizeof(tmp))) < 0)
         return rc;
     if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot create a temp file next to %s: %s", dest, strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot create a temp file next to %s", dest);
     if (kestrel__pull_temp_lock(fd) == 0)   /* ours while this process lives (pull_sweep.c), */
         hold = dup(fd);                      /* until it is renamed, not only until it is closed */
     kestrel__mfile_rewind(mf, 1, SIZE_MAX);   /* every chunk in one window: the file is hashed from its front */
@@ -356,10 +356,10 @@ static int pull_file(pull_state *ps, kestrel__chunk_cache *cache, kestrel__mfile
         int synced = fchmod(fd, 0666 & ~kestrel__umask()) == 0 && fsync(fd) == 0, closed = close(fd) == 0;
         fd = -1;
         if (!synced || !closed)
-            rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", tmp, strerror(errno));
+            rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot sync %s", tmp);
     }
     if (rc == 0 && rename(tmp, dest) < 0)
-        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s", dest, strerror(errno));
+        rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot rename to %s", dest);
     if (rc == 0)
         keep_pack(cache, dest, w, ps->downloaded);   /* a hard link: no byte is written twice */
     kestrel__layout_free(ps->lay);
@@ -436,9 +436,8 @@ int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kest
     int64_t freed = 0;
     dev_t dev;
     int rc = pull_once(t, ref, dest, pr);
-    const char *msg = kestrel_error_last()->message;
-    if (rc != KESTREL_EIO || !(strstr(msg, strerror(ENOSPC)) || strstr(msg, strerror(EDQUOT))) ||
-        dest_dev(dest, &dev) < 0)
+    int err = kestrel__error_errno();
+    if (rc != KESTREL_EIO || (err != ENOSPC && err != EDQUOT) || dest_dev(dest, &dev) < 0)
         return rc;
     /* the disk is full: the pull cache may hold there the only link to files pulled and removed
      * since (up to KESTREL_CACHE_MAX, a hostile round found: a pull failed for space only the cache

@@ -85,7 +85,7 @@ int kestrel__layout_first(const kestrel__layout *l, size_t i)
 static int write_at(int fd, const char *name, const char *p, size_t left, int64_t at)
 {
     if (kestrel__pwrite_all(fd, p, left, at) < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot write %s: %s", name, strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot write %s", name);
     return 0;
 }
 

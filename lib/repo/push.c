@@ -83,7 +83,7 @@ static int fill(int fd, uint8_t *buf, size_t *have, int *eof, const char *path)
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
-            return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+            return kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);
         *eof |= r == 0;
         *have += (size_t)r;
     }
@@ -205,7 +205,7 @@ static int unchanged_since(int fd, const struct stat *st, const char *path, int 
 {
     struct stat now;
     if (fstat(fd, &now) < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot stat %s: %s", path, strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot stat %s", path);
     if (now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
         now.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
         ((now.st_nlink == st->st_nlink || strict) &&
@@ -461,11 +461,11 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     if ((rc = kestrel__spool_open(&lists)) < 0)
         goto done;
     if (stat(path, &st) < 0) {
-        rc = kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+        rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);
         goto done;
     }
     if (realpath(path, root) == NULL) {   /* its files are opened by this path, refusing links in it */
-        rc = kestrel__error_set(KESTREL_EIO, "cannot resolve %s: %s", path, strerror(errno));
+        rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot resolve %s", path);
         goto done;
     }
     ps.cache = kestrel__pushcache_open(root, t->where);

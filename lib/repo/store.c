@@ -41,7 +41,7 @@ int kestrel__mkdirs(const char *path, mode_t mode)
 
 static int io_error(const char *what, const char *path)
 {
-    return kestrel__error_set(KESTREL_EIO, "%s %s: %s", what, path, strerror(errno));
+    return kestrel__error_sys(KESTREL_EIO, errno, "%s %s", what, path);
 }
 
 /* 1 when the segment at s (up to '/' or the end) is word. */

@@ -269,7 +269,7 @@ int kestrel__store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stat
 {
     int alone = locked(lock_file(s, "gc.lock"), LOCK_EX), rc;
     if (alone < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot lock %s/gc.lock: %s", kestrel__store_root(s), strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot lock %s/gc.lock", kestrel__store_root(s));
     rc = store_gc(s, grace_s, stats);
     close(alone);
     return rc;
@@ -295,7 +295,7 @@ static int store_gc(kestrel__store *s, int64_t grace_s, kestrel__store_gc_stats 
             qsort(marks.hex, marks.n, sizeof(*marks.hex), hex_cmp);
         snprintf(path, sizeof(path), "%s/chunks", kestrel__store_root(s));
         if ((top = opendir(path)) == NULL)
-            rc = kestrel__error_set(KESTREL_EIO, "cannot list %s: %s", path, strerror(errno));
+            rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot list %s", path);
         while (top && (e = readdir(top)) != NULL) {
             if (strlen(e->d_name) == 2 && e->d_name[0] != '.' &&
                 (dfd = openat(dirfd(top), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)

@@ -141,7 +141,7 @@ int kestrel__store_manifest(kestrel__store *s, const char *name, int64_t version
 static int put_out(int fd, kestrel_buf *out, int64_t *at)
 {
     if (out->size && kestrel__pwrite_all(fd, out->ptr, out->size, *at) < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot write a manifest to its temp file: %s", strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot write a manifest to its temp file");
     *at += (int64_t)out->size;
     out->size = 0;
     return 0;
@@ -237,12 +237,12 @@ int kestrel__store_manifest_write(kestrel__store *s, const char *name, int64_t v
         if (rc == 1 && f.named && f.numbered && !f.foreign)
             return 0;
         if (ftruncate(fd, 0) < 0)   /* not N's, or unreadable: what was copied goes, N.json is read */
-            return kestrel__error_set(KESTREL_EIO, "cannot empty a manifest's temp file: %s", strerror(errno));
+            return kestrel__error_sys(KESTREL_EIO, errno, "cannot empty a manifest's temp file");
     }
     kestrel_error_clear();
     if ((rc = kestrel__store_manifest(s, name, version, &m)) == 0 && (rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
         kestrel__pwrite_all(fd, b.ptr ? b.ptr : "", b.size, 0) < 0)
-        rc = kestrel__error_set(KESTREL_EIO, "cannot write a manifest to its temp file: %s", strerror(errno));
+        rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot write a manifest to its temp file");
     kestrel__manifest_free(m);
     kestrel_buf_dispose(&b);
     return rc;

@@ -120,7 +120,7 @@ static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kes
         snprintf(path, sizeof(path), "%s/chunks/%.2s/%s", kestrel__store_root(STORE(t)), want[i].digest, want[i].digest + 2);
         if ((f = fopen(path, "rb")) == NULL) {
             rc = errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "chunk %.12s is not in the repository", want[i].digest)
-                                 : kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+                                 : kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);
             break;
         }
         b.size = 0;

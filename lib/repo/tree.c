@@ -87,7 +87,7 @@ static int walk(const char *root, const char *rel, kestrel__listing *l, int dept
         (d = fdopendir(fd)) == NULL) {
         rc = errno == ELOOP || (errno == ENOTDIR && rel[0])
                  ? kestrel__error_set(KESTREL_EINVALID, "%s: '%s' is no longer a directory", root, rel)
-                 : kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", dir, strerror(errno));
+                 : kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", dir);
         if (fd >= 0)
             close(fd);
         return rc;
@@ -118,7 +118,7 @@ static int walk(const char *root, const char *rel, kestrel__listing *l, int dept
             break;
         }
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-            rc = kestrel__error_set(KESTREL_EIO, "cannot read %s/%s: %s", root, sub, strerror(errno));
+            rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s/%s", root, sub);
         else if (S_ISDIR(st.st_mode)) {
             if ((rc = kestrel__array_grow(&subs, &capsubs, nsubs + 1, sizeof(*subs))) == 0 &&
                 (subs[nsubs] = kestrel__strdup(sub)) == NULL)
@@ -160,7 +160,7 @@ int kestrel__tree_list(const char *root, char *const *select, size_t nselect, ke
                                           "no '.' or '..')", root, escaped(select[i], shown, sizeof(shown)));
             snprintf(path, sizeof(path), "%s/%s", root, select[i]);
             if (lstat(path, &st) < 0)
-                return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", path, strerror(errno));
+                return kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);
             if (!S_ISREG(st.st_mode))
                 return kestrel__error_set(KESTREL_EINVALID, "%s: '%s' is not a regular file (symlinks and special "
                                           "files are not stored: list it in .kestrelignore)", root, select[i]);
@@ -188,7 +188,7 @@ static int parents(const char *root, const char *rel, char *made, size_t n)
         return 0;
     snprintf(path, sizeof(path), "%s/%.*s", root, (int)len, rel);
     if (kestrel__mkdirs(path, 0777) < 0)   /* less the umask, as the top folder */
-        return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot create %s", path);
     snprintf(made, n, "%.*s", (int)len, rel);
     return 0;
 }
@@ -228,7 +228,7 @@ int kestrel__tree_out_new(kestrel__tree_out **out, const char *dest)
     if (mkdtemp(t->tmp) == NULL) {
         t->tmp[0] = '\0';
         kestrel__tree_out_abandon(t);
-        return kestrel__error_set(KESTREL_EIO, "cannot create a directory next to %s: %s", dest, strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot create a directory next to %s", dest);
     }
     if ((t->lock = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0)
         (void)kestrel__pull_temp_lock(t->lock);
@@ -280,7 +280,7 @@ static int open_file(kestrel__tree_out *t, size_t j)
         return rc;
     t->fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | (t->created[j] ? 0 : O_CREAT | O_EXCL), 0600);
     if (t->fd < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot create %s: %s", path, strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot create %s", path);
     t->created[j] = 1;
     t->fd_file = j;
     return 0;
@@ -307,8 +307,7 @@ int kestrel__tree_out_write(void *ctx, int64_t at, const void *data, size_t len)
     if ((rc = open_file(t, lo)) < 0)
         return rc;
     if (kestrel__pwrite_all(t->fd, p, len, at - t->start[lo]) < 0)
-        return kestrel__error_set(KESTREL_EIO, "cannot write %s/%s: %s", t->tmp, t->m->files[lo]->path,
-                                  strerror(errno));
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot write %s/%s", t->tmp, t->m->files[lo]->path);
     return 0;
 }
 
@@ -352,7 +351,7 @@ int kestrel__tree_out_settle(kestrel__tree_out *t)
         /* its pushed bits less the umask, as tar gives a user: the pusher may be someone else, who
          * must not make the puller's files writable by others (found by a hostile test) */
         if (rc == 0 && chmod(path, f->mode & 0777 & ~mask) < 0)
-            rc = kestrel__error_set(KESTREL_EIO, "cannot chmod %s: %s", path, strerror(errno));
+            rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot chmod %s", path);
     }
     if (t->fd >= 0)
         close(t->fd);
@@ -370,7 +369,7 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
     if ((dfd = open(t->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
         chmod(t->tmp, 0777 & ~mask);   /* mkdtemp made it 0700; its folders were made with the umask */
         if (syncfs(dfd) < 0)
-            rc = kestrel__error_set(KESTREL_EIO, "cannot sync %s: %s", t->tmp, strerror(errno));
+            rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot sync %s", t->tmp);
         close(dfd);
     }
     /* replace what is at dest in one step: the new tree in, the old one out under the temp's name
@@ -381,15 +380,15 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
             snprintf(old, sizeof(old), "%s", t->tmp);
             t->tmp[0] = '\0';   /* dest is the new tree */
         } else if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP && errno != ENOENT) {   /* gone: renamed in */
-            rc = kestrel__error_set(KESTREL_EIO, "cannot replace %s with the pulled tree: %s (%s is left as it was)",
-                                    dest, strerror(errno), dest);
+            rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot replace %s with the pulled tree (%s is left as it was)",
+                                    dest, dest);
         }
     }
     if (rc == 0 && t->tmp[0] && lstat(dest, &st) == 0) {
         int made = 0;
         if ((rc = kestrel__pull_temp_name(dest, KESTREL__PULL_OLD_MARK, old, sizeof(old))) == 0 &&
             (!(made = mkdtemp(old) != NULL) || rename(dest, old) < 0)) {
-            rc = kestrel__error_set(KESTREL_EIO, "cannot move the old %s aside: %s", dest, strerror(errno));
+            rc = kestrel__error_sys(KESTREL_EIO, errno, "cannot move the old %s aside", dest);
             if (made)
                 rmdir(old);   /* the empty one mkdtemp made */
         }
@@ -398,11 +397,11 @@ int kestrel__tree_out_finish(kestrel__tree_out *t, const char *dest)
     }
     if (rc == 0 && t->tmp[0] && rename(t->tmp, dest) < 0) {
         int e = errno;
-        rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s%s", dest, strerror(e),
+        rc = kestrel__error_sys(KESTREL_EIO, e, "cannot rename to %s%s", dest,
                                 e == ENOTEMPTY || e == EEXIST ? " (it was made meanwhile: another pull to the same place?)" : "");
         if (old[0] && rename(old, dest) < 0)   /* put the old one back; else say where it is */
-            rc = kestrel__error_set(KESTREL_EIO, "cannot rename to %s: %s; the directory that was there is now %s",
-                                    dest, strerror(e), old);
+            rc = kestrel__error_sys(KESTREL_EIO, e, "cannot rename to %s (the directory that was there is now %s)",
+                                    dest, old);
         old[0] = '\0';
     }
     if (rc == 0)

@@ -1,9 +1,11 @@
 /* Unit tests: error records, init refcount, options versioning, handle misuse, spec validation. */
 #include <pthread.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 #include "internal.h"
@@ -80,6 +82,28 @@ static void outcome_unknown_goes_with_its_error(void **state)
     kestrel__error_outcome_unknown();
     kestrel_error_clear();
     assert_int_equal(kestrel_error_outcome_unknown(), 0);
+}
+
+/* A system call's failure keeps its errno beside its message: a caller asks ENOSPC of it, not the
+ * message's words (lib/repo/pull.c's run after freeing the pull cache, the pack's 507). */
+static void a_system_failure_keeps_its_errno(void **state)
+{
+    kestrel__error_kept kept;
+    char want[200];
+    (void)state;
+    assert_int_equal(kestrel__error_sys(KESTREL_EIO, ENOSPC, "cannot write %s", "a.bin"), KESTREL_EIO);
+    snprintf(want, sizeof(want), "cannot write a.bin: %s", strerror(ENOSPC));
+    assert_string_equal(kestrel_error_last()->message, want);
+    assert_int_equal(kestrel__error_errno(), ENOSPC);
+    kestrel__error_keep(&kept);
+    kestrel__error_set(KESTREL_EIO, "cannot write b.bin: %s", strerror(ENOSPC));   /* the words alone: no errno */
+    assert_int_equal(kestrel__error_errno(), 0);
+    assert_int_equal(kestrel__error_restore(&kept), KESTREL_EIO);
+    assert_int_equal(kestrel__error_errno(), ENOSPC);
+    kestrel__error_oom();
+    assert_int_equal(kestrel__error_errno(), 0);
+    kestrel_error_clear();
+    assert_int_equal(kestrel__error_errno(), 0);
 }
 
 static void init_is_refcounted(void **state)
@@ -185,6 +209,7 @@ int main(void)
         cmocka_unit_test(strerror_covers_every_code),
         cmocka_unit_test(error_is_thread_local_and_one_line),
         cmocka_unit_test(outcome_unknown_goes_with_its_error),
+        cmocka_unit_test(a_system_failure_keeps_its_errno),
         cmocka_unit_test(init_is_refcounted),
         cmocka_unit_test(options_versioning),
         cmocka_unit_test(handles_report_misuse),
