@@ -71,9 +71,7 @@ def test_a_full_store_is_a_packs_answer_whatever_follows_it(small_fs, tmp_path):
     try:
         room = os.statvfs(small_fs)
         fill = room.f_bavail * room.f_frsize - (15 << 19)   # 7.5 MiB left: the 8th chunk, the last, fails
-        with open(small_fs / "filler", "wb") as f:
-            f.truncate(0)
-            f.write(b"\0" * max(0, fill))
+        (small_fs / "filler").write_bytes(b"\0" * max(0, fill))
         chunks = [os.urandom(1 << 20) for _ in range(8)]
         body = b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks)
         body += hashlib.sha256(b"next").digest() + struct.pack(">I", 1000) + b"cut"   # ends mid-chunk
