@@ -246,6 +246,12 @@ def test_node_failure_requeues_the_job_with_the_reason(d):
     jid = d.submit("--pool", "poolb", "--", "sh", "-c",
                    'echo run $KESTREL_RESTART_COUNT; [ "$KESTREL_RESTART_COUNT" = 0 ] && exec sleep 300; exit 0')
     node = d.wait_state(jid, "RUNNING", timeout=30)["node"]
+    # RUNNING is Slurm's allocation: the node goes down once the job has printed, not before its script
+    # ran (a node downed 17 ms after the allocation requeued a run that had printed nothing)
+    deadline = time.time() + 60
+    while "run 0" not in d.cli("logs", str(jid)).stdout:
+        assert time.time() < deadline, d.cli("logs", str(jid)).stdout
+        time.sleep(0.2)
     slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=kestrel-test")
     try:
         job = d.wait(jid, timeout=120)
@@ -316,10 +322,13 @@ def test_a_gang_runs_as_one_slurm_job_of_a_task_a_rank(d):
 
 
 def test_a_preempted_gang_is_requeued_whole_through_slurm(d):
-    # each rank leaves a file when it gets the SIGTERM: srun may lose a task's last output when the
-    # step ends (a loaded CI run printed rank 1's "term" line and not rank 0's)
+    # each rank leaves a file when it gets the SIGTERM. A rank waits in a loop of short sleeps, not in
+    # "sleep 300 & wait": the test cluster's proctrack/linuxproc signals a step's processes one by one,
+    # children first, so a rank's sleep could die before its shell got the TERM, and "wait" (no
+    # operand) then returned 0 and the shell ended without its trap (two loaded CI runs: rank 0 left
+    # no file and no "term" line, and srun ended 0). A shell in the loop lives on to run its trap.
     script = ('trap "touch term.$RANK; echo term $RANK; exit 0" TERM; echo up $RANK run $KESTREL_RESTART_COUNT; '
-              'if [ $KESTREL_RESTART_COUNT = 0 ]; then sleep 300 & wait; fi')
+              'if [ $KESTREL_RESTART_COUNT = 0 ]; then while :; do sleep 0.2; done; fi')
     gang = d.submit("--pool", "poola", "--replicas", "2", "--gpus", "2", "--gpu-type", "a100", "--", "sh", "-c", script)
     deadline = time.time() + 90
     while d.cli("logs", str(gang)).stdout.count("run 0") < 2:
