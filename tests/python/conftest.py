@@ -130,6 +130,14 @@ def _job_accounts_reach_the_tree():
                         f"chmod o+x {blocked} (or build the tree elsewhere)", returncode=3)
 
 
+def write_replacing(path, text):
+    """Writes a file that a running daemon (or the fake NVML it loads) rereads: a temp beside it, then a
+    rename, so a reader sees the old text or the new, never an emptied file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def let_jobs_pass(path):
     """pytest makes its temporary folders 0700; a job (another account) must reach the scripts and
     folders a test writes there. o+x only: nothing becomes listable or readable that was not."""

@@ -11,7 +11,7 @@ import pathlib
 import threading
 import time
 
-from conftest import KESTRELD
+from conftest import KESTRELD, write_replacing
 
 STUB = str(pathlib.Path(KESTRELD).parents[1] / "stubs" / "new" / "libnvidia-ml.so.1")
 GPU = ('gpu uuid=GPU-7e1e0000-0000-0000-0000-00000000000{i} name="NVIDIA H200" bus=0000:2{i}:00.0 cc=9.0 '
@@ -19,8 +19,8 @@ GPU = ('gpu uuid=GPU-7e1e0000-0000-0000-0000-00000000000{i} name="NVIDIA H200" b
 
 
 def write_gpus(path, util, used_gib=(1, 1)):
-    path.write_text("".join(GPU.format(i=i, util=u, free=150323855360 - used_gib[i] * (1 << 30))
-                            for i, u in enumerate(util)))
+    write_replacing(path, "".join(GPU.format(i=i, util=u, free=150323855360 - used_gib[i] * (1 << 30))
+                                  for i, u in enumerate(util)))
 
 
 def uuid(i):

@@ -11,6 +11,24 @@ WIRING = ("echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE
           "cvd=$CUDA_VISIBLE_DEVICES")
 
 
+def wait_lines(k, jid, text, count, timeout=30):
+    """Until the job's log holds text count times (an assertion when it does not within timeout)."""
+    deadline = time.time() + timeout
+    while (logs := k.cli("logs", jid).stdout).count(text) < count:
+        assert time.time() < deadline, logs[-3000:]
+        time.sleep(0.1)
+
+
+def no_process(pattern, timeout=10):
+    """True once no process's command line matches pattern; False if one still does after timeout."""
+    deadline = time.time() + timeout
+    while subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def test_every_rank_is_wired_and_its_lines_are_its_own(kestreld):
     k = kestreld
     jid = k.submit("--replicas", "2", "--gpus", "1", "--name", "gang", "--", "sh", "-c", WIRING)
@@ -79,14 +97,11 @@ def test_cancel_and_preemption_take_the_whole_gang(kestreld):
     script = 'trap "echo term $RANK; exit 0" TERM; echo up $RANK run $KESTREL_RESTART_COUNT; sleep 67 & wait'
     jid = k.submit("--replicas", "2", "--gpus", "1", "--", "sh", "-c", script)
     k.wait_state(jid, "RUNNING")
-    deadline = time.time() + 20
-    while k.cli("logs", jid).stdout.count(" up ") < 2 and time.time() < deadline:
-        time.sleep(0.1)
+    wait_lines(k, jid, " up ", 2)   # each rank has set its trap
     urgent = k.submit("--priority", "urgent", "--gpus", "1", "--", "true")
     assert k.wait(urgent)["state"] == "SUCCEEDED"
     k.wait_state(jid, "RUNNING")
-    while k.cli("logs", jid).stdout.count(" run 1") < 2 and time.time() < deadline + 20:
-        time.sleep(0.1)
+    wait_lines(k, jid, " run 1", 2)
     job = k.job(jid)
     reasons = [e["reason"] for e in job["events"]]
     assert "preempted by job %s (urgent)" % urgent in reasons and "resumed 2 ranks on node local (run 2)" in reasons
@@ -96,9 +111,7 @@ def test_cancel_and_preemption_take_the_whole_gang(kestreld):
     job = k.wait(jid)
     assert job["state"] == "CANCELLED"
     assert k.cli("logs", jid).stdout.count("term ") == 4   # and both again on cancel
-    time.sleep(0.5)
-    ps = subprocess.run(["pgrep", "-f", "^sleep 67$"], capture_output=True, text=True).stdout
-    assert not ps.strip(), ps   # no rank left behind
+    assert no_process("^sleep 67$")   # no rank left behind
 
 
 def test_another_user_sees_no_gang(kestreld):
@@ -118,15 +131,15 @@ def test_a_gang_left_by_a_killed_daemon_is_stopped_whole_and_requeued(kestreld):
     k = kestreld
     script = 'echo up $RANK run $KESTREL_RESTART_COUNT; if [ $KESTREL_RESTART_COUNT = 0 ]; then sleep 71; fi'
     jid = k.submit("--replicas", "2", "--", "sh", "-c", script)
-    deadline = time.time() + 20
-    while k.cli("logs", jid).stdout.count(" run 0") < 2 and time.time() < deadline:
+    wait_lines(k, jid, " run 0", 2)
+    deadline = time.time() + 20   # a rank prints before its shell starts the sleep
+    while len(subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout.split()) < 2:
+        assert time.time() < deadline, "the ranks' sleeps did not start"
         time.sleep(0.1)
-    assert len(subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout.split()) == 2
     k.proc.kill()   # kill -9 (the ranks die with it, PR_SET_PDEATHSIG; else the next daemon stops them)
     k.proc.wait()
     k.restart()
-    time.sleep(0.5)
-    assert subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout == ""   # both stopped
+    assert no_process("^sleep 71$")   # both stopped
     job = k.wait(jid)
     assert job["state"] == "SUCCEEDED" and job["restart_count"] == 1, job
     assert k.cli("logs", jid).stdout.count(" run 1") == 2

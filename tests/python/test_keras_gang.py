@@ -40,7 +40,8 @@ def test_two_ranks_end_like_one_process_also_when_preempted(daemon):
     assert max(abs(a - b) for a, b in zip(single, weights(d, gang))) < TOLERANCE
 
     # preempted mid-epoch: every rank stops after the same step, rank 0 checkpoints, all resume from it
-    slow = trainer(d, "--replicas", "2", "--gpus", "1", delay="0.05")
+    # 0.15 s a step: the 28 steps after step 20 leave seconds for the log poll, the submit and the TERM
+    slow = trainer(d, "--replicas", "2", "--gpus", "1", delay="0.15")
     d.wait_for_line(slow, "optimizer step 20", timeout=180)
     urgent = d.submit("--priority", "urgent", "--gpus", "2", "--", "sh", "-c", "sleep 0.5")
     assert d.wait(urgent, timeout=120)["state"] == "SUCCEEDED"

@@ -13,10 +13,10 @@ EPOCHS, SAMPLES, BATCH = 2, 12800, 32
 EXPECTED = EPOCHS * math.ceil(SAMPLES / BATCH)
 
 
-def trainer(d, gpus="4"):
+def trainer(d, gpus="4", delay="0"):
     return d.submit("--gpus", gpus, "--name", "resumable", "--env", "KERAS_BACKEND=torch", "--",
                     sys.executable, SCRIPT, "--epochs", str(EPOCHS), "--samples", str(SAMPLES),
-                    "--batch-size", str(BATCH))
+                    "--batch-size", str(BATCH), "--step-delay", delay)
 
 
 def test_uninterrupted_run_reports_metrics(daemon):
@@ -36,7 +36,7 @@ def test_uninterrupted_run_reports_metrics(daemon):
 
 def test_preempted_mid_epoch_resumes_without_losing_a_step(daemon):
     d = daemon("--gpus", "4", "--grace-period", "30")
-    jid = trainer(d)
+    jid = trainer(d, delay="0.01")   # the 740 steps after step 60 leave seconds for the preemption to land
     d.wait_for_line(jid, "progress: epoch 0 optimizer step 60")
     urgent = d.submit("--gpus", "4", "--priority", "urgent", "--", "sh", "-c", "sleep 0.5")
     assert d.wait(urgent, timeout=120)["state"] == "SUCCEEDED"

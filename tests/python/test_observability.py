@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from conftest import KESTREL_CLI, KESTRELD
+from conftest import KESTREL_CLI, KESTRELD, write_replacing
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -28,8 +28,8 @@ GPU = ('gpu uuid=GPU-0bs0000{i}-0000-0000-0000-000000000000 name="NVIDIA H200" b
 
 
 def write_gpus(path, util):
-    path.write_text("".join(GPU.format(i=i, util=u, free=150323855360 - (i + 1) * (1 << 30), temp=40 + u // 4)
-                            for i, u in enumerate(util)))
+    write_replacing(path, "".join(GPU.format(i=i, util=u, free=150323855360 - (i + 1) * (1 << 30), temp=40 + u // 4)
+                                  for i, u in enumerate(util)))
 
 
 def get(url, token=None):
@@ -181,7 +181,9 @@ def test_a_real_prometheus_scrapes_the_workload_and_the_dashboard_queries_return
             assert d.wait(j)["state"] == "SUCCEEDED"
         low = d.submit("--gpus", "2", "--", "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done")
         d.wait_state(low, "RUNNING")
-        urgent = d.submit("--gpus", "2", "--priority", "urgent", "--", "sh", "-c", "sleep 60")
+        # it runs until cancelled below: the stored bytes are recounted at most once a minute, and the
+        # per-job series checked after them need it still running
+        urgent = d.submit("--gpus", "2", "--priority", "urgent", "--", "sh", "-c", "sleep 600")
         d.wait_state(urgent, "RUNNING")
         blob = tmp_path / "model.bin"
         blob.write_bytes(os.urandom(300_000))
