@@ -532,8 +532,7 @@ int kd_engine_recover(kd_engine *e)
         kd_transition t = { kestrel__now_ms(), NULL, 0, 0, NULL, 0 };
         kd_catalog_token_drop_job(e->cat, r->id);   /* before the run is seen to end */
         /* the process group outlived its daemon: its output went nowhere, stop it */
-        if (r->pid > 0 && kd_proc_start_time((pid_t)r->pid) == r->pid_start)
-            killpg((pid_t)r->pid, SIGKILL);
+        kd_exec_reap_group(e->cfg->data_dir, (pid_t)r->pid, r->pid_start, r->id);
         kd_exec_gang_reap(e->cfg->data_dir, r->id);   /* a gang's other ranks */
         if (r->no_retry) {
             t.reason = "daemon restarted";

@@ -1,5 +1,6 @@
 /* server/exec_local.c - local executor: work dir, optional git checkout, posix_spawn of argv
  * (no shell) in its own process group, stdout/stderr captured line by line into the catalog. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -47,14 +48,15 @@ int64_t kd_proc_start_time(pid_t pid)
     /* skip "pid (comm)": comm may contain spaces and parentheses */
     if ((p = strrchr(buf, ')')) == NULL)
         return -1;
-    /* after ')' come fields 3.. ; starttime is field 22 */
+    /* after ')' come fields 3.. (each after a space); starttime is field 22 (21 is itrealvalue,
+     * always 0: read until 2026-12-05, which made every live process "the same") */
     p++;
     for (int field = 3; field <= 22 && p; field++) {
         p = strchr(p, ' ');
         if (p == NULL)
             break;
         p++;
-        if (field == 21)
+        if (field == 22)
             start = strtoll(p, NULL, 10);
     }
     return start;
@@ -270,6 +272,72 @@ static int open_ranks_record(kd_engine *e, int64_t id)
     return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 }
 
+/* Whether process p's environment (as at its exec) holds the entry want. */
+static int proc_has_env(const char *p, const char *want)
+{
+    char path[64], chunk[4096];
+    kestrel_buf env = KESTREL_BUF_INIT;
+    ssize_t got;
+    int fd, found = 0;
+    snprintf(path, sizeof(path), "/proc/%s/environ", p);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 0;
+    while (env.size < (4u << 20) && (got = read(fd, chunk, sizeof(chunk))) > 0)
+        if (kestrel__buf_put(&env, chunk, (size_t)got) < 0)
+            break;
+    close(fd);
+    for (size_t at = 0, len; env.ptr && at < env.size && !found; at += len + 1) {
+        len = strnlen(env.ptr + at, env.size - at);
+        found = len == strlen(want) && !memcmp(env.ptr + at, want, len);
+    }
+    kestrel_buf_dispose(&env);
+    return found;
+}
+
+/* Whether a process of group pgid carries job id's KESTREL_CHECKPOINT_DIR (what a job starts
+ * inherits it; the data dir makes it this daemon's job, where KESTREL_JOB_ID=1 is every daemon's). */
+static int group_is_job(pid_t pgid, const char *data_dir, int64_t id)
+{
+    char want[PATH_MAX + 64];
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    int found = 0;
+    snprintf(want, sizeof(want), "KESTREL_CHECKPOINT_DIR=%s/jobs/%lld/checkpoint", data_dir, (long long)id);
+    while (d && !found && (de = readdir(d)) != NULL) {
+        char path[64], buf[1024], *p;
+        long long group = -1;
+        FILE *f;
+        size_t n;
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+        if ((f = fopen(path, "re")) == NULL)
+            continue;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        /* after "pid (comm)": state, ppid, pgrp */
+        if ((p = strrchr(buf, ')')) != NULL && sscanf(p + 1, " %*c %*d %lld", &group) == 1 && group == pgid)
+            found = proc_has_env(de->d_name, want);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+void kd_exec_reap_group(const char *data_dir, pid_t pid, int64_t start, int64_t id)
+{
+    int64_t now;
+    if (pid <= 1)
+        return;
+    now = kd_proc_start_time(pid);
+    /* the recorded leader itself (a zombie too), or else a group one of whose processes is the job's:
+     * the leader gone (a rank's shell dies with kestreld; what it started lives on), its start time
+     * never known (0: recorded by a kestreld before 2026-12-05), or its pid now another process's */
+    if ((now >= 0 && start > 0 && now == start) || group_is_job(pid, data_dir, id))
+        killpg(pid, SIGKILL);
+}
+
 void kd_exec_gang_reap(const char *data_dir, int64_t id)
 {
     char path[PATH_MAX];
@@ -280,8 +348,7 @@ void kd_exec_gang_reap(const char *data_dir, int64_t id)
     if ((f = fopen(path, "re")) == NULL)   /* (lines of the ranks that had started when it died) */
         return;
     while (fscanf(f, "%d %lld", &pid, &start) == 2)
-        if (pid > 0 && kd_proc_start_time((pid_t)pid) == start)   /* the same process, not a reused pid */
-            killpg((pid_t)pid, SIGKILL);
+        kd_exec_reap_group(data_dir, (pid_t)pid, start, id);
     fclose(f);
     unlink(path);
 }

@@ -6,6 +6,7 @@ nothing there."""
 import hashlib
 import http.server
 import os
+import pathlib
 import struct
 import subprocess
 import threading
@@ -161,6 +162,71 @@ def test_a_second_kestreld_on_the_same_data_dir_is_refused_and_changes_nothing(d
     d.restart()
     assert (d.data / "kestreld.lock").read_text().strip() == str(d.proc.pid)
     assert d.api("GET", f"/api/v1/jobs/{jid}")[0] == 200
+    d.cli("cancel", str(jid))
+
+
+def _catalog_process(d, jid, pid=None, start=None):
+    """The catalog's record of job jid's process group (pid, start time), rewritten where given (the
+    daemon is down)."""
+    import sqlite3
+    db = sqlite3.connect(d.data / "catalog.db")
+    try:
+        if pid is not None:
+            db.execute("UPDATE jobs SET pid = ? WHERE id = ?", (pid, jid))
+        if start is not None:
+            db.execute("UPDATE jobs SET pid_start = ? WHERE id = ?", (start, jid))
+        db.commit()
+        return db.execute("SELECT pid, pid_start FROM jobs WHERE id = ?", (jid,)).fetchone()
+    finally:
+        db.close()
+
+
+def test_a_job_left_by_a_killed_daemon_is_stopped_even_as_an_older_daemon_recorded_it(daemon):
+    """A kestreld before 2026-12-05 recorded every start time as 0 (it read the wrong field of
+    /proc/PID/stat). The next daemon knows its job's group by the job's KESTREL_CHECKPOINT_DIR and
+    stops it before running the job again."""
+    d = daemon("--gpus", "0")
+    jid = d.submit("--", "sh", "-c", "echo run $KESTREL_RESTART_COUNT; sleep 79")
+    d.wait_for_line(jid, "run 0")
+    deadline = time.time() + 10
+    while not (old := subprocess.run(["pgrep", "-f", "^sleep 79$"], capture_output=True, text=True).stdout.split()):
+        assert time.time() < deadline, "the job's sleep did not start"
+        time.sleep(0.1)
+    d.proc.kill()
+    d.proc.wait()
+    pid, start = _catalog_process(d, jid)
+    assert pid > 1 and start > 0   # its leader's start time, as /proc says it
+    _catalog_process(d, jid, start=0)
+    d.restart()
+    deadline = time.time() + 10
+    while any(pathlib.Path(f"/proc/{p}/cmdline").exists() and pathlib.Path(f"/proc/{p}/cmdline").read_bytes()
+              for p in [str(pid), *old]):   # gone, or a zombie (no command line) until init reaps it
+        assert time.time() < deadline, "the old run outlived the restart"
+        time.sleep(0.1)
+    assert d.wait_state(jid, "RUNNING")["restart_count"] == 1
+    d.cli("cancel", str(jid))
+
+
+def test_a_restart_leaves_alone_a_process_that_took_the_pid_of_a_job_gone(daemon):
+    """A job's process ended while kestreld was down, and its pid went to another program (here
+    faked by writing that program's pid into the catalog): the next daemon stops nothing of it (the
+    start time differs and nothing of the job is in its group). Before 2026-12-05 every live process
+    passed for the job's and its group was killed."""
+    d = daemon("--gpus", "0")
+    jid = d.submit("--", "sleep", "81")
+    d.wait_state(jid, "RUNNING")
+    d.proc.kill()
+    d.proc.wait()
+    subprocess.run(["pkill", "-f", "^sleep 81$"])
+    other = subprocess.Popen(["sleep", "83"], start_new_session=True)   # a group of its own, as a job's
+    try:
+        _catalog_process(d, jid, pid=other.pid)
+        d.restart()
+        assert d.wait_state(jid, "RUNNING")["restart_count"] == 1   # recovered (before it serves) and run again
+        assert other.poll() is None, "kestreld killed a process that was not its job's"
+    finally:
+        other.kill()
+        other.wait()
     d.cli("cancel", str(jid))
 
 

@@ -2,6 +2,7 @@
 once, its lines prefixed, the gang failing, cancelled, preempted and requeued as one job, and kept
 from those who may not see it."""
 import json
+import pathlib
 import subprocess
 import time
 
@@ -133,11 +134,16 @@ def test_a_gang_left_by_a_killed_daemon_is_stopped_whole_and_requeued(kestreld):
     jid = k.submit("--replicas", "2", "--", "sh", "-c", script)
     wait_lines(k, jid, " run 0", 2)
     deadline = time.time() + 20   # a rank prints before its shell starts the sleep
-    while len(subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout.split()) < 2:
+    while len(sleeps := subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout.split()) < 2:
         assert time.time() < deadline, "the ranks' sleeps did not start"
         time.sleep(0.1)
-    k.proc.kill()   # kill -9 (the ranks die with it, PR_SET_PDEATHSIG; else the next daemon stops them)
+    shells = [pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] for pid in sleeps]
+    k.proc.kill()   # kill -9: each rank's shell dies with it (PR_SET_PDEATHSIG), its sleep lives on
     k.proc.wait()
+    deadline = time.time() + 10   # until init has reaped the shells: the next daemon finds no leader
+    while any(pathlib.Path(f"/proc/{pid}").exists() for pid in shells) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not no_process("^sleep 71$", timeout=0)   # what the ranks started outlived them
     k.restart()
     assert no_process("^sleep 71$")   # both stopped
     job = k.wait(jid)
