@@ -150,9 +150,9 @@ def test_5000_idle_connections_and_200_long_polls_do_not_lock_anyone_out(daemon)
             worst = max(worst, t1, t2)
         print(f"with 5000 idle connections and 200 suspended long polls: /healthz and GET /jobs "
               f"answered in at most {worst:.1f} ms")
-        # held threads would make them wait out a long poll (20 s); a loaded CI box may take a while
-        # over 100 ms for one answer, which is no sign of that
-        assert worst < 2000, worst
+        # held threads would make them wait out a long poll (20 s); a loaded CI box may take a second
+        # or more for one answer, which is no sign of that
+        assert worst < 10000, worst
         d.cli("cancel", jid)   # the long polls end with the job, each with its final state
         for c in polls:
             r = c.getresponse()
@@ -173,7 +173,7 @@ def test_slow_and_greedy_clients_are_cut_off(daemon):
     slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
     slow.settimeout(10)
     assert slow.recv(100) == b""                                # closed, nothing answered
-    assert 1.5 < time.time() - t0 < 6
+    assert 1.5 < time.time() - t0 < 9   # the 2 s idle timeout, not the default 30 s (a loaded box is late)
     # one address holding its limit cannot starve the others
     greedy = []
     for _ in range(20):
