@@ -56,6 +56,7 @@ typedef struct {
     int restart_count;
     int64_t pid;
     int64_t pid_start;      /* process start time (clock ticks since boot) to guard pid reuse */
+    int64_t start_ms;       /* when its latest run started (wall clock): was that this boot? */
 } kd_job_row;
 
 /* Filters for listing. */

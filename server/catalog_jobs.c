@@ -308,13 +308,14 @@ static int job_row(sqlite3_stmt *st, void *row)
     r->restart_count = sqlite3_column_int(st, 5);
     r->pid = sqlite3_column_int64(st, 6);
     r->pid_start = sqlite3_column_int64(st, 7);
+    r->start_ms = sqlite3_column_int64(st, 8);
     return 0;
 }
 
 int kd_catalog_jobs_in_state(kd_catalog *cat, int state, size_t limit, kd_job_row **out, size_t *n)
 {
     static const char *const sql =
-        "SELECT id, priority, gpus, submit_ms, no_retry, restart_count, pid, pid_start FROM jobs"
+        "SELECT id, priority, gpus, submit_ms, no_retry, restart_count, pid, pid_start, start_ms FROM jobs"
         " WHERE state = ? AND ext_id = '' ORDER BY priority DESC, submit_ms, id LIMIT ?";
     void *rows = NULL;
     int rc = kd__rows(cat, sql, sizeof(**out), job_row, &rows, n, "ii", (int64_t)state, (int64_t)limit);

@@ -40,7 +40,7 @@ int64_t kd_proc_start_time(pid_t pid)
     size_t n;
     long long start = -1;
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if ((f = fopen(path, "r")) == NULL)
+    if ((f = fopen(path, "re")) == NULL)
         return -1;
     n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
@@ -272,26 +272,30 @@ static int open_ranks_record(kd_engine *e, int64_t id)
     return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 }
 
-/* Whether process p's environment (as at its exec) holds the entry want. */
+/* Whether process p's environment (as at its exec) holds the entry want: read as it streams, however
+ * long (a job cannot push the entry out of reach with a huge environment). */
 static int proc_has_env(const char *p, const char *want)
 {
     char path[64], chunk[4096];
-    kestrel_buf env = KESTREL_BUF_INIT;
+    size_t wl = strlen(want), pos = 0;
     ssize_t got;
-    int fd, found = 0;
+    int fd, found = 0, same = 1;   /* same: the entry read so far is want's start */
     snprintf(path, sizeof(path), "/proc/%s/environ", p);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return 0;
-    while (env.size < (4u << 20) && (got = read(fd, chunk, sizeof(chunk))) > 0)
-        if (kestrel__buf_put(&env, chunk, (size_t)got) < 0)
-            break;
+    while (!found && (got = read(fd, chunk, sizeof(chunk))) > 0)
+        for (ssize_t k = 0; k < got && !found; k++) {
+            if (chunk[k] == '\0') {
+                found = same && pos == wl;
+                pos = 0;
+                same = 1;
+            } else {
+                same = same && pos < wl && chunk[k] == want[pos];
+                pos++;
+            }
+        }
     close(fd);
-    for (size_t at = 0, len; env.ptr && at < env.size && !found; at += len + 1) {
-        len = strnlen(env.ptr + at, env.size - at);
-        found = len == strlen(want) && !memcmp(env.ptr + at, want, len);
-    }
-    kestrel_buf_dispose(&env);
-    return found;
+    return found || (same && pos == wl);   /* (a last entry without its NUL) */
 }
 
 /* Whether a process of group pgid carries job id's KESTREL_CHECKPOINT_DIR (what a job starts
@@ -325,20 +329,32 @@ static int group_is_job(pid_t pgid, const char *data_dir, int64_t id)
     return found;
 }
 
-void kd_exec_reap_group(const char *data_dir, pid_t pid, int64_t start, int64_t id)
+void kd_exec_reap_report(int64_t id, pid_t pid, int reaped)
+{
+    if (reaped > 0)
+        fprintf(stderr, "kestreld: job %lld: stopped process group %d, left by the daemon before\n", (long long)id,
+                (int)pid);
+    else if (reaped < 0)
+        fprintf(stderr, "kestreld: job %lld: process group %d lives, but neither its leader's start time nor "
+                "any environment in it is the job's: left running\n", (long long)id, (int)pid);
+}
+
+int kd_exec_reap_group(const char *data_dir, pid_t pid, int64_t start, int64_t id)
 {
     int64_t now;
     if (pid <= 1)
-        return;
+        return 0;
     now = kd_proc_start_time(pid);
     /* the recorded leader itself (a zombie too), or else a group one of whose processes is the job's:
      * the leader gone (a rank's shell dies with kestreld; what it started lives on), its start time
-     * never known (0: recorded by a kestreld before 2026-12-05), or its pid now another process's */
+     * not known (0: recorded by a kestreld before 2026-12-05, or before the host's last boot), or its
+     * pid now another process's */
     if ((now >= 0 && start > 0 && now == start) || group_is_job(pid, data_dir, id))
-        killpg(pid, SIGKILL);
+        return killpg(pid, SIGKILL) == 0 ? 1 : 0;
+    return killpg(pid, 0) == 0 ? -1 : 0;
 }
 
-void kd_exec_gang_reap(const char *data_dir, int64_t id)
+void kd_exec_gang_reap(const char *data_dir, int64_t id, int this_boot)
 {
     char path[PATH_MAX];
     FILE *f;
@@ -348,7 +364,7 @@ void kd_exec_gang_reap(const char *data_dir, int64_t id)
     if ((f = fopen(path, "re")) == NULL)   /* (lines of the ranks that had started when it died) */
         return;
     while (fscanf(f, "%d %lld", &pid, &start) == 2)
-        kd_exec_reap_group(data_dir, (pid_t)pid, start, id);
+        kd_exec_reap_report(id, pid, kd_exec_reap_group(data_dir, (pid_t)pid, this_boot ? start : 0, id));
     fclose(f);
     unlink(path);
 }

@@ -181,6 +181,13 @@ def _catalog_process(d, jid, pid=None, start=None):
         db.close()
 
 
+def _command_line(pid):
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:   # gone (maybe between two looks)
+        return b""
+
+
 def test_a_job_left_by_a_killed_daemon_is_stopped_even_as_an_older_daemon_recorded_it(daemon):
     """A kestreld before 2026-12-05 recorded every start time as 0 (it read the wrong field of
     /proc/PID/stat). The next daemon knows its job's group by the job's KESTREL_CHECKPOINT_DIR and
@@ -199,10 +206,10 @@ def test_a_job_left_by_a_killed_daemon_is_stopped_even_as_an_older_daemon_record
     _catalog_process(d, jid, start=0)
     d.restart()
     deadline = time.time() + 10
-    while any(pathlib.Path(f"/proc/{p}/cmdline").exists() and pathlib.Path(f"/proc/{p}/cmdline").read_bytes()
-              for p in [str(pid), *old]):   # gone, or a zombie (no command line) until init reaps it
+    while any(_command_line(p) for p in [pid, *old]):   # gone, or a zombie (no command line) until reaped
         assert time.time() < deadline, "the old run outlived the restart"
         time.sleep(0.1)
+    assert f"job {jid}: stopped process group {pid}," in (d.root / "kestreld.log").read_text()
     assert d.wait_state(jid, "RUNNING")["restart_count"] == 1
     d.cli("cancel", str(jid))
 
@@ -224,6 +231,7 @@ def test_a_restart_leaves_alone_a_process_that_took_the_pid_of_a_job_gone(daemon
         d.restart()
         assert d.wait_state(jid, "RUNNING")["restart_count"] == 1   # recovered (before it serves) and run again
         assert other.poll() is None, "kestreld killed a process that was not its job's"
+        assert f"process group {other.pid} lives, but neither" in (d.root / "kestreld.log").read_text()
     finally:
         other.kill()
         other.wait()
