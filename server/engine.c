@@ -7,6 +7,7 @@
 #include <time.h>
 #include "engine.h"
 #include "exec_local.h"
+#include "exec_reap.h"
 #include "metrics.h"
 #include "alerts.h"
 #include "telemetry.h"
@@ -530,16 +531,22 @@ int kd_engine_recover(kd_engine *e)
     struct timespec up;
     int64_t boot_ms = clock_gettime(CLOCK_BOOTTIME, &up) == 0
                           ? kestrel__now_ms() - ((int64_t)up.tv_sec * 1000 + up.tv_nsec / 1000000) : 0;
+    kd_reap_job *reap = calloc(n ? n : 1, sizeof(*reap));
+    if (reap == NULL) {
+        free(rows);
+        return kestrel__error_oom();
+    }
+    for (size_t i = 0; i < n; i++) {   /* a start time counts only in the boot it was read in (1 s of slack) */
+        reap[i] = (kd_reap_job){ rows[i].id, (pid_t)rows[i].pid, rows[i].pid_start, rows[i].start_ms + 1000 >= boot_ms };
+        kd_catalog_token_drop_job(e->cat, rows[i].id);   /* before the run is seen to end */
+    }
+    /* what the runs left outlived their daemon: their output went nowhere, stop them (before the
+     * jobs are queued again: a run must never meet its own rerun) */
+    kd_exec_reap(e->cfg->data_dir, reap, n);
+    free(reap);
     for (size_t i = 0; i < n; i++) {
         const kd_job_row *r = &rows[i];
         kd_transition t = { kestrel__now_ms(), NULL, 0, 0, NULL, 0 };
-        /* a start time counts only in the boot it was read in (a second's slack for the clocks) */
-        int this_boot = r->start_ms + 1000 >= boot_ms;
-        kd_catalog_token_drop_job(e->cat, r->id);   /* before the run is seen to end */
-        /* the process group outlived its daemon: its output went nowhere, stop it */
-        kd_exec_reap_report(r->id, (pid_t)r->pid,
-                            kd_exec_reap_group(e->cfg->data_dir, (pid_t)r->pid, this_boot ? r->pid_start : 0, r->id));
-        kd_exec_gang_reap(e->cfg->data_dir, r->id, this_boot);   /* a gang's other ranks */
         if (r->no_retry) {
             t.reason = "daemon restarted";
             rc = kd_catalog_job_transition(e->cat, r->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_FAILED, &t);

@@ -1,6 +1,5 @@
 /* server/exec_local.c - local executor: work dir, optional git checkout, posix_spawn of argv
  * (no shell) in its own process group, stdout/stderr captured line by line into the catalog. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -270,103 +269,6 @@ static int open_ranks_record(kd_engine *e, int64_t id)
     if (kestrel__mkdirs(dir, 0700) < 0)
         return -1;
     return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-}
-
-/* Whether process p's environment (as at its exec) holds the entry want: read as it streams, however
- * long (a job cannot push the entry out of reach with a huge environment). */
-static int proc_has_env(const char *p, const char *want)
-{
-    char path[64], chunk[4096];
-    size_t wl = strlen(want), pos = 0;
-    ssize_t got;
-    int fd, found = 0, same = 1;   /* same: the entry read so far is want's start */
-    snprintf(path, sizeof(path), "/proc/%s/environ", p);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return 0;
-    while (!found && (got = read(fd, chunk, sizeof(chunk))) > 0)
-        for (ssize_t k = 0; k < got && !found; k++) {
-            if (chunk[k] == '\0') {
-                found = same && pos == wl;
-                pos = 0;
-                same = 1;
-            } else {
-                same = same && pos < wl && chunk[k] == want[pos];
-                pos++;
-            }
-        }
-    close(fd);
-    return found || (same && pos == wl);   /* (a last entry without its NUL) */
-}
-
-/* Whether a process of group pgid carries job id's KESTREL_CHECKPOINT_DIR (what a job starts
- * inherits it; the data dir makes it this daemon's job, where KESTREL_JOB_ID=1 is every daemon's). */
-static int group_is_job(pid_t pgid, const char *data_dir, int64_t id)
-{
-    char want[PATH_MAX + 64];
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    int found = 0;
-    snprintf(want, sizeof(want), "KESTREL_CHECKPOINT_DIR=%s/jobs/%lld/checkpoint", data_dir, (long long)id);
-    while (d && !found && (de = readdir(d)) != NULL) {
-        char path[64], buf[1024], *p;
-        long long group = -1;
-        FILE *f;
-        size_t n;
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-        if ((f = fopen(path, "re")) == NULL)
-            continue;
-        n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        /* after "pid (comm)": state, ppid, pgrp */
-        if ((p = strrchr(buf, ')')) != NULL && sscanf(p + 1, " %*c %*d %lld", &group) == 1 && group == pgid)
-            found = proc_has_env(de->d_name, want);
-    }
-    if (d)
-        closedir(d);
-    return found;
-}
-
-void kd_exec_reap_report(int64_t id, pid_t pid, int reaped)
-{
-    if (reaped > 0)
-        fprintf(stderr, "kestreld: job %lld: stopped process group %d, left by the daemon before\n", (long long)id,
-                (int)pid);
-    else if (reaped < 0)
-        fprintf(stderr, "kestreld: job %lld: process group %d lives, but neither its leader's start time nor "
-                "any environment in it is the job's: left running\n", (long long)id, (int)pid);
-}
-
-int kd_exec_reap_group(const char *data_dir, pid_t pid, int64_t start, int64_t id)
-{
-    int64_t now;
-    if (pid <= 1)
-        return 0;
-    now = kd_proc_start_time(pid);
-    /* the recorded leader itself (a zombie too), or else a group one of whose processes is the job's:
-     * the leader gone (a rank's shell dies with kestreld; what it started lives on), its start time
-     * not known (0: recorded by a kestreld before 2026-12-05, or before the host's last boot), or its
-     * pid now another process's */
-    if ((now >= 0 && start > 0 && now == start) || group_is_job(pid, data_dir, id))
-        return killpg(pid, SIGKILL) == 0 ? 1 : 0;
-    return killpg(pid, 0) == 0 ? -1 : 0;
-}
-
-void kd_exec_gang_reap(const char *data_dir, int64_t id, int this_boot)
-{
-    char path[PATH_MAX];
-    FILE *f;
-    int pid;
-    long long start;
-    snprintf(path, sizeof(path), "%s/gangs/%lld", data_dir, (long long)id);
-    if ((f = fopen(path, "re")) == NULL)   /* (lines of the ranks that had started when it died) */
-        return;
-    while (fscanf(f, "%d %lld", &pid, &start) == 2)
-        kd_exec_reap_report(id, pid, kd_exec_reap_group(data_dir, (pid_t)pid, this_boot ? start : 0, id));
-    fclose(f);
-    unlink(path);
 }
 
 /* Signal every rank that still runs. */
