@@ -168,6 +168,8 @@ static void reap_group(int64_t id, pid_t pid, int64_t start)
 
 void kd_exec_reap(const char *data_dir, const kd_reap_job *jobs, size_t n)
 {
+    if (n == 0)   /* (no run to look for: no process's environment is read) */
+        return;
     reap_marked(data_dir, jobs, n);
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX];
