@@ -528,22 +528,11 @@ int kd_engine_recover(kd_engine *e)
     int rc = kd_catalog_jobs_in_state(e->cat, KESTREL_JOB_STATE_RUNNING, SIZE_MAX / 2, &rows, &n);
     if (rc < 0)
         return rc;
-    struct timespec up;
-    int64_t boot_ms = clock_gettime(CLOCK_BOOTTIME, &up) == 0
-                          ? kestrel__now_ms() - ((int64_t)up.tv_sec * 1000 + up.tv_nsec / 1000000) : 0;
-    kd_reap_job *reap = calloc(n ? n : 1, sizeof(*reap));
-    if (reap == NULL) {
-        free(rows);
-        return kestrel__error_oom();
-    }
-    for (size_t i = 0; i < n; i++) {   /* a start time counts only in the boot it was read in (1 s of slack) */
-        reap[i] = (kd_reap_job){ rows[i].id, (pid_t)rows[i].pid, rows[i].pid_start, rows[i].start_ms + 1000 >= boot_ms };
-        kd_catalog_token_drop_job(e->cat, rows[i].id);   /* before the run is seen to end */
-    }
+    for (size_t i = 0; i < n; i++)
+        kd_catalog_token_drop_job(e->cat, rows[i].id);   /* before the runs are seen to end */
     /* what the runs left outlived their daemon: their output went nowhere, stop them (before the
      * jobs are queued again: a run must never meet its own rerun) */
-    kd_exec_reap(e->cfg->data_dir, reap, n);
-    free(reap);
+    kd_exec_reap(e->cfg->data_dir, rows, n);
     for (size_t i = 0; i < n; i++) {
         const kd_job_row *r = &rows[i];
         kd_transition t = { kestrel__now_ms(), NULL, 0, 0, NULL, 0 };

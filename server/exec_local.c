@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include "exec_local.h"
+#include "exec_reap.h"
 #include "exec_util.h"
 #include "stage.h"
 #include "store.h"
@@ -31,35 +32,6 @@ typedef struct {
     char token[80];
     char *devices;
 } local_job;
-
-int64_t kd_proc_start_time(pid_t pid)
-{
-    char path[64], buf[1024], *p;
-    FILE *f;
-    size_t n;
-    long long start = -1;
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if ((f = fopen(path, "re")) == NULL)
-        return -1;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* skip "pid (comm)": comm may contain spaces and parentheses */
-    if ((p = strrchr(buf, ')')) == NULL)
-        return -1;
-    /* after ')' come fields 3.. (each after a space); starttime is field 22 (21 is itrealvalue,
-     * always 0: read until 2026-12-05, which made every live process "the same") */
-    p++;
-    for (int field = 3; field <= 22 && p; field++) {
-        p = strchr(p, ' ');
-        if (p == NULL)
-            break;
-        p++;
-        if (field == 22)
-            start = strtoll(p, NULL, 10);
-    }
-    return start;
-}
 
 typedef struct {
     int fd;

@@ -7,7 +7,4 @@
 
 extern const kd_executor kd_exec_local;
 
-/* Start time of a process (clock ticks after boot, /proc's field 22), -1 when gone. Guards against pid reuse. */
-int64_t kd_proc_start_time(pid_t pid);
-
 #endif

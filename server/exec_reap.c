@@ -1,8 +1,8 @@
-/* server/exec_reap.c - stops what a killed daemon's local jobs left running (exec_reap.h). It reads
- * /proc: each process's stat (state, process group) and environment (the job's marker). */
+/* server/exec_reap.c - /proc for the local executor (exec_reap.h): a process's stat (state, process
+ * group, start time) and environment (a job's marker), and what a killed daemon's jobs left. */
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,37 +10,80 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "exec_local.h"
 #include "exec_reap.h"
 
-/* Process name's state and process group from /proc/NAME/stat: 0, or -1 when it is gone. */
-static int proc_stat(const char *name, char *state, long long *pgrp)
+/* A process as /proc/PID/stat says: 0, or -1 when it is gone. */
+typedef struct {
+    pid_t pid;
+    char state;
+    long long pgrp;
+    int64_t start;   /* clock ticks after boot */
+} proc_info;
+
+static int proc_read(pid_t pid, proc_info *pi)
 {
     char path[64], buf[1024], *p;
     FILE *f;
     size_t n;
-    snprintf(path, sizeof(path), "/proc/%s/stat", name);
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     if ((f = fopen(path, "re")) == NULL)
         return -1;
     n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = '\0';
-    /* after "pid (comm)" (comm may hold spaces and parentheses): state, ppid, pgrp */
-    if ((p = strrchr(buf, ')')) == NULL || sscanf(p + 1, " %c %*d %lld", state, pgrp) != 2)
+    /* after "pid (comm)" (comm may hold spaces and parentheses): fields 3.. (state, ppid, pgrp, ...;
+     * starttime is field 22: 21 is itrealvalue, always 0, read until 2026-12-05, which made every live
+     * process "the same") */
+    if ((p = strrchr(buf, ')')) == NULL ||
+        sscanf(p + 1, " %c %*s %lld %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %" SCNd64,
+               &pi->state, &pi->pgrp, &pi->start) != 3)
         return -1;
+    pi->pid = pid;
     return 0;
 }
 
-/* The id of the job whose marker (prefix, then "ID/checkpoint") process name's environment holds, as
+int64_t kd_proc_start_time(pid_t pid)
+{
+    proc_info pi;
+    return proc_read(pid, &pi) < 0 ? -1 : pi.start;
+}
+
+/* Every process but zombies, as /proc lists them now (*n of them; NULL when /proc cannot be read). */
+static proc_info *proc_all(size_t *n)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    proc_info *all = NULL;
+    size_t cap = 0;
+    *n = 0;
+    while (d && (de = readdir(d)) != NULL) {
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (pid <= 1)
+            continue;
+        if (*n == cap) {
+            proc_info *more = realloc(all, (cap = cap ? 2 * cap : 256) * sizeof(*all));
+            if (more == NULL)
+                break;
+            all = more;
+        }
+        if (proc_read(pid, &all[*n]) == 0 && all[*n].state != 'Z')
+            (*n)++;
+    }
+    if (d)
+        closedir(d);
+    return all;
+}
+
+/* The id of the job whose marker (prefix, then "ID/checkpoint") process pid's environment holds, as
  * at its exec: read as it streams, however long (no job pushes its marker out of reach); -1 none. */
-static int64_t proc_marker(const char *name, const char *prefix)
+static int64_t proc_marker(pid_t pid, const char *prefix)
 {
     char path[64], chunk[4096], entry[PATH_MAX + 96];
     size_t plen = strlen(prefix), len = 0;
     ssize_t got;
     int fd, over = 0;
     int64_t id = -1;
-    snprintf(path, sizeof(path), "/proc/%s/environ", name);
+    snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return -1;
     while (id < 0 && (got = read(fd, chunk, sizeof(chunk))) > 0)
@@ -66,94 +109,65 @@ static int64_t proc_marker(const char *name, const char *prefix)
     return id;
 }
 
-static const kd_reap_job *find_job(const kd_reap_job *jobs, size_t n, int64_t id)
+static size_t find_job(const kd_job_row *rows, size_t n, int64_t id)
 {
-    for (size_t i = 0; i < n; i++)
-        if (jobs[i].id == id)
-            return &jobs[i];
-    return NULL;
+    size_t i = 0;
+    while (i < n && rows[i].id != id)
+        i++;
+    return i;
 }
 
 /* Whether pid is gone or a zombie (its end is only waiting for a parent to read it). */
 static int proc_ended(pid_t pid)
 {
-    char name[24], state;
-    long long pgrp;
-    snprintf(name, sizeof(name), "%d", (int)pid);
-    return proc_stat(name, &state, &pgrp) < 0 || state == 'Z';
+    proc_info pi;
+    return proc_read(pid, &pi) < 0 || pi.state == 'Z';
 }
 
-/* Step 1 (exec_reap.h): the processes that carry a job's marker, and their groups. */
-static void reap_marked(const char *data_dir, const kd_reap_job *jobs, size_t n)
+/* Step 1 (exec_reap.h): the processes that carry a job's marker, and their groups; then until they
+ * have ended (2 s at most), so that step 2 sees only what lives on. */
+static void reap_marked(const char *data_dir, const kd_job_row *rows, size_t n)
 {
     char prefix[PATH_MAX + 64];
-    size_t *count = calloc(n ? n : 1, sizeof(*count)), cap = 0, nk = 0;
-    pid_t *killed = NULL;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
+    size_t nall, nk = 0, *count = calloc(n, sizeof(*count));
+    proc_info *all = proc_all(&nall);
     snprintf(prefix, sizeof(prefix), "KESTREL_CHECKPOINT_DIR=%s/jobs/", data_dir);
-    while (d && count && (de = readdir(d)) != NULL) {
-        char state;
-        long long pgrp;
+    for (size_t k = 0; all && count && k < nall; k++) {
+        size_t j;
         int64_t id;
-        const kd_reap_job *j;
-        pid_t pid = (pid_t)atoi(de->d_name);
-        if (pid <= 1 || pid == getpid() || proc_stat(de->d_name, &state, &pgrp) < 0 || state == 'Z' ||
-            (id = proc_marker(de->d_name, prefix)) < 0 || (j = find_job(jobs, n, id)) == NULL)
+        if (all[k].pid == getpid() || (id = proc_marker(all[k].pid, prefix)) < 0 || (j = find_job(rows, n, id)) == n)
             continue;
-        kill(pid, SIGKILL);
-        if (pgrp > 1)
-            killpg((pid_t)pgrp, SIGKILL);
-        count[j - jobs]++;
-        if (nk == cap) {
-            pid_t *more = realloc(killed, (cap = cap ? 2 * cap : 16) * sizeof(*killed));
-            if (more == NULL)
-                continue;
-            killed = more;
-        }
-        killed[nk++] = pid;
+        kill(all[k].pid, SIGKILL);
+        if (all[k].pgrp > 1)
+            killpg((pid_t)all[k].pgrp, SIGKILL);
+        count[j]++;
+        all[nk++] = all[k];   /* all[0, nk): the ones killed */
     }
-    if (d)
-        closedir(d);
-    for (size_t i = 0; count && i < n; i++)
-        if (count[i])
+    for (size_t j = 0; count && j < n; j++)
+        if (count[j])
             fprintf(stderr, "kestreld: job %lld: stopped %zu process%s its run left (by its KESTREL_CHECKPOINT_DIR)\n",
-                    (long long)jobs[i].id, count[i], count[i] == 1 ? "" : "es");
-    /* until they have ended (2 s at most): step 2 then sees only what lives on */
+                    (long long)rows[j].id, count[j], count[j] == 1 ? "" : "es");
     for (int tries = 0; tries < 200; tries++) {
         size_t left = 0;
         for (size_t k = 0; k < nk; k++)
-            left += !proc_ended(killed[k]);
+            left += !proc_ended(all[k].pid);
         if (!left)
             break;
         nanosleep(&(struct timespec){ 0, 10000000L }, NULL);
     }
-    free(killed);
+    free(all);
     free(count);
 }
 
-/* Whether a live (not zombie) process is in group pgid. */
-static int group_lives(pid_t pgid)
+/* Step 2 for one recorded group: its leader pid, started at start (0: not known, or not this boot),
+ * against the processes that live (all[0, nall)). */
+static void reap_group(int64_t id, pid_t pid, int64_t start, const proc_info *all, size_t nall)
 {
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    int found = 0;
-    while (d && !found && (de = readdir(d)) != NULL) {
-        char state;
-        long long pgrp;
-        found = de->d_name[0] >= '1' && de->d_name[0] <= '9' && proc_stat(de->d_name, &state, &pgrp) == 0 &&
-                pgrp == pgid && state != 'Z';
-    }
-    if (d)
-        closedir(d);
-    return found;
-}
-
-/* Step 2 for one recorded group: its leader pid, started at start (0: not known, or not this boot). */
-static void reap_group(int64_t id, pid_t pid, int64_t start)
-{
+    size_t k = 0;
     int64_t now;
-    if (pid <= 1 || !group_lives(pid))   /* nothing of it runs (its leader may wait as a zombie) */
+    while (k < nall && all[k].pgrp != pid)
+        k++;
+    if (pid <= 1 || k == nall)   /* nothing of it runs (its leader may wait as a zombie) */
         return;
     now = kd_proc_start_time(pid);
     if (now >= 0 && start > 0 && now == start) {   /* the very leader, running or a zombie holding the group */
@@ -166,24 +180,35 @@ static void reap_group(int64_t id, pid_t pid, int64_t start)
     }
 }
 
-void kd_exec_reap(const char *data_dir, const kd_reap_job *jobs, size_t n)
+void kd_exec_reap(const char *data_dir, const kd_job_row *rows, size_t n)
 {
+    struct timespec up;
+    int64_t boot_ms;
+    size_t nall;
+    proc_info *all;
     if (n == 0)   /* (no run to look for: no process's environment is read) */
         return;
-    reap_marked(data_dir, jobs, n);
+    reap_marked(data_dir, rows, n);
+    /* a start time counts only in the boot it was read in (a second's slack for the two clocks) */
+    boot_ms = clock_gettime(CLOCK_BOOTTIME, &up) == 0
+                  ? kestrel__now_ms() - ((int64_t)up.tv_sec * 1000 + up.tv_nsec / 1000000) : 0;
+    all = proc_all(&nall);   /* what lives on after step 1, read once for every group */
     for (size_t i = 0; i < n; i++) {
+        const kd_job_row *r = &rows[i];
+        int this_boot = r->start_ms + 1000 >= boot_ms;
         char path[PATH_MAX];
         FILE *f;
         int pid;
         long long start;
-        reap_group(jobs[i].id, jobs[i].pid, jobs[i].this_boot ? jobs[i].pid_start : 0);
-        snprintf(path, sizeof(path), "%s/gangs/%lld", data_dir, (long long)jobs[i].id);
+        reap_group(r->id, (pid_t)r->pid, this_boot ? r->pid_start : 0, all, nall);
+        snprintf(path, sizeof(path), "%s/gangs/%lld", data_dir, (long long)r->id);
         if ((f = fopen(path, "re")) == NULL)   /* (a line for each rank that had started) */
             continue;
         while (fscanf(f, "%d %lld", &pid, &start) == 2)
-            if (pid != jobs[i].pid)   /* rank 0's is the job's own, seen above */
-                reap_group(jobs[i].id, (pid_t)pid, jobs[i].this_boot ? start : 0);
+            if (pid != r->pid)   /* rank 0's is the job's own, seen above */
+                reap_group(r->id, (pid_t)pid, this_boot ? start : 0, all, nall);
         fclose(f);
         unlink(path);
     }
+    free(all);
 }

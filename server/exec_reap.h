@@ -1,4 +1,5 @@
-/* server/exec_reap.h - at a start after a crash, stop what the local jobs of the daemon before left
+/* server/exec_reap.h - /proc, read for the local executor: a process's start time (recorded with a
+ * run's pid), and at a start after a crash, stopping what the local jobs of the daemon before left
  * running on this host (before anything of this daemon runs). */
 #ifndef KD_EXEC_REAP_H
 #define KD_EXEC_REAP_H
@@ -6,25 +7,22 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "catalog.h"
 
-/* One local job that was RUNNING when the daemon before stopped: its id and what was recorded of its
- * process group (pid 0: none yet), its start time counted only when this_boot. */
-typedef struct {
-    int64_t id;
-    pid_t pid;
-    int64_t pid_start;
-    int this_boot;
-} kd_reap_job;
+/* Start time of a process (clock ticks after boot, /proc's field 22), -1 when gone. Guards against pid reuse. */
+int64_t kd_proc_start_time(pid_t pid);
 
-/* Stop (SIGKILL) every process those jobs left, and say on stderr what was stopped or left:
+/* Stop (SIGKILL) every process that the local jobs in rows (RUNNING when the daemon before stopped:
+ * their ids, recorded pids and start times, and when their runs started) left, and say on stderr
+ * what was stopped or left:
  *  1. every process whose environment holds KESTREL_CHECKPOINT_DIR=DATA_DIR/jobs/ID/checkpoint of
  *     one of them, and its process group (a job's group holds only the job's processes: it runs in
  *     a session of its own). This finds a run however early kestreld died, before its pid was
  *     recorded too, and what outlived a gang rank's shell;
  *  2. then each recorded group (a job's, its gang's ranks from DATA_DIR/gangs/ID, forgotten after)
- *     whose leader is that very process (same start time, this boot): it stops a run that rewrote
- *     its environment (setproctitle). A group that lives on showing neither is left running, and
- *     said to be. */
-void kd_exec_reap(const char *data_dir, const kd_reap_job *jobs, size_t n);
+ *     whose leader is that very process (same start time, in a run started this boot): it stops a
+ *     run that rewrote its environment (setproctitle). A group that lives on showing neither is
+ *     left running, and said to be. */
+void kd_exec_reap(const char *data_dir, const kd_job_row *rows, size_t n);
 
 #endif
