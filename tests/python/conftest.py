@@ -80,15 +80,17 @@ class Daemon:
         return json.loads(self.cli("-o", "json", "wait", "--timeout", str(timeout), str(jid), check=False,
                                    timeout=timeout + 60).stdout)
 
-    def wait_for_line(self, jid, needle, timeout=120):
-        """The job's log once it holds needle (AssertionError with the log after timeout seconds)."""
+    def wait_for_line(self, jid, needle, timeout=120, count=1):
+        """The job's log once it holds needle count times (AssertionError with the log after timeout
+        seconds)."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             out = self.cli("logs", str(jid)).stdout
-            if needle in out:
+            if out.count(needle) >= count:
                 return out
             time.sleep(0.1)
-        raise AssertionError(f"job {jid} never printed {needle!r}:\n" + self.cli("logs", str(jid)).stdout[-3000:])
+        raise AssertionError(f"job {jid} never printed {needle!r} {count} times:\n" +
+                             self.cli("logs", str(jid)).stdout[-3000:])
 
     def explain(self, jid):
         return json.loads(self.cli("-o", "json", "explain", str(jid)).stdout)
@@ -136,6 +138,26 @@ def write_replacing(path, text):
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def processes(pattern, count=1, timeout=20):
+    """The pids whose command lines match pattern (pgrep -f), once there are count of them
+    (AssertionError after timeout seconds)."""
+    deadline = time.time() + timeout
+    while len(pids := subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()) < count:
+        assert time.time() < deadline, f"fewer than {count} processes match {pattern!r}: {pids}"
+        time.sleep(0.1)
+    return [int(p) for p in pids]
+
+
+def no_process(pattern, timeout=10):
+    """True once no process's command line matches pattern; False if one still does after timeout."""
+    deadline = time.time() + timeout
+    while subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def let_jobs_pass(path):

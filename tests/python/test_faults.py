@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Daemon, KESTREL_CLI
+from conftest import Daemon, KESTREL_CLI, no_process, processes
 
 
 @pytest.fixture
@@ -196,14 +196,12 @@ def test_a_job_left_by_a_killed_daemon_is_stopped_even_as_an_older_daemon_record
     d = daemon("--gpus", "0")
     jid = d.submit("--", "sh", "-c", "echo run $KESTREL_RESTART_COUNT; sleep 79")
     d.wait_for_line(jid, "run 0")
-    deadline = time.time() + 10
-    while not (old := subprocess.run(["pgrep", "-f", "^sleep 79$"], capture_output=True, text=True).stdout.split()):
-        assert time.time() < deadline, "the job's sleep did not start"
-        time.sleep(0.1)
+    old = processes("^sleep 79$")
     d.proc.kill()
     d.proc.wait()
     pid, start = _catalog_process(d, jid)
-    assert pid > 1 and start > 0   # its leader's start time, as /proc says it
+    # its leader's start time, as /proc says it (field 22; field 21 is always 0)
+    assert pid > 1 and start == int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
     _catalog_process(d, jid, start=0)
     d.restart()
     deadline = time.time() + 10
@@ -224,19 +222,13 @@ def test_a_run_whose_pids_were_never_recorded_is_stopped_all_the_same(daemon):
     script = ('echo run $RANK $KESTREL_RESTART_COUNT; '
               'if [ $KESTREL_RESTART_COUNT = 0 ]; then sleep 87 & sleep 89; else sleep 60; fi')
     jid = d.submit("--replicas", "2", "--", "sh", "-c", script)
-    deadline = time.time() + 20
-    while len(subprocess.run(["pgrep", "-f", "^sleep 8[79]$"], capture_output=True, text=True).stdout.split()) < 4:
-        assert time.time() < deadline, "the ranks' sleeps did not start"
-        time.sleep(0.1)
+    processes("^sleep 8[79]$", 4)
     d.proc.kill()
     d.proc.wait()
     _catalog_process(d, jid, pid=0, start=0)   # as if it died before writing them
     (d.data / "gangs" / str(jid)).write_text("")
     d.restart()
-    deadline = time.time() + 10
-    while subprocess.run(["pgrep", "-f", "^sleep 8[79]$"], capture_output=True).returncode == 0:
-        assert time.time() < deadline, "the first run's processes outlived the restart"
-        time.sleep(0.1)
+    assert no_process("^sleep 8[79]$"), "the first run's processes outlived the restart"
     assert d.wait_state(jid, "RUNNING")["restart_count"] == 1
     d.cli("cancel", str(jid))
 

@@ -4,31 +4,14 @@ from those who may not see it."""
 import json
 import os
 import pathlib
-import subprocess
 import time
+
+from conftest import no_process, processes
 
 WIRING = ("echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE kr=$KESTREL_RANK "
           "kw=$KESTREL_WORLD_SIZE coord=$KESTREL_COORDINATOR master=$MASTER_ADDR:$MASTER_PORT "
           "keras=$KERAS_DISTRIBUTION_JOB_ADDRESSES/$KERAS_DISTRIBUTION_NUM_PROCESSES/$KERAS_DISTRIBUTION_PROCESS_ID "
           "cvd=$CUDA_VISIBLE_DEVICES")
-
-
-def wait_lines(k, jid, text, count, timeout=30):
-    """Until the job's log holds text count times (an assertion when it does not within timeout)."""
-    deadline = time.time() + timeout
-    while (logs := k.cli("logs", jid).stdout).count(text) < count:
-        assert time.time() < deadline, logs[-3000:]
-        time.sleep(0.1)
-
-
-def no_process(pattern, timeout=10):
-    """True once no process's command line matches pattern; False if one still does after timeout."""
-    deadline = time.time() + timeout
-    while subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0:
-        if time.time() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def test_every_rank_is_wired_and_its_lines_are_its_own(kestreld):
@@ -99,11 +82,11 @@ def test_cancel_and_preemption_take_the_whole_gang(kestreld):
     script = 'trap "echo term $RANK; exit 0" TERM; echo up $RANK run $KESTREL_RESTART_COUNT; sleep 67 & wait'
     jid = k.submit("--replicas", "2", "--gpus", "1", "--", "sh", "-c", script)
     k.wait_state(jid, "RUNNING")
-    wait_lines(k, jid, " up ", 2)   # each rank has set its trap
+    k.wait_for_line(jid, " up ", timeout=30, count=2)   # each rank has set its trap
     urgent = k.submit("--priority", "urgent", "--gpus", "1", "--", "true")
     assert k.wait(urgent)["state"] == "SUCCEEDED"
     k.wait_state(jid, "RUNNING")
-    wait_lines(k, jid, " run 1", 2)
+    k.wait_for_line(jid, " run 1", timeout=30, count=2)
     job = k.job(jid)
     reasons = [e["reason"] for e in job["events"]]
     assert "preempted by job %s (urgent)" % urgent in reasons and "resumed 2 ranks on node local (run 2)" in reasons
@@ -133,11 +116,8 @@ def test_a_gang_left_by_a_killed_daemon_is_stopped_whole_and_requeued(kestreld):
     k = kestreld
     script = 'echo up $RANK run $KESTREL_RESTART_COUNT; if [ $KESTREL_RESTART_COUNT = 0 ]; then sleep 71; fi'
     jid = k.submit("--replicas", "2", "--", "sh", "-c", script)
-    wait_lines(k, jid, " run 0", 2)
-    deadline = time.time() + 20   # a rank prints before its shell starts the sleep
-    while len(sleeps := subprocess.run(["pgrep", "-f", "^sleep 71$"], capture_output=True, text=True).stdout.split()) < 2:
-        assert time.time() < deadline, "the ranks' sleeps did not start"
-        time.sleep(0.1)
+    k.wait_for_line(jid, " run 0", timeout=30, count=2)
+    sleeps = processes("^sleep 71$", 2)   # a rank prints before its shell starts the sleep
     shells = [pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] for pid in sleeps]
     k.proc.kill()   # kill -9: each rank's shell dies with it (PR_SET_PDEATHSIG), its sleep lives on
     k.proc.wait()

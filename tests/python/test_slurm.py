@@ -248,10 +248,7 @@ def test_node_failure_requeues_the_job_with_the_reason(d):
     node = d.wait_state(jid, "RUNNING", timeout=30)["node"]
     # RUNNING is Slurm's allocation: the node goes down once the job has printed, not before its script
     # ran (a node downed 17 ms after the allocation requeued a run that had printed nothing)
-    deadline = time.time() + 60
-    while "run 0" not in d.cli("logs", str(jid)).stdout:
-        assert time.time() < deadline, d.cli("logs", str(jid)).stdout
-        time.sleep(0.2)
+    d.wait_for_line(jid, "run 0", timeout=60)
     slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=kestrel-test")
     try:
         job = d.wait(jid, timeout=120)
@@ -330,10 +327,7 @@ def test_a_preempted_gang_is_requeued_whole_through_slurm(d):
     script = ('trap "touch term.$RANK; echo term $RANK; exit 0" TERM; echo up $RANK run $KESTREL_RESTART_COUNT; '
               'if [ $KESTREL_RESTART_COUNT = 0 ]; then while :; do sleep 0.2; done; fi')
     gang = d.submit("--pool", "poola", "--replicas", "2", "--gpus", "2", "--gpu-type", "a100", "--", "sh", "-c", script)
-    deadline = time.time() + 90
-    while d.cli("logs", str(gang)).stdout.count("run 0") < 2:
-        assert time.time() < deadline, d.cli("logs", str(gang)).stdout
-        time.sleep(0.2)
+    d.wait_for_line(gang, "run 0", timeout=90, count=2)
     urgent = d.submit("--pool", "poola", "--gpus", "2", "--priority", "urgent", "--", "sh", "-c", "echo urgent")
     assert d.wait(urgent, timeout=90)["state"] == "SUCCEEDED"
     job = d.wait(gang, timeout=180)
