@@ -176,7 +176,8 @@ static void reap_group(int64_t id, pid_t pid, int64_t start, const proc_info *al
                     (long long)id, (int)pid);
     } else {
         fprintf(stderr, "kestreld: job %lld: process group %d lives, but neither its leader's start time nor "
-                "any environment in it is the job's: left running\n", (long long)id, (int)pid);
+                "any environment in it is the job's: left running (if it is the job's run, stop it: "
+                "kill -KILL -- -%d)\n", (long long)id, (int)pid, (int)pid);
     }
 }
 
