@@ -179,8 +179,11 @@ class FaultProxy:
                         time.sleep(len(data) / self.rate)
             except OSError:
                 pass
-            finally:
-                up.close()
+            finally:   # the client's FIN goes on to kestreld, whose close ends the answers' loop below,
+                try:   # which closes both: a close() here would free the descriptor while that loop's
+                    up.shutdown(socket.SHUT_WR)   # recv() may still use it (and a new socket take it)
+                except OSError:
+                    pass
 
         threading.Thread(target=requests, daemon=True).start()
         pending = b""
