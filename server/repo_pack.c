@@ -1,7 +1,7 @@
 /* server/repo_pack.c - POST /api/v1/chunks/pack: a pack of chunks, each verified against its digest
- * as it streams in and stored; at most one chunk in memory (and the few its run holds), never the
- * pack (api.h: kd_pack_*). Not routed through api_repo.c: api.c's on_request takes the pack at its
- * headers (kd_pack_begin, after the token and scope checks), feeds its body as it arrives
+ * as it streams in and stored; at most one chunk in memory (and up to 15 its run holds: repo_runs.h),
+ * never the pack (api.h: kd_pack_*). Not routed through api_repo.c: api.c's on_request takes the pack
+ * at its headers (kd_pack_begin, after the token and scope checks), feeds its body as it arrives
  * (kd_pack_feed) and answers at its end (kd_pack_finish). */
 #include <errno.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@ struct kd_pack {
     uint8_t head[36];
     size_t head_len;
     uint32_t want;          /* bytes of the current chunk */
-    kestrel_buf chunk;      /* at most one chunk in memory (and a few its run has), never the pack */
+    kestrel_buf chunk;      /* at most one chunk in memory (and up to 15 its run has), never the pack */
     kd_run_feed *run;       /* the run the pack advances (NULL: none) */
     int64_t bytes, named_bytes;   /* named_bytes: of bytes, those of chunks sent unnamed */
     int full;               /* the store's disk is full: 507, not the client's fault */
@@ -106,6 +106,19 @@ static void store_failure_heard(kd_pack *p)
     snprintf(p->error, sizeof(p->error), "%s", p->store_error);
 }
 
+/* The chunk buffers a pack with a run takes (repo_runs.h): KD_RUN_BUFFERS where a user's quarter of
+ * the budget holds four packs of them at FastCDC's largest chunks (a budget of 256 MiB or more; the
+ * default is at least 1 GiB), else KD_RUN_BUFFERS_LEAST, so that a small budget's user is not
+ * refused a pack that fit before. */
+static unsigned run_buffers(kd_upload_mem *mem)
+{
+    uint64_t mine, held, total;
+    if (mem == NULL)   /* no budget */
+        return KD_RUN_BUFFERS;
+    kd_upload_mem_state(mem, 0, &mine, &held, &total);
+    return total / 4 >= 4ull * KD_RUN_BUFFERS * (KESTREL__CHUNK_MAX + 1) ? KD_RUN_BUFFERS : KD_RUN_BUFFERS_LEAST;
+}
+
 kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)
 {
     kd_pack *p = calloc(1, sizeof(*p));
@@ -118,14 +131,14 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
     p->store = e->store;
     p->mem = mem;
     p->user = user;
-    p->nbufs = with_run ? KD_RUN_BUFFERS : 1;
+    p->nbufs = with_run ? run_buffers(mem) : 1;
     if (room_for(p, KESTREL__CHUNK_MAX) < 0) {   /* FastCDC's largest chunks, or not now (before any run) */
         *busy = p->held == 0;
         kd_pack_free(p);
         return NULL;
     }
     /* its chunks stored on the run's helper thread, off the receiving one */
-    if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off, store_chunk, p)) == NULL) {
+    if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off, p->nbufs, store_chunk, p)) == NULL) {
         uint64_t each = p->held / p->nbufs;   /* no run after all (busy, not at `at`): one buffer */
         kd_upload_mem_give(p->mem, p->user, p->held - each);
         p->held = each;

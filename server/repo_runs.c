@@ -9,7 +9,7 @@
 #include "internal.h"
 
 #define MAX_RUNS 1024   /* about 0.5 KiB each */
-#define DEPTH (KD_RUN_BUFFERS - 1)   /* chunks a pack may hand its helper ahead of it */
+#define DEPTH (KD_RUN_BUFFERS - 1)   /* chunks a pack may hand its helper ahead of it, at most */
 
 typedef struct {
     char id[33];            /* "" : a free slot */
@@ -34,6 +34,7 @@ struct kd_run_feed {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    size_t depth;           /* chunks this pack may hand its helper ahead of it (<= DEPTH) */
     kestrel_buf q[DEPTH];   /* ring: [head, head + n) to hash */
     char hex[DEPTH][65];
     int tag[DEPTH];
@@ -114,13 +115,15 @@ static int is_hex32(const char *s)
     return n == 32 && s[32] == '\0';
 }
 
-kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at, kd_run_chunk_fn fn,
-                               void *ctx)
+kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at, unsigned buffers,
+                               kd_run_chunk_fn fn, void *ctx)
 {
     kd_run_feed *f;
     run *r = NULL;
-    if (runs == NULL || !is_hex32(id) || at < 0 || (f = calloc(1, sizeof(*f))) == NULL)
+    if (runs == NULL || !is_hex32(id) || at < 0 || buffers < 2 || buffers > KD_RUN_BUFFERS ||
+        (f = calloc(1, sizeof(*f))) == NULL)
         return NULL;
+    f->depth = buffers - 1;
     pthread_mutex_lock(&runs->mu);
     for (int i = 0; i < MAX_RUNS && r == NULL; i++)
         if (runs->r[i].id[0] && runs->r[i].user == user && !strcmp(runs->r[i].id, id))
@@ -171,7 +174,7 @@ void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk, int 
 {
     kestrel_buf fresh = KESTREL_BUF_INIT;
     pthread_mutex_lock(&f->mu);
-    while (f->n == DEPTH)
+    while (f->n == f->depth)
         pthread_cond_wait(&f->cv, &f->mu);
     f->q[(f->head + f->n) % DEPTH] = *chunk;
     snprintf(f->hex[(f->head + f->n) % DEPTH], 65, "%s", hex);
