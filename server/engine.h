@@ -62,7 +62,7 @@ typedef struct {
     size_t nlog_policies;
     size_t max_manifest;       /* a commit's body limit (413 above) */
     uint64_t max_upload_memory;   /* what request bodies, packs and chunk answers may hold at once
-                                     (upload_mem.h; 0: 4 x (the larger body limit + 8 MiB), 1 GiB at least) */
+                                     (upload_mem.h; 0: 4 x (5 x the larger body limit + 20 MiB), 1 GiB at least: main.c) */
 } kd_config;
 
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };

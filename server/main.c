@@ -52,9 +52,10 @@ static void usage(FILE *f)
         "                           once, a quarter of it per user; past it, 503 and the client tries\n"
         "                           again (413 for a body whose decoding alone would pass a quarter)\n"
         "                           (at least 4 x (the larger of the two limits above + 8 MiB); by\n"
-        "                           default 4 x (5 x that limit + 8 MiB), room for a manifest that\n"
-        "                           large decoded (up to 4 times its bytes) beside its bytes, or\n"
-        "                           1073741824, whichever is more; below that, a warning at start)\n"
+        "                           default 4 x (5 x that limit + 20 MiB), room for a manifest that\n"
+        "                           large decoded (up to 4 times its bytes) beside its bytes and a\n"
+        "                           push's packs, or 1073741824, whichever is more; below\n"
+        "                           4 x (5 x that limit + 8 MiB), a warning at start)\n"
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
@@ -614,8 +615,9 @@ int main(int argc, char **argv)
          * the largest commits are refused 413, which the warning says. */
         uint64_t body = cfg.max_manifest > cfg.max_body ? cfg.max_manifest : cfg.max_body;
         uint64_t need = 4 * (body + (8u << 20)), room = 4 * (5 * body + (8u << 20));
+        uint64_t deep = 4 * (5 * body + KD_RUN_DEEP_ROOM);   /* and a push's packs, runs 16 deep (repo_runs.h) */
         if (cfg.max_upload_memory == 0)
-            cfg.max_upload_memory = room > (1ull << 30) ? room : 1ull << 30;
+            cfg.max_upload_memory = deep > (1ull << 30) ? deep : 1ull << 30;
         else if (cfg.max_upload_memory < room && cfg.max_upload_memory >= need)
             fprintf(stderr, "kestreld: warning: --max-upload-memory %llu: a commit's manifest decoded takes up to 4 "
                     "times its bytes, so one of more than about %llu MiB may be refused (413) though under "

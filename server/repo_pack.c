@@ -95,7 +95,7 @@ static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int
 
 /* The pack fails as its store did (a full disk: 507, else 500). That failure comes first in the
  * pack whatever the receiving thread found since: the helper is handed chunks only while nothing
- * has failed, and may store up to 4 behind the thread that goes on to check the next. */
+ * has failed, and may store up to 15 behind the thread that goes on to check the next. */
 static void store_failure_heard(kd_pack *p)
 {
     if (!__atomic_load_n(&p->store_failed, __ATOMIC_ACQUIRE))
@@ -107,16 +107,18 @@ static void store_failure_heard(kd_pack *p)
 }
 
 /* The chunk buffers a pack with a run takes (repo_runs.h): KD_RUN_BUFFERS where a user's quarter of
- * the budget holds four packs of them at FastCDC's largest chunks (a budget of 256 MiB or more; the
- * default is at least 1 GiB), else KD_RUN_BUFFERS_LEAST, so that a small budget's user is not
- * refused a pack that fit before. */
-static unsigned run_buffers(kd_upload_mem *mem)
+ * the budget holds a push's packs that deep (KD_RUN_DEEP_ROOM) beside the largest body decoded (5
+ * times it, as main.c sizes the default budget, which does), else KD_RUN_BUFFERS_LEAST: a budget
+ * given smaller keeps the room for that body, and for the packs it had before. */
+static unsigned run_buffers(const kd_engine *e, kd_upload_mem *mem)
 {
-    uint64_t mine, held, total;
+    uint64_t mine, held, total, body = 0;
     if (mem == NULL)   /* no budget */
         return KD_RUN_BUFFERS;
+    if (e->cfg)
+        body = e->cfg->max_manifest > e->cfg->max_body ? e->cfg->max_manifest : e->cfg->max_body;
     kd_upload_mem_state(mem, 0, &mine, &held, &total);
-    return total / 4 >= 4ull * KD_RUN_BUFFERS * (KESTREL__CHUNK_MAX + 1) ? KD_RUN_BUFFERS : KD_RUN_BUFFERS_LEAST;
+    return total / 4 >= 5 * body + KD_RUN_DEEP_ROOM ? KD_RUN_BUFFERS : KD_RUN_BUFFERS_LEAST;
 }
 
 kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)
@@ -131,7 +133,7 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
     p->store = e->store;
     p->mem = mem;
     p->user = user;
-    p->nbufs = with_run ? run_buffers(mem) : 1;
+    p->nbufs = with_run ? run_buffers(e, mem) : 1;
     if (room_for(p, KESTREL__CHUNK_MAX) < 0) {   /* FastCDC's largest chunks, or not now (before any run) */
         *busy = p->held == 0;
         kd_pack_free(p);

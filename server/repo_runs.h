@@ -22,13 +22,19 @@ typedef struct kd_run_feed kd_run_feed;
 
 /* The chunk buffers a pack with a run may have at once: its own, and those it handed the helper
  * (queued, or hashed and not yet taken back). KD_RUN_BUFFERS where a user's quarter of the upload
- * budget (upload_mem.h) holds four packs' worth of them, else KD_RUN_BUFFERS_LEAST (repo_pack.c):
- * the receiving thread runs up to 15 chunks ahead of the helper, not 4, and neither waits on the
- * other's stalls (a file created, a page allocated). A new 1 GiB push, alternated with the same
+ * budget (upload_mem.h) holds KD_RUN_DEEP_ROOM beside the largest body decoded, as kestreld's
+ * default budget does, else KD_RUN_BUFFERS_LEAST (repo_pack.c): the receiving thread runs up to 15
+ * chunks ahead of the helper, not 4, and neither waits on the other's stalls (a file created, a
+ * page allocated). A new 1 GiB push, alternated with the same
  * kestreld at 5 over 6 or 8 rounds: medians 1.90-2.02 s against 1.95-2.16 s in five runs; of the
  * 22 rounds compared one by one, 21 faster and one even (8 buffers did less; 32 and 48 no better). */
 #define KD_RUN_BUFFERS 16
 #define KD_RUN_BUFFERS_LEAST 5
+/* What one push's packs may hold at once with runs KD_RUN_BUFFERS deep: the run's buffers, one each
+ * for up to 3 packs beside it (a client sends on 4 streams) and one more for the digests a pack of
+ * unnamed chunks is answered, each at FastCDC's largest chunk (1 MiB) and its NUL. With runs
+ * KD_RUN_BUFFERS_LEAST deep that came to 8 MiB and a few bytes (main.c's least budget). */
+#define KD_RUN_DEEP_ROOM ((uint64_t)(KD_RUN_BUFFERS + 4) * ((1u << 20) + 1))
 
 kd_runs *kd_runs_new(void);
 void kd_runs_free(kd_runs *runs);
@@ -37,8 +43,8 @@ void kd_runs_free(kd_runs *runs);
  * here, handed back); one that returns < 0 drops the run, and the helper calls it no more. */
 typedef int (*kd_run_chunk_fn)(void *ctx, const char *hex, const kestrel_buf *chunk, int tag);
 /* A pack of run id (user's) starting at byte `at` of it: at 0 starts the run (again), else it must
- * continue where the run's last pack ended; with `buffers` (KD_RUN_BUFFERS_LEAST to KD_RUN_BUFFERS)
- * chunk buffers, one of them the pack's own; fn (NULL: none) with ctx as above. NULL: no run for
+ * continue where the run's last pack ended; with `buffers` (2 to KD_RUN_BUFFERS) chunk buffers, one
+ * of them the pack's own; fn (NULL: none) with ctx as above. NULL: no run for
  * this pack (an id that is not 32 hex digits, a run to continue that is not there or not at `at`,
  * one busy with another pack, memory); the pack is stored all the same. */
 kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at, unsigned buffers,

@@ -1,8 +1,10 @@
 /* tests/fuzz/pack_fuzzer.c - any byte stream as the body of POST /api/v1/chunks/pack, fed to the
  * streaming verifier in two pieces split anywhere: no crash, no leak, at most one chunk in memory
- * (and the few its run hashes), and only chunks whose bytes match their digest are ever stored.
- * Inputs with an odd first byte also advance a run (repo_runs.h) with what they verify. The chunk
- * buffers come from a budget (upload_mem.h) of 64 MiB: every byte taken is given back. */
+ * (and the up to 15 its run holds), and only chunks whose bytes match their digest are ever stored.
+ * Inputs with an odd first byte also advance a run (repo_runs.h) with what they verify, 16 buffers
+ * deep where the first byte's second bit is set (a budget that holds them: 128 MiB beside 1 MiB
+ * bodies), else 5 (64 MiB). The chunk buffers come from that budget (upload_mem.h): every byte taken
+ * is given back. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +16,13 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 
 static kd_engine engine;
-static kd_upload_mem *mem;
+static kd_config cfg;
+static kd_upload_mem *mems[2];   /* 64 MiB: runs 5 deep; 128 MiB: 16 deep */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 {
     kd_pack *p;
+    kd_upload_mem *mem;
     uint64_t mine, held, total;
     int busy;
     size_t cut = len ? data[0] % (len + 1) : 0;
@@ -27,8 +31,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         if (mkdtemp(dir) == NULL || kestrel__store_open(&engine.store, dir) < 0)
             abort();
         engine.repo_runs = kd_runs_new();
-        mem = kd_upload_mem_new(64u << 20);
+        cfg.max_body = cfg.max_manifest = 1u << 20;
+        engine.cfg = &cfg;
+        mems[0] = kd_upload_mem_new(64u << 20);
+        mems[1] = kd_upload_mem_new(128u << 20);
     }
+    mem = mems[len && (data[0] & 2)];
     if ((p = kd_pack_begin(&engine, mem, 1, "00112233445566778899aabbccddeeff", len && (data[0] & 1) ? "0" : NULL,
                            &busy)) == NULL)
         abort();   /* nothing else holds the budget */

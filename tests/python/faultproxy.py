@@ -185,7 +185,8 @@ class FaultProxy:
                 except OSError:
                     pass
 
-        threading.Thread(target=requests, daemon=True).start()
+        forward = threading.Thread(target=requests, daemon=True)
+        forward.start()
         pending = b""
         try:
             while (data := up.recv(65536)):
@@ -237,12 +238,14 @@ class FaultProxy:
                 client.sendall(data)
         except OSError:
             pass
-        finally:   # shutdown() wakes the other thread's recv(); close() alone would not send the FIN
-            for s in (client, up):
-                try:
+        finally:   # shutdown() wakes the other thread's recv(); close() alone would not send the FIN,
+            for s in (client, up):   # and is left until that thread is done with both sockets (a
+                try:                 # descriptor closed under its recv() may be another socket's by then)
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+            forward.join(10)
+            for s in (client, up):
                 s.close()
 
 

@@ -364,16 +364,16 @@ def test_stalled_packs_and_bodies_hold_at_most_the_upload_budget(daemon, tmp_pat
 
 def test_a_big_new_file_is_pushed_under_the_smallest_upload_budget(daemon, tmp_path, monkeypatch):
     """A pack that runs a big file's digest takes up to 16 chunk buffers (repo_runs.h): 16 MiB at
-    FastCDC's largest chunks, a whole user's quarter of the smallest budget kestreld starts with (64 MiB
-    beside 1 MiB bodies). Under such a budget it takes 5, as before, and a big new file's push goes
-    through; with 16 every such pack was refused (503) until the push gave up."""
+    FastCDC's largest chunks, more than a user's quarter of the smallest budget kestreld starts with
+    (36 MiB beside 1 MiB bodies: 9 MiB). Under such a budget it takes 5, as before, and a big new
+    file's push goes through; with 16 every such pack was refused (503) until the push gave up."""
     import pytest
     kestrel = pytest.importorskip("kestrel")
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
     mib = 1 << 20
-    d = daemon("--max-upload-memory", str(64 * mib), "--max-manifest", str(mib), "--max-body", str(mib))
+    d = daemon("--max-upload-memory", str(36 * mib), "--max-manifest", str(mib), "--max-body", str(mib))
     src = tmp_path / "big.bin"
-    src.write_bytes(os.urandom(80 * mib))   # past 64 MiB: its chunks after the first 8 MiB go in runs
+    src.write_bytes(os.urandom(80 * mib))   # past 64 MiB: sent in runs, its chunks after the first 8 MiB unnamed
     c = kestrel.Client(d.url, d.token)
     assert c.push("admin/big", str(src)) == 1
     c.pull("admin/big", str(tmp_path / "back.bin"))
