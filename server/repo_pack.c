@@ -109,7 +109,11 @@ static void store_failure_heard(kd_pack *p)
 /* The chunk buffers a pack with a run takes (repo_runs.h): KD_RUN_BUFFERS where a user's quarter of
  * the budget holds a push's packs that deep (KD_RUN_DEEP_ROOM) beside the largest body decoded (5
  * times it, as main.c sizes the default budget, which does), else KD_RUN_BUFFERS_LEAST: a budget
- * given smaller keeps the room for that body, and for the packs it had before. */
+ * given smaller keeps the room for that body, and for the packs it had before. A pack that finds
+ * the user's other packs holding the room for KD_RUN_BUFFERS takes KD_RUN_BUFFERS_LEAST if those
+ * fit (kd_pack_begin): the same user's pushes at once go on side by side as before, where each
+ * 16 deep would leave the next one 503 (a hostile test: 4 pushes of 2 GiB at the threshold, one
+ * failed after the client's 25 s of tries). */
 static unsigned run_buffers(const kd_engine *e, kd_upload_mem *mem)
 {
     uint64_t mine, held, total, body = 0;
@@ -126,7 +130,7 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
     kd_pack *p = calloc(1, sizeof(*p));
     char *end = NULL;
     long long off = at ? strtoll(at, &end, 10) : -1;
-    int with_run = run && end && end != at && *end == '\0' && off >= 0;
+    int with_run = run && end && end != at && *end == '\0' && off >= 0, rc;
     *busy = 0;
     if (p == NULL)
         return NULL;
@@ -134,7 +138,12 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
     p->mem = mem;
     p->user = user;
     p->nbufs = with_run ? run_buffers(e, mem) : 1;
-    if (room_for(p, KESTREL__CHUNK_MAX) < 0) {   /* FastCDC's largest chunks, or not now (before any run) */
+    rc = room_for(p, KESTREL__CHUNK_MAX);   /* FastCDC's largest chunks, or not now (before any run) */
+    if (rc < 0 && p->held == 0 && p->nbufs > KD_RUN_BUFFERS_LEAST) {
+        p->nbufs = KD_RUN_BUFFERS_LEAST;   /* the user's other packs hold the room: as deep as that leaves */
+        rc = room_for(p, KESTREL__CHUNK_MAX);
+    }
+    if (rc < 0) {
         *busy = p->held == 0;
         kd_pack_free(p);
         return NULL;

@@ -380,6 +380,31 @@ def test_a_big_new_file_is_pushed_under_the_smallest_upload_budget(daemon, tmp_p
     assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
 
 
+def test_one_users_run_packs_at_once_go_on_side_by_side_where_runs_are_deep(daemon):
+    """Where the budget just holds one push's packs 16 deep (repo_runs.h), a second run pack of the
+    same user beside a first takes 5 buffers where 16 no longer fit, not a 503 until the first is
+    done (a hostile test: 4 pushes of 2 GiB at once by one user, one failed after the client's 25 s
+    of tries, where 5 deep all went on side by side); past that, 503 as before."""
+    mib = 1 << 20
+    budget = 4 * (5 * mib + 20 * (mib + 1))   # the least that runs 16 deep beside 1 MiB bodies
+    d = daemon("--max-upload-memory", str(budget), "--max-manifest", str(mib), "--max-body", str(mib))
+    port = int(d.url.rsplit(":", 1)[1])
+    alice = d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
+
+    def run_pack(k):   # held at its headers: its buffers are taken before its body comes
+        return _stalled_upload(port, alice, f"/api/v1/chunks/pack?run={k:032x}&at=0", 36 + mib, b"")
+    first = run_pack(1)    # 16 MiB of her 25
+    second = run_pack(2)   # 16 more do not fit; 5 do
+    third = run_pack(3)    # neither
+    try:
+        assert not isinstance(first, str) and not isinstance(second, str), (first, second)
+        assert isinstance(third, str) and third.startswith("HTTP/1.1 503"), third
+    finally:
+        for s in (first, second, third):
+            if not isinstance(s, str):
+                s.close()
+
+
 def test_no_one_without_a_token_can_spend_the_upload_budget(daemon):
     """Bodies read before anyone is known were all charged to one anonymous quarter: 69 connections
     to POST /healthz with no token, each announcing 16 MiB and trickling a byte now and then, locked
