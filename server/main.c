@@ -615,9 +615,8 @@ int main(int argc, char **argv)
          * the largest commits are refused 413, which the warning says. */
         uint64_t body = cfg.max_manifest > cfg.max_body ? cfg.max_manifest : cfg.max_body;
         uint64_t need = 4 * (body + (8u << 20)), room = 4 * (5 * body + (8u << 20));
-        uint64_t deep = 4 * (5 * body + KD_RUN_DEEP_ROOM);   /* and a push's packs, runs 16 deep (repo_runs.h) */
-        if (cfg.max_upload_memory == 0)
-            cfg.max_upload_memory = deep > (1ull << 30) ? deep : 1ull << 30;
+        if (cfg.max_upload_memory == 0)   /* and a push's packs, runs 16 deep */
+            cfg.max_upload_memory = KD_RUN_DEEP_BUDGET(body) > (1ull << 30) ? KD_RUN_DEEP_BUDGET(body) : 1ull << 30;
         else if (cfg.max_upload_memory < room && cfg.max_upload_memory >= need)
             fprintf(stderr, "kestreld: warning: --max-upload-memory %llu: a commit's manifest decoded takes up to 4 "
                     "times its bytes, so one of more than about %llu MiB may be refused (413) though under "

@@ -114,15 +114,14 @@ static void store_failure_heard(kd_pack *p)
  * fit (kd_pack_begin): the same user's pushes at once go on side by side as before, where each
  * 16 deep would leave the next one 503 (a hostile test: 4 pushes of 2 GiB at the threshold, one
  * failed after the client's 25 s of tries). */
-static unsigned run_buffers(const kd_engine *e, kd_upload_mem *mem)
+static unsigned run_buffers(const kd_engine *e, const kd_upload_mem *mem)
 {
-    uint64_t mine, held, total, body = 0;
+    uint64_t body = 0;
     if (mem == NULL)   /* no budget */
         return KD_RUN_BUFFERS;
     if (e->cfg)
         body = e->cfg->max_manifest > e->cfg->max_body ? e->cfg->max_manifest : e->cfg->max_body;
-    kd_upload_mem_state(mem, 0, &mine, &held, &total);
-    return total / 4 >= 5 * body + KD_RUN_DEEP_ROOM ? KD_RUN_BUFFERS : KD_RUN_BUFFERS_LEAST;
+    return kd_upload_mem_total(mem) >= KD_RUN_DEEP_BUDGET(body) ? KD_RUN_BUFFERS : KD_RUN_BUFFERS_LEAST;
 }
 
 kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <kestrel/buffer.h>
+#include "chunk.h"
 
 typedef struct kd_runs kd_runs;
 typedef struct kd_run_feed kd_run_feed;
@@ -32,9 +33,13 @@ typedef struct kd_run_feed kd_run_feed;
 #define KD_RUN_BUFFERS_LEAST 5
 /* What one push's packs may hold at once with runs KD_RUN_BUFFERS deep: the run's buffers, one each
  * for up to 3 packs beside it (a client sends on 4 streams) and one more for the digests a pack of
- * unnamed chunks is answered, each at FastCDC's largest chunk (1 MiB) and its NUL. With runs
+ * unnamed chunks is answered, each at FastCDC's largest chunk and its NUL. With runs
  * KD_RUN_BUFFERS_LEAST deep that came to 8 MiB and a few bytes (main.c's least budget). */
-#define KD_RUN_DEEP_ROOM ((uint64_t)(KD_RUN_BUFFERS + 4) * ((1u << 20) + 1))
+#define KD_RUN_DEEP_ROOM ((uint64_t)(KD_RUN_BUFFERS + 4) * (KESTREL__CHUNK_MAX + 1))
+/* The least upload budget (--max-upload-memory) that runs packs KD_RUN_BUFFERS deep beside bodies of
+ * up to `body` bytes: a user's quarter holds the largest body with what it takes decoded (5 times
+ * it in all) and one push's packs. main.c's default, and repo_pack.c's choice of depth. */
+#define KD_RUN_DEEP_BUDGET(body) (4 * (5 * (uint64_t)(body) + KD_RUN_DEEP_ROOM))
 
 kd_runs *kd_runs_new(void);
 void kd_runs_free(kd_runs *runs);

@@ -81,6 +81,11 @@ void kd_upload_mem_give(kd_upload_mem *m, int64_t user, uint64_t bytes)
     pthread_mutex_unlock(&m->mu);
 }
 
+uint64_t kd_upload_mem_total(const kd_upload_mem *m)
+{
+    return m->total;
+}
+
 void kd_upload_mem_state(kd_upload_mem *m, int64_t user, uint64_t *mine, uint64_t *held, uint64_t *total)
 {
     holder *h;

@@ -25,6 +25,8 @@ void kd_upload_mem_free(kd_upload_mem *m);
 int kd_upload_mem_take(kd_upload_mem *m, int64_t user, uint64_t bytes);
 /* Give back bytes user took (NULL m or 0 bytes: nothing). */
 void kd_upload_mem_give(kd_upload_mem *m, int64_t user, uint64_t bytes);
+/* The budget: what it was made with (fixed; no lock taken). */
+uint64_t kd_upload_mem_total(const kd_upload_mem *m);
 /* What user holds, what all hold, and the budget (for messages; all 0 for a NULL m). */
 void kd_upload_mem_state(kd_upload_mem *m, int64_t user, uint64_t *mine, uint64_t *held, uint64_t *total);
 /* Make buf hold at least n bytes (and a NUL) on the *held bytes user took for it: its memory is
