@@ -366,7 +366,8 @@ def test_a_big_new_file_is_pushed_under_the_smallest_upload_budget(daemon, tmp_p
     """A pack that runs a big file's digest takes up to 16 chunk buffers (repo_runs.h): 16 MiB at
     FastCDC's largest chunks, more than a user's quarter of the smallest budget kestreld starts with
     (36 MiB beside 1 MiB bodies: 9 MiB). Under such a budget it takes 5, as before, and a big new
-    file's push goes through; with 16 every such pack was refused (503) until the push gave up."""
+    file's push goes through: 6cd8721, which took 16 there and had no way back to 5, failed it (every
+    run pack 503 until the push gave up)."""
     import pytest
     kestrel = pytest.importorskip("kestrel")
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
