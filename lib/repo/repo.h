@@ -5,7 +5,7 @@
  *   transport.h        what a transport does (transport_local.c: the store; transport_http.c: kestreld,
  *                      on http_streams.c's connection pool)
  *   manifest.c         Kestrel__V1__Manifest, the only form of a version in memory, on the wire and in
- *                      the store; its checks and the tree digest
+ *                      the store: allocation, references, the tree digest (its checks: manifest_check.c)
  *   tree.c             directories: listing before a push, installation after a pull
  *   chunk.c chunk_hash.c filehash.c    FastCDC, chunk hashes, whole-file hashes
  *   push_cache.c chunk_cache.c pull_layout.c    the stat cache, the pull cache, placing chunks

@@ -1,5 +1,5 @@
 /* lib/repo/store.h - the content-addressed repository store on a filesystem. One implementation for
- * file:// URLs in the library and (later) for kestreld, so both share one on-disk format:
+ * file:// URLs in the library and for kestreld, so both share one on-disk format:
  *   ROOT/chunks/ab/cdef...            chunk bytes, named by their SHA-256
  *   ROOT/models/NAME/versions/N.json  immutable manifests: the proto3 JSON of Kestrel__V1__Manifest
  *                                     (lib/wire.c); stores before format 2 kept another JSON form,
