@@ -1,6 +1,7 @@
 /* lib/repo/filehash.h - the whole-file SHA-256 of a file on disk, on a helper thread: a pull's file,
- * followed as its chunks are written (so the check runs beside the download), or read back whole.
- * (A push hashes the bytes it already read instead: chunk_hash.c.) */
+ * followed as its chunks are written (so the check runs beside the download), or read back whole (a
+ * pulled directory's files, tree.c; a push's files for a kestreld that does not fill digests in,
+ * push_digests.c). A push to file:// hashes the bytes it already read instead: chunk_hash.c. */
 #ifndef KESTREL_FILEHASH_H
 #define KESTREL_FILEHASH_H
 

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include "options.h"
 #include "store.h"
+#include "transfer.h"
 #include "transport.h"
 
 static const size_t topts_sizes[] = { 0, offsetof(kestrel_transfer_options, alias) + sizeof(const char *) };
@@ -31,22 +32,6 @@ static int load_topts(kestrel_transfer_options *dst, const kestrel_transfer_opti
     }
     dst->version = KESTREL_TRANSFER_OPTIONS_VERSION;
     return 0;
-}
-
-int kestrel__progress_report(kestrel__progress *pr, int final)
-{
-    int64_t now;
-    int r;
-    if (pr->cb == NULL)
-        return 0;
-    now = kestrel__now_ms();
-    if (!final && now - pr->last_ms < 100 && pr->last_ms)
-        return 0;
-    pr->last_ms = now;
-    r = pr->cb(&pr->p, pr->payload);
-    if (r == KESTREL_EUSER)   /* returned as it is; recorded, so that no older error is taken for it */
-        return kestrel__error_set(KESTREL_EUSER, "the progress callback stopped the transfer");
-    return r ? kestrel__error_set(KESTREL_ECANCELLED, "the progress callback cancelled the transfer") : 0;
 }
 
 static void progress_init(kestrel__progress *pr, const kestrel_transfer_options *o, int phase)

@@ -26,6 +26,7 @@
 #include "own_dir.h"
 #include "pull_layout.h"
 #include "store.h"
+#include "transfer.h"
 #include "transport.h"
 
 /* Chunks received and not yet checked and placed: the transport goes on receiving while the

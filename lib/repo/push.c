@@ -24,6 +24,7 @@
 #include "push_cache.h"
 #include "push_sender.h"
 #include "store.h"
+#include "transfer.h"
 #include "transport.h"
 
 #define READ_BUF (8u * 1024 * 1024)

@@ -1,16 +1,7 @@
-/* lib/repo/repo.h - the repository wing's private interface (the map is lib/repo/README.md).
- *
- *   front.c            kestrel_model_*: checks the arguments, opens a transport, calls push or pull
- *   push.c  pull.c     the one push and the one pull, over any transport
- *   transport.h        what a transport does (transport_local.c: the store; transport_http.c: kestreld,
- *                      on http_streams.c's connection pool)
- *   manifest.c         Kestrel__V1__Manifest, the only form of a version in memory, on the wire and in
- *                      the store: allocation, references, the tree digest (its checks: manifest_check.c)
- *   tree.c             directories: listing before a push, installation after a pull
- *   chunk.c chunk_hash.c filehash.c    FastCDC, chunk hashes, whole-file hashes
- *   push_cache.c chunk_cache.c pull_layout.c    the stat cache, the pull cache, placing chunks
- *   store.c store_manifest.c store_list.c store_gc.c store_legacy.c   the content-addressed store (kestreld's too)
- */
+/* lib/repo/repo.h - what the repository wing's files share: a transfer's progress (progress.c), a
+ * pushed chunk's reference and its hashing (chunk_hash.c), the manifest and its checks (manifest.c,
+ * manifest_check.c), directories listed and installed (tree.c), a pull's temps (pull_sweep.c). The map
+ * of the wing's files, and a push and a pull walked through, are lib/repo/README.md. */
 #ifndef KESTREL_REPO_PRIV_H
 #define KESTREL_REPO_PRIV_H
 

@@ -1,7 +1,9 @@
 /* lib/repo/transport.h - where a repository lives, behind one small interface: the store opened
  * in-process for file:// (transport_local.c) or kestreld over HTTP (transport_http.c). Push and pull
  * (push.c, pull.c) are written once against it; a transport moves chunks and manifests and never
- * decides anything about them (every check of what arrives is the pull's, and kestreld's). */
+ * decides anything about them (every check of what arrives is the pull's, and kestreld's), with
+ * one exception: an HTTP answer longer than the chunk it carries is reported damaged where it is
+ * received (transport_http.c fetch_end), since the pull never sees its bytes. */
 #ifndef KESTREL_TRANSPORT_H
 #define KESTREL_TRANSPORT_H
 
@@ -78,12 +80,5 @@ int kestrel__transport_open(kestrel__transport **out, kestrel_client *c);
 int kestrel__transport_local(kestrel__transport **out, const char *root);
 int kestrel__transport_http(kestrel__transport **out, kestrel_client *c);
 void kestrel__transport_close(kestrel__transport *t);
-
-/* The one push (push.c): path (a file, or a directory: all its files, or those of select) as the
- * next version of name; *version is its number. */
-int kestrel__push(kestrel__transport *t, const char *name, const char *path, char *const *select, size_t nselect,
-                  const kestrel_transfer_options *o, kestrel__progress *pr, int64_t *version);
-/* The one pull (pull.c): ref's version at dest (a file, or a directory), verified, or nothing. */
-int kestrel__pull(kestrel__transport *t, const char *ref, const char *dest, kestrel__progress *pr);
 
 #endif

@@ -29,7 +29,7 @@
 _Static_assert(RUN_PACK_MAX / KESTREL__CHUNK_MIN + 1 <= 16384 && PACK_MAX / KESTREL__CHUNK_MIN + 1 <= 16384,
                "a pack of unnamed chunks kestreld would refuse");
 #define QUERY_BATCH 10000
-/* A pack kestreld answered 503 "unavailable" (its memory for requests spent: upload_mem.h) is sent
+/* A pack kestreld answered 503 "unavailable" (its memory for requests spent: server/upload_mem.h) is sent
  * again after 0.1 s, 0.2 s, ... 12.8 s (25 s in all, with the client's retry_backoff_ms); one lost
  * on the way (a reset connection) is sent again too, twice more, counted apart from the busy
  * answers (found in CI: a reset after two 503s failed the push); storing chunks twice is harmless.

@@ -117,7 +117,7 @@ static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kes
     for (size_t i = 0; i < n && rc == 0; i++) {
         char path[4200];
         FILE *f;
-        snprintf(path, sizeof(path), "%s/chunks/%.2s/%s", kestrel__store_root(STORE(t)), want[i].digest, want[i].digest + 2);
+        kestrel__store_chunk_path(STORE(t), want[i].digest, path, sizeof(path));
         if ((f = fopen(path, "rb")) == NULL) {
             rc = errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "chunk %.12s is not in the repository", want[i].digest)
                                  : kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);
