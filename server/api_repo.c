@@ -180,6 +180,60 @@ static void *store_sync_main(void *arg)
     return NULL;
 }
 
+/* Every file's SHA-256 settled before the commit (the latest version's, a run's, a one-chunk file's
+ * chunk's, or read back from the stored chunks: checked where the client gave it, else filled in),
+ * while the store's sync runs on its own thread, so the chunks are made durable as they are hashed
+ * (the commit's sync then has nothing left): 0, or -1 with the answer in *reply. */
+static int settle_digests(kd_req *r, const char *name, Kestrel__V1__Manifest *in, enum MHD_Result *reply)
+{
+    char msg[400] = "the manifest's digests do not hold";
+    int rc;
+    struct store_sync w = { r->e->store, 0 };
+    pthread_t th;
+    int threaded = pthread_create(&th, NULL, store_sync_main, &w) == 0;
+    unsigned char *known = calloc(in->n_files + 1, 1);   /* from runs: not read back */
+    uint64_t streamed = 0;
+    if (known == NULL)
+        rc = kestrel__error_oom();
+    else if ((rc = same_as_latest(r, name, in)) == 0 &&
+             (rc = digests_from_runs(r, in, known, &streamed, msg, sizeof(msg))) == 0) {
+        uint64_t read_back = 0, size = (uint64_t)in->size;
+        rc = kestrel__store_fill_digests(r->e->store, in, known, &read_back, msg, sizeof(msg));
+        if (rc == 0) {   /* the rest: files of one chunk (manifest_check held size = sum of the files) */
+            kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STREAM, streamed);
+            kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STORE, read_back);
+            kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_CHUNK,
+                                    size >= streamed + read_back ? size - streamed - read_back : 0);
+        }
+    }
+    else if (rc > 0) {
+        kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_LATEST, (uint64_t)in->size);
+        rc = 0;
+    }
+    free(known);
+    if (rc == 0 && kestrel__manifest_check(in) < 0) {   /* whole now: a given listing digest must hold */
+        snprintf(msg, sizeof(msg), "%s", kestrel_error_last()->message);
+        rc = KESTREL_EINVALID;
+    }
+    if (threaded)
+        pthread_join(th, NULL);
+    else
+        w.rc = kestrel__store_sync(r->e->store);
+    if (rc < 0 && rc != KESTREL_EINVALID) {   /* the server's trouble (memory, the disk), not the input's */
+        *reply = kd_reply_failure(r, rc);
+        return -1;
+    }
+    if (rc < 0) {
+        *reply = kd_reply_error(r, 400, "invalid_argument", msg);
+        return -1;
+    }
+    if (w.rc < 0) {   /* the chunks may not be durable: no version may name them */
+        *reply = kd_reply_failure(r, kestrel__error_set(w.rc, "the store could not make the pushed chunks durable"));
+        return -1;
+    }
+    return 0;
+}
+
 static enum MHD_Result commit(kd_req *r, void *arg)
 {
     const char *name = arg;
@@ -231,53 +285,8 @@ static enum MHD_Result commit(kd_req *r, void *arg)
         reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
         goto out;
     }
-    {   /* the chunks are made durable (the commit's sync then has nothing left) while they are hashed */
-        struct store_sync w = { r->e->store, 0 };
-        pthread_t th;
-        int threaded = pthread_create(&th, NULL, store_sync_main, &w) == 0;
-        /* every file's SHA-256 (the latest version's, a run's, a one-chunk file's chunk's, or read back
-         * from the stored chunks): checked where the client gave it, else filled in */
-        unsigned char *known = calloc(in->n_files + 1, 1);   /* from runs: not read back */
-        uint64_t streamed = 0;
-        if (known == NULL)
-            rc = kestrel__error_oom();
-        else if ((rc = same_as_latest(r, name, in)) == 0 &&
-                 (rc = digests_from_runs(r, in, known, &streamed, msg, sizeof(msg))) == 0) {
-            uint64_t read_back = 0, size = (uint64_t)in->size;
-            rc = kestrel__store_fill_digests(r->e->store, in, known, &read_back, msg, sizeof(msg));
-            if (rc == 0) {   /* the rest: files of one chunk (manifest_check held size = sum of the files) */
-                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STREAM, streamed);
-                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STORE, read_back);
-                kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_CHUNK,
-                                        size >= streamed + read_back ? size - streamed - read_back : 0);
-            }
-        }
-        else if (rc > 0) {
-            kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_LATEST, (uint64_t)in->size);
-            rc = 0;
-        }
-        free(known);
-        if (rc == 0 && kestrel__manifest_check(in) < 0) {   /* whole now: a given listing digest must hold */
-            snprintf(msg, sizeof(msg), "%s", kestrel_error_last()->message);
-            rc = KESTREL_EINVALID;
-        }
-        if (threaded)
-            pthread_join(th, NULL);
-        else
-            w.rc = kestrel__store_sync(r->e->store);
-        if (rc < 0 && rc != KESTREL_EINVALID) {   /* the server's trouble (memory, the disk), not the input's */
-            reply = kd_reply_failure(r, rc);
-            goto out;
-        }
-        if (rc < 0) {
-            reply = kd_reply_error(r, 400, "invalid_argument", msg);
-            goto out;
-        }
-        if (w.rc < 0) {   /* the chunks may not be durable: no version may name them */
-            reply = kd_reply_failure(r, kestrel__error_set(w.rc, "the store could not make the pushed chunks durable"));
-            goto out;
-        }
-    }
+    if (settle_digests(r, name, in, &reply) < 0)
+        goto out;
     if ((s = kestrel__strdup(name)) == NULL) {
         reply = kd_reply_error(r, 500, "internal", "out of memory");
         goto out;

@@ -435,6 +435,68 @@ static int resend_lost(kestrel__transport *t, kestrel__spool *lists, const kestr
     return rc;
 }
 
+/* File i of the push: chunked and hashed (or taken from the stat cache), its chunks handed to the
+ * sender and spooled, then, of a directory, its record (path, size, mode, chunk count, digest), which
+ * also advances the listing's digest while every file's digest is known (*listing_digest: freed and
+ * NULL once one is not, the listing's digest then left to the repository). sha: the file's digest. */
+static int push_file(push_state *ps, ahead *ra, const kestrel__push_files *files, kestrel__spool *lists, size_t i,
+                     EVP_MD_CTX **listing_digest, char sha[65])
+{
+    Kestrel__V1__TreeFile f = KESTREL__V1__TREE_FILE__INIT;
+    const kestrel__listing *list = files->list;
+    char fpath[KESTREL__PUSH_PATH_MAX];
+    int64_t nchunks = 0;
+    size_t first = ps->n;
+    int fd = ahead_take(ra, i), rc;
+    if (list) {
+        f.path = (char *)kestrel__listed_path(list, i);
+        f.size = list->f[i].size;
+        f.mode = list->f[i].mode;
+        ahead_fill(ra, ps, i, files);
+    }
+    if ((rc = chunk_one(ps, fd, kestrel__push_file_path(files, (uint32_t)i, fpath), list ? f.path : "",
+                        (uint32_t)i, list ? f.size : -1, sha, &nchunks)) < 0 ||
+        (rc = kestrel__spool_add(lists, ps->refs + first, ps->n - first)) < 0)
+        return rc;
+    refs_drop(ps);
+    if (list == NULL)
+        return 0;
+    f.chunks = nchunks;   /* its record, after its chunks */
+    /* a file of one chunk: its digest is its chunk's, in the manifest already, which the repository
+     * (or digests_here) fills in: 200,000 small files do not hold it twice */
+    if (nchunks != 1 && sha[0])
+        f.sha256 = sha;
+    if (!f.sha256[0] && *listing_digest) {   /* the listing's digest is then the repository's */
+        EVP_MD_CTX_free(*listing_digest);
+        *listing_digest = NULL;
+    }
+    if (*listing_digest)
+        kestrel__manifest_tree_digest_file(*listing_digest, &f);
+    rc = kestrel__spool_add_file(lists, &f);
+    ps->done += f.size;
+    return rc;
+}
+
+/* Commit m, whose lists are in the spool: once more, when chunks were lost ("... is not stored":
+ * kestreld, file://, and kestreld before it named the collection), after sending those again; any
+ * other refusal is said as it came. A stop is seen while the commit (and a resend) waits, too. */
+static int commit_version(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spool *lists,
+                          const kestrel__push_files *files, kestrel__progress *pr, int64_t *version)
+{
+    int rc;
+    t->tick = pr;
+    if ((rc = t->ops->commit(t, m, lists, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
+                                                                           "is not stored")) {
+        kestrel__error_kept why;
+        size_t lost = 0;
+        kestrel__error_keep(&why);
+        if ((rc = resend_lost(t, lists, files, pr, &lost)) == 0)
+            rc = lost ? t->ops->commit(t, m, lists, version) : kestrel__error_restore(&why);
+    }
+    t->tick = NULL;
+    return rc;
+}
+
 int kestrel__push(kestrel__transport *t, const char *name, const char *path, char *const *select, size_t nselect,
                   const kestrel_transfer_options *o, kestrel__progress *pr, int64_t *version)
 {
@@ -491,39 +553,8 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     if ((rc = kestrel__sender_start(&out, t, &files)) < 0)
         goto done;
     ps.out = &out;
-    for (size_t i = 0; i < nfiles && rc == 0; i++) {
-        Kestrel__V1__TreeFile f = KESTREL__V1__TREE_FILE__INIT;
-        char fpath[KESTREL__PUSH_PATH_MAX];
-        int64_t nchunks = 0;
-        size_t first = ps.n;
-        int fd = ahead_take(&ra, i);
-        if (files.list) {
-            f.path = (char *)kestrel__listed_path(&list, i);
-            f.size = list.f[i].size;
-            f.mode = list.f[i].mode;
-            ahead_fill(&ra, &ps, i, &files);
-        }
-        if ((rc = chunk_one(&ps, fd, kestrel__push_file_path(&files, (uint32_t)i, fpath), files.list ? f.path : "",
-                            (uint32_t)i, files.list ? f.size : -1, sha, &nchunks)) < 0 ||
-            (rc = kestrel__spool_add(lists, ps.refs + first, ps.n - first)) < 0)
-            break;
-        refs_drop(&ps);
-        if (files.list) {   /* its record, after its chunks */
-            f.chunks = nchunks;
-            /* a file of one chunk: its digest is its chunk's, in the manifest already, which the
-             * repository (or digests_here) fills in: 200,000 small files do not hold it twice */
-            if (nchunks != 1 && sha[0])
-                f.sha256 = sha;
-            if (!f.sha256[0] && listing_digest) {   /* the listing's digest is then the repository's */
-                EVP_MD_CTX_free(listing_digest);
-                listing_digest = NULL;
-            }
-            if (listing_digest)
-                kestrel__manifest_tree_digest_file(listing_digest, &f);
-            rc = kestrel__spool_add_file(lists, &f);
-            ps.done += f.size;
-        }
-    }
+    for (size_t i = 0; i < nfiles && rc == 0; i++)
+        rc = push_file(&ps, &ra, &files, lists, i, &listing_digest, sha);
     if (rc == 0)
         rc = handover(&ps, 1);
     {
@@ -555,19 +586,7 @@ int kestrel__push(kestrel__transport *t, const char *name, const char *path, cha
     free(ps.buf);
     ps.refs = NULL;
     ps.buf = NULL;
-    /* once more, when chunks were lost ("... is not stored": kestreld, file://, and kestreld before it
-     * named the collection); any other refusal is said as it came */
-    t->tick = pr;   /* a stop is seen while the commit (and a resend of lost chunks) waits, too */
-    if ((rc = t->ops->commit(t, m, lists, version)) == KESTREL_EINVALID && strstr(kestrel_error_last()->message,
-                                                                           "is not stored")) {
-        kestrel__error_kept why;
-        size_t lost = 0;
-        kestrel__error_keep(&why);
-        if ((rc = resend_lost(t, lists, &files, pr, &lost)) == 0)
-            rc = lost ? t->ops->commit(t, m, lists, version) : kestrel__error_restore(&why);
-    }
-    t->tick = NULL;
-    if (rc < 0)
+    if ((rc = commit_version(t, m, lists, &files, pr, version)) < 0)
         goto done;
     pr->p.bytes_done = pr->p.bytes_total;
     (void)kestrel__progress_report(pr, 1);   /* the version exists: too late to cancel (repo.h) */
