@@ -20,7 +20,6 @@
 #include "internal.h"
 #include "store.h"
 
-#define DEFAULT_MAX (10ll << 30)
 #define TREE_PACKS_MAX 32
 /* Tree packs' indexes, all together, at most: what a pull loads of them (56 bytes a chunk and the
  * path, in memory, for the 80-110 bytes of index a small file takes: about 50 MiB for this much).
@@ -36,41 +35,11 @@ int kestrel__chunk_verified(const char *hex, const kestrel_buf *b, int64_t size)
     return (int64_t)b->size == size && !strcmp(got, hex);
 }
 
-static int64_t parse_size(const char *s)
-{
-    char *end;
-    double v = s ? strtod(s, &end) : -1;
-    if (s == NULL || end == s || v < 0)
-        return DEFAULT_MAX;
-    switch (*end) {
-    case 'k': case 'K': v *= 1024.0; end++; break;
-    case 'm': case 'M': v *= 1048576.0; end++; break;
-    case 'g': case 'G': v *= 1073741824.0; end++; break;
-    case 't': case 'T': v *= 1099511627776.0; end++; break;
-    default: break;
-    }
-    return *end ? DEFAULT_MAX : (int64_t)v;
-}
-
-int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *leaf)
-{
-    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
-    char home[1024];
-    out[0] = '\0';
-    if (env && *env)
-        snprintf(out, n, "%s%s", env, env_suffix);
-    else if (!env && xdg && *xdg)
-        snprintf(out, n, "%s/kestrel/%s", xdg, leaf);
-    else if (!env && kestrel__home(home, sizeof(home)) == 0)   /* never /tmp: anyone may make a folder there */
-        snprintf(out, n, "%s/.cache/kestrel/%s", home, leaf);
-    return out[0] && parse_size(getenv("KESTREL_CACHE_MAX")) != 0;
-}
-
 void kestrel__cache_open(kestrel__chunk_cache *cache)
 {
     char packs[2100];
     memset(cache, 0, sizeof(*cache));
-    cache->max_bytes = parse_size(getenv("KESTREL_CACHE_MAX"));
+    cache->max_bytes = kestrel__cache_max();
     if (!kestrel__cache_dir(cache->dir, sizeof(cache->dir), "", "chunks"))
         return;
     snprintf(packs, sizeof(packs), "%s/packs", cache->dir);

@@ -47,10 +47,6 @@ typedef struct {
     int64_t len;
 } kestrel__cache_item;
 
-/* The directory of one of the local caches (leaf "chunks", "stat"): KESTREL_CACHE_DIR + env_suffix,
- * else $XDG_CACHE_HOME/kestrel/LEAF or ~/.cache/kestrel/LEAF. 0 when the caches are off
- * (KESTREL_CACHE_DIR="" or KESTREL_CACHE_MAX=0). */
-int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *leaf);
 /* The chunk's bytes match its SHA-256 and size. */
 int kestrel__chunk_verified(const char *hex, const kestrel_buf *b, int64_t size);
 /* Parse one pack's index (tree: a tree pack's) from its bytes into cache: the entries it adds to

@@ -121,3 +121,40 @@ int kestrel__dir_own(const char *dir)
         given[--n] = '\0';
     return chain_own(given, 0, own, &links);   /* the way to it, links and all */
 }
+
+#define CACHE_MAX_DEFAULT (10ll << 30)   /* KESTREL_CACHE_MAX unset, or not a size */
+
+static int64_t parse_size(const char *s)
+{
+    char *end;
+    double v = s ? strtod(s, &end) : -1;
+    if (s == NULL || end == s || v < 0)
+        return CACHE_MAX_DEFAULT;
+    switch (*end) {
+    case 'k': case 'K': v *= 1024.0; end++; break;
+    case 'm': case 'M': v *= 1048576.0; end++; break;
+    case 'g': case 'G': v *= 1073741824.0; end++; break;
+    case 't': case 'T': v *= 1099511627776.0; end++; break;
+    default: break;
+    }
+    return *end ? CACHE_MAX_DEFAULT : (int64_t)v;
+}
+
+int64_t kestrel__cache_max(void)
+{
+    return parse_size(getenv("KESTREL_CACHE_MAX"));
+}
+
+int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *leaf)
+{
+    const char *env = getenv("KESTREL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+    char home[1024];
+    out[0] = '\0';
+    if (env && *env)
+        snprintf(out, n, "%s%s", env, env_suffix);
+    else if (!env && xdg && *xdg)
+        snprintf(out, n, "%s/kestrel/%s", xdg, leaf);
+    else if (!env && kestrel__home(home, sizeof(home)) == 0)   /* never /tmp: anyone may make a folder there */
+        snprintf(out, n, "%s/.cache/kestrel/%s", home, leaf);
+    return out[0] && kestrel__cache_max() != 0;
+}

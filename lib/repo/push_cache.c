@@ -21,7 +21,6 @@
 #include <unistd.h>
 #include "push_cache.h"
 #include "chunk.h"
-#include "chunk_cache.h"
 #include "own_dir.h"
 #include "store.h"
 
