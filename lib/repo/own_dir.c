@@ -1,4 +1,5 @@
-/* lib/repo/own_dir.c - the user's own folders and umask (own_dir.h). The caches trust what they
+/* lib/repo/own_dir.c - the user's own folders and umask, and where the caches live and their bound
+ * (kestrel__cache_dir, kestrel__cache_max; own_dir.h). The caches trust what they
  * find (a pull cache's pack is checked on every read, but a push's stat record names the chunks
  * that are not sent again), so they live only where no one else can write: found by a hostile
  * test, a cache under a /tmp/.cache another user had made let that user read every pulled file
@@ -137,7 +138,7 @@ static int64_t parse_size(const char *s)
     case 't': case 'T': v *= 1099511627776.0; end++; break;
     default: break;
     }
-    return *end ? CACHE_MAX_DEFAULT : (int64_t)v;
+    return *end || !(v < 9.2e18) ? CACHE_MAX_DEFAULT : (int64_t)v;   /* not NaN, nor past int64_t (a review) */
 }
 
 int64_t kestrel__cache_max(void)

@@ -1,7 +1,8 @@
 /* lib/repo/repo.h - what the repository wing's files share: a transfer's progress (progress.c), a
  * pushed chunk's reference and its hashing (chunk_hash.c), the manifest and its checks (manifest.c,
- * manifest_check.c), directories listed and installed (tree.c), a pull's temps (pull_sweep.c). The map
- * of the wing's files, and a push and a pull walked through, are lib/repo/README.md. */
+ * manifest_check.c), directories listed and installed (tree.c), a pull's temps (pull_sweep.c), the
+ * push that lib/job's code upload makes (front.c) and a file:// store's JSON listings (get_json.c).
+ * The map of the wing's files, and a push and a pull walked through, are lib/repo/README.md. */
 #ifndef KESTREL_REPO_PRIV_H
 #define KESTREL_REPO_PRIV_H
 

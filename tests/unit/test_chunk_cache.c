@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "chunk_cache.h"
+#include "own_dir.h"
 #include "store.h"
 
 static char dir[160], packs[200];
@@ -117,11 +118,41 @@ static void tree_indexes_and_file_packs_go_least_recently_used_first(void **stat
     kestrel__rm_tree(dir);
 }
 
+/* KESTREL_CACHE_MAX: a size with an optional unit, 0 for no caches, else the default (10 GiB), never
+ * a value past int64_t (a review: NaN, inf and 1e30G were cast as they were). */
+static void the_cache_bound_is_a_size_or_the_default(void **state)
+{
+    static const struct { const char *set; int64_t want; } cases[] = {
+        { NULL, 10ll << 30 }, { "0", 0 }, { "10G", 10ll << 30 }, { "512M", 512ll << 20 }, { "1.5k", 1536 },
+        { "garbage", 10ll << 30 }, { "-1", 10ll << 30 }, { "12X", 10ll << 30 }, { "nan", 10ll << 30 },
+        { "inf", 10ll << 30 }, { "1e30G", 10ll << 30 }, { "9e18", 9000000000000000000ll },
+    };
+    char was[64] = "";
+    const char *env = getenv("KESTREL_CACHE_MAX");
+    (void)state;
+    if (env)
+        snprintf(was, sizeof(was), "%s", env);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (cases[i].set)
+            setenv("KESTREL_CACHE_MAX", cases[i].set, 1);
+        else
+            unsetenv("KESTREL_CACHE_MAX");
+        if (kestrel__cache_max() != cases[i].want)
+            fail_msg("KESTREL_CACHE_MAX=%s: %lld, not %lld", cases[i].set ? cases[i].set : "(unset)",
+                     (long long)kestrel__cache_max(), (long long)cases[i].want);
+    }
+    if (env)
+        setenv("KESTREL_CACHE_MAX", was, 1);
+    else
+        unsetenv("KESTREL_CACHE_MAX");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tree_packs_keep_the_newest_within_their_count_and_their_bytes),
         cmocka_unit_test(tree_indexes_and_file_packs_go_least_recently_used_first),
+        cmocka_unit_test(the_cache_bound_is_a_size_or_the_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
