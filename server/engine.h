@@ -65,6 +65,13 @@ typedef struct {
                                      (upload_mem.h; 0: 4 x (5 x the larger body limit + 20 MiB), 1 GiB at least: main.c) */
 } kd_config;
 
+/* The larger body limit, a commit's or any request's: what a user's quarter of the upload budget must
+ * hold (main.c sizes the budget by it, repo_pack.c how deep a run goes). */
+static inline uint64_t kd_config_largest_body(const kd_config *c)
+{
+    return c->max_manifest > c->max_body ? c->max_manifest : c->max_body;
+}
+
 enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
 
 /* One running job. Fields under the engine lock unless noted. */

@@ -613,8 +613,8 @@ int main(int argc, char **argv)
          * tests/unit/test_wire_cost.c), so that the largest commit fits as it did before its decoding
          * was counted. A budget given below that is kept (it may be a deployment's since before):
          * the largest commits are refused 413, which the warning says. */
-        uint64_t body = cfg.max_manifest > cfg.max_body ? cfg.max_manifest : cfg.max_body;
-        uint64_t need = 4 * (body + (8u << 20)), room = 4 * (5 * body + (8u << 20));
+        uint64_t body = kd_config_largest_body(&cfg);
+        uint64_t need = 4 * (body + KD_RUN_LEAST_ROOM), room = 4 * (5 * body + KD_RUN_LEAST_ROOM);
         if (cfg.max_upload_memory == 0)   /* and a push's packs, runs 16 deep */
             cfg.max_upload_memory = KD_RUN_DEEP_BUDGET(body) > (1ull << 30) ? KD_RUN_DEEP_BUDGET(body) : 1ull << 30;
         else if (cfg.max_upload_memory < room && cfg.max_upload_memory >= need)

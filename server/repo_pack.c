@@ -116,12 +116,10 @@ static void store_failure_heard(kd_pack *p)
  * failed after the client's 25 s of tries). */
 static unsigned run_buffers(const kd_engine *e, const kd_upload_mem *mem)
 {
-    uint64_t body = 0;
     if (mem == NULL)   /* no budget */
         return KD_RUN_BUFFERS;
-    if (e->cfg)
-        body = e->cfg->max_manifest > e->cfg->max_body ? e->cfg->max_manifest : e->cfg->max_body;
-    return kd_upload_mem_total(mem) >= KD_RUN_DEEP_BUDGET(body) ? KD_RUN_BUFFERS : KD_RUN_BUFFERS_LEAST;
+    return kd_upload_mem_total(mem) >= KD_RUN_DEEP_BUDGET(e->cfg ? kd_config_largest_body(e->cfg) : 0)
+               ? KD_RUN_BUFFERS : KD_RUN_BUFFERS_LEAST;
 }
 
 kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)

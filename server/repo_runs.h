@@ -34,10 +34,13 @@ typedef struct kd_run_feed kd_run_feed;
 /* What one push's packs may hold at once with runs KD_RUN_BUFFERS deep: the run's buffers, one each
  * for up to 3 packs beside it (a client sends on 4 streams) and one more for the digests a pack of
  * unnamed chunks is answered, each at FastCDC's largest chunk and its NUL. With runs
- * KD_RUN_BUFFERS_LEAST deep, main.c's least budget counts 8 MiB for a push's packs: the run's 5 and
- * 3 beside it, not the digests (at most 512 KiB), which test_bounded's push under that budget shows
- * is enough (a pack past the quarter is a 503 the client sends again). */
+ * KD_RUN_BUFFERS_LEAST deep, main.c's least budget counts KD_RUN_LEAST_ROOM for a push's packs, not
+ * the digests (at most 512 KiB), which test_bounded's push under that budget shows is enough (a pack
+ * past the quarter is a 503 the client sends again). */
 #define KD_RUN_DEEP_ROOM ((uint64_t)(KD_RUN_BUFFERS + 4) * (KESTREL__CHUNK_MAX + 1))
+/* The same with runs KD_RUN_BUFFERS_LEAST deep, as main.c's least budget counts it: the run's
+ * buffers and 3 packs beside it, at FastCDC's largest chunk (8 MiB). */
+#define KD_RUN_LEAST_ROOM ((uint64_t)(KD_RUN_BUFFERS_LEAST + 3) * KESTREL__CHUNK_MAX)
 /* The least upload budget (--max-upload-memory) that runs packs KD_RUN_BUFFERS deep beside bodies of
  * up to `body` bytes: a user's quarter holds the largest body with what it takes decoded (5 times
  * it in all) and one push's packs. main.c's default, and repo_pack.c's choice of depth. */
