@@ -26,12 +26,14 @@ struct kd_pack {
     int64_t bytes, named_bytes;   /* named_bytes: of bytes, those of chunks sent unnamed */
     int full;               /* the store's disk is full: 507, not the client's fault */
     int io;                 /* the store could not write: 500, not the client's fault either */
-    /* What storing the chunks came to, written by the one thread that stores them (the run's helper
-     * where the pack has a run, else the receiving thread) and read by the receiving thread once
-     * store_failed says so, or after kd_run_feed_end; the failure's message is set before it */
+    /* What storing the chunks came to, written by the threads that store them (where the pack has a
+     * run, its helper and, when the helper is behind, the receiving thread, both at once: the counts
+     * are atomic, and the first failure is the one told; else the receiving thread alone) and read by
+     * the receiving thread once store_failed says so, or after kd_run_feed_end; the failure's message
+     * is set before it */
     int64_t stored;
     int64_t named_held;     /* chunks sent unnamed that the store held already */
-    int store_full, store_failed;
+    int store_full, store_failed, store_failing;
     char store_error[256];
     int too_big;            /* past KD_MAX_PACK: 413 */
     int busy;               /* the budget of upload_mem.h could not hold the next chunk: 503 */
@@ -73,20 +75,23 @@ static void pack_fail(kd_pack *p, const char *msg)
 }
 
 /* A verified chunk stored unless the store has it: 0, or -1 with store_* set (a kd_run_chunk_fn:
- * on the run's helper thread, or on the receiving thread for a pack without a run). */
+ * on the run's helper thread or the receiving thread, up to two at once; or on the receiving thread
+ * for a pack without a run). */
 static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int named)
 {
     kd_pack *p = ctx;
     int err;
     if (kestrel__store_has_chunk(p->store, hex)) {
-        p->named_held += named;
+        __atomic_add_fetch(&p->named_held, named, __ATOMIC_RELAXED);
         return 0;
     }
     if (kestrel__store_put_chunk(p->store, hex, chunk->ptr ? chunk->ptr : "", chunk->size) == 0) {
-        p->stored++;
+        __atomic_add_fetch(&p->stored, 1, __ATOMIC_RELAXED);
         return 0;
     }
     err = kestrel__error_errno();   /* this thread's last error, as its message */
+    if (__atomic_exchange_n(&p->store_failing, 1, __ATOMIC_ACQ_REL))
+        return -1;   /* the other thread's failure is the one told */
     p->store_full = err == ENOSPC || err == EDQUOT || err == EFBIG;
     snprintf(p->store_error, sizeof(p->store_error), "%s", kestrel_error_last()->message);
     __atomic_store_n(&p->store_failed, 1, __ATOMIC_RELEASE);

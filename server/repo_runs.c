@@ -35,14 +35,16 @@ struct kd_run_feed {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     size_t depth;           /* chunks this pack may hand its helper ahead of it (<= DEPTH) */
-    kestrel_buf q[DEPTH];   /* ring: [head, head + n) to hash */
+    kestrel_buf q[DEPTH];   /* ring: [head, head + n) to hash and store */
     char hex[DEPTH][65];
     int tag[DEPTH];
-    kd_run_chunk_fn fn;     /* and to hand the pack first (NULL: none) */
+    kd_run_chunk_fn fn;     /* and to store through (NULL: none) */
     void *ctx;
     int fn_failed;          /* fn returned < 0: called no more */
     size_t head, n;
-    kestrel_buf spare[DEPTH + 1];   /* hashed, ready to be handed back */
+    size_t hashed;          /* of [head, head + n), the ones the helper hashed */
+    unsigned char claimed[DEPTH], stored[DEPTH];   /* a thread is storing it; it is stored */
+    kestrel_buf spare[DEPTH + 1];   /* hashed and stored, ready to be handed back */
     size_t nspare;
     int closing, failed;
 };
@@ -72,40 +74,70 @@ void kd_runs_free(kd_runs *runs)
     free(runs);
 }
 
+/* Entry `at` of the ring, just claimed by this thread: fn on it, unless fn failed before. Called and
+ * returns with f->mu held; fn runs without it. */
+static void store_one(kd_run_feed *f, size_t at)
+{
+    kestrel_buf b = f->q[at];
+    char hex[65];
+    int tag = f->tag[at], skip = f->fn == NULL || f->fn_failed, bad = 0;
+    memcpy(hex, f->hex[at], 65);
+    pthread_mutex_unlock(&f->mu);
+    if (!skip)
+        bad = f->fn(f->ctx, hex, &b, tag) < 0;
+    pthread_mutex_lock(&f->mu);
+    if (bad)
+        f->fn_failed = f->failed = 1;   /* the pack's own failure: the run is dropped */
+    f->stored[at] = 1;
+}
+
+/* The oldest entries, hashed and stored, give their buffers back. Under f->mu. */
+static void release_done(kd_run_feed *f)
+{
+    while (f->hashed && f->stored[f->head]) {
+        f->q[f->head].size = 0;
+        f->spare[f->nspare++] = f->q[f->head];
+        f->claimed[f->head] = f->stored[f->head] = 0;
+        f->head = (f->head + 1) % DEPTH;
+        f->n--;
+        f->hashed--;
+    }
+    pthread_cond_broadcast(&f->cv);
+}
+
+/* The helper: each chunk in turn stored (unless the feeding thread claimed it) and hashed. */
 static void *feed_main(void *arg)
 {
     kd_run_feed *f = arg;
+    pthread_mutex_lock(&f->mu);
     for (;;) {
         kestrel_buf b;
-        char hex[65], line[96];
-        int len, tag;
-        pthread_mutex_lock(&f->mu);
-        while (f->n == 0 && !f->closing)
+        char line[96];
+        int len, bad;
+        size_t at;
+        while (f->hashed == f->n && !f->closing)
             pthread_cond_wait(&f->cv, &f->mu);
-        if (f->n == 0) {
-            pthread_mutex_unlock(&f->mu);
+        if (f->hashed == f->n)
             break;
+        at = (f->head + f->hashed) % DEPTH;
+        if (!f->claimed[at]) {
+            f->claimed[at] = 1;
+            store_one(f, at);
         }
-        b = f->q[f->head];
-        memcpy(hex, f->hex[f->head], 65);
-        tag = f->tag[f->head];
+        b = f->q[at];
+        len = snprintf(line, sizeof(line), "%s %zu\n", f->hex[at], b.size);
+        bad = f->failed;   /* the run is dropped already: not hashed on */
         pthread_mutex_unlock(&f->mu);
-        len = snprintf(line, sizeof(line), "%s %zu\n", hex, b.size);
-        if (f->fn && !f->fn_failed && f->fn(f->ctx, hex, &b, tag) < 0)
-            f->fn_failed = f->failed = 1;   /* the pack's own failure: the run is dropped */
-        if (!f->failed && (EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
-                           EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1))
-            f->failed = 1;   /* the run is dropped; the pack's own calls go on */
+        bad = bad || EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
+              EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1;
         f->r->bytes += (int64_t)b.size;
         f->r->chunks++;
         pthread_mutex_lock(&f->mu);
-        b.size = 0;
-        f->spare[f->nspare++] = b;
-        f->head = (f->head + 1) % DEPTH;
-        f->n--;
-        pthread_cond_broadcast(&f->cv);
-        pthread_mutex_unlock(&f->mu);
+        f->failed |= bad;   /* the run is dropped; the pack's own calls go on */
+        f->hashed++;
+        release_done(f);
     }
+    pthread_mutex_unlock(&f->mu);
     return NULL;
 }
 
@@ -174,8 +206,17 @@ void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk, int 
 {
     kestrel_buf fresh = KESTREL_BUF_INIT;
     pthread_mutex_lock(&f->mu);
-    while (f->n == f->depth)
-        pthread_cond_wait(&f->cv, &f->mu);
+    while (f->n == f->depth) {   /* full: store one the helper has not come to, rather than wait */
+        size_t j = f->n, at = 0;
+        while (j > f->hashed && f->claimed[at = (f->head + j - 1) % DEPTH])
+            j--;
+        if (j > f->hashed) {
+            f->claimed[at] = 1;
+            store_one(f, at);
+            release_done(f);
+        } else
+            pthread_cond_wait(&f->cv, &f->mu);
+    }
     f->q[(f->head + f->n) % DEPTH] = *chunk;
     snprintf(f->hex[(f->head + f->n) % DEPTH], 65, "%s", hex);
     f->tag[(f->head + f->n) % DEPTH] = tag;

@@ -28,7 +28,11 @@ typedef struct kd_run_feed kd_run_feed;
  * chunks ahead of the helper, not 4, and neither waits on the other's stalls (a file created, a
  * page allocated). A new 1 GiB push, alternated with the same
  * kestreld at 5 over 6 or 8 rounds: medians 1.90-2.02 s against 1.95-2.16 s in five runs; of the
- * 22 rounds compared one by one, 21 faster and one even (8 buffers did less; 32 and 48 no better). */
+ * 22 rounds compared one by one, 21 faster and one even (8 buffers did less; 32 and 48 no better).
+ * With the ring full, the receiving thread stores chunks the helper has not come to rather than
+ * wait (kd_run_feed_chunk): the same push, alternated with the kestreld that waited, over 6, 8 and
+ * 6 rounds: medians 1.87, 1.97 and 1.96 s against 1.97, 1.99 and 2.03 s (a second helper thread
+ * for the stores instead did worse: 2.16 s against 2.05 s). */
 #define KD_RUN_BUFFERS 16
 #define KD_RUN_BUFFERS_LEAST 5
 /* What one push's packs may hold at once with runs KD_RUN_BUFFERS deep: the run's buffers, one each
@@ -48,9 +52,12 @@ typedef struct kd_run_feed kd_run_feed;
 
 kd_runs *kd_runs_new(void);
 void kd_runs_free(kd_runs *runs);
-/* What the pack does with each chunk on the run's helper thread before hashing it (repo_pack.c
- * stores it there): called with each chunk fed, in order, with the tag it was fed with (opaque
- * here, handed back); one that returns < 0 drops the run, and the helper calls it no more. */
+/* What the pack does with each chunk beside hashing it (repo_pack.c stores it): called once for each
+ * chunk fed, with the tag it was fed with (opaque here, handed back), on the run's helper thread
+ * before it hashes that chunk, or on the thread that feeds the pack when it finds the helper a full
+ * ring behind: that thread then stores the newest chunk the helper has not come to, rather than
+ * wait (so not in order, and up to two calls at once). One that returns < 0 drops the run, and no
+ * call starts after it returned. */
 typedef int (*kd_run_chunk_fn)(void *ctx, const char *hex, const kestrel_buf *chunk, int tag);
 /* A pack of run id (user's) starting at byte `at` of it: at 0 starts the run (again), else it must
  * continue where the run's last pack ended; with `buffers` (2 to KD_RUN_BUFFERS) chunk buffers, one
@@ -60,7 +67,8 @@ typedef int (*kd_run_chunk_fn)(void *ctx, const char *hex, const kestrel_buf *ch
 kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at, unsigned buffers,
                                kd_run_chunk_fn fn, void *ctx);
 /* A chunk of the pack, verified: its digest and bytes. The bytes go to the helper: *chunk is
- * swapped for a buffer the helper is done with (empty), so no chunk is copied. */
+ * swapped for a buffer the helper is done with (empty), so no chunk is copied. With the ring full,
+ * calls fn on chunks the helper has not come to until a buffer is free (see kd_run_chunk_fn). */
 void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk, int tag);
 /* The pack ended (ok: every chunk verified): the run keeps what it was fed, or is dropped. Waits
  * for the helper, its last call of the chunk function returned; frees f. */

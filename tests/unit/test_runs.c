@@ -1,0 +1,172 @@
+/* Unit tests: a run's whole-file SHA-256 as a pack feeds it (server/repo_runs.h), with the feeding
+ * thread storing chunks when the helper is a full ring behind. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "internal.h"
+#include "repo_runs.h"
+#include "store.h"
+
+#define N 96
+#define RUN_ID "0123456789abcdef0123456789abcdef"
+
+typedef struct {
+    pthread_t feeder;
+    int calls[N];           /* fn's calls, by tag */
+    int on_feeder, on_helper;
+    int fail_at;            /* the tag fn fails on (-1: none) */
+    int after_failure;      /* calls that started once fn had failed */
+    int failed;
+    pthread_mutex_t mu;
+} fake_store;
+
+/* Stores nothing: counts, and is slow on the helper so that its ring fills. */
+static int slow_store(void *ctx, const char *hex, const kestrel_buf *chunk, int tag)
+{
+    fake_store *s = ctx;
+    int mine = pthread_equal(pthread_self(), s->feeder);
+    (void)hex;
+    (void)chunk;
+    pthread_mutex_lock(&s->mu);
+    s->calls[tag]++;
+    s->after_failure += s->failed;
+    if (mine)
+        s->on_feeder++;
+    else
+        s->on_helper++;
+    pthread_mutex_unlock(&s->mu);
+    if (!mine)
+        usleep(2000);
+    if (tag == s->fail_at) {
+        pthread_mutex_lock(&s->mu);
+        s->failed = 1;
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    char *hex[N];
+    int64_t size[N];
+    char whole[65];
+} chunks;
+
+/* N chunks of 1 to 64 KiB of pseudo-random bytes: their digests, sizes and the SHA-256 of them all. */
+static void make_chunks(chunks *c, uint8_t **data)
+{
+    kestrel_buf all = KESTREL_BUF_INIT;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < N; i++) {
+        size_t len = 1 + (size_t)(x % (64 * 1024));
+        data[i] = malloc(len);
+        assert_non_null(data[i]);
+        for (size_t k = 0; k < len; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            data[i][k] = (uint8_t)x;
+        }
+        c->size[i] = (int64_t)len;
+        c->hex[i] = malloc(65);
+        assert_non_null(c->hex[i]);
+        kestrel__sha256_hex(data[i], len, c->hex[i]);
+        assert_int_equal(kestrel__buf_put(&all, data[i], len), 0);
+    }
+    kestrel__sha256_hex(all.ptr, all.size, c->whole);
+    kestrel_buf_dispose(&all);
+}
+
+static void free_chunks(chunks *c, uint8_t **data)
+{
+    for (int i = 0; i < N; i++) {
+        free(c->hex[i]);
+        free(data[i]);
+    }
+}
+
+/* Feeds the N chunks, `buffers` deep, in two packs (the second continues the run); 1 when the run
+ * was kept and its digest is the one of all the bytes, 0 when it was dropped. */
+static int feed(fake_store *s, unsigned buffers, const chunks *c, uint8_t **data)
+{
+    kd_runs *runs = kd_runs_new();
+    kestrel_buf b = KESTREL_BUF_INIT;
+    char out[65] = "";
+    int64_t at = 0;
+    int kept;
+    assert_non_null(runs);
+    s->feeder = pthread_self();
+    for (int pack = 0; pack < 2; pack++) {
+        kd_run_feed *f = kd_run_feed_begin(runs, 7, RUN_ID, at, buffers, slow_store, s);
+        if (f == NULL && pack > 0)
+            break;   /* the first pack dropped the run: nothing to continue */
+        assert_non_null(f);
+        for (int i = pack * N / 2; i < (pack + 1) * N / 2; i++) {
+            b.size = 0;
+            assert_int_equal(kestrel__buf_put(&b, data[i], (size_t)c->size[i]), 0);
+            kd_run_feed_chunk(f, c->hex[i], &b, i);   /* b: a spare buffer, or a new one */
+            at += c->size[i];
+        }
+        kd_run_feed_end(f, 1);
+    }
+    kestrel_buf_dispose(&b);
+    kept = kd_runs_take(runs, 7, c->hex, c->size, N, out);
+    if (kept)
+        assert_string_equal(out, c->whole);
+    kd_runs_free(runs);
+    return kept;
+}
+
+/* Each chunk stored once, some by the feeding thread (the helper was slow), and the run's digest is
+ * still the SHA-256 of the bytes in order, at the deepest ring and at the least. */
+static void test_feeder_stores_when_the_helper_is_behind(void **state)
+{
+    uint8_t *data[N];
+    chunks c;
+    unsigned depths[] = { KD_RUN_BUFFERS, KD_RUN_BUFFERS_LEAST, 2 };
+    (void)state;
+    make_chunks(&c, data);
+    for (size_t d = 0; d < sizeof(depths) / sizeof(depths[0]); d++) {
+        fake_store s = { .fail_at = -1 };
+        pthread_mutex_init(&s.mu, NULL);
+        assert_int_equal(feed(&s, depths[d], &c, data), 1);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(s.calls[i], 1);
+        assert_true(s.on_feeder > 0);
+        assert_true(s.on_helper > 0);
+        pthread_mutex_destroy(&s.mu);
+    }
+    free_chunks(&c, data);
+}
+
+/* A store that fails drops the run, and no chunk is stored twice. A call may start while the failing
+ * one returns (the other thread's), not once it has. */
+static void test_a_failed_store_drops_the_run(void **state)
+{
+    uint8_t *data[N];
+    chunks c;
+    fake_store s = { .fail_at = 20 };
+    (void)state;
+    make_chunks(&c, data);
+    pthread_mutex_init(&s.mu, NULL);
+    assert_int_equal(feed(&s, KD_RUN_BUFFERS, &c, data), 0);
+    for (int i = 0; i < N; i++)
+        assert_true(s.calls[i] <= 1);
+    assert_int_equal(s.calls[20], 1);
+    assert_true(s.after_failure <= 2);
+    pthread_mutex_destroy(&s.mu);
+    free_chunks(&c, data);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_feeder_stores_when_the_helper_is_behind),
+        cmocka_unit_test(test_a_failed_store_drops_the_run),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
