@@ -105,6 +105,21 @@ static void release_done(kd_run_feed *f)
     pthread_cond_broadcast(&f->cv);
 }
 
+/* The feeding thread stores the newest chunk the helper has not come to: 1, or 0 when there is none
+ * (each is hashed, or claimed). Under f->mu. */
+static int store_ahead(kd_run_feed *f)
+{
+    size_t j = f->n, at = 0;
+    while (j > f->hashed && f->claimed[at = (f->head + j - 1) % DEPTH])
+        j--;
+    if (j == f->hashed)
+        return 0;
+    f->claimed[at] = 1;
+    store_one(f, at);
+    release_done(f);
+    return 1;
+}
+
 /* The helper: each chunk in turn stored (unless the feeding thread claimed it) and hashed. */
 static void *feed_main(void *arg)
 {
@@ -206,17 +221,9 @@ void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk, int 
 {
     kestrel_buf fresh = KESTREL_BUF_INIT;
     pthread_mutex_lock(&f->mu);
-    while (f->n == f->depth) {   /* full: store one the helper has not come to, rather than wait */
-        size_t j = f->n, at = 0;
-        while (j > f->hashed && f->claimed[at = (f->head + j - 1) % DEPTH])
-            j--;
-        if (j > f->hashed) {
-            f->claimed[at] = 1;
-            store_one(f, at);
-            release_done(f);
-        } else
+    while (f->n == f->depth)   /* full: store one the helper has not come to, rather than wait */
+        if (!store_ahead(f))
             pthread_cond_wait(&f->cv, &f->mu);
-    }
     f->q[(f->head + f->n) % DEPTH] = *chunk;
     snprintf(f->hex[(f->head + f->n) % DEPTH], 65, "%s", hex);
     f->tag[(f->head + f->n) % DEPTH] = tag;
@@ -237,6 +244,8 @@ void kd_run_feed_end(kd_run_feed *f, int ok)
     runs = f->runs;
     r = f->r;
     pthread_mutex_lock(&f->mu);
+    while (store_ahead(f))   /* the pack's last chunks: stored beside the helper, not after it */
+        ;
     f->closing = 1;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);

@@ -70,8 +70,9 @@ kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int6
  * swapped for a buffer the helper is done with (empty), so no chunk is copied. With the ring full,
  * calls fn on chunks the helper has not come to until a buffer is free (see kd_run_chunk_fn). */
 void kd_run_feed_chunk(kd_run_feed *f, const char *hex, kestrel_buf *chunk, int tag);
-/* The pack ended (ok: every chunk verified): the run keeps what it was fed, or is dropped. Waits
- * for the helper, its last call of the chunk function returned; frees f. */
+/* The pack ended (ok: every chunk verified): the run keeps what it was fed, or is dropped. Stores the
+ * chunks the helper has not come to (as kd_run_feed_chunk does with the ring full), then waits for
+ * the helper, its last call of the chunk function returned; frees f. */
 void kd_run_feed_end(kd_run_feed *f, int ok);
 /* When a run of user holds exactly the chunks (hex[i], size[i]), i < k, in this order: 1 with
  * their SHA-256 in out, and the run is used up; else 0. */
