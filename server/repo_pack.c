@@ -81,6 +81,8 @@ static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int
 {
     kd_pack *p = ctx;
     int err;
+    if (__atomic_load_n(&p->store_failing, __ATOMIC_ACQUIRE))
+        return -1;   /* the other thread's store failed: none starts after it */
     if (kestrel__store_has_chunk(p->store, hex)) {
         __atomic_add_fetch(&p->named_held, named, __ATOMIC_RELAXED);
         return 0;
@@ -100,7 +102,8 @@ static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int
 
 /* The pack fails as its store did (a full disk: 507, else 500). That failure comes first in the
  * pack whatever the receiving thread found since: the helper is handed chunks only while nothing
- * has failed, and may store up to 15 behind the thread that goes on to check the next. */
+ * has failed, and may store up to 15 behind the thread that goes on to check the next (which stores
+ * some of them itself when the helper is that far behind: repo_runs.h). */
 static void store_failure_heard(kd_pack *p)
 {
     if (!__atomic_load_n(&p->store_failed, __ATOMIC_ACQUIRE))
@@ -150,7 +153,8 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
         kd_pack_free(p);
         return NULL;
     }
-    /* its chunks stored on the run's helper thread, off the receiving one */
+    /* its chunks stored on the run's helper thread, off the receiving one, but where the helper is
+     * a full ring behind (kd_run_feed_chunk, kd_run_feed_end) */
     if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off, p->nbufs, store_chunk, p)) == NULL) {
         uint64_t each = p->held / p->nbufs;   /* no run after all (busy, not at `at`): one buffer */
         kd_upload_mem_give(p->mem, p->user, p->held - each);
@@ -183,15 +187,15 @@ static int keep_name(kd_pack *p, const uint8_t md[32])
 }
 
 /* The chunk in p->chunk is whole: verified against the digest it came with (or, sent unnamed,
- * named by its bytes), then stored unless the store has it: here, or with a run on the run's
- * helper thread as it is fed to the run. */
+ * named by its bytes), then stored unless the store has it: here, or with a run as it is fed to the
+ * run (on its helper thread, or on this one when the helper is a full ring behind). */
 static void chunk_done(kd_pack *p)
 {
     char want[KESTREL__HEX_LEN + 1], got[KESTREL__HEX_LEN + 1];
     unsigned char md[EVP_MAX_MD_SIZE];   /* hashed once: bytes for an unnamed chunk's answer, hex to compare */
     unsigned int mdn = 0;
     int name_it = !memcmp(p->head, unnamed, sizeof(unnamed));
-    store_failure_heard(p);   /* the run's helper could not store an earlier chunk: no more */
+    store_failure_heard(p);   /* an earlier chunk of the run could not be stored: no more */
     if (p->error[0])
         goto out;
     kestrel__hex(p->head, 32, want);
@@ -216,7 +220,7 @@ static void chunk_done(kd_pack *p)
     } else if (p->run == NULL && store_chunk(p, want, &p->chunk, name_it) < 0)
         store_failure_heard(p);
     p->bytes += (int64_t)p->chunk.size;
-    if (p->run && !p->error[0])   /* stored and hashed into the run on the run's thread (the buffer swapped) */
+    if (p->run && !p->error[0])   /* stored and hashed into the run (the buffer swapped): see repo_runs.h */
         kd_run_feed_chunk(p->run, want, &p->chunk, name_it);
 out:
     p->chunk.size = 0;

@@ -40,7 +40,7 @@ struct kd_run_feed {
     int tag[DEPTH];
     kd_run_chunk_fn fn;     /* and to store through (NULL: none) */
     void *ctx;
-    int fn_failed;          /* fn returned < 0: called no more */
+    int fn_failed;          /* fn returned < 0: no call starts after this is set */
     size_t head, n;
     size_t hashed;          /* of [head, head + n), the ones the helper hashed */
     unsigned char claimed[DEPTH], stored[DEPTH];   /* a thread is storing it; it is stored */
@@ -105,12 +105,26 @@ static void release_done(kd_run_feed *f)
     pthread_cond_broadcast(&f->cv);
 }
 
+/* Another chunk of the ring, not stored yet, has the same digest as entry at (a file's repeated
+ * bytes). Under f->mu. */
+static int twin_unstored(const kd_run_feed *f, size_t at)
+{
+    for (size_t j = 0; j < f->n; j++) {
+        size_t k = (f->head + j) % DEPTH;
+        if (k != at && !f->stored[k] && !strcmp(f->hex[k], f->hex[at]))
+            return 1;
+    }
+    return 0;
+}
+
 /* The feeding thread stores the newest chunk the helper has not come to: 1, or 0 when there is none
- * (each is hashed, or claimed). Under f->mu. */
+ * (each is hashed, or claimed). One with a twin in the ring not stored yet is left to the helper,
+ * which stores them in order, so the later twin finds the earlier one stored (counted as held, as
+ * before this thread stored any) and the two are never written at once. Under f->mu. */
 static int store_ahead(kd_run_feed *f)
 {
     size_t j = f->n, at = 0;
-    while (j > f->hashed && f->claimed[at = (f->head + j - 1) % DEPTH])
+    while (j > f->hashed && (f->claimed[at = (f->head + j - 1) % DEPTH] || twin_unstored(f, at)))
         j--;
     if (j == f->hashed)
         return 0;

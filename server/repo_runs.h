@@ -22,11 +22,11 @@ typedef struct kd_runs kd_runs;
 typedef struct kd_run_feed kd_run_feed;
 
 /* The chunk buffers a pack with a run may have at once: its own, and those it handed the helper
- * (queued, or hashed and not yet taken back). KD_RUN_BUFFERS where a user's quarter of the upload
- * budget (upload_mem.h) holds KD_RUN_DEEP_ROOM beside the largest body decoded, as kestreld's
+ * (queued, or hashed and not yet stored and taken back). KD_RUN_BUFFERS where a user's quarter of the
+ * upload budget (upload_mem.h) holds KD_RUN_DEEP_ROOM beside the largest body decoded, as kestreld's
  * default budget does, else KD_RUN_BUFFERS_LEAST (repo_pack.c): the receiving thread runs up to 15
- * chunks ahead of the helper, not 4, and neither waits on the other's stalls (a file created, a
- * page allocated). A new 1 GiB push, alternated with the same
+ * chunks ahead of the helper, not 4, and neither waits on the other's short stalls (a file created,
+ * a page allocated). A new 1 GiB push, alternated with the same
  * kestreld at 5 over 6 or 8 rounds: medians 1.90-2.02 s against 1.95-2.16 s in five runs; of the
  * 22 rounds compared one by one, 21 faster and one even (8 buffers did less; 32 and 48 no better).
  * With the ring full, the receiving thread stores chunks the helper has not come to rather than
@@ -54,10 +54,12 @@ kd_runs *kd_runs_new(void);
 void kd_runs_free(kd_runs *runs);
 /* What the pack does with each chunk beside hashing it (repo_pack.c stores it): called once for each
  * chunk fed, with the tag it was fed with (opaque here, handed back), on the run's helper thread
- * before it hashes that chunk, or on the thread that feeds the pack when it finds the helper a full
- * ring behind: that thread then stores the newest chunk the helper has not come to, rather than
- * wait (so not in order, and up to two calls at once). One that returns < 0 drops the run, and no
- * call starts after it returned. */
+ * before it hashes that chunk, or on the thread that feeds the pack, which stores the newest chunks
+ * the helper has not come to when it finds the helper a full ring behind, rather than wait, and at
+ * the pack's end (so not in order, and up to two calls at once; never two at once for chunks of the
+ * same digest). One that returns < 0 drops the run; the chunks after it get no call, but the other
+ * thread may start calls until the failing one's thread has taken its answer in (fewer than a ring:
+ * repo_pack.c's refuses those itself). */
 typedef int (*kd_run_chunk_fn)(void *ctx, const char *hex, const kestrel_buf *chunk, int tag);
 /* A pack of run id (user's) starting at byte `at` of it: at 0 starts the run (again), else it must
  * continue where the run's last pack ended; with `buffers` (2 to KD_RUN_BUFFERS) chunk buffers, one

@@ -65,7 +65,8 @@ def test_a_full_disk_fails_cleanly_and_kestreld_keeps_serving(small_fs, tmp_path
 
 def test_a_full_store_is_a_packs_answer_whatever_follows_it(small_fs, tmp_path):
     """A pack of one run has its chunks written on the run's helper thread, up to 15 behind the thread
-    that receives and checks the next ones (4 under a small --max-upload-memory). The first write the
+    that receives and checks the next ones (4 under a small --max-upload-memory), which writes some of
+    them itself when the helper is that far behind, or at the pack's end. The first write the
     full disk refuses is the pack's answer, 507 'No space left', though the pack then ends in the
     middle of a chunk, which the receiving thread finds first (alone, a 400): the store's failure comes
     first in the pack. Nothing half-written is left, and kestreld goes on."""

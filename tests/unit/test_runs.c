@@ -17,57 +17,69 @@
 #define RUN_ID "0123456789abcdef0123456789abcdef"
 
 typedef struct {
+    char *hex[N];
+    int64_t size[N];
+    char whole[65];
+} chunks;
+
+typedef struct {
+    const chunks *c;
     pthread_t feeder;
     int calls[N];           /* fn's calls, by tag */
     int on_feeder;          /* calls on the feeding thread */
+    int wrong;              /* calls whose bytes were not the chunk's, or whose digest was another's */
+    int busy[N];            /* calls under way, by tag */
+    int twins_at_once;      /* calls that began while one for the same digest was under way */
     int fail_at;            /* the tag fn fails on (-1: none) */
     int after_failure;      /* calls that started once fn had failed */
     int failed;
     pthread_mutex_t mu;
 } fake_store;
 
-/* Stores nothing: counts, and is slow on the helper so that its ring fills. */
+/* Stores nothing: checks the bytes it is handed and counts, slowly on the helper so that its ring
+ * fills. A buffer handed back while a call still reads it is a wrong chunk (or a race helgrind sees). */
 static int slow_store(void *ctx, const char *hex, const kestrel_buf *chunk, int tag)
 {
     fake_store *s = ctx;
-    int mine = pthread_equal(pthread_self(), s->feeder);
-    (void)hex;
-    (void)chunk;
+    int mine = pthread_equal(pthread_self(), s->feeder), bad;
+    char got[65];
     pthread_mutex_lock(&s->mu);
     s->calls[tag]++;
     s->after_failure += s->failed;
     s->on_feeder += mine;
+    for (int t = 0; t < N; t++)
+        s->twins_at_once += s->busy[t] && !strcmp(s->c->hex[t], hex);
+    s->busy[tag] = 1;
     pthread_mutex_unlock(&s->mu);
     if (!mine)
         usleep(2000);
-    if (tag == s->fail_at) {
-        pthread_mutex_lock(&s->mu);
+    kestrel__sha256_hex(chunk->ptr, chunk->size, got);
+    bad = strcmp(got, hex) || strcmp(hex, s->c->hex[tag]);
+    pthread_mutex_lock(&s->mu);
+    s->wrong += bad;
+    s->busy[tag] = 0;
+    if (tag == s->fail_at)
         s->failed = 1;
-        pthread_mutex_unlock(&s->mu);
-        return -1;
-    }
-    return 0;
+    pthread_mutex_unlock(&s->mu);
+    return tag == s->fail_at ? -1 : 0;
 }
 
-typedef struct {
-    char *hex[N];
-    int64_t size[N];
-    char whole[65];
-} chunks;
-
-/* N chunks of 1 to 64 KiB of pseudo-random bytes: their digests, sizes and the SHA-256 of them all. */
-static void make_chunks(chunks *c, uint8_t **data)
+/* N chunks of 1 to 64 KiB of pseudo-random bytes (with twins: every fourth the same bytes as the one
+ * two before it): their digests, sizes and the SHA-256 of them all. */
+static void make_chunks(chunks *c, uint8_t **data, int twins)
 {
     kestrel_buf all = KESTREL_BUF_INIT;
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < N; i++) {
-        size_t len = 1 + (size_t)(x % (64 * 1024));
+        size_t len = twins && i % 4 == 3 ? (size_t)c->size[i - 2] : 1 + (size_t)(x % (64 * 1024));
         data[i] = malloc(len);
         assert_non_null(data[i]);
         for (size_t k = 0; k < len; k++) {
             x ^= x << 13, x ^= x >> 7, x ^= x << 17;
             data[i][k] = (uint8_t)x;
         }
+        if (twins && i % 4 == 3)
+            memcpy(data[i], data[i - 2], len);
         c->size[i] = (int64_t)len;
         c->hex[i] = malloc(65);
         assert_non_null(c->hex[i]);
@@ -97,6 +109,7 @@ static int feed(fake_store *s, unsigned buffers, const chunks *c, uint8_t **data
     int kept;
     assert_non_null(runs);
     s->feeder = pthread_self();
+    s->c = c;
     for (int pack = 0; pack < 2; pack++) {
         kd_run_feed *f = kd_run_feed_begin(runs, 7, RUN_ID, at, buffers, slow_store, s);
         if (f == NULL && pack > 0)
@@ -118,44 +131,49 @@ static int feed(fake_store *s, unsigned buffers, const chunks *c, uint8_t **data
     return kept;
 }
 
-/* Each chunk stored once, some by the feeding thread (the helper was slow, and a pack's end stores
- * what the helper has not come to; which thread stores the rest is the scheduler's), and the run's
- * digest is still the SHA-256 of the bytes in order, at the deepest ring, the least kestreld uses,
- * and a ring of one. */
+/* Each chunk stored once, with its own bytes, some by the feeding thread (the helper was slow, and a
+ * pack's end stores what the helper has not come to; which thread stores the rest is the
+ * scheduler's), never two of one digest at once, and the run's digest is still the SHA-256 of the
+ * bytes in order: at the deepest ring, the least kestreld uses, and a ring of one. */
 static void test_feeder_stores_when_the_helper_is_behind(void **state)
 {
     uint8_t *data[N];
     chunks c;
     unsigned depths[] = { KD_RUN_BUFFERS, KD_RUN_BUFFERS_LEAST, 2 };
     (void)state;
-    make_chunks(&c, data);
-    for (size_t d = 0; d < sizeof(depths) / sizeof(depths[0]); d++) {
-        fake_store s = { .fail_at = -1 };
-        pthread_mutex_init(&s.mu, NULL);
-        assert_int_equal(feed(&s, depths[d], &c, data), 1);
-        for (int i = 0; i < N; i++)
-            assert_int_equal(s.calls[i], 1);
-        assert_true(s.on_feeder > 0);
-        pthread_mutex_destroy(&s.mu);
+    for (int twins = 0; twins < 2; twins++) {
+        make_chunks(&c, data, twins);
+        for (size_t d = 0; d < sizeof(depths) / sizeof(depths[0]); d++) {
+            fake_store s = { .fail_at = -1 };
+            pthread_mutex_init(&s.mu, NULL);
+            assert_int_equal(feed(&s, depths[d], &c, data), 1);
+            for (int i = 0; i < N; i++)
+                assert_int_equal(s.calls[i], 1);
+            assert_true(s.on_feeder > 0);
+            assert_int_equal(s.wrong, 0);
+            assert_int_equal(s.twins_at_once, 0);
+            pthread_mutex_destroy(&s.mu);
+        }
+        free_chunks(&c, data);
     }
-    free_chunks(&c, data);
 }
 
-/* A store that fails drops the run, and no chunk is stored twice. A call may start while the failing
- * one returns (the other thread's), not once it has. */
+/* A store that fails drops the run, and no chunk is stored twice. Calls may start on the other
+ * thread while the failing one returns (fewer than a ring), not once its thread has its answer. */
 static void test_a_failed_store_drops_the_run(void **state)
 {
     uint8_t *data[N];
     chunks c;
     fake_store s = { .fail_at = 20 };
     (void)state;
-    make_chunks(&c, data);
+    make_chunks(&c, data, 0);
     pthread_mutex_init(&s.mu, NULL);
     assert_int_equal(feed(&s, KD_RUN_BUFFERS, &c, data), 0);
     for (int i = 0; i < N; i++)
         assert_true(s.calls[i] <= 1);
     assert_int_equal(s.calls[20], 1);
-    assert_true(s.after_failure <= 2);
+    assert_true(s.after_failure < KD_RUN_BUFFERS);
+    assert_int_equal(s.wrong, 0);
     pthread_mutex_destroy(&s.mu);
     free_chunks(&c, data);
 }
