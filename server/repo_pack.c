@@ -33,7 +33,9 @@ struct kd_pack {
      * is set before it */
     int64_t stored;
     int64_t named_held;     /* chunks sent unnamed that the store held already */
-    int store_full, store_failed, store_failing;
+    int store_full, store_failed;
+    int store_failing;      /* a store failed: set first, by exchange, so that one failure is told
+                             * (store_full, store_error, then store_failed) and no store starts after */
     char store_error[256];
     int too_big;            /* past KD_MAX_PACK: 413 */
     int busy;               /* the budget of upload_mem.h could not hold the next chunk: 503 */

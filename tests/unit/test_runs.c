@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "internal.h"
+#include "repo_fixture.h"   /* random_bytes */
 #include "repo_runs.h"
 #include "store.h"
 
@@ -69,16 +70,12 @@ static int slow_store(void *ctx, const char *hex, const kestrel_buf *chunk, int 
 static void make_chunks(chunks *c, uint8_t **data, int twins)
 {
     kestrel_buf all = KESTREL_BUF_INIT;
-    uint64_t x = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < N; i++) {
-        size_t len = twins && i % 4 == 3 ? (size_t)c->size[i - 2] : 1 + (size_t)(x % (64 * 1024));
-        data[i] = malloc(len);
+        int twin = twins && i % 4 == 3;
+        size_t len = twin ? (size_t)c->size[i - 2] : 1 + (size_t)i * 2654435761u % (64 * 1024);
+        data[i] = random_bytes(len, (uint64_t)i + 1);
         assert_non_null(data[i]);
-        for (size_t k = 0; k < len; k++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            data[i][k] = (uint8_t)x;
-        }
-        if (twins && i % 4 == 3)
+        if (twin)
             memcpy(data[i], data[i - 2], len);
         c->size[i] = (int64_t)len;
         c->hex[i] = malloc(65);
