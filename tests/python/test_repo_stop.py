@@ -166,9 +166,10 @@ def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path,
 @pytest.mark.parametrize("what", ["file", "directory"])
 def test_a_live_pulls_temp_is_never_swept(kestreld, tmp_path, monkeypatch, what):
     """While a pull runs, its temp aged by hand, a second pull to the same DEST (another process) leaves
-    it alone: the first pull holds its lock; both complete."""
+    it alone: the first pull holds its lock; both complete. The pull is 256 MiB so that its progress,
+    reported every 100 ms, is seen while the temp exists: 96 MiB once went by between two reports."""
     monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
-    c, src = pushed_source(kestreld, tmp_path, "team/live", what, 96 << 20, 12, 8 << 20)
+    c, src = pushed_source(kestreld, tmp_path, "team/live", what, 256 << 20, 16, 16 << 20)
     work = tmp_path / "work"
     work.mkdir()
     seen = []
