@@ -51,6 +51,6 @@ if [ -n "$MODEL" ]; then
   echo "demo: pushing the trained model to the repository"
   "$KESTREL" push demo/mnist "$MODEL" --alias production --meta job="$ID" --meta framework=keras
   "$KESTREL" models demo/mnist
-  "$KESTREL" pull demo/mnist@production -o "$DATA/pulled.keras" >/dev/null
+  "$KESTREL" pull demo/mnist@production "$DATA/pulled.keras" >/dev/null
   echo "demo: pulled demo/mnist@production: $(sha256sum < "$DATA/pulled.keras" | cut -c1-16)... (pushed $(sha256sum < "$MODEL" | cut -c1-16)...)"
 fi
