@@ -42,7 +42,8 @@ static const cli_command commands[] = {
       "Usage: kestrel reproduce NAME[@REF]\n\nQueue again the job whose run pushed that version (its lineage names it).\n",
       no_opts, NULL },
     { "envs", cmd_envs, "the server's standard environments and their packages",
-      "Usage: kestrel envs [--packages]\n\nThe environments kestreld declares or built for jobs: name, digest, state.\n"
+      "Usage: kestrel envs [--packages]\n\nThe environments kestreld declares (kestreld --environment NAME=FILE): name, state,\n"
+      "digest. A job's own --requirements venv is not listed: kestrel status ID shows its digest.\n"
       "  --packages     each one's packages (pip freeze)\n",
       envs_opts, NULL },
     { "logs", cmd_logs, "print a job's output, or find lines in every job", cli_help_logs, cli_opts_logs, NULL },

@@ -449,7 +449,7 @@ static void find_bindings(kd_envs *s)
         out.ptr[strcspn(out.ptr, "\n")] = '\0';
         snprintf(s->bindings, sizeof(s->bindings), "%s", out.ptr);
         fprintf(stderr, "kestreld: environments get the kestrel bindings from %s\n", s->bindings);
-    } else if (cfg->nenvs) {
+    } else {   /* said once here (at the first build), and in the log of every job of a build (build) */
         fprintf(stderr, "kestreld: warning: %s cannot import kestrel: jobs in environments cannot either "
                 "(install the bindings for it, or --env-python-path DIR)\n", cfg->env_python);
     }
@@ -541,6 +541,9 @@ static void build(kd_envs *s, env_entry *x)
     }
     {   /* import kestrel: the bindings matching this kestreld, on the venv's path */
         char pth[PATH_MAX + 64], freeze_path[PATH_MAX + 32], site[PATH_MAX];
+        if (!s->bindings[0])   /* the job's own words, where `import kestrel` would fail it */
+            line(s, x, "no kestrel bindings for this venv: `import kestrel` fails in it (kestreld finds none "
+                       "where --env-python imports from; see kestreld --env-python-path DIR)");
         if (s->bindings[0] && site_packages(real, site, sizeof(site)) == 0) {
             snprintf(pth, sizeof(pth), "%s/kestrel-bindings.pth", site);
             if (kestrel__write_file_atomic(pth, s->bindings, strlen(s->bindings), 0644) == 0)

@@ -5,6 +5,7 @@ the job with pip's words; the venv is not the job's to change."""
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import time
 
@@ -86,6 +87,23 @@ def test_declared_environments_are_listed_and_unknown_ones_refused(daemon, tmp_p
     assert status == 413
     r = d.cli("submit", "--requirements", str(tmp_path / "missing.txt"), "--", "true", check=False)
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def test_a_venv_without_bindings_says_so_in_the_jobs_log(daemon, tmp_path):
+    """No --env-python-path and an --env-python that cannot import kestrel (kestreld started without
+    the tests' PYTHONPATH): the job's log says why `import kestrel` fails, and kestreld warned."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if subprocess.run(["/usr/bin/python3", "-c", "import kestrel"], env=env, capture_output=True).returncode == 0:
+        pytest.skip("/usr/bin/python3 imports kestrel by itself here")
+    d = daemon("--gpus", "0", env=env)
+    req = tmp_path / "requirements.txt"
+    req.write_text("# nothing but cffi\n")
+    jid = d.submit("--requirements", str(req), "--", "python", "-c", "import kestrel")
+    j = d.wait(jid, timeout=300)
+    log = d.cli("logs", jid).stdout
+    assert j["state"] == "FAILED" and "No module named 'kestrel'" in log, (j, log)
+    assert "env: no kestrel bindings for this venv" in log and "--env-python-path" in log, log
+    assert "cannot import kestrel" in (d.root / "kestreld.log").read_text()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a job's own identity needs kestreld as root")
@@ -179,7 +197,6 @@ def test_the_whole_flow_from_python_as_a_notebook_would(daemon, tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="the builder account needs kestreld as root")
 def test_a_build_leaves_no_builder_process_and_leaks_nothing(daemon, tmp_path):
     import hashlib
-    import subprocess
     d = daemon("--gpus", "0", env={**os.environ, "KESTREL_TEST_SECRET": "hunter2-not-for-jobs"})
     account = "kestrel-env-builder-" + hashlib.sha256(str(d.data).encode()).hexdigest()[:8]
     req = tmp_path / "requirements.txt"
