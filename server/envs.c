@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "envs.h"
+#include "exec_reap.h"
 #include "exec_util.h"
 #include "identity.h"
 #include "store.h"
@@ -184,9 +185,12 @@ static void line(kd_envs *s, env_entry *x, const char *text)
         kd_exec_log(s->e, ids[i], "env: %s", text);
 }
 
-/* Every process of the builder account, killed (twice: one forking meanwhile is caught the second
- * time): a build's code must not live on to write into the venv after it is sealed, or into the
- * next build. kill -KILL -1 run as that account reaches exactly its processes. */
+/* Every process of the builder account, killed: a build's code must not live on to write into the
+ * venv after it is sealed, or into the next build (a hostile test: a wheel's .pth, run by the pip
+ * freeze, left a process that planted code in the next user's venv). kill -KILL -1 run as that
+ * account reaches exactly its processes, all but the kill itself; it runs again while /proc still
+ * shows one alive (one forking meanwhile is caught the next time), at most KILL_ROUNDS times. */
+#define KILL_ROUNDS 50
 static void kill_builder(const kd_ident *id)
 {
     char *argv[] = { "/bin/kill", "-KILL", "-1", NULL };
@@ -194,21 +198,26 @@ static void kill_builder(const kd_ident *id)
     kd_exec_as as = { id, "/" };
     if (id == NULL || !id->isolated)
         return;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < KILL_ROUNDS; i++) {
         kd_exec_run(argv, "/", &out, &as);
         kestrel_buf_dispose(&out);
+        if (!kd_proc_uid_alive(id->uid))
+            break;
+        nanosleep(&(struct timespec){ 0, 5 * 1000 * 1000 }, NULL);   /* SIGKILL is delivered, not yet done */
     }
 }
 
-/* Run argv (absolute path) as id in cwd, its output line by line into the build's lines; the exit
- * status, or -1. The last lines stay in tail. */
+/* Run argv (absolute path) as id in cwd, its output line by line into the build's lines (or, with
+ * collect, into it); the exit status, or -1. The last lines stay in tail. The step ends when argv's
+ * process does: what it started and left holding the output open is killed then (as root; else no
+ * longer read), so that a package's code cannot hold the build, or kestreld's builder, open. */
 static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, const kd_ident *id, char *tail,
-               size_t tn)
+               size_t tn, kestrel_buf *collect)
 {
     extern char **environ;
     char *env[512], buf[8192];
     size_t k = 0, have = 0;
-    int p[2], status = -1, timed_out = 0;
+    int p[2], status = -1, timed_out = 0, reaped = 0;
     int64_t deadline_ms = kestrel__now_ms() + (int64_t)s->e->cfg->env_build_timeout_s * 1000;
     ssize_t r;
     pid_t pid;
@@ -252,8 +261,15 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
             }
             break;
         }
-        if (pf.revents == 0)
+        if (pf.revents == 0) {   /* a second of silence: has the step ended, its output held by another? */
+            if (reaped)
+                break;   /* killed and still held (kestreld not root): what it writes is not read */
+            if (waitpid(pid, &status, WNOHANG) == pid) {
+                reaped = 1;
+                kill_builder(id);
+            }
             continue;
+        }
         if ((r = read(p[0], buf + have, sizeof(buf) - 1 - have)) == 0)
             break;
         if (r < 0) {
@@ -266,7 +282,9 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
         while ((nl = memchr(start, '\n', have - (size_t)(start - buf))) != NULL) {
             *nl = '\0';
             kd_exec_sanitize(start, strlen(start));
-            if (*start) {
+            if (*start && collect)
+                kestrel__buf_printf(collect, "%s\n", start);
+            else if (*start) {
                 line(s, x, start);
                 snprintf(tail, tn, "%s", start);
             }
@@ -278,7 +296,7 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
             have = 0;   /* a line longer than the buffer: dropped */
     }
     close(p[0]);
-    if (waitpid(pid, &status, 0) < 0)
+    if (!reaped && waitpid(pid, &status, 0) < 0)
         status = -1;
     pthread_mutex_lock(&s->mu);
     s->build_pid = 0;
@@ -300,15 +318,25 @@ static void drop(const kd_ident *builder, const char *dir)
 }
 
 /* At start: build dirs no DATA/envs/KEY link names (a build a killed kestreld left, an eviction cut
- * short) are removed. */
+ * short) are removed, and the pip cache earlier kestrelds shared between builds (DATA/envs/.pip-cache:
+ * any build's code could write it, so nothing in it is trusted now that each build has its own). */
 static void sweep_builds(kd_envs *s)
 {
-    char envs[PATH_MAX], base[PATH_MAX + 4];
+    char envs[PATH_MAX], base[PATH_MAX + 4], shared[PATH_MAX + 16];
     DIR *d;
     struct dirent *de;
     kd_ident builder = { 0 };
     int have_builder = 0;
+    struct stat st;
     envs_path(s, envs, sizeof(envs), "");
+    snprintf(shared, sizeof(shared), "%s/.pip-cache", envs);
+    if (lstat(shared, &st) == 0) {
+        if (kd_ident_available() && kd_ident_resolve(s->builder_name, &builder) == 0) {
+            have_builder = 1;
+            kill_builder(&builder);
+        }
+        drop(&builder, shared);
+    }
     snprintf(base, sizeof(base), "%s/.b", envs);
     if ((d = opendir(base)) == NULL)
         return;
@@ -465,25 +493,24 @@ static void build(kd_envs *s, env_entry *x)
     char key[65];
     kd_ident builder = { 0 };
     kestrel_buf freeze = KESTREL_BUF_INIT;
-    int rc = -1;
+    int rc = -1, resolved;
     if (!s->bindings_known) {
         find_bindings(s);
         s->bindings_known = 1;
     }
     envs_path(s, base, sizeof(base), ".b");
-    envs_path(s, cache, sizeof(cache), ".pip-cache");
     snprintf(real, sizeof(real), "%s/%.16s-XXXXXX", base, x->key);
-    if ((kd_ident_available() && kd_ident_resolve(s->builder_name, &builder) < 0) ||
-        kestrel__mkdirs(base, 0711) < 0 || chmod(base, 0711) < 0 || kestrel__mkdirs(cache, 0700) < 0 ||
-        mkdtemp(real) == NULL ||
-        chmod(real, 0755) < 0) {
+    resolved = !kd_ident_available() || kd_ident_resolve(s->builder_name, &builder) == 0;
+    kill_builder(resolved ? &builder : NULL);   /* nothing of an earlier build runs into this one */
+    if (!resolved || kestrel__mkdirs(base, 0711) < 0 || chmod(base, 0711) < 0 || mkdtemp(real) == NULL ||
+        chmod(real, 0755) < 0 || snprintf(cache, sizeof(cache), "%s/.pip-cache", real) < 0 || mkdir(cache, 0700) < 0) {
         snprintf(x->error, sizeof(x->error), "cannot make a build dir: %s", kestrel_error_last()->message[0]
                  ? kestrel_error_last()->message : strerror(errno));
         goto out;
     }
     snprintf(reqs, sizeof(reqs), "%s/kestrel-requirements.txt", real);
     if (kestrel__write_file_atomic(reqs, x->requirements, strlen(x->requirements), 0644) < 0 ||
-        kd_ident_chown(&builder, real, 1) < 0 || kd_ident_chown(&builder, cache, 0) < 0) {
+        kd_ident_chown(&builder, real, 1) < 0) {
         snprintf(x->error, sizeof(x->error), "cannot prepare %s: %s", real, kestrel_error_last()->message);
         goto out;
     }
@@ -511,28 +538,35 @@ static void build(kd_envs *s, env_entry *x)
                 }
             }
             line(s, x, "making the venv");
-            if ((rc = run(s, x, venv, real, &builder, tail, sizeof(tail))) != 0) {
+            if ((rc = run(s, x, venv, real, &builder, tail, sizeof(tail), NULL)) != 0) {
                 snprintf(x->error, sizeof(x->error), "%s -m venv failed: %s", cfg->env_python, tail);
                 goto out;
             }
             line(s, x, "installing pip into it");
-            if ((rc = run(s, x, ensurepip, real, &builder, tail, sizeof(tail))) == 0)
+            if ((rc = run(s, x, ensurepip, real, &builder, tail, sizeof(tail), NULL)) == 0)
                 break;
         }
         if (rc != 0) {
             snprintf(x->error, sizeof(x->error), "ensurepip failed: %s", tail);
             goto out;
         }
-        if ((rc = run(s, x, pip, real, &builder, tail, sizeof(tail))) != 0) {
+        if ((rc = run(s, x, pip, real, &builder, tail, sizeof(tail), NULL)) != 0) {
             snprintf(x->error, sizeof(x->error), "pip install failed: %s", tail);
             rc = -1;
             goto out;
         }
         unlink(reqs);   /* the text may hold an index's credentials: not left for other builds or jobs */
+        /* this build's own pip cache, gone with it: a cache shared between builds would let one
+         * build's code (a setup.py) plant packages for the next one, another user's */
+        if (builder.isolated)
+            kd_ident_rm_tree(&builder, real, cache);
+        else
+            kestrel__rm_tree(cache);
     }
-    {
-        char *argv[] = { py, "-m", "pip", "freeze", "--all", NULL };
-        rc = kd_exec_run(argv, real, &freeze, builder.isolated ? &(kd_exec_as){ &builder, real } : NULL);
+    {   /* it runs the venv's .pth files, the packages' code: a step like the others */
+        char *argv[] = { "/usr/bin/env", home, "PIP_DISABLE_PIP_VERSION_CHECK=1", py, "-m", "pip", "freeze", "--all",
+                         NULL };
+        rc = run(s, x, argv, real, &builder, tail, sizeof(tail), &freeze);
     }
     if (rc != 0 || nftw(real, to_root, 32, FTW_PHYS) != 0) {
         snprintf(x->error, sizeof(x->error), "cannot seal the venv: %s", rc ? "pip freeze failed" : strerror(errno));

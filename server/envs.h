@@ -4,10 +4,12 @@
  * lock) or brings a requirements file's text. Each distinct spec (the interpreter, the text, and
  * cffi so that the kestrel bindings load) is built once, as a venv, by one builder thread, while
  * the job is QUEUED and holds nothing; every job with the same spec reuses it. Builds run as an
- * unprivileged account (kestrel-env-builder when kestreld is root), into DATA/envs/.b/KEY-RAND,
- * with pip's cache shared (DATA/envs/.pip-cache) and kestreld's own PIP_* environment (index,
- * find-links, proxy) and /etc/pip.conf as pip's configuration; the finished venv is made root's and read-only
- * for jobs, and DATA/envs/KEY (a link) names it. Past --env-cache-max environments, the least
+ * unprivileged account (kestrel-env-builder-XXXXXXXX, the data dir's own, when kestreld is root),
+ * into DATA/envs/.b/KEY-RAND, with a pip cache of its own (removed before the venv is sealed: a
+ * cache shared between builds would let one build's code plant packages for another) and
+ * kestreld's own PIP_* environment (index, find-links, proxy) and /etc/pip.conf as pip's
+ * configuration; no process a build started outlives its step. The finished venv is made root's
+ * and read-only for jobs, and DATA/envs/KEY (a link) names it. Past --env-cache-max environments, the least
  * recently used one no RUNNING job uses is removed. */
 #ifndef KD_ENVS_H
 #define KD_ENVS_H

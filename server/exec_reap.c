@@ -74,6 +74,29 @@ static proc_info *proc_all(size_t *n)
     return all;
 }
 
+int kd_proc_uid_alive(uid_t uid)
+{
+    size_t n;
+    proc_info *all = proc_all(&n);
+    int alive = 0;
+    for (size_t i = 0; i < n && !alive; i++) {
+        char path[64], line[256];
+        FILE *f;
+        unsigned long real;
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)all[i].pid);
+        if ((f = fopen(path, "re")) == NULL)
+            continue;   /* gone since */
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "Uid: %lu", &real) == 1) {
+                alive = real == (unsigned long)uid;
+                break;
+            }
+        fclose(f);
+    }
+    free(all);
+    return alive;
+}
+
 /* The id of the job whose marker (prefix, then "ID/checkpoint") process pid's environment holds, as
  * at its exec: read as it streams, however long (no job pushes its marker out of reach); -1 none. */
 static int64_t proc_marker(pid_t pid, const char *prefix)

@@ -1,6 +1,7 @@
 /* server/exec_reap.h - /proc, read for the local executor: a process's start time (recorded with a
  * run's pid), and at a start after a crash, stopping what the local jobs of the daemon before left
- * running on this host (before anything of this daemon runs). */
+ * running on this host (before anything of this daemon runs); and for the environment builder,
+ * whether its account still runs anything. */
 #ifndef KD_EXEC_REAP_H
 #define KD_EXEC_REAP_H
 
@@ -11,6 +12,9 @@
 
 /* Start time of a process (clock ticks after boot, /proc's field 22), -1 when gone. Guards against pid reuse. */
 int64_t kd_proc_start_time(pid_t pid);
+
+/* 1 when a process of real uid uid runs (zombies are not counted: they run nothing). */
+int kd_proc_uid_alive(uid_t uid);
 
 /* Stop (SIGKILL) every process that the local jobs in rows (RUNNING when the daemon before stopped:
  * their ids, recorded pids and start times, and when their runs started) left, and say on stderr

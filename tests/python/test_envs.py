@@ -215,6 +215,62 @@ def test_a_build_leaves_no_builder_process_and_leaks_nothing(daemon, tmp_path):
     assert d.api("POST", "/api/v1/tokens", {"user": "env-builder-x"})[0] == 400
 
 
+def lingering_wheel(where):
+    """A wheel of one .pth file that, run as a builder account (pip freeze starts the venv's python),
+    leaves a process behind in a session of its own: the hostile test's way into the next build."""
+    import base64
+    import hashlib
+    import zipfile
+    pth = ("import os, pwd; pwd.getpwuid(os.getuid()).pw_name.startswith('kestrel-env-builder') and "
+           "os.fork() == 0 and (os.setsid(), os.execv('/bin/sleep', ['sleep', '600']))\n")
+    files = {"kxlinger.pth": pth,
+             "kxlinger-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: kxlinger\nVersion: 1.0\n",
+             "kxlinger-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                             "Tag: py3-none-any\n"}
+    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+                     f"{len(text.encode())}\n" for name, text in files.items())
+    files["kxlinger-1.0.dist-info/RECORD"] = record + "kxlinger-1.0.dist-info/RECORD,,\n"
+    whl = where / "kxlinger-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    whl.chmod(0o644)
+    return whl
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the builder account needs kestreld as root")
+def test_no_process_of_a_build_outlives_it_and_no_pip_cache_is_shared(daemon, tmp_path):
+    """A package's code run by the build (a .pth at pip freeze) leaves a process: it is killed before
+    the venv is sealed, so it cannot write into the next build (another user's). Each build's pip
+    cache goes with it; the cache earlier kestrelds shared is removed at start."""
+    import hashlib
+    import shutil
+    import tempfile
+    d = daemon("--gpus", "0")
+    account = "kestrel-env-builder-" + hashlib.sha256(str(d.data).encode()).hexdigest()[:8]
+    where = pathlib.Path(tempfile.mkdtemp(prefix="kx-wheel-"))   # the builder account must read it
+    try:
+        where.chmod(0o755)
+        req = tmp_path / "requirements.txt"
+        req.write_text(f"{lingering_wheel(where)}\n")
+        j = d.wait(d.submit("--requirements", str(req), "--", "python", "-c", "print('ran')"), timeout=300)
+        assert j["state"] == "SUCCEEDED", d.cli("logs", j["id"]).stdout[-3000:]
+        assert "kxlinger" in j["packages"], j["packages"]
+        ps = subprocess.run(["ps", "-u", account, "-o", "pid=,stat=,args="], capture_output=True, text=True).stdout
+        left = [l for l in ps.splitlines() if l.split()[1][0] != "Z"]   # a zombie runs nothing (this host's pid 1 may not reap)
+        assert left == [], f"{account} still runs {left}"
+        venv = d.data / "envs" / j["environment"][7:]
+        assert venv.resolve().is_dir() and not (venv.resolve() / ".pip-cache").exists()
+        # a data dir an earlier kestreld used: its shared cache is not trusted, and goes at start
+        assert d.stop() == 0
+        (d.data / "envs" / ".pip-cache" / "http").mkdir(parents=True)
+        d.restart()
+        assert not (d.data / "envs" / ".pip-cache").exists()
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", account], capture_output=True)
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def test_declared_requirements_are_shown_to_admins_only(daemon, tmp_path):
     f = tmp_path / "private.txt"
     f.write_text("--extra-index-url https://ci:PRIVATE-TOKEN@example.invalid/simple\nsix\n")
