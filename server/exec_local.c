@@ -91,8 +91,9 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
         }
     }
     if ((eof || (start == 0 && s->len == sizeof(s->buf))) && start < s->len) {
-        /* a final line without newline, or an over-long line: emit it as is */
-        size_t len = s->len - start;
+        /* a final line without newline, or an over-long line: emit it (up to where no secret value
+         * is split: the rest starts the next piece) */
+        size_t len = eof ? s->len - start : kd_exec_mask_cut(s->spec, s->buf, s->len);
         char *copy = malloc(len + 1);
         if (copy) {
             memcpy(copy, s->buf + start, len);
@@ -105,7 +106,7 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
             log_lines(e, id, s, lines, 1);
             free(copy);
         }
-        start = s->len;
+        start += len;
     }
     log_lines(e, id, s, lines, n);
     memmove(s->buf, s->buf + start, s->len - start);

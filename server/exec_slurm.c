@@ -275,12 +275,12 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
                 }
             }
             if (start == 0 && (len == LOG_CHUNK || final)) {   /* an over-long line, or the last one */
-                size_t l = len;
+                size_t l = len < LOG_CHUNK || !job ? len : kd_exec_mask_cut(job->spec, buf, len);   /* no secret split */
+                start = l;
                 if (job)
                     kd_exec_mask(job->spec, buf, &l);
                 kd_exec_sanitize(buf, l);
                 lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf, l };
-                start = len;
             }
             if (nl)
                 log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl);

@@ -290,24 +290,77 @@ static int env_overridden(const char *entry, const Kestrel__V1__JobSpec *spec, i
     return spec_sets(spec, entry, klen);
 }
 
-/* The job's secret values worth masking (4 bytes or more: shorter ones would mask ordinary text). */
+/* The job's secret values worth masking (4 bytes or more: shorter ones would mask ordinary text). A
+ * value of several lines is masked line by line, since output is logged a line at a time (a PEM
+ * key printed whole: a hostile test saw each of its lines in the log). */
 #define SECRET_MIN 4
+
+/* The next line of a secret value from *v on (its '\r' left out): its length, *v moved past it; -1
+ * at the end. */
+static ssize_t secret_part(const char **v, const char **part)
+{
+    size_t n;
+    if (**v == '\0')
+        return -1;
+    *part = *v;
+    n = strcspn(*v, "\n");
+    *v += n + ((*v)[n] == '\n');
+    return (ssize_t)(n && (*part)[n - 1] == '\r' ? n - 1 : n);
+}
 
 void kd_exec_mask(const Kestrel__V1__JobSpec *spec, char *s, size_t *len)
 {
     for (size_t i = 0; i < spec->n_secret_env; i++) {
-        const char *v = spec->secret_env[i]->value;
-        size_t vl = strlen(v);
-        char *p;
-        if (vl < SECRET_MIN)
-            continue;
-        while ((p = memmem(s, *len, v, vl)) != NULL) {
-            memcpy(p, "***", 3);
-            memmove(p + 3, p + vl, *len - (size_t)(p - s) - vl);
-            *len -= vl - 3;
-            s[*len] = '\0';
+        const char *v = spec->secret_env[i]->value, *part;
+        ssize_t vl;
+        while ((vl = secret_part(&v, &part)) >= 0) {
+            char *p;
+            if (vl < SECRET_MIN)
+                continue;
+            while ((p = memmem(s, *len, part, (size_t)vl)) != NULL) {
+                memcpy(p, "***", 3);
+                memmove(p + 3, p + vl, *len - (size_t)(p - s) - (size_t)vl);
+                *len -= (size_t)vl - 3;
+                s[*len] = '\0';
+            }
         }
     }
+}
+
+size_t kd_exec_mask_cut(const Kestrel__V1__JobSpec *spec, const char *s, size_t len)
+{
+    size_t longest = 0, cut;
+    int moved = 1;
+    for (size_t i = 0; i < spec->n_secret_env; i++) {
+        const char *v = spec->secret_env[i]->value, *part;
+        ssize_t vl;
+        while ((vl = secret_part(&v, &part)) >= 0)
+            if (vl >= SECRET_MIN && (size_t)vl > longest)
+                longest = (size_t)vl;
+    }
+    if (longest == 0 || longest - 1 >= len / 2)
+        return len;   /* nothing to mask, or a value too long to keep a window of (said in README) */
+    cut = len - (longest - 1);   /* what follows may begin a value the next read completes */
+    while (moved) {   /* and no value found whole may straddle the cut: it goes after it, whole */
+        moved = 0;
+        for (size_t i = 0; i < spec->n_secret_env; i++) {
+            const char *v = spec->secret_env[i]->value, *part;
+            ssize_t vl;
+            while ((vl = secret_part(&v, &part)) >= 0) {
+                const char *p = s, *end = s + len;
+                if (vl < SECRET_MIN)
+                    continue;
+                while ((p = memmem(p, (size_t)(end - p), part, (size_t)vl)) != NULL && p < s + cut) {
+                    if (p + vl > s + cut) {
+                        cut = (size_t)(p - s);
+                        moved = 1;
+                    }
+                    p++;
+                }
+            }
+        }
+    }
+    return cut ? cut : len;
 }
 
 /* KESTREL_PARAMS={"lr":"0.001",...}: the job's parameters as one JSON object of strings. */

@@ -44,7 +44,12 @@ int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id,
 char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const char *token, const char *ckpt,
                        const char *devices, int inherit, const kd_exec_as *as);
 void kd_exec_env_free(char **env);
-/* Replace each of the job's secret values (4 bytes or more) in s[0..*len) by "***"; *len shrinks. */
+/* Replace each of the job's secret values (each line of one of several lines: 4 bytes or more) in
+ * s[0..*len) by "***"; *len shrinks. */
 void kd_exec_mask(const Kestrel__V1__JobSpec *spec, char *s, size_t *len);
+/* Where to cut s[0..len), a line too long to log whole, so that no secret value is split between
+ * its two pieces: the piece before the cut is logged, the rest waits for more output. len when
+ * the job has no value to mask, or one longer than half of len (such a value may be split). */
+size_t kd_exec_mask_cut(const Kestrel__V1__JobSpec *spec, const char *s, size_t len);
 
 #endif

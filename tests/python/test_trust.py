@@ -112,6 +112,33 @@ def test_secret_env_is_never_shown(daemon, tmp_path):
     assert d.api("GET", f"/api/v1/jobs/{jid}", token=other)[0] == 404
 
 
+def test_secret_env_is_masked_across_a_line_cut_and_line_by_line(daemon, tmp_path):
+    """A hostile test's two ways past the mask: a value straddling the cut of an over-long line
+    (64 KiB), and a value of several lines (a PEM key) printed whole."""
+    d = daemon("--gpus", "0")
+    split, pem = "ZXCVBNMQWERTY987", "-----BEGIN KEY-----\nMIIEsecretline1abc\nMIIEsecretline2xyz\n-----END KEY-----"
+    prog = ("import os, sys\n"
+            "s = os.environ['S']\n"
+            "for at in range(1, len(s)):\n"     # every place the cut could fall inside the value
+            "    sys.stdout.write('x' * (65536 - at) + s + '\\n')\n"
+            "sys.stdout.write('y' * 200000 + s + 'z' * 100 + s + '\\n')\n"
+            "print(os.environ['PEM'])\n"
+            "sys.stderr.write(os.environ['PEM'] + '\\n')\n")
+    status, job = d.api("POST", "/api/v1/jobs", {"argv": ["python3", "-c", prog], "secret_env": [
+        {"key": "S", "value": split}, {"key": "PEM", "value": pem}]})
+    assert status == 201, job
+    jid = job["id"]
+    assert d.wait(jid)["state"] == "SUCCEEDED"
+    out = logs(d, jid)
+    for piece in [split[:i] for i in range(4, len(split))] + [split[i:] for i in range(1, len(split) - 3)]:
+        assert piece not in out.replace("x", "").replace("y", "").replace("z", "").replace("***", "|"), piece
+    assert out.count("***") >= len(split) - 1 + 2
+    for line in pem.splitlines():
+        assert line not in out, line
+    assert d.api("GET", "/api/v1/logs/search?q=WERTY")[1].get("hits", []) == []
+    assert d.api("GET", "/api/v1/logs/search?q=secretline")[1].get("hits", []) == []
+
+
 def push(d, tok, name, path, *extra):
     return d.cli("push", name, str(path), *extra, env=as_user(d, tok), check=False)
 
