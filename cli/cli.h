@@ -52,6 +52,14 @@ int cli_log_search_json(cli_ctx *ctx, const char *pattern, const kestrel_log_sea
 /* Write s as a JSON string literal. */
 void cli_json_string(FILE *f, const char *s);
 
+/* safe_out.c: the bytes of a control character (C0, DEL, C1) or bidirectional mark at p (left bytes
+ * there), else 0; s written to f with each of them as a visible escape (^[, <U+202E>; tab kept);
+ * the human formats' stdout through the same filter (tab and newline kept), and back as it was
+ * (logs --raw). */
+size_t cli_control_len(const unsigned char *p, size_t left);
+void cli_fputs_safe(FILE *f, const char *s);
+void cli_safe_stdout(void);
+void cli_raw_stdout(void);
 /* The command table (registry.c): help, usage lines, did-you-mean, completion and man page come
  * from it. run is NULL for the commands main.c answers itself (version, help, completion). */
 struct option;

@@ -23,6 +23,8 @@ const char cli_help_logs[] =
     "                 lines go to stderr\n"
     "  --offset N     from line N on\n"
     "  --rank R       a gang's rank R only (kestreld puts \"[rank R] \" before each rank's lines)\n"
+    "  --raw          the job's bytes as they are: its control characters (colours, \\r) reach the\n"
+    "                 terminal, which obeys them; by default they are shown as ^[, ^M, <U+202E>\n"
     "Finding lines:\n"
     "  --grep TEXT    the text to find (at least 3 characters; kestreld indexes every line's trigrams)\n"
     "  --regex        TEXT is a POSIX extended regex (lines holding its longest literal are tested;\n"
@@ -51,6 +53,7 @@ typedef struct {
     int64_t since_ms;           /* 0: every line */
     long tail;                  /* > 0: keep the last tail lines, print them at the end */
     char rank[24];              /* --rank R: only lines starting "[rank R] ", shown without it */
+    int raw;                    /* --raw: its control characters as they are (else escaped) */
     kestrel_log_line *ring;     /* tail: copies (text owned) */
     size_t ring_n, ring_at;
 } show_state;
@@ -65,7 +68,12 @@ static void show(const show_state *s, const kestrel_log_line *l)
         strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", gmtime_r(&t, &tm));
         fprintf(f, "%s.%03dZ ", when, (int)(l->time_ms % 1000));
     }
-    fprintf(f, "%s%s\n", l->stream == KESTREL_LOG_SYSTEM ? "[kestrel] " : "", l->text);
+    fputs(l->stream == KESTREL_LOG_SYSTEM ? "[kestrel] " : "", f);
+    if (s->raw)
+        fputs(l->text, f);
+    else
+        cli_fputs_safe(f, l->text);   /* stderr too: it is no filter's */
+    fputc('\n', f);
     fflush(f);
 }
 
@@ -164,7 +172,7 @@ const struct option cli_opts_logs[] = {
     { "context", required_argument, NULL, 'C' }, { "limit", required_argument, NULL, 'n' },
     { "tail", required_argument, NULL, 'T' }, { "timestamps", no_argument, NULL, 'M' },
     { "stream", required_argument, NULL, 'R' }, { "rank", required_argument, NULL, 'K' },
-    { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+    { "raw", no_argument, NULL, 'W' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 };
 
 int cmd_logs(cli_ctx *ctx, int argc, char **argv)
@@ -191,6 +199,10 @@ int cmd_logs(cli_ctx *ctx, int argc, char **argv)
             }
             break;
         case 'M': sh.timestamps = 1; break;
+        case 'W':
+            sh.raw = 1;
+            cli_raw_stdout();
+            break;
         case 'K': {
             long rank = strtol(optarg, &end, 10);
             if (*end || !*optarg || rank < 0 || rank > 63) {

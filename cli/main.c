@@ -304,6 +304,8 @@ int main(int argc, char **argv)
         argv = norm;
     if (kestrel_init() < 0)
         return cli_fail("init", -1);
+    if (!ctx.json)
+        cli_safe_stdout();   /* tables and text: what the server holds is shown, never obeyed */
     if (command->run == NULL)
         rc = cmd_version(&ctx);
     else if (ctx.yaml)
@@ -313,5 +315,6 @@ int main(int argc, char **argv)
     kestrel_client_free(ctx.client);
     kestrel_shutdown();
     free(norm);
+    cli_raw_stdout();   /* the filter's last bytes written */
     return rc;
 }

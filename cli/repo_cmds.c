@@ -198,15 +198,9 @@ static int plain_name(const char *s)
     size_t n = strlen(s);
     if (n == 0 || n > 255 || s[0] == '.' || s[0] == '-')
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned c2 = i + 1 < n ? p[i + 1] : 0, c3 = i + 2 < n ? p[i + 2] : 0;
-        if (p[i] < 0x20 || p[i] == 0x7f || p[i] == '/' || p[i] == '\\' ||
-            (p[i] == 0xc2 && c2 >= 0x80 && c2 <= 0x9f) ||                   /* C1 */
-            (p[i] == 0xd8 && c2 == 0x9c) ||                                  /* U+061C */
-            (p[i] == 0xe2 && c2 == 0x80 && ((c3 >= 0x8e && c3 <= 0x8f) || (c3 >= 0xaa && c3 <= 0xae))) ||
-            (p[i] == 0xe2 && c2 == 0x81 && c3 >= 0xa6 && c3 <= 0xa9))      /* bidi marks and overrides */
+    for (size_t i = 0; i < n; i++)
+        if (p[i] == '/' || p[i] == '\\' || cli_control_len(p + i, n - i))   /* safe_out.c */
             return 0;
-    }
     return 1;
 }
 

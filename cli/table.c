@@ -58,6 +58,22 @@ void cli_put_line(const char *line)
     int width = cli_term_columns();
     char *fit;
     size_t at = 0, size;
+    if (strchr(line, '\n')) {   /* a row is one line: a newline in its data (argv) is shown, ^J, not obeyed */
+        char *one = malloc(2 * strlen(line) + 1), *o = one;
+        if (one == NULL)
+            return;
+        for (const char *p = line; *p; p++)
+            if (*p == '\n') {
+                *o++ = '^';
+                *o++ = 'J';
+            } else {
+                *o++ = *p;
+            }
+        *o = '\0';
+        cli_put_line(one);
+        free(one);
+        return;
+    }
     if (!width) {
         puts(line);
         return;

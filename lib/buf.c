@@ -161,18 +161,32 @@ int kestrel__utf8_valid(const char *s, size_t len)
     return 1;
 }
 
+/* A code point a terminal obeys or that reorders what is shown: C0, DEL, C1 (U+0080..U+009F: CSI,
+ * OSC ...; a hostile test put them in job names), and the bidirectional marks, embeddings, overrides
+ * and isolates (a name shown would not be the name). */
+static int is_control(uint32_t cp)
+{
+    return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x061c || cp == 0x200e || cp == 0x200f ||
+           (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
 int kestrel__text_is_clean(const char *s, size_t max_len)
 {
+    const unsigned char *p = (const unsigned char *)s;
     size_t len;
     if (s == NULL)
         return 0;
     len = strlen(s);
     if (len > max_len || !kestrel__utf8_valid(s, len))
         return 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f)
+    while (*p) {   /* valid UTF-8: each sequence whole */
+        size_t n = *p < 0x80 ? 1 : *p < 0xe0 ? 2 : *p < 0xf0 ? 3 : 4;
+        uint32_t cp = n == 1 ? *p : (uint32_t)(*p & (0x7f >> n));
+        for (size_t k = 1; k < n; k++)
+            cp = cp << 6 | (p[k] & 0x3fu);
+        if (is_control(cp))
             return 0;
+        p += n;
     }
     return 1;
 }

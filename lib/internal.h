@@ -86,7 +86,8 @@ char *kestrel__hex(const void *bytes, size_t n, char *out);
  * written). */
 int kestrel__unhex(const char *hex, size_t n, void *out);
 
-/* Validation shared by the library and kestreld: printable UTF-8 without control characters. */
+/* Validation shared by the library and kestreld: printable UTF-8 without control characters (C0,
+ * DEL, C1) or bidirectional marks and overrides. */
 int kestrel__text_is_clean(const char *s, size_t max_len);
 int kestrel__utf8_valid(const char *s, size_t len);
 

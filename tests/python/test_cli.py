@@ -186,6 +186,38 @@ def test_logs_json_tail_then_follow_is_live(kestreld, tmp_path):
     assert texts == [f"line{i}" for i in range(n, n + len(texts))]   # nothing dropped after the tail
 
 
+def test_what_a_job_prints_is_shown_to_a_terminal_not_obeyed(kestreld):
+    """Another user's job output, argv and names reach an admin's terminal: a hostile test's escape
+    sequences (clear screen, OSC 52 clipboard write, a carriage return, C1 CSI, a bidi override) and
+    a newline in argv that made a false row. Shown as ^[ ^M <U+202E>; --raw and -o json as they are."""
+    k = kestreld
+    prog = r'printf "\033]52;c;cm0K\007\033[2J ok\rX \342\200\256rtl \302\233x\tTab\n"; printf "e\033[31mred\n" >&2'
+    jid = submit(k, "--name", "evil", "--", "sh", "-c", prog)["id"]
+    status, body = k.api("POST", "/api/v1/jobs", {"name": "forge", "argv": ["true", "x\n1  nightly  admin  running"]})
+    assert status == 201, body
+    k.wait(jid)
+    k.wait(body["id"])
+    hostile = [b"\033", b"\r", b"\x07", "\u202e".encode(), "\u009b".encode()]
+    shown = subprocess.run([KESTREL_CLI, "logs", jid], capture_output=True, env=k.env())
+    out = shown.stdout + shown.stderr
+    assert not [h for h in hostile if h in out], out
+    assert b"^[]52;c;cm0K^G^[[2J ok^MX <U+202E>rtl <U+009B>x\tTab" in out and b"e^[[31mred" in out, out
+    raw = subprocess.run([KESTREL_CLI, "logs", "--raw", jid], capture_output=True, env=k.env()).stdout
+    assert b"\033]52;c;cm0K\007\033[2J ok\rX " in raw and "\u202e".encode() in raw
+    lines = json.loads(k.cli("-o", "json", "logs", jid).stdout.splitlines()[0])
+    assert lines["text"].startswith("\x1b]52;c;cm0K\x07")   # the JSON holds the bytes, escaped by JSON
+    for args in (("jobs", "-o", "wide"), ("logs", "--grep", "red"), ("status", jid), ("logs", jid)):
+        term = "\n".join(_on_a_terminal(k, 200, *args)).encode()
+        assert not [h for h in hostile if h in term.replace(b"\r\n", b"\n")], (args, term)
+    wide = k.cli("jobs", "-o", "wide").stdout.splitlines()
+    assert len(wide) == 3 and any("true x^J1  nightly  admin  running" in l for l in wide), wide
+    for name in ("csi\u009b2J", "rlo\u202etxt"):   # names, labels: refused where they are given
+        status, body = k.api("POST", "/api/v1/jobs", {"name": name, "argv": ["true"]})
+        assert status == 400 and "name" in body["message"], body
+        status, body = k.api("POST", "/api/v1/jobs", {"argv": ["true"], "labels": [{"key": "k", "value": name}]})
+        assert status == 400, body
+
+
 def test_metrics_pivot_plot_and_compare(kestreld):
     k = kestreld
     a = submit(k, "--param", "lr=0.1", "--param", "bs=32", "--", "true")["id"]

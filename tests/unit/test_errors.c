@@ -201,6 +201,11 @@ static void text_validation(void **state)
     assert_false(kestrel__text_is_clean("\xc0\xaf", 64));          /* overlong */
     assert_false(kestrel__text_is_clean("\xed\xa0\x80", 64));      /* surrogate */
     assert_false(kestrel__text_is_clean("toolong", 3));
+    assert_false(kestrel__text_is_clean("csi\xc2\x9b" "2J", 64));   /* C1: a terminal obeys it */
+    assert_false(kestrel__text_is_clean("rlo\xe2\x80\xae" "txt", 64));   /* a bidi override */
+    assert_false(kestrel__text_is_clean("iso\xe2\x81\xa6", 64));     /* an isolate */
+    assert_false(kestrel__text_is_clean("alm\xd8\x9c", 64));          /* U+061C */
+    assert_true(kestrel__text_is_clean("nbsp\xc2\xa0 \xe2\x80\x94 \xf0\x9f\x90\xa6", 64));   /* U+00A0, U+2014, an emoji */
 }
 
 int main(void)
