@@ -41,7 +41,19 @@ void kd_engine_alert(kd_engine *e, int64_t job_id, const char *kind, const char 
         fprintf(stderr, "kestreld: job %lld: alert: %s\n", (long long)job_id, kestrel_error_last()->message);
         return;
     }
-    fprintf(stderr, "kestreld: job %lld: alert %s (%s): %s\n", (long long)job_id, kind, severity, message);
+    {   /* the message quotes a job's line: an operator's `tail -f` of this log must not obey it */
+        char *shown = kestrel__strdup(message);
+        for (unsigned char *p = (unsigned char *)shown; p && *p; p++)
+            if (*p < 0x20 || *p == 0x7f)
+                *p = '?';
+            else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {   /* C1: both its bytes */
+                p[0] = p[1] = '?';
+                p++;
+            }
+        fprintf(stderr, "kestreld: job %lld: alert %s (%s): %s\n", (long long)job_id, kind, severity,
+                shown ? shown : "");
+        free(shown);
+    }
     if (a)
         kd_worker_kick(&a->w);
 }

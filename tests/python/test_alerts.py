@@ -168,8 +168,10 @@ def test_log_policies_retries_and_the_signed_webhook(daemon, tmp_path):
         assert sum("retry" in r for r in events(d, flaky)) == 2
         # a job's own policy; and a NaN loss reported as a metric
         own = d.submit("--log-policy", "diverged:alert=grad norm [0-9]{4,}", "--", "sh", "-c",
-                       "echo grad norm 123456; sleep 1")
+                       r"printf 'grad norm 123456 \033[2J \302\233x\n'; sleep 1")
         assert d.wait(own)["state"] == "SUCCEEDED"
+        log = (d.root / "kestreld.log").read_bytes()   # the alert quotes the line: not its escapes
+        assert b"grad norm 123456 ?[2J ??x" in log and b"\033" not in log and b"\xc2\x9b" not in log
         nan = d.submit("--", "sleep", "20")
         d.wait_state(nan, "RUNNING")
         status, _ = d.api("POST", f"/api/v1/jobs/{nan}/metrics",
