@@ -25,17 +25,42 @@ static const char *state_label(int st)
     return st >= 0 && st <= 6 ? names[st] : "unknown";
 }
 
+/* pool, a pool a node or a Slurm partition serves (or "", any): else any user could add a series
+ * a name (a hostile test: each job asking for a pool of its own grew the scrape by one). */
+static int pool_served(const kd_engine *e, const char *pool)
+{
+    if (!pool[0] || kd_engine_pool_external(e, pool))
+        return 1;
+    for (size_t i = 0; i < e->cfg->nnodes; i++)
+        if (!strcmp(e->cfg->nodes[i].pool, pool))
+            return 1;
+    return 0;
+}
+
 static int jobs_gauge(kd_engine *e, kestrel_buf *out)
 {
     kd_job_count *c = NULL;
     size_t n = 0;
     int rc = kd_catalog_job_counts(e->cat, &c, &n);
     if (rc == 0)
-        rc = kd_expo_family(out, "kestrel_jobs", "gauge", "Jobs in the catalog, by state, pool (\"\": any) and class.");
+        rc = kd_expo_family(out, "kestrel_jobs", "gauge", "Jobs in the catalog, by state, pool (\"\": any; \"other\": "
+                            "one no node or Slurm partition serves) and class.");
+    for (size_t i = 0; i < n; i++)   /* pools no one serves, as "other": their counts summed into the first */
+        if (!pool_served(e, c[i].pool)) {
+            snprintf(c[i].pool, sizeof(c[i].pool), "%s", "other");
+            for (size_t k = 0; k < i; k++)
+                if (c[k].n >= 0 && !strcmp(c[k].pool, "other") && c[k].state == c[i].state &&
+                    c[k].priority == c[i].priority) {
+                    c[k].n += c[i].n;
+                    c[i].n = -1;   /* counted */
+                    break;
+                }
+        }
     for (size_t i = 0; i < n && rc == 0; i++) {
         const char *labels[] = { "state", state_label(c[i].state), "pool", c[i].pool, "class",
                                  kd_metrics_class(c[i].priority), NULL };
-        rc = kd_expo_sample(out, "kestrel_jobs", labels, (double)c[i].n);
+        if (c[i].n >= 0)
+            rc = kd_expo_sample(out, "kestrel_jobs", labels, (double)c[i].n);
     }
     free(c);
     return rc;

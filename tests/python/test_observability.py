@@ -165,6 +165,22 @@ def test_metrics_exposition_passes_promtool_and_only_admins_and_metrics_tokens_r
     assert status == 404 and "only GET /metrics" in body
 
 
+def test_a_pool_no_one_serves_adds_no_series(daemon):
+    """Pools are the nodes' and the Slurm partitions'; a job may ask for any (it waits, and explain
+    says why), but the scrape counts such jobs as pool="other": no user can add series at will."""
+    d = daemon("--node", "n1:gpus=1,pool=big")
+    alice = user_token(d, "alice")
+    for pool in ("p1", "p2", "zz\u00e9"):
+        assert d.api("POST", "/api/v1/jobs", {"argv": ["true"], "pool": pool}, token=alice)[0] == 201
+    status, expo = get(d.url + "/metrics", d.token)
+    assert status == 200
+    check = subprocess.run([PROMTOOL, "check", "metrics"], input=expo, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    jobs = [l for l in expo.splitlines() if l.startswith("kestrel_jobs{")]
+    assert 'kestrel_jobs{state="queued",pool="other",class="normal"} 3' in jobs, jobs
+    assert not [l for l in jobs if 'pool="p' in l or 'pool="zz' in l], jobs
+
+
 def test_a_real_prometheus_scrapes_the_workload_and_the_dashboard_queries_return_data(daemon, tmp_path):
     gpus = tmp_path / "gpus.txt"
     write_gpus(gpus, [20, 60])
