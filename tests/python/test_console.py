@@ -277,6 +277,7 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
     release = tmp_path / "release"   # the blocker holds its dependent in the queue until the test looks
     blocker = d.submit("--name", "blocker", "--", "sh", "-c", f"while [ ! -e {release} ]; do sleep 0.1; done")
     jid = d.submit("--name", "resnet-small", "--param", "lr=0.01", "--param", "batch=64", "--after-ok", str(blocker),
+                   "--log-policy", "mark:alert=step 3[0-9] ",   # events within its run: not more runs
                    "--", py, str(train), "40", "0.25", os.environ["KESTREL_CLI"])
     other = d.submit("--name", XSS, "--param", "lr=0.1", "--param", "batch=64", "--env", "SLOW=2",
                      "--", py, str(train), "30", "0")
@@ -309,6 +310,7 @@ def test_the_console_in_a_real_browser(daemon, tmp_path):
         b.wait_css(".badge.st-succeeded", timeout=60)
         b.wait_until(lambda: chart_points(b, "loss") == 40, "all 40 points of loss")
         assert "queued → running (run 1)" in b.css("#timeline").text
+        assert "running → running" in b.css("#timeline").text and "(run 2)" not in b.css("#timeline").text
         # search its log as you type: only matching lines, the match highlighted
         b.wait_until(lambda: "training done" in b.css("#log").text, "the whole log")
         box = b.css("#log-search")

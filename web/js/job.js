@@ -45,11 +45,14 @@ function linked(reason) {
 function timeline(j) {
   let run = 0;
   const items = (j.events || []).map((e) => {
-    if (e.to_state === 'RUNNING') run++;
+    // a run starts where the job enters RUNNING; an event within a run (a log policy's
+    // running -> running) is not another run
+    const starts = e.to_state === 'RUNNING' && e.from_state !== 'RUNNING';
+    if (starts) run++;
     return h('li', { class: `ev st-${String(e.to_state).toLowerCase()}` },
       h('span', { class: 'ts' }, fmtTime(e.time_ms)), ' ',
       e.from_state && e.from_state !== 'JOB_STATE_UNSPECIFIED' ? `${e.from_state.toLowerCase()} → ` : '',
-      h('b', null, String(e.to_state).toLowerCase()), e.to_state === 'RUNNING' ? ` (run ${run})` : '',
+      h('b', null, String(e.to_state).toLowerCase()), starts ? ` (run ${run})` : '',
       e.reason ? [' · ', linked(e.reason)] : '');
   });
   return h('ol', { class: 'timeline', id: 'timeline' }, items);
