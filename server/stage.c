@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include "kestrel.h"
 #include "stage.h"
@@ -27,16 +28,104 @@ static pthread_cond_t cache_cv = PTHREAD_COND_INITIALIZER;
 static char building[MAX_BUILDING][65];
 static char failed_ref[420], failed_why[1024];   /* the last prefetch that failed, for its job */
 
-static int pull(kd_engine *e, const char *ref, const char *dest)
+/* What a copy into the data dir may take: the bytes of the version, while its disk keeps
+ * KEEP_FREE_MIN (or a twentieth of the disk, if more) free after it. A version's size is not its
+ * stored size (a hostile test: 300,000 files naming one 1 MiB chunk, 300 GB from a 50 MB commit,
+ * copied as root until the disk was full), so it is checked before the copy writes. */
+#define KEEP_FREE_MIN ((int64_t)1 << 30)
+#define WANTED_EVERY_MS 1000
+
+typedef struct {
+    kd_engine *e;
+    const char *ref;
+    int for_queued;          /* a prefetch: stopped once no QUEUED job asks for ref (cancelled) */
+    int64_t checked_ms;
+    int64_t too_big, avail;  /* set when the version did not fit */
+    int abandoned;
+    int64_t held;            /* of copy_reserved, this copy's */
+} copy_watch;
+
+/* The bytes the copies under way have still to write, when each started (under cache_mu): a copy
+ * fits where the disk holds it beside them, so that ten copies started at once do not each count
+ * the same free space. */
+static int64_t copy_reserved;
+
+/* Whether a QUEUED job (among the first the scheduler reads) still asks for dataset ref. */
+static int still_wanted(kd_engine *e, const char *ref)
+{
+    kd_queued *q = NULL;
+    size_t n = 0;
+    int wanted = 0;
+    if (kd_catalog_queue(e->cat, 10000, &q, &n) < 0)
+        return 1;   /* unknown: the copy goes on */
+    for (size_t i = 0; i < n && !wanted; i++)
+        for (size_t k = 0; k < q[i].spec->n_data && !wanted; k++)
+            wanted = !strcmp(q[i].spec->data[k]->ref, ref);
+    kd_queued_free(q, n);
+    return wanted;
+}
+
+static int watch(const kestrel_progress *p, void *payload)
+{
+    copy_watch *w = payload;
+    int64_t now = kestrel__now_ms();
+    struct statvfs vfs;
+    if (p->bytes_total >= 0 && w->checked_ms == 0 && statvfs(w->e->cfg->data_dir, &vfs) == 0) {
+        int64_t avail = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize, disk = (int64_t)vfs.f_blocks * (int64_t)vfs.f_frsize;
+        int64_t keep = disk / 20 > KEEP_FREE_MIN ? disk / 20 : KEEP_FREE_MIN, need = p->bytes_total - p->bytes_done;
+        pthread_mutex_lock(&cache_mu);
+        if (need > avail - keep - copy_reserved) {
+            w->too_big = p->bytes_total;
+            w->avail = avail - copy_reserved;
+        } else {
+            copy_reserved += need;
+            w->held = need;
+        }
+        pthread_mutex_unlock(&cache_mu);
+        if (w->too_big)
+            return 1;
+    }
+    if (p->bytes_total >= 0 && w->checked_ms == 0)
+        w->checked_ms = now;
+    if (w->for_queued && w->checked_ms && now - w->checked_ms >= WANTED_EVERY_MS) {
+        w->checked_ms = now;
+        if (!still_wanted(w->e, w->ref)) {
+            w->abandoned = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Pull ref into dest from kestreld's own store, bounded as above: 0, or -1 with why (-2 when
+ * for_queued and no QUEUED job asks for ref any more). */
+static int pull(kd_engine *e, const char *ref, const char *dest, int for_queued, char *why, size_t wn)
 {
     char url[PATH_MAX + 8];
     kestrel_client *c = NULL;
+    kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
+    copy_watch w = { e, ref, for_queued, 0, 0, 0, 0, 0 };
     int rc;
+    o.progress = watch;
+    o.progress_payload = &w;
     snprintf(url, sizeof(url), "file://%s", kd_store_root(e));
     if ((rc = kestrel_client_new(&c, url, NULL)) == 0)
-        rc = kestrel_model_pull(c, ref, dest, NULL);
+        rc = kestrel_model_pull(c, ref, dest, &o);
     kestrel_client_free(c);
-    return rc;
+    pthread_mutex_lock(&cache_mu);
+    copy_reserved -= w.held;
+    pthread_mutex_unlock(&cache_mu);
+    if (rc == 0)
+        return 0;
+    if (w.too_big)
+        snprintf(why, wn, "%s: %.1f GiB, and this host's data dir has %.1f GiB free beside the copies under way "
+                 "(kestreld keeps %d GiB or a twentieth of the disk free)", ref, (double)w.too_big / (1 << 30), (double)w.avail / (1 << 30),
+                 (int)(KEEP_FREE_MIN >> 30));
+    else if (w.abandoned)
+        snprintf(why, wn, "%s: no queued job asks for it any more (cancelled): its copy stopped", ref);
+    else
+        snprintf(why, wn, "%s: %s", ref, kestrel_error_last()->message);
+    return w.abandoned ? -2 : -1;
 }
 
 /* Every file under path (ours, unreachable by jobs) read-only for all. */
@@ -90,10 +179,11 @@ static void unclaim(const char *hex)
 }
 
 /* DATA/cache/data/<sha256 of ref> (and <that>.ref, the ref it holds, for the sweep): the host's one
- * copy of a dataset version, made when missing. */
-static int cached(kd_engine *e, const char *ref, char *entry, size_t n, char *why, size_t wn)
+ * copy of a dataset version, made when missing (for_queued: a prefetch, see pull). 0, -1 with why,
+ * or -2 (a prefetch no job wants any more). */
+static int cached(kd_engine *e, const char *ref, int for_queued, char *entry, size_t n, char *why, size_t wn)
 {
-    char cache[PATH_MAX], hex[65], tmp[PATH_MAX], tree[PATH_MAX + 8], refpath[PATH_MAX + 8];
+    char cache[PATH_MAX], hex[65], tmp[PATH_MAX], tree[PATH_MAX + 8], refpath[PATH_MAX + 8], msg[900];
     struct stat st;
     int rc = 0;
     snprintf(cache, sizeof(cache), "%s/cache/data", e->cfg->data_dir);
@@ -121,9 +211,8 @@ static int cached(kd_engine *e, const char *ref, char *entry, size_t n, char *wh
         goto out;
     }
     snprintf(tree, sizeof(tree), "%s/tree", tmp);
-    if (pull(e, ref, tree) < 0) {
-        snprintf(why, wn, "cannot copy dataset %s: %s", ref, kestrel_error_last()->message);
-        rc = -1;
+    if ((rc = pull(e, ref, tree, for_queued, msg, sizeof(msg))) < 0) {
+        snprintf(why, wn, "cannot copy dataset %s", msg);
     } else if (seal(tree, 0) < 0 || kestrel__write_file_atomic(refpath, ref, strlen(ref), 0600) < 0 ||
                rename(tree, entry) < 0) {
         snprintf(why, wn, "cannot keep dataset %s in %s: %s", ref, cache, strerror(errno));
@@ -246,7 +335,7 @@ static int parents(const kd_ident *id, const char *root, const char *rel)
 int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *spec, const char *work, char *why,
                   size_t n)
 {
-    char staging[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX + 8];
+    char staging[PATH_MAX], tmp[PATH_MAX], tree[PATH_MAX + 8], msg[900];
     snprintf(staging, sizeof(staging), "%s/staging", e->cfg->data_dir);
     snprintf(tmp, sizeof(tmp), "%s/work-XXXXXX", staging);
     if (kestrel__mkdirs(staging, 0700) < 0 || mkdtemp(tmp) == NULL) {
@@ -254,8 +343,8 @@ int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *
         return -1;
     }
     snprintf(tree, sizeof(tree), "%s/tree", tmp);
-    if (spec->code[0] && pull(e, spec->code, tree) < 0) {
-        snprintf(why, n, "cannot copy the job's code %s: %s", spec->code, kestrel_error_last()->message);
+    if (spec->code[0] && pull(e, spec->code, tree, 0, msg, sizeof(msg)) < 0) {
+        snprintf(why, n, "cannot copy the job's code %s", msg);
         goto fail;
     }
     if (!spec->code[0] && mkdir(tree, 0700) < 0) {
@@ -281,7 +370,7 @@ int kd_stage_work(kd_engine *e, const kd_ident *id, const Kestrel__V1__JobSpec *
             goto fail;
         }
         kestrel__manifest_free(m);
-        if (cached(e, spec->data[i]->ref, entry, sizeof(entry), why, n) < 0)
+        if (cached(e, spec->data[i]->ref, 0, entry, sizeof(entry), why, n) < 0)
             goto fail;
         if (parents(id, tree, spec->data[i]->path) < 0 || link_tree(id, entry, dst, 0) < 0) {
             snprintf(why, n, "dataset %s at %s: %s", spec->data[i]->ref, spec->data[i]->path, strerror(errno));
@@ -308,7 +397,7 @@ static void *prefetch_main(void *arg)
 {
     prefetch *p = arg;
     char entry[PATH_MAX], why[1024];
-    if (cached(p->e, p->ref, entry, sizeof(entry), why, sizeof(why)) < 0) {
+    if (cached(p->e, p->ref, 1, entry, sizeof(entry), why, sizeof(why)) == -1) {   /* not -2: nothing failed */
         pthread_mutex_lock(&cache_mu);
         snprintf(failed_ref, sizeof(failed_ref), "%s", p->ref);
         snprintf(failed_why, sizeof(failed_why), "%s", why);

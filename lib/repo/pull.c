@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "chunk_cache.h"
 #include "manifest_file.h"
@@ -56,6 +57,8 @@ typedef struct {
     queued q[QUEUED];
     size_t head, n;             /* q[head .. head + n) waits; q[head] is being placed */
     int closing, abandon;       /* no more will come; drop what waits (the fetch failed) */
+    int done;                   /* the placer ended (under mu) */
+    int stop;                   /* atomic: the layout places no more (a cancel while the placer works) */
     int rc;                     /* the placer's first failure, and its error */
     kestrel__error_kept err;
     int whole_hashed;           /* a file: its whole digest covers every byte, chunks are not hashed */
@@ -111,6 +114,10 @@ static void *placer_main(void *arg)
         if (rc < 0)
             break;
     }
+    pthread_mutex_lock(&ps->mu);
+    ps->done = 1;
+    pthread_cond_broadcast(&ps->cv);
+    pthread_mutex_unlock(&ps->mu);
     return NULL;
 }
 
@@ -119,8 +126,9 @@ static int placer_start(pull_state *ps)
     ps->bytes_before = ps->pr->p.bytes_done;
     ps->chunks_before = ps->pr->p.chunks_done;
     ps->bytes_placed = ps->chunks_placed = 0;   /* no placer runs: a window's count from 0 */
-    ps->closing = ps->abandon = 0;
+    ps->closing = ps->abandon = ps->done = ps->stop = 0;
     ps->head = ps->n = 0;
+    kestrel__layout_stop_on(ps->lay, &ps->stop);
     if (pthread_create(&ps->th, NULL, placer_main, ps) != 0)
         return kestrel__error_set(KESTREL_ENOMEM, "cannot start the thread that places pulled chunks");
     ps->running = 1;
@@ -144,7 +152,25 @@ static int placer_finish(pull_state *ps, int fetch_rc)
     pthread_mutex_lock(&ps->mu);
     ps->closing = 1;
     ps->abandon = fetch_rc < 0;
+    if (ps->abandon)   /* what it places now is dropped too */
+        __atomic_store_n(&ps->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&ps->cv);
+    while (!ps->done) {   /* progress (and a cancel) while it places what came: one chunk may be many */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        if (pthread_cond_timedwait(&ps->cv, &ps->mu, &ts) != ETIMEDOUT || ps->done || ps->stop)
+            continue;
+        pthread_mutex_unlock(&ps->mu);
+        progress_sync(ps);
+        if (kestrel__progress_report(ps->pr, 0) < 0) {
+            fetch_rc = KESTREL_ECANCELLED;   /* the error is the cancel's */
+            __atomic_store_n(&ps->stop, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_lock(&ps->mu);
+    }
     pthread_mutex_unlock(&ps->mu);
     pthread_join(ps->th, NULL);
     ps->running = 0;

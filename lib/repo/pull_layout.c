@@ -27,6 +27,7 @@ struct kestrel__layout {
     int64_t kicked;          /* bytes [0, kicked) of the file are being written back already */
     kestrel__layout_sink sink;   /* fd < 0: where the bytes go */
     void *sink_ctx;
+    const int *stop;         /* set (atomic): place no more */
 };
 
 static int ref_cmp(const void *a, const void *b)
@@ -95,6 +96,8 @@ int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t
     const char *digest = l->mf->chunks[i]->digest;
     int rc;
     for (size_t k = l->slot[i]; k < n && !strcmp(l->sorted[k].digest, digest); k++) {
+        if (l->stop && __atomic_load_n(l->stop, __ATOMIC_ACQUIRE))
+            return kestrel__error_set(KESTREL_ECANCELLED, "the progress callback cancelled the transfer");
         if ((rc = l->fd >= 0 ? write_at(l->fd, l->name, data, len, l->off[l->sorted[k].i])
                              : l->sink(l->sink_ctx, l->off[l->sorted[k].i], data, len)) < 0)
             return rc;
@@ -113,6 +116,11 @@ int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t
         }
     }
     return 0;
+}
+
+void kestrel__layout_stop_on(kestrel__layout *l, const int *stop)
+{
+    l->stop = stop;
 }
 
 int kestrel__layout_finish(kestrel__layout *l, char sha[65])

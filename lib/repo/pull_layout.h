@@ -20,8 +20,12 @@ int kestrel__layout_new(kestrel__layout **out, const Kestrel__V1__Manifest *mf, 
                         kestrel__layout_sink sink, void *sink_ctx);
 /* Chunk i is the first with its digest (the only one to fetch). */
 int kestrel__layout_first(const kestrel__layout *l, size_t i);
-/* Write the bytes of chunk i (checked as the pull's kind needs, pull.c) wherever its digest occurs. */
+/* Write the bytes of chunk i (checked as the pull's kind needs, pull.c) wherever its digest occurs;
+ * KESTREL_ECANCELLED once *stop (kestrel__layout_stop_on) is set, between two of them: a chunk may
+ * occur hundreds of thousands of times (a hostile test: 300 GB from one 1 MiB chunk). */
 int kestrel__layout_place(kestrel__layout *l, size_t i, const void *data, size_t len);
+/* The flag (atomic; NULL: none) another thread sets to stop kestrel__layout_place. */
+void kestrel__layout_stop_on(kestrel__layout *l, const int *stop);
 /* Everything placed: wait for the hash of the whole file (hex; "" with a sink) and free l. */
 int kestrel__layout_finish(kestrel__layout *l, char sha[65]);
 /* Abandon (error paths); NULL is fine. */

@@ -202,6 +202,53 @@ def test_datasets_are_linked_read_only_once_per_host_and_recorded(daemon, tmp_pa
     assert outs[0]["ino"] == outs[1]["ino"]
 
 
+def test_a_dataset_the_disk_cannot_hold_is_refused_and_a_cancelled_copy_stops(daemon, tmp_path):
+    """A version's size is not what it stores: files naming one chunk again and again (a hostile test
+    committed 300 GB from one 1 MiB chunk, and kestreld copied it as root until the disk was full,
+    on after the job was cancelled). The host's copy is refused where the data dir's disk could not
+    keep its reserve, saying why; a copy no queued job asks for any more stops."""
+    import hashlib
+    import struct
+    import time
+    from repo_api import raw
+    d = daemon("--gpus", "0")
+    c = os.urandom(4 << 20)
+    digest = hashlib.sha256(c).hexdigest()
+    body = hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c
+    assert raw(d, "POST", "/api/v1/chunks/pack", body, "application/octet-stream")[0] == 200
+
+    def commit(name, files):
+        m = {"size": str(files * len(c)), "chunks": [{"digest": digest, "size": str(len(c))}] * files,
+             "files": [{"path": f"f{i:06d}.bin", "size": str(len(c)), "sha256": digest, "chunks": 1}
+                       for i in range(files)]}
+        status, answer = raw(d, "POST", f"/api/v1/models/admin/{name}/versions", json.dumps(m).encode())
+        assert status == 201, answer
+
+    vfs = os.statvfs(d.data)
+    too_many = (vfs.f_bavail * vfs.f_frsize + (2 << 30)) // len(c)
+    if too_many > 60000:
+        pytest.skip("this disk is too big for a manifest of the test's size")
+    commit("bomb", too_many)
+    j = d.wait(d.submit("--data", "admin/bomb@1", "--", "true"))
+    assert j["state"] == "FAILED" and "GiB free" in j["reason"] and "admin/bomb@1" in j["reason"], j
+    staged = lambda: [p for p in (d.data / "staging").glob("data-*")] if (d.data / "staging").exists() else []
+    assert staged() == [] and not list((d.data / "cache" / "data").glob("*")) if (d.data / "cache" / "data").exists() else True
+    # a copy that fits, cancelled while it runs: it stops within seconds, leaving nothing
+    commit("big", 3000)   # 12 GiB from one chunk: far more than the seconds before the cancel is seen
+    jid = d.submit("--data", "admin/big@1", "--", "true")
+    deadline = time.time() + 30
+    while not staged() and time.time() < deadline:   # the copy runs
+        time.sleep(0.05)
+    assert staged() and "copying dataset" in d.explain(jid)["reason"]
+    d.cli("cancel", jid)
+    deadline = time.time() + 15
+    while staged() and time.time() < deadline:
+        time.sleep(0.2)
+    assert staged() == [], "the copy went on after its only job was cancelled"
+    time.sleep(1)
+    assert not any((d.data / "cache" / "data").glob("*")) if (d.data / "cache" / "data").exists() else True
+
+
 def test_bad_datasets_are_refused_and_write_nothing(daemon, tmp_path):
     d = daemon("--gpus", "0")
     f = tmp_path / "v.txt"
