@@ -66,12 +66,13 @@ static void log_lines(kd_engine *e, int64_t id, const stream_buf *s, kd_log_line
     }
 }
 
-/* Read what is available on s; append complete lines (and, at EOF or when full, the rest). */
-static int pump(kd_engine *e, int64_t id, stream_buf *s)
+/* Read what is available on s; append complete lines (and, at EOF or when full, the rest). end: read
+ * nothing more, log what is buffered and close s (STRAGGLER_MS). */
+static int pump(kd_engine *e, int64_t id, stream_buf *s, int end)
 {
     kd_log_line lines[256];
     size_t n = 0, start = 0;
-    ssize_t r = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
+    ssize_t r = end ? 0 : read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
     int eof = r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN);
     int64_t now = kestrel__now_ms();
     if (r > 0)
@@ -118,10 +119,32 @@ static int pump(kd_engine *e, int64_t id, stream_buf *s)
     return 0;
 }
 
-/* Capture both streams until the process exits and the pipes close; returns the wait status. */
+/* How long the job's output is still read once its process ended and its group was killed: what
+ * holds the pipes after that runs outside the group (setsid), and must not keep the job RUNNING, its
+ * GPUs held and its cancel, a preemption or kestreld's stop waiting (a hostile test: `setsid sleep`
+ * held a job for good, and kestreld's SIGTERM for 327 s). */
+#define STRAGGLER_MS 2000
+
+static void drop_stragglers(kd_engine *e, int64_t id, stream_buf *const *s, size_t n)
+{
+    int held = 0;
+    for (size_t i = 0; i < n; i++)
+        held |= s[i]->fd >= 0;
+    if (!held)
+        return;
+    kd_exec_log(e, id, "the job's processes ended; what it started outside its process group still holds its "
+                       "output, which is no longer read");
+    for (size_t i = 0; i < n; i++)
+        if (s[i]->fd >= 0)
+            pump(e, id, s[i], 1);
+}
+
+/* Capture both streams until the process exits and the pipes close (or STRAGGLER_MS after it
+ * exited); returns the wait status. */
 static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_buf *err)
 {
     int status = 0, exited = 0;
+    int64_t exited_ms = 0;
     while (out->fd >= 0 || err->fd >= 0 || !exited) {
         struct pollfd p[2];
         nfds_t np = 0;
@@ -136,14 +159,17 @@ static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_
             for (nfds_t i = 0; i < np; i++) {
                 if (!p[i].revents)
                     continue;
-                pump(e, id, p[i].fd == out->fd ? out : err);
+                pump(e, id, p[i].fd == out->fd ? out : err, 0);
             }
         }
         if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
             exited = 1;
+            exited_ms = kestrel__now_ms();
             /* stragglers holding our pipes open would keep the job alive forever */
             killpg(pid, SIGKILL);
         }
+        if (exited && kestrel__now_ms() - exited_ms >= STRAGGLER_MS)
+            drop_stragglers(e, id, (stream_buf *const[]){ out, err }, 2);
     }
     return status;
 }
@@ -259,7 +285,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
     kd_engine *e = lj->e;
     kd_run *run = lj->run;
     const Kestrel__V1__JobSpec *spec = lj->job->spec;
-    int64_t id = lj->job->id, kill_at = 0;
+    int64_t id = lj->job->id, kill_at = 0, all_ended_ms = 0;
     int n = run->nranks, started = 0, first_fail = -1, port = reserve_port(), grace, rec = -1;
     char rec_path[PATH_MAX];
     gang_rank *rk = calloc((size_t)n, sizeof(*rk));
@@ -351,10 +377,16 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         }
         if (np == 0 && running == 0)
             break;
+        if (running == 0 && all_ended_ms == 0)
+            all_ended_ms = kestrel__now_ms();
+        if (running == 0 && kestrel__now_ms() - all_ended_ms >= STRAGGLER_MS) {
+            drop_stragglers(e, id, of, np);   /* every rank ended: what still holds a pipe is no rank */
+            continue;
+        }
         if (np == 0 || poll(p, np, 100) > 0)
             for (nfds_t i = 0; i < np; i++)
                 if (p[i].revents)
-                    pump(e, id, of[i]);
+                    pump(e, id, of[i], 0);
         if (np == 0)
             usleep(20000);
         for (int r = 0; r < n; r++) {

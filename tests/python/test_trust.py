@@ -139,6 +139,30 @@ def test_secret_env_is_masked_across_a_line_cut_and_line_by_line(daemon, tmp_pat
     assert d.api("GET", "/api/v1/logs/search?q=secretline")[1].get("hits", []) == []
 
 
+def test_a_process_left_outside_the_jobs_group_holds_neither_the_job_nor_kestreld(daemon):
+    """A job's setsid child keeps the job's output pipe open: a hostile test held a job RUNNING (its
+    GPUs, a preemption, its cancel) for good, and kestreld's stop for 327 s. The job ends when its
+    process does; what it left is documented to outlive it, but holds nothing of kestreld's."""
+    d = daemon("--gpus", "1", "--grace-period", "2")
+    try:
+        jid = d.submit("--gpus", "1", "--", "sh", "-c", "setsid sleep 3017 & sleep 0.5; echo started; exit 0")
+        j = d.wait(jid, timeout=30)
+        assert j["state"] == "SUCCEEDED", j
+        assert "no longer read" in wait_line(d, jid, "[kestrel] the job's processes ended", timeout=10)
+        assert "started" in logs(d, jid)
+        busy = d.submit("--gpus", "1", "--", "sh", "-c", "setsid sleep 3017 & while :; do sleep 1; done")
+        d.wait_state(busy, "RUNNING")
+        time.sleep(0.5)
+        d.cli("cancel", busy)
+        assert d.wait(busy, timeout=30)["state"] == "CANCELLED"
+        last = d.submit("--gpus", "1", "--", "sh", "-c", "setsid sleep 3017 & while :; do sleep 1; done")
+        d.wait_state(last, "RUNNING")
+        t = time.time()
+        assert d.stop() == 0 and time.time() - t < 15, time.time() - t
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", "^sleep 3017$"], capture_output=True)
+
+
 def push(d, tok, name, path, *extra):
     return d.cli("push", name, str(path), *extra, env=as_user(d, tok), check=False)
 
