@@ -78,6 +78,32 @@ void kd_engine_terminate_locked(kd_engine *e, kd_run *r, int why, const char *by
     pthread_cond_signal(&e->sched_cv);
 }
 
+/* The note a cancel of a running job leaves in its events, then who asked. */
+#define CANCEL_ASKED "cancel requested by "
+
+/* Who asked to cancel job id's latest run, when someone did (a note since it entered RUNNING): 1
+ * with by filled, else 0. */
+static int cancel_asked(kd_engine *e, int64_t id, char *by, size_t n)
+{
+    Kestrel__V1__Job *job = NULL;
+    int asked = 0;
+    if (kd_catalog_job_load(e->cat, id, 1, &job, NULL) < 0) {
+        kestrel_error_clear();
+        return 0;
+    }
+    for (size_t i = job->n_events; i-- > 0 && !asked;) {
+        const Kestrel__V1__JobEvent *ev = job->events[i];
+        if (ev->to_state == KESTREL__V1__JOB_STATE__RUNNING && ev->from_state != KESTREL__V1__JOB_STATE__RUNNING)
+            break;   /* the run's start: no cancel was asked of it */
+        if (!strncmp(ev->reason, CANCEL_ASKED, strlen(CANCEL_ASKED))) {
+            snprintf(by, n, "%s", ev->reason + strlen(CANCEL_ASKED));
+            asked = 1;
+        }
+    }
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    return asked;
+}
+
 int kd_engine_cancel(kd_engine *e, int64_t id, const char *by)
 {
     char reason[200];
@@ -114,8 +140,12 @@ int kd_engine_cancel(kd_engine *e, int64_t id, const char *by)
             }
         }
         pthread_mutex_unlock(&e->mu);
-        if (found)
+        if (found) {   /* kept: a kestreld killed before the run ends cancels it at its next start */
+            char note[200];
+            snprintf(note, sizeof(note), "%s%s", CANCEL_ASKED, by);
+            kd_catalog_job_note(e->cat, id, kestrel__now_ms(), note);
             return 0;
+        }
         if ((rc = kd_catalog_job_state(e->cat, id, &state)) < 0)
             return rc;
         if (state == KESTREL_JOB_STATE_SUCCEEDED || state == KESTREL_JOB_STATE_FAILED ||
@@ -536,7 +566,12 @@ int kd_engine_recover(kd_engine *e)
     for (size_t i = 0; i < n; i++) {
         const kd_job_row *r = &rows[i];
         kd_transition t = { kestrel__now_ms(), NULL, 0, 0, NULL, 0 };
-        if (r->no_retry) {
+        char by[160], why[240];
+        if (cancel_asked(e, r->id, by, sizeof(by))) {   /* a cancel always wins, across a crash too */
+            snprintf(why, sizeof(why), "cancelled by %s (asked before kestreld stopped)", by);
+            t.reason = why;
+            rc = kd_catalog_job_transition(e->cat, r->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_CANCELLED, &t);
+        } else if (r->no_retry) {
             t.reason = "daemon restarted";
             rc = kd_catalog_job_transition(e->cat, r->id, KESTREL_JOB_STATE_RUNNING, KESTREL_JOB_STATE_FAILED, &t);
         } else {

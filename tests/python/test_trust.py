@@ -163,6 +163,27 @@ def test_a_process_left_outside_the_jobs_group_holds_neither_the_job_nor_kestrel
         subprocess.run(["pkill", "-KILL", "-f", "^sleep 3017$"], capture_output=True)
 
 
+def test_a_cancel_asked_before_kestreld_was_killed_wins_at_its_next_start(daemon):
+    """A job that ignores SIGTERM is cancelled, and kestreld is killed (-9) within its grace: a
+    hostile test saw the job requeued and run again, its cancel lost. It ends CANCELLED, saying who."""
+    d = daemon("--gpus", "0")
+    alice = token(d, "alice")
+    status, job = d.api("POST", "/api/v1/jobs", {"argv": ["sh", "-c", "trap '' TERM; while :; do sleep 1; done"],
+                                                 "grace_period_s": 60}, token=alice)
+    assert status == 201, job
+    jid = job["id"]
+    d.wait_state(jid, "RUNNING")
+    assert d.api("POST", f"/api/v1/jobs/{jid}/cancel", {}, token=alice)[0] == 200
+    time.sleep(0.5)
+    assert d.api("GET", f"/api/v1/jobs/{jid}")[1]["state"] == "RUNNING"   # within its grace
+    d.proc.kill()
+    d.proc.wait()
+    d.restart()
+    j = d.wait(jid, timeout=30)
+    assert j["state"] == "CANCELLED" and "cancelled by alice" in j["reason"], j
+    assert j["restart_count"] == 0 and not any("resumed" in e.get("reason", "") for e in j["events"]), j["events"]
+
+
 def push(d, tok, name, path, *extra):
     return d.cli("push", name, str(path), *extra, env=as_user(d, tok), check=False)
 
