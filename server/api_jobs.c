@@ -146,6 +146,18 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
                 goto out;
             }
         }
+        for (size_t q = 0; q < r->e->cfg->nquotas; q++) {   /* past a quota it would wait for good */
+            const kd_quota *k = &r->e->cfg->quotas[q];
+            int need = spec->gpus * (spec->replicas > 1 ? spec->replicas : 1);
+            if ((k->is_team ? r->who.team[0] && !strcmp(k->team, r->who.team) : k->user == r->who.user_id) &&
+                need > k->max_gpus) {
+                char msg[300];
+                snprintf(msg, sizeof(msg), "field 'gpus': the job needs %d GPUs but the quota of %s %s is %d (--quota)",
+                         need, k->is_team ? "team" : "user", k->is_team ? k->team : r->who.user, k->max_gpus);
+                reply = kd_reply_error(r, 400, "invalid_argument", msg);
+                goto out;
+            }
+        }
     }
     {
         int64_t queued = kd_catalog_count_queued(r->e->cat, r->who.user_id);

@@ -134,6 +134,11 @@ def test_quota_holds_jobs_and_explain_says_so(daemon):
     assert "QUEUED at position 1" in out
     d.cli("cancel", a)
     assert d.wait(b)["state"] == "SUCCEEDED"
+    # more than the quota at all: it could never start, so it is refused, saying why (a hostile test
+    # saw such jobs wait for good)
+    for body in ({"argv": ["true"], "gpus": 3}, {"argv": ["true"], "gpus": 2, "replicas": 2}):
+        status, answer = d.api("POST", "/api/v1/jobs", body)
+        assert status == 400 and "quota of user admin is 2" in answer["message"], answer
 
 
 def test_non_preemptible_job_is_left_alone(daemon):
