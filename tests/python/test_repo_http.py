@@ -110,7 +110,8 @@ def test_a_damaged_download_is_an_error_never_a_wrong_file(kestreld, tmp_path, m
     # damage a stored chunk on the server's disk
     chunks = sorted((kestreld.data / "repo" / "chunks").rglob("*"))
     victim = [p for p in chunks if p.is_file()][0]
-    victim.write_bytes(b"X" + victim.read_bytes()[1:])
+    stored = victim.read_bytes()
+    victim.write_bytes(bytes([stored[0] ^ 0xff]) + stored[1:])   # "X" left a chunk that began with X as it was
     out = tmp_path / "pulled.bin"
     with pytest.raises(kestrel.ProtocolError, match="damaged"):
         c.pull("m", str(out))
