@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <glob.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,8 +13,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "env_builder.h"
 #include "envs.h"
-#include "exec_reap.h"
 #include "exec_util.h"
 #include "identity.h"
 #include "store.h"
@@ -185,28 +184,6 @@ static void line(kd_envs *s, env_entry *x, const char *text)
         kd_exec_log(s->e, ids[i], "env: %s", text);
 }
 
-/* Every process of the builder account, killed: a build's code must not live on to write into the
- * venv after it is sealed, or into the next build (a hostile test: a wheel's .pth, run by the pip
- * freeze, left a process that planted code in the next user's venv). kill -KILL -1 run as that
- * account reaches exactly its processes, all but the kill itself; it runs again while /proc still
- * shows one alive (one forking meanwhile is caught the next time), at most KILL_ROUNDS times. */
-#define KILL_ROUNDS 50
-static void kill_builder(const kd_ident *id)
-{
-    char *argv[] = { "/bin/kill", "-KILL", "-1", NULL };
-    kestrel_buf out = KESTREL_BUF_INIT;
-    kd_exec_as as = { id, "/" };
-    if (id == NULL || !id->isolated)
-        return;
-    for (int i = 0; i < KILL_ROUNDS; i++) {
-        kd_exec_run(argv, "/", &out, &as);
-        kestrel_buf_dispose(&out);
-        if (!kd_proc_uid_alive(id->uid))
-            break;
-        nanosleep(&(struct timespec){ 0, 5 * 1000 * 1000 }, NULL);   /* SIGKILL is delivered, not yet done */
-    }
-}
-
 /* Run argv (absolute path) as id in cwd, its output line by line into the build's lines (or, with
  * collect, into it); the exit status, or -1. The last lines stay in tail. The step ends when argv's
  * process does: what it started and left holding the output open is killed then (as root; else no
@@ -266,7 +243,7 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
                 break;   /* killed and still held (kestreld not root): what it writes is not read */
             if (waitpid(pid, &status, WNOHANG) == pid) {
                 reaped = 1;
-                kill_builder(id);
+                kd_env_kill_builder(id);
             }
             continue;
         }
@@ -301,20 +278,8 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
     pthread_mutex_lock(&s->mu);
     s->build_pid = 0;
     pthread_mutex_unlock(&s->mu);
-    kill_builder(id);   /* nothing a build started may outlive its step */
+    kd_env_kill_builder(id);   /* nothing a build started may outlive its step */
     return !timed_out && status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* Remove a build dir: as the builder while it is the builder's (root never walks a tree another
- * account may still change), then its now empty top as root. */
-static void drop(const kd_ident *builder, const char *dir)
-{
-    struct stat st;
-    if (lstat(dir, &st) == 0 && st.st_uid != 0 && builder->isolated)
-        kd_ident_rm_tree(builder, dir, dir);
-    else
-        kestrel__rm_tree(dir);
-    rmdir(dir);
 }
 
 /* At start: build dirs no DATA/envs/KEY link names (a build a killed kestreld left, an eviction cut
@@ -333,9 +298,9 @@ static void sweep_builds(kd_envs *s)
     if (lstat(shared, &st) == 0) {
         if (kd_ident_available() && kd_ident_resolve(s->builder_name, &builder) == 0) {
             have_builder = 1;
-            kill_builder(&builder);
+            kd_env_kill_builder(&builder);
         }
-        drop(&builder, shared);
+        kd_env_drop(&builder, shared);
     }
     snprintf(base, sizeof(base), "%s/.b", envs);
     if ((d = opendir(base)) == NULL)
@@ -366,50 +331,12 @@ static void sweep_builds(kd_envs *s)
         }
         if (!have_builder && kd_ident_available() && kd_ident_resolve(s->builder_name, &builder) == 0) {
             have_builder = 1;
-            kill_builder(&builder);   /* what a killed kestreld's build left running */
+            kd_env_kill_builder(&builder);   /* what a killed kestreld's build left running */
         }
         snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
-        drop(&builder, dir);
+        kd_env_drop(&builder, dir);
     }
     closedir(d);
-}
-
-/* real/lib/python3.X/site-packages, each step a real directory (lstat: a link the build left
- * would lead root's writes elsewhere). 0, or -1. */
-static int site_packages(const char *real, char *out, size_t n)
-{
-    char lib[PATH_MAX + 8];
-    struct stat st;
-    DIR *d;
-    struct dirent *de;
-    int rc = -1;
-    snprintf(lib, sizeof(lib), "%s/lib", real);
-    if (lstat(lib, &st) < 0 || !S_ISDIR(st.st_mode) || (d = opendir(lib)) == NULL)
-        return -1;
-    while (rc < 0 && (de = readdir(d)) != NULL) {
-        char py[PATH_MAX * 2];
-        if (strncmp(de->d_name, "python3", 7))
-            continue;
-        snprintf(py, sizeof(py), "%s/%s", lib, de->d_name);
-        if (lstat(py, &st) < 0 || !S_ISDIR(st.st_mode))
-            continue;
-        snprintf(out, n, "%s/site-packages", py);
-        if (lstat(out, &st) == 0 && S_ISDIR(st.st_mode))
-            rc = 0;
-    }
-    closedir(d);
-    return rc;
-}
-
-static int to_root(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)ftw;
-    if (geteuid() == 0 && lchown(path, 0, 0) < 0)   /* not root: the venv stays kestreld's own */
-        return -1;
-    if (flag == FTW_SL || S_ISLNK(st->st_mode))
-        return 0;
-    /* readable (and runnable where the builder could run it) by every job, writable by none of them */
-    return chmod(path, (st->st_mode & 0700) | ((st->st_mode & 0100) || S_ISDIR(st->st_mode) ? 0055 : 0044));
 }
 
 /* Past --env-cache-max built environments: remove the least recently used one no running job uses
@@ -501,7 +428,7 @@ static void build(kd_envs *s, env_entry *x)
     envs_path(s, base, sizeof(base), ".b");
     snprintf(real, sizeof(real), "%s/%.16s-XXXXXX", base, x->key);
     resolved = !kd_ident_available() || kd_ident_resolve(s->builder_name, &builder) == 0;
-    kill_builder(resolved ? &builder : NULL);   /* nothing of an earlier build runs into this one */
+    kd_env_kill_builder(resolved ? &builder : NULL);   /* nothing of an earlier build runs into this one */
     if (!resolved || kestrel__mkdirs(base, 0711) < 0 || chmod(base, 0711) < 0 || mkdtemp(real) == NULL ||
         chmod(real, 0755) < 0 || snprintf(cache, sizeof(cache), "%s/.pip-cache", real) < 0 || mkdir(cache, 0700) < 0) {
         snprintf(x->error, sizeof(x->error), "cannot make a build dir: %s", kestrel_error_last()->message[0]
@@ -568,7 +495,7 @@ static void build(kd_envs *s, env_entry *x)
                          NULL };
         rc = run(s, x, argv, real, &builder, tail, sizeof(tail), &freeze);
     }
-    if (rc != 0 || nftw(real, to_root, 32, FTW_PHYS) != 0) {
+    if (rc != 0 || kd_env_seal(real) != 0) {
         snprintf(x->error, sizeof(x->error), "cannot seal the venv: %s", rc ? "pip freeze failed" : strerror(errno));
         rc = -1;
         goto out;
@@ -578,7 +505,7 @@ static void build(kd_envs *s, env_entry *x)
         if (!s->bindings[0])   /* the job's own words, where `import kestrel` would fail it */
             line(s, x, "no kestrel bindings for this venv: `import kestrel` fails in it (kestreld finds none "
                        "where --env-python imports from; see kestreld --env-python-path DIR)");
-        if (s->bindings[0] && site_packages(real, site, sizeof(site)) == 0) {
+        if (s->bindings[0] && kd_env_site_packages(real, site, sizeof(site)) == 0) {
             snprintf(pth, sizeof(pth), "%s/kestrel-bindings.pth", site);
             if (kestrel__write_file_atomic(pth, s->bindings, strlen(s->bindings), 0644) == 0)
                 chmod(pth, 0644);
@@ -605,7 +532,7 @@ static void build(kd_envs *s, env_entry *x)
 out:
     kestrel_buf_dispose(&freeze);
     if (rc != 0 && real[strlen(real) - 1] != 'X')
-        drop(&builder, real);
+        kd_env_drop(&builder, real);
     snprintf(key, sizeof(key), "%s", x->key);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {   /* built: the entry goes, DATA/envs/KEY says it from now on */
