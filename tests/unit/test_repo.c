@@ -93,6 +93,57 @@ static void the_cuts_are_those_of_every_earlier_build(void **state)
     assert_int_equal(h, 0xad7274577f74152bull);
 }
 
+/* The chunker's definition, one byte a turn (lib/repo/chunk.c works four at a time): the gear
+ * table of splitmix64 from "kestrl01", a hash reset at the minimum, 20 top bits zero before the
+ * average, 16 after, never past the maximum. */
+static size_t cut_by_definition(const uint8_t *d, size_t len)
+{
+    static uint64_t gear[256];
+    uint64_t x = 0x6b657374726c3031ull, h = 0;
+    size_t i, normal = KESTREL__CHUNK_AVG, end = len < KESTREL__CHUNK_MAX ? len : KESTREL__CHUNK_MAX;
+    for (int k = 0; k < 256; k++) {
+        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        gear[k] = z ^ (z >> 31);
+    }
+    if (len <= KESTREL__CHUNK_MIN)
+        return len;
+    normal = end < normal ? end : normal;
+    for (i = KESTREL__CHUNK_MIN; i < end; i++) {
+        h = (h << 1) + gear[d[i]];
+        if (!(h & (i < normal ? ((1ull << 20) - 1) << 44 : ((1ull << 16) - 1) << 48)))
+            return i + 1;
+    }
+    return end;
+}
+
+/* Every cut of 64 MiB of random bytes, and of each length that ends a buffer short of a cut (the
+ * last turn of four bytes cut short, before and after the average), is the definition's. */
+static void the_chunker_cuts_where_its_definition_does(void **state)
+{
+    size_t n = 64u << 20, off = 0, cuts = 0, by_residue[4] = { 0 };
+    uint8_t *data = random_bytes(n + KESTREL__CHUNK_MAX, 23);
+    (void)state;
+    while (off < n) {
+        size_t a = kestrel__chunk_next(data + off, n - off, 1);
+        assert_int_equal(a, cut_by_definition(data + off, n - off));
+        by_residue[a % 4]++;
+        off += a;
+        cuts++;
+    }
+    for (int r = 0; r < 4; r++)
+        assert_true(by_residue[r] > 0);   /* cuts at every place in a turn of four */
+    assert_true(cuts > 150);
+    for (size_t len = KESTREL__CHUNK_MIN - 2; len < KESTREL__CHUNK_MIN + 9; len++)
+        assert_int_equal(kestrel__chunk_next(data, len, 1), cut_by_definition(data, len));
+    for (size_t len = KESTREL__CHUNK_AVG - 9; len < KESTREL__CHUNK_AVG + 9; len++)
+        assert_int_equal(kestrel__chunk_next(data + 5, len, 1), cut_by_definition(data + 5, len));
+    for (size_t len = KESTREL__CHUNK_MAX - 9; len < KESTREL__CHUNK_MAX + 9; len++)
+        assert_int_equal(kestrel__chunk_next(data + 11, len, 0), cut_by_definition(data + 11, len));
+    free(data);
+}
+
 static int last_progress(const kestrel_progress *p, void *payload)
 {
     *(kestrel_progress *)payload = *p;
@@ -625,6 +676,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chunks_have_bounded_sizes_and_survive_an_insertion),
         cmocka_unit_test(the_cuts_are_those_of_every_earlier_build),
+        cmocka_unit_test(the_chunker_cuts_where_its_definition_does),
         cmocka_unit_test(tree_paths_and_listings),
         cmocka_unit_test(tree_files_that_are_folders),
         cmocka_unit_test(pulled_manifest_head_is_bounded),
