@@ -118,6 +118,9 @@ enum MHD_Result kd_route_nodes(kd_req *r);
 enum MHD_Result kd_route_repo(kd_req *r);
 /* GET /api/v1/models/NAME/versions/REF, the caller's right to read NAME checked (repo_manifest.c). */
 enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref);
+/* GET /api/v1/models/NAME/versions, the caller's right to read NAME checked: made as it is read, a
+ * version at a time (repo_versions.c). */
+enum MHD_Result kd_repo_versions(kd_req *r, const char *name);
 /* Files that answers hold open while they go out, however slowly they are read (repo_fetch.c): at
  * most a quarter of the process's descriptors. Take one: 0, or -1 when they are all taken. */
 int kd_answer_file_take(void);

@@ -364,23 +364,6 @@ static enum MHD_Result list_reply(kd_req *r, Kestrel__V1__ManifestList *list)
     return reply;
 }
 
-static enum MHD_Result versions(kd_req *r, const char *name)
-{
-    Kestrel__V1__ManifestList list = KESTREL__V1__MANIFEST_LIST__INIT;
-    enum MHD_Result reply;
-    int64_t *vs = NULL;
-    size_t n = 0;
-    int rc = kestrel__store_versions(r->e->store, name, &vs, &n);
-    if (rc < 0)
-        return kd_reply_failure(r, rc);
-    list.versions = calloc(n + 1, sizeof(*list.versions));
-    for (size_t i = 0; list.versions && i < n; i++)
-        list_add(r, &list, name, vs[i]);
-    reply = list_reply(r, &list);
-    free(vs);
-    return reply;
-}
-
 static enum MHD_Result delete_version(kd_req *r, const char *name, const char *ref)
 {
     long long v;
@@ -626,7 +609,7 @@ enum MHD_Result kd_route_repo(kd_req *r)
              * here, where the route is served, so that the rule stands without that early check */
             if (post && (st = kd_repo_check(r, name, KD_REPO_PUSH, why, sizeof(why))) != 0)
                 return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
-            return post ? commit_deferred(r, name) : get_ ? versions(r, name) : kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
+            return post ? commit_deferred(r, name) : get_ ? kd_repo_versions(r, name) : kd_reply_error(r, 405, "method_not_allowed", "GET or POST");
         }
         if (part == KD_MODEL_VERSION && (get_ || del)) {
             if (del && (st = kd_repo_check(r, name, KD_REPO_DELETE, why, sizeof(why))) != 0)

@@ -672,3 +672,46 @@ def test_a_body_is_counted_as_it_decodes_not_as_it_lies(daemon, tmp_path, monkey
         (files / f"f{i:03d}").write_bytes(os.urandom(3000))
     assert kestrel.Client(d.url, d.token).push("team/files", str(files)) == 1
 
+
+
+def test_a_models_versions_are_answered_one_at_a_time_whatever_their_count(daemon):
+    """GET /api/v1/models/NAME/versions was made whole before it was sent: 3,000 versions with 64 KiB
+    of metadata each were a 197 MB answer, and a few asks at once took kestreld to 2.5-3 GB (a hostile
+    test). It is now made as it is read, a version at a time (server/repo_versions.c): 16 answers of
+    12 MB each, never read, hold little; read, they hold every version, in protobuf (the CLI) and in
+    JSON, and a version deleted is not in them."""
+    import hashlib
+    import struct
+    import subprocess
+    from conftest import KESTREL_CLI
+    d = daemon()
+    port = int(d.url.rsplit(":", 1)[1])
+    one = b"v"
+    digest = hashlib.sha256(one).hexdigest()
+    assert urllib_request(d, "/api/v1/chunks/pack", bytes.fromhex(digest) + struct.pack(">I", 1) + one,
+                          "application/octet-stream") == 200
+    n, pad = 200, "p" * (60 * 1024)
+    for i in range(n):
+        m = {"size": "1", "sha256": digest, "chunks": [{"digest": digest, "size": "1"}],
+             "metadata_json": json.dumps({"i": i, "pad": pad})}
+        assert urllib_request(d, "/api/v1/models/admin/many/versions", json.dumps(m).encode(),
+                              "application/json") == 201
+    assert d.api("DELETE", "/api/v1/models/admin/many/versions/7")[0] == 200
+    before = _rss_kib(d.proc.pid)
+    for accept in ("application/json", "application/x-protobuf"):
+        socks, lines = _unread_answers(port, 8, f"GET /api/v1/models/admin/many/versions HTTP/1.1\r\nHost: x\r\n"
+                                       f"Accept: {accept}\r\nAuthorization: Bearer {d.token}\r\n\r\n".encode())
+        assert lines == [b"HTTP/1.1 200 OK"] * 8, lines
+        time.sleep(0.5)
+        grown = _rss_kib(d.proc.pid) - before
+        for s in socks:
+            s.close()
+        assert grown < 24 * 1024, f"8 unread answers of 12 MB grew kestreld by {grown} KiB"   # 8 x 12 MB before
+    status, body = d.api("GET", "/api/v1/models/admin/many/versions")
+    got = [v["version"] for v in body["versions"]]
+    assert status == 200 and got == [str(v) for v in range(1, n + 1) if v != 7]
+    assert json.loads(body["versions"][-1]["metadata_json"]) == {"i": n - 1, "pad": pad}
+    env = dict(os.environ, KESTREL_URL=d.url, KESTREL_TOKEN=d.token)
+    out = subprocess.run([KESTREL_CLI, "-o", "json", "models", "admin/many"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert [v["version"] for v in json.loads(out.stdout)["versions"]] == got

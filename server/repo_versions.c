@@ -1,0 +1,118 @@
+/* server/repo_versions.c - GET /api/v1/models/NAME/versions: a model's versions, oldest first, each
+ * without its chunk and file lists (its N.listing: lib/repo/store_list.c).
+ *
+ * The answer is made as it is read, a version at a time: kestreld holds one version's listing and
+ * a block of the answer, whatever the count. Made whole, 3,000 versions with 64 KiB of metadata each
+ * were a 197 MB answer, and a few asks at once took kestreld to 2.5-3 GB (a hostile test). The
+ * version numbers are taken when the answer starts; one deleted before its turn is left out, one
+ * committed after it is not in this answer. A listing that cannot be read midway (a disk's failure)
+ * cuts the answer short, which the client sees as an error (its length is not sent ahead: the
+ * answer goes chunked).
+ *
+ * The bytes are those of the whole ManifestList: in protobuf, each version a record of its field 1
+ * (kestrel__wire_pack_element); in JSON, {"versions":[...]} with each version as lib/wire.c writes it.
+ *
+ * Who may: whoever may read NAME (kd_route_repo checks it first: a model the caller may not read is
+ * answered as one that does not exist). */
+#include <stdlib.h>
+#include <string.h>
+#include "api.h"
+#include "store.h"
+#include "repo.h"
+
+#define BLOCK (64u * 1024)   /* what libmicrohttpd asks of the reader at once */
+/* What one answer holds besides its block: the listing of one version (its metadata is at most
+ * 64 KiB) decoded and encoded, and the version numbers (8 bytes each). */
+#define ONE_VERSION (512u * 1024)
+
+typedef struct {
+    kestrel__store *store;
+    char *name;
+    int64_t *vs;          /* the versions, oldest first, when the answer started */
+    size_t n, next;       /* how many; the next to encode */
+    int json, sent_one, done;
+    kestrel_buf piece;    /* encoded and not yet read: the head, a version, or the end */
+    size_t at;            /* how much of piece was read */
+} versions_answer;
+
+/* The next piece of the answer into a->piece: 1, 0 at the end, -1 where a listing cannot be read. */
+static int next_piece(versions_answer *a)
+{
+    a->piece.size = a->at = 0;
+    if (a->done)
+        return 0;
+    if (a->json && a->next == 0 && !a->sent_one && kestrel__buf_puts(&a->piece, "{\"versions\":[") < 0)
+        return -1;
+    while (a->next < a->n) {
+        Kestrel__V1__Manifest *m = NULL;
+        int rc = kestrel__store_listing(a->store, a->name, a->vs[a->next++], &m);
+        if (rc == KESTREL_ENOTFOUND) {   /* deleted since the answer started */
+            kestrel_error_clear();
+            continue;
+        }
+        if (rc == 0)
+            rc = !a->json ? kestrel__wire_pack_element(&a->piece, 1, &m->base)
+                 : (a->sent_one && (rc = kestrel__buf_puts(&a->piece, ",")) < 0) ? rc
+                                                                                  : kestrel__wire_to_json(&a->piece, &m->base, 0);
+        kestrel__manifest_free(m);
+        if (rc < 0)
+            return -1;
+        a->sent_one = 1;
+        return 1;
+    }
+    a->done = 1;
+    if (a->json && kestrel__buf_puts(&a->piece, "]}\n") < 0)
+        return -1;
+    return a->piece.size > 0;
+}
+
+static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    versions_answer *a = cls;
+    size_t take;
+    int rc;
+    (void)pos;
+    while (a->at == a->piece.size)
+        if ((rc = next_piece(a)) <= 0)
+            return rc == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    take = a->piece.size - a->at < max ? a->piece.size - a->at : max;
+    memcpy(buf, a->piece.ptr + a->at, take);
+    a->at += take;
+    return (ssize_t)take;
+}
+
+static void answer_free(void *cls)
+{
+    versions_answer *a = cls;
+    kestrel_buf_dispose(&a->piece);
+    free(a->vs);
+    free(a->name);
+    free(a);
+}
+
+enum MHD_Result kd_repo_versions(kd_req *r, const char *name)
+{
+    versions_answer *a = calloc(1, sizeof(*a));
+    struct MHD_Response *resp;
+    int rc;
+    if (a == NULL || (a->name = kestrel__strdup(name)) == NULL) {
+        free(a);
+        return kd_reply_error(r, 500, "internal", "out of memory");
+    }
+    a->store = r->e->store;
+    a->json = r->want_json;
+    if ((rc = kestrel__store_versions(r->e->store, name, &a->vs, &a->n)) < 0) {
+        answer_free(a);
+        return kd_reply_failure(r, rc);
+    }
+    /* held until the client reads it, however slowly: from the budget of request memory */
+    if (kd_answer_hold(r, BLOCK + ONE_VERSION + a->n * sizeof(*a->vs)) < 0) {
+        answer_free(a);
+        return kd_reply_busy(r);
+    }
+    if ((resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, BLOCK, answer_read, a, answer_free)) == NULL) {
+        answer_free(a);
+        return MHD_NO;
+    }
+    return kd_reply_response(r, 200, resp, a->json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF);
+}
