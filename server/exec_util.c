@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
@@ -46,6 +47,13 @@ void kd_exec_sanitize(char *s, size_t len)
             s[i] = '?';
 }
 
+static long max_procs;   /* kd_exec_set_max_procs */
+
+void kd_exec_set_max_procs(long n)
+{
+    max_procs = n;
+}
+
 /* Spawn argv with stdout/stderr to pipes (or one pipe when merge); returns pid or -errno. */
 /* fork + exec as another identity (posix_spawn cannot change uid): in the child only
  * async-signal-safe calls; an exec failure comes back as errno through a close-on-exec pipe. */
@@ -75,6 +83,13 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
             goto fail;
         if (null < 0 || dup2(null, 0) < 0 || dup2(out_fd[1], 1) < 0 || dup2(err_fd ? err_fd[1] : out_fd[1], 2) < 0)
             goto fail;
+        /* the account's processes, before root is gone (only root may raise the hard limit); an
+         * account already past it fails the exec with EAGAIN (Linux checks it at the uid change) */
+        if (max_procs > 0) {
+            struct rlimit nproc = { (rlim_t)max_procs, (rlim_t)max_procs };
+            if (setrlimit(RLIMIT_NPROC, &nproc) < 0)
+                goto fail;
+        }
         /* groups first (needs root), then gid, then uid; none of them may be undone */
         if (setgroups(0, NULL) < 0 || setresgid(id->gid, id->gid, id->gid) < 0 ||
             setresuid(id->uid, id->uid, id->uid) < 0)

@@ -24,6 +24,11 @@ void kd_exec_sanitize(char *s, size_t len);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write
  * ends (err_fd NULL: both to out_fd), which it closes. With an isolated id the process runs as that
  * uid and gid with no supplementary groups. Returns the pid or -errno. */
+/* The processes (threads too: Linux counts tasks) every account a job or a build runs as may have
+ * at once, all of its processes together: RLIMIT_NPROC, set as the account is taken (kestreld as
+ * root only; 0: none). One user's fork bomb took every pid of the host, kestreld's forks with them.
+ * Set once at start (main.c), before any spawn. */
+void kd_exec_set_max_procs(long n);
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
                     const kd_ident *id);
 /* The same for a gang's rank, which (run as an identity) dies with the thread that spawned it: a

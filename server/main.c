@@ -16,6 +16,7 @@
 #include "config.h"
 #include "data_lock.h"
 #include "exec_local.h"
+#include "exec_util.h"
 #include "identity.h"
 #include "slurm.h"
 #include "store.h"
@@ -59,6 +60,10 @@ static void usage(FILE *f)
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
+        "      --max-job-processes N  processes and threads the account of a user's jobs (or of the\n"
+        "                           environment builds) may have at once, all its jobs together: a fork\n"
+        "                           bomb stops there, not at the host's last pid (default a quarter of\n"
+        "                           the kernel's pid_max; 0: no limit; kestreld as root only)\n"
         "      --http-threads N     the HTTP server's threads (epoll, event-driven; default 8); a long\n"
         "                           poll (wait_ms, logs -f) is a suspended connection, not a thread\n"
         "      --max-connections N  open connections in all (default 16384; the fd limit is raised)\n"
@@ -142,6 +147,20 @@ static void usage(FILE *f)
         "after the grace period, requeue them, exit. After a crash, jobs left RUNNING are\n"
         "requeued on the next start (or failed with \"daemon restarted\" if they asked not\n"
         "to be retried).\n");
+}
+
+/* A quarter of the kernel's pid_max (32768 on a host of few cores): one user's jobs may not take the
+ * pids every other user, and kestreld, needs. */
+static long default_job_procs(void)
+{
+    long pid_max = 32768;
+    FILE *f = fopen("/proc/sys/kernel/pid_max", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &pid_max) != 1 || pid_max < 1024)
+            pid_max = 32768;
+        fclose(f);
+    }
+    return pid_max / 4;
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, long *out)
@@ -419,6 +438,10 @@ static int check_config(const kd_config *cfg)
     printf("data dir   %s\n", cfg->data_dir);
     printf("jobs run   %s\n", kd_ident_available() ? "as their users' own Unix accounts (kestreld is root)"
                                                     : "as this daemon's user: single-tenant");
+    if (kd_ident_available() && cfg->max_job_procs > 0)
+        printf("processes  %ld at most of each account (--max-job-processes)\n", cfg->max_job_procs);
+    else if (kd_ident_available())
+        printf("processes  no limit (--max-job-processes 0)\n");
     for (size_t i = 0; i < cfg->nnodes; i++)
         printf("node       %s: pool %s, %d GPUs\n", cfg->nodes[i].name, cfg->nodes[i].pool, cfg->nodes[i].ndev);
     for (size_t i = 0; i < cfg->nslurm_pools; i++)
@@ -475,7 +498,7 @@ int main(int argc, char **argv)
         { "gpu-sample-interval", required_argument, NULL, 29 }, { "idle-gpu-after", required_argument, NULL, 30 },
         { "webhook", required_argument, NULL, 31 }, { "webhook-secret-file", required_argument, NULL, 32 },
         { "log-policy", required_argument, NULL, 33 }, { "max-manifest", required_argument, NULL, 34 },
-        { "max-upload-memory", required_argument, NULL, 35 },
+        { "max-upload-memory", required_argument, NULL, 35 }, { "max-job-processes", required_argument, NULL, 36 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -494,6 +517,7 @@ int main(int argc, char **argv)
 
     cfg.max_log_bytes = 256LL << 20;
     cfg.max_queued = 10000;
+    cfg.max_job_procs = default_job_procs();
     cfg.http_threads = 8;
     cfg.max_connections = 16384;
     cfg.max_connections_per_ip = 1024;
@@ -543,6 +567,7 @@ int main(int argc, char **argv)
             break;
         }
         case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
+        case 36: if (parse_int("--max-job-processes", optarg, 0, 1L << 30, &v) < 0) return 2; cfg.max_job_procs = v; break;
         case 19: if (parse_int("--http-threads", optarg, 1, KD_HTTP_THREADS_MAX, &v) < 0) return 2; cfg.http_threads = (int)v; break;
         case 20: if (parse_int("--max-connections", optarg, 16, 1000000, &v) < 0) return 2; cfg.max_connections = (int)v; break;
         case 21: if (parse_int("--max-connections-per-ip", optarg, 1, 1000000, &v) < 0) return 2; cfg.max_connections_per_ip = (int)v; break;
@@ -658,6 +683,7 @@ int main(int argc, char **argv)
             setrlimit(RLIMIT_NOFILE, &rl);
         }
     }
+    kd_exec_set_max_procs(cfg.max_job_procs);
     if (check_only) {
         int rc = check_config(&cfg);
         free_config(&cfg);

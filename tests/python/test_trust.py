@@ -476,3 +476,43 @@ def test_login_checks_and_stores_the_token(daemon, tmp_path):
     jid = json.loads(subprocess.run([KESTREL_CLI, "-o", "json", "submit", "--", "true"], capture_output=True,
                                     text=True, env=env, check=True).stdout)["id"]
     assert d.job(jid)["owner"] == "alice"
+
+
+FORK_BOMB = """import os, sys, time
+pids = []
+try:
+    while len(pids) < 300:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        pids.append(pid)
+    print("forked", len(pids), "no limit", flush=True)
+except OSError as e:
+    print("forked", len(pids), "then", os.strerror(e.errno), flush=True)
+for pid in pids:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+"""
+
+
+@root_only
+def test_a_fork_bomb_stops_at_its_accounts_process_limit(daemon, tmp_path):
+    """Jobs had no process limit: one user's fork bomb could take every pid of the host, and
+    kestreld's own forks with them (a hostile test). Each job account has --max-job-processes
+    (RLIMIT_NPROC, set before root is dropped): the bomb stops there, and another user's job runs
+    meanwhile."""
+    d = daemon("--gpus", "0", "--max-job-processes", "40")
+    mallory, alice = token(d, "mallory"), token(d, "alice")
+    script = tmp_path / "bomb.py"
+    script.write_text(FORK_BOMB)
+    script.chmod(0o644)
+    bomb = json.loads(d.cli("-o", "json", "submit", "--", sys.executable, str(script),
+                            env=as_user(d, mallory)).stdout)["id"]
+    line = wait_line(d, bomb, "forked ", timeout=60)
+    n = int(line.split()[0])
+    assert "then Resource temporarily unavailable" in line and 5 <= n < 40, line   # 300 before
+    other = json.loads(d.cli("-o", "json", "submit", "--", "sh", "-c", "echo alice ran",
+                             env=as_user(d, alice)).stdout)["id"]
+    assert d.wait(other, timeout=60)["state"] == "SUCCEEDED" and "alice ran" in logs(d, other)
+    assert d.wait(bomb, timeout=60)["state"] == "SUCCEEDED"
