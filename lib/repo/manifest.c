@@ -66,7 +66,8 @@ int kestrel__tree_path_valid(const char *p)
     for (const char *seg = p; seg;) {
         const char *slash = strchr(seg, '/');
         size_t sl = slash ? (size_t)(slash - seg) : strlen(seg);
-        if (sl == 0 || (sl == 1 && seg[0] == '.') || (sl == 2 && seg[0] == '.' && seg[1] == '.'))
+        /* past 255 bytes, a name no Linux file system holds (NAME_MAX): committed, never pulled */
+        if (sl == 0 || sl > 255 || (sl == 1 && seg[0] == '.') || (sl == 2 && seg[0] == '.' && seg[1] == '.'))
             return 0;
         seg = slash ? slash + 1 : NULL;
     }

@@ -157,7 +157,7 @@ int kestrel__tree_list(const char *root, char *const *select, size_t nselect, ke
             char shown[404];
             if (!kestrel__tree_path_valid(select[i]))
                 return kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%s' (UTF-8, relative, "
-                                          "no '.' or '..')", root, escaped(select[i], shown, sizeof(shown)));
+                                          "each name at most 255 bytes, no '.' or '..')", root, escaped(select[i], shown, sizeof(shown)));
             snprintf(path, sizeof(path), "%s/%s", root, select[i]);
             if (lstat(path, &st) < 0)
                 return kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);

@@ -509,6 +509,7 @@ def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path
     for mutate, needle in (
         (lambda m: m["files"][0].update(path="../escape"), "bad path"),
         (lambda m: m["files"][0].update(path="/abs"), "bad path"),
+        (lambda m: m["files"][0].update(path="d/" + "n" * 256), "bad path"),   # committed before, never pullable
         (lambda m: m["files"].reverse(), "field 'files'"),
         (lambda m: m["files"].insert(1, dict(m["files"][0])), "unique"),
         (lambda m: m["files"][1].update(size=str(int(m["files"][1].get("size", "0")) + 1)), "add up"),
