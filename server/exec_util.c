@@ -57,8 +57,11 @@ void kd_exec_set_max_procs(long n)
 /* Spawn argv with stdout/stderr to pipes (or one pipe when merge); returns pid or -errno. */
 /* fork + exec as another identity (posix_spawn cannot change uid): in the child only
  * async-signal-safe calls; an exec failure comes back as errno through a close-on-exec pipe. */
+#define DIE_WITH_PARENT 1   /* spawn's flags */
+#define LIMITED 2           /* user code (a job, a build step): max_procs applies */
+
 static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                      const kd_ident *id, int die_with_parent)
+                      const kd_ident *id, int flags)
 {
     int ep[2], err = 0;
     sigset_t none, all, old;
@@ -85,7 +88,7 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
             goto fail;
         /* the account's processes, before root is gone (only root may raise the hard limit); an
          * account already past it fails the exec with EAGAIN (Linux checks it at the uid change) */
-        if (max_procs > 0) {
+        if ((flags & LIMITED) && max_procs > 0) {
             struct rlimit nproc = { (rlim_t)max_procs, (rlim_t)max_procs };
             if (setrlimit(RLIMIT_NPROC, &nproc) < 0)
                 goto fail;
@@ -99,7 +102,7 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
         /* a gang's rank never outlives the thread that runs the gang (alone it is of no use: its
          * peers die with a kill -9 of kestreld too). After the credentials change, which clears it;
          * a daemon gone before this line is seen by getppid. */
-        if (die_with_parent && (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != daemon_pid))
+        if ((flags & DIE_WITH_PARENT) && (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != daemon_pid))
             goto fail;
         /* no way back up through setuid programs (sudo, su, pkexec) */
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -140,7 +143,7 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
 }
 
 static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                   const kd_ident *id, int die_with_parent)
+                   const kd_ident *id, int flags)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -148,7 +151,7 @@ static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int 
     pid_t pid;
     int rc;
     if (id && id->isolated)
-        return spawn_as(argv, envp, cwd, out_fd, err_fd, id, die_with_parent);
+        return spawn_as(argv, envp, cwd, out_fd, err_fd, id, flags);
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -175,13 +178,13 @@ static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int 
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
                     const kd_ident *id)
 {
-    return spawn(argv, envp, cwd, out_fd, err_fd, id, 0);
+    return spawn(argv, envp, cwd, out_fd, err_fd, id, LIMITED);
 }
 
 pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
                          const kd_ident *id)
 {
-    return spawn(argv, envp, cwd, out_fd, err_fd, id, 1);
+    return spawn(argv, envp, cwd, out_fd, err_fd, id, DIE_WITH_PARENT | LIMITED);
 }
 
 /* Run a helper (git) to completion, collecting its output (stdout and stderr) into out.
@@ -207,7 +210,9 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
     env[k] = NULL;
     if (pipe2(p, O_CLOEXEC) < 0)
         return -1;
-    if ((pid = kd_exec_spawn(argv, env, cwd, p, NULL, as ? as->id : NULL)) < 0) {
+    /* not limited: kestreld's own helper (the kill of a build's processes, an rm) must run even
+     * where the account is at max_procs, which makes a limited exec fail (EAGAIN) */
+    if ((pid = spawn(argv, env, cwd, p, NULL, as ? as->id : NULL, 0)) < 0) {
         kestrel__buf_printf(out, "cannot run %s: %s\n", argv[0], strerror((int)-pid));
         close(p[0]);
         return -1;

@@ -21,14 +21,15 @@ int kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, cha
 void kd_exec_log(kd_engine *e, int64_t id, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Make bytes safe for a protobuf string: invalid UTF-8 bytes become '?'. */
 void kd_exec_sanitize(char *s, size_t len);
+/* The processes (threads too: Linux counts tasks) an account may have at once, all of its processes
+ * together, where it runs a job or a build step (kd_exec_spawn, _rank): RLIMIT_NPROC, set as the
+ * account is taken (kestreld as root only; 0: none). One user's fork bomb could take every pid of the
+ * host, kestreld's forks with them. kestreld's own helpers (kd_exec_run) are not limited. Set once at
+ * start (main.c), before any spawn. */
+void kd_exec_set_max_procs(long n);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write
  * ends (err_fd NULL: both to out_fd), which it closes. With an isolated id the process runs as that
  * uid and gid with no supplementary groups. Returns the pid or -errno. */
-/* The processes (threads too: Linux counts tasks) every account a job or a build runs as may have
- * at once, all of its processes together: RLIMIT_NPROC, set as the account is taken (kestreld as
- * root only; 0: none). One user's fork bomb took every pid of the host, kestreld's forks with them.
- * Set once at start (main.c), before any spawn. */
-void kd_exec_set_max_procs(long n);
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
                     const kd_ident *id);
 /* The same for a gang's rank, which (run as an identity) dies with the thread that spawned it: a

@@ -63,7 +63,8 @@ static void usage(FILE *f)
         "      --max-job-processes N  processes and threads the account of a user's jobs (or of the\n"
         "                           environment builds) may have at once, all its jobs together: a fork\n"
         "                           bomb stops there, not at the host's last pid (default a quarter of\n"
-        "                           the kernel's pid_max; 0: no limit; kestreld as root only)\n"
+        "                           the least of pid_max, threads-max and kestreld's cgroup pids.max;\n"
+        "                           0: no limit; kestreld as root, local jobs: Slurm's have Slurm's)\n"
         "      --http-threads N     the HTTP server's threads (epoll, event-driven; default 8); a long\n"
         "                           poll (wait_ms, logs -f) is a suspended connection, not a thread\n"
         "      --max-connections N  open connections in all (default 16384; the fd limit is raised)\n"
@@ -149,18 +150,57 @@ static void usage(FILE *f)
         "to be retried).\n");
 }
 
-/* A quarter of the kernel's pid_max (32768 on a host of few cores): one user's jobs may not take the
- * pids every other user, and kestreld, needs. */
-static long default_job_procs(void)
+/* The number in file, or -1 (missing, or "max"). */
+static long read_long(const char *file)
 {
-    long pid_max = 32768;
-    FILE *f = fopen("/proc/sys/kernel/pid_max", "r");
+    long v = -1;
+    FILE *f = fopen(file, "r");
     if (f) {
-        if (fscanf(f, "%ld", &pid_max) != 1 || pid_max < 1024)
-            pid_max = 32768;
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
         fclose(f);
     }
-    return pid_max / 4;
+    return v;
+}
+
+/* A quarter of the tasks this host lets kestreld's jobs have: the kernel's pid_max and threads-max,
+ * and the pids.max of kestreld's cgroup and those above it (cgroup v2: a systemd unit's TasksMax,
+ * 15 % of the host by default, is the bound its jobs reach first). One user's jobs may not take the
+ * pids every other user, and kestreld, needs. 8192 where pid_max is 32768 and nothing is lower. */
+static long default_job_procs(void)
+{
+    long lim = read_long("/proc/sys/kernel/pid_max"), v = read_long("/proc/sys/kernel/threads-max");
+    char line[PATH_MAX], dir[PATH_MAX + 32];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (lim < 1024)
+        lim = 32768;
+    if (v > 0 && v < lim)
+        lim = v;
+    while (f && fgets(line, sizeof(line), f)) {   /* "0::/path" (v2), "N:pids:/path" (v1) */
+        char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL;
+        const char *base = NULL;
+        if (path == NULL || path[1] != '/')
+            continue;
+        *path++ = '\0';
+        if (!strcmp(ctl + 1, ""))
+            base = "/sys/fs/cgroup";
+        else if (!strcmp(ctl + 1, "pids"))
+            base = "/sys/fs/cgroup/pids";
+        else
+            continue;
+        path[strcspn(path, "\n")] = '\0';
+        for (char *cut;;) {   /* the cgroup, then each above it */
+            snprintf(dir, sizeof(dir), "%s%s/pids.max", base, path);
+            if ((v = read_long(dir)) > 0 && v < lim)
+                lim = v;
+            if ((cut = strrchr(path, '/')) == NULL || cut == path)
+                break;
+            *cut = '\0';
+        }
+    }
+    if (f)
+        fclose(f);
+    return lim / 4 > 64 ? lim / 4 : 64;
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, long *out)
@@ -567,7 +607,15 @@ int main(int argc, char **argv)
             break;
         }
         case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
-        case 36: if (parse_int("--max-job-processes", optarg, 0, 1L << 30, &v) < 0) return 2; cfg.max_job_procs = v; break;
+        case 36:
+            if (parse_int("--max-job-processes", optarg, 0, 1L << 30, &v) < 0)
+                return 2;
+            if (v > 0 && v < 16) {   /* a job's interpreter and its threads: nothing would run */
+                fprintf(stderr, "kestreld: --max-job-processes: %ld is too few (0 for no limit, else 16 or more)\n", v);
+                return 2;
+            }
+            cfg.max_job_procs = v;
+            break;
         case 19: if (parse_int("--http-threads", optarg, 1, KD_HTTP_THREADS_MAX, &v) < 0) return 2; cfg.http_threads = (int)v; break;
         case 20: if (parse_int("--max-connections", optarg, 16, 1000000, &v) < 0) return 2; cfg.max_connections = (int)v; break;
         case 21: if (parse_int("--max-connections-per-ip", optarg, 1, 1000000, &v) < 0) return 2; cfg.max_connections_per_ip = (int)v; break;

@@ -5,15 +5,17 @@
  * a block of the answer, whatever the count. Made whole, 3,000 versions with 64 KiB of metadata each
  * were a 197 MB answer, and a few asks at once took kestreld to 2.5-3 GB (a hostile test). The
  * version numbers are taken when the answer starts; one deleted before its turn is left out, one
- * committed after it is not in this answer. A listing that cannot be read midway (a disk's failure)
- * cuts the answer short, which the client sees as an error (its length is not sent ahead: the
- * answer goes chunked).
+ * committed after it is not in this answer. A version whose listing cannot be read (damaged) is left
+ * out with a line in kestreld's log, as it always was (and as a file:// listing does); only memory
+ * running out midway cuts the answer short, which the client sees as an error (its length is not
+ * sent ahead: the answer goes chunked).
  *
  * The bytes are those of the whole ManifestList: in protobuf, each version a record of its field 1
  * (kestrel__wire_pack_element); in JSON, {"versions":[...]} with each version as lib/wire.c writes it.
  *
  * Who may: whoever may read NAME (kd_route_repo checks it first: a model the caller may not read is
  * answered as one that does not exist). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "api.h"
@@ -22,7 +24,8 @@
 
 #define BLOCK (64u * 1024)   /* what libmicrohttpd asks of the reader at once */
 /* What one answer holds besides its block: the listing of one version (its metadata is at most
- * 64 KiB) decoded and encoded, and the version numbers (8 bytes each). */
+ * 64 KiB) decoded and encoded, and the version numbers (8 bytes each). A version an earlier build
+ * committed is read whole once, the first time it is listed, to write its listing: not counted. */
 #define ONE_VERSION (512u * 1024)
 
 typedef struct {
@@ -45,8 +48,15 @@ static int next_piece(versions_answer *a)
         return -1;
     while (a->next < a->n) {
         Kestrel__V1__Manifest *m = NULL;
-        int rc = kestrel__store_listing(a->store, a->name, a->vs[a->next++], &m);
+        int64_t v = a->vs[a->next++];
+        int rc = kestrel__store_listing(a->store, a->name, v, &m);
         if (rc == KESTREL_ENOTFOUND) {   /* deleted since the answer started */
+            kestrel_error_clear();
+            continue;
+        }
+        if (rc < 0 && rc != KESTREL_ENOMEM) {   /* one damaged version hides no other (as file:// lists) */
+            fprintf(stderr, "kestreld: %s@%lld left out of its model's versions: %s\n", a->name, (long long)v,
+                    kestrel_error_last()->message);
             kestrel_error_clear();
             continue;
         }
@@ -55,8 +65,10 @@ static int next_piece(versions_answer *a)
                  : (a->sent_one && (rc = kestrel__buf_puts(&a->piece, ",")) < 0) ? rc
                                                                                   : kestrel__wire_to_json(&a->piece, &m->base, 0);
         kestrel__manifest_free(m);
-        if (rc < 0)
+        if (rc < 0) {
+            fprintf(stderr, "kestreld: GET %s's versions cut short: %s\n", a->name, kestrel_error_last()->message);
             return -1;
+        }
         a->sent_one = 1;
         return 1;
     }

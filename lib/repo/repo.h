@@ -90,8 +90,8 @@ int kestrel__manifest_file_digests_open(const Kestrel__V1__Manifest *m);
 void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *files, size_t n, char hex[65]);
 /* The same a file at a time: f's part of it, into ctx (an EVP SHA-256 digest begun by the caller). */
 void kestrel__manifest_tree_digest_file(struct evp_md_ctx_st *ctx, const Kestrel__V1__TreeFile *f);
-/* A relative, '/'-separated path without empty, '.' or '..' segments, at most KESTREL__TREE_PATH_MAX
- * bytes. */
+/* A relative, '/'-separated UTF-8 path without empty, '.' or '..' segments, each at most 255 bytes
+ * (NAME_MAX), at most KESTREL__TREE_PATH_MAX bytes in all. */
 #define KESTREL__TREE_PATH_MAX 4000
 int kestrel__tree_path_valid(const char *path);
 /* Split "name[@ref]" into name (checked) and ref ("latest" when absent). */

@@ -113,8 +113,8 @@ static int walk(const char *root, const char *rel, kestrel__listing *l, int dept
         }
         if (!kestrel__tree_path_valid(sub)) {
             char shown[404];
-            rc = kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%s'", root,
-                                    escaped(de->d_name, shown, sizeof(shown)));
+            rc = kestrel__error_set(KESTREL_EINVALID, "%s: unsupported file name '%s' (UTF-8, each name at most "
+                                    "255 bytes)", root, escaped(de->d_name, shown, sizeof(shown)));
             break;
         }
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)

@@ -490,6 +490,10 @@ try:
     print("forked", len(pids), "no limit", flush=True)
 except OSError as e:
     print("forked", len(pids), "then", os.strerror(e.errno), flush=True)
+for _ in range(600):   # the account held at its limit until the test says (sys.argv[1] appears)
+    if os.path.exists(sys.argv[1]):
+        break
+    time.sleep(0.1)
 for pid in pids:
     os.kill(pid, 9)
     os.waitpid(pid, 0)
@@ -507,7 +511,8 @@ def test_a_fork_bomb_stops_at_its_accounts_process_limit(daemon, tmp_path):
     script = tmp_path / "bomb.py"
     script.write_text(FORK_BOMB)
     script.chmod(0o644)
-    bomb = json.loads(d.cli("-o", "json", "submit", "--", sys.executable, str(script),
+    done = tmp_path / "done"
+    bomb = json.loads(d.cli("-o", "json", "submit", "--", sys.executable, str(script), str(done),
                             env=as_user(d, mallory)).stdout)["id"]
     line = wait_line(d, bomb, "forked ", timeout=60)
     n = int(line.split()[0])
@@ -515,4 +520,6 @@ def test_a_fork_bomb_stops_at_its_accounts_process_limit(daemon, tmp_path):
     other = json.loads(d.cli("-o", "json", "submit", "--", "sh", "-c", "echo alice ran",
                              env=as_user(d, alice)).stdout)["id"]
     assert d.wait(other, timeout=60)["state"] == "SUCCEEDED" and "alice ran" in logs(d, other)
+    assert d.job(bomb)["state"] == "RUNNING"   # its processes still at the limit while alice's job ran
+    done.write_text("")
     assert d.wait(bomb, timeout=60)["state"] == "SUCCEEDED"
