@@ -54,6 +54,59 @@ void kd_exec_set_max_procs(long n)
     max_procs = n;
 }
 
+/* The number in file, or -1 (missing, or "max"). */
+static long read_long(const char *file)
+{
+    long v = -1;
+    FILE *f = fopen(file, "r");
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* A quarter of the tasks this host lets kestreld's jobs have: the kernel's pid_max and threads-max,
+ * and the pids.max of kestreld's cgroup and those above it (cgroup v2: a systemd unit's TasksMax,
+ * 15 % of the host by default, is the bound its jobs reach first). One user's jobs may not take the
+ * pids every other user, and kestreld, needs. 8192 where pid_max is 32768 and nothing is lower. */
+long kd_exec_default_max_procs(void)
+{
+    long lim = read_long("/proc/sys/kernel/pid_max"), v = read_long("/proc/sys/kernel/threads-max");
+    char line[PATH_MAX], dir[PATH_MAX + 32];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (lim < 1024)
+        lim = 32768;
+    if (v > 0 && v < lim)
+        lim = v;
+    while (f && fgets(line, sizeof(line), f)) {   /* "0::/path" (v2), "N:pids:/path" (v1) */
+        char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL;
+        const char *base = NULL;
+        if (path == NULL || path[1] != '/')
+            continue;
+        *path++ = '\0';
+        if (!strcmp(ctl + 1, ""))
+            base = "/sys/fs/cgroup";
+        else if (!strcmp(ctl + 1, "pids"))
+            base = "/sys/fs/cgroup/pids";
+        else
+            continue;
+        path[strcspn(path, "\n")] = '\0';
+        for (char *cut;;) {   /* the cgroup, then each above it */
+            snprintf(dir, sizeof(dir), "%s%s/pids.max", base, path);
+            if ((v = read_long(dir)) > 0 && v < lim)
+                lim = v;
+            if ((cut = strrchr(path, '/')) == NULL || cut == path)
+                break;
+            *cut = '\0';
+        }
+    }
+    if (f)
+        fclose(f);
+    return lim / 4 > 64 ? lim / 4 : 64;
+}
+
 /* Spawn argv with stdout/stderr to pipes (or one pipe when merge); returns pid or -errno. */
 /* fork + exec as another identity (posix_spawn cannot change uid): in the child only
  * async-signal-safe calls; an exec failure comes back as errno through a close-on-exec pipe. */

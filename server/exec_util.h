@@ -27,6 +27,9 @@ void kd_exec_sanitize(char *s, size_t len);
  * host, kestreld's forks with them. kestreld's own helpers (kd_exec_run) are not limited. Set once at
  * start (main.c), before any spawn. */
 void kd_exec_set_max_procs(long n);
+/* --max-job-processes' default: a quarter of the least of pid_max, threads-max and the pids.max of
+ * kestreld's cgroup and those above it (at least 64). */
+long kd_exec_default_max_procs(void);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write
  * ends (err_fd NULL: both to out_fd), which it closes. With an isolated id the process runs as that
  * uid and gid with no supplementary groups. Returns the pid or -errno. */
