@@ -521,25 +521,24 @@ def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path
         mutate(m)
         status, body = commit(m)
         assert status == 400 and needle in json.loads(body)["message"], (needle, body)
+    def relisted(m):   # the listing's digest made again, so that only the change made is wrong
+        listing = hashlib.sha256()
+        for f in m["files"]:
+            listing.update(f"{f.get('mode', 0):o} {f.get('size', '0')} {f['sha256']} ".encode() + f["path"].encode() + b"\0")
+        m["sha256"] = listing.hexdigest()
+        return m
+
     # a listing whose digest is right, but one file's sha256 is not the hash of its chunks
     m = json.loads(json.dumps(good))
     m["files"][0]["sha256"] = hashlib.sha256(b"something else").hexdigest()
-    listing = hashlib.sha256()
-    for f in m["files"]:
-        listing.update(f"{f.get('mode', 0):o} {f.get('size', '0')} {f['sha256']} ".encode() + f["path"].encode() + b"\0")
-    m["sha256"] = listing.hexdigest()
-    status, body = commit(m)
+    status, body = commit(relisted(m))
     assert status == 400 and "hash to" in json.loads(body)["message"], body
     # a name past 255 bytes (NAME_MAX), in a manifest right in every other way: committed before, and
     # no pull on Linux could make the file
     m = json.loads(json.dumps(good))
     assert m["files"][0]["path"] == "empty.txt" and m["files"][1]["path"].startswith("sub/")
     m["files"][0]["path"] = "empty.txt" + "x" * 247   # 256 bytes, still sorted first, and no chunk of its own
-    listing = hashlib.sha256()
-    for f in m["files"]:
-        listing.update(f"{f.get('mode', 0):o} {f.get('size', '0')} {f['sha256']} ".encode() + f["path"].encode() + b"\0")
-    m["sha256"] = listing.hexdigest()
-    status, body = commit(m)
+    status, body = commit(relisted(m))
     assert status == 400 and "bad path" in json.loads(body)["message"], body
     assert [v.version for v in c.versions("team/tree")] == [1]
     status, _ = commit(good)                                       # the same manifest, untouched: accepted
