@@ -139,6 +139,15 @@ static void drop_stragglers(kd_engine *e, int64_t id, stream_buf *const *s, size
             pump(e, id, s[i], 1);
 }
 
+/* What the run left running outside its group: stopped before the run is said to have ended. */
+static void reap_left(kd_engine *e, int64_t id)
+{
+    size_t n = kd_exec_reap_left(e->cfg->data_dir, id);
+    if (n)
+        kd_exec_log(e, id, "stopped %zu process%s the job left running outside its process group", n,
+                    n == 1 ? "" : "es");
+}
+
 /* Capture both streams until the process exits and the pipes close (or STRAGGLER_MS after it
  * exited); returns the wait status. */
 static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_buf *err)
@@ -341,7 +350,9 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         if (pid < 0) {
             close(po[0]);
             close(pe[0]);
-            snprintf(why, sizeof(why), "rank %d: cannot execute '%s': %s", r, spec->argv[0], strerror((int)-pid));
+            char because[256];
+            snprintf(why, sizeof(why), "rank %d: cannot execute '%s': %s", r, spec->argv[0],
+                     kd_exec_spawn_why((int)-pid, ident, because, sizeof(because)));
             goto stop_started;
         }
         rk[r].pid = pid;
@@ -413,6 +424,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
             kill_at = 0;
         }
     }
+    reap_left(e, id);
     {
         int st = rk[first_fail >= 0 ? first_fail : 0].status;
         if (WIFSIGNALED(st))
@@ -539,7 +551,9 @@ static void *runner(void *arg)
         free(argv);
     }
     if (pid < 0) {
-        snprintf(why, sizeof(why), "cannot execute '%s': %s", spec->argv[0], strerror((int)-pid));
+        char because[256];
+        snprintf(why, sizeof(why), "cannot execute '%s': %s", spec->argv[0],
+                 kd_exec_spawn_why((int)-pid, &ident, because, sizeof(because)));
         close(po[0]);
         close(pe[0]);
         kd_exec_log(e, id, "%s", why);
@@ -553,6 +567,7 @@ static void *runner(void *arg)
     err->stream = KESTREL_LOG_STDERR;
     out->spec = err->spec = spec;
     status = capture(e, id, pid, out, err);
+    reap_left(e, id);
     if (WIFSIGNALED(status))
         kd_engine_finished(e, lj->run, KD_END_SIGNALED, WTERMSIG(status), NULL);
     else

@@ -148,8 +148,8 @@ static int proc_ended(pid_t pid)
 }
 
 /* Step 1 (exec_reap.h): the processes that carry a job's marker, and their groups; then until they
- * have ended (2 s at most), so that step 2 sees only what lives on. */
-static void reap_marked(const char *data_dir, const kd_job_row *rows, size_t n)
+ * have ended (2 s at most), so that step 2 sees only what lives on. How many were stopped. */
+static size_t reap_marked(const char *data_dir, const kd_job_row *rows, size_t n)
 {
     char prefix[PATH_MAX + 64];
     size_t nall, nk = 0, *count = calloc(n, sizeof(*count));
@@ -180,6 +180,15 @@ static void reap_marked(const char *data_dir, const kd_job_row *rows, size_t n)
     }
     free(all);
     free(count);
+    return nk;
+}
+
+size_t kd_exec_reap_left(const char *data_dir, int64_t id)
+{
+    kd_job_row row;
+    memset(&row, 0, sizeof(row));
+    row.id = id;
+    return reap_marked(data_dir, &row, 1);
 }
 
 /* Step 2 for one recorded group: its leader pid, started at start (0: not known, or not this boot),

@@ -29,4 +29,11 @@ int kd_proc_uid_alive(uid_t uid);
  *     left running, and said to be. */
 void kd_exec_reap(const char *data_dir, const kd_job_row *rows, size_t n);
 
+/* At the end of local job id's run (its process group, or every rank's, has ended): stop what it
+ * left running outside its group (setsid), found by step 1's mark, and wait for it (2 s at most).
+ * A job's account is shared by its user's jobs and counted against --max-job-processes: what a run
+ * left would hold that user's later jobs back (a hostile test: a cancelled job's 47 detached
+ * processes kept every later job from starting). How many were stopped. */
+size_t kd_exec_reap_left(const char *data_dir, int64_t id);
+
 #endif

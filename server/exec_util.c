@@ -54,6 +54,15 @@ void kd_exec_set_max_procs(long n)
     max_procs = n;
 }
 
+const char *kd_exec_spawn_why(int err, const kd_ident *id, char *buf, size_t n)
+{
+    if (err != EAGAIN || max_procs <= 0 || id == NULL || !id->isolated)
+        return strerror(err);
+    snprintf(buf, n, "the account %s is at its process limit (--max-job-processes %ld: the processes and threads "
+             "of this user's jobs, all together)", id->name, max_procs);
+    return buf;
+}
+
 /* The number in file, or -1 (missing, or "max"). */
 static long read_long(const char *file)
 {

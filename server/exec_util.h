@@ -30,6 +30,9 @@ void kd_exec_set_max_procs(long n);
 /* --max-job-processes' default: a quarter of the least of pid_max, threads-max and the pids.max of
  * kestreld's cgroup and those above it (at least 64). */
 long kd_exec_default_max_procs(void);
+/* Why a spawn as id failed with err: strerror(err), or, for EAGAIN where id's account has a process
+ * limit, that it is at it (in buf, n bytes). */
+const char *kd_exec_spawn_why(int err, const kd_ident *id, char *buf, size_t n);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write
  * ends (err_fd NULL: both to out_fd), which it closes. With an isolated id the process runs as that
  * uid and gid with no supplementary groups. Returns the pid or -errno. */

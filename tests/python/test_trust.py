@@ -142,7 +142,9 @@ def test_secret_env_is_masked_across_a_line_cut_and_line_by_line(daemon, tmp_pat
 def test_a_process_left_outside_the_jobs_group_holds_neither_the_job_nor_kestreld(daemon):
     """A job's setsid child keeps the job's output pipe open: a hostile test held a job RUNNING (its
     GPUs, a preemption, its cancel) for good, and kestreld's stop for 327 s. The job ends when its
-    process does; what it left is documented to outlive it, but holds nothing of kestreld's."""
+    process does, and what it left running is stopped then (found by its KESTREL_CHECKPOINT_DIR): a
+    later hostile test saw a cancelled job's 47 detached processes hold its user's process limit."""
+    from conftest import no_process
     d = daemon("--gpus", "1", "--grace-period", "2")
     try:
         jid = d.submit("--gpus", "1", "--", "sh", "-c", "setsid sleep 3017 & sleep 0.5; echo started; exit 0")
@@ -150,11 +152,14 @@ def test_a_process_left_outside_the_jobs_group_holds_neither_the_job_nor_kestrel
         assert j["state"] == "SUCCEEDED", j
         assert "no longer read" in wait_line(d, jid, "[kestrel] the job's processes ended", timeout=10)
         assert "started" in logs(d, jid)
+        assert "1 process the job left" in wait_line(d, jid, "[kestrel] stopped", timeout=10)
+        assert no_process("^sleep 3017$", timeout=5)
         busy = d.submit("--gpus", "1", "--", "sh", "-c", "setsid sleep 3017 & while :; do sleep 1; done")
         d.wait_state(busy, "RUNNING")
         time.sleep(0.5)
         d.cli("cancel", busy)
         assert d.wait(busy, timeout=30)["state"] == "CANCELLED"
+        assert no_process("^sleep 3017$", timeout=5)   # what the cancelled run left is gone too
         last = d.submit("--gpus", "1", "--", "sh", "-c", "setsid sleep 3017 & while :; do sleep 1; done")
         d.wait_state(last, "RUNNING")
         t = time.time()
@@ -521,5 +526,13 @@ def test_a_fork_bomb_stops_at_its_accounts_process_limit(daemon, tmp_path):
                              env=as_user(d, alice)).stdout)["id"]
     assert d.wait(other, timeout=60)["state"] == "SUCCEEDED" and "alice ran" in logs(d, other)
     assert d.job(bomb)["state"] == "RUNNING"   # its processes still at the limit while alice's job ran
+    # mallory's next jobs: one more process passes the kernel's check (it counts those before it), the
+    # one after fails, saying why (it read "Resource temporarily unavailable")
+    sleeper = json.loads(d.cli("-o", "json", "submit", "--", "sleep", "60", env=as_user(d, mallory)).stdout)["id"]
+    d.wait_state(sleeper, "RUNNING")
+    late = json.loads(d.cli("-o", "json", "submit", "--", "sh", "-c", "echo ran", env=as_user(d, mallory)).stdout)["id"]
+    j = d.wait(late, timeout=60)
+    assert j["state"] == "FAILED" and "at its process limit (--max-job-processes 40" in logs(d, late), (j, logs(d, late))
+    d.cli("cancel", str(sleeper))
     done.write_text("")
     assert d.wait(bomb, timeout=60)["state"] == "SUCCEEDED"
