@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include "api.h"
 #include "console.h"
 #include "metrics.h"
@@ -640,6 +643,17 @@ int kd_api_start(kd_api **out, kd_engine *e, const kd_config *cfg, int *bound_po
     if (cfg->metrics_listen && start_metrics_listener(api, cfg->metrics_listen) < 0) {
         kd_api_stop(api);
         return KESTREL_EINVALID;
+    }
+    /* An answer's bytes wait in the kernel, not in libmicrohttpd's buffers: a socket autotuned to
+     * 4 MiB told libmicrohttpd it could write again only once half of it had gone, so a client reading
+     * slowly (200 KB/s with --idle-timeout 2; about 70 KB/s with the default 30 s) left the connection
+     * without a write for longer than the idle timeout, and it was closed mid-answer, its body cut (a
+     * hostile test). Past 256 KiB not yet sent, a socket is not writable: libmicrohttpd writes, and
+     * counts the connection active, as often as the client reads. What is in flight is not limited.
+     * Accepted sockets inherit it from the listening one. */
+    if ((info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_LISTEN_FD)) != NULL) {
+        int lowat = 256 * 1024;
+        (void)setsockopt(info->listen_fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
     }
     info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_BIND_PORT);
     *bound_port = info ? info->port : cfg->port;

@@ -674,30 +674,35 @@ def test_a_body_is_counted_as_it_decodes_not_as_it_lies(daemon, tmp_path, monkey
 
 
 
+def _many_versions(d, name, n):
+    """n versions of name, each of the same one-byte file with 60 KiB of metadata: their pad."""
+    import hashlib
+    import struct
+    one = b"v"
+    digest = hashlib.sha256(one).hexdigest()
+    assert urllib_request(d, "/api/v1/chunks/pack", bytes.fromhex(digest) + struct.pack(">I", 1) + one,
+                          "application/octet-stream") == 200
+    pad = "p" * (60 * 1024)
+    for i in range(n):
+        m = {"size": "1", "sha256": digest, "chunks": [{"digest": digest, "size": "1"}],
+             "metadata_json": json.dumps({"i": i, "pad": pad})}
+        assert urllib_request(d, f"/api/v1/models/{name}/versions", json.dumps(m).encode(), "application/json") == 201
+    return pad
+
+
 def test_a_models_versions_are_answered_one_at_a_time_whatever_their_count(daemon):
     """GET /api/v1/models/NAME/versions was made whole before it was sent: 3,000 versions with 64 KiB
     of metadata each were a 197 MB answer, and a few asks at once took kestreld to 2.5-3 GB (a hostile
     test). It is now made as it is read, a version at a time (server/repo_versions.c): 16 answers of
     12 MB each, never read, hold little; read, they hold every version, in protobuf (the CLI) and in
     JSON, and a version deleted is not in them."""
-    import hashlib
-    import struct
     import subprocess
     from conftest import KESTREL_CLI
     # under ASan, memory freed is held back (its quarantine) and would count as held: not here
     asan = os.environ.get("ASAN_OPTIONS", "")
     d = daemon(env=dict(os.environ, ASAN_OPTIONS=f"{asan}:quarantine_size_mb=0" if asan else "quarantine_size_mb=0"))
     port = int(d.url.rsplit(":", 1)[1])
-    one = b"v"
-    digest = hashlib.sha256(one).hexdigest()
-    assert urllib_request(d, "/api/v1/chunks/pack", bytes.fromhex(digest) + struct.pack(">I", 1) + one,
-                          "application/octet-stream") == 200
-    n, pad = 200, "p" * (60 * 1024)
-    for i in range(n):
-        m = {"size": "1", "sha256": digest, "chunks": [{"digest": digest, "size": "1"}],
-             "metadata_json": json.dumps({"i": i, "pad": pad})}
-        assert urllib_request(d, "/api/v1/models/admin/many/versions", json.dumps(m).encode(),
-                              "application/json") == 201
+    n, pad = 200, _many_versions(d, "admin/many", 200)
     assert d.api("DELETE", "/api/v1/models/admin/many/versions/7")[0] == 200
     before = _rss_kib(d.proc.pid)
     for accept in ("application/json", "application/x-protobuf"):
@@ -717,3 +722,28 @@ def test_a_models_versions_are_answered_one_at_a_time_whatever_their_count(daemo
     out = subprocess.run([KESTREL_CLI, "-o", "json", "models", "admin/many"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert [v["version"] for v in json.loads(out.stdout)["versions"]] == got
+
+
+def test_a_large_answer_read_slowly_but_steadily_is_not_cut_off(daemon):
+    """An answer's bytes wait in the kernel's socket buffer, autotuned to 4 MiB: libmicrohttpd could
+    write again only once half of it had gone, so a client reading at 500 KB/s with --idle-timeout 2
+    (about 70 KB/s with the default 30 s) left its connection without a write past the timeout, and
+    it was closed mid-answer at 4.2 MB, the chunked body cut (a hostile test). With TCP_NOTSENT_LOWAT
+    it is written as often as it is read: all 6 MB come, whole."""
+    import socket
+    d = daemon("--gpus", "0", "--idle-timeout", "2")
+    _many_versions(d, "admin/slow", 100)
+    s = socket.create_connection(("127.0.0.1", int(d.url.rsplit(":", 1)[1])))
+    s.sendall(f"GET /api/v1/models/admin/slow/versions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.token}\r\n"
+              f"Connection: close\r\n\r\n".encode())
+    got, t0, rate = bytearray(), time.time(), 400_000
+    while b := s.recv(rate // 20):
+        got += b
+        time.sleep(max(0.0, len(got) / rate - (time.time() - t0)))
+    s.close()
+    assert len(got) > 6_000_000 and got.endswith(b"\r\n0\r\n\r\n"), f"{len(got)} bytes, cut"
+    rest, body = bytes(got).split(b"\r\n\r\n", 1)[1], b""
+    while (size := int(rest.split(b"\r\n", 1)[0], 16)) > 0:   # the chunked framing taken off
+        head = rest.index(b"\r\n") + 2
+        body, rest = body + rest[head:head + size], rest[head + size + 2:]
+    assert [v["version"] for v in json.loads(body)["versions"]] == [str(v) for v in range(1, 101)]
