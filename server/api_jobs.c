@@ -148,9 +148,8 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
         }
         for (size_t q = 0; q < r->e->cfg->nquotas; q++) {   /* past a quota it would wait for good */
             const kd_quota *k = &r->e->cfg->quotas[q];
-            int need = spec->gpus * (spec->replicas > 1 ? spec->replicas : 1);
-            if ((k->is_team ? r->who.team[0] && !strcmp(k->team, r->who.team) : k->user == r->who.user_id) &&
-                need > k->max_gpus) {
+            int need = kd_job_gpus(spec->gpus, spec->replicas);
+            if (kd_quota_covers(k, r->who.user_id, r->who.team) && need > k->max_gpus) {
                 char msg[300];
                 snprintf(msg, sizeof(msg), "field 'gpus': the job needs %d GPUs but the quota of %s %s is %d (--quota)",
                          need, k->is_team ? "team" : "user", k->is_team ? k->team : r->who.user, k->max_gpus);

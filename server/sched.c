@@ -160,8 +160,7 @@ static const kd_quota *quota_hit(pass *ps, const kd_qjob *j, int64_t *used)
 {
     for (size_t q = 0; q < ps->s->nquotas; q++) {
         const kd_quota *k = &ps->s->quotas[q];
-        int applies = k->is_team ? (j->team[0] && !strcmp(k->team, j->team)) : k->user == j->owner;
-        if (applies && ps->usage_user[q] + j->gpus * (j->replicas > 1 ? j->replicas : 1) > k->max_gpus) {
+        if (kd_quota_covers(k, j->owner, j->team) && ps->usage_user[q] + kd_job_gpus(j->gpus, j->replicas) > k->max_gpus) {
             *used = ps->usage_user[q];
             return k;
         }
@@ -173,7 +172,7 @@ void kd__sched_charge_quota(pass *ps, int64_t owner, const char *team, int gpus)
 {
     for (size_t q = 0; q < ps->s->nquotas; q++) {
         const kd_quota *k = &ps->s->quotas[q];
-        if (k->is_team ? (team && team[0] && !strcmp(k->team, team)) : k->user == owner)
+        if (kd_quota_covers(k, owner, team))
             ps->usage_user[q] += gpus;
     }
 }

@@ -83,7 +83,7 @@ static int start(pass *ps, const kd_qjob *j, const room *rooms, const int *take,
         snprintf(a->reason, sizeof(a->reason), "placed %d ranks on node%s %s", j->replicas, nchosen > 1 ? "s" : "",
                  where);
     }
-    kd__sched_charge_quota(ps, j->owner, j->team, j->gpus * j->replicas);
+    kd__sched_charge_quota(ps, j->owner, j->team, kd_job_gpus(j->gpus, j->replicas));
     (*slots)--;
     return KD_PLACED;
 }

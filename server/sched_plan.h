@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     const char *type;      /* "a100", "virtual", ... */
@@ -74,6 +75,18 @@ typedef struct {
     const char *team;
     int max_gpus;
 } kd_quota;
+
+/* Whether quota k covers a job of owner in team ("" or NULL: none). */
+static inline int kd_quota_covers(const kd_quota *k, int64_t owner, const char *team)
+{
+    return k->is_team ? (team && team[0] && !strcmp(k->team, team)) : k->user == owner;
+}
+
+/* The GPUs a job holds at once: gpus on each of its replicas ranks (a single job: 1). */
+static inline int kd_job_gpus(int gpus, int replicas)
+{
+    return gpus * (replicas > 1 ? replicas : 1);
+}
 
 typedef struct {
     int64_t id;
