@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include "chunk_cache.h"
 #include "manifest_file.h"
@@ -156,12 +155,7 @@ static int placer_finish(pull_state *ps, int fetch_rc)
         __atomic_store_n(&ps->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&ps->cv);
     while (!ps->done) {   /* progress (and a cancel) while it places what came: one chunk may be many */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        ts.tv_sec += ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
-        if (pthread_cond_timedwait(&ps->cv, &ps->mu, &ts) != ETIMEDOUT || ps->done || ps->stop)
+        if (kestrel__progress_wait(&ps->cv, &ps->mu) != ETIMEDOUT || ps->done || ps->stop)
             continue;
         pthread_mutex_unlock(&ps->mu);
         progress_sync(ps);

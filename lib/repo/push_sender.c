@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "push_sender.h"
 
 /* Chunks handed to the sender and not yet taken, at most (1.5 MiB of refs). 50,000 files of 4 KB,
@@ -173,15 +172,8 @@ int kestrel__sender_failed(kestrel__sender *s)
  * its progress on this thread, s->mu released meanwhile. A callback that says stop: its error. */
 static int wait_and_report(kestrel__sender *s, kestrel__progress *pr, int quiet)
 {
-    struct timespec until;
     int rc;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 100000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&s->cv, &s->mu, &until);
+    kestrel__progress_wait(&s->cv, &s->mu);
     if (quiet || s->done)
         return 0;
     pthread_mutex_unlock(&s->mu);

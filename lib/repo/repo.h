@@ -6,6 +6,7 @@
 #ifndef KESTREL_REPO_PRIV_H
 #define KESTREL_REPO_PRIV_H
 
+#include <pthread.h>
 #include "client.h"
 #include "wire.h"
 
@@ -18,6 +19,9 @@ typedef struct {
 
 /* Call the progress callback (at most every 100 ms unless final); KESTREL_ECANCELLED / EUSER when it says stop. */
 int kestrel__progress_report(kestrel__progress *pr, int final);
+/* With mu held: wait on cv for another thread, at most one report's interval (100 ms), so that the
+ * waiter can report progress (and hear a stop) while it waits. ETIMEDOUT when the time ran out. */
+int kestrel__progress_wait(pthread_cond_t *cv, pthread_mutex_t *mu);
 
 /* One chunk of a pushed file: its digest and where it lies (file: an index into the push's files).
  * unnamed: not hashed by the push, sent for the repository to name (hex "" until its answer; seq:
