@@ -65,28 +65,39 @@ static int still_wanted(kd_engine *e, const char *ref)
     return wanted;
 }
 
+/* Take room for what the copy has still to write, once its size is known: 1, or 0 (w->too_big and
+ * w->avail set) where the disk would not keep its reserve beside the copies under way. A disk that
+ * cannot be read (statvfs) is not held against the copy. */
+static int reserve(copy_watch *w, const kestrel_progress *p)
+{
+    struct statvfs vfs;
+    int64_t avail, disk, keep, need = p->bytes_total - p->bytes_done;
+    if (statvfs(w->e->cfg->data_dir, &vfs) < 0)
+        return 1;
+    avail = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize;
+    disk = (int64_t)vfs.f_blocks * (int64_t)vfs.f_frsize;
+    keep = disk / 20 > KEEP_FREE_MIN ? disk / 20 : KEEP_FREE_MIN;
+    pthread_mutex_lock(&cache_mu);
+    if (need > avail - keep - copy_reserved) {
+        w->too_big = p->bytes_total;
+        w->avail = avail - copy_reserved;
+    } else {
+        copy_reserved += need;
+        w->held = need;
+    }
+    pthread_mutex_unlock(&cache_mu);
+    return w->too_big == 0;
+}
+
 static int watch(const kestrel_progress *p, void *payload)
 {
     copy_watch *w = payload;
     int64_t now = kestrel__now_ms();
-    struct statvfs vfs;
-    if (p->bytes_total >= 0 && w->checked_ms == 0 && statvfs(w->e->cfg->data_dir, &vfs) == 0) {
-        int64_t avail = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize, disk = (int64_t)vfs.f_blocks * (int64_t)vfs.f_frsize;
-        int64_t keep = disk / 20 > KEEP_FREE_MIN ? disk / 20 : KEEP_FREE_MIN, need = p->bytes_total - p->bytes_done;
-        pthread_mutex_lock(&cache_mu);
-        if (need > avail - keep - copy_reserved) {
-            w->too_big = p->bytes_total;
-            w->avail = avail - copy_reserved;
-        } else {
-            copy_reserved += need;
-            w->held = need;
-        }
-        pthread_mutex_unlock(&cache_mu);
-        if (w->too_big)
+    if (p->bytes_total >= 0 && w->checked_ms == 0) {   /* the size known: the first call that says it */
+        w->checked_ms = now;
+        if (!reserve(w, p))
             return 1;
     }
-    if (p->bytes_total >= 0 && w->checked_ms == 0)
-        w->checked_ms = now;
     if (w->for_queued && w->checked_ms && now - w->checked_ms >= WANTED_EVERY_MS) {
         w->checked_ms = now;
         if (!still_wanted(w->e, w->ref)) {
