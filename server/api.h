@@ -112,6 +112,9 @@ enum MHD_Result kd_route_job_models(kd_req *r, int64_t id);
 /* Route handlers (api_jobs.c, api_sched.c). */
 enum MHD_Result kd_route_explain(kd_req *r, int64_t id);
 enum MHD_Result kd_route_priority(kd_req *r, int64_t id);
+/* 0 when the caller may give a job priority class cls (--max-priority); else 1, with a 403 replied
+ * in *reply (api_sched.c). */
+int kd_priority_refused(kd_req *r, int cls, enum MHD_Result *reply);
 enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id);
 enum MHD_Result kd_route_queue(kd_req *r);
 enum MHD_Result kd_route_nodes(kd_req *r);

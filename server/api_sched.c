@@ -103,6 +103,18 @@ enum MHD_Result kd_route_queue(kd_req *r)
     return reply;
 }
 
+int kd_priority_refused(kd_req *r, int cls, enum MHD_Result *reply)
+{
+    char from[160], msg[400];
+    int most = kd_priority_limit_of(&r->e->cfg->priority_limits, &r->who, from, sizeof(from));
+    if (cls <= most)
+        return 0;
+    snprintf(msg, sizeof(msg), "priority %s is above what %s may give a job (%s, kestreld --max-priority): ask an "
+             "admin, or use %s", kd_priority_name(cls), r->who.user, from, kd_priority_name(most));
+    *reply = kd_reply_error(r, 403, "permission_denied", msg);
+    return 1;
+}
+
 enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
 {
     enum MHD_Result reply = MHD_NO;
@@ -119,6 +131,10 @@ enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
     if (u->priority < KESTREL__V1__PRIORITY__NORMAL) {
         protobuf_c_message_free_unpacked(&u->base, NULL);
         return kd_reply_error(r, 400, "invalid_argument", "field 'priority': normal, high or urgent");
+    }
+    if (kd_priority_refused(r, (int)u->priority, &reply)) {
+        protobuf_c_message_free_unpacked(&u->base, NULL);
+        return reply;
     }
     rc = kd_engine_set_priority(r->e, id, (int)u->priority);
     protobuf_c_message_free_unpacked(&u->base, NULL);

@@ -14,6 +14,7 @@
 #include "api.h"
 #include "upload_mem.h"
 #include "config.h"
+#include "check_config.h"
 #include "data_lock.h"
 #include "exec_local.h"
 #include "exec_util.h"
@@ -43,6 +44,8 @@ static void usage(FILE *f)
         "      --node NAME:KEY=V,.. declare a node instead (repeatable): gpus=N, pool=P, type=T,\n"
         "                           memory=80G (per device), cc=8.0; e.g. --node a:gpus=8,type=a100,memory=80G\n"
         "      --quota user:NAME=N  at most N GPUs in use at once by user NAME (team:NAME=N per team)\n"
+        "      --max-priority CLASS the highest class (normal, high, urgent) users may give jobs; repeatable,\n"
+        "                           team:NAME=CLASS and user:NAME=CLASS for some (default: urgent; admins: any)\n"
         "      --grace-period SECS  SIGTERM -> SIGKILL delay for cancelled and stopped jobs (default 60)\n"
         "      --max-jobs N         jobs running at once (default 64)\n"
         "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
@@ -126,7 +129,7 @@ static void usage(FILE *f)
         "\n"
         "Configuration:\n"
         "      --config FILE        read settings from FILE: one 'key = value' a line, the keys are these\n"
-        "                           long flags (node, quota and slurm-pool may repeat); '#' comments.\n"
+        "                           long flags (node, quota, max-priority, slurm-pool repeat); '#' comments.\n"
         "                           Flags on the command line win (a repeated one replaces the file's)\n"
         "      --check-config       check the flags and the file, print what would run, exit (0: ok)\n"
         "\n"
@@ -357,6 +360,7 @@ static void free_config(kd_config *cfg)
     for (size_t i = 0; i < cfg->nquotas; i++)
         free((char *)cfg->quotas[i].team);
     free(cfg->quotas);
+    kd_priority_limits_free(&cfg->priority_limits);
 }
 
 /* --slurm-pool POOL[=PARTITION] */
@@ -403,38 +407,6 @@ static int parse_slurm_qos(kd_config *cfg, char *arg)
         return -1;
     }
     return 0;
-}
-
-/* --check-config: what kestreld would run with, after every check that needs no start. */
-static int check_config(const kd_config *cfg)
-{
-    const char *pem[2] = { cfg->tls_cert, cfg->tls_key };
-    int bad = 0;
-    for (int i = 0; i < 2; i++) {
-        char head[64] = "";
-        FILE *f = pem[i] ? fopen(pem[i], "r") : NULL;
-        if (pem[i] && (f == NULL || !fgets(head, sizeof(head), f) || strncmp(head, "-----BEGIN ", 11))) {
-            fprintf(stderr, "kestreld: %s %s: %s\n", i ? "--tls-key" : "--tls-cert", pem[i],
-                    f ? "not a PEM file" : strerror(errno));
-            bad = 1;
-        }
-        if (f)
-            fclose(f);
-    }
-    printf("listen     %s:%d (%s)\n", cfg->listen, cfg->port, cfg->tls_cert ? "HTTPS" : "HTTP");
-    printf("data dir   %s\n", cfg->data_dir);
-    printf("jobs run   %s\n", kd_ident_available() ? "as their users' own Unix accounts (kestreld is root)"
-                                                    : "as this daemon's user: single-tenant");
-    if (kd_ident_available() && cfg->max_job_procs > 0)
-        printf("processes  %ld at most of each account (--max-job-processes)\n", cfg->max_job_procs);
-    else if (kd_ident_available())
-        printf("processes  no limit (--max-job-processes 0)\n");
-    for (size_t i = 0; i < cfg->nnodes; i++)
-        printf("node       %s: pool %s, %d GPUs\n", cfg->nodes[i].name, cfg->nodes[i].pool, cfg->nodes[i].ndev);
-    for (size_t i = 0; i < cfg->nslurm_pools; i++)
-        printf("slurm      pool %s -> partition %s\n", cfg->slurm_pools[i], cfg->slurm_partitions[i]);
-    printf("%s\n", bad ? "config: errors above" : "config: ok");
-    return bad ? 2 : 0;
 }
 
 static int bootstrap_admin(kd_catalog *cat, const char *data_dir)
@@ -486,6 +458,7 @@ int main(int argc, char **argv)
         { "webhook", required_argument, NULL, 31 }, { "webhook-secret-file", required_argument, NULL, 32 },
         { "log-policy", required_argument, NULL, 33 }, { "max-manifest", required_argument, NULL, 34 },
         { "max-upload-memory", required_argument, NULL, 35 }, { "max-job-processes", required_argument, NULL, 36 },
+        { "max-priority", required_argument, NULL, 37 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -553,6 +526,7 @@ int main(int argc, char **argv)
             cfg.max_log_bytes = x * mult;
             break;
         }
+        case 37: if (kd_priority_limits_parse(&cfg.priority_limits, optarg) < 0) return 2; break;
         case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
         case 36:
             if (parse_int("--max-job-processes", optarg, 0, 1L << 30, &v) < 0)
@@ -680,7 +654,7 @@ int main(int argc, char **argv)
     }
     kd_exec_set_max_procs(cfg.max_job_procs);
     if (check_only) {
-        int rc = check_config(&cfg);
+        int rc = kd_check_config(&cfg);
         free_config(&cfg);
         return rc;
     }

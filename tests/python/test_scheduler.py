@@ -183,3 +183,48 @@ def test_explain_for_constraints_that_no_node_meets(daemon):
     assert d.wait(ok)["state"] == "SUCCEEDED"
     d.cli("cancel", j)
     d.cli("cancel", k)
+
+
+def test_max_priority_bounds_the_class_each_user_may_give(daemon):
+    """--max-priority: a class above normal preempts, so it is a right. Everyone normal here, team ops
+    high, carol urgent, admins any; a refused submission, rerun or change is 403 and changes nothing."""
+    d = daemon("--gpus", "1", "--max-priority", "normal", "--max-priority", "team:ops=high",
+               "--max-priority", "user:carol=urgent")
+
+    def token(user, team=None):
+        status, body = d.api("POST", "/api/v1/tokens", {"user": user, **({"team": team} if team else {})})
+        assert status in (200, 201), body
+        return body["token"]
+
+    bob, olive, carol = token("bob"), token("olive", "ops"), token("carol", "ops")
+    blocker = d.submit("--gpus", "1", "--not-preemptible", "--", "sleep", "30")
+    d.wait_state(blocker, "RUNNING")
+    for tok, cls, who in ((bob, "high", "everyone"), (bob, "urgent", "everyone"), (olive, "urgent", "team ops")):
+        before = d.api("GET", "/api/v1/jobs", token=tok)[1]["jobs"]
+        status, answer = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "gpus": 1, "priority": cls}, token=tok)
+        assert status == 403 and f"priority {cls} is above what" in answer["message"] and who in answer["message"], answer
+        assert d.api("GET", "/api/v1/jobs", token=tok)[1]["jobs"] == before   # nothing queued
+    p = d.cli("submit", "--gpus", "1", "--priority", "high", "--", "true", env=d.env(KESTREL_TOKEN=bob), check=False)
+    assert p.returncode != 0 and "priority high is above what bob may give a job (everyone" in p.stderr, p.stderr
+    # what each may use is taken
+    ids = {who: d.submit("--gpus", "1", "--priority", cls, "--", "true", env=d.env(KESTREL_TOKEN=tok))
+           for who, tok, cls in (("bob", bob, "normal"), ("olive", olive, "high"), ("carol", carol, "urgent"))}
+    ids["admin"] = d.submit("--gpus", "1", "--priority", "urgent", "--", "true")
+    assert {w: d.job(j)["spec"].get("priority") for w, j in ids.items()} == \
+        {"bob": "NORMAL", "olive": "HIGH", "carol": "URGENT", "admin": "URGENT"}
+    # a change past the caller's class is refused and leaves the job as it was; within it, it is made
+    status, answer = d.api("POST", f"/api/v1/jobs/{ids['bob']}/priority", {"priority": "high"}, token=bob)
+    assert status == 403 and "priority high is above what bob" in answer["message"], answer
+    assert d.job(ids["bob"])["spec"].get("priority") == "NORMAL"
+    assert "priority changed" not in reasons(d.job(ids["bob"]))
+    assert d.api("POST", f"/api/v1/jobs/{ids['olive']}/priority", {"priority": "urgent"}, token=olive)[0] == 403
+    assert d.api("POST", f"/api/v1/jobs/{ids['olive']}/priority", {"priority": "normal"}, token=olive)[0] == 200
+    d.cli("cancel", blocker)
+    for j in ids.values():
+        assert d.wait(j)["state"] == "SUCCEEDED"
+    # a rerun is a submission: carol limited to high after a restart cannot rerun her urgent job
+    d.stop()
+    d.flags = ("--gpus", "1", "--max-priority", "normal", "--max-priority", "user:carol=high")
+    d.restart()
+    status, answer = d.api("POST", f"/api/v1/jobs/{ids['carol']}/rerun", {}, token=carol)
+    assert status == 403 and "priority urgent is above what carol may give a job (user carol" in answer["message"], answer

@@ -1,0 +1,45 @@
+/* server/check_config.c - kestreld --check-config: what it would run with (see check_config.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include "check_config.h"
+#include <kestrel.h>
+#include "identity.h"
+
+/* --check-config: what kestreld would run with, after every check that needs no start. */
+int kd_check_config(const kd_config *cfg)
+{
+    const char *pem[2] = { cfg->tls_cert, cfg->tls_key };
+    int bad = 0;
+    for (int i = 0; i < 2; i++) {
+        char head[64] = "";
+        FILE *f = pem[i] ? fopen(pem[i], "r") : NULL;
+        if (pem[i] && (f == NULL || !fgets(head, sizeof(head), f) || strncmp(head, "-----BEGIN ", 11))) {
+            fprintf(stderr, "kestreld: %s %s: %s\n", i ? "--tls-key" : "--tls-cert", pem[i],
+                    f ? "not a PEM file" : strerror(errno));
+            bad = 1;
+        }
+        if (f)
+            fclose(f);
+    }
+    printf("listen     %s:%d (%s)\n", cfg->listen, cfg->port, cfg->tls_cert ? "HTTPS" : "HTTP");
+    printf("data dir   %s\n", cfg->data_dir);
+    printf("jobs run   %s\n", kd_ident_available() ? "as their users' own Unix accounts (kestreld is root)"
+                                                    : "as this daemon's user: single-tenant");
+    if (kd_ident_available() && cfg->max_job_procs > 0)
+        printf("processes  %ld at most of each account (--max-job-processes)\n", cfg->max_job_procs);
+    else if (kd_ident_available())
+        printf("processes  no limit (--max-job-processes 0)\n");
+    for (size_t i = 0; i < cfg->nnodes; i++)
+        printf("node       %s: pool %s, %d GPUs\n", cfg->nodes[i].name, cfg->nodes[i].pool, cfg->nodes[i].ndev);
+    printf("priority   up to %s for everyone",
+           kd_priority_name(cfg->priority_limits.everyone ? cfg->priority_limits.everyone : KESTREL_PRIORITY_URGENT));
+    for (size_t i = 0; i < cfg->priority_limits.n; i++)
+        printf(", %s for %s %s", kd_priority_name(cfg->priority_limits.list[i].max_class),
+               cfg->priority_limits.list[i].is_team ? "team" : "user", cfg->priority_limits.list[i].name);
+    printf(" (admins: any)\n");
+    for (size_t i = 0; i < cfg->nslurm_pools; i++)
+        printf("slurm      pool %s -> partition %s\n", cfg->slurm_pools[i], cfg->slurm_partitions[i]);
+    printf("%s\n", bad ? "config: errors above" : "config: ok");
+    return bad ? 2 : 0;
+}
