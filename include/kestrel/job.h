@@ -162,7 +162,8 @@ typedef struct kestrel_job_event {
     const char *reason;   /**< never NULL */
 } kestrel_job_event;
 
-/** Submit a job. On success *out (owned) is the QUEUED job: kestrel_job_free(). Never retried. */
+/** Submit a job. On success *out (owned) is the QUEUED job: kestrel_job_free(). Never retried.
+ * KESTREL_EAUTH (403) for a priority class above what kestreld lets the caller give (--max-priority). */
 KESTREL_API int kestrel_job_submit(kestrel_job **out, kestrel_client *client, const kestrel_job_spec *spec);
 /** Fetch a job by id. *out is owned. KESTREL_ENOTFOUND when it does not exist or is not yours. */
 KESTREL_API int kestrel_job_get(kestrel_job **out, kestrel_client *client, int64_t id);

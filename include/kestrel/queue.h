@@ -16,7 +16,8 @@ KESTREL_BEGIN_DECL
  */
 KESTREL_API int kestrel_job_explain(kestrel_buf *reason_out, int *position_out, kestrel_client *client, int64_t id);
 
-/** Change the class of a QUEUED job (KESTREL_EEXISTS when it is not queued). *out (owned, may be NULL). */
+/** Change the class of a QUEUED job (KESTREL_EEXISTS when it is not queued; KESTREL_EAUTH for a class
+ * above what kestreld lets the caller give, --max-priority). *out (owned, may be NULL). */
 KESTREL_API int kestrel_job_set_priority(kestrel_job **out, kestrel_client *client, int64_t id, int priority);
 
 /**
