@@ -113,8 +113,8 @@ enum MHD_Result kd_route_job_models(kd_req *r, int64_t id);
 enum MHD_Result kd_route_explain(kd_req *r, int64_t id);
 enum MHD_Result kd_route_priority(kd_req *r, int64_t id);
 /* 0 when the caller may give a job priority class cls (--max-priority); else 1, with a 403 replied
- * in *reply (api_sched.c). */
-int kd_priority_refused(kd_req *r, int cls, enum MHD_Result *reply);
+ * in *reply, its advice for a rerun (which keeps the class) or not (api_sched.c). */
+int kd_priority_refused(kd_req *r, int cls, int rerun, enum MHD_Result *reply);
 enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id);
 enum MHD_Result kd_route_queue(kd_req *r);
 enum MHD_Result kd_route_nodes(kd_req *r);

@@ -99,8 +99,9 @@ static int refs_visible(kd_req *r, const Kestrel__V1__JobSpec *spec)
     return 0;
 }
 
-/* Queue spec (owned: freed here) for the caller: the checks every submission passes, then the insert. */
-static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
+/* Queue spec (owned: freed here) for the caller: the checks every submission passes, then the insert
+ * (rerun: a job again, as it was). */
+static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec, int rerun)
 {
     enum MHD_Result reply = MHD_NO;
     Kestrel__V1__Job *job;
@@ -171,7 +172,7 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec)
     }
     if (spec->priority == KESTREL__V1__PRIORITY__PRIORITY_UNSPECIFIED)
         spec->priority = KESTREL__V1__PRIORITY__NORMAL;
-    if (kd_priority_refused(r, (int)spec->priority, &reply))
+    if (kd_priority_refused(r, (int)spec->priority, rerun, &reply))
         goto out;
     /* the reply shows the job as committed (QUEUED), whatever the scheduler does next */
     rc = kd_catalog_job_insert(r->e->cat, r->who.user_id, spec, kestrel__now_ms(), &id, &job);
@@ -193,7 +194,7 @@ static enum MHD_Result submit(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
     Kestrel__V1__JobSpec *spec = (Kestrel__V1__JobSpec *)kd_body(r, &kestrel__v1__job_spec__descriptor, &reply);
-    return spec ? submit_spec(r, spec) : reply;
+    return spec ? submit_spec(r, spec, 0) : reply;
 }
 
 /* POST /jobs/{id}/rerun: the job again, for its owner, with the same code, data, params, argv and
@@ -254,7 +255,7 @@ static enum MHD_Result rerun(kd_req *r, int64_t id)
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return kd_reply_error(r, 404, "not_found", msg);
     }
-    return submit_spec(r, spec);
+    return submit_spec(r, spec, 1);
 }
 
 static enum MHD_Result list(kd_req *r)

@@ -103,14 +103,19 @@ enum MHD_Result kd_route_queue(kd_req *r)
     return reply;
 }
 
-int kd_priority_refused(kd_req *r, int cls, enum MHD_Result *reply)
+int kd_priority_refused(kd_req *r, int cls, int rerun, enum MHD_Result *reply)
 {
-    char from[160], msg[400];
+    char from[160], msg[600];
     int most = kd_priority_limit_of(&r->e->cfg->priority_limits, &r->who, from, sizeof(from));
     if (cls <= most)
         return 0;
-    snprintf(msg, sizeof(msg), "priority %s is above what %s may give a job (%s, kestreld --max-priority): ask an "
-             "admin, or use %s", kd_priority_name(cls), r->who.user, from, kd_priority_name(most));
+    if (rerun)   /* a rerun keeps the job's class: only a new submission can lower it */
+        snprintf(msg, sizeof(msg), "this job's priority, %s, is above what %s may give a job (%s, kestreld "
+                 "--max-priority), so it cannot be rerun as it was: submit it again with --priority %s, or ask an admin",
+                 kd_priority_name(cls), r->who.user, from, kd_priority_name(most));
+    else
+        snprintf(msg, sizeof(msg), "priority %s is above what %s may give a job (%s, kestreld --max-priority): ask an "
+                 "admin, or use %s", kd_priority_name(cls), r->who.user, from, kd_priority_name(most));
     *reply = kd_reply_error(r, 403, "permission_denied", msg);
     return 1;
 }
@@ -128,11 +133,11 @@ enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if ((u = (Kestrel__V1__JobUpdate *)kd_body(r, &kestrel__v1__job_update__descriptor, &reply)) == NULL)
         return reply;
-    if (u->priority < KESTREL__V1__PRIORITY__NORMAL) {
+    if (u->priority < KESTREL__V1__PRIORITY__NORMAL || u->priority > KESTREL__V1__PRIORITY__URGENT) {
         protobuf_c_message_free_unpacked(&u->base, NULL);
         return kd_reply_error(r, 400, "invalid_argument", "field 'priority': normal, high or urgent");
     }
-    if (kd_priority_refused(r, (int)u->priority, &reply)) {
+    if (kd_priority_refused(r, (int)u->priority, 0, &reply)) {
         protobuf_c_message_free_unpacked(&u->base, NULL);
         return reply;
     }

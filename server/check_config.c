@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 #include "check_config.h"
-#include <kestrel.h>
 #include "identity.h"
 
 /* --check-config: what kestreld would run with, after every check that needs no start. */
@@ -32,12 +31,11 @@ int kd_check_config(const kd_config *cfg)
         printf("processes  no limit (--max-job-processes 0)\n");
     for (size_t i = 0; i < cfg->nnodes; i++)
         printf("node       %s: pool %s, %d GPUs\n", cfg->nodes[i].name, cfg->nodes[i].pool, cfg->nodes[i].ndev);
-    printf("priority   up to %s for everyone",
-           kd_priority_name(cfg->priority_limits.everyone ? cfg->priority_limits.everyone : KESTREL_PRIORITY_URGENT));
-    for (size_t i = 0; i < cfg->priority_limits.n; i++)
-        printf(", %s for %s %s", kd_priority_name(cfg->priority_limits.list[i].max_class),
-               cfg->priority_limits.list[i].is_team ? "team" : "user", cfg->priority_limits.list[i].name);
-    printf(" (admins: any)\n");
+    {
+        char caps[2048];
+        kd_priority_limits_describe(&cfg->priority_limits, caps, sizeof(caps));
+        printf("priority   %s\n", caps);
+    }
     for (size_t i = 0; i < cfg->nslurm_pools; i++)
         printf("slurm      pool %s -> partition %s\n", cfg->slurm_pools[i], cfg->slurm_partitions[i]);
     printf("%s\n", bad ? "config: errors above" : "config: ok");

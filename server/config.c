@@ -40,14 +40,33 @@ static const char *flag_name(const char *arg, size_t *len)
     return arg + 2;
 }
 
-static int on_command_line(int argc, char **argv, const char *key)
+/* The option a command-line flag of len bytes names, as getopt_long reads it: its exact name, else
+ * the one option it abbreviates (ambiguous: none, and getopt_long refuses it). */
+static const struct option *resolve(const struct option *opts, const char *f, size_t len)
+{
+    const struct option *found = NULL;
+    int many = 0;
+    for (const struct option *o = opts; o->name; o++) {
+        size_t l = strlen(o->name);
+        if (l < len || strncmp(o->name, f, len))
+            continue;
+        if (l == len)
+            return o;
+        many += found != NULL;
+        found = o;
+    }
+    return many ? NULL : found;
+}
+
+static int on_command_line(int argc, char **argv, const struct option *opts, const char *key)
 {
     for (int i = 1; i < argc; i++) {
         size_t n;
         const char *f = flag_name(argv[i], &n);
+        const struct option *o;
         if (!strcmp(argv[i], "--"))
             break;
-        if (f && n == strlen(key) && !strncmp(f, key, n))
+        if (f && (o = resolve(opts, f, n)) != NULL && !strcmp(o->name, key))
             return 1;
     }
     return 0;
@@ -67,7 +86,7 @@ static const char *config_path(int argc, char **argv)
 int kd_config_merge(int argc, char **argv, const struct option *opts, int *argc_out, char ***argv_out)
 {
     const char *path = config_path(argc, argv);
-    char line[MAX_LINE], **out;
+    char line[MAX_LINE], **out, said[256] = { 0 };   /* said[i]: opts[i] named on the command line */
     int n = 0, lineno = 0;
     FILE *f;
     *argc_out = argc;
@@ -112,8 +131,14 @@ int kd_config_merge(int argc, char **argv, const struct option *opts, int *argc_
                     o->has_arg == required_argument ? "needs '= VALUE'" : "takes no value");
             goto fail;
         }
-        if (on_command_line(argc, argv, key))
-            continue;   /* the command line wins */
+        if (on_command_line(argc, argv, opts, key)) {   /* the command line wins: said once a key */
+            if (o - opts >= (long)sizeof(said) || !said[o - opts])
+                fprintf(stderr, "kestreld: %s:%d: '%s' is given on the command line too, which replaces every '%s' "
+                                "of this file\n", path, lineno, key, key);
+            if (o - opts < (long)sizeof(said))
+                said[o - opts] = 1;
+            continue;
+        }
         if (n >= MAX_ENTRIES) {
             fprintf(stderr, "kestreld: %s: more than %d settings\n", path, MAX_ENTRIES);
             goto fail;

@@ -740,6 +740,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < cfg.nnodes; i++)
         fprintf(stderr, "kestreld: node %s: pool %s, %d x %s\n", cfg.nodes[i].name, cfg.nodes[i].pool,
                 cfg.nodes[i].ndev, cfg.nodes[i].ndev ? cfg.nodes[i].devs[0].type : "-");
+    if (cfg.priority_limits.everyone || cfg.priority_limits.n) {   /* a right: said where it is in force */
+        char caps[2048];
+        kd_priority_limits_describe(&cfg.priority_limits, caps, sizeof(caps));
+        fprintf(stderr, "kestreld: priority classes (--max-priority): %s\n", caps);
+    }
     for (size_t i = 0; i < cfg.nslurm_pools; i++)
         fprintf(stderr, "kestreld: pool %s: Slurm partition %s (QOS %s/%s/%s)\n", cfg.slurm_pools[i],
                 cfg.slurm_partitions[i], cfg.slurm_qos[0], cfg.slurm_qos[1], cfg.slurm_qos[2]);

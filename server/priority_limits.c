@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <kestrel.h>
+#include "internal.h"
 #include "priority_limits.h"
 
 const char *kd_priority_name(int cls)
@@ -19,25 +20,32 @@ static int class_of(const char *s)
 int kd_priority_limits_parse(kd_priority_limits *l, const char *arg)
 {
     const char *eq = strchr(arg, '='), *cls_s = eq ? eq + 1 : arg;
-    int cls = class_of(cls_s), is_team = !strncmp(arg, "team:", 5);
-    size_t len;
+    int named = !strncmp(arg, "user:", 5) || !strncmp(arg, "team:", 5), is_team = !strncmp(arg, "team:", 5), cls;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    char name[65];
     kd_priority_limit *grown;
-    if (cls == 0) {
-        fprintf(stderr, "kestreld: --max-priority: the class must be normal, high or urgent, got '%s'\n", cls_s);
+    if (named != (eq != NULL)) {
+        fprintf(stderr, "kestreld: --max-priority takes CLASS, team:NAME=CLASS or user:NAME=CLASS, got '%.200s'\n", arg);
         return -1;
     }
-    if (eq == NULL) {
+    if ((cls = class_of(cls_s)) == 0) {
+        fprintf(stderr, "kestreld: --max-priority: the class must be normal, high or urgent, got '%.200s'\n", cls_s);
+        return -1;
+    }
+    if (!named) {
         l->everyone = cls;
         return 0;
     }
-    len = (size_t)(eq - arg);
-    if ((!is_team && strncmp(arg, "user:", 5)) || len <= 5 || len - 5 >= 128) {
-        fprintf(stderr, "kestreld: --max-priority takes CLASS, team:NAME=CLASS or user:NAME=CLASS, got '%s'\n", arg);
+    /* a name as users and teams are named (kestrel token create): one that could never match is an error */
+    snprintf(name, sizeof(name), "%.*s", (int)(len - 5 < sizeof(name) ? len - 5 : sizeof(name) - 1), arg + 5);
+    if (len - 5 == 0 || len - 5 >= sizeof(name) || !kestrel__text_is_clean(name, 64) || strchr(name, ' ') ||
+        strchr(name, '/')) {
+        fprintf(stderr, "kestreld: --max-priority: a %s name is 1..64 printable bytes without spaces or '/', got "
+                        "'%.*s'\n", is_team ? "team" : "user", (int)(len - 5 > 200 ? 200 : len - 5), arg + 5);
         return -1;
     }
     for (size_t i = 0; i < l->n; i++)   /* named again: the later one holds */
-        if (l->list[i].is_team == is_team && strlen(l->list[i].name) == len - 5 &&
-            !strncmp(l->list[i].name, arg + 5, len - 5)) {
+        if (l->list[i].is_team == is_team && !strcmp(l->list[i].name, name)) {
             l->list[i].max_class = cls;
             return 0;
         }
@@ -46,7 +54,7 @@ int kd_priority_limits_parse(kd_priority_limits *l, const char *arg)
         return -1;
     }
     l->list = grown;
-    if ((grown[l->n].name = strndup(arg + 5, len - 5)) == NULL) {
+    if ((grown[l->n].name = strdup(name)) == NULL) {
         fprintf(stderr, "kestreld: out of memory\n");
         return -1;
     }
@@ -64,10 +72,21 @@ void kd_priority_limits_free(kd_priority_limits *l)
     l->n = 0;
 }
 
+void kd_priority_limits_describe(const kd_priority_limits *l, char *out, size_t n)
+{
+    size_t at = (size_t)snprintf(out, n, "up to %s for everyone", kd_priority_name(l->everyone ? l->everyone
+                                                                                              : KESTREL_PRIORITY_URGENT));
+    for (size_t i = 0; i < l->n && at < n; i++)
+        at += (size_t)snprintf(out + at, n - at, ", %s for %s %s", kd_priority_name(l->list[i].max_class),
+                               l->list[i].is_team ? "team" : "user", l->list[i].name);
+    if (at < n)
+        snprintf(out + at, n - at, " (admins: any)");
+}
+
 int kd_priority_limit_of(const kd_priority_limits *l, const kd_principal *who, char *from, size_t n)
 {
     const kd_priority_limit *team = NULL;
-    if (who->owner_admin) {
+    if (who->is_admin) {   /* an admin with an admin-scoped token, as everywhere: its write token is a user's */
         snprintf(from, n, "admin");
         return KESTREL_PRIORITY_URGENT;
     }

@@ -4,7 +4,7 @@
  * shared kestreld it is a right, like Slurm's QOS per association: kestreld --max-priority CLASS
  * sets it for everyone, --max-priority team:T=CLASS for a team's members, --max-priority
  * user:U=CLASS for one user (a user's own entry wins over its team's, and that over everyone's).
- * Admins may use every class. Without the flag every user may use every class, as before it. A
+ * Admins (an admin user's admin-scoped token) may use every class. Without the flag every user may use every class, as before it. A
  * submission, rerun or priority change past the caller's class is refused 403 and queues or changes
  * nothing; jobs queued before a restart with a lower limit keep their class. Pure: no I/O. */
 #ifndef KD_PRIORITY_LIMITS_H
@@ -26,12 +26,15 @@ typedef struct {
 } kd_priority_limits;
 
 /* One --max-priority argument: CLASS, team:NAME=CLASS or user:NAME=CLASS (CLASS normal, high or
- * urgent). 0, or -1 with the reason printed on stderr (a later entry for the same name wins). */
+ * urgent; NAME as users and teams are named: 1..64 printable bytes, no space or '/'). 0, or -1 with
+ * the reason printed on stderr (a later entry for the same name wins). */
 int kd_priority_limits_parse(kd_priority_limits *l, const char *arg);
 void kd_priority_limits_free(kd_priority_limits *l);
 /* The highest class who may give a job, and in *from what set it ("user NAME", "team NAME",
  * "everyone", "admin"), static or pointing into l. */
 int kd_priority_limit_of(const kd_priority_limits *l, const kd_principal *who, char *from, size_t n);
+/* What l allows, in one line ("up to high for everyone, urgent for team ops (admins: any)"), cut to n. */
+void kd_priority_limits_describe(const kd_priority_limits *l, char *out, size_t n);
 /* "normal", "high" or "urgent". */
 const char *kd_priority_name(int cls);
 

@@ -39,6 +39,16 @@ def test_the_config_file_sets_what_flags_set_and_flags_win(tmp_path):
     r = run("--config", str(conf), "--check-config", "-d", str(tmp_path / "never"))
     assert r.returncode == 0 and "config: ok" in r.stdout and "node       a: pool p, 2 GPUs" in r.stdout
     assert not (tmp_path / "never").exists()   # checking starts nothing and writes nothing
+    # the command line's replacement is said, once a key; an abbreviated flag (as getopt takes it)
+    # replaces the file's entries too, where it used to add to them (a hostile test: a permission cap
+    # of the file then held beside the command line's)
+    conf.write_text("max-priority = normal\nmax-priority = team:ops=high\nnode = a:gpus=1\n")
+    for flag in ("--max-priority", "--max-prio"):
+        r = run("--config", str(conf), flag, "user:carol=urgent", "--check-config", "-d", str(tmp_path / "never"))
+        assert r.returncode == 0 and "priority   up to urgent for everyone, urgent for user carol" in r.stdout, r.stdout
+        assert r.stderr.count("is given on the command line too") == 1, r.stderr
+        assert "kestreld.conf:1: 'max-priority' is given on the command line too, which replaces every " \
+               "'max-priority' of this file" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("text,why", [

@@ -2,9 +2,10 @@
 resume, ordering, requeue position, affinity, dependencies, quotas, opt-out, priority updates."""
 import os
 import pathlib
+import subprocess
 import textwrap
 
-from conftest import KESTREL_CLI
+from conftest import KESTREL_CLI, KESTRELD
 
 CLI_DIR = str(pathlib.Path(KESTREL_CLI).parent)
 
@@ -227,4 +228,17 @@ def test_max_priority_bounds_the_class_each_user_may_give(daemon):
     d.flags = ("--gpus", "1", "--max-priority", "normal", "--max-priority", "user:carol=high")
     d.restart()
     status, answer = d.api("POST", f"/api/v1/jobs/{ids['carol']}/rerun", {}, token=carol)
-    assert status == 403 and "priority urgent is above what carol may give a job (user carol" in answer["message"], answer
+    assert status == 403 and "this job's priority, urgent, is above what carol may give a job (user carol" in \
+        answer["message"] and "submit it again with --priority high" in answer["message"], answer
+    # an admin's write-scoped token is a user's (everyone: normal); the admin-scoped one may use any
+    status, body = d.api("POST", "/api/v1/tokens", {"user": "admin", "scope": "write"})
+    assert status in (200, 201), body
+    status, answer = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "priority": "high"}, token=body["token"])
+    assert status == 403 and "(everyone" in answer["message"], answer
+    assert d.api("POST", "/api/v1/jobs", {"argv": ["true"], "priority": "urgent"})[0] == 201
+    # the caps in force are in kestreld's log; names that could never match are refused at start
+    assert "priority classes (--max-priority): up to normal for everyone, high for user carol (admins: any)" in \
+        (d.root / "kestreld.log").read_text()
+    for bad in ("user:bob =high", "team:o/ps=high", "user:" + "u" * 65 + "=high", "team:ops", "low"):
+        p = subprocess.run([KESTRELD, "--check-config", "--max-priority", bad], capture_output=True, text=True)
+        assert p.returncode == 2 and "--max-priority" in p.stderr, (bad, p.stderr)
