@@ -50,14 +50,21 @@ int kestrel__error_set(int code, const char *fmt, ...)
 
 int kestrel__error_sys(int code, int err, const char *fmt, ...)
 {
-    char tmp[KESTREL__MSG_MAX];
-    size_t n;
+    char tmp[KESTREL__MSG_MAX], why[128];
+    size_t room;
+    int n;
     va_list ap;
+    /* the reason is kept whole: what it is said of (a path near PATH_MAX) is cut instead, with "..." */
+    snprintf(why, sizeof(why), ": %s", strerror(err));
+    room = sizeof(tmp) - strlen(why);
     va_start(ap, fmt);
-    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    n = vsnprintf(tmp, room, fmt, ap);
     va_end(ap);
-    n = strlen(tmp);
-    snprintf(tmp + n, sizeof(tmp) - n, ": %s", strerror(err));
+    if (n < 0)
+        tmp[0] = '\0';
+    else if ((size_t)n >= room)
+        memcpy(tmp + room - 4, "...", 4);
+    snprintf(tmp + strlen(tmp), sizeof(tmp) - strlen(tmp), "%s", why);
     record(code, 0, 0, tmp);
     tls_error.sys_errno = err;
     return code;

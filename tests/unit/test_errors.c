@@ -106,6 +106,26 @@ static void a_system_failure_keeps_its_errno(void **state)
     assert_int_equal(kestrel__error_errno(), 0);
 }
 
+/* A path near PATH_MAX is cut, never the reason after it (a hostile test saw "cannot create
+ * XXXX..." end 512 bytes in, its ENAMETOOLONG lost). */
+static void a_long_path_is_cut_not_the_reason(void **state)
+{
+    char path[5000], want[100];
+    const char *m;
+    size_t n;
+    (void)state;
+    memset(path, 'd', sizeof(path) - 1);
+    path[sizeof(path) - 1] = '\0';
+    kestrel__error_sys(KESTREL_EIO, ENAMETOOLONG, "cannot create %s", path);
+    m = kestrel_error_last()->message;
+    n = strlen(m);
+    snprintf(want, sizeof(want), "...: %s", strerror(ENAMETOOLONG));
+    assert_true(n < KESTREL__MSG_MAX && n > 400);
+    assert_true(!strncmp(m, "cannot create ddd", 17));
+    assert_string_equal(m + n - strlen(want), want);
+    kestrel_error_clear();
+}
+
 static void init_is_refcounted(void **state)
 {
     kestrel_client *c = NULL;
@@ -215,6 +235,7 @@ int main(void)
         cmocka_unit_test(error_is_thread_local_and_one_line),
         cmocka_unit_test(outcome_unknown_goes_with_its_error),
         cmocka_unit_test(a_system_failure_keeps_its_errno),
+        cmocka_unit_test(a_long_path_is_cut_not_the_reason),
         cmocka_unit_test(init_is_refcounted),
         cmocka_unit_test(options_versioning),
         cmocka_unit_test(handles_report_misuse),
