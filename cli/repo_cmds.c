@@ -90,6 +90,20 @@ static int bar(const kestrel_progress *p, void *payload)
     return 0;
 }
 
+/* n bytes for a person: "20 bytes", "3.5 KiB", "3.0 MiB", "1.25 GiB" (a small push said "0.0 MiB"). */
+static const char *size_text(int64_t n, char *out, size_t len)
+{
+    if (n < 1024)
+        snprintf(out, len, "%" PRId64 " byte%s", n, n == 1 ? "" : "s");
+    else if (n < (1 << 20))
+        snprintf(out, len, "%.1f KiB", (double)n / 1024);
+    else if (n < (1 << 30))
+        snprintf(out, len, "%.1f MiB", (double)n / (1 << 20));
+    else
+        snprintf(out, len, "%.2f GiB", (double)n / (1 << 30));
+    return out;
+}
+
 /* The last name of a path (the whole of one without '/'). */
 static char *last_name(char *path)
 {
@@ -177,9 +191,11 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv)
         printf("{\"name\":\"%s\",\"version\":%" PRId64 ",\"bytes\":%" PRId64 ",\"bytes_new\":%" PRId64
                ",\"chunks\":%" PRId64 ",\"chunks_new\":%" PRId64 "}\n",
                argv[optind], v, last.bytes_total, last.bytes_new, last.chunks_done, last.chunks_new);
-    else
-        printf("pushed %s@%" PRId64 " (%.1f MiB, %.1f MiB new)\n", argv[optind], v, (double)last.bytes_total / (1 << 20),
-               (double)last.bytes_new / (1 << 20));
+    else {
+        char all[32], fresh[32];
+        printf("pushed %s@%" PRId64 " (%s, %s new)\n", argv[optind], v, size_text(last.bytes_total, all, sizeof(all)),
+               size_text(last.bytes_new, fresh, sizeof(fresh)));
+    }
     end_by_signal();   /* one that came too late to stop it: the version is there, said above */
     return 0;
 }

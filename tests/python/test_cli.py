@@ -416,7 +416,7 @@ def test_repository_commands_on_a_file_url(tmp_path):
         return p
 
     assert k("push", "team/m", str(src), "--meta", "job=7").stdout.strip() == "pushed team/m@1 (3.0 MiB, 3.0 MiB new)"
-    assert k("push", "team/m", str(src), "--alias", "production").stdout.strip() == "pushed team/m@2 (3.0 MiB, 0.0 MiB new)"
+    assert k("push", "team/m", str(src), "--alias", "production").stdout.strip() == "pushed team/m@2 (3.0 MiB, 0 bytes new)"
     assert k("models").stdout == "team/m\n"
     assert json.loads(k("-o", "json", "models").stdout) == {"names": ["team/m"]}   # the API's ModelList
     versions = json.loads(k("-o", "json", "models", "team/m").stdout)["versions"]   # and ManifestList
