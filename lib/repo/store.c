@@ -294,6 +294,12 @@ int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_l
     return 0;
 }
 
+int kestrel__store_not_stored(const char *hex)
+{
+    return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored (never sent, or collected "
+                              "since it was: a collection's grace shorter than the push)", hex);
+}
+
 /* The digest of one stored chunk as a file's: its name, once its size is the one expected. */
 static int chunk_sized(kestrel__store *s, const char *hex, int64_t size, char out[KESTREL__HEX_LEN + 1])
 {
@@ -301,8 +307,7 @@ static int chunk_sized(kestrel__store *s, const char *hex, int64_t size, char ou
     struct stat st;
     kestrel__store_chunk_path(s, hex, path, sizeof(path));
     if (stat(path, &st) < 0)
-        return errno == ENOENT ? kestrel__error_set(KESTREL_EINVALID, "chunk %.12s is not stored: push it first", hex)
-                               : io_error("cannot read", path);
+        return errno == ENOENT ? kestrel__store_not_stored(hex) : io_error("cannot read", path);
     if ((int64_t)st.st_size != size)
         return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s holds %lld bytes, not the %lld the manifest says", hex,
                                   (long long)st.st_size, (long long)size);
@@ -332,7 +337,7 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
         FILE *f;
         kestrel__store_chunk_path(s, hexes[i], path, sizeof(path));
         if ((f = fopen(path, "rb")) == NULL) {
-            rc = kestrel__error_set(KESTREL_EINVALID, "chunk %.12s is not stored: push it first", hexes[i]);
+            rc = kestrel__store_not_stored(hexes[i]);
             break;
         }
         while ((r = fread(buf, 1, 1 << 20, f)) > 0) {

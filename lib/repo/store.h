@@ -198,6 +198,9 @@ int kestrel__store_commit_hold(kestrel__store *s);
 /* 0 when every chunk of m is stored (each one's mtime refreshed: a push now relies on it), else
  * KESTREL_EINVALID naming the first missing one: a commit's check, before and under its hold. */
 int kestrel__store_all_stored(kestrel__store *s, const Kestrel__V1__Manifest *m);
+/* KESTREL_EINVALID "chunk HEX of the manifest is not stored (never sent, or collected since ...)": the
+ * one wording of a commit that names a chunk the store lacks, which push.c's resend looks for. */
+int kestrel__store_not_stored(const char *hex);
 void kestrel__store_commit_release(int hold);
 
 #endif

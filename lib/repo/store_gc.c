@@ -223,9 +223,7 @@ int kestrel__store_all_stored(kestrel__store *s, const Kestrel__V1__Manifest *m)
 {
     for (size_t i = 0; i < m->n_chunks; i++)
         if (!kestrel__store_has_chunk(s, m->chunks[i]->digest))
-            return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored (never sent, or "
-                                      "collected since it was: a collection's grace shorter than the push)",
-                                      m->chunks[i]->digest);
+            return kestrel__store_not_stored(m->chunks[i]->digest);
     return 0;
 }
 
