@@ -134,6 +134,10 @@ int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64
     spec = kestrel__v1__job_spec__unpack(NULL, (size_t)sqlite3_column_bytes(st, 1), sqlite3_column_blob(st, 1));
     if (spec == NULL)
         goto fail;
+    if ((int)spec->priority == priority || (spec->priority == 0 && priority == 1)) {   /* so already: no event */
+        rc = 0;
+        goto rollback;
+    }
     spec->priority = (Kestrel__V1__Priority)priority;
     if ((rc = kestrel__wire_pack(&blob, &spec->base)) < 0)
         goto rollback;

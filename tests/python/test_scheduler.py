@@ -167,6 +167,8 @@ def test_priority_update_reorders_the_queue(daemon):
     assert "now high" in d.cli("job", "update", b, "--priority", "high").stdout
     assert d.explain(b)["position"] == 1 and d.explain(a)["position"] == 2
     assert "priority changed to high" in reasons(d.job(b))
+    d.cli("job", "update", b, "--priority", "high")   # so already: no change, no second event
+    assert reasons(d.job(b)).count("priority changed to high") == 1
     p = d.cli("job", "update", blocker, "--priority", "urgent", check=False)
     assert p.returncode == 1 and "only a QUEUED job" in p.stderr
     d.cli("cancel", blocker)
