@@ -256,6 +256,15 @@ static void pushed_name(cli_ctx *ctx, const char *ref, char *out, size_t n, int 
     kestrel_model_versions_free(vs);
 }
 
+/* The last names of a folder and of the path made in it are the same (val/val). */
+static int same_leaf(const char *folder, const char *made)
+{
+    const char *a = strrchr(folder, '/'), *b = strrchr(made, '/');
+    a = a ? a + 1 : folder;
+    b = b ? b + 1 : made;
+    return !strcmp(a, b);
+}
+
 /* DEST when kestrel picks the name, in folder dir ("" the current one): the pushed name, else the
  * model's last name segment (a plain name by the rules of names). 0, or 1 when the pushed name is
  * taken and exists: it replaces nothing without --replace, being the pusher's to choose; the model's
@@ -283,13 +292,10 @@ static int picked_dest(cli_ctx *ctx, const char *ref, const char *dir, int repla
                         "(kestrel pull %s NEW-PATH)\n", out, ref, ref);   /* (found by a hostile test) */
         return 1;
     }
-    {   /* val/val: pulled into the folder of the same name, an earlier pull of it most likely */
-        const char *leaf = strrchr(dir, '/');
-        leaf = leaf ? leaf + 1 : dir;
-        if (*dir && !strcmp(leaf, name))
-            fprintf(stderr, "kestrel: pull: %s is a folder, so the version goes inside it, as %s; to replace %s itself, "
-                            "pull into the folder that holds it with --replace\n", dir, out, dir);
-    }
+    /* val/val: pulled into the folder of the same name, an earlier pull of it most likely */
+    if (*dir && same_leaf(dir, out))
+        fprintf(stderr, "kestrel: pull: %s is a folder, so the version goes inside it, as %s; to replace %s itself, "
+                        "pull into the folder that holds it with --replace\n", dir, out, dir);
     return 0;
 }
 
@@ -297,7 +303,7 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
 {
     const struct option *opts = cli_opts_pull;
     kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
-    const char *dest = NULL;
+    const char *dest = NULL, *folder = NULL;   /* folder: DEST given, an existing directory */
     char picked[4096];
     struct stat st;
     int c, rc, replace = 0;
@@ -324,6 +330,7 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     if (dest == NULL || (stat(dest, &st) == 0 && S_ISDIR(st.st_mode))) {
         if (picked_dest(ctx, argv[optind], dest ? dest : "", replace, picked, sizeof(picked)))
             return 1;
+        folder = dest;
         dest = picked;
     }
     o.progress = bar;
@@ -332,6 +339,11 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     if ((rc = kestrel_model_pull(ctx->client, argv[optind], dest, &o)) < 0)
         return transfer_failed("pull", rc);
     printf("%s\n", dest);
+    if (folder && lstat(dest, &st) == 0 && S_ISDIR(st.st_mode) && !same_leaf(folder, dest))
+        /* a tree pulled again to the folder an earlier pull made went inside it (a hostile test): said
+         * (the same name is said by picked_dest) */
+        fprintf(stderr, "kestrel: pull: %s was a folder already, so the directory version went inside it, as %s; for "
+                        "%s itself to be the version, remove it first or pull to a new path\n", folder, dest, folder);
     end_by_signal();   /* one that came too late to stop it: dest is in place, said above */
     return 0;
 }
