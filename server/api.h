@@ -115,6 +115,9 @@ enum MHD_Result kd_route_priority(kd_req *r, int64_t id);
 /* 0 when the caller may give a job priority class cls (--max-priority); else 1, with a 403 replied
  * in *reply, its advice for a rerun (which keeps the class) or not (api_sched.c). */
 int kd_priority_refused(kd_req *r, int cls, int rerun, enum MHD_Result *reply);
+/* The same for a job no class may preempt (not_preemptible): those who may give urgent jobs only, as
+ * it holds off every class as urgent does (api_sched.c). */
+int kd_exempt_refused(kd_req *r, int rerun, enum MHD_Result *reply);
 enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id);
 enum MHD_Result kd_route_queue(kd_req *r);
 enum MHD_Result kd_route_nodes(kd_req *r);

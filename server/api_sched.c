@@ -120,6 +120,20 @@ int kd_priority_refused(kd_req *r, int cls, int rerun, enum MHD_Result *reply)
     return 1;
 }
 
+int kd_exempt_refused(kd_req *r, int rerun, enum MHD_Result *reply)
+{
+    char from[160], msg[600];
+    int most = kd_priority_limit_of(&r->e->cfg->priority_limits, &r->who, from, sizeof(from));
+    if (most >= KESTREL_PRIORITY_URGENT)
+        return 0;
+    snprintf(msg, sizeof(msg), "%s no class may preempt (--not-preemptible) is for those who may give urgent jobs, "
+             "and %s may give %s at most (%s, kestreld --max-priority): %s, or ask an admin",
+             rerun ? "this job is not preemptible, which it could not be rerun as: a job" : "a job", r->who.user,
+             kd_priority_name(most), from, rerun ? "submit it again without --not-preemptible" : "submit it preemptible");
+    *reply = kd_reply_error(r, 403, "permission_denied", msg);
+    return 1;
+}
+
 enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
 {
     enum MHD_Result reply = MHD_NO;

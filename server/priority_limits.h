@@ -6,7 +6,9 @@
  * user:U=CLASS for one user (a user's own entry wins over its team's, and that over everyone's).
  * Admins (an admin user's admin-scoped token) may use every class. Without the flag every user may use every class, as before it. A
  * submission, rerun or priority change past the caller's class is refused 403 and queues or changes
- * nothing; jobs queued before a restart with a lower limit keep their class. Pure: no I/O. */
+ * nothing; jobs queued before a restart with a lower limit keep their class. A job no class may
+ * preempt (not_preemptible) holds off every class as urgent does: only those who may give urgent
+ * may submit one (api_sched.c's kd_exempt_refused). Pure: no I/O. */
 #ifndef KD_PRIORITY_LIMITS_H
 #define KD_PRIORITY_LIMITS_H
 

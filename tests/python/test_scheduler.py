@@ -209,6 +209,15 @@ def test_max_priority_bounds_the_class_each_user_may_give(daemon):
         assert d.api("GET", "/api/v1/jobs", token=tok)[1]["jobs"] == before   # nothing queued
     p = d.cli("submit", "--gpus", "1", "--priority", "high", "--", "true", env=d.env(KESTREL_TOKEN=bob), check=False)
     assert p.returncode != 0 and "priority high is above what bob may give a job (everyone" in p.stderr, p.stderr
+    # a job no class may preempt holds off every class as urgent does: the same right (a hostile test)
+    for tok in (bob, olive):
+        before = d.api("GET", "/api/v1/jobs", token=tok)[1]["jobs"]
+        status, answer = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "not_preemptible": True}, token=tok)
+        assert status == 403 and "a job no class may preempt (--not-preemptible) is for those who may give urgent" \
+            in answer["message"], answer
+        assert d.api("GET", "/api/v1/jobs", token=tok)[1]["jobs"] == before
+    kept = d.submit("--not-preemptible", "--", "true", env=d.env(KESTREL_TOKEN=carol))
+    assert d.wait(kept)["state"] == "SUCCEEDED"
     # what each may use is taken
     ids = {who: d.submit("--gpus", "1", "--priority", cls, "--", "true", env=d.env(KESTREL_TOKEN=tok))
            for who, tok, cls in (("bob", bob, "normal"), ("olive", olive, "high"), ("carol", carol, "urgent"))}
