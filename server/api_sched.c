@@ -126,9 +126,9 @@ int kd_exempt_refused(kd_req *r, int rerun, enum MHD_Result *reply)
     int most = kd_priority_limit_of(&r->e->cfg->priority_limits, &r->who, from, sizeof(from));
     if (most >= KESTREL_PRIORITY_URGENT)
         return 0;
-    snprintf(msg, sizeof(msg), "%s no class may preempt (--not-preemptible) is for those who may give urgent jobs, "
-             "and %s may give %s at most (%s, kestreld --max-priority): %s, or ask an admin",
-             rerun ? "this job is not preemptible, which it could not be rerun as: a job" : "a job", r->who.user,
+    snprintf(msg, sizeof(msg), "%s (--not-preemptible) is for those who may give urgent jobs, and %s may give %s at "
+             "most (%s, kestreld --max-priority): %s, or ask an admin",
+             rerun ? "this job is one no class may preempt" : "a job no class may preempt", r->who.user,
              kd_priority_name(most), from, rerun ? "submit it again without --not-preemptible" : "submit it preemptible");
     *reply = kd_reply_error(r, 403, "permission_denied", msg);
     return 1;
