@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include "chunk_cache.h"
 #include "manifest_file.h"
@@ -400,7 +399,6 @@ static int pull_once(kestrel__transport *t, const char *ref, const char *dest, k
     kestrel__mfile *mf = NULL;
     kestrel__chunk_cache cache;
     pull_state ps;
-    struct timespec began;
     int rc;
 
     memset(&ps, 0, sizeof(ps));
@@ -425,11 +423,9 @@ static int pull_once(kestrel__transport *t, const char *ref, const char *dest, k
     }
     pr->p.bytes_total = kestrel__mfile_head(mf)->size;
     kestrel__cache_open(&cache);
-    clock_gettime(CLOCK_REALTIME, &began);   /* (the clock file times are stamped by) */
-    kestrel__pull_sweep(dest, NULL);   /* what killed pulls to dest left beside it */
+    kestrel__pull_sweep(dest);   /* what killed pulls to dest left beside it */
     if ((rc = kestrel__mfile_files(mf) ? pull_tree(&ps, &cache, mf, dest) : pull_file(&ps, &cache, mf, ref, dest)) < 0)
         goto done;
-    kestrel__pull_sweep(dest, &began);   /* and what one killed just before this pull left */
     (void)kestrel__progress_report(pr, 1);   /* dest is in place: too late to cancel (repo.h) */
     rc = 0;
 done:

@@ -3,10 +3,7 @@
  * holds a lock on it (flock, dropped by the kernel when the process ends, kill -9 included) and
  * keeps its mtime fresh (a file's with every write, a directory's at least every TOUCH_S seconds:
  * kestrel__pull_temp_touch). The next pull to DEST removes each such temp no process holds that is
- * SWEEP_AGE_S (5 minutes) old; and once it has put DEST in place, on a local file system (whose locks
- * tell a live pull's temp from a dead one's), each that was last changed before it began: a pull run
- * again right after a kill -9 removes the killed one's, younger than 5 minutes, which no later pull
- * would (DEST now exists, so they go inside it). A temp of the older form, DEST.kestrel-tmp.XXXXXX, is never touched: its client
+ * SWEEP_AGE_S (5 minutes) old. A temp of the older form, DEST.kestrel-tmp.XXXXXX, is never touched: its client
  * took no lock and did not keep a directory's mtime fresh. Only names of exactly the form, of this
  * user, a plain file or a directory, are touched; removal goes through descriptors checked to be
  * the ones examined, and never follows a link. */
@@ -17,9 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 #include "dir_each.h"
@@ -94,30 +89,7 @@ int kestrel__dest_dir(const char *dest, char *dir, size_t n)
     return 0;
 }
 
-/* Whether dir's file system keeps flock locks itself, so that a temp no process holds is no live
- * pull's, whatever its age: local ones. Elsewhere (NFS, where a lock may be local to one of the hosts
- * that share the folder; FUSE) only the age tells. */
-static int local_locks(int dfd)
-{
-    struct statfs sf;
-    if (fstatfs(dfd, &sf) < 0)
-        return 0;
-    switch ((unsigned long)sf.f_type) {
-    case EXT4_SUPER_MAGIC: case XFS_SUPER_MAGIC: case BTRFS_SUPER_MAGIC: case TMPFS_MAGIC:
-    case F2FS_SUPER_MAGIC: case OVERLAYFS_SUPER_MAGIC:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* st last changed before *t */
-static int older(const struct stat *st, const struct timespec *t)
-{
-    return st->st_mtim.tv_sec < t->tv_sec || (st->st_mtim.tv_sec == t->tv_sec && st->st_mtim.tv_nsec < t->tv_nsec);
-}
-
-void kestrel__pull_sweep(const char *dest, const struct timespec *before)
+void kestrel__pull_sweep(const char *dest)
 {
     const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
     char dir[PATH_MAX], prefix[NAME_MAX + 1];
@@ -137,10 +109,6 @@ void kestrel__pull_sweep(const char *dest, const struct timespec *before)
         return;
     if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return;
-    if (before && !local_locks(dfd)) {
-        close(dfd);
-        return;
-    }
     if ((d = fdopendir(dfd)) == NULL) {
         close(dfd);
         return;
@@ -150,8 +118,7 @@ void kestrel__pull_sweep(const char *dest, const struct timespec *before)
         int fd, isdir;
         if (strncmp(e->d_name, prefix, plen) || strlen(e->d_name) != plen + SUFFIX_LEN ||
             fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_uid != geteuid() ||
-            !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) ||
-            (before ? !older(&st, before) : now - st.st_mtime < SWEEP_AGE_S))
+            !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) || now - st.st_mtime < SWEEP_AGE_S)
             continue;
         isdir = S_ISDIR(st.st_mode);
         fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (isdir ? O_DIRECTORY : 0));

@@ -7,7 +7,6 @@
 #define KESTREL_REPO_PRIV_H
 
 #include <pthread.h>
-#include <time.h>
 #include "client.h"
 #include "wire.h"
 
@@ -167,11 +166,9 @@ int kestrel__pull_temp_lock(int fd);
 void kestrel__pull_temp_touch(int fd, int64_t *last);
 /* The folder dest is in ("." for a bare name): 0, or -1 when it does not fit in n. */
 int kestrel__dest_dir(const char *dest, char *dir, size_t n);
-/* Remove what killed pulls left beside dest, such temps as no process holds: best effort. Before a
- * pull to dest makes its own (before NULL), those 5 minutes old; once a pull to dest has put it in
- * place, on a local file system (where no lock held means no live pull), those last changed before
- * *before, when that pull began (a pull killed and run again at once). */
-void kestrel__pull_sweep(const char *dest, const struct timespec *before);
+/* Remove what killed pulls left beside dest (such temps no process holds, 5 minutes old): best
+ * effort, before a pull to dest makes its own. */
+void kestrel__pull_sweep(const char *dest);
 
 /* ---- front.c ------------------------------------------------------------------------------- */
 
