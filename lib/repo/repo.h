@@ -166,8 +166,8 @@ int kestrel__pull_temp_lock(int fd);
 void kestrel__pull_temp_touch(int fd, int64_t *last);
 /* The folder dest is in ("." for a bare name): 0, or -1 when it does not fit in n. */
 int kestrel__dest_dir(const char *dest, char *dir, size_t n);
-/* Remove what killed pulls left beside dest (such temps no process holds, 5 minutes old): best
- * effort, before a pull to dest makes its own. */
+/* Remove what killed pulls left beside dest, and beside the folder dest is in (such temps no process
+ * holds, 5 minutes old): best effort, before a pull to dest makes its own. */
 void kestrel__pull_sweep(const char *dest);
 
 /* ---- front.c ------------------------------------------------------------------------------- */

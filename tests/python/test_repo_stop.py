@@ -164,6 +164,46 @@ def test_what_a_killed_pull_left_is_removed_by_the_next_pull(kestreld, tmp_path,
 
 
 @pytest.mark.parametrize("what", ["file", "directory"])
+def test_what_a_pull_killed_then_run_again_left_goes_with_a_pull_into_dest(kestreld, tmp_path, what):
+    """kill -9 mid-pull, then the same pull at once: the killed one's temp, younger than 5 minutes,
+    stays beside DEST, and the later pulls to DEST go inside it (DEST now exists), so none swept it (a
+    hostile test: 190 MB left for good). A pull into DEST now sweeps DEST's own temps too, by the same
+    rules (5 minutes old, held by no process)."""
+    env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    if what == "file":
+        src.write_bytes(os.urandom(192 << 20))
+    else:
+        src.mkdir()
+        for i in range(3):
+            (src / f"part{i}.bin").write_bytes(os.urandom(64 << 20))
+    subprocess.run([KESTREL_CLI, "push", "team/killed", str(src)], env=env, check=True, capture_output=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+    p = subprocess.Popen([KESTREL_CLI, "pull", "team/killed", str(work / "out")], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not [q for q in work.iterdir() if ".kestrel-tmp.v2." in q.name] and time.time() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)
+    p.kill()
+    p.wait()
+    left = [q for q in work.iterdir()]
+    assert len(left) == 1 and ".kestrel-tmp.v2." in left[0].name, left   # what kill -9 leaves
+    subprocess.run([KESTREL_CLI, "pull", "team/killed", str(work / "out")], env=env, check=True, capture_output=True)
+    assert sorted(q.name for q in work.iterdir()) == sorted(["out", left[0].name])   # young: kept
+    old = time.time() - 600
+    os.utime(left[0], (old, old))
+    # the same pull once more: a file's replaces DEST, sweeping beside it as always; a directory's goes
+    # inside DEST, as out/src, and now sweeps beside DEST too
+    subprocess.run([KESTREL_CLI, "pull", "team/killed", str(work / "out")], env=env, check=True, capture_output=True)
+    assert sorted(q.name for q in work.iterdir()) == ["out"]
+    got = work / "out" if what == "file" else work / "out" / "src"
+    assert subprocess.run(["diff", "-r", str(src), str(got)]).returncode == 0
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
 def test_a_live_pulls_temp_is_never_swept(kestreld, tmp_path, monkeypatch, what):
     """While a pull runs, its temp aged by hand, a second pull to the same DEST (another process) leaves
     it alone: the first pull holds its lock; both complete. The pull is 256 MiB so that its progress,
