@@ -90,17 +90,22 @@ static int bar(const kestrel_progress *p, void *payload)
     return 0;
 }
 
-/* n bytes for a person: "20 bytes", "3.5 KiB", "3.0 MiB", "1.25 GiB" (a small push said "0.0 MiB"). */
+/* n bytes for a person: "20 bytes", "3.5 KiB", "3.0 MiB", "1.25 GiB" (a small push said "0.0 MiB"); the
+ * unit picked after rounding, so that 1048575 bytes are "1.0 MiB", not "1024.0 KiB". */
 static const char *size_text(int64_t n, char *out, size_t len)
 {
-    if (n < 1024)
+    static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB" };
+    double v = (double)n / 1024;
+    int u = 0;
+    if (n < 1024) {
         snprintf(out, len, "%" PRId64 " byte%s", n, n == 1 ? "" : "s");
-    else if (n < (1 << 20))
-        snprintf(out, len, "%.1f KiB", (double)n / 1024);
-    else if (n < (1 << 30))
-        snprintf(out, len, "%.1f MiB", (double)n / (1 << 20));
-    else
-        snprintf(out, len, "%.2f GiB", (double)n / (1 << 30));
+        return out;
+    }
+    while (u < 3 && v >= (u < 2 ? 1023.95 : 1023.995)) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(out, len, u < 2 ? "%.1f %s" : "%.2f %s", v, unit[u]);
     return out;
 }
 
@@ -342,8 +347,9 @@ int cmd_pull(cli_ctx *ctx, int argc, char **argv)
     if (folder && lstat(dest, &st) == 0 && S_ISDIR(st.st_mode) && !same_leaf(folder, dest))
         /* a tree pulled again to the folder an earlier pull made went inside it (a hostile test): said
          * (the same name is said by picked_dest) */
-        fprintf(stderr, "kestrel: pull: %s was a folder already, so the directory version went inside it, as %s; for "
-                        "%s itself to be the version, remove it first or pull to a new path\n", folder, dest, folder);
+        fprintf(stderr, "kestrel: pull: %s is a folder, so the directory version went inside it, as %s (if %s itself "
+                        "was to be the version, pull to a new path, or move %s away first)\n", folder, dest, folder,
+                folder);
     end_by_signal();   /* one that came too late to stop it: dest is in place, said above */
     return 0;
 }
@@ -453,10 +459,11 @@ int cmd_gc(cli_ctx *ctx, int argc, char **argv)
     if (ctx->json)
         printf("{\"chunks_live\":%" PRId64 ",\"chunks_removed\":%" PRId64 ",\"temps_removed\":%" PRId64
                ",\"bytes_freed\":%" PRId64 "}\n", r.chunks_live, r.chunks_removed, r.temps_removed, r.bytes_freed);
-    else
-        printf("removed %" PRId64 " chunks and %" PRId64 " temp files, %.1f MiB freed; %" PRId64
-               " chunk references live\n", r.chunks_removed, r.temps_removed, (double)r.bytes_freed / (1 << 20),
-               r.chunks_live);
+    else {
+        char freed[32];
+        printf("removed %" PRId64 " chunks and %" PRId64 " temp files, %s freed; %" PRId64 " chunk references live\n",
+               r.chunks_removed, r.temps_removed, size_text(r.bytes_freed, freed, sizeof(freed)), r.chunks_live);
+    }
     return 0;
 }
 

@@ -62,8 +62,15 @@ int kestrel__error_sys(int code, int err, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         tmp[0] = '\0';
-    else if ((size_t)n >= room)
-        memcpy(tmp + room - 4, "...", 4);
+    else if ((size_t)n >= room) {   /* cut at a character's start (UTF-8 continuation bytes are 10xxxxxx) */
+        size_t at = room - 4;
+        while (at > 0 && ((unsigned char)tmp[at] & 0xC0) == 0x80)
+            at--;
+        memcpy(tmp + at, "...", 4);
+    }
+    for (char *c = tmp; *c; c++)   /* a newline in a path would end the one line before its reason */
+        if (*c == '\n' || *c == '\r')
+            *c = ' ';
     snprintf(tmp + strlen(tmp), sizeof(tmp) - strlen(tmp), "%s", why);
     record(code, 0, 0, tmp);
     tls_error.sys_errno = err;

@@ -35,12 +35,6 @@ static const char *scope_name(int s)
     return s >= KD_SCOPE_READ && s <= KD_SCOPE_METRICS ? scope_names[s] : "";
 }
 
-static int name_ok(const char *s)
-{
-    /* env-builder-*: the accounts environments are built by (kestrel-env-builder-...) */
-    return s[0] && kestrel__text_is_clean(s, 64) && !strchr(s, ' ') && !strchr(s, '/') && strncmp(s, "env-builder", 11);
-}
-
 /* A model name's first segment names a user, a team or jobs/: the three must never coincide.
  * NULL when name may be a new user's (user=1) or a team's (user=0), else why not. */
 static const char *namespace_clash(kd_req *r, const char *name, int user)
@@ -76,9 +70,9 @@ static enum MHD_Result create(kd_req *r)
     memset(&t, 0, sizeof(t));
     t.scope = scope_parse(req->scope);
     user = req->user[0] ? req->user : r->who.user;
-    if (!name_ok(user)) {
+    if (!kd_name_ok(user)) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'user': 1..64 printable bytes without spaces or '/'");
-    } else if (req->team[0] && !name_ok(req->team)) {
+    } else if (req->team[0] && !kd_name_ok(req->team)) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'team': 1..64 printable bytes without spaces or '/'");
     } else if (!t.scope) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'scope': read, write, admin or metrics");
@@ -234,7 +228,7 @@ enum MHD_Result kd_route_users(kd_req *r, const char *name)
     int rc;
     if (r->who.job_id)
         return kd_reply_error(r, 403, "permission_denied", "a job token cannot see or change users");
-    if (!name_ok(name))
+    if (!kd_name_ok(name))
         return kd_reply_error(r, 404, "not_found", "no such user");
     if (!r->who.is_admin && strcmp(name, r->who.user))
         return kd_reply_error(r, !strcmp(r->method, "GET") ? 404 : 403, !strcmp(r->method, "GET") ? "not_found"
@@ -248,7 +242,7 @@ enum MHD_Result kd_route_users(kd_req *r, const char *name)
             return kd_reply_error(r, 403, "permission_denied", "only an admin can change a user's team");
         if ((in = (Kestrel__V1__User *)kd_body(r, &kestrel__v1__user__descriptor, &reply)) == NULL)
             return reply;
-        if (in->team[0] && !name_ok(in->team)) {
+        if (in->team[0] && !kd_name_ok(in->team)) {
             protobuf_c_message_free_unpacked(&in->base, NULL);
             return kd_reply_error(r, 400, "invalid_argument", "field 'team': 1..64 printable bytes without spaces or '/'");
         }

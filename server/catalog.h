@@ -79,6 +79,9 @@ int kd_catalog_backup(kd_catalog *cat, const char *path);
 void kd_catalog_close(kd_catalog *cat);
 
 /* users and tokens (hashes only: tokens themselves are never stored); catalog_users.c */
+/* A user's or a team's name: 1..64 printable bytes, no space or '/', not env-builder* (the accounts
+ * environments are built by: kestrel-env-builder-...). */
+int kd_name_ok(const char *s);
 /* Create the user when missing (with team); an existing user is left as it is. */
 int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, const char *team, int64_t *id_out,
                            int *created);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sqlite3.h>
 #include "catalog.h"
+#include "sched_plan.h"
 
 void kd_queued_free(kd_queued *q, size_t n)
 {
@@ -111,7 +112,6 @@ int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64
     static const char *const upd = "UPDATE jobs SET priority = ?, spec = ? WHERE id = ?";
     static const char *const ev =
         "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason) VALUES(?, ?, 1, 1, ?)";
-    static const char *const names[] = { "", "normal", "high", "urgent" };
     Kestrel__V1__JobSpec *spec = NULL;
     kestrel_buf blob = KESTREL_BUF_INIT;
     sqlite3_stmt *st;
@@ -134,7 +134,9 @@ int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64
     spec = kestrel__v1__job_spec__unpack(NULL, (size_t)sqlite3_column_bytes(st, 1), sqlite3_column_blob(st, 1));
     if (spec == NULL)
         goto fail;
-    if ((int)spec->priority == priority || (spec->priority == 0 && priority == 1)) {   /* so already: no event */
+    if ((int)spec->priority == priority ||
+        (spec->priority == KESTREL__V1__PRIORITY__PRIORITY_UNSPECIFIED && priority == KESTREL_PRIORITY_NORMAL)) {
+        /* so already: no event */
         rc = 0;
         goto rollback;
     }
@@ -150,7 +152,7 @@ int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64
         goto fail;
     if ((st = kd__stmt(cat, ev)) == NULL)
         goto fail;
-    snprintf(reason, sizeof(reason), "priority changed to %s", names[priority]);
+    snprintf(reason, sizeof(reason), "priority changed to %s", kd_priority_name(priority));
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, now_ms);
     sqlite3_bind_text(st, 3, reason, -1, SQLITE_STATIC);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sqlite3.h>
 #include "catalog.h"
+#include "internal.h"
 
 int kd_catalog_user_ensure(kd_catalog *cat, const char *name, int is_admin, const char *team, int64_t *id_out,
                            int *created)
@@ -95,6 +96,11 @@ int kd_catalog_token_insert(kd_catalog *cat, const char *hash, const kd_token *t
     }
     kd__unlock(cat);
     return rc;
+}
+
+int kd_name_ok(const char *s)
+{
+    return s[0] && kestrel__text_is_clean(s, 64) && !strchr(s, ' ') && !strchr(s, '/') && strncmp(s, "env-builder", 11);
 }
 
 int kd_catalog_token_find(kd_catalog *cat, const char *hash, int64_t now_ms, kd_principal *p)

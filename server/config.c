@@ -72,20 +72,26 @@ static int on_command_line(int argc, char **argv, const struct option *opts, con
     return 0;
 }
 
-static const char *config_path(int argc, char **argv)
+/* The file --config names (abbreviated too, as getopt_long takes it: "--conf F" read no file, a
+ * review found), or NULL. */
+static const char *config_path(int argc, char **argv, const struct option *opts)
 {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--config") && i + 1 < argc)
-            return argv[i + 1];
-        if (!strncmp(argv[i], "--config=", 9))
-            return argv[i] + 9;
+        size_t n;
+        const char *f = flag_name(argv[i], &n);
+        const struct option *o;
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (f == NULL || (o = resolve(opts, f, n)) == NULL || strcmp(o->name, "config"))
+            continue;
+        return f[n] == '=' ? f + n + 1 : i + 1 < argc ? argv[i + 1] : NULL;
     }
     return NULL;
 }
 
 int kd_config_merge(int argc, char **argv, const struct option *opts, int *argc_out, char ***argv_out)
 {
-    const char *path = config_path(argc, argv);
+    const char *path = config_path(argc, argv, opts);
     char line[MAX_LINE], **out, said[256] = { 0 };   /* said[i]: opts[i] named on the command line */
     int n = 0, lineno = 0;
     FILE *f;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "internal.h"
 #include "metrics.h"
+#include "sched_plan.h"
 
 #define NCLASS 4          /* index by KESTREL_PRIORITY_* (1..3); 0 unused */
 #define MAX_HTTP 512      /* (route, method, code) series; more fold into route "other" */
@@ -41,11 +42,6 @@ struct kd_metrics {
     uint64_t pushed, pulled, named, log_lines;
     uint64_t digest_bytes[KD_DIGEST_SOURCES];   /* file bytes a commit's digests came from, by source */
 };
-
-const char *kd_metrics_class(int cls)
-{
-    return cls == KESTREL_PRIORITY_HIGH ? "high" : cls == KESTREL_PRIORITY_URGENT ? "urgent" : "normal";
-}
 
 static int cix(int cls) { return cls >= 1 && cls <= 3 ? cls : 1; }
 
@@ -289,7 +285,7 @@ static int per_class(kestrel_buf *out, const char *name, const char *type, const
 {
     int rc = kd_expo_family(out, name, type, help);
     for (int c = 1; c < NCLASS && rc == 0; c++) {
-        const char *labels[] = { "class", kd_metrics_class(c), NULL };
+        const char *labels[] = { "class", kd_priority_name(c), NULL };
         rc = kd_expo_sample(out, name, labels, (double)v[c]);
     }
     return rc;
@@ -310,7 +306,7 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
                             "reservation: the job whose reservation it borrowed; cluster: Slurm preempted it).");
     for (int c = 1; c < NCLASS && rc == 0; c++)
         for (int k = 0; k < KD_PREEMPT_REASONS && rc == 0; k++) {
-            const char *labels[] = { "class", kd_metrics_class(c), "reason", preempt_reasons[k], NULL };
+            const char *labels[] = { "class", kd_priority_name(c), "reason", preempt_reasons[k], NULL };
             rc = kd_expo_sample(out, "kestrel_job_preemptions_total", labels, (double)m->preempted[c][k]);
         }
     if (rc == 0)
@@ -318,7 +314,7 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
                             "Jobs that ended, by class and final state.");
     for (int c = 1; c < NCLASS && rc == 0; c++)
         for (int k = 0; k < 3 && rc == 0; k++) {
-            const char *labels[] = { "class", kd_metrics_class(c), "state", end_states[k], NULL };
+            const char *labels[] = { "class", kd_priority_name(c), "state", end_states[k], NULL };
             rc = kd_expo_sample(out, "kestrel_job_ends_total", labels, (double)m->ended[c][k]);
         }
     if (rc == 0) {
@@ -331,13 +327,13 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
         rc = kd_expo_family(out, "kestrel_job_queue_wait_seconds", "histogram",
                             "Time from becoming QUEUED (submitted or requeued) to a start, by class.");
     for (int c = 1; c < NCLASS && rc == 0; c++)
-        rc = put_histo(out, "kestrel_job_queue_wait_seconds", "class", kd_metrics_class(c), &m->wait[c], wait_bounds,
+        rc = put_histo(out, "kestrel_job_queue_wait_seconds", "class", kd_priority_name(c), &m->wait[c], wait_bounds,
                        NB_WAIT);
     if (rc == 0)
         rc = kd_expo_family(out, "kestrel_job_submit_to_running_seconds", "histogram",
                             "Time from submission to the first start, by class.");
     for (int c = 1; c < NCLASS && rc == 0; c++)
-        rc = put_histo(out, "kestrel_job_submit_to_running_seconds", "class", kd_metrics_class(c), &m->to_running[c],
+        rc = put_histo(out, "kestrel_job_submit_to_running_seconds", "class", kd_priority_name(c), &m->to_running[c],
                        wait_bounds, NB_WAIT);
     if (rc == 0)
         rc = kd_expo_family(out, "kestrel_scheduler_pass_duration_seconds", "histogram",

@@ -61,7 +61,4 @@ struct kd_engine;
 /* The whole exposition of GET /metrics (metrics_scrape.c). */
 int kd_metrics_scrape(struct kd_engine *e, kestrel_buf *out);
 
-/* The class label of a priority. */
-const char *kd_metrics_class(int cls);
-
 #endif

@@ -58,7 +58,7 @@ static int jobs_gauge(kd_engine *e, kestrel_buf *out)
         }
     for (size_t i = 0; i < n && rc == 0; i++) {
         const char *labels[] = { "state", state_label(c[i].state), "pool", c[i].pool, "class",
-                                 kd_metrics_class(c[i].priority), NULL };
+                                 kd_priority_name(c[i].priority), NULL };
         if (c[i].n >= 0)
             rc = kd_expo_sample(out, "kestrel_jobs", labels, (double)c[i].n);
     }

@@ -3,13 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <kestrel.h>
-#include "internal.h"
 #include "priority_limits.h"
-
-const char *kd_priority_name(int cls)
-{
-    return cls == KESTREL_PRIORITY_URGENT ? "urgent" : cls == KESTREL_PRIORITY_HIGH ? "high" : "normal";
-}
 
 static int class_of(const char *s)
 {
@@ -19,7 +13,7 @@ static int class_of(const char *s)
 
 int kd_priority_limits_parse(kd_priority_limits *l, const char *arg)
 {
-    const char *eq = strchr(arg, '='), *cls_s = eq ? eq + 1 : arg;
+    const char *eq = strrchr(arg, '='), *cls_s = eq ? eq + 1 : arg;   /* a name may hold '=', a class not */
     int named = !strncmp(arg, "user:", 5) || !strncmp(arg, "team:", 5), is_team = !strncmp(arg, "team:", 5), cls;
     size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
     char name[65];
@@ -36,11 +30,11 @@ int kd_priority_limits_parse(kd_priority_limits *l, const char *arg)
         l->everyone = cls;
         return 0;
     }
-    /* a name as users and teams are named (kestrel token create): one that could never match is an error */
+    /* a name as users and teams are named (kd_name_ok): one that could never match is an error */
     snprintf(name, sizeof(name), "%.*s", (int)(len - 5 < sizeof(name) ? len - 5 : sizeof(name) - 1), arg + 5);
-    if (len - 5 == 0 || len - 5 >= sizeof(name) || !kestrel__text_is_clean(name, 64) || strchr(name, ' ') ||
-        strchr(name, '/')) {
-        fprintf(stderr, "kestreld: --max-priority: a %s name is 1..64 printable bytes without spaces or '/', got "
+    if (len - 5 >= sizeof(name) || !kd_name_ok(name)) {
+        fprintf(stderr, "kestreld: --max-priority: a %s name is 1..64 printable bytes without spaces or '/' (not "
+                        "env-builder...), got "
                         "'%.*s'\n", is_team ? "team" : "user", (int)(len - 5 > 200 ? 200 : len - 5), arg + 5);
         return -1;
     }

@@ -8,12 +8,13 @@
  * submission, rerun or priority change past the caller's class is refused 403 and queues or changes
  * nothing; jobs queued before a restart with a lower limit keep their class. A job no class may
  * preempt (not_preemptible) holds off every class as urgent does: only those who may give urgent
- * may submit one (api_sched.c's kd_exempt_refused). Pure: no I/O. */
+ * may submit one (api_sched.c's kd_exempt_refused). No I/O but the parse's complaint on stderr. */
 #ifndef KD_PRIORITY_LIMITS_H
 #define KD_PRIORITY_LIMITS_H
 
 #include <stddef.h>
 #include "catalog.h"
+#include "sched_plan.h"
 
 typedef struct {
     int is_team;
@@ -32,12 +33,10 @@ typedef struct {
  * the reason printed on stderr (a later entry for the same name wins). */
 int kd_priority_limits_parse(kd_priority_limits *l, const char *arg);
 void kd_priority_limits_free(kd_priority_limits *l);
-/* The highest class who may give a job, and in *from what set it ("user NAME", "team NAME",
- * "everyone", "admin"), static or pointing into l. */
+/* The highest class who may give a job, and into from (n bytes) what set it: "user NAME", "team
+ * NAME", "everyone" or "admin". */
 int kd_priority_limit_of(const kd_priority_limits *l, const kd_principal *who, char *from, size_t n);
 /* What l allows, in one line ("up to high for everyone, urgent for team ops (admins: any)"), cut to n. */
 void kd_priority_limits_describe(const kd_priority_limits *l, char *out, size_t n);
-/* "normal", "high" or "urgent". */
-const char *kd_priority_name(int cls);
 
 #endif

@@ -5,12 +5,6 @@
 #include "sched_priv.h"
 
 
-static const char *const class_names[] = { "normal", "normal", "high", "urgent" };
-
-static const char *cls(int p)
-{
-    return class_names[p >= 0 && p <= 3 ? p : 0];
-}
 
 /* The node is of the job's pool and not one it excludes. */
 int kd__sched_node_ok(const kd_snapshot *s, const kd_qjob *j, size_t n)
@@ -444,7 +438,7 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
                     return -1;
                 a->node = bestn;
                 a->cause = j->id;
-                snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (%s)%s", (long long)j->id, cls(j->priority),
+                snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (%s)%s", (long long)j->id, kd_priority_name(j->priority),
                          bestv[v]->backfill_for == j->id ? ", whose reservation it borrowed" : "");
                 ps->claimed[bestv[v] - s->allocs] = 1;
                 len = strlen(buf);

@@ -169,4 +169,11 @@ int kd_sched_order(const kd_qjob *a, const kd_qjob *b);
 /* "8.0" -> 80; -1 when malformed. */
 int kd_sched_parse_cc(const char *s);
 
+/* A priority class's name: "normal", "high" or "urgent" (anything else reads as normal, the default);
+ * the one spelling of the scheduler's reasons, the metrics' labels, the events and the errors. */
+static inline const char *kd_priority_name(int cls)
+{
+    return cls == 3 ? "urgent" : cls == 2 ? "high" : "normal";   /* KESTREL_PRIORITY_URGENT, _HIGH (kestrel/job.h) */
+}
+
 #endif

@@ -294,12 +294,6 @@ int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_l
     return 0;
 }
 
-int kestrel__store_not_stored(const char *hex)
-{
-    return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored (never sent, or collected "
-                              "since it was: a collection's grace shorter than the push)", hex);
-}
-
 /* The digest of one stored chunk as a file's: its name, once its size is the one expected. */
 static int chunk_sized(kestrel__store *s, const char *hex, int64_t size, char out[KESTREL__HEX_LEN + 1])
 {
@@ -337,7 +331,7 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
         FILE *f;
         kestrel__store_chunk_path(s, hexes[i], path, sizeof(path));
         if ((f = fopen(path, "rb")) == NULL) {
-            rc = kestrel__store_not_stored(hexes[i]);
+            rc = errno == ENOENT ? kestrel__store_not_stored(hexes[i]) : io_error("cannot read", path);
             break;
         }
         while ((r = fread(buf, 1, 1 << 20, f)) > 0) {

@@ -444,6 +444,10 @@ def test_repository_commands_on_a_file_url(tmp_path):
     assert p.returncode == 1 and "bad model name" in p.stderr
     p = k("pull", "team/m@9", check=False)
     assert p.returncode == 1 and "no version 9" in p.stderr
+    for size, said in ((1, "1 byte"), (1023, "1023 bytes"), (1024, "1.0 KiB"), ((1 << 20) - 1, "1.0 MiB")):
+        small = tmp_path / f"s{size}.bin"   # a unit past rounding said "1024.0 KiB" (a review)
+        small.write_bytes(os.urandom(size))
+        assert f"({said}, {said} new)" in k("push", f"team/s{size}", str(small)).stdout
 
 
 def test_a_name_picked_for_a_pull_is_plain_and_replaces_nothing(kestreld, tmp_path):
@@ -509,16 +513,16 @@ def test_a_name_picked_for_a_pull_is_plain_and_replaces_nothing(kestreld, tmp_pa
     p = pull("bob/data", "data")
     assert p.returncode == 0 and "data is a folder, so the version goes inside it, as data/data" in p.stderr, p.stderr
     assert (victim / "data" / "data" / "f").exists()
-    assert "was a folder already" not in p.stderr        # said once, above
+    assert "directory version went inside" not in p.stderr   # said once, above
     # pulled again to a folder of another name an earlier pull made: the tree goes inside it, said (a
     # hostile test: a re-pull meant to refresh made a second copy in silence)
     assert pull("bob/data", "mine").returncode == 0 and (victim / "mine" / "f").exists()
     p = pull("bob/data", "mine")
     assert p.returncode == 0 and (victim / "mine" / "data" / "f").exists()
-    assert "mine was a folder already, so the directory version went inside it, as mine/data; for mine itself " \
-           "to be the version, remove it first or pull to a new path" in p.stderr, p.stderr
+    assert "mine is a folder, so the directory version went inside it, as mine/data (if mine itself was to be " \
+           "the version, pull to a new path, or move mine away first)" in p.stderr, p.stderr
     p = pull("bob/tool", "mine")                          # a file into a folder: as cp, nothing to say
-    assert p.returncode == 0 and "was a folder already" not in p.stderr, p.stderr
+    assert p.returncode == 0 and "directory version went inside" not in p.stderr, p.stderr
 
 
 def test_gc_collects_a_file_store_and_asks_kestreld_as_an_admin(kestreld, tmp_path):

@@ -238,7 +238,9 @@ def test_max_priority_bounds_the_class_each_user_may_give(daemon):
     d.stop()
     d.flags = ("--gpus", "1", "--max-priority", "normal", "--max-priority", "user:carol=high")
     d.restart()
+    before = d.api("GET", "/api/v1/jobs", token=carol)[1]["jobs"]
     status, answer = d.api("POST", f"/api/v1/jobs/{ids['carol']}/rerun", {}, token=carol)
+    assert d.api("GET", "/api/v1/jobs", token=carol)[1]["jobs"] == before   # nothing queued
     assert status == 403 and "this job's priority, urgent, is above what carol may give a job (user carol" in \
         answer["message"] and "submit it again with --priority high" in answer["message"], answer
     # an admin's write-scoped token is a user's (everyone: normal); the admin-scoped one may use any

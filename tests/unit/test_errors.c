@@ -123,6 +123,17 @@ static void a_long_path_is_cut_not_the_reason(void **state)
     assert_true(n < KESTREL__MSG_MAX && n > 400);
     assert_true(!strncmp(m, "cannot create ddd", 17));
     assert_string_equal(m + n - strlen(want), want);
+    /* a newline in the path is a space, so the reason is still on the one line */
+    kestrel__error_sys(KESTREL_EIO, ENOENT, "cannot open %s", "a\nb");
+    snprintf(want, sizeof(want), "cannot open a b: %s", strerror(ENOENT));
+    assert_string_equal(kestrel_error_last()->message, want);
+    /* cut where a character starts: a path of 3-byte characters leaves none halved before the "..." */
+    for (size_t i = 0; i + 3 < sizeof(path); i += 3)
+        memcpy(path + i, "\xe2\x82\xac", 3);   /* U+20AC */
+    path[sizeof(path) - 1 - (sizeof(path) - 1) % 3] = '\0';
+    kestrel__error_sys(KESTREL_EIO, ENAMETOOLONG, "%s", path);
+    m = kestrel_error_last()->message;
+    assert_true(strstr(m, "...: ") != NULL && (strstr(m, "...: ") - m) % 3 == 0);
     kestrel_error_clear();
 }
 
