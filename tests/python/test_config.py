@@ -49,6 +49,9 @@ def test_the_config_file_sets_what_flags_set_and_flags_win(tmp_path):
         assert r.stderr.count("is given on the command line too") == 1, r.stderr
         assert "kestreld.conf:1: 'max-priority' is given on the command line too, which replaces every " \
                "'max-priority' of this file" in r.stderr, r.stderr
+    for flag in (["--conf", str(conf)], [f"--co={conf}"]):   # --config abbreviated, as getopt takes it, is read
+        r = run(*flag, "--check-config", "-d", str(tmp_path / "never"))
+        assert r.returncode == 0 and "up to normal for everyone, high for team ops" in r.stdout, (flag, r.stdout)
 
 
 @pytest.mark.parametrize("text,why", [
