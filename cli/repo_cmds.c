@@ -230,26 +230,16 @@ static int plain_name(const char *s)
  * NAME@N, NAME@latest or NAME@ALIAS. */
 static void pushed_name(cli_ctx *ctx, const char *ref, char *out, size_t n, int *odd)
 {
-    char name[512], want[300];
-    const char *at = strrchr(ref, '@'), *sel = at ? at + 1 : "latest";
     kestrel_model_versions *vs;
-    const kestrel_model_version *pick = NULL;
+    const kestrel_model_version *pick;
     cJSON *meta, *f;
-    char *end;
-    long long num = strtoll(sel, &end, 10);
-    int by_number = *sel && *end == '\0';
     out[0] = '\0';
-    snprintf(name, sizeof(name), "%.*s", (int)(at ? at - ref : (long)strlen(ref)), ref);
-    snprintf(want, sizeof(want), ",%s,", sel);
-    if (kestrel_model_versions_get(&vs, ctx->client, name) < 0)
+    /* that version's listing alone (a model of thousands of versions was read whole for it) */
+    if (kestrel_model_version_get(&vs, ctx->client, ref) < 0) {
+        kestrel_error_clear();   /* no name to take: the pull says what is wrong with ref */
         return;
-    for (size_t i = 0; i < kestrel_model_versions_count(vs); i++) {   /* oldest first */
-        const kestrel_model_version *v = kestrel_model_versions_at(vs, i);
-        char aliases[1024];
-        snprintf(aliases, sizeof(aliases), ",%s,", v->aliases ? v->aliases : "");
-        if (!strcmp(sel, "latest") || (by_number && v->version == num) || (!by_number && strstr(aliases, want)))
-            pick = v;
     }
+    pick = kestrel_model_versions_at(vs, 0);
     if (pick && pick->metadata_json && (meta = cJSON_Parse(pick->metadata_json)) != NULL) {
         f = cJSON_GetObjectItemCaseSensitive(meta, "filename");
         if (cJSON_IsString(f) && plain_name(f->valuestring) && strlen(f->valuestring) < n)

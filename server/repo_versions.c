@@ -1,5 +1,6 @@
 /* server/repo_versions.c - GET /api/v1/models/NAME/versions: a model's versions, oldest first, each
- * without its chunk and file lists (its N.listing: lib/repo/store_list.c).
+ * without its chunk and file lists (its N.listing: lib/repo/store_list.c); ?version=N|latest|ALIAS,
+ * the one it names alone (404 when none: what kestrel pull without DEST reads for the pushed name).
  *
  * The answer is made as it is read, a version at a time: kestreld holds one version's listing and
  * a block of the answer, whatever the count. Made whole, 3,000 versions with 64 KiB of metadata each
@@ -106,6 +107,7 @@ enum MHD_Result kd_repo_versions(kd_req *r, const char *name)
 {
     versions_answer *a = calloc(1, sizeof(*a));
     struct MHD_Response *resp;
+    const char *sel;
     int rc;
     if (a == NULL || (a->name = kestrel__strdup(name)) == NULL) {
         free(a);
@@ -113,7 +115,21 @@ enum MHD_Result kd_repo_versions(kd_req *r, const char *name)
     }
     a->store = r->e->store;
     a->json = r->want_json;
-    if ((rc = kestrel__store_versions(r->e->store, name, &a->vs, &a->n)) < 0) {
+    if ((sel = kd_query(r, "version")) != NULL) {   /* ?version=N|latest|ALIAS: that one alone */
+        char ref[600], model[256];
+        Kestrel__V1__Manifest *m = NULL;
+        snprintf(ref, sizeof(ref), "%s@%.200s", name, sel);
+        if ((a->vs = malloc(sizeof(*a->vs))) == NULL)
+            rc = kestrel__error_oom();
+        else if ((rc = kestrel__ref_split(ref, model, sizeof(model), &sel)) == 0 &&
+                 (rc = kestrel__store_resolve_version(r->e->store, ref, model, a->vs)) == 0 &&
+                 (rc = kestrel__store_listing(r->e->store, name, a->vs[0], &m)) == 0)
+            a->n = 1;   /* there now (a delete before its turn leaves the answer empty, as above) */
+        kestrel__manifest_free(m);
+    } else {
+        rc = kestrel__store_versions(r->e->store, name, &a->vs, &a->n);
+    }
+    if (rc < 0) {
         answer_free(a);
         return kd_reply_failure(r, rc);
     }

@@ -108,6 +108,13 @@ KESTREL_API size_t kestrel_model_versions_count(const kestrel_model_versions *li
 /** Version i (borrowed), or NULL. */
 KESTREL_API const kestrel_model_version *kestrel_model_versions_at(const kestrel_model_versions *list, size_t i);
 KESTREL_API void kestrel_model_versions_free(kestrel_model_versions *list);
+/**
+ * The one version ref names (NAME, NAME@N, NAME@latest, NAME@ALIAS) as a list of one:
+ * kestrel_model_versions_at(*out, 0). It reads that version's listing alone, where
+ * kestrel_model_versions_get reads every version's (a model of thousands). KESTREL_ENOTFOUND when
+ * there is none. *out is owned: kestrel_model_versions_free(). Since KESTREL_1.7.
+ */
+KESTREL_API int kestrel_model_version_get(kestrel_model_versions **out, kestrel_client *client, const char *ref);
 
 /** Fill out with the names of the models, one a line, sorted. */
 KESTREL_API int kestrel_model_list(kestrel_buf *out, kestrel_client *client);

@@ -200,8 +200,54 @@ int kestrel_model_versions_get(kestrel_model_versions **out, kestrel_client *c, 
     *out = NULL;
     if ((rc = with_model(&t, c, name)) < 0)
         return rc;
-    if ((rc = t->ops->versions(t, name, &ml)) == 0) {
+    if ((rc = t->ops->versions(t, name, NULL, &ml)) == 0) {
         rc = versions_of(out, ml);
+        protobuf_c_message_free_unpacked(&ml->base, NULL);
+    }
+    kestrel__transport_close(t);
+    return rc;
+}
+
+/* The version of ml that sel (a number, "latest" or an alias) names, or NULL: the transport asked
+ * for it alone, but a kestreld before ?version= answers every version. */
+static const Kestrel__V1__Manifest *picked(const Kestrel__V1__ManifestList *ml, const char *sel)
+{
+    const Kestrel__V1__Manifest *pick = NULL;
+    int number = *sel >= '0' && *sel <= '9', latest = !strcmp(sel, "latest");
+    int64_t want = number ? strtoll(sel, NULL, 10) : 0;
+    for (size_t i = 0; i < ml->n_versions; i++) {
+        const Kestrel__V1__Manifest *v = ml->versions[i];
+        if (number ? v->version == want : latest ? (pick == NULL || v->version > pick->version) : 0)
+            pick = v;
+        for (size_t k = 0; !number && !latest && k < v->n_aliases; k++)
+            if (!strcmp(v->aliases[k], sel))
+                pick = v;
+    }
+    return pick;
+}
+
+int kestrel_model_version_get(kestrel_model_versions **out, kestrel_client *c, const char *ref)
+{
+    kestrel__transport *t;
+    Kestrel__V1__ManifestList *ml = NULL;
+    Kestrel__V1__Manifest *one;
+    char name[256];
+    const char *sel;
+    int rc;
+    if (out == NULL)
+        return kestrel__error_set(KESTREL_EMISUSE, "out is NULL");
+    *out = NULL;
+    if ((rc = kestrel__ref_split(ref, name, sizeof(name), &sel)) < 0 || (rc = with_model(&t, c, name)) < 0)
+        return rc;
+    if ((rc = t->ops->versions(t, name, sel, &ml)) == 0) {
+        Kestrel__V1__ManifestList just = KESTREL__V1__MANIFEST_LIST__INIT;
+        if ((one = (Kestrel__V1__Manifest *)picked(ml, sel)) == NULL) {
+            rc = kestrel__error_set(KESTREL_ENOTFOUND, "no version %s of %s", sel, name);
+        } else {
+            just.n_versions = 1;
+            just.versions = &one;
+            rc = versions_of(out, &just);
+        }
         protobuf_c_message_free_unpacked(&ml->base, NULL);
     }
     kestrel__transport_close(t);

@@ -46,7 +46,7 @@ int kestrel__repo_get_json(kestrel_buf *out, kestrel_client *c, const char *path
         curl_free(raw);
         if (!kestrel__repo_name_valid(name))
             rc = kestrel__error_set(KESTREL_EINVALID, "bad model name '%.64s': " KESTREL__NAME_RULE, name);
-        else if ((rc = kestrel__transport_open(&t, c)) == 0 && (rc = t->ops->versions(t, name, &l)) == 0)
+        else if ((rc = kestrel__transport_open(&t, c)) == 0 && (rc = t->ops->versions(t, name, NULL, &l)) == 0)
             rc = kestrel__wire_encode(out, &l->base, 1);
         if (rc == 0)
             rc = kestrel__buf_puts(out, "\n");   /* as kestreld's answer ends */

@@ -47,8 +47,10 @@ typedef struct {
     int (*fetch)(kestrel__transport *t, const kestrel__want *want, size_t n, kestrel__fetched got, void *ctx);
     /* A chunk arrived damaged: let the repository re-check its copy (best effort). */
     void (*damaged)(kestrel__transport *t, const char *digest);
-    /* Every version of name, chunk lists left out, aliases filled in. */
-    int (*versions)(kestrel__transport *t, const char *name, Kestrel__V1__ManifestList **out);
+    /* Every version of name, chunk lists left out, aliases filled in; with sel (a number, "latest"
+     * or an alias, checked), the one it names (ENOTFOUND: none). A kestreld before ?version= answers
+     * every version to that: front.c picks the one. */
+    int (*versions)(kestrel__transport *t, const char *name, const char *sel, Kestrel__V1__ManifestList **out);
     /* The model names, one a line. */
     int (*list)(kestrel__transport *t, kestrel_buf *out);
     int (*alias_set)(kestrel__transport *t, const char *name, const char *alias, int64_t version);

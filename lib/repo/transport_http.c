@@ -676,11 +676,12 @@ static int fetch(kestrel__transport *t, const kestrel__want *want, size_t n, kes
 
 /* ---- the rest of the repository API ------------------------------------------------------------ */
 
-static int versions(kestrel__transport *t, const char *name, Kestrel__V1__ManifestList **out)
+static int versions(kestrel__transport *t, const char *name, const char *sel, Kestrel__V1__ManifestList **out)
 {
     char path[600];
     kestrel__request req = { "GET", path, NULL, &kestrel__v1__manifest_list__descriptor, 1, 0, NULL };
-    snprintf(path, sizeof(path), "/api/v1/models/%s/versions", name);
+    /* (sel is a number or an alias: [a-z0-9._-], nothing to escape) */
+    snprintf(path, sizeof(path), "/api/v1/models/%s/versions%s%s", name, sel ? "?version=" : "", sel ? sel : "");
     return kestrel__http_call((ProtobufCMessage **)out, CLIENT(t), &req);
 }
 

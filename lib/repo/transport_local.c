@@ -139,17 +139,26 @@ static void damaged(kestrel__transport *t, const char *digest)
     kestrel__store_check_chunk(STORE(t), digest);   /* quarantined when the stored bytes are wrong */
 }
 
-static int versions(kestrel__transport *t, const char *name, Kestrel__V1__ManifestList **out)
+static int versions(kestrel__transport *t, const char *name, const char *sel, Kestrel__V1__ManifestList **out)
 {
     Kestrel__V1__ManifestList *l = malloc(sizeof(*l));
     int64_t *vs = NULL;
     size_t n = 0;
-    int rc;
+    int rc = 0;
     if (l == NULL)
         return kestrel__error_oom();
     kestrel__v1__manifest_list__init(l);
-    if ((rc = kestrel__store_versions(STORE(t), name, &vs, &n)) < 0 ||
-        (l->versions = calloc(n + 1, sizeof(*l->versions))) == NULL) {
+    if (sel) {   /* the one version sel names */
+        char ref[600], model[256];
+        snprintf(ref, sizeof(ref), "%s@%s", name, sel);
+        if ((vs = malloc(sizeof(*vs))) == NULL)
+            rc = kestrel__error_oom();
+        else if ((rc = kestrel__store_resolve_version(STORE(t), ref, model, vs)) == 0)
+            n = 1;
+    } else {
+        rc = kestrel__store_versions(STORE(t), name, &vs, &n);
+    }
+    if (rc < 0 || (l->versions = calloc(n + 1, sizeof(*l->versions))) == NULL) {
         free(l);
         free(vs);
         return rc < 0 ? rc : kestrel__error_oom();

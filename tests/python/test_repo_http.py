@@ -44,6 +44,18 @@ def test_push_pull_dedupe_versions_aliases(kestreld, tmp_path, monkeypatch):
     assert vs[0].metadata == {"framework": "keras"} and "production" in vs[1].aliases and "latest" in vs[2].aliases
     assert vs[0].chunks == vs[1].chunks >= 2 and vs[2].chunks >= 2       # a listing counts them (it said 0)
     assert c.models() == ["team/big"]
+    # one version by its ref, its listing alone (GET .../versions?version=SEL): what kestrel pull without
+    # DEST reads for the pushed name, where it read every version's
+    assert [c.version(r).version for r in ("team/big", "team/big@latest", "team/big@production", "team/big@1")] == \
+        [3, 3, 2, 1]
+    assert c.version("team/big@1").metadata == {"framework": "keras"}
+    with pytest.raises(kestrel.NotFoundError):
+        c.version("team/big@9")
+    for sel, want in (("2", 200), ("production", 200), ("9", 404), ("nope", 404), ("Bad!", 400), ("", 400)):
+        status, body = raw(kestreld, "GET", f"/api/v1/models/team/big/versions?version={sel}")
+        assert status == want, (sel, status, body)
+        if status == 200:
+            assert [v["version"] for v in json.loads(body)["versions"]] == ["2"]
     c.set_alias("team/big", "staging", 1)
     c.delete_version("team/big", 3)
     assert [v.version for v in c.versions("team/big")] == [1, 2]

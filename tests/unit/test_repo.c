@@ -311,6 +311,27 @@ static void push_pull_versions_aliases_and_dedupe(void **state)
     assert_string_equal(kestrel_model_versions_at(vl, 0)->metadata_json, "{\"framework\":\"keras\",\"job\":\"7\"}");
     assert_int_equal(kestrel_model_versions_at(vl, 0)->size, n);
     kestrel_model_versions_free(vl);
+    /* one version by its ref, its listing alone */
+    {
+        static const struct { const char *ref; int64_t version; } one[] = {
+            { "team/resnet", 3 }, { "team/resnet@latest", 3 }, { "team/resnet@production", 2 }, { "team/resnet@1", 1 }
+        };
+        for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
+            assert_int_equal(kestrel_model_version_get(&vl, C, one[i].ref), 0);
+            assert_int_equal(kestrel_model_versions_count(vl), 1);
+            assert_int_equal(kestrel_model_versions_at(vl, 0)->version, one[i].version);
+            kestrel_model_versions_free(vl);
+        }
+        assert_int_equal(kestrel_model_version_get(&vl, C, "team/resnet@production"), 0);
+        assert_string_equal(kestrel_model_versions_at(vl, 0)->aliases, "production");
+        kestrel_model_versions_free(vl);
+        assert_int_equal(kestrel_model_version_get(&vl, C, "team/resnet@9"), KESTREL_ENOTFOUND);
+        assert_null(vl);
+        assert_int_equal(kestrel_model_version_get(&vl, C, "team/resnet@nope"), KESTREL_ENOTFOUND);
+        assert_int_equal(kestrel_model_version_get(&vl, C, "team/resnet@"), KESTREL_EINVALID);
+        assert_int_equal(kestrel_model_version_get(&vl, C, "Team/X"), KESTREL_EINVALID);
+        assert_int_equal(kestrel_model_version_get(NULL, C, "team/resnet"), KESTREL_EMISUSE);
+    }
     assert_int_equal(kestrel_model_alias_set(C, "team/resnet", "staging", 3), 0);
     assert_int_equal(kestrel_model_alias_set(C, "team/resnet", "staging", 9), KESTREL_ENOTFOUND);
     assert_int_equal(kestrel_model_alias_set(C, "team/resnet", "latest", 1), KESTREL_EINVALID);

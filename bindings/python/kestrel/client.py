@@ -389,6 +389,13 @@ class Client(Handle):
         from . import repo
         return repo.versions(self, name)
 
+    def version(self, ref: str) -> "Version":
+        """The version ref names (NAME, NAME@N, NAME@latest, NAME@ALIAS), reading its listing alone:
+        Version(version, size, sha256, created_ms, chunks, aliases, metadata); kestrel.NotFoundError
+        (a LookupError) when there is none."""
+        from . import repo
+        return repo.versions(self, ref, one=True)[0]
+
     def models(self) -> "ModelList":
         """The names of the models you may read (a table in Jupyter)."""
         from . import repo

@@ -168,11 +168,11 @@ def pull(client: "Client", ref: str, dest: str, *, progress: Optional[Callable[[
     return str(dest)
 
 
-def versions(client: "Client", name: str) -> List[Version]:
-    """name's versions, oldest first."""
+def versions(client: "Client", name: str, one: bool = False) -> List[Version]:
+    """name's versions, oldest first; one: the version the ref name names alone (KESTREL_ENOTFOUND: none)."""
     out = ffi.new("kestrel_model_versions **")
     with client._lock:
-        check(C.kestrel_model_versions_get(out, client._p(), _c(name, "name")))
+        check((C.kestrel_model_version_get if one else C.kestrel_model_versions_get)(out, client._p(), _c(name, "name")))
     vl = ffi.gc(out[0], C.kestrel_model_versions_free)
     s: Callable[[Any], str] = lambda p: str(ffi.string(p).decode())  # noqa: E731
     return Versions(Version(v.version, v.size, s(v.sha256), v.created_ms, v.chunks,

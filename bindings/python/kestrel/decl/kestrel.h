@@ -347,6 +347,7 @@ typedef struct kestrel_model_version {
 } kestrel_model_version;
 typedef struct kestrel_model_versions kestrel_model_versions;
 int kestrel_model_versions_get(kestrel_model_versions **out, kestrel_client *client, const char *name);
+int kestrel_model_version_get(kestrel_model_versions **out, kestrel_client *client, const char *ref);
 size_t kestrel_model_versions_count(const kestrel_model_versions *list);
 const kestrel_model_version *kestrel_model_versions_at(const kestrel_model_versions *list, size_t i);
 void kestrel_model_versions_free(kestrel_model_versions *list);
