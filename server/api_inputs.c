@@ -7,6 +7,7 @@
 #include "api.h"
 #include "api_inputs.h"
 #include "envs.h"
+#include "exec_util.h"
 #include "repo_acl.h"
 #include "repo.h"
 #include "store.h"
@@ -109,8 +110,10 @@ cJSON *kd_inputs_lineage(kd_req *r)
         if (s->environment[0])
             cJSON_AddStringToObject(l, "environment_name", s->environment);
     }
-    if (s->git_url[0]) {
-        cJSON_AddStringToObject(l, "git_url", s->git_url);
+    if (s->git_url[0]) {   /* every reader of the model sees it: its credentials never */
+        char shown[2200];
+        kd_git_url_shown(s->git_url, shown, sizeof(shown));
+        cJSON_AddStringToObject(l, "git_url", shown);
         cJSON_AddStringToObject(l, "git_commit", job->git_commit);
     }
     if (s->n_data && (a = cJSON_AddArrayToObject(l, "data")) != NULL)

@@ -463,6 +463,13 @@ static int staged(const Kestrel__V1__JobSpec *spec)
     return spec->code[0] || spec->n_data;
 }
 
+/* kd_exec_as's stop for the job's own helpers (its clone): the job cancelled, or preempted, meanwhile. */
+static int term_requested(void *ctx)
+{
+    local_job *lj = ctx;
+    return kd_engine_term_requested(lj->e, lj->run);
+}
+
 static void *runner(void *arg)
 {
     local_job *lj = arg;
@@ -492,6 +499,8 @@ static void *runner(void *arg)
     }
     as.id = &ident;
     as.home = dir;
+    as.stop = term_requested;
+    as.stop_ctx = lj;
     if (kd_ident_rm_tree(&ident, dir, work) < 0) {   /* a rerun starts from a clean work dir */
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
@@ -256,15 +257,20 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
     static char *const extra[] = { "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "LC_ALL=C", NULL };
     char home[PATH_MAX + 8];
     char *env[512], chunk[4096];
-    size_t k = 0;
-    int p[2], status = -1;
+    size_t k = 0, more = 0;
+    int p[2], status = -1, stopped = 0;
+    int64_t deadline = as && as->timeout_s > 0 ? kestrel__now_ms() + (int64_t)as->timeout_s * 1000 : 0;
     ssize_t r;
     pid_t pid;
-    for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra) - 1; v++)
+    while (as && as->env && as->env[more] && more < 16)
+        more++;
+    for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra) - more - 2; v++)
         if (!(as && !strncmp(*v, "HOME=", 5)))
             env[k++] = *v;
     for (size_t i = 0; extra[i]; i++)
         env[k++] = extra[i];
+    for (size_t i = 0; i < more; i++)
+        env[k++] = as->env[i];
     if (as) {
         snprintf(home, sizeof(home), "HOME=%s", as->home);
         env[k++] = home;
@@ -279,75 +285,27 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
         close(p[0]);
         return -1;
     }
-    while ((r = read(p[0], chunk, sizeof(chunk))) > 0 || (r < 0 && errno == EINTR))
-        if (r > 0)
+    for (;;) {   /* until its output ends; a stop or the deadline kill its group (a hung clone held GPUs) */
+        struct pollfd pf = { p[0], POLLIN, 0 };
+        if (!stopped && ((as && as->stop && as->stop(as->stop_ctx)) || (deadline && kestrel__now_ms() >= deadline))) {
+            stopped = deadline && kestrel__now_ms() >= deadline ? 2 : 1;
+            killpg(pid, SIGKILL);
+        }
+        if (poll(&pf, 1, 200) < 0 && errno != EINTR)
+            break;
+        if (!(pf.revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        if ((r = read(p[0], chunk, sizeof(chunk))) > 0)
             kestrel__buf_put(out, chunk, (size_t)r);
+        else if (r == 0 || errno != EINTR)
+            break;
+    }
     close(p[0]);
+    if (stopped)
+        kestrel__buf_printf(out, "\n%s\n", stopped == 2 ? "stopped: it ran past its time limit" : "stopped: the job was stopped");
     if (waitpid(pid, &status, 0) < 0)
         return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* Log a helper's output as SYSTEM lines; leave its last non-empty line in last. */
-static void log_output(kd_engine *e, int64_t id, kestrel_buf *out, char *last, size_t lastlen)
-{
-    char *line = out->ptr, *nl;
-    if (last)
-        last[0] = '\0';
-    while (line && *line) {
-        nl = strchr(line, '\n');
-        if (nl)
-            *nl = '\0';
-        if (*line) {
-            kd_exec_sanitize(line, strlen(line));
-            kd_exec_log(e, id, "%s", line);
-            if (last)
-                snprintf(last, lastlen, "%s", line);
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-}
-
-/* Clone the job's git source into work; records the resolved commit. */
-int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id, const char *work, char *why, size_t n,
-                     const kd_exec_as *as)
-{
-    kestrel_buf out = KESTREL_BUF_INIT;
-    char last[512];
-    /* the job's identity clones; a repository on this host may belong to another account, which git's
-     * upload-pack refuses unless told (safe.directory counts only from the command line or global config) */
-    char *clone[] = { "git", "-c", "safe.directory=*", "clone", "--quiet", "--no-checkout", "--upload-pack",
-                      "git -c safe.directory='*' upload-pack", "--", spec->git_url, (char *)work, NULL };
-    char *co[] = { "git", "checkout", "--quiet", "--detach", spec->git_ref[0] ? spec->git_ref : "HEAD", "--", NULL };
-    char *rev[] = { "git", "rev-parse", "--verify", "HEAD^{commit}", NULL };
-    int rc;
-
-    kd_exec_log(e, id, "cloning %s%s%s", spec->git_url, spec->git_ref[0] ? " at " : "", spec->git_ref);
-    for (int step = 0; step < 2; step++) {
-        rc = kd_exec_run(step ? co : clone, step ? work : as ? as->home : NULL, &out, as);
-        log_output(e, id, &out, last, sizeof(last));
-        if (rc != 0) {
-            snprintf(why, n, "git %s of %s failed: %s", step ? "checkout" : "clone",
-                     step ? spec->git_ref : spec->git_url, last[0] ? last : "no output");
-            goto fail;
-        }
-        out.size = 0;
-    }
-    if (out.ptr)
-        out.ptr[0] = '\0';
-    rc = kd_exec_run(rev, work, &out, as);
-    if (rc != 0 || out.size < 40) {
-        snprintf(why, n, "cannot resolve the checked-out commit");
-        goto fail;
-    }
-    out.ptr[40] = '\0';
-    kd_catalog_job_set_commit(e->cat, id, out.ptr);
-    kd_exec_log(e, id, "checked out commit %s", out.ptr);
-    kestrel_buf_dispose(&out);
-    return 0;
-fail:
-    kestrel_buf_dispose(&out);
-    return -1;
+    return WIFEXITED(status) && !stopped ? WEXITSTATUS(status) : -1;
 }
 
 static int spec_sets(const Kestrel__V1__JobSpec *spec, const char *key, size_t klen)

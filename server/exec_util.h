@@ -7,10 +7,16 @@
 #include "engine.h"
 #include "identity.h"
 
-/* Who runs a helper or a job: the identity (NULL or not isolated: kestreld itself) and its HOME. */
+/* Who runs a helper or a job: the identity (NULL or not isolated: kestreld itself) and its HOME.
+ * For kd_exec_run only, and all optional: more of the helper's environment, a time limit, and a
+ * stop polled while it runs (a job's cancel): past either, its process group is killed. */
 typedef struct {
     const kd_ident *id;
     const char *home;
+    char *const *env;           /* "K=V" entries added (NULL-terminated; NULL: none) */
+    int timeout_s;              /* 0: none */
+    int (*stop)(void *ctx);     /* nonzero: stop now (polled about every 0.2 s) */
+    void *stop_ctx;
 } kd_exec_as;
 
 /* A job with an environment (ready: the scheduler started it): record it and its packages on the job,
@@ -43,12 +49,16 @@ pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int
 pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
                          const kd_ident *id);
 /* Run a helper to completion, its stdout and stderr collected into out, as `as` (NULL: kestreld).
- * The exit status, or -1. */
+ * The exit status, or -1 (it could not run, died, or was stopped: out ends saying which). */
 int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_exec_as *as);
 /* Clone the job's git source into work (whose parent `as` may write) and check out its ref, as the
- * job's identity; records the commit. -1 with why. */
+ * job's identity (stopped by as->stop: the job's cancel); records the commit. -1 with why
+ * (exec_git.c: credentials in the URL reach git through its environment, never its argv). */
 int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id, const char *work, char *why,
                      size_t n, const kd_exec_as *as);
+/* url as it may be shown to anyone (a log, a reason, a model's lineage): http(s) credentials
+ * (user:token@) as "***". */
+void kd_git_url_shown(const char *url, char *out, size_t n);
 /* The job's environment contract ("K=V", NULL-terminated): with inherit the daemon's own environment
  * minus what Kestrel sets, then the spec's env, then KESTREL_URL/TOKEN/JOB_ID/JOB_NAME/
  * CHECKPOINT_DIR/RESTART_COUNT, and CUDA_VISIBLE_DEVICES when devices is not NULL. */

@@ -536,3 +536,93 @@ def test_a_fork_bomb_stops_at_its_accounts_process_limit(daemon, tmp_path):
     d.cli("cancel", str(sleeper))
     done.write_text("")
     assert d.wait(bomb, timeout=60)["state"] == "SUCCEEDED"
+
+
+def test_a_git_urls_credentials_stay_out_of_argv_logs_and_lineage_and_a_hung_clone_stops(daemon, tmp_path):
+    """--git https://user:token@host/repo: the token was in git's argv (any account reads
+    /proc/PID/cmdline while the clone runs), the job's log and reason, and the lineage of every model
+    the job pushed, which every reader of the model sees (a hostile test). Now git gets the bare URL and
+    the credentials from a helper reading its environment; what is shown says ***. A clone from a
+    server that accepts and never answers held the job's GPUs through any cancel: the cancel now stops
+    it. fd:: (a transport of git's own that waits on a descriptor) is not allowed."""
+    import base64
+    import http.server
+    import socket
+    import threading
+    d = daemon("--gpus", "1")
+    bare = tmp_path / "repo.git"
+    src = tmp_path / "src"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    (src / "hello.txt").write_text("from git\n")
+    subprocess.run([*git, "-C", str(src), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(src), "commit", "-qm", "one"], check=True)
+    subprocess.run(["git", "-C", str(src), "push", "-q", str(bare), "HEAD:refs/heads/main"], check=True)
+    subprocess.run(["git", "-C", str(bare), "symbolic-ref", "HEAD", "refs/heads/main"], check=True)
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+    want = "Basic " + base64.b64encode(b"alice:s3cr@t").decode()
+    seen = []
+
+    class Dumb(http.server.SimpleHTTPRequestHandler):   # git's dumb HTTP, behind basic auth
+        def __init__(self, *a, **k):
+            super().__init__(*a, directory=str(tmp_path), **k)
+
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            if self.headers.get("Authorization") != want:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            super().do_GET()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dumb)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)   # accepts (the kernel does), never answers
+    try:
+        url = f"http://alice:s3cr%40t@127.0.0.1:{srv.server_address[1]}/repo.git"
+        script = f"cat hello.txt && {KESTREL_CLI} push admin/fromgit hello.txt"
+        jid = d.submit("--git", url, "--", "sh", "-c", script)
+        job = d.wait(jid)
+        out = logs(d, jid)
+        assert job["state"] == "SUCCEEDED", (job, out)
+        assert "from git" in out and want in seen                         # the helper gave them
+        assert f"cloning http://***@127.0.0.1:{srv.server_address[1]}/repo.git" in out, out
+        assert "s3cr" not in out and "s3cr" not in json.dumps(job.get("reason", ""))
+        versions = json.loads(d.cli("-o", "json", "models", "admin/fromgit").stdout)["versions"]
+        lineage = json.loads(versions[0]["metadata_json"])["lineage"]
+        assert lineage["git_url"] == f"http://***@127.0.0.1:{srv.server_address[1]}/repo.git", lineage
+        # a wrong token: the clone fails, saying git's own words, and nothing shows the token
+        bad = d.submit("--git", url.replace("s3cr%40t", "nope"), "--", "true")
+        job = d.wait(bad)
+        assert job["state"] == "FAILED" and "git clone of http://***@" in job["reason"], job
+        assert "nope" not in job["reason"] and "nope" not in logs(d, bad)
+        # a clone that never gets an answer stops at the cancel, and the GPU is free again
+        stuck = d.submit("--gpus", "1", "--git", f"http://bob:hunter2@127.0.0.1:{hung.getsockname()[1]}/x.git", "--",
+                         "true")
+        d.wait_state(stuck, "RUNNING")
+        time.sleep(0.5)
+        cmdlines = []   # what every account may read while the clone waits: no token in any argv
+        for p in pathlib.Path("/proc").iterdir():
+            try:
+                cmdlines.append((p / "cmdline").read_bytes())
+            except OSError:
+                pass
+        assert any(b"127.0.0.1:%d/x.git" % hung.getsockname()[1] in c for c in cmdlines)   # the clone runs
+        assert not any(b"hunter2" in c for c in cmdlines)
+        d.cli("cancel", str(stuck))
+        assert d.wait(stuck, timeout=20)["state"] == "CANCELLED"
+        assert d.wait(d.submit("--gpus", "1", "--", "true"))["state"] == "SUCCEEDED"
+        # fd:: is git's, and waits on a descriptor: not allowed
+        job = d.wait(d.submit("--git", "fd::3", "--", "true"), timeout=30)
+        assert job["state"] == "FAILED" and "not allowed" in job["reason"], job
+    finally:
+        srv.shutdown()
+        hung.close()
