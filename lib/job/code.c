@@ -61,6 +61,7 @@ static int list_files(const char *dir, kestrel_buf *names, char ***paths, size_t
 {
     const char *tmp = getenv("TMPDIR");
     char gitdir[PATH_MAX], gd_flag[PATH_MAX + 16], wt_flag[PATH_MAX + 16], ex_flag[PATH_MAX + 32], ignore[PATH_MAX];
+    char top[PATH_MAX], abs_gitdir[PATH_MAX];
     kestrel_buf junk = KESTREL_BUF_INIT;
     struct stat st;
     size_t count = 0;
@@ -79,13 +80,21 @@ static int list_files(const char *dir, kestrel_buf *names, char ***paths, size_t
         return kestrel__error_set(KESTREL_EUNSUPPORTED, "cannot run git (it reads .gitignore for a code upload): "
                                   "install git");
     }
-    snprintf(ignore, sizeof(ignore), "%s/.kestrelignore", dir);
+    /* git runs in dir (-C), every path absolute: run from below dir, ls-files listed that subtree alone,
+     * its paths relative to there, which were then read under dir (a hostile test: --code .. from
+     * proj/sub pushed sub's files as proj's) */
+    if (realpath(dir, top) == NULL || realpath(gitdir, abs_gitdir) == NULL) {
+        rc = errno;
+        kestrel__rm_tree(gitdir);
+        return kestrel__error_set(KESTREL_EIO, "cannot read %s: %s", dir, strerror(rc));
+    }
+    snprintf(ignore, sizeof(ignore), "%s/.kestrelignore", top);
     have_ignore = stat(ignore, &st) == 0;
-    snprintf(gd_flag, sizeof(gd_flag), "--git-dir=%s", gitdir);
-    snprintf(wt_flag, sizeof(wt_flag), "--work-tree=%s", dir);
+    snprintf(gd_flag, sizeof(gd_flag), "--git-dir=%s", abs_gitdir);
+    snprintf(wt_flag, sizeof(wt_flag), "--work-tree=%s", top);
     snprintf(ex_flag, sizeof(ex_flag), "--exclude-from=%s", ignore);
     {
-        char *ls[] = { "git", gd_flag, wt_flag, "-c", "core.quotePath=false", "ls-files", "-z", "--others",
+        char *ls[] = { "git", "-C", top, gd_flag, wt_flag, "-c", "core.quotePath=false", "ls-files", "-z", "--others",
                        "--exclude-standard", have_ignore ? ex_flag : NULL, NULL };
         rc = run_capture(ls, names);
     }

@@ -4,9 +4,12 @@ version, run in a fresh copy, re-sent only where it changed; bad ones refused wi
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
+
+from conftest import KESTREL_CLI
 
 try:   # the sanitizer build runs these tests against its kestreld, without the Python binding
     import kestrel
@@ -104,6 +107,15 @@ def test_code_upload_runs_a_fresh_copy_and_resends_only_what_changed(daemon, tmp
     assert d.cli("logs", second["id"]).stdout.strip().endswith("2")
     # the copy is the job's own: editing it changed nothing in the repository
     assert d.api("GET", "/api/v1/models/admin/code/proj/versions")[1]["versions"][-1]["version"] == "2"
+    # --code .. from a folder inside the project: the whole project, as from anywhere (git listed the
+    # subtree it ran in, its paths read under the project: pkg's own files pushed as the project's,
+    # a hostile test)
+    p = subprocess.run([KESTREL_CLI, "-o", "json", "submit", "--code", "..", "--", "sh", "-c", "ls; ls pkg | wc -l"],
+                       cwd=proj / "pkg", env=d.env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    job = d.wait(json.loads(p.stdout)["id"])
+    out = d.cli("logs", str(job["id"])).stdout
+    assert job["state"] == "SUCCEEDED" and "train.py" in out and "pkg" in out and "\n202\n" in out + "\n", out
 
 
 def test_code_upload_bounds_and_refusals_write_nothing(daemon, tmp_path):
