@@ -481,7 +481,6 @@ static void *runner(void *arg)
     char **env = NULL;
     int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, status;
     pid_t pid;
-    struct stat st;
     kd_ident ident;
     kd_exec_as as = { NULL, NULL };
     const char *inside[2] = { ckpt, work };
@@ -523,8 +522,9 @@ static void *runner(void *arg)
             goto not_started;
     }
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
-    if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(why, sizeof(why), "working directory '%s' does not exist in the job", spec->workdir);
+    if (kd_exec_workdir_ok(work, spec->workdir) < 0) {
+        snprintf(why, sizeof(why), "working directory '%s' is no folder of the job's files (a link out of them is "
+                 "not followed)", spec->workdir);
         goto not_started;
     }
     if (kd_engine_term_requested(e, lj->run)) {

@@ -56,6 +56,11 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
  * (exec_git.c: credentials in the URL reach git through its environment, never its argv). */
 int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id, const char *work, char *why,
                      size_t n, const kd_exec_as *as);
+/* 0 when workdir ("" : work itself) is a folder inside work, found without following a link out
+ * of it and without looking outside it: the check runs as root, which could tell a job whether any
+ * folder of the host exists (a link in a --git checkout to another user's 0700 job dir, a hostile
+ * test). -1 else. */
+int kd_exec_workdir_ok(const char *work, const char *workdir);
 /* url as it may be shown to anyone (a log, a reason, a model's lineage): http(s) credentials
  * (user:token@) as "***". */
 void kd_git_url_shown(const char *url, char *out, size_t n);

@@ -386,8 +386,9 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         goto done;
     }
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
-    if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(why, n, "working directory '%s' does not exist in the job", spec->workdir);
+    if (kd_exec_workdir_ok(work, spec->workdir) < 0) {
+        snprintf(why, n, "working directory '%s' is no folder of the job's files (a link out of them is not "
+                 "followed)", spec->workdir);
         rc = -1;
         goto done;
     }

@@ -556,6 +556,10 @@ def test_a_git_urls_credentials_stay_out_of_argv_logs_and_lineage_and_a_hung_clo
     subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
     subprocess.run(["git", "init", "-q", str(src)], check=True)
     (src / "hello.txt").write_text("from git\n")
+    (src / "sub").mkdir()
+    (src / "sub" / "x").write_text("x\n")
+    os.symlink("sub", src / "in")           # a link inside the checkout: followed
+    os.symlink("/root", src / "away")       # out of it: never, whether what it names exists or not
     subprocess.run([*git, "-C", str(src), "add", "."], check=True)
     subprocess.run([*git, "-C", str(src), "commit", "-qm", "one"], check=True)
     subprocess.run(["git", "-C", str(src), "push", "-q", str(bare), "HEAD:refs/heads/main"], check=True)
@@ -599,6 +603,15 @@ def test_a_git_urls_credentials_stay_out_of_argv_logs_and_lineage_and_a_hung_clo
         versions = json.loads(d.cli("-o", "json", "models", "admin/fromgit").stdout)["versions"]
         lineage = json.loads(versions[0]["metadata_json"])["lineage"]
         assert lineage["git_url"] == f"http://***@127.0.0.1:{srv.server_address[1]}/repo.git", lineage
+        # --workdir is looked for inside the checkout alone: kestreld (root) told a job whether a folder
+        # behind a link existed anywhere on the host (a hostile test: another user's 0700 job dir, /root)
+        assert d.wait(d.submit("--git", url, "--workdir", "in", "--", "cat", "x"))["state"] == "SUCCEEDED"
+        reasons = []
+        for wd in ("away", "away/.cache", "away/no-such-folder"):
+            job = d.wait(d.submit("--git", url, "--workdir", wd, "--", "true"))
+            assert job["state"] == "FAILED", job
+            reasons.append(job["reason"].replace(wd, "WD"))
+        assert len(set(reasons)) == 1 and "is no folder of the job's files" in reasons[0], reasons
         # a wrong token: the clone fails, saying git's own words, and nothing shows the token
         bad = d.submit("--git", url.replace("s3cr%40t", "nope"), "--", "true")
         job = d.wait(bad)
