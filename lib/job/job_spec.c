@@ -5,6 +5,8 @@
 #include "job_priv.h"
 #include "repo.h"
 
+#define ARG_STRING_MAX 131072   /* Linux's MAX_ARG_STRLEN: one argv or environment string, its NUL counted */
+
 /* A relative path that cannot climb out of the job's directory. */
 static int workdir_ok(const char *w)
 {
@@ -128,6 +130,19 @@ int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *s)
                                       KESTREL__SPEC_LIST_MAX);
         if (s->n_labels > 256)
             return kestrel__error_set(KESTREL_ETOOLARGE, "field 'labels': at most 256");
+        /* Linux execs no string past MAX_ARG_STRLEN (32 pages): such a job was taken, then failed to
+         * start with "Argument list too long" (a hostile test) */
+        for (size_t i = 0; i < s->n_argv; i++)
+            if (strlen(s->argv[i]) + 1 > ARG_STRING_MAX)
+                return kestrel__error_set(KESTREL_ETOOLARGE, "field 'argv': argument %zu is %zu bytes; Linux passes "
+                                          "at most %d to a program", i, strlen(s->argv[i]) + 1, ARG_STRING_MAX);
+        for (size_t i = 0; i < s->n_env + s->n_secret_env; i++) {
+            const Kestrel__V1__KeyValue *e = i < s->n_env ? s->env[i] : s->secret_env[i - s->n_env];
+            if (strlen(e->key) + strlen(e->value) + 2 > ARG_STRING_MAX)
+                return kestrel__error_set(KESTREL_ETOOLARGE, "field '%s': %s=VALUE is %zu bytes; Linux passes at most "
+                                          "%d a variable", i < s->n_env ? "env" : "secret_env", e->key,
+                                          strlen(e->key) + strlen(e->value) + 2, ARG_STRING_MAX);
+        }
     }
     for (size_t i = 0; i < s->n_secret_env; i++) {
         const char *k = s->secret_env[i]->key;
