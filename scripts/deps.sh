@@ -5,7 +5,7 @@
 set -eu
 VENV=${1:-.venv}
 PKGS="build-essential libcurl4-openssl-dev libcjson-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev
-libsqlite3-dev libssl-dev libcmocka-dev libyaml-dev abigail-tools pkg-config cmake git curl python3 python3-venv valgrind wrk
+libsqlite3-dev libssl-dev libpcre2-dev libcmocka-dev libyaml-dev abigail-tools pkg-config cmake git curl python3 python3-venv valgrind wrk
 prometheus chromium chromium-driver zsh man-db time strace"
 
 missing=""

@@ -5,7 +5,7 @@
  * job's token only that job. Query: q (1..1024 bytes, required), regex=1, icase=1, job=ID,
  * state=NAME, since=UNIX_MS, before=CURSOR (next_before of a previous page), limit=1..1000 (100),
  * context=0..20 (0). */
-#include <regex.h>
+#include "bounded_regex.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,15 +70,13 @@ enum MHD_Result kd_route_log_search(kd_req *r)
         return kd_reply_error(r, 400, "invalid_argument", msg);
     }
     if (q.regex) {
-        regex_t re;
-        int err = regcomp(&re, q.pattern, REG_EXTENDED | REG_NOSUB | (q.icase ? REG_ICASE : 0));
-        if (err) {
-            char why[200];
-            regerror(err, &re, why, sizeof(why));
+        char why[200];
+        kd_regex *re = kd_regex_new(q.pattern, q.icase, why, sizeof(why));
+        if (re == NULL) {
             snprintf(msg, sizeof(msg), "query 'q': not a POSIX extended regular expression: %s", why);
             return kd_reply_error(r, 400, "invalid_argument", msg);
         }
-        regfree(&re);
+        kd_regex_free(re);
     }
     q.job_id = job;
     q.since_ms = since;

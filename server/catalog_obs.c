@@ -1,11 +1,11 @@
 /* server/catalog_obs.c - what /metrics reads from the catalog, and the catalog's SQL functions. */
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sqlite3.h>
 #include "catalog.h"
+#include "bounded_regex.h"
 
 /* kd_spec_pool(spec): the pool of a stored JobSpec ("" when it names none or does not decode). */
 static void spec_pool(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -20,26 +20,21 @@ static void spec_pool(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 
 static void regex_free(void *p)
 {
-    regfree(p);
-    free(p);
+    kd_regex_free(p);
 }
 
-/* kd_regexp(re, text, icase): 1 when the POSIX extended regex re matches somewhere in text. The
- * compiled regex is kept for the statement (re is a bound parameter, the same for every row). */
+/* kd_regexp(re, text, icase): 1 when the POSIX extended regex re matches somewhere in text, in
+ * bounded time (bounded_regex.h). The compiled regex is kept for the statement (re is a bound parameter, the
+ * same for every row). */
 static void regexp_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    regex_t *re = sqlite3_get_auxdata(ctx, 0);
+    kd_regex *re = sqlite3_get_auxdata(ctx, 0);
     const char *text = (const char *)sqlite3_value_text(argv[1]);
     (void)argc;
     if (re == NULL) {
         const char *pat = (const char *)sqlite3_value_text(argv[0]);
-        int flags = REG_EXTENDED | REG_NOSUB | (sqlite3_value_int(argv[2]) ? REG_ICASE : 0);
-        if (pat == NULL || (re = malloc(sizeof(*re))) == NULL) {
-            sqlite3_result_error_nomem(ctx);
-            return;
-        }
-        if (regcomp(re, pat, flags) != 0) {
-            free(re);
+        char why[160];
+        if (pat == NULL || (re = kd_regex_new(pat, sqlite3_value_int(argv[2]), why, sizeof(why))) == NULL) {
             sqlite3_result_error(ctx, "invalid regular expression", -1);
             return;
         }
@@ -49,7 +44,7 @@ static void regexp_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
             return;
         }
     }
-    sqlite3_result_int(ctx, text && regexec(re, text, 0, NULL, 0) == 0);
+    sqlite3_result_int(ctx, text && kd_regex_match(re, text, (size_t)sqlite3_value_bytes(argv[1])));
 }
 
 /* kd_icontains(text, sub): 1 when sub is in text, ASCII letters in any case. */

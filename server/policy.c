@@ -2,10 +2,10 @@
  * (--log-policy NAME:ACTIONS=REGEX, repeatable) and the built-ins apply to every job, a job's own
  * (JobSpec.log_policies) to it. Lines are matched as they are stored; each policy acts once a run:
  * label and alert at once, the failure actions (no-retry, exclude-node, retry-larger) when the run
- * ends (engine.c decides the retry). Regexes are POSIX extended (glibc), compiled once. */
+ * ends (engine.c decides the retry). Regexes are POSIX extended, matched in bounded time (bounded_regex.h), compiled once. */
 #include <math.h>
 #include <pthread.h>
-#include <regex.h>
+#include "bounded_regex.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +19,7 @@ typedef struct {
     char name[65];
     char severity[16];
     unsigned actions;
-    regex_t re;
+    kd_regex *re;
 } policy;
 
 /* One job's run: its own policies and what fired. Held by reference: a slow regex of one job's
@@ -79,8 +79,7 @@ static unsigned parse_actions(const char *s, char *bad, size_t badlen)
 
 static int compile(policy *p, const char *name, const char *actions, const char *pattern, const char *severity)
 {
-    char bad[64] = "";
-    int err;
+    char bad[64] = "", why[160];
     snprintf(p->name, sizeof(p->name), "%s", name);
     snprintf(p->severity, sizeof(p->severity), "%s", severity);
     if ((p->actions = parse_actions(actions, bad, sizeof(bad))) == 0)
@@ -88,11 +87,8 @@ static int compile(policy *p, const char *name, const char *actions, const char 
                                   "exclude-node, retry-larger)", name, bad);
     if (kestrel__regex_bounded(pattern) < 0)
         return kestrel__error_set(KESTREL_EINVALID, "log policy %s: %s", name, kestrel_error_last()->message);
-    if ((err = regcomp(&p->re, pattern, REG_EXTENDED | REG_NOSUB)) != 0) {
-        char why[160];
-        regerror(err, &p->re, why, sizeof(why));
+    if ((p->re = kd_regex_new(pattern, 0, why, sizeof(why))) == NULL)
         return kestrel__error_set(KESTREL_EINVALID, "log policy %s: not a POSIX extended regex: %s", name, why);
-    }
     return 0;
 }
 
@@ -120,7 +116,7 @@ int kd_policy_parse_check(const char *arg)
     policy p;
     if (split(arg, buf, sizeof(buf), &name, &actions, &pattern) < 0 || compile(&p, name, actions, pattern, "") < 0)
         return KESTREL_EINVALID;
-    regfree(&p.re);
+    kd_regex_free(p.re);
     return 0;
 }
 
@@ -143,7 +139,7 @@ int kd_policies_init(kd_engine *e)
             return KESTREL_EINVALID;
         for (size_t k = 0; k < ps->nglobal; k++)   /* the same name replaces a built-in */
             if (!strcmp(ps->global[k].name, name)) {
-                regfree(&ps->global[k].re);
+                kd_regex_free(ps->global[k].re);
                 ps->global[k] = ps->global[--ps->nglobal];
                 break;
             }
@@ -157,7 +153,7 @@ int kd_policies_init(kd_engine *e)
 static void state_free(run_state *rs)
 {
     for (size_t k = 0; k < rs->nown; k++)
-        regfree(&rs->own[k].re);
+        kd_regex_free(rs->own[k].re);
     pthread_mutex_destroy(&rs->mu);
     free(rs);
 }
@@ -168,7 +164,7 @@ void kd_policies_free(kd_engine *e)
     if (ps == NULL)
         return;
     for (size_t i = 0; i < ps->nglobal; i++)
-        regfree(&ps->global[i].re);
+        kd_regex_free(ps->global[i].re);
     for (size_t r = 0; r < ps->nruns; r++)
         state_free(ps->runs[r]);
     free(ps->runs);
@@ -300,7 +296,7 @@ void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, si
             int own = i >= ps->nglobal;
             const policy *p = own ? &rs->own[i - ps->nglobal] : &ps->global[i];
             int done = own ? (rs->fired_own >> (i - ps->nglobal)) & 1 : (int)((rs->fired_global >> i) & 1);
-            if (done || regexec(&p->re, text, 0, NULL, 0) != 0)
+            if (done || !kd_regex_match(p->re, text, strlen(text)))
                 continue;
             if (own)
                 rs->fired_own |= 1u << (i - ps->nglobal);

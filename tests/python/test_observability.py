@@ -316,6 +316,26 @@ def test_log_search_across_jobs_sees_only_what_the_caller_may(kestreld, tmp_path
     assert status == 400
 
 
+def test_a_pattern_that_backtracks_for_ever_holds_neither_a_search_nor_a_jobs_log(kestreld, tmp_path):
+    """aaa(a|aa)*b on a line of 65,000 'a's (and "cb" at its end, so that a b is there to find): glibc's
+    regexec took 6 s a line, past the search's deadline (checked between lines) and past any cancel,
+    and a log policy of that pattern held the job's log as long (a hostile test). Each line now has
+    a budget: the search answers, none of these lines matching, and the policy's job logs every line."""
+    d = kestreld
+    lines = 40
+    jid = d.submit("--log-policy", "slow:alert=aaa(a|aa)*b", "--", "sh", "-c",
+                   f"i=0; while [ $i -lt {lines} ]; do head -c 64998 /dev/zero | tr '\\0' a; echo cb; i=$((i+1)); done; "
+                   "echo end of it")
+    job = d.wait(jid, timeout=60)
+    assert job["state"] == "SUCCEEDED", job
+    out = d.cli("logs", str(jid)).stdout
+    assert out.count("a" * 1000) >= lines and "end of it" in out
+    status, body = d.api("GET", f"/api/v1/logs/search?regex=1&job={jid}&q=" + urllib.parse.quote("aaa(a|aa)*b"))
+    assert status == 200 and body.get("hits", []) == [], (status, str(body)[:300])
+    status, body = d.api("GET", f"/api/v1/logs/search?regex=1&job={jid}&q=" + urllib.parse.quote("end (of|for) it$"))
+    assert status == 200 and [h["text"] for h in body["hits"]] == ["end of it"], body
+
+
 def test_log_search_pages_past_a_thousand_hits_and_a_job_token_sees_its_own_job(kestreld, tmp_path):
     d = kestreld
     many = d.submit("--", "sh", "-c", "i=0; while [ $i -lt 1500 ]; do echo needle $i; i=$((i+1)); done")

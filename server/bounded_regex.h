@@ -1,0 +1,24 @@
+/* server/bounded_regex.h - POSIX extended regular expressions matched in bounded time: log search
+ * (regex=1) and log policies, patterns their users write.
+ *
+ * glibc's regexec backtracks without bound: "aaa(a|aa)*b" took 6 s on one line of 65,000 'a's (its
+ * time grows with the square of the line), and neither the search's deadline (checked between
+ * SQLite's steps) nor a closed connection could stop it (a hostile test: four such searches held
+ * both cores for minutes, every other user's search refused 429, kestreld's stop waiting on them).
+ * The pattern is converted to PCRE2's syntax (pcre2_pattern_convert, POSIX extended) and each match
+ * given a budget (MATCH_LIMIT steps, about 30 ms here): a line past it is taken for no match. GNU's
+ * extensions of POSIX (\<, \>, \w, \b) are not POSIX: they read as the characters after the '\'. */
+#ifndef KD_BOUNDED_REGEX_H
+#define KD_BOUNDED_REGEX_H
+
+#include <stddef.h>
+
+typedef struct kd_regex kd_regex;
+
+/* pattern (ASCII letters in any case with icase), or NULL with why (n bytes) filled. */
+kd_regex *kd_regex_new(const char *pattern, int icase, char *why, size_t n);
+/* 1 when re matches somewhere in text[0, len), 0 when not or past its budget. Any thread. */
+int kd_regex_match(const kd_regex *re, const char *text, size_t len);
+void kd_regex_free(kd_regex *re);
+
+#endif
