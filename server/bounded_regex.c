@@ -1,6 +1,7 @@
 /* server/bounded_regex.c - POSIX extended regular expressions matched in bounded time (see bounded_regex.h). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "bounded_regex.h"
@@ -18,22 +19,23 @@ struct kd_regex {
 kd_regex *kd_regex_new(const char *pattern, int icase, char *why, size_t n)
 {
     kd_regex *re = calloc(1, sizeof(*re));
-    PCRE2_UCHAR *converted = NULL, msg[160];
-    PCRE2_SIZE len = 0, at = 0;
+    PCRE2_UCHAR msg[160];
+    PCRE2_SIZE at = 0;
+    regex_t posix;
     int rc;
     if (re == NULL) {
         snprintf(why, n, "out of memory");
         return NULL;
     }
-    if ((rc = pcre2_pattern_convert((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_CONVERT_POSIX_EXTENDED,
-                                    &converted, &len, NULL)) != 0) {
-        pcre2_get_error_message(rc, msg, sizeof(msg));
-        snprintf(why, n, "%s", (char *)msg);
+    /* the syntax is POSIX's, as it always was here (glibc's, GNU's \b \w \s included): checked by
+     * regcomp, then matched by PCRE2, whose syntax takes it with the same meaning */
+    if ((rc = regcomp(&posix, pattern, REG_EXTENDED | REG_NOSUB | (icase ? REG_ICASE : 0))) != 0) {
+        regerror(rc, &posix, why, n);
         free(re);
         return NULL;
     }
-    re->code = pcre2_compile(converted, len, icase ? PCRE2_CASELESS : 0, &rc, &at, NULL);
-    pcre2_converted_pattern_free(converted);
+    regfree(&posix);
+    re->code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, icase ? PCRE2_CASELESS : 0, &rc, &at, NULL);
     if (re->code == NULL) {
         pcre2_get_error_message(rc, msg, sizeof(msg));
         snprintf(why, n, "%s", (char *)msg);
