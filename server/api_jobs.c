@@ -400,9 +400,11 @@ static enum MHD_Result logs(kd_req *r, int64_t id)
     }
 }
 
+#define LATE_METRICS_MS (5 * 60 * 1000)
+
 static enum MHD_Result metrics(kd_req *r, int64_t id)
 {
-    int running;
+    int running, late;
     enum MHD_Result reply = MHD_NO;
     Kestrel__V1__Job *job;
     Kestrel__V1__MetricBatch *b;
@@ -410,7 +412,14 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
     if ((job = kd_visible_job(r, id, 0, &reply)) == NULL)
         return reply;
     running = job->state == KESTREL__V1__JOB_STATE__RUNNING;
+    /* a report may come a little after its run ended (a reporter flushed at exit), not for ever after
+     * (a hostile test stored points in a job long ended); an admin's may (a backfill) */
+    late = !running && strcmp(r->method, "GET") && !r->who.is_admin &&
+           (job->end_time_ms == 0 || kestrel__now_ms() - job->end_time_ms > LATE_METRICS_MS);
     protobuf_c_message_free_unpacked(&job->base, NULL);
+    if (late)
+        return kd_reply_error(r, 409, "conflict", "the job is not running: metrics are taken while it runs and for "
+                              "5 minutes after it ended");
     if (!strcmp(r->method, "GET")) {
         long long max = 0;
         if (query_int(r, "max_points", 1, 100000, 0, &max, &reply) < 0)
@@ -430,7 +439,7 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
             rc = kestrel__error_set(KESTREL_EINVALID, "field 'metrics.name': must be printable, 1..%d bytes",
                                     KESTREL__NAME_MAX);
     if (rc == 0)
-        rc = kd_catalog_metrics_add(r->e->cat, id, b);
+        rc = kd_catalog_metrics_add(r->e->cat, id, b, r->e->cfg->max_metric_points, r->e->cfg->max_metric_series);
     for (size_t i = 0; rc == 0 && running && i < b->n_metrics; i++)   /* a run's NaN loss, not a late report's */
         kd_policies_metric(r->e, id, b->metrics[i]->name, b->metrics[i]->value);
     if (rc == 0) {

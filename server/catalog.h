@@ -285,7 +285,10 @@ int64_t kd_catalog_log_index_queue(kd_catalog *cat);
 int kd_catalog_running_metrics(kd_catalog *cat, int per_job, size_t limit, kd_latest_metric **out, size_t *n);
 
 /* metrics */
-int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b);
+/* Store b's points for job_id, in one transaction: none of them (KESTREL_ETOOLARGE) where the job would
+ * then hold more than max_points points or max_series series (0: no bound). */
+int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__MetricBatch *b, int64_t max_points,
+                           int64_t max_series);
 int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, Kestrel__V1__MetricBatch **out);
 /* Each series of a job (or only the one called name), whole when it has at most max_points, else
  * sampled from its view (catalog_metrics.c), with out->series saying which. */

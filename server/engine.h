@@ -44,6 +44,8 @@ typedef struct {
     const char *tls_ca;        /* CA bundle jobs verify this server with (their KESTREL_CA_FILE) */
     int64_t max_log_bytes;     /* a job's stored log: head and tail past it (0: default 256 MiB) */
     int max_queued;            /* QUEUED jobs per user (429 past it) */
+    int64_t max_metric_points; /* metric points a job may hold (413 past it; 0: no bound) */
+    int64_t max_metric_series; /* metric series (names) a job may hold */
     kd_priority_limits priority_limits;   /* --max-priority: the classes users may give jobs */
     long max_job_procs;        /* processes (tasks) a job's account may have at once (0: no limit) */
     int http_threads;          /* the HTTP server's thread pool, 1 to KD_HTTP_THREADS_MAX */

@@ -64,6 +64,8 @@ static void usage(FILE *f)
         "      --max-log-bytes SIZE a job's stored output (default 256M); past it the first and last\n"
         "                           halves are kept around a \"N bytes dropped\" line, with an event\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
+        "      --max-metric-points N  metric points a job may hold, --max-metric-series N its names;\n"
+        "                           a report past either is 413, stored not at all (5000000, 10000; 0: none)\n"
         "      --max-job-processes N  processes and threads the account of a user's jobs (or of the\n"
         "                           environment builds) may have at once, all its jobs together: a fork\n"
         "                           bomb stops there, not at the host's last pid (default a quarter of\n"
@@ -460,7 +462,8 @@ int main(int argc, char **argv)
         { "webhook", required_argument, NULL, 31 }, { "webhook-secret-file", required_argument, NULL, 32 },
         { "log-policy", required_argument, NULL, 33 }, { "max-manifest", required_argument, NULL, 34 },
         { "max-upload-memory", required_argument, NULL, 35 }, { "max-job-processes", required_argument, NULL, 36 },
-        { "max-priority", required_argument, NULL, 37 },
+        { "max-priority", required_argument, NULL, 37 }, { "max-metric-points", required_argument, NULL, 38 },
+        { "max-metric-series", required_argument, NULL, 39 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -479,6 +482,8 @@ int main(int argc, char **argv)
 
     cfg.max_log_bytes = 256LL << 20;
     cfg.max_queued = 10000;
+    cfg.max_metric_points = 5000000;
+    cfg.max_metric_series = 10000;
     cfg.max_job_procs = kd_exec_default_max_procs();
     cfg.http_threads = 8;
     cfg.max_connections = 16384;
@@ -529,6 +534,8 @@ int main(int argc, char **argv)
             break;
         }
         case 37: if (kd_priority_limits_parse(&cfg.priority_limits, optarg) < 0) return 2; break;
+        case 38: if (parse_int("--max-metric-points", optarg, 0, 1L << 40, &v) < 0) return 2; cfg.max_metric_points = v; break;
+        case 39: if (parse_int("--max-metric-series", optarg, 0, 1L << 30, &v) < 0) return 2; cfg.max_metric_series = v; break;
         case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
         case 36:
             if (parse_int("--max-job-processes", optarg, 0, 1L << 30, &v) < 0)
