@@ -273,6 +273,9 @@ int cmd_compare(cli_ctx *ctx, int argc, char **argv)
         if ((rc = kestrel_job_get(&jobs[nj], ctx->client, id)) < 0 ||
             (rc = kestrel_job_metrics(&ms[nj], ctx->client, id, NULL)) < 0)
             rc = cli_fail("compare", rc);
+        else if (kestrel_metric_list_more(ms[nj]))
+            fprintf(stderr, "kestrel: job %" PRId64 " holds more metric points than the 100,000 read: its final "
+                    "values may be missing below\n", id);
     }
     for (size_t j = 0; rc == 0 && j < nj; j++) {
         for (size_t i = 0; i < kestrel_job_param_count(jobs[j]); i++) {

@@ -197,7 +197,7 @@ int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, K
 {
     static const char *const sql =
         "SELECT name, step, value, wall_ms FROM metrics WHERE job_id = ?1 AND (?2 IS NULL OR name = ?2)"
-        " ORDER BY name, step, rowid LIMIT 100000";
+        " ORDER BY name, step, rowid LIMIT 100001";   /* one past the reply's bound: there are more */
     Kestrel__V1__MetricBatch *b = malloc(sizeof(*b));
     sqlite3_stmt *st;
     size_t cap = 0;
@@ -210,8 +210,13 @@ int kd_catalog_metrics_read(kd_catalog *cat, int64_t job_id, const char *name, K
         rc = KESTREL_EIO;
         goto out;
     }
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        if (b->n_metrics == 100000) {   /* said, where the reply was cut in silence (a hostile test) */
+            b->more_points = 1;
+            break;
+        }
         rc = push_point(b, &cap, (const char *)sqlite3_column_text(st, 0), st, 1);
+    }
     sqlite3_reset(st);
 out:
     kd__unlock(cat);

@@ -427,13 +427,17 @@ KESTREL_API int kestrel_metric_list_new(kestrel_metric_list **out);
 KESTREL_API int kestrel_metric_list_add(kestrel_metric_list *list, const char *name, int64_t step,
                                         double value, int64_t wall_time_ms);
 KESTREL_API size_t kestrel_metric_list_count(const kestrel_metric_list *list);
+/** 1 when the list kestrel_job_metrics() filled holds the first 100,000 of a job's points and the job
+ * holds more (ask for one name, or read them sampled); else 0. Since KESTREL_1.7. */
+KESTREL_API int kestrel_metric_list_more(const kestrel_metric_list *list);
 /** Point i (borrowed), or NULL when out of range. */
 KESTREL_API const kestrel_metric *kestrel_metric_list_at(const kestrel_metric_list *list, size_t i);
 KESTREL_API void kestrel_metric_list_free(kestrel_metric_list *list);
 
 /** Report a batch of points for a job in one request (a job's own token may do this). */
 KESTREL_API int kestrel_job_report_metrics(kestrel_client *client, int64_t id, const kestrel_metric_list *metrics);
-/** Fetch a job's points, ordered by name then step; name NULL: all. *out is owned. */
+/** Fetch a job's points, ordered by name then step, at most 100,000 (kestrel_metric_list_more() says
+ * when there are more); name NULL: all. *out is owned. */
 KESTREL_API int kestrel_job_metrics(kestrel_metric_list **out, kestrel_client *client, int64_t id, const char *name);
 
 KESTREL_END_DECL

@@ -11,6 +11,7 @@ struct kestrel_metric_list {
     uint32_t magic;
     kestrel_metric *items;
     size_t n, cap;
+    int more;   /* kestrel_job_metrics: the job holds more points than these */
 };
 
 int kestrel_metric_list_new(kestrel_metric_list **out)
@@ -59,6 +60,11 @@ int kestrel_metric_list_add(kestrel_metric_list *l, const char *name, int64_t st
 size_t kestrel_metric_list_count(const kestrel_metric_list *l)
 {
     return (l && l->magic == KESTREL__MAGIC_METRIC) ? l->n : 0;
+}
+
+int kestrel_metric_list_more(const kestrel_metric_list *l)
+{
+    return (l && l->magic == KESTREL__MAGIC_METRIC) ? l->more : 0;
 }
 
 const kestrel_metric *kestrel_metric_list_at(const kestrel_metric_list *l, size_t i)
@@ -145,6 +151,7 @@ int kestrel_job_metrics(kestrel_metric_list **out, kestrel_client *c, int64_t id
     if ((rc = kestrel_metric_list_new(&l)) == 0) {
         for (size_t i = 0; i < b->n_metrics && rc == 0; i++)
             rc = add(l, b->metrics[i]->name, b->metrics[i]->step, b->metrics[i]->value, b->metrics[i]->wall_time_ms);
+        l->more = b->more_points;
         if (rc < 0)
             kestrel_metric_list_free(l);
         else

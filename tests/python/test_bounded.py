@@ -129,6 +129,25 @@ def test_a_jobs_metrics_have_bounds_and_a_time(daemon):
     d.cli("cancel", str(run))
 
 
+def test_a_whole_read_of_more_than_100000_points_says_so(daemon):
+    """GET .../metrics without max_points answers at most 100,000 points: past them it stopped in
+    silence, and kestrel metrics showed a run that ended early (a hostile test). more_points says so,
+    and the CLI with it; one name alone comes whole."""
+    d = daemon("--gpus", "0")
+    jid = d.submit("--", "true")
+    d.wait(jid)
+    for at in range(0, 100010, 10000):
+        pts = [{"name": "loss", "step": s, "value": 1.0} for s in range(at, min(at + 10000, 100010))]
+        assert d.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": pts})[0] == 200   # an admin's backfill
+    d.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": [{"name": "acc", "step": 1, "value": 1.0}]})
+    status, b = d.api("GET", f"/api/v1/jobs/{jid}/metrics")
+    assert status == 200 and len(b["metrics"]) == 100000 and b.get("more_points") is True, len(b["metrics"])
+    status, b = d.api("GET", f"/api/v1/jobs/{jid}/metrics?name=acc")
+    assert status == 200 and len(b["metrics"]) == 1 and not b.get("more_points")
+    p = d.cli("metrics", "--flat", str(jid))
+    assert "holds more points than the 100,000 shown" in p.stderr, p.stderr[-500:]
+
+
 def test_a_listing_of_big_jobs_is_paged_by_bytes(daemon):
     d = daemon("--gpus", "0")
     env = [{"key": f"K{i}", "value": "v" * 250} for i in range(1000)]   # ~250 KiB per job

@@ -211,6 +211,7 @@ typedef struct kestrel_metric_list kestrel_metric_list;
 int kestrel_metric_list_new(kestrel_metric_list **out);
 int kestrel_metric_list_add(kestrel_metric_list *list, const char *name, int64_t step, double value, int64_t wall_time_ms);
 size_t kestrel_metric_list_count(const kestrel_metric_list *list);
+int kestrel_metric_list_more(const kestrel_metric_list *list);
 const kestrel_metric *kestrel_metric_list_at(const kestrel_metric_list *list, size_t i);
 void kestrel_metric_list_free(kestrel_metric_list *list);
 int kestrel_job_report_metrics(kestrel_client *client, int64_t id, const kestrel_metric_list *metrics);
