@@ -71,6 +71,9 @@ enum MHD_Result kd_reply_response(kd_req *r, unsigned int status, struct MHD_Res
     enum MHD_Result ok;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    /* an answer is one caller's, read with its token (the console's session with its CSRF token): no
+     * cache keeps it (a hostile test found none said so) */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (r->deferring) {   /* on a deferred handler's thread: queued once its connection is resumed */
         if (r->deferred) {   /* the first reply stands, as MHD_queue_response would have it */
             MHD_destroy_response(resp);

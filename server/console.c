@@ -297,6 +297,8 @@ static enum MHD_Result login_code(kd_console *c, kd_req *r, const char *code)
     int found = 0;
     if (code == NULL || strlen(code) != 64 || !kestrel__is_sha256_hex(code))
         return redirect(c, r, "/?error=code", NULL, 0);
+    if (!login_allowed(r))   /* refused before it is spent: another site's try left the user's link dead */
+        return redirect(c, r, "/?error=site", NULL, 0);
     kestrel__sha256_hex(code, 64, code_hash);
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->ncodes; i++)

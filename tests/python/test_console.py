@@ -71,8 +71,9 @@ def login(raw, tok):
     cookie = h["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie, cookie
     sid = cookie.split(";")[0]
-    status, _, body = raw("GET", "/ui/session", headers={"Cookie": sid})
+    status, h, body = raw("GET", "/ui/session", headers={"Cookie": sid})
     assert status == 200, body
+    assert h.get("cache-control") == "no-store", h   # its CSRF token is kept by no cache (a hostile test)
     return sid, json.loads(body)["csrf_token"]
 
 
@@ -229,6 +230,15 @@ def test_another_site_cannot_log_the_browser_in(kestreld):
         assert status == 303 and "kestrel_session=" in h["set-cookie"]
     host = d.url.split("//")[1]
     status, h, _ = raw("POST", "/ui/login", form, {**ctype, "Origin": d.url, "Host": host})
+    assert status == 303 and "kestrel_session=" in h["set-cookie"]
+    # a login link (kestrel ui) tried from another site is refused and stays the user's: a refusal
+    # spent it (a hostile test)
+    status, body = d.api("POST", "/ui/login-code", {})
+    assert status == 201, body
+    code = body["code"]
+    status, h, _ = raw("GET", "/?code=" + code, headers={"Origin": "http://evil.example"})
+    assert status == 303 and h["location"] == "/?error=site" and "set-cookie" not in h
+    status, h, _ = raw("GET", "/?code=" + code, headers={"Sec-Fetch-Site": "none"})
     assert status == 303 and "kestrel_session=" in h["set-cookie"]
 
 

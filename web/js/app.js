@@ -72,7 +72,9 @@ function showLogin() {
   const msg = document.getElementById('login-error');
   if (why) {
     msg.textContent = why === 'scope' ? 'Job and metrics tokens cannot log in: use your own token.'
-      : 'That token is not valid (mistyped, expired or revoked).';
+      : why === 'site' ? 'A login must come from this console itself, not from another site: open it here.'
+        : why === 'code' ? 'That login link was used already or has expired: run kestrel ui again.'
+          : 'That token is not valid (mistyped, expired or revoked).';
     msg.hidden = false;
   }
 }
