@@ -191,6 +191,9 @@ enum MHD_Result kd_route_tokens(kd_req *r, const char *rest)
                 if ((rc = kd_catalog_user_get(r->e->cat, user, &u)) < 0)
                     return kd_reply_failure(r, rc);
                 mine = u.id;
+            } else if (user && *user && strcmp(user, r->who.user)) {   /* said, not answered with one's own */
+                return kd_reply_error(r, 403, "permission_denied", "query 'user': only an admin lists another "
+                                      "user's tokens (yours: leave it out)");
             }
             return reply_tokens(r, mine, 0);
         }

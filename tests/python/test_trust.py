@@ -300,6 +300,8 @@ def test_tokens_expire_revoke_and_scope(daemon):
     assert d.api("POST", "/api/v1/tokens", {"scope": "admin"}, token=short)[0] == 403
     read_scoped_listing = d.api("GET", "/api/v1/tokens", token=read)
     assert read_scoped_listing[0] == 200
+    status, body = d.api("GET", "/api/v1/tokens?user=admin", token=read)   # another's: said, not one's own
+    assert status == 403 and "only an admin" in body["message"], body
     listed = json.loads(d.cli("-o", "json", "token", "list", env=as_user(d, short)).stdout)["tokens"]
     assert [x["scope"] for x in listed] == ["write", "read"] and listed[1]["hint"] == read[-4:]
     assert all(read not in json.dumps(x) for x in listed)                # only hashes are stored
