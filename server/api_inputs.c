@@ -111,7 +111,7 @@ cJSON *kd_inputs_lineage(kd_req *r)
             cJSON_AddStringToObject(l, "environment_name", s->environment);
     }
     if (s->git_url[0]) {   /* every reader of the model sees it: its credentials never */
-        char shown[2200];
+        char shown[KD_GIT_URL_SHOWN_MAX];
         kd_git_url_shown(s->git_url, shown, sizeof(shown));
         cJSON_AddStringToObject(l, "git_url", shown);
         cJSON_AddStringToObject(l, "git_commit", job->git_commit);

@@ -1,5 +1,6 @@
 /* server/exec_util.c - what every executor needs: system log lines, the job's environment
- * contract, a git checkout of the job's source, and running helper commands to completion. */
+ * contract, running helper commands to completion, the check of a job's --workdir (its --git
+ * checkout: exec_git.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -257,22 +258,59 @@ pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd
     return spawn(argv, envp, cwd, out_fd, err_fd, id, DIE_WITH_PARENT | LIMITED);
 }
 
-/* Run a helper (git) to completion, collecting its output (stdout and stderr) into out.
- * Returns the exit status, or -1 when it could not run or died. */
+/* out kept to its first and last KEEP bytes past 4 KEEP (a server that streams "remote:" lines for
+ * the clone's hour), the bytes left out said between them. */
+#define KEEP (64u * 1024)
+static void keep_ends(kestrel_buf *out, int64_t *dropped)
+{
+    char mark[80];
+    size_t head, tail, n;
+    if (out->size <= 4 * KEEP)
+        return;
+    head = KEEP;
+    tail = KEEP;
+    *dropped += (int64_t)(out->size - head - tail);
+    n = (size_t)snprintf(mark, sizeof(mark), "\n[%lld bytes of output left out]\n", (long long)*dropped);
+    /* an earlier mark sits inside the part dropped now: the head stays as it was */
+    memmove(out->ptr + head + n, out->ptr + out->size - tail, tail);
+    memcpy(out->ptr + head, mark, n);
+    out->size = head + n + tail;
+    out->ptr[out->size] = '\0';
+}
+
+/* An environment entry's name is one of names (NULL-terminated "K=V" entries), or one git reads its
+ * configuration or transports from, which a helper given env must take from env alone. */
+static int overridden(const char *entry, char *const *names)
+{
+    size_t klen = strcspn(entry, "=");
+    if (!strncmp(entry, "GIT_CONFIG", 10) || (klen == 18 && !strncmp(entry, "GIT_ALLOW_PROTOCOL", 18)) ||
+        (klen == 22 && !strncmp(entry, "GIT_PROTOCOL_FROM_USER", 22)))
+        return 1;
+    for (size_t i = 0; names && names[i]; i++)
+        if (strcspn(names[i], "=") == klen && !strncmp(names[i], entry, klen))
+            return 1;
+    return 0;
+}
+
+/* Run a helper (git) to completion, collecting its output (stdout and stderr) into out (its ends,
+ * past 256 KiB), with as's environment added, time limit and stop (exec_util.h). Returns the exit
+ * status, or -1 when it could not run, died or was stopped. Its output is read until the helper has
+ * ended and then 2 s more at most: a process it left (setsid) may hold the pipe for good. */
 int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_exec_as *as)
 {
     static char *const extra[] = { "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "LC_ALL=C", NULL };
     char home[PATH_MAX + 8];
     char *env[512], chunk[4096];
     size_t k = 0, more = 0;
-    int p[2], status = -1, stopped = 0;
+    int p[2], status = -1, stopped = 0, reaped = 0;
     int64_t deadline = as && as->timeout_s > 0 ? kestrel__now_ms() + (int64_t)as->timeout_s * 1000 : 0;
+    int64_t ended = 0, dropped = 0;   /* ended: when the helper was reaped or killed */
     ssize_t r;
     pid_t pid;
     while (as && as->env && as->env[more] && more < 16)
         more++;
     for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra) - more - 2; v++)
-        if (!(as && !strncmp(*v, "HOME=", 5)))
+        if (!(as && !strncmp(*v, "HOME=", 5)) && !overridden(*v, extra) && !(as && as->env && overridden(*v, as->env)))
             env[k++] = *v;
     for (size_t i = 0; extra[i]; i++)
         env[k++] = extra[i];
@@ -294,23 +332,33 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
     }
     for (;;) {   /* until its output ends; a stop or the deadline kill its group (a hung clone held GPUs) */
         struct pollfd pf = { p[0], POLLIN, 0 };
-        if (!stopped && ((as && as->stop && as->stop(as->stop_ctx)) || (deadline && kestrel__now_ms() >= deadline))) {
-            stopped = deadline && kestrel__now_ms() >= deadline ? 2 : 1;
+        int64_t now = kestrel__now_ms();
+        if (!stopped && !reaped && ((as && as->stop && as->stop(as->stop_ctx)) || (deadline && now >= deadline))) {
+            stopped = deadline && now >= deadline ? 2 : 1;
             killpg(pid, SIGKILL);
+            ended = now;
         }
+        if (!reaped && waitpid(pid, &status, WNOHANG) == pid) {
+            reaped = 1;
+            ended = ended ? ended : now;
+        }
+        if (ended && now - ended > 2000)
+            break;   /* what it left holds the pipe: not waited for */
         if (poll(&pf, 1, 200) < 0 && errno != EINTR)
             break;
         if (!(pf.revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
-        if ((r = read(p[0], chunk, sizeof(chunk))) > 0)
+        if ((r = read(p[0], chunk, sizeof(chunk))) > 0) {
             kestrel__buf_put(out, chunk, (size_t)r);
-        else if (r == 0 || errno != EINTR)
+            keep_ends(out, &dropped);
+        } else if (r == 0 || errno != EINTR) {
             break;
+        }
     }
     close(p[0]);
     if (stopped)
         kestrel__buf_printf(out, "\n%s\n", stopped == 2 ? "stopped: it ran past its time limit" : "stopped: the job was stopped");
-    if (waitpid(pid, &status, 0) < 0)
+    if (!reaped && waitpid(pid, &status, 0) < 0)
         return -1;
     return WIFEXITED(status) && !stopped ? WEXITSTATUS(status) : -1;
 }

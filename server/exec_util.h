@@ -61,8 +61,9 @@ int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id,
  * folder of the host exists (a link in a --git checkout to another user's 0700 job dir, a hostile
  * test). -1 else. */
 int kd_exec_workdir_ok(const char *work, const char *workdir);
-/* url as it may be shown to anyone (a log, a reason, a model's lineage): http(s) credentials
- * (user:token@) as "***". */
+#define KD_GIT_URL_SHOWN_MAX 2200   /* a --git URL (at most 2048 bytes) and its redaction */
+/* url as it may be shown to anyone (a log, a reason, a model's lineage): its userinfo (http(s)'s
+ * user:token@ or token@, any scheme's user:password@) as "***". */
 void kd_git_url_shown(const char *url, char *out, size_t n);
 /* The job's environment contract ("K=V", NULL-terminated): with inherit the daemon's own environment
  * minus what Kestrel sets, then the spec's env, then KESTREL_URL/TOKEN/JOB_ID/JOB_NAME/

@@ -378,7 +378,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
             snprintf(why, n, "%s", j->clone_error);
             rc = -1;
         } else {
-            char shown[2200];
+            char shown[KD_GIT_URL_SHOWN_MAX];
             kd_git_url_shown(spec->git_url, shown, sizeof(shown));
             snprintf(why, n, "cloning %s", shown);
             rc = j->cloning ? 1 : start_clone(s, j->id, spec, work, why, n, &as);

@@ -589,6 +589,34 @@ def test_a_git_urls_credentials_stay_out_of_argv_logs_and_lineage_and_a_hung_clo
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dumb)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+    caught = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):   # where a redirect sends git: asks, records
+        def do_GET(self):
+            caught.append(self.headers.get("Authorization"))
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="x"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{other.server_address[1]}{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    redirect = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=redirect.serve_forever, daemon=True).start()
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(8)   # accepts (the kernel does), never answers
@@ -619,6 +647,19 @@ def test_a_git_urls_credentials_stay_out_of_argv_logs_and_lineage_and_a_hung_clo
         job = d.wait(bad)
         assert job["state"] == "FAILED" and "git clone of http://***@" in job["reason"], job
         assert "nope" not in job["reason"] and "nope" not in logs(d, bad)
+        # a server that sends the clone elsewhere: the credentials are for the URL's own host alone
+        # (git asks its helpers again after a redirect: the helper answered any host, a review)
+        moved = d.submit("--git", f"http://alice:s3cr%40t@127.0.0.1:{redirect.server_address[1]}/repo.git", "--", "true")
+        assert d.wait(moved)["state"] == "FAILED"
+        assert caught and not any(a and "Basic" in a for a in caught), caught
+        # the job's own git config (in its HOME, the job dir, which its first run writes) is not read by
+        # the clone of its next run: no helper of its own told the password, no insteadOf moving it
+        plant = ("if [ -e $HOME/planted ]; then test ! -e $HOME/got && cat hello.txt; else "
+                 "git config --global url.http://127.0.0.1:9/.insteadOf http://127.0.0.1 && "
+                 "git config --global credential.helper '!f() { cat >> $HOME/got; }; f' && touch $HOME/planted; exit 1; fi")
+        planted = d.submit("--git", url, "--retries", "1", "--", "sh", "-c", plant)
+        job = d.wait(planted)
+        assert job["state"] == "SUCCEEDED" and "from git" in logs(d, planted), (job, logs(d, planted))
         # a clone that never gets an answer stops at the cancel, and the GPU is free again
         stuck = d.submit("--gpus", "1", "--git", f"http://bob:hunter2@127.0.0.1:{hung.getsockname()[1]}/x.git", "--",
                          "true")
@@ -639,5 +680,6 @@ def test_a_git_urls_credentials_stay_out_of_argv_logs_and_lineage_and_a_hung_clo
         job = d.wait(d.submit("--git", "fd::3", "--", "true"), timeout=30)
         assert job["state"] == "FAILED" and "not allowed" in job["reason"], job
     finally:
-        srv.shutdown()
+        for s in (srv, other, redirect):
+            s.shutdown()
         hung.close()
