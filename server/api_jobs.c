@@ -107,8 +107,8 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec, int re
     Kestrel__V1__Job *job;
     int64_t id;
     int rc;
-    if ((rc = kestrel__job_spec_validate(spec)) < 0 || (rc = refs_visible(r, spec)) < 0 ||
-        (rc = kd_inputs_pin(r, spec)) < 0) {
+    if ((rc = kestrel__job_spec_validate(spec)) < 0 || (rc = kd_policies_spec_check(spec)) < 0 ||
+        (rc = refs_visible(r, spec)) < 0 || (rc = kd_inputs_pin(r, spec)) < 0) {
         reply = kd_reply_failure(r, rc);
         goto out;
     }

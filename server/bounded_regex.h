@@ -5,10 +5,10 @@
  * time grows with the square of the line), and neither the search's deadline (checked between
  * SQLite's steps) nor a closed connection could stop it (a hostile test: four such searches held
  * both cores for minutes, every other user's search refused 429, kestreld's stop waiting on them).
- * The pattern is checked as POSIX extended (glibc's regcomp, GNU's \b \w \s included, as before),
- * then matched by PCRE2, whose syntax reads it alike, each match with a budget (MATCH_LIMIT steps,
- * 10-30 ms a line of 64 KiB here): a line past it is taken for no match. GNU's \< and \> read as
- * '<' and '>'. */
+ * The pattern is checked as POSIX extended (glibc's regcomp, GNU's \b \w \s \< \> included, as before),
+ * rewritten where PCRE2's syntax reads it otherwise (bounded_regex.c), and matched by PCRE2, each
+ * match with a budget (MATCH_LIMIT steps, 10-30 ms a line of 64 KiB here; HEAP_LIMIT_KIB of memory):
+ * a line past it is taken for no match. */
 #ifndef KD_BOUNDED_REGEX_H
 #define KD_BOUNDED_REGEX_H
 

@@ -120,6 +120,18 @@ int kd_policy_parse_check(const char *arg)
     return 0;
 }
 
+int kd_policies_spec_check(const Kestrel__V1__JobSpec *spec)
+{
+    for (size_t i = 0; i < spec->n_log_policies; i++) {
+        char why[200];
+        kd_regex *re = kd_regex_new(spec->log_policies[i]->pattern, 0, why, sizeof(why));
+        if (re == NULL)   /* one POSIX takes and kestreld could not match: said at the submit, not dropped at the start */
+            return kestrel__error_set(KESTREL_EINVALID, "field 'log_policies': %s: %s", spec->log_policies[i]->name, why);
+        kd_regex_free(re);
+    }
+    return 0;
+}
+
 int kd_policies_init(kd_engine *e)
 {
     struct kd_policies *ps = calloc(1, sizeof(*ps));

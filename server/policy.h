@@ -9,6 +9,9 @@ enum { KD_POLICY_LABEL = 1, KD_POLICY_ALERT = 2, KD_POLICY_NO_RETRY = 4, KD_POLI
 
 /* Compile the built-ins and cfg->log_policies ("NAME:ACTION[,ACTION...]=REGEX"). */
 int kd_policies_init(kd_engine *e);
+/* 0 when kestreld can match each of spec's own log policies (bounded_regex.h), else KESTREL_EINVALID
+ * naming the first that it cannot. */
+int kd_policies_spec_check(const Kestrel__V1__JobSpec *spec);
 void kd_policies_free(kd_engine *e);
 /* Check "NAME:ACTIONS=REGEX" (for --log-policy and --check-config). */
 int kd_policy_parse_check(const char *arg);
