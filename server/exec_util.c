@@ -567,7 +567,7 @@ int kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, cha
 int kd_exec_workdir_ok(const char *work, const char *workdir)
 {
     char path[PATH_MAX], *save = NULL, *seg;
-    int fd = open(work, O_PATH | O_DIRECTORY | O_CLOEXEC), next;
+    int fd = open(work, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), next;   /* work a link: no (Slurm keeps it) */
     if (fd < 0 || !*workdir) {
         if (fd >= 0)
             close(fd);

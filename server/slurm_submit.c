@@ -176,6 +176,23 @@ typedef struct {
     kd_ident ident;
 } clone_job;
 
+/* kd_exec_as's stop for a clone: the job cancelled (or gone), or kestreld stopping, whose close
+ * waits for the clones (a review: a cancelled job's clone ran its hour). */
+static int clone_stop(void *ctx)
+{
+    clone_job *c = ctx;
+    int stop;
+    pthread_mutex_lock(&c->s->mu);
+    stop = c->s->stop;
+    for (kd_sjob *j = c->s->jobs; !stop; j = j->next)
+        if (j == NULL || j->id == c->id) {
+            stop = j == NULL || j->cancelled;
+            break;
+        }
+    pthread_mutex_unlock(&c->s->mu);
+    return stop;
+}
+
 /* Clone into WORK.tmp, then rename it to WORK: the work dir exists only once complete. */
 static void *clone_main(void *arg)
 {
@@ -183,6 +200,8 @@ static void *clone_main(void *arg)
     kd_slurm *s = c->s;
     char tmp[PATH_MAX + 8], why[400] = "";
     kd_exec_as as = { &c->ident, c->home };
+    as.stop = clone_stop;
+    as.stop_ctx = c;
     snprintf(tmp, sizeof(tmp), "%s.tmp", c->work);
     kd_ident_rm_tree(&c->ident, c->home, tmp);   /* what a crash left behind */
     if (kd_exec_checkout(s->e, c->spec, c->id, tmp, why, sizeof(why), &as) == 0 && rename(tmp, c->work) < 0)
