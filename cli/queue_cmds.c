@@ -168,9 +168,11 @@ int cmd_metrics(cli_ctx *ctx, int argc, char **argv)
     }
     if ((rc = kestrel_job_metrics(&m, ctx->client, id, name)) < 0)
         return cli_fail("metrics", rc);
-    if (kestrel_metric_list_more(m))   /* the rest was cut in silence (a hostile test) */
+    if (kestrel_metric_list_more(m) && name == NULL)   /* the rest was cut in silence (a hostile test) */
         fprintf(stderr, "kestrel: job %" PRId64 " holds more points than the 100,000 shown (the first by name, then "
                 "step): name one metric (kestrel metrics --name NAME %" PRId64 ")\n", id, id);
+    else if (kestrel_metric_list_more(m))
+        fprintf(stderr, "kestrel: %s holds more points than the 100,000 shown (its first steps)\n", name);
     if (ctx->json) {
         printf("[");
         for (size_t i = 0; i < kestrel_metric_list_count(m); i++) {

@@ -128,7 +128,9 @@ static void deliver_due(void *ctx)
             kd_catalog_alert_delivery(a->e->cat, al->id, 2, 0);
         } else {
             int64_t wait = 1000LL << (tries < 20 ? tries : 20);
-            kd_catalog_alert_delivery(a->e->cat, al->id, 0, now + (wait > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : wait));
+            /* from the failure, not the batch's start: a slow batch made them due before newer ones */
+            kd_catalog_alert_delivery(a->e->cat, al->id, 0,
+                                      kestrel__now_ms() + (wait > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : wait));
         }
     }
     protobuf_c_message_free_unpacked(&l->base, NULL);

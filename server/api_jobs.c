@@ -415,6 +415,8 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
     /* a report may come a little after its run ended (a reporter flushed at exit), not for ever after
      * (a hostile test stored points in a job long ended); an admin's may (a backfill) */
     late = !running && strcmp(r->method, "GET") && !r->who.is_admin &&
+           !(job->state == KESTREL__V1__JOB_STATE__QUEUED && job->restart_count > 0) &&   /* a run preempted or
+                                                                                            retried: its flush */
            (job->end_time_ms == 0 || kestrel__now_ms() - job->end_time_ms > LATE_METRICS_MS);
     protobuf_c_message_free_unpacked(&job->base, NULL);
     if (late)

@@ -5,10 +5,10 @@
  * job's token only that job. Query: q (1..1024 bytes, required), regex=1, icase=1, job=ID,
  * state=NAME, since=UNIX_MS, before=CURSOR (next_before of a previous page), limit=1..1000 (100),
  * context=0..20 (0). */
-#include "bounded_regex.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include "bounded_regex.h"
 #include "api.h"
 #include "route.h"
 #include "job_priv.h"

@@ -108,7 +108,7 @@ int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__M
 {
     static const char *const ins = "INSERT INTO metrics(job_id, name, step, value, wall_ms) VALUES(?, ?, ?, ?, ?)";
     static const char *const held = "SELECT COUNT(*), COALESCE(SUM(n), 0) FROM metric_series WHERE job_id = ?";
-    sqlite3_stmt *st = NULL;
+    sqlite3_stmt *st;
     int rc;
     kd__lock(cat);
     if ((rc = kd__exec(cat, "BEGIN IMMEDIATE")) < 0)
@@ -125,26 +125,27 @@ int kd_catalog_metrics_add(kd_catalog *cat, int64_t job_id, const Kestrel__V1__M
             goto fail;
     }
     /* what the job holds with them (metric_series counts each series: a row a series, bounded below) */
-    if ((max_points || max_series) && (st = kd__stmt(cat, held)) == NULL)
-        goto fail;
     if (max_points || max_series) {
-        sqlite3_bind_int64(st, 1, job_id);
-        if (sqlite3_step(st) != SQLITE_ROW)
+        int64_t series, points;
+        if ((st = kd__stmt(cat, held)) == NULL)
             goto fail;
-    }
-    if ((max_points || max_series) &&
-        ((max_series && sqlite3_column_int64(st, 0) > max_series) || (max_points && sqlite3_column_int64(st, 1) > max_points))) {
-        int64_t series = sqlite3_column_int64(st, 0), points = sqlite3_column_int64(st, 1);
+        sqlite3_bind_int64(st, 1, job_id);
+        if (sqlite3_step(st) != SQLITE_ROW) {
+            sqlite3_reset(st);
+            goto fail;
+        }
+        series = sqlite3_column_int64(st, 0);
+        points = sqlite3_column_int64(st, 1);
         sqlite3_reset(st);
-        sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
-        rc = kestrel__error_set(KESTREL_ETOOLARGE, "job %lld would hold %lld metric points in %lld series with these "
-                                "%zu, past its bound (%lld points, %lld series: kestreld --max-metric-points, "
-                                "--max-metric-series); none of them stored", (long long)job_id, (long long)points,
-                                (long long)series, b->n_metrics, (long long)max_points, (long long)max_series);
-        goto out;
+        if ((max_series && series > max_series) || (max_points && points > max_points)) {
+            sqlite3_exec(kd__db(cat), "ROLLBACK", NULL, NULL, NULL);
+            rc = kestrel__error_set(KESTREL_ETOOLARGE, "job %lld would hold %lld metric points in %lld series with "
+                                    "these %zu, past its bound (%lld points, %lld series: kestreld --max-metric-points, "
+                                    "--max-metric-series); none of them stored", (long long)job_id, (long long)points,
+                                    (long long)series, b->n_metrics, (long long)max_points, (long long)max_series);
+            goto out;
+        }
     }
-    if (st)
-        sqlite3_reset(st);
     if ((rc = kd__exec(cat, "COMMIT")) == 0)
         goto out;
 fail:

@@ -5,10 +5,10 @@
  * ends (engine.c decides the retry). Regexes are POSIX extended, matched in bounded time (bounded_regex.h), compiled once. */
 #include <math.h>
 #include <pthread.h>
-#include "bounded_regex.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "bounded_regex.h"
 #include "policy.h"
 #include "job_priv.h"
 

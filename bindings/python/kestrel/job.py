@@ -1,6 +1,7 @@
 """kestrel.Job: a snapshot of a job, and what can be done with it."""
 import html
 import time
+import warnings
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -226,6 +227,9 @@ class Job:
         with self._client._lock:
             check(C.kestrel_job_metrics(out, self._client._p(), self.id, name.encode() if name else ffi.NULL))
         ml = ffi.gc(out[0], C.kestrel_metric_list_free)
+        if C.kestrel_metric_list_more(ml):   # said, where they were cut in silence
+            warnings.warn(f"job {self.id} holds more metric points than the 100,000 given (the first by name, then "
+                          "step)" + ("" if name else ": read one name at a time"), stacklevel=2)
         return [Metric(_s(m.name), m.step, m.value, m.wall_time_ms)
                 for m in (C.kestrel_metric_list_at(ml, i) for i in range(C.kestrel_metric_list_count(ml)))]
 
