@@ -591,32 +591,28 @@ def test_a_git_urls_credentials_stay_out_of_argv_logs_and_lineage_and_a_hung_clo
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     caught = []
 
-    class Elsewhere(http.server.BaseHTTPRequestHandler):   # where a redirect sends git: asks, records
-        def do_GET(self):
-            caught.append(self.headers.get("Authorization"))
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="x"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    def serve(status, headers, note=None):
+        """A server answering every GET with status and headers (a function of the path), noting
+        each request's Authorization in note."""
+        class Answer(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if note is not None:
+                    note.append(self.headers.get("Authorization"))
+                self.send_response(status)
+                for k, v in headers(self.path).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
-        def log_message(self, *a):
-            pass
+            def log_message(self, *a):
+                pass
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
 
-    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
-    threading.Thread(target=other.serve_forever, daemon=True).start()
-
-    class Redirect(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(302)
-            self.send_header("Location", f"http://127.0.0.1:{other.server_address[1]}{self.path}")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *a):
-            pass
-
-    redirect = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
-    threading.Thread(target=redirect.serve_forever, daemon=True).start()
+    # where a redirect sends git: asks for credentials, and notes what it is given
+    other = serve(401, lambda path: {"WWW-Authenticate": 'Basic realm="x"'}, caught)
+    redirect = serve(302, lambda path: {"Location": f"http://127.0.0.1:{other.server_address[1]}{path}"})
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(8)   # accepts (the kernel does), never answers
