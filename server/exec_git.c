@@ -109,7 +109,9 @@ int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id,
                     env_user, env_pass, env_host, env_proto, NULL };
     kd_exec_as run = as ? *as : (kd_exec_as){ 0 };
     /* the job's identity clones; a repository on this host may belong to another account, which git's
-     * upload-pack refuses unless told (safe.directory counts only from the command line or global config) */
+     * upload-pack refuses unless told (safe.directory counts only from the command line or global config);
+     * told only there: over ssh that command runs on the server, whose restricted shell (a forge's) takes
+     * git-upload-pack alone (a review) */
     char *clone[] = { "git", "-c", "safe.directory=*", "clone", "--quiet", "--no-checkout", "--upload-pack",
                       "git -c safe.directory='*' upload-pack", "--", bare, (char *)work, NULL };
     char *co[] = { "git", "checkout", "--quiet", "--detach", spec->git_ref[0] ? spec->git_ref : "HEAD", "--", NULL };
@@ -141,6 +143,8 @@ int kd_exec_checkout(kd_engine *e, const Kestrel__V1__JobSpec *spec, int64_t id,
     }
     snprintf(env_user, sizeof(env_user), "KESTREL_GIT_USER=%s", user);
     snprintf(env_pass, sizeof(env_pass), "KESTREL_GIT_PASSWORD=%s", pass);
+    if (strncasecmp(spec->git_url, "file://", 7) && spec->git_url[0] != '/' && spec->git_url[0] != '.')
+        memmove(&clone[6], &clone[8], 4 * sizeof(clone[0]));   /* not this host's: "--", bare, work, NULL */
     run.env = env;
     run.timeout_s = CLONE_TIMEOUT_S;
     kd_exec_log(e, id, "cloning %s%s%s", shown, spec->git_ref[0] ? " at " : "", spec->git_ref);
