@@ -231,7 +231,8 @@ def test_namespaces_decide_who_writes(daemon, tmp_path):
     assert versions(d, "alice/resnet", alice)[0] == 200
     # and bob cannot tell it from a model that does not exist, by any route (found by a hostile test:
     # settings said 200 for a missing one and 404 for a private one; writes 403 and 404; the texts differed)
-    for method, path, body in (("GET", "versions", None), ("GET", "versions/1", None), ("GET", "settings", None),
+    for method, path, body in (("GET", "versions", None), ("GET", "versions?version=1", None),
+                               ("GET", "versions?version=production", None), ("GET", "versions/1", None), ("GET", "settings", None),
                                ("POST", "settings", {"visibility": "all"}), ("DELETE", "versions/1", None),
                                ("PUT", "aliases/x", {"version": 1}), ("POST", "versions", {"size": 0})):
         got = [d.api(method, f"/api/v1/models/alice/{m}/{path}", body, token=bob) for m in ("resnet", "nothere")]
