@@ -5,12 +5,6 @@
 #include <kestrel.h>
 #include "priority_limits.h"
 
-static int class_of(const char *s)
-{
-    return !strcmp(s, "normal") ? KESTREL_PRIORITY_NORMAL : !strcmp(s, "high") ? KESTREL_PRIORITY_HIGH
-         : !strcmp(s, "urgent") ? KESTREL_PRIORITY_URGENT : 0;
-}
-
 int kd_priority_limits_parse(kd_priority_limits *l, const char *arg)
 {
     const char *eq = strrchr(arg, '='), *cls_s = eq ? eq + 1 : arg;   /* a name may hold '=', a class not */
@@ -22,7 +16,8 @@ int kd_priority_limits_parse(kd_priority_limits *l, const char *arg)
         fprintf(stderr, "kestreld: --max-priority takes CLASS, team:NAME=CLASS or user:NAME=CLASS, got '%.200s'\n", arg);
         return -1;
     }
-    if ((cls = class_of(cls_s)) == 0) {
+    if (kestrel_priority_parse(&cls, cls_s) < 0) {   /* the library's names, as --priority takes them */
+        kestrel_error_clear();
         fprintf(stderr, "kestreld: --max-priority: the class must be normal, high or urgent, got '%.200s'\n", cls_s);
         return -1;
     }

@@ -170,7 +170,9 @@ int kd_sched_order(const kd_qjob *a, const kd_qjob *b);
 int kd_sched_parse_cc(const char *s);
 
 /* A priority class's name: "normal", "high" or "urgent" (anything else reads as normal, the default);
- * the one spelling of the scheduler's reasons, the metrics' labels, the events and the errors. */
+ * the spelling of the scheduler's reasons, the metrics' labels, the events and the errors. The
+ * library's kestrel_priority_name says the same but NULL for a class it does not know, and the
+ * scheduler links no library (pure): this one is total, for both. */
 static inline const char *kd_priority_name(int cls)
 {
     return cls == 3 ? "urgent" : cls == 2 ? "high" : "normal";   /* KESTREL_PRIORITY_URGENT, _HIGH (kestrel/job.h) */
