@@ -13,21 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#if defined(SYS_openat2) && defined(__has_include)
-#if __has_include(<linux/openat2.h>)
-#include <linux/openat2.h>
-#define HAVE_OPENAT2 1
-#endif
-#endif
 #include <cjson/cJSON.h>
 #include "exec_util.h"
 #include "envs.h"
 #include "identity.h"
+#include "file_open.h"
 
 extern char **environ;
 
@@ -566,36 +560,8 @@ int kd_exec_use_env(kd_engine *e, const Kestrel__V1__Job *job, char **argv0, cha
 
 int kd_exec_workdir_ok(const char *work, const char *workdir)
 {
-    char path[PATH_MAX], *save = NULL, *seg;
-    int fd = open(work, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), next;   /* work a link: no (Slurm keeps it) */
-    if (fd < 0 || !*workdir) {
-        if (fd >= 0)
-            close(fd);
-        return fd < 0 ? -1 : 0;
-    }
-#ifdef HAVE_OPENAT2
-    {   /* beneath work, links inside it followed, none out of it */
-        struct open_how how;
-        memset(&how, 0, sizeof(how));
-        how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-        next = (int)syscall(SYS_openat2, fd, workdir, &how, sizeof(how));
-        if (next >= 0 || (errno != ENOSYS && errno != EPERM)) {
-            close(fd);
-            if (next >= 0)
-                close(next);
-            return next >= 0 ? 0 : -1;
-        }
-    }
-#endif
-    /* no openat2: a folder at a time, no link followed at all */
-    snprintf(path, sizeof(path), "%s", workdir);
-    for (seg = strtok_r(path, "/", &save); seg; seg = strtok_r(NULL, "/", &save)) {
-        next = openat(fd, seg, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = kestrel__open_beneath(work, workdir);
+    if (fd >= 0)
         close(fd);
-        if ((fd = next) < 0 || !strcmp(seg, ".."))
-            return fd < 0 ? -1 : (close(fd), -1);
-    }
-    close(fd);
-    return 0;
+    return fd >= 0 ? 0 : -1;
 }

@@ -1,7 +1,9 @@
 /* lib/repo/file_open.c - see file_open.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -81,6 +83,41 @@ int kestrel__file_open_regular(int fd, const char *path, int nofollow, struct st
     if (!S_ISREG(st->st_mode)) {
         close(fd);
         return kestrel__error_set(KESTREL_EINVALID, "%s is not a regular file", path);
+    }
+    return fd;
+}
+
+int kestrel__open_beneath(const char *top, const char *sub)
+{
+    char path[PATH_MAX], *save = NULL, *seg;
+    int fd = open(top, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), next, e;
+    if (fd < 0 || !*sub)
+        return fd;
+#ifdef HAVE_OPENAT2
+    {   /* beneath top, links inside it followed, none out of it */
+        struct open_how how;
+        memset(&how, 0, sizeof(how));
+        how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+        next = (int)syscall(SYS_openat2, fd, sub, &how, sizeof(how));
+        if (next >= 0 || (errno != ENOSYS && errno != EPERM)) {
+            e = errno;
+            close(fd);
+            errno = e;
+            return next;
+        }
+    }
+#endif
+    /* no openat2: a folder at a time, no link followed at all */
+    snprintf(path, sizeof(path), "%s", sub);
+    for (seg = strtok_r(path, "/", &save); seg; seg = strtok_r(NULL, "/", &save)) {
+        next = strcmp(seg, "..") ? openat(fd, seg, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        e = strcmp(seg, "..") ? errno : EXDEV;
+        close(fd);
+        if ((fd = next) < 0) {
+            errno = e;
+            return -1;
+        }
     }
     return fd;
 }

@@ -16,5 +16,9 @@ int kestrel__file_open(const char *path, int nofollow, struct stat *st);
  * (nofollow: in its path too) or anything but a regular file (the descriptor closed), KESTREL_EIO with the system's
  * reason when it cannot be opened. Returns the descriptor or the error. */
 int kestrel__file_open_regular(int fd, const char *path, int nofollow, struct stat *st);
+/* The folder sub ("": top itself) inside folder top (itself no link), found without a link out of
+ * top (openat2's RESOLVE_BENEATH; where Linux has none, no link at all) and without "..": an O_PATH
+ * descriptor, or -1 with errno. kestreld's check of a job's --workdir, made as root. */
+int kestrel__open_beneath(const char *top, const char *sub);
 
 #endif
