@@ -524,7 +524,7 @@ static void *runner(void *arg)
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
     if (kd_exec_workdir_ok(work, spec->workdir) < 0) {
         snprintf(why, sizeof(why), "working directory '%s' is no folder of the job's files (a link out of them is "
-                 "not followed)", spec->workdir);
+                 "not followed): give --workdir a folder of the checkout or the code", spec->workdir);
         goto not_started;
     }
     if (kd_engine_term_requested(e, lj->run)) {

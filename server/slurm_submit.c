@@ -407,7 +407,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
     snprintf(cwd, sizeof(cwd), "%s%s%s", work, spec->workdir[0] ? "/" : "", spec->workdir);
     if (kd_exec_workdir_ok(work, spec->workdir) < 0) {
         snprintf(why, n, "working directory '%s' is no folder of the job's files (a link out of them is not "
-                 "followed)", spec->workdir);
+                 "followed): give --workdir a folder of the checkout or the code", spec->workdir);
         rc = -1;
         goto done;
     }
