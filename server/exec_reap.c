@@ -97,20 +97,20 @@ int kd_proc_uid_alive(uid_t uid)
     return alive;
 }
 
-/* The id of the job whose marker (prefix, then "ID/checkpoint") process pid's environment holds, as
- * at its exec: read as it streams, however long (no job pushes its marker out of reach); -1 none. */
-static int64_t proc_marker(pid_t pid, const char *prefix)
+/* The value of the first entry name (with its '=') of process pid's environment, as at its exec,
+ * into out: read as it streams, however long (no job pushes its marker out of reach). 0, or -1 when
+ * it has none (or a longer one than out holds, or cannot be read). */
+static int proc_env_get(pid_t pid, const char *name, char *out, size_t n)
 {
     char path[64], chunk[4096], entry[PATH_MAX + 96];
-    size_t plen = strlen(prefix), len = 0;
+    size_t plen = strlen(name), len = 0;
     ssize_t got;
-    int fd, over = 0;
-    int64_t id = -1;
+    int fd, over = 0, found = -1;
     snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return -1;
-    while (id < 0 && (got = read(fd, chunk, sizeof(chunk))) > 0)
-        for (ssize_t k = 0; k < got && id < 0; k++) {
+    while (found < 0 && (got = read(fd, chunk, sizeof(chunk))) > 0)
+        for (ssize_t k = 0; k < got && found < 0; k++) {
             if (chunk[k] != '\0') {
                 if (len < sizeof(entry) - 1)
                     entry[len++] = chunk[k];
@@ -119,17 +119,38 @@ static int64_t proc_marker(pid_t pid, const char *prefix)
                 continue;
             }
             entry[len] = '\0';
-            if (!over && len > plen && !memcmp(entry, prefix, plen)) {
-                char *end;
-                long long v = strtoll(entry + plen, &end, 10);
-                if (end > entry + plen && v > 0 && !strcmp(end, "/checkpoint"))
-                    id = v;
+            if (!over && len >= plen && !memcmp(entry, name, plen) && len - plen < n) {
+                memcpy(out, entry + plen, len - plen + 1);
+                found = 0;
             }
             len = 0;
             over = 0;
         }
     close(fd);
-    return id;
+    return found;
+}
+
+/* The id of the job whose marker (prefix: the data dir's "DATA/jobs/", then "ID/checkpoint") process
+ * pid's KESTREL_CHECKPOINT_DIR holds; -1 none. */
+static int64_t proc_marker(pid_t pid, const char *prefix)
+{
+    char v[PATH_MAX + 96], *end;
+    size_t plen = strlen(prefix);
+    long long id;
+    if (proc_env_get(pid, "KESTREL_CHECKPOINT_DIR=", v, sizeof(v)) < 0 || strncmp(v, prefix, plen))
+        return -1;
+    id = strtoll(v + plen, &end, 10);
+    return end > v + plen && id > 0 && !strcmp(end, "/checkpoint") ? id : -1;
+}
+
+/* 1 when process pid is a job of another data dir's kestreld: its KESTREL_CHECKPOINT_DIR is not
+ * under prefix ("DATA/jobs/"). A copy of this data dir (a backup started on the same host) holds
+ * the live daemon's pids and their start times in its catalog: without this, it stopped the live
+ * daemon's jobs (a hostile test). */
+static int proc_foreign(pid_t pid, const char *prefix)
+{
+    char v[PATH_MAX + 96];
+    return proc_env_get(pid, "KESTREL_CHECKPOINT_DIR=", v, sizeof(v)) == 0 && strncmp(v, prefix, strlen(prefix));
 }
 
 static size_t find_job(const kd_job_row *rows, size_t n, int64_t id)
@@ -154,7 +175,7 @@ static size_t reap_marked(const char *data_dir, const kd_job_row *rows, size_t n
     char prefix[PATH_MAX + 64];
     size_t nall, nk = 0, *count = calloc(n, sizeof(*count));
     proc_info *all = proc_all(&nall);
-    snprintf(prefix, sizeof(prefix), "KESTREL_CHECKPOINT_DIR=%s/jobs/", data_dir);
+    snprintf(prefix, sizeof(prefix), "%s/jobs/", data_dir);
     for (size_t k = 0; all && count && k < nall; k++) {
         size_t j;
         int64_t id;
@@ -193,7 +214,7 @@ size_t kd_exec_reap_left(const char *data_dir, int64_t id)
 
 /* Step 2 for one recorded group: its leader pid, started at start (0: not known, or not this boot),
  * against the processes that live (all[0, nall)). */
-static void reap_group(int64_t id, pid_t pid, int64_t start, const proc_info *all, size_t nall)
+static void reap_group(int64_t id, pid_t pid, int64_t start, const proc_info *all, size_t nall, const char *prefix)
 {
     size_t k = 0;
     int64_t now;
@@ -202,7 +223,10 @@ static void reap_group(int64_t id, pid_t pid, int64_t start, const proc_info *al
     if (pid <= 1 || k == nall)   /* nothing of it runs (its leader may wait as a zombie) */
         return;
     now = kd_proc_start_time(pid);
-    if (now >= 0 && start > 0 && now == start) {   /* the very leader, running or a zombie holding the group */
+    if (proc_foreign(pid, prefix)) {
+        fprintf(stderr, "kestreld: job %lld: process group %d is a job of another data dir (a copy of this one "
+                "started on the same host?): left running\n", (long long)id, (int)pid);
+    } else if (now >= 0 && start > 0 && now == start) {   /* the very leader, running or a zombie holding the group */
         if (killpg(pid, SIGKILL) == 0)
             fprintf(stderr, "kestreld: job %lld: stopped process group %d, left by the daemon before\n",
                     (long long)id, (int)pid);
@@ -219,9 +243,11 @@ void kd_exec_reap(const char *data_dir, const kd_job_row *rows, size_t n)
     int64_t boot_ms;
     size_t nall;
     proc_info *all;
+    char prefix[PATH_MAX + 16];
     if (n == 0)   /* (no run to look for: no process's environment is read) */
         return;
     reap_marked(data_dir, rows, n);
+    snprintf(prefix, sizeof(prefix), "%s/jobs/", data_dir);
     /* a start time counts only in the boot it was read in (a second's slack for the two clocks) */
     boot_ms = clock_gettime(CLOCK_BOOTTIME, &up) == 0
                   ? kestrel__now_ms() - ((int64_t)up.tv_sec * 1000 + up.tv_nsec / 1000000) : 0;
@@ -233,13 +259,13 @@ void kd_exec_reap(const char *data_dir, const kd_job_row *rows, size_t n)
         FILE *f;
         int pid;
         long long start;
-        reap_group(r->id, (pid_t)r->pid, this_boot ? r->pid_start : 0, all, nall);
+        reap_group(r->id, (pid_t)r->pid, this_boot ? r->pid_start : 0, all, nall, prefix);
         snprintf(path, sizeof(path), "%s/gangs/%lld", data_dir, (long long)r->id);
         if ((f = fopen(path, "re")) == NULL)   /* (a line for each rank that had started) */
             continue;
         while (fscanf(f, "%d %lld", &pid, &start) == 2)
             if (pid != r->pid)   /* rank 0's is the job's own, seen above */
-                reap_group(r->id, (pid_t)pid, this_boot ? start : 0, all, nall);
+                reap_group(r->id, (pid_t)pid, this_boot ? start : 0, all, nall, prefix);
         fclose(f);
         unlink(path);
     }

@@ -64,3 +64,29 @@ def test_an_online_backup_serves_every_version(daemon, tmp_path):
         assert status == 200 and body["spec"]["argv"][0] == "sh"    # is requeued on the copy, as after a crash
     finally:
         assert copy.stop() == 0
+
+
+def test_a_copy_started_on_the_same_host_leaves_the_live_jobs_alone(daemon, tmp_path):
+    """The copy's catalog holds the live daemon's pids and start times; it must not stop those runs
+    (a hostile test: the copy killed them, and the live daemon failed them)."""
+    d = daemon("--gpus", "0")
+    job = d.submit("--", "sh", "-c", "echo started; sleep 60")
+    d.wait_state(job, "RUNNING")
+    deadline = time.time() + 20
+    while "started" not in d.cli("logs", str(job)).stdout:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    (tmp_path / "c").mkdir()
+    d.cli("admin", "backup", str(tmp_path / "c" / "data"))
+    copy = Daemon(tmp_path / "c", "--gpus", "0")
+    try:
+        deadline = time.time() + 5
+        while "left running" not in (tmp_path / "c" / "kestreld.log").read_text():
+            assert time.time() < deadline, (tmp_path / "c" / "kestreld.log").read_text()
+            time.sleep(0.05)
+        time.sleep(1)   # a run killed would be FAILED by now ("killed by signal 9")
+        assert d.job(job)["state"] == "RUNNING", d.job(job)
+    finally:
+        copy.cli("cancel", str(job), check=False)
+        assert copy.stop() == 0
+        d.cli("cancel", str(job))
