@@ -430,13 +430,15 @@ static void build(kd_envs *s, env_entry *x)
     resolved = !kd_ident_available() || kd_ident_resolve(s->builder_name, &builder) == 0;
     kd_env_kill_builder(resolved ? &builder : NULL);   /* nothing of an earlier build runs into this one */
     if (!resolved || kestrel__mkdirs(base, 0711) < 0 || chmod(base, 0711) < 0 || mkdtemp(real) == NULL ||
-        chmod(real, 0755) < 0 || snprintf(cache, sizeof(cache), "%s/.pip-cache", real) < 0 || mkdir(cache, 0700) < 0) {
+        chmod(real, 0700) < 0 || snprintf(cache, sizeof(cache), "%s/.pip-cache", real) < 0 || mkdir(cache, 0700) < 0) {
         snprintf(x->error, sizeof(x->error), "cannot make a build dir: %s", kestrel_error_last()->message[0]
                  ? kestrel_error_last()->message : strerror(errno));
         goto out;
     }
     snprintf(reqs, sizeof(reqs), "%s/kestrel-requirements.txt", real);
-    if (kestrel__write_file_atomic(reqs, x->requirements, strlen(x->requirements), 0644) < 0 ||
+    /* the builder's alone until the seal: the text may hold an index's credentials, and pip's
+     * command line, which every account may read, names the file (a hostile test read it) */
+    if (kestrel__write_file_atomic(reqs, x->requirements, strlen(x->requirements), 0600) < 0 ||
         kd_ident_chown(&builder, real, 1) < 0) {
         snprintf(x->error, sizeof(x->error), "cannot prepare %s: %s", real, kestrel_error_last()->message);
         goto out;

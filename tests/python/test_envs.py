@@ -141,6 +141,9 @@ def test_a_build_a_killed_kestreld_left_is_removed_at_start(daemon, tmp_path):
     deadline = time.time() + 60
     while "making the venv" not in d.cli("logs", jid).stdout and time.time() < deadline:
         time.sleep(0.05)
+    for b in (d.data / "envs" / ".b").iterdir():   # the builder's alone: the file may hold credentials
+        assert b.stat().st_mode & 0o777 == 0o700, oct(b.stat().st_mode)
+        assert (b / "kestrel-requirements.txt").stat().st_mode & 0o777 == 0o600
     d.proc.kill()   # mid-build
     d.proc.wait()
     left = list((d.data / "envs" / ".b").iterdir())
