@@ -330,18 +330,30 @@ static const char *const migrations[] = {
     "  PRIMARY KEY(job_id, name, version)) WITHOUT ROWID;",
 };
 
-static int migrate(kd_catalog *cat, const char *path)
+/* The catalog's PRAGMA user_version into *version: 0, or < 0 when it is newer than this kestreld
+ * knows. Read before anything is written (the schema, WAL, the reserve): a newer catalog is left as
+ * it was (a hostile test: its dropped tables came back, or the schema failed on a column it lacks). */
+static int catalog_version(kd_catalog *cat, const char *path, int *version)
 {
     sqlite3_stmt *st;
-    int version = 0, target = (int)KESTREL__ARRAY_SIZE(migrations);
+    int target = (int)KESTREL__ARRAY_SIZE(migrations);
+    *version = 0;
     if (sqlite3_prepare_v2(cat->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
         return kd__sql_fail(cat, "user_version");
     if (sqlite3_step(st) == SQLITE_ROW)
-        version = sqlite3_column_int(st, 0);
+        *version = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
-    if (version > target)
+    if (*version > target)
         return kestrel__error_set(KESTREL_EIO, "catalog %s is version %d, newer than this kestreld knows (%d): "
-                                  "run the newer kestreld", path, version, target);
+                                  "run the newer kestreld", path, *version, target);
+    return 0;
+}
+
+static int migrate(kd_catalog *cat, const char *path)
+{
+    int version, target = (int)KESTREL__ARRAY_SIZE(migrations);
+    if (catalog_version(cat, path, &version) < 0)
+        return KESTREL_EIO;
     for (int v = version + 1; v <= target; v++) {
         char bump[64];
         snprintf(bump, sizeof(bump), "PRAGMA user_version = %d;", v);
@@ -386,6 +398,14 @@ int kd_catalog_open(kd_catalog **out, const char *path)
         sqlite3_close(cat->db);
         free(cat);
         return rc;
+    }
+    {
+        int version;
+        if (catalog_version(cat, path, &version) < 0) {
+            sqlite3_close(cat->db);
+            free(cat);
+            return KESTREL_EIO;
+        }
     }
     reserve_make(cat, path);
     sqlite3_wal_hook(cat->db, wal_hook, cat);

@@ -87,10 +87,16 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
 
 def test_a_newer_catalog_is_refused(old_dir):
     db = old_dir / "data" / "catalog.db"
-    with sqlite3.connect(db) as c:
+    with sqlite3.connect(db) as c:   # a newer schema: a table gone, a column gone
         c.execute("PRAGMA user_version = 99")
+        c.execute("DROP TABLE IF EXISTS metrics")
+    with sqlite3.connect(db) as c:
+        tables = sorted(r[0] for r in c.execute("SELECT name FROM sqlite_master"))
     with pytest.raises(RuntimeError, match="newer than this kestreld"):
         Daemon(old_dir, "--gpus", "0")
+    with sqlite3.connect(db) as c:   # refused before anything was written: the schema not laid over it
+        assert sorted(r[0] for r in c.execute("SELECT name FROM sqlite_master")) == tables
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 99
 
 
 def test_a_data_dir_of_the_last_landed_kestreld_opens_with_search_metrics_and_policies(tmp_path):
