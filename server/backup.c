@@ -91,6 +91,18 @@ static int copy_tree(copy_walk *w, const char *sub)
     return w->rc;
 }
 
+/* 1 when path (just made) lies in dir, links resolved: a backup there would walk into itself (a
+ * hostile test: the copy nested until PATH_MAX, and each nested model was a new one any user read). */
+static int within(const char *path, const char *dir)
+{
+    char rp[PATH_MAX], rd[PATH_MAX];
+    size_t n;
+    if (realpath(path, rp) == NULL || realpath(dir, rd) == NULL)
+        return 0;
+    n = strlen(rd);
+    return !strncmp(rp, rd, n) && (rp[n] == '/' || rp[n] == '\0' || (n == 1 && rd[0] == '/'));
+}
+
 enum MHD_Result kd_route_backup(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
@@ -117,8 +129,16 @@ enum MHD_Result kd_route_backup(kd_req *r)
         reply = kd_reply_error(r, exists ? 409 : 400, exists ? "conflict" : "invalid_argument", msg);
         goto out;
     }
+    if (within(req->dir, r->e->cfg->data_dir) || within(req->dir, kd_store_root(r->e))) {
+        rmdir(req->dir);
+        snprintf(msg, sizeof(msg), "%s: inside the data dir or its repository (the copy would copy itself): give "
+                 "a path outside them", req->dir);
+        reply = kd_reply_error(r, 400, "invalid_argument", msg);
+        goto out;
+    }
     snprintf(path, sizeof(path), "%s/catalog.db", req->dir);
     if (kd_catalog_backup(r->e->cat, path) < 0) {
+        kestrel__rm_tree(req->dir);   /* made here, just now: nothing half-written stays */
         reply = kd_reply_failure(r, KESTREL_EIO);
         goto out;
     }
@@ -130,6 +150,7 @@ enum MHD_Result kd_route_backup(kd_req *r)
     w.dst = repo_dst;
     if (mkdir(repo_dst, 0700) < 0 || copy_tree(&w, "models") < 0 || copy_tree(&w, "chunks") < 0) {
         snprintf(msg, sizeof(msg), "backup into %s: %s", req->dir, strerror(errno));
+        kestrel__rm_tree(req->dir);
         reply = kd_reply_error(r, 500, "internal", msg);
         goto out;
     }

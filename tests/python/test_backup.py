@@ -46,6 +46,10 @@ def test_an_online_backup_serves_every_version(daemon, tmp_path):
     assert d.cli("admin", "backup", str(backup), check=False).returncode == 1
     status, _ = d.api("POST", "/api/v1/admin/backup", {"dir": "relative"})
     assert status == 400
+    for inside in (d.data / "repo" / "models" / "zz", d.data / "copy"):   # it would copy itself
+        status, body = d.api("POST", "/api/v1/admin/backup", {"dir": str(inside)})
+        assert status == 400 and "inside the data dir" in body["message"] and not inside.exists(), body
+    assert "zz" not in d.cli("models").stdout
     alice = d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
     status, _ = d.api("POST", "/api/v1/admin/backup", {"dir": str(tmp_path / "x")}, token=alice)
     assert status == 403 and not (tmp_path / "x").exists()
