@@ -307,6 +307,26 @@ def test_repository_strings_with_a_nul_are_refused(client, tmp_path):
     assert not list(tmp_path.glob("out*"))
 
 
+def test_job_strings_with_a_nul_are_refused(client):
+    """The same for a job's argv, env, params and labels, and a metric's name (a hostile test: argv
+    "a\\0b" ran as "a", a metric "a\\0b" was stored in the series "a")."""
+    before = len(client.jobs())
+    for call in (lambda: client.submit(["sh", "-c", "true", "a\0b"]),
+                 lambda: client.submit(["sh", "-c", "true"], env={"X": "keep\0dropped"}),
+                 lambda: client.submit(["sh", "-c", "true"], params={"lr": "0.1\0evil"}),
+                 lambda: client.submit(["sh", "-c", "true"], labels={"team\0x": "a"})):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            call()
+    assert len(client.jobs()) == before   # nothing submitted
+    job = client.submit(["sh", "-c", "sleep 30"])
+    try:
+        with pytest.raises(ValueError, match="embedded null byte in a metric name"):
+            job.report_metrics({"a\0b": 1.0}, step=1)
+        assert job.metrics() == []
+    finally:
+        job.cancel()
+
+
 def test_a_progress_callback_using_its_own_client_is_an_error_not_a_hang(client, kestreld, tmp_path):
     """A callback calling the Client whose transfer called it waited for itself forever (found by a
     hostile test); now that call raises RuntimeError, which stops the transfer, said as itself.

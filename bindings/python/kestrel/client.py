@@ -10,6 +10,7 @@ from ._handle import Handle
 from ._html import HtmlList
 from .errors import check
 from .ffi import C, ffi
+from .ffi import cstr as _b
 from .job import Job, _job_from_ptr
 from .tokens import NewToken
 
@@ -78,10 +79,6 @@ def _config_value(key: str) -> Optional[str]:
     except OSError:
         pass
     return None
-
-
-def _b(s: Union[str, bytes]) -> bytes:
-    return s.encode("utf-8") if isinstance(s, str) else s
 
 
 def _mb(size: Union[int, float, str]) -> int:

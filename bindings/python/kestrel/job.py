@@ -6,7 +6,7 @@ from collections import namedtuple
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .errors import check, on_callback_error
-from .ffi import C, ffi
+from .ffi import C, cstr, ffi
 
 if TYPE_CHECKING:
     import pandas
@@ -225,7 +225,7 @@ class Job:
         """The metric points the job reported (all, or only name's): Metric(name, step, value, wall_time_ms)."""
         out = ffi.new("kestrel_metric_list **")
         with self._client._lock:
-            check(C.kestrel_job_metrics(out, self._client._p(), self.id, name.encode() if name else ffi.NULL))
+            check(C.kestrel_job_metrics(out, self._client._p(), self.id, cstr(name, "a metric name") if name else ffi.NULL))
         ml = ffi.gc(out[0], C.kestrel_metric_list_free)
         if C.kestrel_metric_list_more(ml):   # said, where they were cut in silence
             warnings.warn(f"job {self.id} holds more metric points than the 100,000 given (the first by name, then "
@@ -257,7 +257,7 @@ class Job:
         for item in items:
             name, st, value = item[0], item[1], item[2]
             wall = item[3] if len(item) > 3 else 0
-            check(C.kestrel_metric_list_add(ml, name.encode(), int(st), float(value), int(wall)))
+            check(C.kestrel_metric_list_add(ml, cstr(name, "a metric name"), int(st), float(value), int(wall)))
         with self._client._lock:
             check(C.kestrel_job_report_metrics(self._client._p(), self.id, ml))
 

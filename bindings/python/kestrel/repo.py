@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 from ._html import HtmlList
 from .errors import check, on_callback_error
-from .ffi import C, ffi
+from .ffi import C, cstr, ffi
 
 if TYPE_CHECKING:
     from .client import Client
@@ -54,10 +54,7 @@ def _kestrel_progress_tramp(p: Any, payload: Any) -> int:
 def _c(s: Any, what: str) -> bytes:
     """s as the C string the library takes: a NUL inside would cut it there, and the library would act
     on a shorter name, alias or path than the one given (as open() does, refused)."""
-    b = str(s).encode()
-    if b"\0" in b:
-        raise ValueError(f"embedded null byte in {what}")
-    return b
+    return cstr(str(s), what)
 
 
 def _quiet(p: Progress) -> None:

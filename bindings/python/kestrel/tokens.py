@@ -5,13 +5,10 @@ from typing import TYPE_CHECKING, Any, List, Optional, Union
 
 from .errors import check
 from .ffi import C, ffi
+from .ffi import cstr as _b
 
 if TYPE_CHECKING:
     from .client import Client
-
-
-def _b(s: Union[str, bytes]) -> bytes:
-    return s.encode("utf-8") if isinstance(s, str) else s
 
 
 def _s(p: Any) -> str:
