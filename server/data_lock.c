@@ -1,4 +1,5 @@
 /* server/data_lock.c - one kestreld a data dir (see data_lock.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -69,4 +70,30 @@ int kd_data_dir_lock(const char *data_dir)
         return rc;
     }
     return fd;
+}
+
+int kd_data_dir_catalog_check(const char *data_dir)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    struct dirent *de;
+    DIR *d;
+    int models = 0;
+    snprintf(path, sizeof(path), "%s/catalog.db", data_dir);
+    if (lstat(path, &st) == 0 || errno != ENOENT)
+        return 0;
+    snprintf(path, sizeof(path), "%s/repo/models", data_dir);
+    if ((d = opendir(path)) == NULL)
+        return 0;
+    while (!models && (de = readdir(d)) != NULL)
+        models = strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    if (!models)
+        return 0;
+    return kestrel__error_set(KESTREL_EINVALID,
+                              "%s holds models but %s/catalog.db is missing: who may read each model (and every "
+                              "user, token and job) is in the catalog, and without it every private model would "
+                              "be readable by every user. Restore catalog.db from the same backup as the "
+                              "repository (kestrel admin backup copies both), or move %s/repo aside to start empty",
+                              path, data_dir, data_dir);
 }

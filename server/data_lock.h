@@ -15,4 +15,10 @@
  * KESTREL_EEXISTS when another process holds it, KESTREL_EIO when the file cannot be opened. */
 int kd_data_dir_lock(const char *data_dir);
 
+/* Under the lock, before the catalog opens: KESTREL_EINVALID when DATA/repo/models holds a model but
+ * DATA/catalog.db is missing. Who may read each model is in the catalog (a model without a row there
+ * is readable by every user): a repository started beside a new catalog made every private model
+ * public (a hostile test, a restore that forgot the catalog). */
+int kd_data_dir_catalog_check(const char *data_dir);
+
 #endif

@@ -678,7 +678,8 @@ int main(int argc, char **argv)
         return 1;
     }
     cfg.data_dir = data_dir;
-    if (kd_data_dir_lock(data_dir) < 0 || kd_ident_secure_data_dir(data_dir) < 0) {
+    if (kd_data_dir_lock(data_dir) < 0 || kd_data_dir_catalog_check(data_dir) < 0 ||
+        kd_ident_secure_data_dir(data_dir) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         free_config(&cfg);
         return 1;

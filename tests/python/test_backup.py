@@ -94,3 +94,21 @@ def test_a_copy_started_on_the_same_host_leaves_the_live_jobs_alone(daemon, tmp_
         copy.cli("cancel", str(job), check=False)
         assert copy.stop() == 0
         d.cli("cancel", str(job))
+
+
+def test_a_repository_without_its_catalog_is_refused_not_opened_to_all(daemon, tmp_path):
+    """Who may read a model is in the catalog: a repository restored without it would have made every
+    private model readable by every user (a hostile test). kestreld refuses to start, and says why."""
+    import pytest
+    d = daemon("--gpus", "0")
+    f = tmp_path / "secret.bin"
+    f.write_bytes(os.urandom(3000))
+    d.cli("push", "admin/secret", str(f))
+    d.cli("model", "set", "admin/secret", "--visibility", "private")
+    assert d.stop() == 0
+    for p in d.data.glob("catalog.db*"):
+        p.unlink()
+    (d.data / "admin.token").unlink()
+    with pytest.raises(RuntimeError, match="catalog.db is missing"):
+        Daemon(d.root, "--gpus", "0")
+    assert not (d.data / "catalog.db").exists() and (d.data / "repo" / "models" / "admin").is_dir()
