@@ -33,6 +33,7 @@ typedef struct {
     int64_t since_ms;
     int64_t waiters[MAX_WAITERS];
     size_t nwaiters;
+    int abandoned;          /* stopped mid-build: no queued job needed it any more (the builder's alone) */
 } env_entry;
 
 struct kd_envs {
@@ -188,6 +189,11 @@ static void line(kd_envs *s, env_entry *x, const char *text)
  * collect, into it); the exit status, or -1. The last lines stay in tail. The step ends when argv's
  * process does: what it started and left holding the output open is killed then (as root; else no
  * longer read), so that a package's code cannot hold the build, or kestreld's builder, open. */
+static int anyone_waits(kd_envs *s, env_entry *x);
+
+/* How often a build step looks whether a queued job still needs its environment. */
+#define WAITERS_CHECK_MS 2000
+
 static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, const kd_ident *id, char *tail,
                size_t tn, kestrel_buf *collect)
 {
@@ -196,8 +202,11 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
     size_t k = 0, have = 0;
     int p[2], status = -1, timed_out = 0, reaped = 0;
     int64_t deadline_ms = kestrel__now_ms() + (int64_t)s->e->cfg->env_build_timeout_s * 1000;
+    int64_t check_ms = kestrel__now_ms() + WAITERS_CHECK_MS;
     ssize_t r;
     pid_t pid;
+    if (x->abandoned)
+        return -1;
     static const char *const keep[] = { "PATH=", "LANG=", "LC_", "TZ=", "PIP_", "http_proxy=", "https_proxy=",
                                          "no_proxy=", "HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "SSL_CERT_",
                                          "REQUESTS_CA_BUNDLE=", "CURL_CA_BUNDLE=", NULL };
@@ -226,6 +235,19 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
         struct pollfd pf = { p[0], POLLIN, 0 };
         char *start = buf, *nl;
         int64_t left = deadline_ms - kestrel__now_ms();
+        /* every job that asked for it cancelled: stopped, so that one user's builds cannot hold the
+         * builder for other users' jobs by submitting and cancelling (a hostile test: 225 s of a
+         * cancelled job's setup.py held another user's build) */
+        if (!reaped && kestrel__now_ms() >= check_ms) {
+            check_ms = kestrel__now_ms() + WAITERS_CHECK_MS;
+            if (!anyone_waits(s, x)) {
+                kill(-pid, SIGKILL);
+                kill(pid, SIGKILL);
+                snprintf(tail, tn, "no queued job needs this environment any more: its build was stopped");
+                x->abandoned = timed_out = 1;
+                break;
+            }
+        }
         if (left <= 0 || poll(&pf, 1, (int)(left > 1000 ? 1000 : left)) < 0) {
             if (left > 0 && errno == EINTR)
                 continue;
@@ -536,8 +558,13 @@ out:
     if (rc != 0 && real[strlen(real) - 1] != 'X')
         kd_env_drop(&builder, real);
     snprintf(key, sizeof(key), "%s", x->key);
+    if (x->abandoned) {
+        snprintf(x->error, sizeof(x->error), "no queued job needs this environment any more: its build was stopped");
+        fprintf(stderr, "kestreld: environment %.12s: %s\n", x->key, x->error);
+    }
     pthread_mutex_lock(&s->mu);
-    if (rc == 0) {   /* built: the entry goes, DATA/envs/KEY says it from now on */
+    if (rc == 0 || x->abandoned) {   /* built: the entry goes, DATA/envs/KEY says it from now on; or
+                                      * stopped for nobody: a job that asks later starts a build anew */
         for (size_t i = 0; i < s->n; i++)
             if (s->v[i] == x) {
                 s->v[i] = s->v[--s->n];

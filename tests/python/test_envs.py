@@ -218,18 +218,18 @@ def test_a_build_leaves_no_builder_process_and_leaks_nothing(daemon, tmp_path):
     assert d.api("POST", "/api/v1/tokens", {"user": "env-builder-x"})[0] == 400
 
 
-def lingering_wheel(where, bomb=False):
+def lingering_wheel(where, bomb=False, pth=None):
     """A wheel of one .pth file that, run as a builder account (pip freeze starts the venv's python),
     leaves a process behind in a session of its own: the hostile test's way into the next build. A
     bomb leaves 4 shells that fork sleepers as fast as the account may, so that it stays at its
-    process limit."""
+    process limit. pth: the .pth's own line instead."""
     import base64
     import hashlib
     import zipfile
     left = ("os.execv('/bin/sh', ['sh', '-c', 'while :; do (sleep 600 &) 2>/dev/null; sleep 0.02; done'])" if bomb
             else "os.execv('/bin/sleep', ['sleep', '600'])")
-    pth = ("import os, pwd; pwd.getpwuid(os.getuid()).pw_name.startswith('kestrel-env-builder') and "
-           f"any(os.fork() == 0 and (os.setsid(), {left}) for _ in range({4 if bomb else 1}))\n")
+    pth = pth or ("import os, pwd; pwd.getpwuid(os.getuid()).pw_name.startswith('kestrel-env-builder') and "
+                  f"any(os.fork() == 0 and (os.setsid(), {left}) for _ in range({4 if bomb else 1}))\n")
     files = {"kxlinger.pth": pth,
              "kxlinger-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: kxlinger\nVersion: 1.0\n",
              "kxlinger-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
@@ -313,3 +313,41 @@ def test_declared_requirements_are_shown_to_admins_only(daemon, tmp_path):
     assert status == 200 and body["environments"][0]["name"] == "priv"
     assert "PRIVATE-TOKEN" not in json.dumps(body)
     assert "PRIVATE-TOKEN" in json.dumps(d.api("GET", "/api/v1/environments")[1])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the builder account needs kestreld as root")
+def test_a_build_no_queued_job_needs_is_stopped_and_the_next_one_runs(daemon, tmp_path):
+    """One builder serves every user: a build whose jobs were all cancelled stops within seconds, so
+    that submitting and cancelling cannot hold it (a hostile test: a cancelled job's 225 s setup.py held
+    another user's build). Here the package's code sleeps 600 s at pip freeze."""
+    import shutil
+    import tempfile
+    d = daemon("--gpus", "0")
+    where = pathlib.Path(tempfile.mkdtemp(prefix="kx-wheel-"))
+    try:
+        where.chmod(0o755)
+        slow = tmp_path / "slow.txt"
+        sleeper = ("import os, pwd, time; pwd.getpwuid(os.getuid()).pw_name.startswith('kestrel-env-builder') and "
+                   "time.sleep(600)\n")
+        slow.write_text(f"{lingering_wheel(where, pth=sleeper)}\n")
+        held = d.submit("--requirements", str(slow), "--", "python", "-c", "1")
+        deadline = time.time() + 240
+        while "Successfully installed" not in d.cli("logs", held).stdout:   # at pip freeze, asleep
+            assert time.time() < deadline, d.cli("logs", held).stdout[-2000:]
+            time.sleep(0.2)
+        d.cli("cancel", held)
+        req = tmp_path / "requirements.txt"
+        req.write_text("six\n")
+        j = d.wait(d.submit("--requirements", str(req), "--", "python", "-c", "import six"), timeout=300)
+        assert j["state"] == "SUCCEEDED", d.cli("logs", j["id"]).stdout[-3000:]
+        assert "no queued job needs this environment any more" in (d.root / "kestreld.log").read_text()
+        # the same spec asked again later is built anew, not failed by the stop
+        again = d.submit("--requirements", str(slow), "--", "python", "-c", "1")
+        deadline = time.time() + 240
+        while "Successfully installed" not in d.cli("logs", again).stdout:
+            assert time.time() < deadline, d.cli("logs", again).stdout[-2000:]
+            time.sleep(0.2)
+        assert d.job(again)["state"] == "QUEUED"
+        d.cli("cancel", again)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
