@@ -51,3 +51,38 @@ def test_preempted_mid_epoch_resumes_without_losing_a_step(daemon):
     # the second run went on from the step it stopped at: no step number is printed twice
     steps = [int(l.split()[-1]) for l in logs.splitlines() if l.startswith("progress:")]
     assert steps == sorted(set(steps)), steps
+
+
+def test_a_checkpoint_of_another_fit_is_refused_not_taken_up(tmp_path, monkeypatch):
+    """Outside a job fit() keeps its checkpoint in ./kestrel-checkpoint: a second experiment there (other
+    data) is refused rather than handed the first one's weights with no training (a hostile test); the
+    same fit again says it resumes; a damaged checkpoint is a clear error, not numpy's."""
+    import warnings
+    import numpy as np
+    import keras
+    import kestrel.keras
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KESTREL_CHECKPOINT_DIR", raising=False)
+
+    def run(seed):
+        keras.utils.set_random_seed(seed)
+        x = np.random.rand(64, 3).astype("float32")
+        y = (x @ np.array([[1.0], [2.0], [3.0]]) * seed).astype("float32")
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        m.compile(keras.optimizers.SGD(0.1), "mse")
+        return kestrel.keras.fit(m, x, y, epochs=2, batch_size=16, verbose=0), m
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert run(1)[0] == "done"
+    assert not [w for w in seen if "resuming" in str(w.message)]
+    with pytest.raises(ValueError, match="checkpoint of another fit"):
+        run(5)
+    with pytest.warns(UserWarning, match="resuming from the checkpoint"):
+        assert run(1)[0] == "done"
+    (tmp_path / "kestrel-checkpoint" / "state.npz").write_bytes(b"\0" * 100)
+    with pytest.raises(ValueError, match="no readable kestrel.keras checkpoint"):
+        run(1)
+    (tmp_path / "kestrel-checkpoint" / "position.json").write_text("{")
+    with pytest.raises(ValueError, match="no readable kestrel.keras checkpoint"):
+        run(1)

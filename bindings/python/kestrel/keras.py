@@ -13,6 +13,7 @@
 Inside a Kestrel job (KESTREL_JOB_ID set) both talk to the job's kestreld with the job's own token.
 This module imports keras; `import kestrel` alone never does.
 """
+import hashlib
 import os
 import queue
 import signal
@@ -178,9 +179,10 @@ class PreemptionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]  # k
     collective), so that all stop after the same one; rank 0 writes and acknowledges."""
 
     def __init__(self, directory: str, state: Dict[str, int], client: Optional[Client] = None,
-                 job_id: Optional[int] = None) -> None:
+                 job_id: Optional[int] = None, fit: str = "") -> None:
         super().__init__()
         self.directory = directory
+        self.fit = fit              # the fingerprint kept with the checkpoint (save_checkpoint)
         self.state = state          # {"epoch": e, "batch": b} of the fit in progress
         self._client, self._job_id = _job_context(client, job_id, "PreemptionCheckpoint")
         self.requested = False
@@ -200,7 +202,7 @@ class PreemptionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]  # k
         self.state["batch"] += 1
         if _gang.agree(self.requested, keras.backend.backend()):
             if _gang.is_leader():
-                save_checkpoint(self.model, self.directory, self.state)
+                save_checkpoint(self.model, self.directory, self.state, self.fit)
             if self._client is not None and self._job_id is not None:
                 try:
                     from .job import Job
@@ -219,8 +221,9 @@ class PreemptionCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]  # k
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def save_checkpoint(model: Any, directory: str, state: Dict[str, int]) -> None:
-    """Weights, optimizer variables and position, written to temp names and renamed into place."""
+def save_checkpoint(model: Any, directory: str, state: Dict[str, int], fit: str = "") -> None:
+    """Weights, optimizer variables and position, written to temp names and renamed into place; fit,
+    the fingerprint of the fit they belong to (kestrel.keras.fit's), is kept with the position."""
     os.makedirs(directory, exist_ok=True)
     arrays = {f"w{i}": np.asarray(keras.ops.convert_to_numpy(v)) for i, v in enumerate(model.weights)}
     arrays.update({f"o{i}": np.asarray(keras.ops.convert_to_numpy(v))
@@ -231,27 +234,57 @@ def save_checkpoint(model: Any, directory: str, state: Dict[str, int]) -> None:
             if name == "state.npz":
                 np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy types **kwds as allow_pickle
             else:
-                f.write(json.dumps(state).encode())
+                f.write(json.dumps({**state, "fit": fit} if fit else state).encode())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(directory, name))
 
 
-def load_checkpoint(model: Any, directory: str) -> Optional[Dict[str, int]]:
-    """Restore weights and optimizer state; returns the saved position, or None."""
+def load_checkpoint(model: Any, directory: str, fit: str = "") -> Optional[Dict[str, int]]:
+    """Restore weights and optimizer state; returns the saved position, or None. fit: the fingerprint
+    of the fit asking; a checkpoint saved by another fit (other data, model or batch size) is refused
+    (ValueError), where it was taken up in silence (a hostile test: a second experiment in the same
+    folder skipped its training and kept the first one's weights). One without a fingerprint (older
+    bindings) is taken up."""
     pos = os.path.join(directory, "position.json")
     if not os.path.exists(pos):
         return None
-    with open(pos) as f:
-        state: Dict[str, int] = json.load(f)
-    data = np.load(os.path.join(directory, "state.npz"))
+    try:
+        with open(pos) as f:
+            saved = json.load(f)
+        state: Dict[str, int] = {"epoch": int(saved["epoch"]), "batch": int(saved["batch"])}
+        data = np.load(os.path.join(directory, "state.npz"), allow_pickle=False)
+        arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{directory} holds no readable kestrel.keras checkpoint ({type(e).__name__}: {e}): "
+                         "remove it, or give another checkpoint_dir") from None
+    if fit and saved.get("fit", fit) != fit:
+        raise ValueError(f"{directory} holds the checkpoint of another fit (other data, model or batch size): "
+                         "remove it to train from the start, or give this fit its own checkpoint_dir")
     for i, v in enumerate(model.weights):
-        v.assign(data[f"w{i}"])
+        v.assign(arrays[f"w{i}"])
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     for i, v in enumerate(model.optimizer.variables):
-        v.assign(data[f"o{i}"])
+        v.assign(arrays[f"o{i}"])
     return state
+
+
+def _fingerprint(model: Any, x: Any, y: Any, batch_size: int) -> str:
+    """What makes a checkpoint this fit's: the model's variables (shape, dtype, in order), its optimizer,
+    the batch size, and the data's shape, dtype and first and last 64 Ki values (not all of it: a fit
+    over gigabytes would hash them at every start)."""
+    h = hashlib.sha256()
+    for v in model.weights:
+        h.update(f"{tuple(v.shape)}:{v.dtype};".encode())   # not its name: Keras numbers them per process
+    h.update(f"{type(model.optimizer).__name__};{batch_size};".encode())
+    for a in (x, y):
+        arr = np.asarray(a)
+        flat = arr.reshape(-1)
+        h.update(f"{arr.shape}:{arr.dtype};".encode())
+        h.update(np.ascontiguousarray(flat[:65536]).tobytes())
+        h.update(np.ascontiguousarray(flat[-65536:]).tobytes())
+    return h.hexdigest()
 
 
 def fit(model: Any, x: Any, y: Any, *, epochs: int, batch_size: int, callbacks: Sequence[Any] = (),
@@ -267,16 +300,19 @@ def fit(model: Any, x: Any, y: Any, *, epochs: int, batch_size: int, callbacks: 
     optimizer steps one process would on the same global batches; rank 0 writes the checkpoints
     and every rank resumes from them."""
     directory = checkpoint_dir or os.environ.get("KESTREL_CHECKPOINT_DIR") or "kestrel-checkpoint"
+    if not model.built:
+        model(x[:1])
+    fit_id = _fingerprint(model, x, y, batch_size)   # the whole data's, the same on every rank
     rows, batch_size = _gang.shard(len(x), batch_size)
     if len(rows) != len(x):
         x, y = x[rows], y[rows]
     n = len(x)
     steps = -(-n // batch_size)
-    if not model.built:
-        model(x[:1])
-    state = load_checkpoint(model, directory) or {"epoch": 0, "batch": 0}
-    state = {"epoch": int(state["epoch"]), "batch": int(state["batch"])}
-    guard = PreemptionCheckpoint(directory, state)
+    state = load_checkpoint(model, directory, fit_id) or {"epoch": 0, "batch": 0}
+    if (state["epoch"] or state["batch"]) and not os.environ.get("KESTREL_CHECKPOINT_DIR"):
+        warnings.warn(f"kestrel.keras.fit: resuming from the checkpoint in {directory} (epoch {state['epoch']}, "
+                      f"batch {state['batch']}); remove it to train from the start", stacklevel=2)
+    guard = PreemptionCheckpoint(directory, state, fit=fit_id)
     kwargs["shuffle"] = False
     try:
         while state["epoch"] < epochs:
@@ -293,7 +329,7 @@ def fit(model: Any, x: Any, y: Any, *, epochs: int, batch_size: int, callbacks: 
     except _Preempted:
         return "preempted"
     if _gang.is_leader():
-        save_checkpoint(model, directory, {"epoch": epochs, "batch": 0})
+        save_checkpoint(model, directory, {"epoch": epochs, "batch": 0}, fit_id)
     return "done"
 
 
