@@ -83,6 +83,8 @@ def test_save_and_load_through_the_repository(kestreld, tmp_path, monkeypatch):
         m.save("kestrel://team/reg@7")
     with pytest.raises(ValueError, match="versions are numbered"):
         m.save("kestrel://team/reg.keras@7")
+    with pytest.raises(ValueError, match="at most 200 bytes"):   # not the temp file's "File name too long"
+        m.save("kestrel://team/" + "a" * 300)
     with pytest.raises(kestrel.NotFoundError):
         keras.saving.load_model("kestrel://team/nothing-here", safe_mode=SAFE)
     assert not [p for p in os.listdir(tmp_path) if "kestrel-tmp" in p]

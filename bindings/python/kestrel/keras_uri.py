@@ -71,6 +71,8 @@ def _save_name(filepath: Any, suffixes: Sequence[str]) -> str:
     name = _name(filepath, suffixes)
     if "@" in name:
         raise ValueError(f"{filepath}: save to a model name; versions are numbered by the repository")
+    if len(name.encode()) > 200:   # the repository's bound: said here, before a temp file named after it
+        raise ValueError(f"{filepath}: a model name is at most 200 bytes")   # fails with "File name too long"
     return name
 
 
