@@ -322,6 +322,8 @@ def test_job_strings_with_a_nul_are_refused(client):
     try:
         with pytest.raises(ValueError, match="embedded null byte in a metric name"):
             job.report_metrics({"a\0b": 1.0}, step=1)
+        with pytest.raises(ValueError, match="does not fit in 64 bits"):
+            job.report_metrics({"a": 1.0}, step=2 ** 63)
         assert job.metrics() == []
     finally:
         job.cancel()

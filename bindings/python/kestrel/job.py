@@ -257,7 +257,10 @@ class Job:
         for item in items:
             name, st, value = item[0], item[1], item[2]
             wall = item[3] if len(item) > 3 else 0
-            check(C.kestrel_metric_list_add(ml, cstr(name, "a metric name"), int(st), float(value), int(wall)))
+            try:
+                check(C.kestrel_metric_list_add(ml, cstr(name, "a metric name"), int(st), float(value), int(wall)))
+            except OverflowError:   # cffi's own words ("int too big to convert") name neither
+                raise ValueError(f"metric {name!r}: step {st} or wall time {wall} does not fit in 64 bits") from None
         with self._client._lock:
             check(C.kestrel_job_report_metrics(self._client._p(), self.id, ml))
 
