@@ -58,7 +58,8 @@ static void pivot_family(const kestrel_metric_list *m, const char *family)
         steps[ns++] = p->step;
     }
     qsort(steps, ns, sizeof(*steps), cmp_i64);
-    printf("%s%s\n%-10s", family[0] ? family : "per epoch", family[0] ? " (per batch step)" : "", "STEP");
+    printf("%s%s\n%-10s", family[0] ? family : "per epoch", !strcmp(family, "batch") ? " (per batch step)" : "",
+           "STEP");   /* another family's steps are what its reporter made them */
     for (size_t k = 0; k < nn; k++)
         printf(" %14.14s", names[k] + (family[0] ? strlen(family) + 1 : 0));
     printf("\n");
