@@ -1,6 +1,6 @@
 /* server/exec_slurm.c - the Slurm executor: pools whose jobs a Slurm cluster places and preempts.
  * kestreld hands each queued job over (slurm_submit.c), then one follower thread reads Slurm's view
- * of all of them every poll (`scontrol show job -o`, `sacct` for jobs Slurm has forgotten), records
+ * of all of them every poll (`squeue --json`, `sacct` for jobs Slurm has forgotten), records
  * what changed in the catalog (RUNNING, PREEMPTED then QUEUED, the end with its exit code), and
  * copies the jobs' output files (on the shared data dir) into the catalog as they grow. */
 #include <errno.h>
@@ -527,25 +527,41 @@ static int from_sacct(const char *sid, kd_sview *v)
 /* One poll: Slurm's view of every submitted job, applied. Called with s->mu held. */
 static void poll_slurm(kd_slurm *s)
 {
-    char *argv[] = { "scontrol", "show", "job", "-o", NULL };
+    char *json[] = { "squeue", "--json", "--states=all", NULL }, *text[] = { "scontrol", "show", "job", "-o", NULL };
+    kd_exec_as whole = { .whole_up_to = 256u << 20 };   /* a document: read whole (1,000s of jobs: MiBs) */
     kestrel_buf out = KESTREL_BUF_INIT;
     kd_sview *v = NULL;
     size_t nv = 0;
-    int any = 0, rc;
+    int any = 0, rc, no_json;
     for (kd_sjob *j = s->jobs; j && !any; j = j->next)
         any = j->slurm_id[0] != '\0';
     if (!any)
         return;
+    no_json = s->no_json;
     pthread_mutex_unlock(&s->mu);
-    rc = kd_exec_run(argv, NULL, &out, NULL);
-    if (rc == 0 && out.ptr)
-        kd_slurm_parse_scontrol(out.ptr, &v, &nv);
-    else if (rc == 0)
-        rc = 0;   /* no jobs at all */
+    if (!no_json) {
+        rc = kd_exec_run(json, NULL, &out, &whole);
+        if ((rc == 0 && kd_slurm_parse_squeue_json(out.ptr ? out.ptr : "", &v, &nv) < 0) ||
+            (rc != 0 && out.ptr && strstr(out.ptr, "json"))) {   /* "unrecognized option '--json'" */
+            /* a Slurm without JSON (its serializer plugin): scontrol's words from now on, said once */
+            fprintf(stderr, "kestreld: slurm: squeue --json gave no jobs list (%.200s): reading `scontrol show job -o` "
+                    "instead, where a job's name can forge another job's state: install Slurm's JSON serializer\n",
+                    out.ptr ? out.ptr : "no output");
+            no_json = 1;
+        }
+    }
+    if (no_json) {
+        kestrel_buf_dispose(&out);
+        rc = kd_exec_run(text, NULL, &out, &whole);
+        if (rc == 0 && out.ptr)
+            kd_slurm_parse_scontrol(out.ptr, &v, &nv);
+    }
     pthread_mutex_lock(&s->mu);
+    s->no_json = no_json;
     if (rc != 0) {
         if (!s->ctl_down)
-            fprintf(stderr, "kestreld: slurm: scontrol failed (%s); retrying\n", out.ptr ? out.ptr : "no output");
+            fprintf(stderr, "kestreld: slurm: %s failed (%s); retrying\n", no_json ? "scontrol" : "squeue",
+                    out.ptr ? out.ptr : "no output");
         s->ctl_down = 1;
         kestrel_buf_dispose(&out);
         return;

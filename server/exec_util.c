@@ -304,13 +304,14 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
     while (as && as->env && as->env[more] && more < 16)
         more++;
     for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra) - more - 2; v++)
-        if (!(as && !strncmp(*v, "HOME=", 5)) && !overridden(*v, extra) && !(as && as->env && overridden(*v, as->env)))
+        if (!(as && as->home && !strncmp(*v, "HOME=", 5)) && !overridden(*v, extra) &&
+            !(as && as->env && overridden(*v, as->env)))
             env[k++] = *v;
     for (size_t i = 0; extra[i]; i++)
         env[k++] = extra[i];
     for (size_t i = 0; i < more; i++)
         env[k++] = as->env[i];
-    if (as) {
+    if (as && as->home) {
         snprintf(home, sizeof(home), "HOME=%s", as->home);
         env[k++] = home;
     }
@@ -344,14 +345,21 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
             continue;
         if ((r = read(p[0], chunk, sizeof(chunk))) > 0) {
             kestrel__buf_put(out, chunk, (size_t)r);
-            keep_ends(out, &dropped);
+            if (!as || !as->whole_up_to)
+                keep_ends(out, &dropped);
+            else if (out->size > as->whole_up_to && !stopped) {
+                killpg(pid, SIGKILL);
+                stopped = 3;
+                ended = kestrel__now_ms();
+            }
         } else if (r == 0 || errno != EINTR) {
             break;
         }
     }
     close(p[0]);
     if (stopped)
-        kestrel__buf_printf(out, "\n%s\n", stopped == 2 ? "stopped: it ran past its time limit" : "stopped: the job was stopped");
+        kestrel__buf_printf(out, "\n%s\n", stopped == 3 ? "stopped: its output ran past what is read"
+                                           : stopped == 2 ? "stopped: it ran past its time limit" : "stopped: the job was stopped");
     if (!reaped && waitpid(pid, &status, 0) < 0)
         return -1;
     return WIFEXITED(status) && !stopped ? WEXITSTATUS(status) : -1;

@@ -12,11 +12,13 @@
  * stop polled while it runs (a job's cancel): past either, its process group is killed. */
 typedef struct {
     const kd_ident *id;
-    const char *home;
+    const char *home;           /* NULL: kestreld's own HOME */
     char *const *env;           /* "K=V" entries added (NULL-terminated; NULL: none) */
     int timeout_s;              /* 0: none */
     int (*stop)(void *ctx);     /* nonzero: stop now (polled about every 0.2 s) */
     void *stop_ctx;
+    size_t whole_up_to;         /* > 0: out kept whole, and the helper stopped (-1) past this many bytes
+                                 * (a document to parse); 0: its ends past 256 KiB */
 } kd_exec_as;
 
 /* A job with an environment (ready: the scheduler started it): record it and its packages on the job,

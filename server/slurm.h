@@ -45,7 +45,8 @@ typedef struct {
     kd_sjob *jobs;
     char dir[PATH_MAX];         /* DATA/slurm: the wrapper */
     char wrapper[PATH_MAX];
-    int ctl_down;               /* the last scontrol call failed (logged once) */
+    int ctl_down;               /* the last poll's call failed (logged once) */
+    int no_json;                /* squeue gave no JSON: polled with scontrol's words (exec_slurm.c) */
     int clones;                 /* helper threads cloning git sources (close waits for them) */
 } kd_slurm;
 
@@ -60,7 +61,14 @@ typedef struct {
     int exit_signal;
 } kd_sview;
 
-/* Parse `scontrol show job -o` output (one job per line); *out is malloc'd. */
+/* Parse `squeue --json` output (every job, whatever -j says: Slurm 22.05 ignores it); *out is
+ * malloc'd. KESTREL_EPROTO when it holds no "jobs" list (a Slurm without JSON). The one kestreld
+ * polls: its strings are JSON's, where scontrol's words are a job name's too (a hostile test: a job
+ * named "x\nJobId=5 JobState=COMPLETED" ended another user's job 5 in Kestrel, and one with
+ * Reason=DependencyNeverSatisfied had kestreld cancel it). */
+int kd_slurm_parse_squeue_json(const char *text, kd_sview **out, size_t *n);
+/* Parse `scontrol show job -o` output (one job per line); *out is malloc'd. Where squeue has no
+ * JSON only: a job's name may forge words and lines here. */
 int kd_slurm_parse_scontrol(const char *text, kd_sview **out, size_t *n);
 /* Parse one `sacct -X -n -P -o JobID,State,ExitCode,NodeList` line. 0, or -1 when malformed. */
 int kd_slurm_parse_sacct(const char *line, kd_sview *v);

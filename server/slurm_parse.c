@@ -1,5 +1,7 @@
-/* server/slurm_parse.c - reads Slurm's command output: `scontrol show job -o` (Key=Value words,
- * one job per line) and `sacct -P` (|-separated). Pure functions, unit-tested. */
+/* server/slurm_parse.c - reads Slurm's command output: `squeue --json` (every job Slurm holds, as
+ * JSON), `scontrol show job -o` (Key=Value words, one job per line: where Slurm has no JSON) and
+ * `sacct -P` (|-separated). Pure functions, unit-tested. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +70,84 @@ int kd_slurm_parse_scontrol(const char *text, kd_sview **out, size_t *n)
         if (field(copy, "ExitCode", tmp, sizeof(tmp)))
             exit_pair(tmp, &x->exit_code, &x->exit_signal);
         free(copy);
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+/* A number of squeue's JSON: a number, or (later Slurm) {"set": true, "number": N}; def without one. */
+static double jnum(const cJSON *j, double def)
+{
+    const cJSON *n = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "number") : j;
+    const cJSON *set = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "set") : NULL;
+    return cJSON_IsNumber(n) && !cJSON_IsFalse(set) ? n->valuedouble : def;
+}
+
+/* A string of it, or the first of an array of them (later Slurm's job_state: ["RUNNING", flags]). */
+static const char *jstr(const cJSON *j)
+{
+    if (cJSON_IsArray(j))
+        j = cJSON_GetArrayItem(j, 0);
+    return cJSON_IsString(j) ? j->valuestring : "";
+}
+
+/* One job of squeue --json into x: 0, or -1 without a job id. */
+static int json_job(const cJSON *job, kd_sview *x)
+{
+    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(job, "exit_code");
+    double id = jnum(cJSON_GetObjectItemCaseSensitive(job, "job_id"), -1);
+    memset(x, 0, sizeof(*x));
+    if (id < 1)
+        return -1;
+    snprintf(x->id, sizeof(x->id), "%.0f", id);
+    snprintf(x->state, sizeof(x->state), "%s", jstr(cJSON_GetObjectItemCaseSensitive(job, "job_state")));
+    snprintf(x->reason, sizeof(x->reason), "%s", jstr(cJSON_GetObjectItemCaseSensitive(job, "state_reason")));
+    snprintf(x->node, sizeof(x->node), "%s", jstr(cJSON_GetObjectItemCaseSensitive(job, "batch_host")));
+    if (!x->node[0])
+        snprintf(x->node, sizeof(x->node), "%s", jstr(cJSON_GetObjectItemCaseSensitive(job, "nodes")));
+    x->restarts = (int)jnum(cJSON_GetObjectItemCaseSensitive(job, "restart_cnt"), 0);
+    if (cJSON_IsObject(ec)) {   /* later Slurm: {"return_code": N, "signal": {"id": N}} */
+        const cJSON *sig = cJSON_GetObjectItemCaseSensitive(ec, "signal");
+        x->exit_code = (int)jnum(cJSON_GetObjectItemCaseSensitive(ec, "return_code"), 0);
+        x->exit_signal = (int)jnum(cJSON_IsObject(sig) ? cJSON_GetObjectItemCaseSensitive(sig, "id") : NULL, 0);
+    } else {   /* 22.05: the wait status */
+        int st = (int)jnum(ec, 0);
+        x->exit_code = (st >> 8) & 0xff;
+        x->exit_signal = st & 0x7f;
+    }
+    return 0;
+}
+
+int kd_slurm_parse_squeue_json(const char *text, kd_sview **out, size_t *n)
+{
+    cJSON *doc = cJSON_Parse(text), *jobs = cJSON_GetObjectItemCaseSensitive(doc, "jobs"), *job;
+    size_t cap = 0, k = 0;
+    kd_sview *v = NULL;
+    *out = NULL;
+    *n = 0;
+    if (!cJSON_IsArray(jobs)) {
+        cJSON_Delete(doc);
+        return kestrel__error_set(KESTREL_EPROTO, "squeue --json: no \"jobs\" list");
+    }
+    cJSON_ArrayForEach(job, jobs) {
+        if (kestrel__array_grow(&v, &cap, k + 1, sizeof(*v)) < 0) {
+            free(v);
+            cJSON_Delete(doc);
+            return kestrel__error_oom();
+        }
+        if (json_job(job, &v[k]) == 0)
+            k++;
+    }
+    cJSON_Delete(doc);
+    for (size_t i = 0; i < k; i++) {   /* as scontrol's words are read */
+        if (!strcmp(v[i].node, "(null)"))
+            v[i].node[0] = '\0';
+        if (!strcmp(v[i].reason, "None"))
+            v[i].reason[0] = '\0';
+        for (char *c = v[i].reason; *c; c++)
+            if (*c == '_')
+                *c = ' ';
     }
     *out = v;
     *n = k;

@@ -338,3 +338,17 @@ def test_a_preempted_gang_is_requeued_whole_through_slurm(d):
     assert "[rank 0] up 0 run 1" in logs and "[rank 1] up 1 run 1" in logs   # and every rank ran again
     reasons = [e["reason"] for e in job["events"]]
     assert any(r.startswith(f"preempted by job {urgent} through Slurm") for r in reasons), reasons
+
+
+def test_a_job_name_forges_no_state(d):
+    """kestreld reads Slurm's view as JSON: in scontrol's words a job's name could say its own state,
+    or (with a newline) another job's, which a hostile test used to end another user's running job in
+    Kestrel and to have kestreld cancel one. Here the job names itself finished and successful, then
+    runs on and fails: Kestrel records what the job did."""
+    jid = d.submit("--pool", "poola", "--", "sh", "-c",
+                   'scontrol update JobId=$SLURM_JOB_ID JobName="x JobState=COMPLETED ExitCode=0:0 '
+                   'Reason=DependencyNeverSatisfied" && echo renamed; sleep 3; echo still-here; exit 7')
+    job = d.wait(jid, timeout=90)
+    logs = d.cli("logs", str(jid)).stdout
+    assert "renamed" in logs and "still-here" in logs, logs
+    assert job["state"] == "FAILED" and "exit code 7" in job["reason"], job

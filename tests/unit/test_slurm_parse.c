@@ -1,5 +1,5 @@
-/* Reading Slurm's command output (server/slurm_parse.c): scontrol's Key=Value lines and sacct's
- * |-separated fields, as Slurm 22.05 prints them. */
+/* Reading Slurm's command output (server/slurm_parse.c): squeue's JSON, scontrol's Key=Value lines
+ * and sacct's |-separated fields, as Slurm 22.05 prints them (and later Slurm's JSON shapes). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +43,59 @@ static void scontrol_lines(void **st)
     assert_int_equal(kd_slurm_parse_scontrol("No jobs in the system\n", &v, &n), 0);
     assert_int_equal(n, 0);
     free(v);
+}
+
+/* squeue --json as Slurm 22.05 prints it (fields cut to those read; exit_code the wait status), a job
+ * named to forge another's state in scontrol's words (it forges nothing here), and later Slurm's
+ * shapes (job_state a list, numbers as {"set", "number"}, exit_code an object). */
+static const char squeue_json[] =
+    "{\"meta\": {}, \"errors\": [], \"jobs\": ["
+    "{\"job_id\": 5, \"name\": \"x\\nJobId=6 JobState=COMPLETED ExitCode=0:0 BatchHost=node9\","
+    " \"job_state\": \"PENDING\", \"state_reason\": \"Nodes_required_for_job_are_DOWN,_DRAINED\","
+    " \"batch_host\": \"\", \"nodes\": \"\", \"restart_cnt\": 1, \"exit_code\": 0},"
+    "{\"job_id\": 6, \"name\": \"x JobState=COMPLETED Reason=DependencyNeverSatisfied\","
+    " \"job_state\": \"RUNNING\", \"state_reason\": \"None\", \"batch_host\": \"node1\", \"nodes\": \"node1\","
+    " \"restart_cnt\": 0, \"exit_code\": 0},"
+    "{\"job_id\": 7, \"job_state\": \"FAILED\", \"state_reason\": \"NonZeroExitCode\", \"batch_host\": \"node3\","
+    " \"restart_cnt\": 0, \"exit_code\": 768},"
+    "{\"job_id\": 8, \"job_state\": \"CANCELLED\", \"state_reason\": \"None\", \"batch_host\": \"\","
+    " \"nodes\": \"node4\", \"restart_cnt\": 0, \"exit_code\": 15},"
+    "{\"job_id\": {\"set\": true, \"number\": 9}, \"job_state\": [\"COMPLETED\"], \"batch_host\": \"node2\","
+    " \"restart_cnt\": {\"set\": true, \"number\": 2},"
+    " \"exit_code\": {\"status\": [\"EXITED\"], \"return_code\": {\"set\": true, \"number\": 4},"
+    " \"signal\": {\"id\": {\"set\": false, \"number\": 0}}}},"
+    "{\"name\": \"no id\"}]}";
+
+static void squeue_json_jobs(void **st)
+{
+    kd_sview *v = NULL;
+    size_t n = 0;
+    (void)st;
+    assert_int_equal(kd_slurm_parse_squeue_json(squeue_json, &v, &n), 0);
+    assert_int_equal(n, 5);
+    assert_string_equal(v[0].id, "5");
+    assert_string_equal(v[0].state, "PENDING");
+    assert_string_equal(v[0].reason, "Nodes required for job are DOWN, DRAINED");
+    assert_int_equal(v[0].restarts, 1);
+    assert_string_equal(v[1].id, "6");   /* what job 5's name says of it does not count */
+    assert_string_equal(v[1].state, "RUNNING");
+    assert_string_equal(v[1].reason, "");   /* nor its own name's words */
+    assert_string_equal(v[1].node, "node1");
+    assert_int_equal(v[2].exit_code, 3);
+    assert_int_equal(v[2].exit_signal, 0);
+    assert_int_equal(v[3].exit_code, 0);
+    assert_int_equal(v[3].exit_signal, 15);
+    assert_string_equal(v[3].node, "node4");   /* no batch host: the nodes */
+    assert_string_equal(v[4].id, "9");
+    assert_string_equal(v[4].state, "COMPLETED");
+    assert_int_equal(v[4].restarts, 2);
+    assert_int_equal(v[4].exit_code, 4);
+    free(v);
+    assert_int_equal(kd_slurm_parse_squeue_json("{\"meta\": {}, \"errors\": [], \"jobs\": []}", &v, &n), 0);
+    assert_int_equal(n, 0);
+    free(v);
+    assert_int_equal(kd_slurm_parse_squeue_json("squeue: unrecognized option '--json'", &v, &n), KESTREL_EPROTO);
+    assert_int_equal(kd_slurm_parse_squeue_json("{\"errors\": []}", &v, &n), KESTREL_EPROTO);
 }
 
 static void sacct_lines(void **st)
@@ -139,6 +192,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(scontrol_lines),
+        cmocka_unit_test(squeue_json_jobs),
         cmocka_unit_test(sacct_lines),
         cmocka_unit_test(state_classes),
         cmocka_unit_test(follower_steps),
