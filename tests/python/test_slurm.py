@@ -352,3 +352,17 @@ def test_a_job_name_forges_no_state(d):
     logs = d.cli("logs", str(jid)).stdout
     assert "renamed" in logs and "still-here" in logs, logs
     assert job["state"] == "FAILED" and "exit code 7" in job["reason"], job
+
+
+def test_a_sparse_output_file_holds_up_no_other_job(d):
+    """A job owns its output file: made an 8 GiB hole, it was read as zeros for minutes on the one
+    follower thread, and no other job was submitted or followed meanwhile (a hostile test). Holes are
+    skipped, and a poll reads a bounded part of any file."""
+    big = d.submit("--pool", "poolb", "--", "sh", "-c",
+                   'truncate -s 8G "$KESTREL_CHECKPOINT_DIR/../slurm.out"; sleep 8')
+    d.wait_state(big, "RUNNING", timeout=60)
+    time.sleep(1)
+    quick = d.submit("--pool", "poola", "--", "sh", "-c", "echo quick")
+    assert d.wait(quick, timeout=60)["state"] == "SUCCEEDED"
+    assert d.wait(big, timeout=60)["state"] == "SUCCEEDED"
+    assert (d.data / "catalog.db").stat().st_size < 64 << 20
