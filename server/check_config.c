@@ -5,11 +5,21 @@
 #include "check_config.h"
 #include "identity.h"
 
+int kd_check_slurm_data_dir(const kd_config *cfg)
+{
+    if (!cfg->nslurm_pools || !strpbrk(cfg->data_dir, "%\\"))
+        return 0;
+    fprintf(stderr, "kestreld: --data-dir %s holds '%%' or '\\', which sbatch reads in a job's output path as a "
+            "pattern (%%u: the user's name): its jobs' output would go elsewhere and be lost; give a data dir "
+            "without them to use Slurm pools\n", cfg->data_dir);
+    return -1;
+}
+
 /* --check-config: what kestreld would run with, after every check that needs no start. */
 int kd_check_config(const kd_config *cfg)
 {
     const char *pem[2] = { cfg->tls_cert, cfg->tls_key };
-    int bad = 0;
+    int bad = kd_check_slurm_data_dir(cfg) < 0;
     for (int i = 0; i < 2; i++) {
         char head[64] = "";
         FILE *f = pem[i] ? fopen(pem[i], "r") : NULL;

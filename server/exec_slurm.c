@@ -77,22 +77,31 @@ static int slurm_cancel(kd_engine *e, int64_t id, const char *by)
 {
     kd_slurm *s = state(e);
     char sid[32] = "", reason[200];
-    int kstate = 0;
+    int kstate = 0, was;
     kd_sjob *j;
     pthread_mutex_lock(&s->mu);
     if ((j = find(s, id)) == NULL) {
         pthread_mutex_unlock(&s->mu);
         return 1;
     }
+    was = j->cancelled;
     j->cancelled = 1;
-    snprintf(j->cancelled_by, sizeof(j->cancelled_by), "%s", by);
+    if (!was)
+        snprintf(j->cancelled_by, sizeof(j->cancelled_by), "%s", by);
     snprintf(sid, sizeof(sid), "%s", j->slurm_id);
     kstate = j->kstate;
     pthread_mutex_unlock(&s->mu);
     if (sid[0]) {
         int rc = scancel(sid);
-        if (rc < 0)
+        if (rc < 0) {   /* not cancelled: an end Slurm records later is not this user's cancel (a hostile test) */
+            pthread_mutex_lock(&s->mu);
+            if (!was && (j = find(s, id)) != NULL) {
+                j->cancelled = 0;
+                j->cancelled_by[0] = '\0';
+            }
+            pthread_mutex_unlock(&s->mu);
             return rc;
+        }
     }
     if (kstate == KESTREL_JOB_STATE_QUEUED) {
         /* nothing runs: the job ends now (a running one ends when Slurm has stopped it) */

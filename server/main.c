@@ -662,6 +662,10 @@ int main(int argc, char **argv)
         }
     }
     kd_exec_set_max_procs(cfg.max_job_procs);
+    if (!check_only && kd_check_slurm_data_dir(&cfg) < 0) {
+        free_config(&cfg);
+        return 2;
+    }
     if (check_only) {
         int rc = kd_check_config(&cfg);
         free_config(&cfg);

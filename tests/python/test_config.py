@@ -85,3 +85,15 @@ def test_the_systemd_unit_verifies(tmp_path):
     (tmp_path / "k.conf").write_text(conf.replace("/var/lib/kestrel", str(tmp_path / "d")))
     r = run("--config", str(tmp_path / "k.conf"), "--check-config")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_data_dir_sbatch_would_read_as_a_pattern_is_refused_with_slurm_pools(tmp_path):
+    """sbatch reads '%' and '\\' in --output as patterns: with a data dir "d%u" a Slurm job's output went
+    to another path and was lost (a hostile test). Refused by --check-config and at start; without
+    Slurm pools such a path is fine."""
+    odd = tmp_path / "d%u"
+    r = run("--slurm-pool", "poola", "--check-config", "-d", str(odd))
+    assert r.returncode == 2 and "reads in a job's output path as a pattern" in r.stderr, r.stderr
+    r = run("--slurm-pool", "poola", "--port", "0", "-d", str(odd))
+    assert r.returncode == 2 and "pattern" in r.stderr and not odd.exists(), r.stderr
+    assert run("--check-config", "-d", str(odd)).returncode == 0
