@@ -69,8 +69,17 @@ static int short_name_ok(const char *s)
     return !s[0] || (kestrel__text_is_clean(s, 64) && !strchr(s, ' '));
 }
 
+/* A GPU type: letters, digits, '_', '.', '-'. On a Slurm pool it becomes --gres=gpu:TYPE:N, where a ':'
+ * or ',' in it asked for other GRES (a hostile test: "a100:2,gpu:a100" left the job pending for good). */
+static int gpu_type_ok(const char *s)
+{
+    return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == strlen(s);
+}
+
 static int validate_placement(const Kestrel__V1__JobSpec *s)
 {
+    if (!gpu_type_ok(s->gpu_type))
+        return kestrel__error_set(KESTREL_EINVALID, "field 'gpu_type': letters, digits, '_', '.' and '-' only");
     if (!short_name_ok(s->gpu_type) || !short_name_ok(s->pool) || !short_name_ok(s->group) ||
         !short_name_ok(s->affinity_group))
         return kestrel__error_set(KESTREL_EINVALID,

@@ -186,6 +186,12 @@ def test_explain_for_constraints_that_no_node_meets(daemon):
     assert d.wait(ok)["state"] == "SUCCEEDED"
     d.cli("cancel", j)
     d.cli("cancel", k)
+    # a type is a name: on a Slurm pool it goes into --gres, where ':' and ',' would ask for more
+    for odd in ("a100:2,gpu:a100", "a100%x"):
+        r = d.cli("submit", "--gpus", "1", "--gpu-type", odd, "--", "true", check=False)
+        assert r.returncode != 0 and "'gpu_type'" in r.stderr, r.stderr
+        status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "gpus": 1, "gpu_type": odd})
+        assert status == 400 and "gpu_type" in body["message"], body
 
 
 def test_max_priority_bounds_the_class_each_user_may_give(daemon):
