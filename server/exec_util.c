@@ -378,7 +378,10 @@ static int env_overridden(const char *entry, const Kestrel__V1__JobSpec *spec, i
     size_t klen = strcspn(entry, "=");
     if (own_user && (!strncmp(entry, "HOME=", 5) || !strncmp(entry, "USER=", 5) || !strncmp(entry, "LOGNAME=", 8)))
         return 1;
-    if (!strncmp(entry, "KESTREL_", 8) || (klen == 20 && !strncmp(entry, "CUDA_VISIBLE_DEVICES", 20)) ||
+    /* PIP_*: the environment builds' (README: a team index or proxy, often with its credentials),
+     * not every job's (a hostile test read kestreld's environment from a job) */
+    if (!strncmp(entry, "KESTREL_", 8) || !strncmp(entry, "PIP_", 4) ||
+        (klen == 20 && !strncmp(entry, "CUDA_VISIBLE_DEVICES", 20)) ||
         (klen == 17 && !strncmp(entry, "CUDA_DEVICE_ORDER", 17)))
         return 1;
     for (size_t i = 0; i < spec->n_secret_env; i++)

@@ -91,6 +91,17 @@ def test_a_job_cannot_read_the_server_or_another_users_job(daemon):
     d.cli("cancel", str(ja))
 
 
+def test_kestrelds_pip_settings_stay_the_builds(daemon):
+    """PIP_* in kestreld's environment configure the environment builds (a team index, often with its
+    credentials): a job does not inherit them (a hostile test read kestreld's environment from a job).
+    What else kestreld has, a job still gets."""
+    env = dict(os.environ, PIP_INDEX_URL="https://team:S3CRET@pypi.example/simple", KX_PLAIN="kept")
+    d = daemon("--gpus", "0", env=env)
+    j = d.wait(d.submit("--", "sh", "-c", "echo index=[$PIP_INDEX_URL] plain=[$KX_PLAIN]"))
+    logs = d.cli("logs", str(j["id"])).stdout
+    assert "index=[]" in logs and "plain=[kept]" in logs and "S3CRET" not in logs, logs
+
+
 def test_secret_env_is_never_shown(daemon, tmp_path):
     d = daemon("--gpus", "0")
     secret = "sk-live-0123456789abcdef"
