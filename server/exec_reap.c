@@ -97,8 +97,8 @@ int kd_proc_uid_alive(uid_t uid)
     return alive;
 }
 
-/* The value of the first entry name (with its '=') of process pid's environment, as at its exec,
- * into out: read as it streams, however long (no job pushes its marker out of reach). 0, or -1 when
+/* The value of the first entry name (with its '=') of process pid's environment (as the kernel shows
+ * it: the process may have rewritten it in place), into out: read as it streams, however long. 0, or -1 when
  * it has none (or a longer one than out holds, or cannot be read). */
 static int proc_env_get(pid_t pid, const char *name, char *out, size_t n)
 {
@@ -143,14 +143,34 @@ static int64_t proc_marker(pid_t pid, const char *prefix)
     return end > v + plen && id > 0 && !strcmp(end, "/checkpoint") ? id : -1;
 }
 
-/* 1 when process pid is a job of another data dir's kestreld: its KESTREL_CHECKPOINT_DIR is not
- * under prefix ("DATA/jobs/"). A copy of this data dir (a backup started on the same host) holds
- * the live daemon's pids and their start times in its catalog: without this, it stopped the live
- * daemon's jobs (a hostile test). */
-static int proc_foreign(pid_t pid, const char *prefix)
+/* 1 when process pid is a child of another live kestreld (a copy of this data dir started on the same
+ * host holds the live daemon's pids and start times in its catalog: without this, it stopped the live
+ * daemon's jobs, a hostile test). The parent is what the job cannot choose: after its daemon's crash
+ * a leader is an orphan (its parent init or a subreaper), and is reaped as before; its environment
+ * the job could rewrite (a review: a job that named another data dir in it would have lived on). */
+static int proc_foreign(pid_t pid)
 {
-    char v[PATH_MAX + 96];
-    return proc_env_get(pid, "KESTREL_CHECKPOINT_DIR=", v, sizeof(v)) == 0 && strncmp(v, prefix, strlen(prefix));
+    char path[64], buf[1024], exe[PATH_MAX], mine[PATH_MAX], *p;
+    long long ppid = 0;
+    ssize_t n;
+    FILE *f;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((f = fopen(path, "re")) == NULL)
+        return 0;
+    n = (ssize_t)fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n > 0 ? n : 0] = '\0';
+    if ((p = strrchr(buf, ')')) == NULL || sscanf(p + 1, " %*c %lld", &ppid) != 1 || ppid <= 1 || ppid == getpid())
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%lld/exe", ppid);
+    if ((n = readlink(path, exe, sizeof(exe) - 1)) < 0)
+        return 0;
+    exe[n] = '\0';
+    if ((n = readlink("/proc/self/exe", mine, sizeof(mine) - 1)) < 0)
+        return 0;
+    mine[n] = '\0';
+    p = strrchr(exe, '/');
+    return !strcmp(exe, mine) || !strncmp(p ? p + 1 : exe, "kestreld", 8);
 }
 
 static size_t find_job(const kd_job_row *rows, size_t n, int64_t id)
@@ -214,7 +234,7 @@ size_t kd_exec_reap_left(const char *data_dir, int64_t id)
 
 /* Step 2 for one recorded group: its leader pid, started at start (0: not known, or not this boot),
  * against the processes that live (all[0, nall)). */
-static void reap_group(int64_t id, pid_t pid, int64_t start, const proc_info *all, size_t nall, const char *prefix)
+static void reap_group(int64_t id, pid_t pid, int64_t start, const proc_info *all, size_t nall)
 {
     size_t k = 0;
     int64_t now;
@@ -223,8 +243,8 @@ static void reap_group(int64_t id, pid_t pid, int64_t start, const proc_info *al
     if (pid <= 1 || k == nall)   /* nothing of it runs (its leader may wait as a zombie) */
         return;
     now = kd_proc_start_time(pid);
-    if (proc_foreign(pid, prefix)) {
-        fprintf(stderr, "kestreld: job %lld: process group %d is a job of another data dir (a copy of this one "
+    if (proc_foreign(pid)) {
+        fprintf(stderr, "kestreld: job %lld: process group %d is a job of another kestreld (a copy of this data dir "
                 "started on the same host?): left running\n", (long long)id, (int)pid);
     } else if (now >= 0 && start > 0 && now == start) {   /* the very leader, running or a zombie holding the group */
         if (killpg(pid, SIGKILL) == 0)
@@ -243,11 +263,9 @@ void kd_exec_reap(const char *data_dir, const kd_job_row *rows, size_t n)
     int64_t boot_ms;
     size_t nall;
     proc_info *all;
-    char prefix[PATH_MAX + 16];
     if (n == 0)   /* (no run to look for: no process's environment is read) */
         return;
     reap_marked(data_dir, rows, n);
-    snprintf(prefix, sizeof(prefix), "%s/jobs/", data_dir);
     /* a start time counts only in the boot it was read in (a second's slack for the two clocks) */
     boot_ms = clock_gettime(CLOCK_BOOTTIME, &up) == 0
                   ? kestrel__now_ms() - ((int64_t)up.tv_sec * 1000 + up.tv_nsec / 1000000) : 0;
@@ -259,13 +277,13 @@ void kd_exec_reap(const char *data_dir, const kd_job_row *rows, size_t n)
         FILE *f;
         int pid;
         long long start;
-        reap_group(r->id, (pid_t)r->pid, this_boot ? r->pid_start : 0, all, nall, prefix);
+        reap_group(r->id, (pid_t)r->pid, this_boot ? r->pid_start : 0, all, nall);
         snprintf(path, sizeof(path), "%s/gangs/%lld", data_dir, (long long)r->id);
         if ((f = fopen(path, "re")) == NULL)   /* (a line for each rank that had started) */
             continue;
         while (fscanf(f, "%d %lld", &pid, &start) == 2)
             if (pid != r->pid)   /* rank 0's is the job's own, seen above */
-                reap_group(r->id, (pid_t)pid, this_boot ? start : 0, all, nall, prefix);
+                reap_group(r->id, (pid_t)pid, this_boot ? start : 0, all, nall);
         fclose(f);
         unlink(path);
     }

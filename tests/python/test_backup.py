@@ -85,7 +85,7 @@ def test_a_copy_started_on_the_same_host_leaves_the_live_jobs_alone(daemon, tmp_
     copy = Daemon(tmp_path / "c", "--gpus", "0")
     try:
         deadline = time.time() + 5
-        while "left running" not in (tmp_path / "c" / "kestreld.log").read_text():
+        while "job of another kestreld" not in (tmp_path / "c" / "kestreld.log").read_text():
             assert time.time() < deadline, (tmp_path / "c" / "kestreld.log").read_text()
             time.sleep(0.05)
         time.sleep(1)   # a run killed would be FAILED by now ("killed by signal 9")
