@@ -572,12 +572,15 @@ static void poll_slurm(kd_slurm *s)
     pthread_mutex_unlock(&s->mu);
     if (!no_json) {
         rc = kd_exec_run(json, NULL, &out, &whole);
-        if ((rc == 0 && kd_slurm_parse_squeue_json(out.ptr ? out.ptr : "", &v, &nv) < 0) ||
-            (rc != 0 && out.ptr && strstr(out.ptr, "json"))) {   /* "unrecognized option '--json'" */
-            /* a Slurm without JSON (its serializer plugin): scontrol's words from now on, said once */
-            fprintf(stderr, "kestreld: slurm: squeue --json gave no jobs list (%.200s): reading `scontrol show job -o` "
-                    "instead, where a job's name can forge another job's state: install Slurm's JSON serializer\n",
-                    out.ptr ? out.ptr : "no output");
+        if (rc == 0 && kd_slurm_parse_squeue_json(out.ptr ? out.ptr : "", &v, &nv) < 0)
+            rc = -1;   /* a poll that failed, not a Slurm without JSON: tried again */
+        else if (rc != 0 && out.ptr && !strchr(out.ptr, '{') &&
+                 (strstr(out.ptr, "unrecognized option") || strstr(out.ptr, "serializer"))) {
+            /* a Slurm without JSON (too old, or its serializer plugin missing): what squeue says of its
+             * own options, never a job's words (a review: any "json" in the output switched), and
+             * scontrol's words from then on, said once */
+            fprintf(stderr, "kestreld: slurm: squeue --json: %.200s: reading `scontrol show job -o` instead, where "
+                    "a job's name can forge another job's state: install Slurm's JSON serializer\n", out.ptr);
             no_json = 1;
         }
     }
@@ -591,7 +594,7 @@ static void poll_slurm(kd_slurm *s)
     s->no_json = no_json;
     if (rc != 0) {
         if (!s->ctl_down)
-            fprintf(stderr, "kestreld: slurm: %s failed (%s); retrying\n", no_json ? "scontrol" : "squeue",
+            fprintf(stderr, "kestreld: slurm: %s failed (%.200s); retrying\n", no_json ? "scontrol" : "squeue",
                     out.ptr ? out.ptr : "no output");
         s->ctl_down = 1;
         kestrel_buf_dispose(&out);
@@ -627,7 +630,7 @@ static void poll_slurm(kd_slurm *s)
                 pthread_mutex_lock(&s->mu);
                 if (rc < 0 || !kd_slurm_state_final(todo[k].v.state)) {
                     if (j->missing == 3)
-                        fprintf(stderr, "kestreld: slurm: job %s is not listed by scontrol nor ended in sacct\n", sid);
+                        fprintf(stderr, "kestreld: slurm: job %s is not listed by Slurm nor ended in sacct\n", sid);
                     continue;
                 }
             } else {

@@ -287,7 +287,8 @@ static int overridden(const char *entry, char *const *names)
 }
 
 /* Run a helper (git) to completion, collecting its output (stdout and stderr) into out (its ends,
- * past 256 KiB), with as's environment added, time limit and stop (exec_util.h). Returns the exit
+ * past 256 KiB; or whole up to as->whole_up_to, the helper stopped past it), with as's environment
+ * added, time limit and stop (exec_util.h). Returns the exit
  * status, or -1 when it could not run, died or was stopped. Its output is read until the helper has
  * ended and then 2 s more at most: a process it left (setsid) may hold the pipe for good. */
 int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_exec_as *as)
@@ -351,6 +352,7 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
                 killpg(pid, SIGKILL);
                 stopped = 3;
                 ended = kestrel__now_ms();
+                break;   /* nothing more of it is read */
             }
         } else if (r == 0 || errno != EINTR) {
             break;

@@ -76,12 +76,16 @@ int kd_slurm_parse_scontrol(const char *text, kd_sview **out, size_t *n)
     return 0;
 }
 
-/* A number of squeue's JSON: a number, or (later Slurm) {"set": true, "number": N}; def without one. */
+/* A number of squeue's JSON: a number, or (later Slurm) {"set": true, "number": N}; def without one,
+ * or past what an int holds (Slurm's NO_VAL and INFINITE are). */
 static double jnum(const cJSON *j, double def)
 {
     const cJSON *n = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "number") : j;
     const cJSON *set = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "set") : NULL;
-    return cJSON_IsNumber(n) && !cJSON_IsFalse(set) ? n->valuedouble : def;
+    return cJSON_IsNumber(n) && !cJSON_IsFalse(set) && n->valuedouble >= -2147483647.0 &&
+                   n->valuedouble <= 2147483647.0
+               ? n->valuedouble
+               : def;
 }
 
 /* A string of it, or the first of an array of them (later Slurm's job_state: ["RUNNING", flags]). */
@@ -108,9 +112,11 @@ static int json_job(const cJSON *job, kd_sview *x)
         snprintf(x->node, sizeof(x->node), "%s", jstr(cJSON_GetObjectItemCaseSensitive(job, "nodes")));
     x->restarts = (int)jnum(cJSON_GetObjectItemCaseSensitive(job, "restart_cnt"), 0);
     if (cJSON_IsObject(ec)) {   /* later Slurm: {"return_code": N, "signal": {"id": N}} */
-        const cJSON *sig = cJSON_GetObjectItemCaseSensitive(ec, "signal");
+        const cJSON *sig = cJSON_GetObjectItemCaseSensitive(ec, "signal"), *sid = NULL;
+        if (cJSON_IsObject(sig) && (sid = cJSON_GetObjectItemCaseSensitive(sig, "id")) == NULL)
+            sid = cJSON_GetObjectItemCaseSensitive(sig, "signal_id");   /* 23.02's name */
         x->exit_code = (int)jnum(cJSON_GetObjectItemCaseSensitive(ec, "return_code"), 0);
-        x->exit_signal = (int)jnum(cJSON_IsObject(sig) ? cJSON_GetObjectItemCaseSensitive(sig, "id") : NULL, 0);
+        x->exit_signal = (int)jnum(sid, 0);
     } else {   /* 22.05: the wait status */
         int st = (int)jnum(ec, 0);
         x->exit_code = (st >> 8) & 0xff;
@@ -121,14 +127,19 @@ static int json_job(const cJSON *job, kd_sview *x)
 
 int kd_slurm_parse_squeue_json(const char *text, kd_sview **out, size_t *n)
 {
-    cJSON *doc = cJSON_Parse(text), *jobs = cJSON_GetObjectItemCaseSensitive(doc, "jobs"), *job;
+    /* the document starts a line (a warning squeue writes on stderr, in the same pipe, may come
+     * before or after it: never inside it, a job's strings being JSON's own) */
+    const char *start = *text == '{' ? text : strstr(text, "\n{");
+    cJSON *doc = start ? cJSON_ParseWithOpts(start + (*start == '\n'), NULL, 0) : NULL;
+    cJSON *jobs = cJSON_GetObjectItemCaseSensitive(doc, "jobs"), *errs = cJSON_GetObjectItemCaseSensitive(doc, "errors");
+    cJSON *job;
     size_t cap = 0, k = 0;
     kd_sview *v = NULL;
     *out = NULL;
     *n = 0;
-    if (!cJSON_IsArray(jobs)) {
+    if (!cJSON_IsArray(jobs) || cJSON_GetArraySize(errs) > 0) {   /* Slurm's own errors: no view of it */
         cJSON_Delete(doc);
-        return kestrel__error_set(KESTREL_EPROTO, "squeue --json: no \"jobs\" list");
+        return kestrel__error_set(KESTREL_EPROTO, "squeue --json: %s", jobs ? "errors" : "no \"jobs\" list");
     }
     cJSON_ArrayForEach(job, jobs) {
         if (kestrel__array_grow(&v, &cap, k + 1, sizeof(*v)) < 0) {

@@ -352,6 +352,7 @@ def test_a_job_name_forges_no_state(d):
     logs = d.cli("logs", str(jid)).stdout
     assert "renamed" in logs and "still-here" in logs, logs
     assert job["state"] == "FAILED" and "exit code 7" in job["reason"], job
+    assert "instead, where a job's name can forge" not in (d.root / "kestreld.log").read_text()   # JSON read
 
 
 def test_a_sparse_output_file_holds_up_no_other_job(d):

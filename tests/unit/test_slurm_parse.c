@@ -45,9 +45,9 @@ static void scontrol_lines(void **st)
     free(v);
 }
 
-/* squeue --json as Slurm 22.05 prints it (fields cut to those read; exit_code the wait status), a job
- * named to forge another's state in scontrol's words (it forges nothing here), and later Slurm's
- * shapes (job_state a list, numbers as {"set", "number"}, exit_code an object). */
+/* squeue --json as Slurm 22.05 prints it (fields cut to those read; exit_code the wait status), with
+ * names that forge states in scontrol's words (the parser reads no name: the jobs' own fields stand),
+ * and later Slurm's shapes (job_state a list, numbers as {"set", "number"}, exit_code an object). */
 static const char squeue_json[] =
     "{\"meta\": {}, \"errors\": [], \"jobs\": ["
     "{\"job_id\": 5, \"name\": \"x\\nJobId=6 JobState=COMPLETED ExitCode=0:0 BatchHost=node9\","
@@ -96,6 +96,23 @@ static void squeue_json_jobs(void **st)
     free(v);
     assert_int_equal(kd_slurm_parse_squeue_json("squeue: unrecognized option '--json'", &v, &n), KESTREL_EPROTO);
     assert_int_equal(kd_slurm_parse_squeue_json("{\"errors\": []}", &v, &n), KESTREL_EPROTO);
+    /* Slurm's own errors: no view; a warning on stderr before or after the document: read */
+    assert_int_equal(kd_slurm_parse_squeue_json("{\"errors\": [{\"error\": \"x\"}], \"jobs\": []}", &v, &n),
+                     KESTREL_EPROTO);
+    assert_int_equal(kd_slurm_parse_squeue_json("squeue: warning: a deprecated option\n{\"jobs\": [{\"job_id\": 3, "
+                                                "\"job_state\": \"RUNNING\", \"exit_code\": 0}]}\nsqueue: more\n",
+                                                &v, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(v[0].state, "RUNNING");
+    free(v);
+    /* 23.02's exit code: signal_id, and a value past an int (NO_VAL) taken as none */
+    assert_int_equal(kd_slurm_parse_squeue_json("{\"jobs\": [{\"job_id\": 4, \"job_state\": [\"FAILED\"], "
+                                                "\"restart_cnt\": 4294967294, \"exit_code\": {\"return_code\": 0, "
+                                                "\"signal\": {\"signal_id\": 9}}}]}", &v, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].exit_signal, 9);
+    assert_int_equal(v[0].restarts, 0);
+    free(v);
 }
 
 static void sacct_lines(void **st)
