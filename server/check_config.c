@@ -1,5 +1,7 @@
 /* server/check_config.c - kestreld --check-config: what it would run with (see check_config.h). */
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include "check_config.h"
@@ -7,7 +9,9 @@
 
 int kd_check_slurm_data_dir(const kd_config *cfg)
 {
-    if (!cfg->nslurm_pools || !strpbrk(cfg->data_dir, "%\\"))
+    char real[PATH_MAX];   /* what goes into --output: the path with its links resolved (a review) */
+    if (!cfg->nslurm_pools || (!strpbrk(cfg->data_dir, "%\\") &&
+                               !(realpath(cfg->data_dir, real) && strpbrk(real, "%\\"))))
         return 0;
     fprintf(stderr, "kestreld: --data-dir %s holds '%%' or '\\', which sbatch reads in a job's output path as a "
             "pattern (%%u: the user's name): its jobs' output would go elsewhere and be lost; give a data dir "

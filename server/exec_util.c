@@ -272,6 +272,13 @@ static void keep_ends(kestrel_buf *out, int64_t *dropped)
     out->ptr[out->size] = '\0';
 }
 
+/* An entry of kestreld's environment that configures its environment builds, and no job: PIP_* (a
+ * team index, often with its credentials; README). */
+static int builders_own(const char *entry)
+{
+    return !strncmp(entry, "PIP_", 4);
+}
+
 /* An environment entry's name is one of names (NULL-terminated "K=V" entries), or one git reads its
  * configuration or transports from, which a helper given env must take from env alone. */
 static int overridden(const char *entry, char *const *names)
@@ -306,7 +313,7 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
         more++;
     for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra) - more - 2; v++)
         if (!(as && as->home && !strncmp(*v, "HOME=", 5)) && !overridden(*v, extra) &&
-            !(as && as->env && overridden(*v, as->env)))
+            !(as && as->env && overridden(*v, as->env)) && !(as && as->job_env && builders_own(*v)))
             env[k++] = *v;
     for (size_t i = 0; extra[i]; i++)
         env[k++] = extra[i];
@@ -382,7 +389,7 @@ static int env_overridden(const char *entry, const Kestrel__V1__JobSpec *spec, i
         return 1;
     /* PIP_*: the environment builds' (README: a team index or proxy, often with its credentials),
      * not every job's (a hostile test read kestreld's environment from a job) */
-    if (!strncmp(entry, "KESTREL_", 8) || !strncmp(entry, "PIP_", 4) ||
+    if (!strncmp(entry, "KESTREL_", 8) || builders_own(entry) ||
         (klen == 20 && !strncmp(entry, "CUDA_VISIBLE_DEVICES", 20)) ||
         (klen == 17 && !strncmp(entry, "CUDA_DEVICE_ORDER", 17)))
         return 1;

@@ -19,6 +19,8 @@ typedef struct {
     void *stop_ctx;
     size_t whole_up_to;         /* > 0: out kept whole, and the helper stopped (-1) past this many bytes
                                  * (a document to parse); 0: its ends past 256 KiB */
+    int job_env;                /* the helper hands its environment to a job (sbatch): kestreld's less
+                                 * what a job never gets (kd_exec_job_env: its PIP_*) */
 } kd_exec_as;
 
 /* A job with an environment (ready: the scheduler started it): record it and its packages on the job,

@@ -464,7 +464,11 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         argv[k++] = a_node;
     argv[k++] = script;
     argv[k] = NULL;
-    rc = kd_exec_run(argv, dir, &out, NULL);
+    {   /* sbatch passes its own environment on to the job (--export=ALL): kestreld's, less what no
+         * job gets (its PIP_*: a review found the Slurm jobs still had them) */
+        kd_exec_as sbatch = { .job_env = 1 };
+        rc = kd_exec_run(argv, dir, &out, &sbatch);
+    }
     if (rc == 0 && out.ptr) {
         out.ptr[strcspn(out.ptr, ";\n")] = '\0';   /* "123" or "123;cluster" */
         snprintf(j->slurm_id, sizeof(j->slurm_id), "%s", out.ptr);

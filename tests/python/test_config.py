@@ -97,3 +97,13 @@ def test_a_data_dir_sbatch_would_read_as_a_pattern_is_refused_with_slurm_pools(t
     r = run("--slurm-pool", "poola", "--port", "0", "-d", str(odd))
     assert r.returncode == 2 and "pattern" in r.stderr and not odd.exists(), r.stderr
     assert run("--check-config", "-d", str(odd)).returncode == 0
+
+
+def test_a_data_dir_reached_through_a_link_is_judged_by_its_real_path(tmp_path):
+    real = tmp_path / "a%u"
+    real.mkdir()
+    (tmp_path / "k").symlink_to(real)
+    r = run("--slurm-pool", "poola", "--check-config", "-d", str(tmp_path / "k"))
+    assert r.returncode == 2 and "pattern" in r.stderr, r.stderr
+    r = run("--slurm-pool", "poola", "--port", "0", "-d", str(tmp_path / "k"))
+    assert r.returncode == 2 and "pattern" in r.stderr, r.stderr

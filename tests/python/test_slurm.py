@@ -44,7 +44,9 @@ def slurm_id(d, jid):
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory):
-    daemon = Daemon(tmp_path_factory.mktemp("slurm"), *FLAGS)
+    # kestreld's PIP_* configure its environment builds (an index's credentials): no job gets them
+    daemon = Daemon(tmp_path_factory.mktemp("slurm"), *FLAGS,
+                    env=dict(os.environ, PIP_INDEX_URL="https://team:S3CRET@pypi.example/simple"))
     yield daemon
     subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True)
     assert daemon.stop() == 0
@@ -129,11 +131,13 @@ def test_a_slurm_job_runs_as_its_users_identity(d):
     if os.geteuid() != 0:
         pytest.skip("identities need kestreld as root")
     jid = d.submit("--pool", "poola", "--", "sh", "-c",
-                   f"echo who=$(id -un); cat {d.data}/admin.token 2>&1 | head -c 300; echo; echo dir=$(stat -c %U .)")
+                   f"echo who=$(id -un); cat {d.data}/admin.token 2>&1 | head -c 300; echo; echo dir=$(stat -c %U .); "
+                   "echo index=[$PIP_INDEX_URL]")
     job = d.wait(jid, timeout=60)
     logs = d.cli("logs", str(jid)).stdout
     assert job["state"] == "SUCCEEDED", logs
     assert "who=kestrel-admin" in logs and "Permission denied" in logs and "dir=kestrel-admin" in logs, logs
+    assert "S3CRET" not in logs and "index=[]" in logs, logs
     assert slurm_job(slurm_id(d, jid))["UserId"].startswith("kestrel-admin(")
 
 
