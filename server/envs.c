@@ -33,6 +33,7 @@ typedef struct {
     int64_t since_ms;
     int64_t waiters[MAX_WAITERS];
     size_t nwaiters;
+    int more_waiters;       /* a job asked past MAX_WAITERS: someone may wait whom the list does not name */
     int abandoned;          /* stopped mid-build: no queued job needed it any more (the builder's alone) */
 } env_entry;
 
@@ -128,6 +129,7 @@ int kd_envs_check(kd_envs *s, int64_t job_id, const Kestrel__V1__JobSpec *spec, 
         x->state = KD_ENV_WAIT;   /* a failure a minute old may have been passing (the network): again */
         x->started = 0;
         x->nwaiters = 0;
+        x->more_waiters = 0;
         x->since_ms = kestrel__now_ms();
         snprintf(x->last, sizeof(x->last), "queued for the builder again");
         pthread_cond_signal(&s->cv);
@@ -160,6 +162,8 @@ int kd_envs_check(kd_envs *s, int64_t job_id, const Kestrel__V1__JobSpec *spec, 
             k++;
         if (k == x->nwaiters && x->nwaiters < MAX_WAITERS)
             x->waiters[x->nwaiters++] = job_id;
+        else if (k == x->nwaiters)
+            x->more_waiters = 1;
         snprintf(why, n, "preparing environment %s (pip: %s; %lld s)", label(x), x->last,
                  (long long)((kestrel__now_ms() - x->since_ms) / 1000));
         rc = KD_ENV_WAIT;
@@ -185,15 +189,16 @@ static void line(kd_envs *s, env_entry *x, const char *text)
         kd_exec_log(s->e, ids[i], "env: %s", text);
 }
 
-/* Run argv (absolute path) as id in cwd, its output line by line into the build's lines (or, with
- * collect, into it); the exit status, or -1. The last lines stay in tail. The step ends when argv's
- * process does: what it started and left holding the output open is killed then (as root; else no
- * longer read), so that a package's code cannot hold the build, or kestreld's builder, open. */
 static int anyone_waits(kd_envs *s, env_entry *x);
 
 /* How often a build step looks whether a queued job still needs its environment. */
 #define WAITERS_CHECK_MS 2000
 
+/* Run argv (absolute path) as id in cwd, its output line by line into the build's lines (or, with
+ * collect, into it); the exit status, or -1. The last lines stay in tail. The step ends when argv's
+ * process does: what it started and left holding the output open is killed then (as root; else no
+ * longer read), so that a package's code cannot hold the build, or kestreld's builder, open; and
+ * when no queued job needs the environment any more (x->abandoned: every later step returns -1). */
 static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, const kd_ident *id, char *tail,
                size_t tn, kestrel_buf *collect)
 {
@@ -481,6 +486,8 @@ static void build(kd_envs *s, env_entry *x)
             if (attempt) {
                 static const char *const parts[] = { "bin", "include", "lib", "lib64", "pyvenv.cfg" };
                 char part[PATH_MAX + 16];
+                if (x->abandoned)
+                    break;
                 line(s, x, "ensurepip failed: once more, in a fresh venv");
                 for (size_t k = 0; k < sizeof(parts) / sizeof(parts[0]); k++) {
                     snprintf(part, sizeof(part), "%s/%s", real, parts[k]);
@@ -582,20 +589,25 @@ out:
     kd_engine_kick(s->e);   /* its jobs may start, or fail */
 }
 
+/* 1 unless every job that asked for x is known to be queued no more: one past the list, or one whose
+ * state the catalog cannot say now (busy), counts as waiting (a review: 64 cancelled jobs of one user
+ * stopped the build a 65th, another user's, waited for). */
 static int anyone_waits(kd_envs *s, env_entry *x)
 {
     int64_t ids[MAX_WAITERS];
     size_t n;
+    int more;
     pthread_mutex_lock(&s->mu);
     n = x->nwaiters;
+    more = x->more_waiters;
     memcpy(ids, x->waiters, n * sizeof(ids[0]));
     pthread_mutex_unlock(&s->mu);
-    for (size_t i = 0; i < n; i++) {
-        int state = 0;
-        if (kd_catalog_job_state(s->e->cat, ids[i], &state) == 0 && state == KESTREL_JOB_STATE_QUEUED)
+    for (size_t i = 0; i < n && !more; i++) {
+        int state = 0, rc = kd_catalog_job_state(s->e->cat, ids[i], &state);
+        if ((rc < 0 && rc != KESTREL_ENOTFOUND) || (rc == 0 && state == KESTREL_JOB_STATE_QUEUED))
             return 1;
     }
-    return n == 0;
+    return n == 0 || more;
 }
 
 static void forget(kd_envs *s, env_entry *x)
