@@ -77,7 +77,7 @@ static int slurm_cancel(kd_engine *e, int64_t id, const char *by)
 {
     kd_slurm *s = state(e);
     char sid[32] = "", reason[200];
-    int kstate = 0, was;
+    int kstate = 0, was;   /* was: cancelled already (by whom it says) */
     kd_sjob *j;
     pthread_mutex_lock(&s->mu);
     if ((j = find(s, id)) == NULL) {
@@ -86,6 +86,7 @@ static int slurm_cancel(kd_engine *e, int64_t id, const char *by)
     }
     was = j->cancelled;
     j->cancelled = 1;
+    j->cancels_trying++;
     if (!was)
         snprintf(j->cancelled_by, sizeof(j->cancelled_by), "%s", by);
     snprintf(sid, sizeof(sid), "%s", j->slurm_id);
@@ -93,15 +94,25 @@ static int slurm_cancel(kd_engine *e, int64_t id, const char *by)
     pthread_mutex_unlock(&s->mu);
     if (sid[0]) {
         int rc = scancel(sid);
-        if (rc < 0) {   /* not cancelled: an end Slurm records later is not this user's cancel (a hostile test) */
-            pthread_mutex_lock(&s->mu);
-            if (!was && (j = find(s, id)) != NULL) {
+        pthread_mutex_lock(&s->mu);
+        if ((j = find(s, id)) != NULL) {
+            j->cancels_trying--;
+            j->cancel_sent |= rc == 0;
+            /* none sent, and none still trying: an end Slurm records later is not this user's cancel (a
+             * hostile test); one cancel that failed never undoes another's that worked (a review) */
+            if (rc < 0 && !j->cancel_sent && !j->cancels_trying) {
                 j->cancelled = 0;
                 j->cancelled_by[0] = '\0';
             }
-            pthread_mutex_unlock(&s->mu);
-            return rc;
         }
+        pthread_mutex_unlock(&s->mu);
+        if (rc < 0)
+            return rc;
+    } else {
+        pthread_mutex_lock(&s->mu);
+        if ((j = find(s, id)) != NULL)
+            j->cancels_trying--;
+        pthread_mutex_unlock(&s->mu);
     }
     if (kstate == KESTREL_JOB_STATE_QUEUED) {
         /* nothing runs: the job ends now (a running one ends when Slurm has stopped it) */

@@ -25,6 +25,8 @@ typedef struct kd_sjob {
     char node[64];
     int64_t off[2];             /* bytes of slurm.out / slurm.err already in the catalog */
     int cancelled;              /* cancelled through Kestrel */
+    int cancels_trying;         /* cancels in scancel now */
+    int cancel_sent;            /* one scancel of them worked */
     int dep_failed;             /* Slurm said DependencyNeverSatisfied: cancelled there, FAILED here */
     int cloning;                /* its git source is being cloned on a helper thread */
     char clone_error[400];      /* why that clone failed ("" none) */
