@@ -317,6 +317,8 @@ def test_job_strings_with_a_nul_are_refused(client):
                  lambda: client.submit(["sh", "-c", "true"], labels={"team\0x": "a"})):
         with pytest.raises(ValueError, match="embedded null byte"):
             call()
+    with pytest.raises(TypeError, match="expected str or bytes"):   # not four NULs (bytes(4))
+        client.submit(["sh", "-c", "true"], env={"N": 4})
     assert len(client.jobs()) == before   # nothing submitted
     job = client.submit(["sh", "-c", "sleep 30"])
     try:

@@ -11,7 +11,12 @@ def cstr(s: Union[str, bytes], what: str = "a string") -> bytes:
     """s as UTF-8 bytes for C. A NUL inside would cut it there, and the library would act on a shorter
     name, argument or value than the one given (a hostile test: argv "a\\0b" ran as "a", a metric
     "a\\0b" joined the series "a"): refused, as open() refuses it."""
-    b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
+    if isinstance(s, str):
+        b = s.encode("utf-8")
+    elif isinstance(s, (bytes, bytearray)):
+        b = bytes(s)
+    else:   # bytes(4) would be four NULs
+        raise TypeError(f"{what}: expected str or bytes, not {type(s).__name__}")
     if b"\0" in b:
         raise ValueError(f"embedded null byte in {what}")
     return b

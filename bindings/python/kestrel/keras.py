@@ -15,6 +15,7 @@ This module imports keras; `import kestrel` alone never does.
 """
 import hashlib
 import os
+import zipfile
 import queue
 import signal
 import tempfile
@@ -253,9 +254,9 @@ def load_checkpoint(model: Any, directory: str, fit: str = "") -> Optional[Dict[
         with open(pos) as f:
             saved = json.load(f)
         state: Dict[str, int] = {"epoch": int(saved["epoch"]), "batch": int(saved["batch"])}
-        data = np.load(os.path.join(directory, "state.npz"), allow_pickle=False)
-        arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        with np.load(os.path.join(directory, "state.npz"), allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
         raise ValueError(f"{directory} holds no readable kestrel.keras checkpoint ({type(e).__name__}: {e}): "
                          "remove it, or give another checkpoint_dir") from None
     if fit and saved.get("fit", fit) != fit:
@@ -270,10 +271,11 @@ def load_checkpoint(model: Any, directory: str, fit: str = "") -> Optional[Dict[
     return state
 
 
-def _fingerprint(model: Any, x: Any, y: Any, batch_size: int) -> str:
+def _fingerprint(model: Any, x: Any, y: Any, batch_size: int, values: bool) -> str:
     """What makes a checkpoint this fit's: the model's variables (shape, dtype, in order), its optimizer,
-    the batch size, and the data's shape, dtype and first and last 64 Ki values (not all of it: a fit
-    over gigabytes would hash them at every start)."""
+    the batch size, the data's shape and dtype, and with values its first and last 64 Ki values (not
+    all of it: a fit over gigabytes would hash them at every start). Inside a job values are left out:
+    a requeued run may load its data in another order (an unseeded split), and must resume (a review)."""
     h = hashlib.sha256()
     for v in model.weights:
         h.update(f"{tuple(v.shape)}:{v.dtype};".encode())   # not its name: Keras numbers them per process
@@ -282,8 +284,9 @@ def _fingerprint(model: Any, x: Any, y: Any, batch_size: int) -> str:
         arr = np.asarray(a)
         flat = arr.reshape(-1)
         h.update(f"{arr.shape}:{arr.dtype};".encode())
-        h.update(np.ascontiguousarray(flat[:65536]).tobytes())
-        h.update(np.ascontiguousarray(flat[-65536:]).tobytes())
+        if values and arr.dtype != object:   # an object array's bytes are pointers
+            h.update(np.ascontiguousarray(flat[:65536]).tobytes())
+            h.update(np.ascontiguousarray(flat[-65536:]).tobytes())
     return h.hexdigest()
 
 
@@ -302,14 +305,15 @@ def fit(model: Any, x: Any, y: Any, *, epochs: int, batch_size: int, callbacks: 
     directory = checkpoint_dir or os.environ.get("KESTREL_CHECKPOINT_DIR") or "kestrel-checkpoint"
     if not model.built:
         model(x[:1])
-    fit_id = _fingerprint(model, x, y, batch_size)   # the whole data's, the same on every rank
+    in_job = bool(os.environ.get("KESTREL_CHECKPOINT_DIR"))
+    fit_id = _fingerprint(model, x, y, batch_size, not in_job)   # the whole data's, the same on every rank
     rows, batch_size = _gang.shard(len(x), batch_size)
     if len(rows) != len(x):
         x, y = x[rows], y[rows]
     n = len(x)
     steps = -(-n // batch_size)
     state = load_checkpoint(model, directory, fit_id) or {"epoch": 0, "batch": 0}
-    if (state["epoch"] or state["batch"]) and not os.environ.get("KESTREL_CHECKPOINT_DIR"):
+    if (state["epoch"] or state["batch"]) and not in_job:
         warnings.warn(f"kestrel.keras.fit: resuming from the checkpoint in {directory} (epoch {state['epoch']}, "
                       f"batch {state['batch']}); remove it to train from the start", stacklevel=2)
     guard = PreemptionCheckpoint(directory, state, fit=fit_id)
