@@ -258,17 +258,22 @@ static void log_lines(kd_engine *e, int64_t id, int gang, kd_log_line *lines, si
 
 /* The job owns its output file: a hole (a sparse 8 GiB file, one truncate) is no output and is
  * skipped, not read as zeros (a hostile test: 3 minutes of the follower, 259 MB of catalog); and
- * past the last max_log bytes, which is all the catalog keeps of a log, nothing is read. */
-static void skip_unread(int fd, int64_t *off, int64_t max_log)
+ * before the last max_log bytes, which is all the catalog keeps of a log, nothing is read. *off moved
+ * past both; the bytes of data from there before the next hole (at most want), returned. */
+static size_t data_ahead(int fd, int64_t *off, int64_t max_log, size_t want)
 {
     struct stat st;
-    off_t data = lseek(fd, (off_t)*off, SEEK_DATA);
+    off_t data, hole;
     if (fstat(fd, &st) < 0)
-        return;
-    if (data > (off_t)*off || (data < 0 && errno == ENXIO))
-        *off = data > 0 ? (int64_t)data : (int64_t)st.st_size;
+        return want;
     if (max_log > 0 && (int64_t)st.st_size - *off > max_log)
         *off = (int64_t)st.st_size - max_log;
+    if ((data = lseek(fd, (off_t)*off, SEEK_DATA)) < 0)
+        *off = errno == ENXIO ? (int64_t)st.st_size : *off;   /* ENXIO: holes to the end */
+    else if (data > (off_t)*off)
+        *off = (int64_t)data;
+    hole = lseek(fd, (off_t)*off, SEEK_HOLE);
+    return hole > (off_t)*off && (uint64_t)(hole - (off_t)*off) < want ? (size_t)(hole - (off_t)*off) : want;
 }
 
 static void pump_logs(kd_engine *e, kd_sjob *j, int final)
@@ -294,12 +299,13 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
             close(fd);
             continue;
         }
-        skip_unread(fd, &j->off[k], e->cfg->max_log_bytes);
-        for (int64_t budget = final ? INT64_MAX : LOG_POLL_BYTES;
-             budget > 0 && (r = pread(fd, buf, LOG_CHUNK, j->off[k])) > 0; budget -= r) {
+        for (int64_t budget = final ? INT64_MAX : LOG_POLL_BYTES; budget > 0; budget -= r) {   /* final: the last max_log */
             kd_log_line lines[256];
-            size_t nl = 0, start = 0, len = (size_t)r;
+            size_t nl = 0, start = 0, len, want = data_ahead(fd, &j->off[k], e->cfg->max_log_bytes, LOG_CHUNK);
             int64_t now = kestrel__now_ms();
+            if ((r = pread(fd, buf, want, j->off[k])) <= 0)
+                break;
+            len = (size_t)r;
             if (job == NULL && kd_catalog_job_load(e->cat, j->id, 0, &job, NULL) < 0)
                 job = NULL;
             for (size_t i = 0; i < len; i++) {
@@ -327,7 +333,7 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
             if (nl)
                 log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl);
             j->off[k] += (int64_t)start;
-            if (start == 0 || len < LOG_CHUNK)
+            if (start == 0 || len < want)   /* a line not yet whole, or the end (a run cut by a hole goes on) */
                 break;
         }
         free(buf);
