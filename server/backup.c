@@ -91,15 +91,25 @@ static int copy_tree(copy_walk *w, const char *sub)
     return w->rc;
 }
 
-/* 1 when path (just made) lies in dir, links resolved: a backup there would walk into itself (a
- * hostile test: the copy nested until PATH_MAX, and each nested model was a new one any user read). */
+/* 1 when path (not made yet) would lie in dir, or cannot be told: its parent with links resolved, then
+ * its own name. A backup there would walk into itself (a hostile test: the copy nested until PATH_MAX,
+ * and each nested model was a new one any user read); an unknown parent is refused too (a review:
+ * the check failed open). Looked at before the mkdir, so nothing appears in the repository first. */
 static int within(const char *path, const char *dir)
 {
-    char rp[PATH_MAX], rd[PATH_MAX];
-    size_t n;
-    if (realpath(path, rp) == NULL || realpath(dir, rd) == NULL)
-        return 0;
+    char parent[PATH_MAX], rp[PATH_MAX], rd[PATH_MAX], *slash;
+    size_t n, len;
+    snprintf(parent, sizeof(parent), "%s", path);
+    if ((slash = strrchr(parent, '/')) == NULL)
+        return 1;
+    slash[slash == parent] = '\0';   /* "/x": the parent is "/" */
+    if (realpath(parent, rp) == NULL || realpath(dir, rd) == NULL)
+        return 1;
     n = strlen(rd);
+    len = strlen(rp);
+    if ((size_t)snprintf(rp + len, sizeof(rp) - len, "%s%s", strcmp(rp, "/") ? "/" : "", strrchr(path, '/') + 1) >=
+        sizeof(rp) - len)
+        return 1;
     return !strncmp(rp, rd, n) && (rp[n] == '/' || rp[n] == '\0' || (n == 1 && rd[0] == '/'));
 }
 
@@ -123,17 +133,16 @@ enum MHD_Result kd_route_backup(kd_req *r)
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'dir': an absolute path on kestreld's host");
         goto out;
     }
+    if (within(req->dir, r->e->cfg->data_dir) || within(req->dir, kd_store_root(r->e))) {
+        snprintf(msg, sizeof(msg), "%s: inside the data dir or its repository (the copy would copy itself), or in a "
+                 "folder that cannot be resolved: give a path outside them", req->dir);
+        reply = kd_reply_error(r, 400, "invalid_argument", msg);
+        goto out;
+    }
     if (lstat(req->dir, &st) == 0 || errno != ENOENT || mkdir(req->dir, 0700) < 0) {
         int exists = lstat(req->dir, &st) == 0;
         snprintf(msg, sizeof(msg), "%s: %s", req->dir, exists ? "exists already: give a new path" : strerror(errno));
         reply = kd_reply_error(r, exists ? 409 : 400, exists ? "conflict" : "invalid_argument", msg);
-        goto out;
-    }
-    if (within(req->dir, r->e->cfg->data_dir) || within(req->dir, kd_store_root(r->e))) {
-        rmdir(req->dir);
-        snprintf(msg, sizeof(msg), "%s: inside the data dir or its repository (the copy would copy itself): give "
-                 "a path outside them", req->dir);
-        reply = kd_reply_error(r, 400, "invalid_argument", msg);
         goto out;
     }
     snprintf(path, sizeof(path), "%s/catalog.db", req->dir);
