@@ -78,20 +78,23 @@ int kd_data_dir_catalog_check(const char *data_dir)
     struct stat st;
     struct dirent *de;
     DIR *d;
-    int models = 0;
+    int models = 0, rc;
     snprintf(path, sizeof(path), "%s/catalog.db", data_dir);
-    if (lstat(path, &st) == 0 || errno != ENOENT)
+    /* missing, empty (a copy cut short) or a link to nothing: SQLite would make a new one (a review) */
+    if ((rc = stat(path, &st)) == 0 && !(S_ISREG(st.st_mode) && st.st_size == 0))
         return 0;
+    if (rc < 0 && errno != ENOENT)
+        return kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);
     snprintf(path, sizeof(path), "%s/repo/models", data_dir);
     if ((d = opendir(path)) == NULL)
-        return 0;
+        return errno == ENOENT ? 0 : kestrel__error_sys(KESTREL_EIO, errno, "cannot read %s", path);
     while (!models && (de = readdir(d)) != NULL)
         models = strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
     closedir(d);
     if (!models)
         return 0;
     return kestrel__error_set(KESTREL_EINVALID,
-                              "%s holds models but %s/catalog.db is missing: who may read each model (and every "
+                              "%s holds models but %s/catalog.db is missing or empty: who may read each model (and every "
                               "user, token and job) is in the catalog, and without it every private model would "
                               "be readable by every user. Restore catalog.db from the same backup as the "
                               "repository (kestrel admin backup copies both), or move %s/repo aside to start empty",

@@ -112,3 +112,7 @@ def test_a_repository_without_its_catalog_is_refused_not_opened_to_all(daemon, t
     with pytest.raises(RuntimeError, match="catalog.db is missing"):
         Daemon(d.root, "--gpus", "0")
     assert not (d.data / "catalog.db").exists() and (d.data / "repo" / "models" / "admin").is_dir()
+    (d.data / "catalog.db").write_bytes(b"")   # a copy cut short: SQLite would make a new one of it
+    with pytest.raises(RuntimeError, match="catalog.db is missing or empty"):
+        Daemon(d.root, "--gpus", "0")
+    assert (d.data / "catalog.db").stat().st_size == 0
