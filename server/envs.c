@@ -683,7 +683,7 @@ void kd_envs_free(kd_envs *s)
         return;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
-    if (s->build_pid > 0) {   /* a build in progress is abandoned (its dir goes at the next build of it) */
+    if (s->build_pid > 0) {   /* a build in progress is left (its dir goes at the next build of it) */
         kill(-s->build_pid, SIGKILL);
         kill(s->build_pid, SIGKILL);
     }

@@ -249,8 +249,6 @@ static void log_lines(kd_engine *e, int64_t id, int gang, kd_log_line *lines, si
         free(owned[i]);
 }
 
-/* Copy what the job's output files gained since the last call into the catalog; at the end the
- * last line without a newline too. */
 /* What one poll reads of a running job's output file, at most: the rest waits for the next poll, so
  * that one job's output does not hold the follower (every other job's state and output, and the
  * submissions) for minutes. */
@@ -276,6 +274,8 @@ static size_t data_ahead(int fd, int64_t *off, int64_t max_log, size_t want)
     return hole > (off_t)*off && (uint64_t)(hole - (off_t)*off) < want ? (size_t)(hole - (off_t)*off) : want;
 }
 
+/* Copy what the job's output files gained since the last call into the catalog; at the end the
+ * last line without a newline too (and at most LOG_POLL_BYTES a file before it). */
 static void pump_logs(kd_engine *e, kd_sjob *j, int final)
 {
     static const char *const names[2] = { "slurm.out", "slurm.err" };
