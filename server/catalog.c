@@ -331,8 +331,9 @@ static const char *const migrations[] = {
 };
 
 /* The catalog's PRAGMA user_version into *version: 0, or < 0 when it is newer than this kestreld
- * knows. Read before anything is written (the schema, WAL, the reserve): a newer catalog is left as
- * it was (a hostile test: its dropped tables came back, or the schema failed on a column it lacks). */
+ * knows. Read at the open, before the schema, the journal mode and the reserve are written: a newer
+ * catalog's tables are left as they were (a hostile test: its dropped tables came back, or the schema
+ * failed on a column it lacks; SQLite may still make its -wal and -shm files to read it). */
 static int catalog_version(kd_catalog *cat, const char *path, int *version)
 {
     sqlite3_stmt *st;
