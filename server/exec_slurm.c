@@ -253,6 +253,11 @@ static void log_lines(kd_engine *e, int64_t id, int gang, kd_log_line *lines, si
  * that one job's output does not hold the follower (every other job's state and output, and the
  * submissions) for minutes. */
 #define LOG_POLL_BYTES (8 * LOG_CHUNK * 16)
+/* And lines: each one is a row of the catalog, and short ones cost it more than their bytes (a hostile
+ * test: `yes ""` held the follower, every other user's job with it, for minutes). At the job's end,
+ * LOG_FINAL_LINES: what is past them is left unread, and its log says so. */
+#define LOG_POLL_LINES 16384
+#define LOG_FINAL_LINES (16 * LOG_POLL_LINES)
 
 /* The job owns its output file: a hole (a sparse 8 GiB file, one truncate) is no output and is
  * skipped, not read as zeros (a hostile test: 3 minutes of the follower, 259 MB of catalog); and
@@ -282,7 +287,7 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
     Kestrel__V1__Job *job = NULL;   /* loaded once there is output: its secret values are masked */
     for (int k = 0; k < 2; k++) {
         char path[PATH_MAX], *buf;
-        int fd;
+        int fd, lines_left;
         ssize_t r;
         snprintf(path, sizeof(path), "%s/jobs/%lld/%s", e->cfg->data_dir, (long long)j->id, names[k]);
         /* the job's identity owns the folder: never follow a link it put there, nor read a non-file */
@@ -299,7 +304,8 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
             close(fd);
             continue;
         }
-        for (int64_t budget = final ? INT64_MAX : LOG_POLL_BYTES; budget > 0; budget -= r) {   /* final: the last max_log */
+        lines_left = final ? LOG_FINAL_LINES : LOG_POLL_LINES;
+        for (int64_t budget = final ? INT64_MAX : LOG_POLL_BYTES; budget > 0 && lines_left; budget -= r) {
             kd_log_line lines[256];
             size_t nl = 0, start = 0, len, want = data_ahead(fd, &j->off[k], e->cfg->max_log_bytes, LOG_CHUNK);
             int64_t now = kestrel__now_ms();
@@ -321,6 +327,8 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
                     log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl);
                     nl = 0;
                 }
+                if (--lines_left == 0)
+                    break;
             }
             if (start == 0 && (len == LOG_CHUNK || final)) {   /* an over-long line, or the last one */
                 size_t l = len < LOG_CHUNK || !job ? len : kd_exec_mask_cut(job->spec, buf, len);   /* no secret split */
@@ -333,9 +341,13 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
             if (nl)
                 log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl);
             j->off[k] += (int64_t)start;
-            if (start == 0 || len < want)   /* a line not yet whole, or the end (a run cut by a hole goes on) */
+            if (start == 0 || (len < want && lines_left))   /* a line not yet whole, or the end (a run cut by a
+                                                             * hole goes on) */
                 break;
         }
+        if (final && !lines_left && pread(fd, buf, 1, j->off[k]) > 0)
+            kd_exec_log(e, j->id, "%s past %d lines at the job's end left unread (kestreld reads so many at most)",
+                        names[k], LOG_FINAL_LINES);
         free(buf);
         close(fd);
     }

@@ -371,3 +371,14 @@ def test_a_sparse_output_file_holds_up_no_other_job(d):
     assert d.wait(quick, timeout=60)["state"] == "SUCCEEDED"
     assert d.wait(big, timeout=60)["state"] == "SUCCEEDED"
     assert (d.data / "catalog.db").stat().st_size < 64 << 20
+
+
+def test_a_flood_of_short_lines_holds_up_no_other_job(d):
+    """Each line is a catalog row: `yes ""` (a line a byte) held the follower, and every other job
+    with it, for minutes (a hostile test). A poll takes a bounded number of lines."""
+    flood = d.submit("--pool", "poolb", "--", "sh", "-c", 'yes "" | head -c 200000000; sleep 15; echo end')
+    d.wait_state(flood, "RUNNING", timeout=60)
+    time.sleep(2)
+    quick = d.submit("--pool", "poola", "--", "sh", "-c", "echo quick")
+    assert d.wait(quick, timeout=60)["state"] == "SUCCEEDED"
+    d.cli("cancel", str(flood), check=False)
