@@ -16,7 +16,7 @@
 typedef struct {
     pid_t pid;
     char state;
-    long long pgrp;
+    long long ppid, pgrp;
     int64_t start;   /* clock ticks after boot */
 } proc_info;
 
@@ -35,8 +35,8 @@ static int proc_read(pid_t pid, proc_info *pi)
      * starttime is field 22: 21 is itrealvalue, always 0, read until 2026-12-05, which made every live
      * process "the same") */
     if ((p = strrchr(buf, ')')) == NULL ||
-        sscanf(p + 1, " %c %*s %lld %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %" SCNd64,
-               &pi->state, &pi->pgrp, &pi->start) != 3)
+        sscanf(p + 1, " %c %lld %lld %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %" SCNd64,
+               &pi->state, &pi->ppid, &pi->pgrp, &pi->start) != 4)
         return -1;
     pi->pid = pid;
     return 0;
@@ -150,19 +150,12 @@ static int64_t proc_marker(pid_t pid, const char *prefix)
  * the job could rewrite (a review: a job that named another data dir in it would have lived on). */
 static int proc_foreign(pid_t pid)
 {
-    char path[64], buf[1024], exe[PATH_MAX], mine[PATH_MAX], *p;
-    long long ppid = 0;
+    char path[64], exe[PATH_MAX], mine[PATH_MAX], *p;
+    proc_info pi;
     ssize_t n;
-    FILE *f;
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if ((f = fopen(path, "re")) == NULL)
+    if (proc_read(pid, &pi) < 0 || pi.ppid <= 1 || pi.ppid == getpid())
         return 0;
-    n = (ssize_t)fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n > 0 ? n : 0] = '\0';
-    if ((p = strrchr(buf, ')')) == NULL || sscanf(p + 1, " %*c %lld", &ppid) != 1 || ppid <= 1 || ppid == getpid())
-        return 0;
-    snprintf(path, sizeof(path), "/proc/%lld/exe", ppid);
+    snprintf(path, sizeof(path), "/proc/%lld/exe", pi.ppid);
     if ((n = readlink(path, exe, sizeof(exe) - 1)) < 0)
         return 0;
     exe[n] = '\0';
