@@ -21,6 +21,23 @@ int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id)
     return n;
 }
 
+/* What a line costs the budget: its bytes with the newline, and what its row costs the catalog
+ * beyond its text (the key, time and stream, and the search index's size entry: 34 bytes measured
+ * for an empty line). Counting bytes alone let a job of empty lines store 256 MiB of rows worth
+ * 8 GB. The figures a reader sees ("N bytes of output dropped") stay bytes of output. */
+#define LINE_COST(len) ((int64_t)(len) + 48)
+
+static int save_bytes(kd_catalog *cat, int64_t job_id, int64_t bytes)
+{
+    static const char *const sql = "UPDATE log_stats SET bytes = ? WHERE job_id = ?";
+    sqlite3_stmt *st;
+    if ((st = kd__stmt(cat, sql)) == NULL)
+        return KESTREL_EIO;
+    sqlite3_bind_int64(st, 1, bytes);
+    sqlite3_bind_int64(st, 2, job_id);
+    return sqlite3_step(st) == SQLITE_DONE ? 0 : kd__sql_fail(cat, "log stats");
+}
+
 /* Past max_bytes a job's log keeps its head (the first half of the budget) and its tail: the
  * oldest lines after the head go, and one SYSTEM line where they were says how much is gone.
  * Offsets (seq) never change, so a reader that follows only sees the gap. */
@@ -28,7 +45,7 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
 {
     static const char *const stat = "SELECT head_seq, dropped FROM log_stats WHERE job_id = ?";
     static const char *const oldest =
-        "SELECT seq, length(text) FROM logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT 512";
+        "SELECT seq, length(CAST(text AS BLOB)) FROM logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT 512";
     static const char *const del = "DELETE FROM logs WHERE job_id = ? AND seq > ? AND seq <= ?";
     static const char *const del_one = "DELETE FROM logs WHERE job_id = ? AND seq = ?";
     static const char *const mark = "INSERT OR REPLACE INTO logs(job_id, seq, time_ms, stream, text) VALUES(?, ?, ?, ?, ?)";
@@ -44,25 +61,37 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
         head = sqlite3_column_int64(st, 0);
         dropped = sqlite3_column_int64(st, 1);
     }
-    if (head < 0) {   /* the head ends with the last line that fits in half the budget */
-        int64_t sum = 0;
-        static const char *const walk = "SELECT seq, length(text) FROM logs WHERE job_id = ? ORDER BY seq";
+    if (head < 0) {   /* the head ends with the last line that fits in half the budget; the budget
+                       * is recounted whole here (an older kestreld's counted bytes alone) */
+        int64_t sum = 0, len, mark_cost = 0;
+        static const char *const walk = "SELECT seq, length(CAST(text AS BLOB)) FROM logs WHERE job_id = ? ORDER BY seq";
         if ((st = kd__stmt(cat, walk)) == NULL)
             return KESTREL_EIO;
         sqlite3_bind_int64(st, 1, job_id);
-        while (sqlite3_step(st) == SQLITE_ROW && (sum += sqlite3_column_int64(st, 1) + 1) <= max_bytes / 2)
-            head = sqlite3_column_int64(st, 0);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            len = sqlite3_column_int64(st, 1);
+            if ((sum += LINE_COST(len)) <= max_bytes / 2)
+                head = sqlite3_column_int64(st, 0);
+            else if (sqlite3_column_int64(st, 0) == head + 1) {   /* the marker's place, dropped below */
+                mark_cost = LINE_COST(len);
+                dropped += len + 1;
+            }
+        }
+        if (sum <= max_bytes)
+            return save_bytes(cat, job_id, sum);
+        bytes = sum - mark_cost;
         *first_drop = 1;
     }
     while (bytes > max_bytes) {   /* drop from just after the marker (head + 1) until under budget */
-        int64_t upto = -1, freed = 0;
+        int64_t upto = -1, freed = 0, out = 0;
         if ((st = kd__stmt(cat, oldest)) == NULL)
             return KESTREL_EIO;
         sqlite3_bind_int64(st, 1, job_id);
         sqlite3_bind_int64(st, 2, head + 1);
         while (bytes - freed > max_bytes - max_bytes / 16 && sqlite3_step(st) == SQLITE_ROW) {
             upto = sqlite3_column_int64(st, 0);
-            freed += sqlite3_column_int64(st, 1) + 1;
+            freed += LINE_COST(sqlite3_column_int64(st, 1));
+            out += sqlite3_column_int64(st, 1) + 1;
         }
         if (upto < 0)
             break;   /* only the head and the marker are left */
@@ -74,7 +103,7 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
         if (sqlite3_step(st) != SQLITE_DONE)
             return kd__sql_fail(cat, "drop log lines");
         bytes -= freed;
-        dropped += freed;
+        dropped += out;
     }
     /* the marker takes the place of the first dropped line (head + 1): deleted first, so that the
      * trigger takes that line out of the search index too (REPLACE would not fire it) */
@@ -137,7 +166,7 @@ int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *li
         sqlite3_bind_text(st, 5, lines[i].text, (int)lines[i].len, SQLITE_STATIC);
         if (sqlite3_step(st) != SQLITE_DONE)
             goto fail;
-        added += (int64_t)lines[i].len + 1;
+        added += LINE_COST(lines[i].len);
     }
     if ((st = kd__stmt(cat, add)) == NULL)
         goto fail;

@@ -75,6 +75,21 @@ def test_a_log_past_its_bound_keeps_head_and_tail(daemon):
     assert status == 200 and body["lines"][0]["text"] == "first-line"
 
 
+def test_a_log_of_empty_lines_is_bounded_by_what_its_rows_cost(daemon):
+    # each line is a catalog row of some 34 bytes beside its text: counted as its bytes alone, a
+    # job printing empty lines stored 300,000 rows (10 MB of catalog) within a 1 MiB budget (a
+    # hostile test: 256 MiB of empty lines made the catalog grow by gigabytes)
+    d = daemon("--gpus", "0", "--max-log-bytes", "1M")
+    jid = d.submit("--", "sh", "-c", "echo first-line; yes '' | head -n 300000; echo last-line")
+    assert d.wait(jid, timeout=120)["state"] == "SUCCEEDED"
+    out = d.cli("logs", jid).stdout.splitlines()
+    assert out[0] == "first-line" and out[-1] == "last-line", (out[:3], out[-3:])
+    dropped = [l for l in out if "bytes of output dropped here" in l]
+    assert len(dropped) == 1 and len(out) < (1 << 20) // 48 + 10, len(out)
+    kept_empty = len(out) - 3   # the first and last lines and the marker
+    assert f"kestrel: {300000 - kept_empty} bytes of output dropped here" in dropped[0], (dropped, kept_empty)
+
+
 def test_job_specs_and_queues_have_bounds(daemon):
     d = daemon("--gpus", "0", "--max-queued", "3")
     status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "env": [{"key": "BIG", "value": "x" * 300000}]})
