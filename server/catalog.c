@@ -328,6 +328,10 @@ static const char *const migrations[] = {
     /* ... and which versions each job pushed, from now on (the job page's list) */
     "CREATE TABLE IF NOT EXISTS model_lineage(job_id INTEGER NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,"
     "  PRIMARY KEY(job_id, name, version)) WITHOUT ROWID;",
+    /* 7: how far a followed output file (a Slurm job's slurm.out, slurm.err) was read, kept with the
+     * lines read from it (-1: not known, the lines' byte count is used, as before) */
+    "ALTER TABLE log_stats ADD COLUMN src_out INTEGER NOT NULL DEFAULT -1;"
+    "ALTER TABLE log_stats ADD COLUMN src_err INTEGER NOT NULL DEFAULT -1;",
 };
 
 /* The catalog's PRAGMA user_version into *version: 0, or < 0 when it is newer than this kestreld

@@ -208,12 +208,16 @@ typedef struct {
     size_t len;
 } kd_log_line;
 /* Past max_bytes (0: no bound) the log keeps its head and tail around a "N bytes dropped" line;
- * *first_drop is 1 the first time that happens to the job. */
+ * *first_drop is 1 the first time that happens to the job. src_off >= 0: the lines were read from a
+ * file of the job's stream src_stream up to that offset, kept with them (kd_catalog_log_source). */
 int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n, int64_t max_bytes,
-                          int *first_drop);
+                          int src_stream, int64_t src_off, int *first_drop);
+/* How far the file of a job's stream was read (kd_catalog_log_append's src_off), -1 when not known. */
+int64_t kd_catalog_log_source(kd_catalog *cat, int64_t job_id, int stream);
 int kd_catalog_log_read(kd_catalog *cat, int64_t job_id, int64_t offset, int limit, Kestrel__V1__LogChunk *out);
 int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id);
-/* Bytes of one stream's lines, a newline counted after each (where a reader of the file left off). */
+/* Bytes of one stream's lines, a newline counted after each: where a reader of the file left off
+ * when neither a secret was masked, nor a line relabelled, nor a hole skipped, nor lines dropped. */
 int64_t kd_catalog_log_bytes(kd_catalog *cat, int64_t job_id, int stream);
 
 /* Log search (catalog_search.c): on a read-only connection of its own, so a long search never

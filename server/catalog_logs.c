@@ -49,8 +49,7 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
     static const char *const del = "DELETE FROM logs WHERE job_id = ? AND seq > ? AND seq <= ?";
     static const char *const del_one = "DELETE FROM logs WHERE job_id = ? AND seq = ?";
     static const char *const mark = "INSERT OR REPLACE INTO logs(job_id, seq, time_ms, stream, text) VALUES(?, ?, ?, ?, ?)";
-    static const char *const save =
-        "INSERT OR REPLACE INTO log_stats(job_id, bytes, head_seq, dropped) VALUES(?, ?, ?, ?)";
+    static const char *const save = "UPDATE log_stats SET bytes = ?, head_seq = ?, dropped = ? WHERE job_id = ?";
     sqlite3_stmt *st;
     int64_t head = -1, dropped = 0;
     char text[160];
@@ -126,21 +125,23 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
         return kd__sql_fail(cat, "mark dropped log lines");
     if ((st = kd__stmt(cat, save)) == NULL)
         return KESTREL_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, bytes);
-    sqlite3_bind_int64(st, 3, head);
-    sqlite3_bind_int64(st, 4, dropped);
+    sqlite3_bind_int64(st, 1, bytes);
+    sqlite3_bind_int64(st, 2, head);
+    sqlite3_bind_int64(st, 3, dropped);
+    sqlite3_bind_int64(st, 4, job_id);
     return sqlite3_step(st) == SQLITE_DONE ? 0 : kd__sql_fail(cat, "log stats");
 }
 
 int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *lines, size_t n, int64_t max_bytes,
-                          int *first_drop)
+                          int src_stream, int64_t src_off, int *first_drop)
 {
     static const char *const next = "SELECT COALESCE(MAX(seq) + 1, 0) FROM logs WHERE job_id = ?";
     static const char *const ins = "INSERT INTO logs(job_id, seq, time_ms, stream, text) VALUES(?, ?, ?, ?, ?)";
     static const char *const used = "SELECT bytes FROM log_stats WHERE job_id = ?";
     static const char *const add =
         "INSERT INTO log_stats(job_id, bytes) VALUES(?, ?) ON CONFLICT(job_id) DO UPDATE SET bytes = bytes + ?";
+    static const char *const src[2] = { "UPDATE log_stats SET src_out = ? WHERE job_id = ?",
+                                        "UPDATE log_stats SET src_err = ? WHERE job_id = ?" };
     sqlite3_stmt *st;
     int64_t seq, bytes = 0, added = 0;
     int rc;
@@ -173,7 +174,17 @@ int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *li
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, added);
     sqlite3_bind_int64(st, 3, added);
-    if (sqlite3_step(st) != SQLITE_DONE || (st = kd__stmt(cat, used)) == NULL)
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    if (src_off >= 0) {
+        if ((st = kd__stmt(cat, src[src_stream == KESTREL_LOG_STDERR])) == NULL)
+            goto fail;
+        sqlite3_bind_int64(st, 1, src_off);
+        sqlite3_bind_int64(st, 2, job_id);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+    }
+    if ((st = kd__stmt(cat, used)) == NULL)
         goto fail;
     sqlite3_bind_int64(st, 1, job_id);
     if (sqlite3_step(st) == SQLITE_ROW)
@@ -247,4 +258,20 @@ int64_t kd_catalog_log_bytes(kd_catalog *cat, int64_t job_id, int stream)
     }
     kd__unlock(cat);
     return n;
+}
+
+int64_t kd_catalog_log_source(kd_catalog *cat, int64_t job_id, int stream)
+{
+    static const char *const sql[2] = { "SELECT src_out FROM log_stats WHERE job_id = ?",
+                                        "SELECT src_err FROM log_stats WHERE job_id = ?" };
+    sqlite3_stmt *st;
+    int64_t off = -1;
+    kd__lock(cat);
+    if ((st = kd__stmt(cat, sql[stream == KESTREL_LOG_STDERR])) != NULL) {
+        sqlite3_bind_int64(st, 1, job_id);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            off = sqlite3_column_int64(st, 0);
+    }
+    kd__unlock(cat);
+    return off;
 }

@@ -198,8 +198,13 @@ int kd_engine_term_requested(kd_engine *e, kd_run *run)
 
 void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n)
 {
+    kd_engine_log_from(e, job_id, lines, n, 0, -1);
+}
+
+void kd_engine_log_from(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n, int stream, int64_t off)
+{
     int first_drop = 0;
-    if (kd_catalog_log_append(e->cat, job_id, lines, n, e->cfg->max_log_bytes, &first_drop) < 0)
+    if (kd_catalog_log_append(e->cat, job_id, lines, n, e->cfg->max_log_bytes, stream, off, &first_drop) < 0)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)job_id, kestrel_error_last()->message);
     else
         kd_metrics_log_lines(e->metrics, n);

@@ -262,6 +262,9 @@ void kd_engine_set_pgid(kd_engine *e, kd_run *run, pid_t pgid);
 void kd_engine_set_rank_pgid(kd_engine *e, kd_run *run, int rank, pid_t pgid);
 int kd_engine_term_requested(kd_engine *e, kd_run *run);
 void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n);
+/* Lines read from a file of the job's stream up to offset off, which is kept with them (a follower
+ * that restarts reads on from there: kd_catalog_log_source). */
+void kd_engine_log_from(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n, int stream, int64_t off);
 void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, const char *why);
 
 /* Create a random token and store its hash for user (and job, when job_id != 0). */

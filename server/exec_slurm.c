@@ -238,13 +238,15 @@ static void relabel(kd_log_line *l, char **owned)
     *owned = copy;
 }
 
-/* Log lines[0..n) (a gang's relabelled) and free the copies. */
-static void log_lines(kd_engine *e, int64_t id, int gang, kd_log_line *lines, size_t n)
+/* Log lines[0..n) (a gang's relabelled) and free the copies; they were read from the file of their
+ * stream up to offset off, kept with them for a restart (the lines' length is not the file's: a
+ * secret masked, a rank relabelled, a hole skipped, lines dropped past --max-log-bytes). */
+static void log_lines(kd_engine *e, int64_t id, int gang, kd_log_line *lines, size_t n, int64_t off)
 {
     char *owned[256] = { NULL };
     for (size_t i = 0; gang && i < n && i < 256; i++)
         relabel(&lines[i], &owned[i]);
-    kd_engine_log(e, id, lines, n);
+    kd_engine_log_from(e, id, lines, n, lines[0].stream, off);
     for (size_t i = 0; gang && i < n && i < 256; i++)
         free(owned[i]);
 }
@@ -324,7 +326,7 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
                 lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf + start, l };
                 start = i + 1;
                 if (nl == KESTREL__ARRAY_SIZE(lines)) {
-                    log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl);
+                    log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl, j->off[k] + (int64_t)start);
                     nl = 0;
                 }
                 if (--lines_left == 0)
@@ -339,7 +341,7 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
                 lines[nl++] = (kd_log_line){ now, k ? KESTREL_LOG_STDERR : KESTREL_LOG_STDOUT, buf, l };
             }
             if (nl)
-                log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl);
+                log_lines(e, j->id, job && job->spec->replicas > 1, lines, nl, j->off[k] + (int64_t)start);
             j->off[k] += (int64_t)start;
             if (start == 0 || (len < want && lines_left))   /* a line not yet whole, or the end (a run cut by a
                                                              * hole goes on) */
@@ -696,11 +698,14 @@ static void *follower(void *arg)
     return NULL;
 }
 
-/* Byte offsets of the output already copied: the catalog's lines of each stream plus newlines. */
+/* Byte offsets of the output already copied: as kept with the lines, or for a job of an older
+ * kestreld the catalog's lines of each stream plus newlines. */
 static void resume_offsets(kd_engine *e, kd_sjob *j)
 {
-    j->off[0] = kd_catalog_log_bytes(e->cat, j->id, KESTREL_LOG_STDOUT);
-    j->off[1] = kd_catalog_log_bytes(e->cat, j->id, KESTREL_LOG_STDERR);
+    static const int streams[2] = { KESTREL_LOG_STDOUT, KESTREL_LOG_STDERR };
+    for (int k = 0; k < 2; k++)
+        if ((j->off[k] = kd_catalog_log_source(e->cat, j->id, streams[k])) < 0)
+            j->off[k] = kd_catalog_log_bytes(e->cat, j->id, streams[k]);
 }
 
 static int slurm_open(kd_engine *e)

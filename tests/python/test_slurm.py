@@ -266,8 +266,13 @@ def test_node_failure_requeues_the_job_with_the_reason(d):
 
 
 def test_kestreld_restart_follows_jobs_already_in_slurm(d):
-    jid = d.submit("--pool", "poolb", "--", "sh", "-c", "echo before; sleep 3; echo after")
-    d.wait_state(jid, "RUNNING", timeout=30)
+    # a restart reads on from the file offset kept with the lines. It used the stored lines' length,
+    # which a masked secret makes shorter than the file's: the restart read the first line again from
+    # inside the secret, and logged the secret's tail unmasked, then "before" a second time
+    secret = "s3cr3t-" + "x" * 40 + "-tail0123456789"
+    jid = d.submit("--pool", "poolb", "--secret-env", f"TOK={secret}", "--", "sh", "-c",
+                   'echo "tok=$TOK"; echo before; sleep 4; echo after')
+    d.wait_for_line(jid, "before", timeout=60)
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait()
     d.restart()
@@ -275,6 +280,7 @@ def test_kestreld_restart_follows_jobs_already_in_slurm(d):
     logs = d.cli("logs", str(jid)).stdout
     assert job["state"] == "SUCCEEDED", logs
     assert logs.count("before") == 1 and logs.count("after") == 1, logs
+    assert "tok=***" in logs and "tail0123456789" not in logs, logs
 
 
 def test_autoscaler_powers_the_idle_node_down(d):

@@ -72,7 +72,7 @@ def test_a_wave1_data_dir_opens_and_keeps_everything(old_dir, tmp_path):
     finally:
         assert d.stop() == 0
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 7
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE((old_dir / "data" / "repo").stat().st_mode) == 0o700
     # the store was migrated once to format 2: every manifest is Manifest's proto3 JSON now
@@ -139,7 +139,7 @@ def test_a_data_dir_of_the_last_landed_kestreld_opens_with_search_metrics_and_po
     finally:
         assert d.stop() == 0
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 7
 
 
 def test_a_data_dir_of_the_last_landed_kestreld_opens_with_chart_views_and_the_console(tmp_path):
@@ -185,4 +185,4 @@ def test_a_data_dir_of_the_last_landed_kestreld_opens_with_chart_views_and_the_c
     finally:
         assert d.stop() == 0
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 7
