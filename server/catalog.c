@@ -331,7 +331,9 @@ static const char *const migrations[] = {
     /* 7: how far a followed output file (a Slurm job's slurm.out, slurm.err) was read, kept with the
      * lines read from it (-1: not known, the lines' byte count is used, as before) */
     "ALTER TABLE log_stats ADD COLUMN src_out INTEGER NOT NULL DEFAULT -1;"
-    "ALTER TABLE log_stats ADD COLUMN src_err INTEGER NOT NULL DEFAULT -1;",
+    "ALTER TABLE log_stats ADD COLUMN src_err INTEGER NOT NULL DEFAULT -1;"
+    /* ... and each user's queued jobs in queue order, for the scheduler's window (kd_catalog_queue) */
+    "CREATE INDEX IF NOT EXISTS jobs_queue_owner ON jobs(state, ext_id, owner_id, priority DESC, submit_ms, id);",
 };
 
 /* The catalog's PRAGMA user_version into *version: 0, or < 0 when it is newer than this kestreld

@@ -261,3 +261,29 @@ def test_max_priority_bounds_the_class_each_user_may_give(daemon):
     for bad in ("user:bob =high", "team:o/ps=high", "user:" + "u" * 65 + "=high", "team:ops", "low"):
         p = subprocess.run([KESTRELD, "--check-config", "--max-priority", bad], capture_output=True, text=True)
         assert p.returncode == 2 and "--max-priority" in p.stderr, (bad, p.stderr)
+
+
+def test_one_users_unplaceable_jobs_keep_no_one_elses_out_of_the_pass(daemon):
+    """A pass considers a window of the queue. It was the queue's first 1,000 jobs only: bob's 1,000
+    jobs for a pool that no node has kept alice's job and the admin's, same class, QUEUED on an idle
+    node ("not yet considered by the scheduler"; a hostile test). Each user's first jobs are in it."""
+    from concurrent.futures import ThreadPoolExecutor
+    d = daemon("--gpus", "1")
+    status, body = d.api("POST", "/api/v1/tokens", {"user": "bob"})
+    assert status in (200, 201), body
+    bob = body["token"]
+
+    def one(_):
+        return d.api("POST", "/api/v1/jobs", {"argv": ["true"], "pool": "nowhere"}, token=bob)[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        assert set(pool.map(one, range(1010))) == {201}
+    status, body = d.api("POST", "/api/v1/tokens", {"user": "alice"})
+    alice = body["token"]
+    status, job = d.api("POST", "/api/v1/jobs", {"argv": ["true"]}, token=alice)
+    assert status == 201, job
+    mine = d.submit("--gpus", "1", "--", "true")
+    d.wait_state(job["id"], "SUCCEEDED", timeout=60)
+    d.wait_state(mine, "SUCCEEDED", timeout=60)
+    status, body = d.api("GET", "/api/v1/jobs?page_size=1", token=bob)
+    assert status == 200 and body["jobs"][0]["state"] == "QUEUED"
