@@ -71,7 +71,8 @@ const char cli_help_submit[] =
         "                         run on the node of job ID, or of group G's last job (preferred unless required)\n"
         "  --group G              make this job part of group G\n"
         "  --not-preemptible      never preempt this job for a higher class\n"
-        "  --grace SECS           SIGTERM -> SIGKILL delay when stopped or preempted\n";
+        "  --grace SECS           SIGTERM -> SIGKILL delay when stopped or preempted (past the\n"
+        "                         server's --max-grace, 600 s, for those who may give urgent)\n";
 
 /* --data NAME[@REF][:PATH]: PATH defaults to data/ and the name's last segment */
 static int add_data(kestrel_job_spec *spec, const char *arg)

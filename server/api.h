@@ -118,6 +118,9 @@ int kd_priority_refused(kd_req *r, int cls, int rerun, enum MHD_Result *reply);
 /* The same for a job no class may preempt (not_preemptible): those who may give urgent jobs only, as
  * it holds off every class as urgent does (api_sched.c). */
 int kd_exempt_refused(kd_req *r, int rerun, enum MHD_Result *reply);
+/* 1 with *reply set (403) when a job's own grace is past --max-grace and who may not give urgent
+ * jobs: a long grace holds a preemption off as long (a hostile test: a day, as a normal user). */
+int kd_grace_refused(kd_req *r, int grace_s, int rerun, enum MHD_Result *reply);
 enum MHD_Result kd_route_checkpoint(kd_req *r, int64_t id);
 enum MHD_Result kd_route_queue(kd_req *r);
 enum MHD_Result kd_route_nodes(kd_req *r);

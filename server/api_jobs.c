@@ -173,7 +173,8 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec, int re
     if (spec->priority == KESTREL__V1__PRIORITY__PRIORITY_UNSPECIFIED)
         spec->priority = KESTREL__V1__PRIORITY__NORMAL;
     if (kd_priority_refused(r, (int)spec->priority, rerun, &reply) ||
-        (spec->not_preemptible && kd_exempt_refused(r, rerun, &reply)))
+        (spec->not_preemptible && kd_exempt_refused(r, rerun, &reply)) ||
+        kd_grace_refused(r, spec->grace_period_s, rerun, &reply))
         goto out;
     /* the reply shows the job as committed (QUEUED), whatever the scheduler does next */
     rc = kd_catalog_job_insert(r->e->cat, r->who.user_id, spec, kestrel__now_ms(), &id, &job);

@@ -134,6 +134,21 @@ int kd_exempt_refused(kd_req *r, int rerun, enum MHD_Result *reply)
     return 1;
 }
 
+int kd_grace_refused(kd_req *r, int grace_s, int rerun, enum MHD_Result *reply)
+{
+    char from[160], msg[600];
+    int most;
+    if (grace_s <= r->e->cfg->max_grace_s ||
+        (most = kd_priority_limit_of(&r->e->cfg->priority_limits, &r->who, from, sizeof(from))) >= KESTREL_PRIORITY_URGENT)
+        return 0;
+    snprintf(msg, sizeof(msg), "field 'grace_period_s': %d s is past kestreld's --max-grace %d s, and a longer grace "
+             "(which holds a preemption off) is for those who may give urgent jobs; %s may give %s at most (%s, "
+             "kestreld --max-priority): %s", grace_s, r->e->cfg->max_grace_s, r->who.user, kd_priority_name(most),
+             from, rerun ? "submit it again with a shorter --grace" : "give a shorter --grace, or ask an admin");
+    *reply = kd_reply_error(r, 403, "permission_denied", msg);
+    return 1;
+}
+
 enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
 {
     enum MHD_Result reply = MHD_NO;

@@ -68,6 +68,7 @@ typedef struct {
     size_t max_manifest;       /* a commit's body limit (413 above) */
     uint64_t max_upload_memory;   /* what request bodies, packs and chunk answers may hold at once
                                      (upload_mem.h; 0: 4 x (5 x the larger body limit + 20 MiB), 1 GiB at least: main.c) */
+    int max_grace_s;           /* a job's own grace above it: for those who may give urgent jobs */
 } kd_config;
 
 /* The larger body limit, a commit's or any request's: what a user's quarter of the upload budget must

@@ -48,6 +48,8 @@ static void usage(FILE *f)
         "                           team:NAME=CLASS and user:NAME=CLASS for some (default: urgent; admins: any);\n"
         "                           --not-preemptible jobs are for those who may give urgent\n"
         "      --grace-period SECS  SIGTERM -> SIGKILL delay for cancelled and stopped jobs (default 60)\n"
+        "      --max-grace SECS     the most a job's own --grace may be (default 600); above it, for those\n"
+        "                           who may give urgent jobs (it holds a preemption off that long)\n"
         "      --max-jobs N         jobs running at once (default 64)\n"
         "      --max-body BYTES     largest accepted request body; larger get 413 (default 16777216)\n"
         "      --max-manifest BYTES largest version manifest a push may commit (a directory of N files needs\n"
@@ -464,7 +466,7 @@ int main(int argc, char **argv)
         { "log-policy", required_argument, NULL, 33 }, { "max-manifest", required_argument, NULL, 34 },
         { "max-upload-memory", required_argument, NULL, 35 }, { "max-job-processes", required_argument, NULL, 36 },
         { "max-priority", required_argument, NULL, 37 }, { "max-metric-points", required_argument, NULL, 38 },
-        { "max-metric-series", required_argument, NULL, 39 },
+        { "max-metric-series", required_argument, NULL, 39 }, { "max-grace", required_argument, NULL, 40 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -483,6 +485,7 @@ int main(int argc, char **argv)
 
     cfg.max_log_bytes = 256LL << 20;
     cfg.max_queued = 10000;
+    cfg.max_grace_s = 600;
     cfg.max_metric_points = 5000000;
     cfg.max_metric_series = 10000;
     cfg.max_job_procs = kd_exec_default_max_procs();
@@ -537,6 +540,7 @@ int main(int argc, char **argv)
         case 37: if (kd_priority_limits_parse(&cfg.priority_limits, optarg) < 0) return 2; break;
         case 38: if (parse_int("--max-metric-points", optarg, 0, 1L << 40, &v) < 0) return 2; cfg.max_metric_points = v; break;
         case 39: if (parse_int("--max-metric-series", optarg, 0, 1L << 30, &v) < 0) return 2; cfg.max_metric_series = v; break;
+        case 40: if (parse_int("--max-grace", optarg, 0, 86400, &v) < 0) return 2; cfg.max_grace_s = (int)v; break;
         case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
         case 36:
             if (parse_int("--max-job-processes", optarg, 0, 1L << 30, &v) < 0)

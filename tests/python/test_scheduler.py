@@ -224,6 +224,18 @@ def test_max_priority_bounds_the_class_each_user_may_give(daemon):
         assert d.api("GET", "/api/v1/jobs", token=tok)[1]["jobs"] == before
     kept = d.submit("--not-preemptible", "--", "true", env=d.env(KESTREL_TOKEN=carol))
     assert d.wait(kept)["state"] == "SUCCEEDED"
+    # and so does a grace of a day: a normal user's job, trapping TERM, held an urgent job and an
+    # admin's cancel off for it (a hostile test). Past --max-grace (600 s) it is the same right
+    for tok in (bob, olive):
+        before = d.api("GET", "/api/v1/jobs", token=tok)[1]["jobs"]
+        status, answer = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "grace_period_s": 86400}, token=tok)
+        assert status == 403 and "86400 s is past kestreld's --max-grace 600 s" in answer["message"], answer
+        assert d.api("GET", "/api/v1/jobs", token=tok)[1]["jobs"] == before
+    p = d.cli("submit", "--grace", "601", "--", "true", env=d.env(KESTREL_TOKEN=bob), check=False)
+    assert p.returncode != 0 and "--max-grace 600 s" in p.stderr, p.stderr
+    for tok in (bob, carol):
+        assert d.wait(d.submit("--grace", "600" if tok == bob else "86400", "--", "true",
+                               env=d.env(KESTREL_TOKEN=tok)))["state"] == "SUCCEEDED"
     # what each may use is taken
     ids = {who: d.submit("--gpus", "1", "--priority", cls, "--", "true", env=d.env(KESTREL_TOKEN=tok))
            for who, tok, cls in (("bob", bob, "normal"), ("olive", olive, "high"), ("carol", carol, "urgent"))}
