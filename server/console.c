@@ -16,6 +16,7 @@ typedef struct {
     char sid_hash[65];
     char token_hash[65];
     char csrf[65];
+    int64_t user_id;
     int64_t expires_ms;
     uint64_t born;      /* creation order (each lives KD_SESSION_TTL_MS: the first born ends first) */
 } kd_session;
@@ -24,6 +25,7 @@ typedef struct {
 typedef struct {
     char code_hash[65];
     char token_hash[65];
+    int64_t user_id;
     int64_t expires_ms;
 } kd_login_code;
 
@@ -122,15 +124,15 @@ int kd_console_session(kd_console *c, kd_req *r, char token_hash[65], int *csrf_
     return i >= 0 ? 0 : -1;
 }
 
-/* The session of token_hash nearest its end (any token's when token_hash is NULL), or -1: the one
- * created first, since all live as long (creation order, not the clock: logins in one millisecond
- * tie on expires_ms, and the table's order changes as sessions drop). */
-static long oldest_locked(kd_console *c, const char *token_hash, size_t *count)
+/* The session of user_id nearest its end (any user's when user_id is -1), or -1: the one created
+ * first, since all live as long (creation order, not the clock: logins in one millisecond tie on
+ * expires_ms, and the table's order changes as sessions drop). */
+static long oldest_locked(kd_console *c, int64_t user_id, size_t *count)
 {
     long oldest = -1;
     *count = 0;
     for (size_t i = 0; i < c->n; i++)
-        if (token_hash == NULL || !memcmp(c->s[i].token_hash, token_hash, 64)) {
+        if (user_id < 0 || c->s[i].user_id == user_id) {
             (*count)++;
             if (oldest < 0 || c->s[i].born < c->s[oldest].born)
                 oldest = (long)i;
@@ -150,10 +152,11 @@ void kd_console_forget(kd_console *c, kd_req *r)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* A new session for a token's hash: the cookie's value in sid (65 bytes). A token holds at most
- * KD_SESSIONS_PER_TOKEN (its oldest makes room), so one token cannot push everyone else's out; a
- * full table drops the session nearest its end. */
-static int session_create(kd_console *c, const char *token_hash, char sid[65])
+/* A new session for a token's hash, of user_id: the cookie's value in sid (65 bytes). A user holds
+ * at most KD_SESSIONS_PER_USER, all tokens together (the user's oldest makes room), so no user can
+ * push anyone else's out; a full table (256 users' worth) drops the session nearest its end. It was
+ * per token: a user's 260 tokens logged every other user out (a hostile test). */
+static int session_create(kd_console *c, const char *token_hash, int64_t user_id, char sid[65])
 {
     int64_t now = kestrel__now_ms();
     kd_session s;
@@ -164,6 +167,7 @@ static int session_create(kd_console *c, const char *token_hash, char sid[65])
         return KESTREL_EIO;
     kestrel__sha256_hex(sid, 64, s.sid_hash);
     memcpy(s.token_hash, token_hash, 65);
+    s.user_id = user_id;
     s.expires_ms = now + KD_SESSION_TTL_MS;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n;)
@@ -171,9 +175,9 @@ static int session_create(kd_console *c, const char *token_hash, char sid[65])
             drop_locked(c, i);
         else
             i++;
-    if ((victim = oldest_locked(c, token_hash, &count)) >= 0 && count >= KD_SESSIONS_PER_TOKEN)
+    if ((victim = oldest_locked(c, user_id, &count)) >= 0 && count >= KD_SESSIONS_PER_USER)
         drop_locked(c, (size_t)victim);
-    else if (c->n == KD_SESSIONS_MAX && (victim = oldest_locked(c, NULL, &count)) >= 0)
+    else if (c->n == KD_SESSIONS_MAX && (victim = oldest_locked(c, -1, &count)) >= 0)
         drop_locked(c, (size_t)victim);
     s.born = ++c->births;
     c->s[c->n++] = s;
@@ -270,7 +274,7 @@ static enum MHD_Result login_hash(kd_console *c, kd_req *r, const char *hash)
         return redirect(c, r, "/?error=token", NULL, 0);
     if (who.job_id || who.scope == KD_SCOPE_METRICS)
         return redirect(c, r, "/?error=scope", NULL, 0);
-    if (session_create(c, hash, sid) < 0)
+    if (session_create(c, hash, who.user_id, sid) < 0)
         return kd_reply_error(r, 500, "internal", kestrel_error_last()->message);
     {
         enum MHD_Result ok = redirect(c, r, "/", sid, 0);
@@ -342,19 +346,28 @@ static enum MHD_Result make_login_code(kd_console *c, kd_req *r)
     memset(&lc, 0, sizeof(lc));
     kestrel__sha256_hex(code, 64, lc.code_hash);
     memcpy(lc.token_hash, hash, sizeof(hash));
+    lc.user_id = who.user_id;
     lc.expires_ms = now + KD_LOGIN_CODE_TTL_MS;
     pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < c->ncodes;)   /* spent by time, or the oldest when full */
+    for (size_t i = 0; i < c->ncodes;)   /* spent by time */
         if (c->codes[i].expires_ms <= now)
             c->codes[i] = c->codes[--c->ncodes];
         else
             i++;
-    if (c->ncodes == KD_LOGIN_CODES_MAX) {
-        size_t oldest = 0;
-        for (size_t i = 1; i < c->ncodes; i++)
+    {   /* past KD_LOGIN_CODES_PER_USER the user's oldest goes, else when full anyone's oldest: it was
+         * anyone's at once, and 256 codes of one user spent every other user's link (a hostile test) */
+        size_t mine = 0, oldest = 0, my_oldest = 0;
+        for (size_t i = 0; i < c->ncodes; i++) {
             if (c->codes[i].expires_ms < c->codes[oldest].expires_ms)
                 oldest = i;
-        c->codes[oldest] = c->codes[--c->ncodes];
+            if (c->codes[i].user_id == who.user_id &&
+                (mine++ == 0 || c->codes[i].expires_ms < c->codes[my_oldest].expires_ms))
+                my_oldest = i;
+        }
+        if (mine >= KD_LOGIN_CODES_PER_USER || c->ncodes == KD_LOGIN_CODES_MAX) {
+            size_t v = mine >= KD_LOGIN_CODES_PER_USER ? my_oldest : oldest;
+            c->codes[v] = c->codes[--c->ncodes];
+        }
     }
     c->codes[c->ncodes++] = lc;
     pthread_mutex_unlock(&c->mu);

@@ -15,8 +15,9 @@ typedef struct kd_console kd_console;
 
 #define KD_SESSIONS_MAX 4096
 #define KD_SESSION_TTL_MS (12 * 3600 * 1000LL)
-#define KD_SESSIONS_PER_TOKEN 16
+#define KD_SESSIONS_PER_USER 16   /* all of a user's tokens together: a user may hold 1000 */
 #define KD_LOGIN_CODES_MAX 256
+#define KD_LOGIN_CODES_PER_USER 4
 #define KD_LOGIN_CODE_TTL_MS (120 * 1000LL)
 #define KD_SESSION_COOKIE "kestrel_session"
 #define KD_CSRF_HEADER "X-Kestrel-CSRF"

@@ -242,18 +242,30 @@ def test_another_site_cannot_log_the_browser_in(kestreld):
     assert status == 303 and "kestrel_session=" in h["set-cookie"]
 
 
-def test_one_token_cannot_push_other_sessions_out(kestreld):
+def test_one_user_cannot_push_other_sessions_or_login_codes_out(kestreld):
     d, raw = kestreld, Raw(kestreld.url)
     sid, _ = login(raw, d.token)
     bob = token(d, "bob")["token"]
-    for _ in range(4200):   # more logins than the table holds
-        raw("GET", "/?token=" + bob)
+    # more logins than the table holds, 16 of each of bob's 263 tokens: the bound was per token, and
+    # a user's tokens (up to 1000) logged every other user out (a hostile test)
+    bobs = [bob] + [d.api("POST", "/api/v1/tokens", {"scope": "read"}, token=bob)[1]["token"] for _ in range(262)]
+    for t in bobs:
+        for _ in range(16):
+            raw("GET", "/?token=" + t)
     assert raw("GET", "/api/v1/whoami", headers={"Cookie": sid})[0] == 200
-    # bob's own oldest went: he holds at most 16
+    # bob's own oldest went: he holds at most 16, all his tokens together
     first, _ = login(raw, bob)
-    for _ in range(16):
-        login(raw, bob)
+    for t in bobs[:16]:
+        login(raw, t)
     assert raw("GET", "/api/v1/whoami", headers={"Cookie": first})[0] == 401
+    # login codes (kestrel ui) likewise: 256 of bob's spent the admin's link
+    status, body = d.api("POST", "/ui/login-code", {})
+    assert status == 201, body
+    mine = body["code"]
+    for t in bobs[:256]:
+        assert d.api("POST", "/ui/login-code", {}, token=t)[0] == 201
+    status, h, _ = raw("GET", "/?code=" + mine, headers={"Sec-Fetch-Site": "none"})
+    assert status == 303 and "kestrel_session=" in h["set-cookie"], h
 
 
 def raw_status(d, b):
