@@ -25,7 +25,7 @@ static int pin(kd_req *r, const char *field, char **ref, int want_tree)
     snprintf(name, sizeof(name), "%.*s", (int)(at ? at - *ref : (long)strlen(*ref)), *ref);
     if (!kestrel__repo_name_valid(name))
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': bad model name '%.64s'", field, name);
-    if (!kd_repo_may_read(r, name))
+    if (!kd_repo_may_read(r, name) || !kestrel__store_model_exists(r->e->store, name))   /* before the ref: alike */
         return kestrel__error_set(KESTREL_EINVALID, "field '%s': no model '%s'", field, name);
     if ((rc = kestrel__store_resolve(r->e->store, *ref, &m)) < 0) {
         if (!strncmp(kestrel_error_last()->message, "no model", 8))   /* word for word as for one unreadable */

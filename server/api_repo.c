@@ -597,8 +597,12 @@ enum MHD_Result kd_route_repo(kd_req *r)
         /* one a caller may not read is answered as one that does not exist, word for word (the store's
          * "no model NAME"); a change is refused by the namespace alone (kd_repo_check: 403 whether or
          * not the model exists), never 404 for a private one and 403 for a missing one (found by a
-         * hostile test: the difference told which private models exist) */
-        if (get_ && !kd_repo_may_read(r, name)) {
+         * hostile test: the difference told which private models exist). A read of a missing one is
+         * "no model" before its ref or route is looked at: a bad ref or an unknown route was "bad
+         * alias" or "no such endpoint" for a missing model and "no model" for a private one (another).
+         * Settings say the same themselves, but to who may write them (set before a first push). */
+        if (get_ && (!kd_repo_may_read(r, name) ||
+                     (part != KD_MODEL_SETTINGS && !kestrel__store_model_exists(r->e->store, name)))) {
             snprintf(why, sizeof(why), "no model %s", name);
             return kd_reply_error(r, 404, "not_found", why);
         }

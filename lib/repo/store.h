@@ -170,6 +170,8 @@ int kestrel__store_alias_get(kestrel__store *s, const char *name, const char *al
 int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char *alias);
 int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version);
 int kestrel__store_list(kestrel__store *s, kestrel_buf *out);
+/* 1 when model name (a valid name) has a committed version, as kestrel__store_list counts one. */
+int kestrel__store_model_exists(kestrel__store *s, const char *name);
 const char *kestrel__store_root(const kestrel__store *s);
 
 /* What a collection did. */

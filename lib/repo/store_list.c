@@ -167,6 +167,13 @@ static int has_version(const char *dir)
     return found;
 }
 
+int kestrel__store_model_exists(kestrel__store *s, const char *name)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/models/%s/versions", kestrel__store_root(s), name);
+    return has_version(dir);
+}
+
 static int list_dir(const char *root, const char *prefix, kestrel_buf *out)
 {
     char path[PATH_MAX];

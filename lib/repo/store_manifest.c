@@ -360,13 +360,11 @@ int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t ve
     int rc;
     pb_path(s, name, version, "json", path, sizeof(path));
     rc = kestrel__store_read_text(path, &b);
-    if (rc == KESTREL_ENOTFOUND) {   /* say which is missing: the model, or only its version */
-        struct stat st;
-        snprintf(path, sizeof(path), "%s/models/%s/versions", kestrel__store_root(s), name);
-        rc = stat(path, &st) < 0 && errno == ENOENT
+    if (rc == KESTREL_ENOTFOUND)   /* say which is missing: the model (no version of it is left: as
+                                    * listings and kestreld say), or only its version */
+        rc = !kestrel__store_model_exists(s, name)
                  ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name)
                  : kestrel__error_set(KESTREL_ENOTFOUND, "no version %lld of %s", (long long)version, name);
-    }
     if (rc == 0 && kestrel__wire_from_json(&m, &kestrel__v1__manifest__descriptor, b.ptr, b.size) == 0)
         *out = (Kestrel__V1__Manifest *)m;
     else if (rc == 0 && kestrel__store_legacy_manifest(b.ptr, out) < 0)

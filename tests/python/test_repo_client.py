@@ -190,7 +190,8 @@ def test_a_manifest_is_served_from_its_protobuf_form_and_its_json_stays_the_trut
         assert not (p_dir / "1.pb").exists()
         (p_dir / "1.pb").write_bytes(good)
         gone = kestreld.cli("pull", "team/p@1", str(tmp_path / f"out-{n}-e"), env=env, check=False)
-        assert gone.returncode == 1 and "no version 1 of team/p" in gone.stderr, gone.stderr
+        # (its only version: the model is gone with it, "no model", as one never pushed)
+        assert gone.returncode == 1 and "no model team/p" in gone.stderr, gone.stderr
         kestreld.cli("gc", env=env)
         assert not (p_dir / "1.pb").exists()
 

@@ -107,9 +107,14 @@ def test_metadata_is_bounded_and_an_empty_reference_is_refused(kestreld, tmp_pat
     assert not (tmp_path / "out.txt").exists()
 
 
-def test_a_version_number_past_int64_is_a_bad_reference(kestreld):
+def test_a_version_number_past_int64_is_a_bad_reference(kestreld, tmp_path):
     """versions/99999999999999999999 was read as 9223372036854775807 and answered 404 'no version
-    9223372036854775807' (found by a hostile test); it is a bad reference: 400."""
+    9223372036854775807' (found by a hostile test); it is a bad reference: 400. (Of a model that does
+    not exist it is 'no model', as of one the caller may not read, whatever the reference.)"""
+    status, body = raw(kestreld, "GET", "/api/v1/models/team/m/versions/99999999999999999999")
+    assert status == 404 and b"no model team/m" in body, body
+    (tmp_path / "f").write_bytes(b"x")
+    kestrel.Client(kestreld.url, kestreld.token).push("team/m", str(tmp_path / "f"))
     status, body = raw(kestreld, "GET", "/api/v1/models/team/m/versions/99999999999999999999")
     assert status == 400 and b"bad version" in body, body
 

@@ -245,10 +245,19 @@ def test_namespaces_decide_who_writes(daemon, tmp_path):
     for method, path, body in (("GET", "versions", None), ("GET", "versions?version=1", None),
                                ("GET", "versions?version=production", None), ("GET", "versions/1", None), ("GET", "settings", None),
                                ("POST", "settings", {"visibility": "all"}), ("DELETE", "versions/1", None),
-                               ("PUT", "aliases/x", {"version": 1}), ("POST", "versions", {"size": 0})):
+                               ("PUT", "aliases/x", {"version": 1}), ("POST", "versions", {"size": 0}),
+                               # a bad ref or an unknown route: "bad alias", "no such endpoint" for a
+                               # missing model, "no model" for a private one (a second hostile test)
+                               ("GET", "aliases/x", None), ("GET", "versions/ZZ", None), ("GET", "versions/0", None),
+                               ("GET", "versions?version=ZZ", None), ("GET", "versions/1/x", None)):
         got = [d.api(method, f"/api/v1/models/alice/{m}/{path}", body, token=bob) for m in ("resnet", "nothere")]
         assert got[0][0] == got[1][0] in (403, 404), (method, path, got)
         assert got[0][1]["message"].replace("resnet", "nothere") == got[1][1]["message"], (method, path, got)
+    for ref in ("@ZZ", "@0", "@1", ""):   # and a job's input likewise
+        got = [d.api("POST", "/api/v1/jobs", {"argv": ["true"], "data": [{"ref": f"alice/{m}{ref}", "path": "d"}]},
+                     token=bob) for m in ("resnet", "nothere")]
+        assert got[0][0] == got[1][0] == 400, (ref, got)
+        assert got[0][1]["message"].replace("resnet", "nothere") == got[1][1]["message"], (ref, got)
     d.cli("model", "set", "alice/resnet", "--visibility", "team", env=as_user(d, alice))
     assert versions(d, "alice/resnet", carol)[0] == 200 and versions(d, "alice/resnet", bob)[0] == 404
     # an admin writes everywhere
