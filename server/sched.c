@@ -487,6 +487,50 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
     return KD_BLOCKED;
 }
 
+/* A job held by --max-jobs alone takes the process slot of a preemptible job of a strictly lower
+ * class (least work lost first), when the devices it needs are free now: 0-GPU jobs hold no device,
+ * so no preemption reached them, and one user's `sleep` jobs took every slot from every class (a
+ * hostile test). A stopping job's slot is awaited first. Gangs and jobs bound to a node (affinity)
+ * only wait. KD_PREEMPTING (why says which), KD_BLOCKED, or -1 out of memory. */
+static int take_slot(pass *ps, const kd_qjob *j, char *why, size_t wn)
+{
+    const kd_snapshot *s = ps->s;
+    const kd_alloc *best = NULL;
+    int fits = 0;
+    char buf[160];
+    kd_action *a;
+    if (s->fifo || j->replicas > 1 || j->affinity_required)
+        return KD_BLOCKED;
+    for (size_t n = 0; n < s->nnodes && !fits; n++)
+        fits = kd__sched_node_ok(s, j, n) && kd__sched_count_static(ps, (int)n, j) >= j->gpus &&
+               kd__sched_count(ps, (int)n, j, DEV_FREE) >= j->gpus;
+    for (size_t i = 0; fits && i < s->nallocs; i++) {
+        const kd_alloc *v = &s->allocs[i];
+        if (!v->terminating && !ps->claimed[i] && v->preemptible && v->priority < j->priority &&
+            (best == NULL || victim_order(&v, &best, (void *)s) < 0))
+            best = v;
+    }
+    if (best == NULL)
+        return KD_BLOCKED;
+    if (ps->soon_slots > 0) {
+        ps->soon_slots--;
+        kd__sched_say(why, wn, "waiting for a stopping job's process slot (--max-jobs)");
+        return KD_PREEMPTING;
+    }
+    if ((a = kd__sched_add_action(ps, KD_ACT_PREEMPT, best->id)) == NULL)
+        return -1;
+    a->node = best->node;
+    a->cause = j->id;
+    snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (%s) for its process slot (--max-jobs)",
+             (long long)j->id, kd_priority_name(j->priority));
+    for (size_t i = 0; i < s->nallocs; i++)   /* a gang's every rank */
+        if (s->allocs[i].id == best->id)
+            ps->claimed[i] = 1;
+    snprintf(buf, sizeof(buf), "preempting job %lld for a process slot (--max-jobs)", (long long)best->id);
+    kd__sched_say(why, wn, buf);
+    return KD_PREEMPTING;
+}
+
 static int order_idx(const void *x, const void *y, void *snap)
 {
     const kd_snapshot *s = snap;
@@ -545,6 +589,7 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
             set_state(&ps, a->node, a->devs[d], a->terminating ? DEV_SOON : DEV_USED);
         ps.node_allocs[a->node][ps.n_node_allocs[a->node]++] = i;
         kd__sched_charge_quota(&ps, a->owner, a->team, a->ndev);
+        ps.soon_slots += a->terminating && (i == 0 || s->allocs[i - 1].id != a->id);   /* a gang's ranks: one slot */
         if (a->backfill_for)
             ps.lessors[ps.nlessors++] = a->backfill_for;
     }
@@ -599,6 +644,15 @@ int kd_sched_plan(const kd_snapshot *s, kd_plan *out)
                 snprintf(buf, sizeof(buf), "quota of user %s: %lld of %d GPUs in use", j->owner_name, (long long)used,
                          q->max_gpus);
             kd__sched_say(why, sizeof(why), buf);
+        }
+        if (slots <= 0 && !why[0] && !fifo_blocked) {
+            if ((r = take_slot(&ps, j, why, sizeof(why))) < 0)
+                goto done;
+            if (r == KD_PREEMPTING) {
+                if (add_wait(&ps, j->id, why) < 0)
+                    goto done;
+                continue;
+            }
         }
         if (slots <= 0)
             kd__sched_say(why, sizeof(why), "no free process slot (--max-jobs)");

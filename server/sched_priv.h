@@ -30,6 +30,7 @@ typedef struct {
     uint8_t *held_firm;     /* per node: its holder waits only for its borrowers to stop: no one borrows it */
     uint8_t *claimed;       /* per alloc: already a victim (or awaited) in this plan */
     int64_t *usage_user;    /* parallel to quotas: GPUs in use */
+    int soon_slots;         /* process slots of stopping jobs not yet awaited by a job of this pass */
     int64_t *lessors;       /* sorted: jobs whose reservation a running job borrows (they may preempt it) */
     size_t nlessors;
     kd_plan *out;

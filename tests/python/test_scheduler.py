@@ -299,3 +299,26 @@ def test_one_users_unplaceable_jobs_keep_no_one_elses_out_of_the_pass(daemon):
     d.wait_state(mine, "SUCCEEDED", timeout=60)
     status, body = d.api("GET", "/api/v1/jobs?page_size=1", token=bob)
     assert status == 200 and body["jobs"][0]["state"] == "QUEUED"
+
+
+def test_a_higher_class_takes_the_process_slot_of_a_lower_cpu_job(daemon):
+    """--max-jobs 2 held by bob's two `sleep` jobs (no GPU, so no device preemption reached them): an
+    urgent job and alice's normal one waited on idle GPUs for good (a hostile test). The urgent one
+    now preempts the job of least work lost; the normal one still waits."""
+    d = daemon("--gpus", "1", "--max-jobs", "2", "--grace-period", "2")
+    bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
+    sleepers = [d.submit("--", "sleep", "600", env=d.env(KESTREL_TOKEN=bob)) for _ in range(2)]
+    for s in sleepers:
+        d.wait_state(s, "RUNNING")
+    alice = d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
+    normal = d.submit("--", "true", env=d.env(KESTREL_TOKEN=alice))
+    urgent = d.submit("--gpus", "1", "--priority", "urgent", "--", "true")
+    d.wait_state(urgent, "SUCCEEDED", timeout=60)
+    victims = [s for s in sleepers if any("for its process slot (--max-jobs)" in r for r in reasons(d.job(s)))]
+    assert len(victims) == 1, [reasons(d.job(s)) for s in sleepers]
+    assert "preempting job" in " ".join(reasons(d.job(urgent)))
+    for s in sleepers:   # the victim back in the queue (or running again on the slot the urgent job left)
+        assert d.job(s)["state"] in ("QUEUED", "RUNNING"), d.job(s)
+    for s in sleepers:
+        d.cli("cancel", s, env=d.env(KESTREL_TOKEN=bob))
+    d.wait_state(normal, "SUCCEEDED", timeout=60)

@@ -299,6 +299,46 @@ static void slots_and_fifo(void **state)
     kd_plan_free(&p);
 }
 
+/* --max-jobs: a higher class takes the slot of a lower preemptible job, a CPU job's too (it holds no
+ * device, so no device preemption reached it: a hostile test filled every slot with `sleep`); a
+ * stopping job's slot is awaited; an equal class, or a job whose devices are not free, only waits */
+static void a_higher_class_takes_a_lower_jobs_process_slot(void **state)
+{
+    kd_qjob q[] = { job(9, 3, 1), job(10, 1, 0) };
+    kd_alloc al[] = { { 101, 0, 0, NULL, 1, 1, 500000, 0, 2, "", 0, 0, 0 },
+                      { 102, 0, 0, NULL, 1, 1, 900000, 0, 2, "", 0, 0, 0 } };
+    kd_snapshot s = snap(q, 2, 1);
+    kd_plan p;
+    (void)state;
+    s.allocs = al;
+    s.nallocs = 2;
+    s.free_slots = 0;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 1);
+    assert_int_equal(p.acts[0].kind, KD_ACT_PREEMPT);
+    assert_int_equal(p.acts[0].job, 102);                             /* the least work lost */
+    assert_int_equal(p.acts[0].cause, 9);
+    assert_string_equal(p.acts[0].reason, "preempted by job 9 (urgent) for its process slot (--max-jobs)");
+    assert_non_null(strstr(waiting(&p, 9)->reason, "preempting job 102 for a process slot"));
+    assert_non_null(strstr(waiting(&p, 10)->reason, "no free process slot"));   /* normal: no lower class */
+    kd_plan_free(&p);
+    al[1].terminating = 1;                                            /* stopping: awaited, no second victim */
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 0);
+    assert_non_null(strstr(waiting(&p, 9)->reason, "waiting for a stopping job's process slot"));
+    kd_plan_free(&p);
+    al[1].terminating = 0;
+    q[0].priority = 1;                                                /* equal class */
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 0);
+    assert_non_null(strstr(waiting(&p, 9)->reason, "no free process slot"));
+    kd_plan_free(&p);
+    q[0] = job(9, 3, 8);                                              /* n0 has 4 GPUs: a slot would not help */
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 0);
+    kd_plan_free(&p);
+}
+
 static void deterministic(void **state)
 {
     kd_qjob q[40];
@@ -480,6 +520,7 @@ int main(void)
         cmocka_unit_test(quotas_hold_jobs),
         cmocka_unit_test(affinity),
         cmocka_unit_test(slots_and_fifo),
+        cmocka_unit_test(a_higher_class_takes_a_lower_jobs_process_slot),
         cmocka_unit_test(deterministic),
         cmocka_unit_test(gang_packs_on_the_best_fitting_node_else_spreads),
         cmocka_unit_test(gang_is_all_or_nothing_and_reserves_its_nodes),
