@@ -32,7 +32,10 @@ KESTREL_API int kestrel_code_options_init(kestrel_code_options *opts, unsigned i
 
 /**
  * Push the code in dir as the next version of a code model and write its exact reference
- * ("alice/code/proj@4") to ref_out, for kestrel_job_spec_set_code(). KESTREL_ETOOLARGE past
+ * ("alice/code/proj@4") to ref_out, for kestrel_job_spec_set_code(). When the model's newest
+ * version holds exactly these files (paths, modes and bytes: its digest), nothing is pushed and
+ * that version's reference is written (the progress callback gets one report, 0 bytes new), so a
+ * job submitted again with unchanged code, or refused after its code went, makes no new version. KESTREL_ETOOLARGE past
  * max_bytes, KESTREL_EINVALID for no files or a symlink or special file among them (list it in
  * .kestrelignore), KESTREL_EUNSUPPORTED when git cannot be run.
  */

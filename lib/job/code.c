@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 #include "client.h"
+#include "file_open.h"
 #include "http.h"
 #include "options.h"
 #include "repo.h"
@@ -207,6 +209,77 @@ static int default_name(kestrel_client *c, const char *dir, char *out, size_t n)
     return 0;
 }
 
+/* The digest a directory version of these files gets (manifest.c's tree digest: each file's mode,
+ * size, SHA-256 and path, in the push's order), read here; *total their bytes. "" on any failure. */
+static void tree_digest(const char *dir, char **paths, size_t n, char hex[65], int64_t *total)
+{
+    kestrel__listing list;
+    EVP_MD_CTX *tree = EVP_MD_CTX_new(), *file = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE], *buf = malloc(1 << 20);
+    unsigned int mdn = 0;
+    char root[PATH_MAX];
+    int ok = tree && file && buf && realpath(dir, root) && EVP_DigestInit_ex(tree, EVP_sha256(), NULL) == 1;
+    memset(&list, 0, sizeof(list));
+    hex[0] = '\0';
+    *total = 0;
+    ok = ok && kestrel__tree_list(root, paths, n, &list) == 0;
+    for (size_t i = 0; ok && i < list.n; i++) {
+        Kestrel__V1__TreeFile f = KESTREL__V1__TREE_FILE__INIT;
+        char path[PATH_MAX], sha[65];
+        struct stat st;
+        ssize_t got = 0;
+        int fd;
+        f.path = (char *)kestrel__listed_path(&list, i);
+        f.size = list.f[i].size;
+        f.mode = list.f[i].mode;
+        snprintf(path, sizeof(path), "%s/%s", root, f.path);
+        if ((fd = kestrel__file_open(path, 1, &st)) < 0 || !S_ISREG(st.st_mode) ||
+            EVP_DigestInit_ex(file, EVP_sha256(), NULL) != 1) {
+            ok = 0;
+        } else {
+            while ((got = read(fd, buf, 1 << 20)) > 0)
+                EVP_DigestUpdate(file, buf, (size_t)got);
+            ok = got == 0 && EVP_DigestFinal_ex(file, md, &mdn) == 1;
+        }
+        if (fd >= 0)
+            close(fd);
+        kestrel__hex(md, 32, sha);
+        f.sha256 = sha;
+        kestrel__manifest_tree_digest_file(tree, &f);
+        *total += f.size;
+    }
+    if (ok && EVP_DigestFinal_ex(tree, md, &mdn) == 1)
+        kestrel__hex(md, 32, hex);
+    kestrel__listing_free(&list);
+    EVP_MD_CTX_free(tree);
+    EVP_MD_CTX_free(file);
+    free(buf);
+}
+
+/* The newest version of name when it holds exactly these files (its digest is the repository's, of
+ * what was pushed): a job submitted again with unchanged code reuses it. A submit refused after its
+ * code went (a bad flag, --max-queued) made a version each time (a hostile test). 0: none. */
+static int64_t same_as_latest(kestrel_client *c, const char *name, const char *dir, char **paths, size_t n,
+                              int64_t *total)
+{
+    kestrel_model_versions *vs = NULL;
+    const kestrel_model_version *v;
+    char ref[320], hex[65];
+    int64_t found = 0;
+    snprintf(ref, sizeof(ref), "%s@latest", name);
+    if (kestrel_model_version_get(&vs, c, ref) < 0) {
+        kestrel_error_clear();   /* none yet, or it cannot tell: the push says what is wrong */
+        return 0;
+    }
+    if ((v = kestrel_model_versions_at(vs, 0)) != NULL && v->sha256[0]) {
+        tree_digest(dir, paths, n, hex, total);
+        if (hex[0] && !strcmp(hex, v->sha256) && v->size == *total)
+            found = v->version;
+    }
+    kestrel_model_versions_free(vs);
+    return found;
+}
+
 int kestrel_code_push(kestrel_buf *ref_out, kestrel_client *c, const char *dir, const kestrel_code_options *in)
 {
     kestrel_code_options o;
@@ -240,7 +313,14 @@ int kestrel_code_push(kestrel_buf *ref_out, kestrel_client *c, const char *dir, 
         goto out;
     t.progress = o.progress;
     t.progress_payload = o.progress_payload;
-    if ((rc = kestrel__model_push(&version, c, name, dir, &t, paths, n)) < 0)
+    {
+        int64_t total = 0;
+        if ((version = same_as_latest(c, name, dir, paths, n, &total)) > 0 && o.progress) {
+            kestrel_progress p = { 1, KESTREL_PHASE_PUSH, total, total, 0, 0, 0 };
+            (void)o.progress(&p, o.progress_payload);
+        }
+    }
+    if (version == 0 && (rc = kestrel__model_push(&version, c, name, dir, &t, paths, n)) < 0)
         goto out;
     kestrel_buf_dispose(ref_out);
     rc = kestrel__buf_printf(ref_out, "%s@%lld", name, (long long)version);

@@ -142,6 +142,29 @@ def test_code_upload_bounds_and_refusals_write_nothing(daemon, tmp_path):
     assert d.api("GET", "/api/v1/jobs")[1].get("jobs", []) == []
 
 
+def test_unchanged_code_makes_no_new_version(daemon, tmp_path):
+    """A submit refused after its code went (a class above the user's, a bad input, --max-queued) made a
+    version each time: four refusals, four identical versions (a hostile test). The newest version,
+    when it holds exactly these files, is used again; an edit (content or mode) makes the next one."""
+    d = daemon("--gpus", "0", "--max-priority", "normal")
+    bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
+    env = d.env(KESTREL_TOKEN=bob)
+    proj = code_dir(tmp_path)
+    for bad in (("--priority", "urgent"), ("--data", "nosuch/x"), ("--after-ok", "999")):
+        r = d.cli("submit", "--code", str(proj), *bad, "--", "true", env=env, check=False)
+        assert r.returncode != 0, r.stderr
+        assert "bob/code/proj@1 " in r.stderr, r.stderr
+    r = d.cli("submit", "--code", str(proj), "--", "sh", "-c", "cat train.py", env=env)
+    assert "bob/code/proj@1 " in r.stderr and "0 of them new" in r.stderr, r.stderr
+    versions = d.api("GET", "/api/v1/models/bob/code/proj/versions", token=bob)[1]["versions"]
+    assert [int(v["version"]) for v in versions] == [1], versions
+    (proj / "train.py").chmod(0o755)
+    assert "bob/code/proj@2 " in d.cli("submit", "--code", str(proj), "--", "true", env=env).stderr
+    (proj / "train.py").write_text("print('changed')\n")
+    assert "bob/code/proj@3 " in d.cli("submit", "--code", str(proj), "--", "true", env=env).stderr
+    assert "bob/code/proj@3 " in d.cli("submit", "--code", str(proj), "--", "true", env=env).stderr
+
+
 def test_another_users_private_code_cannot_be_run(daemon, tmp_path):
     d = daemon("--gpus", "0")
     alice = d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
