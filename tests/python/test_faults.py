@@ -95,6 +95,44 @@ def test_a_full_store_is_a_packs_answer_whatever_follows_it(small_fs, tmp_path):
         d.stop()
 
 
+def test_one_users_chunks_leave_the_disk_room_for_everyone_elses_jobs(small_fs, tmp_path):
+    """bob's packs, never committed, filled the data disk: every other user's submit and token then
+    failed, 'database or disk is full' (a hostile test). Chunks stop a fiftieth of the disk short of
+    full (507, as a full disk), and alice still gets a token, submits, and her job's end is recorded."""
+    d = Daemon(small_fs / "k", "--gpus", "0")
+    try:
+        bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
+
+        def pack(sizes):
+            chunks = [os.urandom(n) for n in sizes]
+            body = b"".join(hashlib.sha256(c).digest() + struct.pack(">I", len(c)) + c for c in chunks)
+            req = urllib.request.Request(f"{d.url}/api/v1/chunks/pack", data=body, method="POST",
+                                         headers={"Authorization": f"Bearer {bob}",
+                                                  "Content-Type": "application/octet-stream"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, r.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        answers = []
+        for big in (True, False):   # 1 MiB chunks until refused, then 4 KiB ones: the floor holds for both
+            for _ in range(4096):
+                status, answer = pack([1 << 20] * 2 if big else [4096] * 16)
+                if status != 200:
+                    break
+            answers.append((status, answer))
+        status, body = d.api("POST", "/api/v1/tokens", {"user": "alice"})
+        assert status == 201, body
+        jid = d.submit("--", "true", env=d.env(KESTREL_TOKEN=body["token"]))
+        assert d.wait(jid)["state"] == "SUCCEEDED"
+        assert d.api("GET", "/healthz")[0] == 200
+        for status, answer in answers:
+            assert status == 507 and b"keeps its last" in answer and b"No space left" in answer, (status, answer)
+    finally:
+        d.stop()
+
+
 def test_kill_9_during_pushes_and_jobs_loses_nothing(daemon, tmp_path):
     """20 rounds of kill -9 while a push commits and jobs start, run and end: every push that said
     it succeeded is still there and pulls, no model name is left without a version, no partial
