@@ -14,6 +14,7 @@
 #include <string.h>
 #include "api.h"
 #include "route.h"
+#include "store.h"
 
 #define MAX_EXPIRES_S (10LL * 365 * 86400)
 #define MAX_LIVE_TOKENS 1000   /* per user: a listing stays small, a loop cannot fill the catalog */
@@ -54,13 +55,30 @@ static const char *namespace_clash(kd_req *r, const char *name, int user)
     return NULL;
 }
 
+/* A new user's or team's name is their models' namespace too (USER/..., TEAM/...): "Dave" was taken,
+ * and Dave could push nowhere, told he may write "Dave/...", itself no valid name (a hostile test).
+ * Names kestreld knows already stay as they are. NULL when fine, else the complaint. */
+static const char *new_namespace_refused(kd_req *r, const char *name, int is_user)
+{
+    kd_user u;
+    if (is_user ? kd_catalog_user_get(r->e->cat, name, &u) == 0 : kd_catalog_team_exists(r->e->cat, name) > 0)
+        return NULL;
+    kestrel_error_clear();
+    if (kestrel__repo_name_valid(name))
+        return NULL;
+    return is_user ? "field 'user': a new user's name is also their models' namespace (USER/...): lowercase "
+                     "letters, digits, '.', '_' and '-', starting with a letter or digit"
+                   : "field 'team': a new team's name is also its models' namespace (TEAM/...): lowercase "
+                     "letters, digits, '.', '_' and '-', starting with a letter or digit";
+}
+
 static enum MHD_Result create(kd_req *r)
 {
     enum MHD_Result reply = MHD_NO;
     Kestrel__V1__TokenRequest *req;
     Kestrel__V1__TokenResponse resp = KESTREL__V1__TOKEN_RESPONSE__INIT;
     char token[80], msg[400];
-    const char *user, *clash;
+    const char *user, *clash, *why;
     kd_user u;
     kd_token t;
     int64_t id = 0;
@@ -74,6 +92,9 @@ static enum MHD_Result create(kd_req *r)
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'user': 1..64 printable bytes without spaces or '/'");
     } else if (req->team[0] && !kd_name_ok(req->team)) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'team': 1..64 printable bytes without spaces or '/'");
+    } else if ((why = new_namespace_refused(r, user, 1)) != NULL ||
+               (req->team[0] && (why = new_namespace_refused(r, req->team, 0)) != NULL)) {
+        reply = kd_reply_error(r, 400, "invalid_argument", why);
     } else if (!t.scope) {
         reply = kd_reply_error(r, 400, "invalid_argument", "field 'scope': read, write, admin or metrics");
     } else if (req->expires_s < 0 || req->expires_s > MAX_EXPIRES_S) {
@@ -248,6 +269,11 @@ enum MHD_Result kd_route_users(kd_req *r, const char *name)
         if (in->team[0] && !kd_name_ok(in->team)) {
             protobuf_c_message_free_unpacked(&in->base, NULL);
             return kd_reply_error(r, 400, "invalid_argument", "field 'team': 1..64 printable bytes without spaces or '/'");
+        }
+        if (in->team[0] && new_namespace_refused(r, in->team, 0)) {
+            enum MHD_Result bad = kd_reply_error(r, 400, "invalid_argument", new_namespace_refused(r, in->team, 0));
+            protobuf_c_message_free_unpacked(&in->base, NULL);
+            return bad;
         }
         if (in->team[0] && namespace_clash(r, in->team, 0)) {
             enum MHD_Result clash = kd_reply_error(r, 409, "conflict", namespace_clash(r, in->team, 0));

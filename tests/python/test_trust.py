@@ -265,6 +265,23 @@ def test_namespaces_decide_who_writes(daemon, tmp_path):
 
 
 @needs_binding
+def test_a_new_user_or_team_is_named_as_a_namespace(daemon, tmp_path):
+    """A user's (and a team's) name is their models' namespace: "Dave" was taken, and could push
+    nowhere ("bad model name"; a hostile test). A new one must be a namespace; one already known stays."""
+    d = daemon("--gpus", "0")
+    for body, field in (({"user": "Dave"}, "'user'"), ({"user": "x y"}, "'user'"), ({"user": ".hidden"}, "'user'"),
+                        ({"user": "dave", "team": "Vision"}, "'team'")):
+        status, answer = d.api("POST", "/api/v1/tokens", body)
+        assert status == 400 and field in answer["message"], (body, answer)
+    assert "Dave" not in json.dumps(d.api("GET", "/api/v1/users")[1])
+    status, answer = d.api("POST", "/api/v1/tokens", {"user": "dave", "team": "vision"})
+    assert status == 201, answer
+    assert d.api("PUT", "/api/v1/users/dave", {"team": "Ops"})[0] == 400
+    f = tmp_path / "f"
+    f.write_bytes(b"x")
+    assert d.cli("push", "dave/m", str(f), env=d.env(KESTREL_TOKEN=answer["token"])).returncode == 0
+
+
 def test_a_job_token_pushes_but_never_deletes_or_moves(daemon, tmp_path):
     d = daemon("--gpus", "0")
     alice = token(d, "alice")
