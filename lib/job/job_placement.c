@@ -71,8 +71,12 @@ int kestrel_job_spec_set_affinity(kestrel_job_spec *s, int64_t job_id, const cha
 {
     int rc;
     KESTREL__CHECK(s, KESTREL__MAGIC_SPEC, "spec");
-    if (job_id < 0 || (job_id && group && group[0]) || (!job_id && !(group && group[0])))
+    if (job_id < 0)
+        return kestrel__error_set(KESTREL_EINVALID, "affinity: a job id is positive");
+    if (job_id && group && group[0])
         return kestrel__error_set(KESTREL_EINVALID, "affinity takes a job id or a group, not both");
+    if (!job_id && !(group && group[0]))
+        return kestrel__error_set(KESTREL_EINVALID, "affinity takes a job id or a group name (not empty)");
     if ((rc = short_name(group, "affinity group")) < 0)
         return rc;
     if ((rc = kestrel__wire_set_string(&s->pb->affinity_group, group ? group : "")) < 0)

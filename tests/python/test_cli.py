@@ -26,6 +26,14 @@ def test_help_and_usage_errors(kestreld):
     assert p.returncode != 0 and "unknown priority 'asap'" in p.stderr
     p = kestreld.cli("status", "nope", check=False)
     assert p.returncode == 2
+    # numbers past their range say what they take (a hostile test: nan, inf and 9.3e18M were a cast out
+    # of range, said "must not be negative"; 8e18 queued a job for good; --retries past int said "error")
+    for flag, value, says in (("--min-gpu-memory", "nan", "takes a size"), ("--min-gpu-memory", "inf", "takes a size"),
+                              ("--min-gpu-memory", "9.3e18M", "takes a size"), ("--min-gpu-memory", "8e18", "takes a size"),
+                              ("--retries", "4294967297", "from 0 to 100"), ("--affinity", "group:", "a group name")):
+        p = kestreld.cli("submit", flag, value, "--", "true", check=False)
+        assert p.returncode == 2 and says in p.stderr, (flag, value, p.stderr)
+    assert kestreld.api("GET", "/api/v1/jobs")[1].get("jobs", []) == []
 
 
 def test_every_command_has_help_and_flag_errors_are_short(kestreld, tmp_path):
