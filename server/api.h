@@ -159,6 +159,8 @@ enum MHD_Result kd_reply_busy(kd_req *r);
 #define KD_CONSOLE_BODY_MAX 8192
 /* A pack is at most this (by Content-Length at the headers, by what came for a chunked upload). */
 #define KD_MAX_PACK (1ull << 30)
+/* Aliases one model keeps at most: a new one past them is 409 (api_repo.c). */
+#define KD_ALIASES_MAX 1024
 void kd_pack_feed(kd_pack *p, const char *data, size_t len);
 enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p);
 void kd_pack_free(kd_pack *p);

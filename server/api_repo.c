@@ -387,6 +387,19 @@ static enum MHD_Result alias(kd_req *r, const char *name, const char *a)
     }
     if ((u = (Kestrel__V1__AliasUpdate *)kd_body(r, &kestrel__v1__alias_update__descriptor, &reply)) == NULL)
         return reply;
+    {   /* a new one past KD_ALIASES_MAX: every listing of the model reads them all (a hostile test made
+         * 3,000 to slow listings down) */
+        int64_t was;
+        if (kestrel__store_alias_get(r->e->store, name, a, &was) < 0 &&
+            kestrel__store_alias_count(r->e->store, name) > KD_ALIASES_MAX) {   /* "latest" among them */
+            char msg[200];
+            protobuf_c_message_free_unpacked(&u->base, NULL);
+            snprintf(msg, sizeof(msg), "%s has %d aliases, the most a model keeps: delete some first", name,
+                     KD_ALIASES_MAX);
+            return kd_reply_error(r, 409, "resource_exhausted", msg);
+        }
+        kestrel_error_clear();
+    }
     rc = kestrel__store_alias_set(r->e->store, name, a, u->version);
     reply = rc < 0 ? kd_reply_failure(r, rc) : kd_reply_msg(r, 200, &u->base);
     protobuf_c_message_free_unpacked(&u->base, NULL);

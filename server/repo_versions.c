@@ -28,11 +28,16 @@
  * 64 KiB) decoded and encoded, and the version numbers (8 bytes each). A version an earlier build
  * committed is read whole once, the first time it is listed, to write its listing: not counted. */
 #define ONE_VERSION (512u * 1024)
+/* An alias read at the start (its name, at most 64 bytes, and version; api_repo.c keeps at most
+ * KD_ALIASES_MAX a model). */
+#define ALIAS_HELD 112u
 
 typedef struct {
     kestrel__store *store;
     char *name;
     int64_t *vs;          /* the versions, oldest first, when the answer started */
+    kestrel__alias_map aliases;   /* and their aliases then, read once (not once a version) */
+    int mapped;
     size_t n, next;       /* how many; the next to encode */
     int json, sent_one, done;
     kestrel_buf piece;    /* encoded and not yet read: the head, a version, or the end */
@@ -50,7 +55,8 @@ static int next_piece(versions_answer *a)
     while (a->next < a->n) {
         Kestrel__V1__Manifest *m = NULL;
         int64_t v = a->vs[a->next++];
-        int rc = kestrel__store_listing(a->store, a->name, v, &m);
+        int rc = a->mapped ? kestrel__store_listing_mapped(a->store, a->name, v, &a->aliases, &m)
+                           : kestrel__store_listing(a->store, a->name, v, &m);
         if (rc == KESTREL_ENOTFOUND) {   /* deleted since the answer started */
             kestrel_error_clear();
             continue;
@@ -98,6 +104,7 @@ static void answer_free(void *cls)
 {
     versions_answer *a = cls;
     kestrel_buf_dispose(&a->piece);
+    kestrel__alias_map_free(&a->aliases);
     free(a->vs);
     free(a->name);
     free(a);
@@ -126,15 +133,16 @@ enum MHD_Result kd_repo_versions(kd_req *r, const char *name)
                  (rc = kestrel__store_listing(r->e->store, name, a->vs[0], &m)) == 0)
             a->n = 1;   /* there now (a delete before its turn leaves the answer empty, as above) */
         kestrel__manifest_free(m);
-    } else {
-        rc = kestrel__store_versions(r->e->store, name, &a->vs, &a->n);
+    } else if ((rc = kestrel__store_versions(r->e->store, name, &a->vs, &a->n)) == 0 &&
+               (rc = kestrel__store_alias_map(r->e->store, name, &a->aliases)) == 0) {
+        a->mapped = 1;
     }
     if (rc < 0) {
         answer_free(a);
         return kd_reply_failure(r, rc);
     }
     /* held until the client reads it, however slowly: from the budget of request memory */
-    if (kd_answer_hold(r, BLOCK + ONE_VERSION + a->n * sizeof(*a->vs)) < 0) {
+    if (kd_answer_hold(r, BLOCK + ONE_VERSION + a->n * sizeof(*a->vs) + a->aliases.n * ALIAS_HELD) < 0) {
         answer_free(a);
         return kd_reply_busy(r);
     }

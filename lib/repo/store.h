@@ -136,6 +136,21 @@ int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m);
  * written at the commit, so that a listing never reads a whole manifest (a dataset's is megabytes); a
  * version without one (an earlier build's) is read from its manifest and its N.listing written then. */
 int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out);
+/* A model's aliases read once, for a listing of its versions: each version read its whole aliases
+ * folder, so 300 versions and 3,000 aliases were 900,000 reads, 8 s of kestreld a listing (a
+ * hostile test). A listing made with one shows the aliases as they were when it was read. */
+typedef struct {
+    char **alias;
+    int64_t *version;
+    size_t n;
+} kestrel__alias_map;
+int kestrel__store_alias_map(kestrel__store *s, const char *name, kestrel__alias_map *out);
+void kestrel__alias_map_free(kestrel__alias_map *map);
+/* kestrel__store_listing with its aliases from map. */
+int kestrel__store_listing_mapped(kestrel__store *s, const char *name, int64_t version, const kestrel__alias_map *map,
+                                  Kestrel__V1__Manifest **out);
+/* How many aliases name has (its aliases folder's entries, temps aside). */
+size_t kestrel__store_alias_count(kestrel__store *s, const char *name);
 /* Write versions/N.listing for m, committed as name@m->version (atomically; errors are the caller's
  * to ignore: the manifest stays the truth). */
 int kestrel__store_listing_write(kestrel__store *s, const char *name, const Kestrel__V1__Manifest *m);

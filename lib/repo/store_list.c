@@ -10,15 +10,114 @@
 #include "repo.h"
 #include "store.h"
 
-int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m)
+static void aliases_drop(Kestrel__V1__Manifest *m)
 {
-    kestrel_buf aliases = KESTREL_BUF_INIT;
-    int rc;
     for (size_t i = 0; i < m->n_aliases; i++)   /* a manifest never stores them: whatever one holds goes */
         free(m->aliases[i]);
     free(m->aliases);
     m->aliases = NULL;
     m->n_aliases = 0;
+}
+
+/* m's aliases from map, in the folder's order as kestrel__store_aliases_of gives them. */
+static int aliases_from(const kestrel__alias_map *map, Kestrel__V1__Manifest *m)
+{
+    size_t k = 0;
+    aliases_drop(m);
+    for (size_t i = 0; i < map->n; i++)
+        k += map->version[i] == m->version;
+    if (k == 0)
+        return 0;
+    if ((m->aliases = calloc(k, sizeof(char *))) == NULL)
+        return kestrel__error_oom();
+    for (size_t i = 0; i < map->n; i++)
+        if (map->version[i] == m->version) {
+            if ((m->aliases[m->n_aliases] = kestrel__strdup(map->alias[i])) == NULL)
+                return kestrel__error_oom();
+            m->n_aliases++;
+        }
+    return 0;
+}
+
+void kestrel__alias_map_free(kestrel__alias_map *map)
+{
+    for (size_t i = 0; i < map->n; i++)
+        free(map->alias[i]);
+    free(map->alias);
+    free(map->version);
+    memset(map, 0, sizeof(*map));
+}
+
+/* Each entry of name's aliases folder that is an alias (not a temp), handed to each; its count. */
+static size_t alias_walk(kestrel__store *s, const char *name, int (*each)(void *, const char *), void *ctx)
+{
+    char dir[PATH_MAX];
+    DIR *d;
+    struct dirent *e;
+    size_t n = 0;
+    snprintf(dir, sizeof(dir), "%s/models/%s/aliases", kestrel__store_root(s), name);
+    if ((d = opendir(dir)) == NULL)
+        return 0;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && !strstr(e->d_name, ".tmp.") && (each == NULL || each(ctx, e->d_name) == 0))
+            n++;
+    closedir(d);
+    return n;
+}
+
+size_t kestrel__store_alias_count(kestrel__store *s, const char *name)
+{
+    return alias_walk(s, name, NULL, NULL);
+}
+
+typedef struct {
+    kestrel__store *s;
+    const char *name;
+    kestrel__alias_map *map;
+    size_t cap;
+    int rc;
+} map_fill;
+
+static int map_one(void *ctx, const char *alias)
+{
+    map_fill *f = ctx;
+    int64_t v;
+    if (f->rc < 0 || kestrel__store_alias_get(f->s, f->name, alias, &v) < 0)
+        return -1;   /* gone meanwhile, or unreadable: as kestrel__store_aliases_of, left out */
+    if (f->map->n == f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 16;
+        char **a = realloc(f->map->alias, cap * sizeof(*a));
+        int64_t *vs = a ? realloc(f->map->version, cap * sizeof(*vs)) : NULL;
+        if (a)
+            f->map->alias = a;
+        if (vs)
+            f->map->version = vs;
+        if (a == NULL || vs == NULL)
+            return f->rc = kestrel__error_oom();
+        f->cap = cap;
+    }
+    if ((f->map->alias[f->map->n] = kestrel__strdup(alias)) == NULL)
+        return f->rc = kestrel__error_oom();
+    f->map->version[f->map->n++] = v;
+    return 0;
+}
+
+int kestrel__store_alias_map(kestrel__store *s, const char *name, kestrel__alias_map *out)
+{
+    map_fill f = { s, name, out, 0, 0 };
+    memset(out, 0, sizeof(*out));
+    alias_walk(s, name, map_one, &f);
+    kestrel_error_clear();
+    if (f.rc < 0)
+        kestrel__alias_map_free(out);
+    return f.rc;
+}
+
+int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m)
+{
+    kestrel_buf aliases = KESTREL_BUF_INIT;
+    int rc;
+    aliases_drop(m);
     if ((rc = kestrel__store_aliases_of(s, m->name, m->version, &aliases)) == 0 && aliases.size) {
         size_t k = 2;
         for (const char *q = aliases.ptr; *q; q++)
@@ -35,7 +134,8 @@ int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m)
     return rc;
 }
 
-int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
+/* kestrel__store_decorate but its aliases (the caller's). */
+static int decorate_counts(Kestrel__V1__Manifest *m)
 {
     if (m->n_files || m->n_chunks) {   /* a whole manifest: its lists count; a listing keeps its counts */
         m->file_count = (int64_t)m->n_files;
@@ -49,7 +149,13 @@ int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
             return kestrel__error_oom();
         }
     }
-    return kestrel__store_aliases(s, m);
+    return 0;
+}
+
+int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m)
+{
+    int rc = decorate_counts(m);
+    return rc < 0 ? rc : kestrel__store_aliases(s, m);
 }
 
 static void listing_path(kestrel__store *s, const char *name, int64_t version, char *out, size_t n)
@@ -98,6 +204,12 @@ static Kestrel__V1__Manifest *listing_read(kestrel__store *s, const char *name, 
 
 int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out)
 {
+    return kestrel__store_listing_mapped(s, name, version, NULL, out);
+}
+
+int kestrel__store_listing_mapped(kestrel__store *s, const char *name, int64_t version, const kestrel__alias_map *map,
+                                  Kestrel__V1__Manifest **out)
+{
     Kestrel__V1__Manifest *m = listing_read(s, name, version);
     int rc;
     if (m == NULL) {   /* committed by an earlier build: read whole once, the listing written for next time */
@@ -116,7 +228,7 @@ int kestrel__store_listing(kestrel__store *s, const char *name, int64_t version,
     }
     if ((strcmp(m->name, name) && (rc = kestrel__wire_set_string(&m->name, name)) < 0) ||   /* its folder's */
         (m->commit_key[0] && (rc = kestrel__wire_set_string(&m->commit_key, "")) < 0) ||   /* a commit's own */
-        (rc = kestrel__store_decorate(s, m)) < 0) {
+        (rc = map ? decorate_counts(m) : kestrel__store_decorate(s, m)) < 0 || (map && (rc = aliases_from(map, m)) < 0)) {
         kestrel__manifest_free(m);
         return rc;
     }

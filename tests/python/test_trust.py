@@ -264,7 +264,6 @@ def test_namespaces_decide_who_writes(daemon, tmp_path):
     assert push(d, d.token, "alice/resnet", f).returncode == 0
 
 
-@needs_binding
 def test_a_new_user_or_team_is_named_as_a_namespace(daemon, tmp_path):
     """A user's (and a team's) name is their models' namespace: "Dave" was taken, and could push
     nowhere ("bad model name"; a hostile test). A new one must be a namespace; one already known stays."""
@@ -282,6 +281,7 @@ def test_a_new_user_or_team_is_named_as_a_namespace(daemon, tmp_path):
     assert d.cli("push", "dave/m", str(f), env=d.env(KESTREL_TOKEN=answer["token"])).returncode == 0
 
 
+@needs_binding
 def test_a_job_token_pushes_but_never_deletes_or_moves(daemon, tmp_path):
     d = daemon("--gpus", "0")
     alice = token(d, "alice")
