@@ -487,31 +487,51 @@ static int place(pass *ps, const kd_qjob *j, int *slots, char *why, size_t wn)
     return KD_BLOCKED;
 }
 
-/* A job held by --max-jobs alone takes the process slot of a preemptible job of a strictly lower
- * class (least work lost first), when the devices it needs are free now: 0-GPU jobs hold no device,
- * so no preemption reached them, and one user's `sleep` jobs took every slot from every class (a
- * hostile test). A stopping job's slot is awaited first. Gangs and jobs bound to a node (affinity)
- * only wait. KD_PREEMPTING (why says which), KD_BLOCKED, or -1 out of memory. */
+/* A slot victim: fewest devices held first (a job without any first: no one's GPUs go idle for a
+ * slot), then least work lost (victim_order). */
+static int slot_victim_order(const kd_alloc *a, const kd_alloc *b, const kd_snapshot *s)
+{
+    if (a->ndev != b->ndev)
+        return a->ndev < b->ndev ? -1 : 1;
+    return victim_order(&a, &b, (void *)s);
+}
+
+/* A job held by --max-jobs alone: 0-GPU jobs hold no device, so no preemption reached them, and one
+ * user's `sleep` jobs took every slot from every class (a hostile test). When the devices it needs
+ * are free it takes the slot of a preemptible job of a strictly lower class (not a gang: fewest
+ * devices, then least work lost), those devices kept for it in this pass; a stopping job's slot is
+ * awaited first. When they are not, a device preemption (place()) frees a slot as well: planned as
+ * if it had one. Gangs and jobs bound to a node (affinity) only wait. KD_PREEMPTING (why says
+ * which), KD_BLOCKED, or -1 out of memory. */
 static int take_slot(pass *ps, const kd_qjob *j, char *why, size_t wn)
 {
     const kd_snapshot *s = ps->s;
     const kd_alloc *best = NULL;
-    int fits = 0;
+    int fit = -1, one = 1, r;
     char buf[160];
     kd_action *a;
     if (s->fifo || j->replicas > 1 || j->affinity_required)
         return KD_BLOCKED;
-    for (size_t n = 0; n < s->nnodes && !fits; n++)
-        fits = kd__sched_node_ok(s, j, n) && kd__sched_count_static(ps, (int)n, j) >= j->gpus &&
-               kd__sched_count(ps, (int)n, j, DEV_FREE) >= j->gpus;
-    for (size_t i = 0; fits && i < s->nallocs; i++) {
+    for (size_t n = 0; n < s->nnodes && fit < 0; n++)
+        if (kd__sched_node_ok(s, j, n) && kd__sched_count_static(ps, (int)n, j) >= j->gpus &&
+            kd__sched_count(ps, (int)n, j, DEV_FREE) >= j->gpus)
+            fit = (int)n;
+    if (fit < 0) {   /* no node has them free: place() cannot start it, only plan or await preemptions */
+        if (j->gpus == 0)
+            return KD_BLOCKED;
+        r = place(ps, j, &one, why, wn);
+        return r < 0 ? -1 : r == KD_PREEMPTING ? KD_PREEMPTING : KD_BLOCKED;
+    }
+    for (size_t i = 0; i < s->nallocs; i++) {
         const kd_alloc *v = &s->allocs[i];
-        if (!v->terminating && !ps->claimed[i] && v->preemptible && v->priority < j->priority &&
-            (best == NULL || victim_order(&v, &best, (void *)s) < 0))
+        if (!v->terminating && !ps->claimed[i] && v->preemptible && v->priority < j->priority && v->ranks <= 1 &&
+            (best == NULL || slot_victim_order(v, best, s) < 0))
             best = v;
     }
     if (best == NULL)
         return KD_BLOCKED;
+    if (kd__sched_take(ps, fit, j, DEV_FREE, j->gpus, 0) < 0)   /* no other job of this pass takes them */
+        return -1;
     if (ps->soon_slots > 0) {
         ps->soon_slots--;
         kd__sched_say(why, wn, "waiting for a stopping job's process slot (--max-jobs)");
@@ -523,9 +543,7 @@ static int take_slot(pass *ps, const kd_qjob *j, char *why, size_t wn)
     a->cause = j->id;
     snprintf(a->reason, sizeof(a->reason), "preempted by job %lld (%s) for its process slot (--max-jobs)",
              (long long)j->id, kd_priority_name(j->priority));
-    for (size_t i = 0; i < s->nallocs; i++)   /* a gang's every rank */
-        if (s->allocs[i].id == best->id)
-            ps->claimed[i] = 1;
+    ps->claimed[best - s->allocs] = 1;
     snprintf(buf, sizeof(buf), "preempting job %lld for a process slot (--max-jobs)", (long long)best->id);
     kd__sched_say(why, wn, buf);
     return KD_PREEMPTING;

@@ -339,6 +339,52 @@ static void a_higher_class_takes_a_lower_jobs_process_slot(void **state)
     kd_plan_free(&p);
 }
 
+/* (a review) the slots full and the GPUs too, by normal jobs: an urgent GPU job preempts for a device,
+ * which frees a slot as well (it waited for good); a slot victim is the one holding fewest devices;
+ * two jobs of one pass do not both preempt for the same free GPU */
+static void a_slot_and_busy_gpus_are_preempted_for_and_slot_victims_hold_fewest_devices(void **state)
+{
+    kd_qjob q[] = { job(9, 3, 1) };
+    int d0[] = { 0 }, d1[] = { 1 }, d2[] = { 2 }, d3[] = { 3 };
+    kd_alloc busy[] = { { 101, 0, 1, d0, 1, 1, 500000, 0, 2, "", 0, 0, 0 }, { 102, 0, 1, d1, 1, 1, 500000, 0, 2, "", 0, 0, 0 },
+                        { 103, 0, 1, d2, 1, 1, 500000, 0, 2, "", 0, 0, 0 }, { 104, 0, 1, d3, 1, 1, 900000, 0, 2, "", 0, 0, 0 },
+                        { 105, 0, 0, NULL, 1, 1, 500000, 0, 2, "", 0, 0, 0 } };
+    kd_qjob two[] = { job(9, 3, 1), job(10, 3, 1) };
+    kd_alloc some[] = { { 201, 0, 2, d0, 1, 1, 990000, 0, 2, "", 0, 0, 0 }, { 202, 0, 0, NULL, 1, 1, 100000, 0, 2, "", 0, 0, 0 },
+                        { 203, 0, 0, NULL, 1, 1, 200000, 0, 2, "", 0, 0, 0 } };
+    kd_snapshot s = snap(q, 1, 1);
+    kd_plan p;
+    (void)state;
+    s.allocs = busy;
+    s.nallocs = 5;
+    s.free_slots = 0;
+    assert_int_equal(kd_sched_plan(&s, &p), 0);
+    assert_int_equal(p.nacts, 1);
+    assert_int_equal(p.acts[0].kind, KD_ACT_PREEMPT);
+    assert_int_equal(p.acts[0].job, 104);                             /* a GPU job: its device and its slot */
+    assert_string_equal(p.acts[0].reason, "preempted by job 9 (urgent)");
+    kd_plan_free(&p);
+    {   /* n0's devices 0 and 1 free, 2 and 3 held by 201 */
+        int d23[] = { 2, 3 };
+        some[0].devs = d23;
+        s = snap(two, 2, 1);
+        s.allocs = some;
+        s.nallocs = 3;
+        s.free_slots = 0;
+        assert_int_equal(kd_sched_plan(&s, &p), 0);
+        assert_int_equal(p.nacts, 2);                                 /* two free GPUs, two slots taken */
+        assert_int_equal(p.acts[0].job, 203);                         /* no devices, least work lost */
+        assert_int_equal(p.acts[1].job, 202);                         /* not 201, whose GPUs would go idle */
+        kd_plan_free(&p);
+        two[1].gpus = 2;                                              /* 2 GPUs free, one kept for job 9 */
+        assert_int_equal(kd_sched_plan(&s, &p), 0);
+        assert_int_equal(p.acts[0].job, 203);
+        for (size_t i = 1; i < p.nacts; i++)                          /* job 10 preempts for devices, */
+            assert_true(p.acts[i].job != 202);                        /* never a slot it could not use */
+        kd_plan_free(&p);
+    }
+}
+
 static void deterministic(void **state)
 {
     kd_qjob q[40];
@@ -521,6 +567,7 @@ int main(void)
         cmocka_unit_test(affinity),
         cmocka_unit_test(slots_and_fifo),
         cmocka_unit_test(a_higher_class_takes_a_lower_jobs_process_slot),
+        cmocka_unit_test(a_slot_and_busy_gpus_are_preempted_for_and_slot_victims_hold_fewest_devices),
         cmocka_unit_test(deterministic),
         cmocka_unit_test(gang_packs_on_the_best_fitting_node_else_spreads),
         cmocka_unit_test(gang_is_all_or_nothing_and_reserves_its_nodes),
