@@ -168,8 +168,8 @@ typedef struct {
     int restart_count;
     Kestrel__V1__JobSpec *spec;
 } kd_queued;
-/* The scheduler's window of local QUEUED jobs, at most limit, in queue order: each user's first 64 and
- * then the queue's first. */
+/* The scheduler's window of local QUEUED jobs, at most limit, in queue order: each user's first 64
+ * (round-robin across users when they are more than limit) and then the queue's first. */
 int kd_catalog_queue(kd_catalog *cat, size_t limit, kd_queued **out, size_t *n);
 void kd_queued_free(kd_queued *q, size_t n);
 

@@ -284,12 +284,14 @@ def test_one_users_unplaceable_jobs_keep_no_one_elses_out_of_the_pass(daemon):
     status, body = d.api("POST", "/api/v1/tokens", {"user": "bob"})
     assert status in (200, 201), body
     bob = body["token"]
+    # and 16 more users of 64 such jobs each: 64 a user filled the window too (a review); round-robin
+    others = [d.api("POST", "/api/v1/tokens", {"user": f"u{i}"})[1]["token"] for i in range(16)]
 
-    def one(_):
-        return d.api("POST", "/api/v1/jobs", {"argv": ["true"], "pool": "nowhere"}, token=bob)[0]
+    def one(tok):
+        return d.api("POST", "/api/v1/jobs", {"argv": ["true"], "pool": "nowhere"}, token=tok)[0]
 
     with ThreadPoolExecutor(4) as pool:
-        assert set(pool.map(one, range(1010))) == {201}
+        assert set(pool.map(one, [bob] * 1010 + others * 64)) == {201}
     status, body = d.api("POST", "/api/v1/tokens", {"user": "alice"})
     alice = body["token"]
     status, job = d.api("POST", "/api/v1/jobs", {"argv": ["true"]}, token=alice)
