@@ -332,6 +332,11 @@ static const char *const migrations[] = {
      * lines read from it (-1: not known, the lines' byte count is used, as before) */
     "ALTER TABLE log_stats ADD COLUMN src_out INTEGER NOT NULL DEFAULT -1;"
     "ALTER TABLE log_stats ADD COLUMN src_err INTEGER NOT NULL DEFAULT -1;"
+    /* ... and each job's log budget counted as catalog_logs.c counts it now (a line's bytes and 48):
+     * counted in bytes alone, a log an older kestreld had already cut stayed short of its true cost for
+     * good, its count falling as old lines went at their new cost (a review) */
+    "UPDATE log_stats SET bytes = (SELECT COALESCE(SUM(length(CAST(text AS BLOB)) + 48), 0) FROM logs"
+    "  WHERE logs.job_id = log_stats.job_id);"
     /* ... and each user's queued jobs in queue order, for the scheduler's window (kd_catalog_queue) */
     "CREATE INDEX IF NOT EXISTS jobs_queue_owner ON jobs(state, ext_id, owner_id, priority DESC, submit_ms, id);",
 };

@@ -25,7 +25,7 @@ int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id)
  * beyond its text (the key, time and stream, and the search index's size entry: 34 bytes measured
  * for an empty line). Counting bytes alone let a job of empty lines store 256 MiB of rows worth
  * 8 GB. The figures a reader sees ("N bytes of output dropped") stay bytes of output. */
-#define LINE_COST(len) ((int64_t)(len) + 48)
+#define LINE_COST(len) ((int64_t)(len) + 48)   /* catalog.c's migration 7 counts old logs so too */
 
 static int save_bytes(kd_catalog *cat, int64_t job_id, int64_t bytes)
 {

@@ -35,9 +35,10 @@ KESTREL_API int kestrel_code_options_init(kestrel_code_options *opts, unsigned i
  * ("alice/code/proj@4") to ref_out, for kestrel_job_spec_set_code(). When the model's newest
  * version holds exactly these files (paths, modes and bytes: its digest), nothing is pushed and
  * that version's reference is written (the progress callback gets one report, 0 bytes new), so a
- * job submitted again with unchanged code, or refused after its code went, makes no new version. KESTREL_ETOOLARGE past
- * max_bytes, KESTREL_EINVALID for no files or a symlink or special file among them (list it in
- * .kestrelignore), KESTREL_EUNSUPPORTED when git cannot be run.
+ * job submitted again with unchanged code, or refused after its code went, makes no new version
+ * (the files are read once more for that). KESTREL_ETOOLARGE past max_bytes, KESTREL_EINVALID for
+ * no files or a symlink or special file among them (list it in .kestrelignore),
+ * KESTREL_EUNSUPPORTED when git cannot be run.
  */
 KESTREL_API int kestrel_code_push(kestrel_buf *ref_out, kestrel_client *client, const char *dir,
                                   const kestrel_code_options *opts);

@@ -237,12 +237,14 @@ static void tree_digest(const char *dir, char **paths, size_t n, char hex[65], i
             EVP_DigestInit_ex(file, EVP_sha256(), NULL) != 1) {
             ok = 0;
         } else {
-            while ((got = read(fd, buf, 1 << 20)) > 0)
-                EVP_DigestUpdate(file, buf, (size_t)got);
+            while ((got = read(fd, buf, 1 << 20)) > 0 && EVP_DigestUpdate(file, buf, (size_t)got) == 1)
+                ;
             ok = got == 0 && EVP_DigestFinal_ex(file, md, &mdn) == 1;
         }
         if (fd >= 0)
             close(fd);
+        if (!ok)
+            break;
         kestrel__hex(md, 32, sha);
         f.sha256 = sha;
         kestrel__manifest_tree_digest_file(tree, &f);

@@ -140,6 +140,10 @@ def test_a_data_dir_of_the_last_landed_kestreld_opens_with_search_metrics_and_po
         assert d.stop() == 0
     with sqlite3.connect(db) as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == 7
+        # each log's budget counted as now: a line's bytes and 48 (migration 7)
+        counted = dict(c.execute("SELECT job_id, bytes FROM log_stats"))
+        true = dict(c.execute("SELECT job_id, SUM(length(CAST(text AS BLOB)) + 48) FROM logs GROUP BY job_id"))
+        assert counted[jid] == true[jid] > 0, (counted, true)
 
 
 def test_a_data_dir_of_the_last_landed_kestreld_opens_with_chart_views_and_the_console(tmp_path):
