@@ -512,10 +512,12 @@ static int take_slot(pass *ps, const kd_qjob *j, char *why, size_t wn)
     kd_action *a;
     if (s->fifo || j->replicas > 1 || j->affinity_required)
         return KD_BLOCKED;
-    for (size_t n = 0; n < s->nnodes && fit < 0; n++)
+    for (size_t n = 0; n < s->nnodes && fit < 0; n++)   /* where place() would start it, given a slot: */
         if (kd__sched_node_ok(s, j, n) && kd__sched_count_static(ps, (int)n, j) >= j->gpus &&
+            !(j->gpus > 0 && ps->held_by[n] && (!j->preemptible || ps->held_firm[n])) &&   /* its holds too */
             kd__sched_count(ps, (int)n, j, DEV_FREE) >= j->gpus)
-            fit = (int)n;
+            fit = (int)n;   /* (a node held for another job was taken for free: its victim resumed, was
+                             * preempted again every pass, and the job never ran; a hostile test) */
     if (fit < 0) {   /* no node has them free: place() cannot start it, only plan or await preemptions */
         if (j->gpus == 0)
             return KD_BLOCKED;

@@ -383,6 +383,20 @@ static void a_slot_and_busy_gpus_are_preempted_for_and_slot_victims_hold_fewest_
             assert_true(p.acts[i].job != 202);                        /* never a slot it could not use */
         kd_plan_free(&p);
     }
+    {   /* a node held for an earlier blocked job: a job that may not borrow it takes no slot for it (a
+         * hostile test: its victim resumed and was preempted again every pass, the job never ran) */
+        kd_qjob held[] = { job(20, 3, 4), job(21, 3, 1) };
+        kd_alloc run[] = { { 101, 0, 1, d1, 3, 1, 500000, 0, 2, "", 0, 0, 0 },
+                           { 102, 0, 0, NULL, 1, 1, 500000, 0, 3, "", 0, 0, 0 } };
+        held[1].preemptible = 0;
+        s = snap(held, 2, 1);
+        s.allocs = run;
+        s.nallocs = 2;
+        s.free_slots = 0;
+        assert_int_equal(kd_sched_plan(&s, &p), 0);
+        assert_int_equal(p.nacts, 0);
+        kd_plan_free(&p);
+    }
 }
 
 static void deterministic(void **state)
