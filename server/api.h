@@ -161,6 +161,12 @@ enum MHD_Result kd_reply_busy(kd_req *r);
 #define KD_MAX_PACK (1ull << 30)
 /* Aliases one model keeps at most: a new one past them is 409 (api_repo.c). */
 #define KD_ALIASES_MAX 1024
+/* 0 when len bytes more leave the repository's disk its floor (a fiftieth of it, at most 1 GiB:
+ * repo_pack.c); else the ENOSPC error (507), what named. */
+struct kestrel__store;
+int kd_repo_keeps_floor(struct kestrel__store *s, const char *what, int64_t len);
+/* 0 when name may take alias (it has it, or fewer than KD_ALIASES_MAX); else 1 with *reply (409). */
+int kd_repo_alias_refused(kd_req *r, const char *name, const char *alias, enum MHD_Result *reply);
 void kd_pack_feed(kd_pack *p, const char *data, size_t len);
 enum MHD_Result kd_pack_finish(kd_req *r, kd_pack *p);
 void kd_pack_free(kd_pack *p);

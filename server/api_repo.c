@@ -259,6 +259,14 @@ static enum MHD_Result commit(kd_req *r, void *arg)
     }
     if (kd_commit_again(r, name, in, &held, &reply))   /* sent again, its answer lost: the version it made */
         goto out;
+    if (in->alias[0] && kd_repo_alias_refused(r, name, in->alias, &reply))
+        goto out;
+    /* its version files (manifest, its protobuf form, its listing: about 4 times the body) keep the
+     * disk's floor too (a hostile test: 20,000 files naming stored chunks filled it at the commit) */
+    if (kd_repo_keeps_floor(r->e->store, "the version", 4 * (int64_t)r->body.size) < 0) {
+        reply = kd_reply_error(r, 507, "insufficient_storage", kestrel_error_last()->message);
+        goto out;
+    }
     if (in->alias[0] && r->who.job_id) {   /* a job may name a new alias, never move one */
         int64_t had = 0;
         if (kestrel__store_alias_get(r->e->store, name, in->alias, &had) == 0) {
@@ -375,6 +383,23 @@ static enum MHD_Result delete_version(kd_req *r, const char *name, const char *r
     return kd_reply_msg(r, 200, &((Kestrel__V1__AliasUpdate)KESTREL__V1__ALIAS_UPDATE__INIT).base);
 }
 
+/* A new alias past KD_ALIASES_MAX: every listing of the model reads them all (a hostile test made
+ * 3,000 to slow listings down), by PUT or by a push's --alias (a second one). */
+int kd_repo_alias_refused(kd_req *r, const char *name, const char *alias, enum MHD_Result *reply)
+{
+    char msg[200];
+    int64_t was;
+    if (kestrel__store_alias_get(r->e->store, name, alias, &was) == 0 ||
+        kestrel__store_alias_count(r->e->store, name) <= KD_ALIASES_MAX) {   /* "latest" among them */
+        kestrel_error_clear();
+        return 0;
+    }
+    kestrel_error_clear();
+    snprintf(msg, sizeof(msg), "%s has %d aliases, the most a model keeps: delete some first", name, KD_ALIASES_MAX);
+    *reply = kd_reply_error(r, 409, "resource_exhausted", msg);
+    return 1;
+}
+
 static enum MHD_Result alias(kd_req *r, const char *name, const char *a)
 {
     enum MHD_Result reply = MHD_NO;
@@ -387,18 +412,9 @@ static enum MHD_Result alias(kd_req *r, const char *name, const char *a)
     }
     if ((u = (Kestrel__V1__AliasUpdate *)kd_body(r, &kestrel__v1__alias_update__descriptor, &reply)) == NULL)
         return reply;
-    {   /* a new one past KD_ALIASES_MAX: every listing of the model reads them all (a hostile test made
-         * 3,000 to slow listings down) */
-        int64_t was;
-        if (kestrel__store_alias_get(r->e->store, name, a, &was) < 0 &&
-            kestrel__store_alias_count(r->e->store, name) > KD_ALIASES_MAX) {   /* "latest" among them */
-            char msg[200];
-            protobuf_c_message_free_unpacked(&u->base, NULL);
-            snprintf(msg, sizeof(msg), "%s has %d aliases, the most a model keeps: delete some first", name,
-                     KD_ALIASES_MAX);
-            return kd_reply_error(r, 409, "resource_exhausted", msg);
-        }
-        kestrel_error_clear();
+    if (kd_repo_alias_refused(r, name, a, &reply)) {
+        protobuf_c_message_free_unpacked(&u->base, NULL);
+        return reply;
     }
     rc = kestrel__store_alias_set(r->e->store, name, a, u->version);
     reply = rc < 0 ? kd_reply_failure(r, rc) : kd_reply_msg(r, 200, &u->base);

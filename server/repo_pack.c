@@ -79,10 +79,10 @@ static void pack_fail(kd_pack *p, const char *msg)
 
 /* The data disk keeps a fiftieth of itself (at most 1 GiB) free of chunks, for the catalog (job
  * states, tokens, logs) and jobs' output: one user's packs, committed or not, filled it, and every
- * other user's submit and token failed (a hostile test). A chunk that would take the disk below it
- * fails as a full disk does (ENOSPC: 507), before it is written. A disk that statvfs cannot read is
- * left to the write. */
-static int keeps_floor(kestrel__store *s, const char *hex, size_t len)
+ * other user's submit and token failed (a hostile test). A chunk (or a commit's version files,
+ * api_repo.c) that would take the disk below it fails as a full disk does (ENOSPC: 507), before it is
+ * written. A disk that statvfs cannot read is left to the write. */
+int kd_repo_keeps_floor(struct kestrel__store *s, const char *what, int64_t len)
 {
     struct statvfs v;
     int64_t avail, keep;
@@ -91,10 +91,10 @@ static int keeps_floor(kestrel__store *s, const char *hex, size_t len)
     avail = (int64_t)v.f_bavail * (int64_t)v.f_frsize;
     keep = (int64_t)v.f_blocks * (int64_t)v.f_frsize / 50;
     keep = keep > ((int64_t)1 << 30) ? (int64_t)1 << 30 : keep;
-    if (avail - (int64_t)len >= keep)
+    if (avail - len >= keep)
         return 0;
-    return kestrel__error_sys(KESTREL_EIO, ENOSPC, "cannot store chunk %.12s: the data disk keeps its last %lld KiB "
-                              "free for the catalog and jobs' output", hex, (long long)(keep >> 10));
+    return kestrel__error_sys(KESTREL_EIO, ENOSPC, "cannot store %s: the data disk keeps its last %lld KiB free for "
+                              "the catalog and jobs' output", what, (long long)(keep >> 10));
 }
 
 /* A verified chunk stored unless the store has it: 0, or -1 with store_* set (a kd_run_chunk_fn:
@@ -110,7 +110,9 @@ static int store_chunk(void *ctx, const char *hex, const kestrel_buf *chunk, int
         __atomic_add_fetch(&p->named_held, named, __ATOMIC_RELAXED);
         return 0;
     }
-    if (keeps_floor(p->store, hex, chunk->size) == 0 &&
+    char what[32];
+    snprintf(what, sizeof(what), "chunk %.12s", hex);
+    if (kd_repo_keeps_floor(p->store, what, (int64_t)chunk->size) == 0 &&
         kestrel__store_put_chunk(p->store, hex, chunk->ptr ? chunk->ptr : "", chunk->size) == 0) {
         __atomic_add_fetch(&p->stored, 1, __ATOMIC_RELAXED);
         return 0;

@@ -115,6 +115,8 @@ def test_one_users_chunks_leave_the_disk_room_for_everyone_elses_jobs(small_fs, 
             except urllib.error.HTTPError as e:
                 return e.code, e.read()
 
+        (tmp_path / "x").write_bytes(b"x")   # a chunk stored before the disk fills (see below)
+        d.cli("push", "admin/x", str(tmp_path / "x"))
         answers = []
         for big in (True, False):   # 1 MiB chunks until refused, then 4 KiB ones: the floor holds for both
             for _ in range(4096):
@@ -129,6 +131,15 @@ def test_one_users_chunks_leave_the_disk_room_for_everyone_elses_jobs(small_fs, 
         assert d.api("GET", "/healthz")[0] == 200
         for status, answer in answers:
             assert status == 507 and b"keeps its last" in answer and b"No space left" in answer, (status, answer)
+        # nor does a commit's manifest of chunks stored already go below it (a second hostile test: a
+        # directory of 2,500 alike files took the disk to 396 KiB, 20,000 filled it)
+        same = tmp_path / "same"
+        same.mkdir()
+        for i in range(2500):
+            (same / f"f{i:05d}").write_bytes(b"x")
+        r = d.cli("push", "admin/same", str(same), check=False)
+        assert r.returncode != 0 and "the version: the data disk keeps its last" in r.stderr, r.stderr
+        assert d.api("GET", "/api/v1/models/admin/same/versions")[0] == 404
     finally:
         d.stop()
 

@@ -202,6 +202,10 @@ def test_a_listing_reads_the_aliases_once_and_a_model_keeps_at_most_1024(kestrel
     if where == "kestreld":
         status, body = raw(kestreld, "PUT", "/api/v1/models/team/al/aliases/one-more", b'{"version": 1}')
         assert status == 409 and b"1024 aliases" in body, body
+        p = subprocess.run([KESTREL_CLI, "push", "team/al", str(f), "--alias", "by-push"], env=kestreld.env(),
+                           capture_output=True, text=True, timeout=60)   # nor a push's (a second hostile test)
+        assert p.returncode != 0 and "1024 aliases" in p.stderr, p.stderr
+        assert len(c.versions("team/al")) == 5
         c.set_alias("team/al", "a7", 2)   # one that exists moves
         assert raw(kestreld, "DELETE", "/api/v1/models/team/al/aliases/a0")[0] == 200
         c.set_alias("team/al", "one-more", 1)
