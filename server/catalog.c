@@ -335,8 +335,8 @@ static const char *const migrations[] = {
     /* ... and each job's log budget counted as catalog_logs.c counts it now (a line's bytes and 48):
      * counted in bytes alone, a log an older kestreld had already cut stayed short of its true cost for
      * good, its count falling as old lines went at their new cost (a review) */
-    "UPDATE log_stats SET bytes = (SELECT COALESCE(SUM(length(CAST(text AS BLOB)) + 48), 0) FROM logs"
-    "  WHERE logs.job_id = log_stats.job_id);"
+    "UPDATE log_stats SET bytes = (SELECT COALESCE(SUM(length(CAST(text AS BLOB)) + 48"
+    "  + 6 * (length(CAST(text AS BLOB)) - length(text))), 0) FROM logs WHERE logs.job_id = log_stats.job_id);"
     /* ... and each user's queued jobs in queue order, for the scheduler's window (kd_catalog_queue) */
     "CREATE INDEX IF NOT EXISTS jobs_queue_owner ON jobs(state, ext_id, owner_id, priority DESC, submit_ms, id);",
 };

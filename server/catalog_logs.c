@@ -21,11 +21,17 @@ int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id)
     return n;
 }
 
-/* What a line costs the budget: its bytes with the newline, and what its row costs the catalog
- * beyond its text (the key, time and stream, and the search index's size entry: 34 bytes measured
- * for an empty line). Counting bytes alone let a job of empty lines store 256 MiB of rows worth
- * 8 GB. The figures a reader sees ("N bytes of output dropped") stay bytes of output. */
-#define LINE_COST(len) ((int64_t)(len) + 48)   /* catalog.c's migration 7 counts old logs so too */
+/* What a line costs the budget: its bytes with the newline, what its row costs the catalog beyond
+ * its text (the key, time and stream, and the search index's size entry: 34 bytes measured for an
+ * empty line), and 6 more for each byte past the first of a character outside ASCII (cont: the
+ * search index's trigrams of such text are nearly all its own, about 14 bytes a CJK character
+ * measured). Counting bytes alone let a job of empty lines store 256 MiB of rows worth 8 GB, and
+ * one of CJK text 5.7 times its budget (hostile tests). The figures a reader sees ("N bytes of output
+ * dropped") stay bytes of output. catalog.c's migration 7 counts old logs so too. */
+#define LINE_COST(len, cont) ((int64_t)(len) + 48 + 6 * (int64_t)(cont))
+/* A line's text length in bytes, and its bytes past the first of each character (UTF-8: stored text
+ * is valid UTF-8), as SQL reads them. */
+#define LEN_SQL "length(CAST(text AS BLOB)), length(CAST(text AS BLOB)) - length(text)"
 
 static int save_bytes(kd_catalog *cat, int64_t job_id, int64_t bytes)
 {
@@ -45,7 +51,7 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
 {
     static const char *const stat = "SELECT head_seq, dropped FROM log_stats WHERE job_id = ?";
     static const char *const oldest =
-        "SELECT seq, length(CAST(text AS BLOB)) FROM logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT 512";
+        "SELECT seq, " LEN_SQL " FROM logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT 512";
     static const char *const del = "DELETE FROM logs WHERE job_id = ? AND seq > ? AND seq <= ?";
     static const char *const del_one = "DELETE FROM logs WHERE job_id = ? AND seq = ?";
     static const char *const mark = "INSERT OR REPLACE INTO logs(job_id, seq, time_ms, stream, text) VALUES(?, ?, ?, ?, ?)";
@@ -63,16 +69,16 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
     if (head < 0) {   /* the head ends with the last line that fits in half the budget; the budget
                        * is recounted whole here (an older kestreld's counted bytes alone) */
         int64_t sum = 0, len, mark_cost = 0;
-        static const char *const walk = "SELECT seq, length(CAST(text AS BLOB)) FROM logs WHERE job_id = ? ORDER BY seq";
+        static const char *const walk = "SELECT seq, " LEN_SQL " FROM logs WHERE job_id = ? ORDER BY seq";
         if ((st = kd__stmt(cat, walk)) == NULL)
             return KESTREL_EIO;
         sqlite3_bind_int64(st, 1, job_id);
         while (sqlite3_step(st) == SQLITE_ROW) {
             len = sqlite3_column_int64(st, 1);
-            if ((sum += LINE_COST(len)) <= max_bytes / 2)
+            if ((sum += LINE_COST(len, sqlite3_column_int64(st, 2))) <= max_bytes / 2)
                 head = sqlite3_column_int64(st, 0);
             else if (sqlite3_column_int64(st, 0) == head + 1) {   /* the marker's place, dropped below */
-                mark_cost = LINE_COST(len);
+                mark_cost = LINE_COST(len, sqlite3_column_int64(st, 2));
                 dropped += len + 1;
             }
         }
@@ -89,7 +95,7 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
         sqlite3_bind_int64(st, 2, head + 1);
         while (bytes - freed > max_bytes - max_bytes / 16 && sqlite3_step(st) == SQLITE_ROW) {
             upto = sqlite3_column_int64(st, 0);
-            freed += LINE_COST(sqlite3_column_int64(st, 1));
+            freed += LINE_COST(sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2));
             out += sqlite3_column_int64(st, 1) + 1;
         }
         if (upto < 0)
@@ -167,7 +173,12 @@ int kd_catalog_log_append(kd_catalog *cat, int64_t job_id, const kd_log_line *li
         sqlite3_bind_text(st, 5, lines[i].text, (int)lines[i].len, SQLITE_STATIC);
         if (sqlite3_step(st) != SQLITE_DONE)
             goto fail;
-        added += LINE_COST(lines[i].len);
+        {
+            size_t cont = 0;
+            for (size_t k = 0; k < lines[i].len; k++)
+                cont += ((unsigned char)lines[i].text[k] & 0xC0) == 0x80;
+            added += LINE_COST(lines[i].len, cont);
+        }
     }
     if ((st = kd__stmt(cat, add)) == NULL)
         goto fail;

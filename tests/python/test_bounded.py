@@ -90,6 +90,19 @@ def test_a_log_of_empty_lines_is_bounded_by_what_its_rows_cost(daemon):
     assert f"kestrel: {300000 - kept_empty} bytes of output dropped here" in dropped[0], (dropped, kept_empty)
 
 
+def test_a_log_of_cjk_text_is_bounded_with_its_search_index(daemon):
+    # the trigrams of CJK text are nearly all distinct: the search index took about 14 bytes a
+    # character, and 2,000 lines of 4 KiB made 5.7 times the budget of catalog (a hostile test). Such a
+    # character counts 15 bytes: 3, and 6 for each byte past its first
+    d = daemon("--gpus", "0", "--max-log-bytes", "1M")
+    jid = d.submit("--", "sh", "-c", "s=$(printf '\u4e2d%.0s' $(seq 1365)); yes \"$s\" | head -n 2000")
+    assert d.wait(jid, timeout=120)["state"] == "SUCCEEDED"
+    out = d.cli("logs", jid).stdout.splitlines()
+    kept = [l for l in out if l.startswith("\u4e2d")]
+    assert len(kept[0]) == 1365 and any("bytes of output dropped here" in l for l in out), out[:2]
+    assert len(kept) <= (1 << 20) // (1365 * 15) + 2, len(kept)   # ~51; counted as bytes it kept ~255
+
+
 def test_job_specs_and_queues_have_bounds(daemon):
     d = daemon("--gpus", "0", "--max-queued", "3")
     status, body = d.api("POST", "/api/v1/jobs", {"argv": ["true"], "env": [{"key": "BIG", "value": "x" * 300000}]})
