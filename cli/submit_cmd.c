@@ -251,7 +251,7 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
         case 20: {
             char *rend;
             long retries = strtol(optarg, &rend, 10);
-            if (*rend || rend == optarg || retries < 0 || retries > 100) {
+            if (*rend || rend == optarg || retries < 0 || retries > 100 || optarg[0] < '0' || optarg[0] > '9') {
                 fprintf(stderr, "kestrel: --retries takes a number from 0 to 100\n");   /* it said "error" past int */
                 rc = 2;
             } else if (kestrel_job_spec_set_max_retries(spec, (int)retries) < 0) {
@@ -286,10 +286,11 @@ int cmd_submit(cli_ctx *ctx, int argc, char **argv)
             /* finite and below 2^40 MB before the cast: nan, inf and 9.3e18M were a cast out of range,
              * undefined (they said "must not be negative"), and 8e18M queued a job no GPU holds */
             if (end == optarg || !(x >= 0 && x * mult < 1099511627776.0) || (*end && end[1]) ||
-                (*end && mult == 1 && *end != 'M' && *end != 'm')) {
+                (*end && mult == 1 && *end != 'M' && *end != 'm') ||
+                strspn(optarg, "0123456789.") != (size_t)(end - optarg) || optarg[0] == '.') {   /* no 0x, e, space */
                 fprintf(stderr, "kestrel: --min-gpu-memory takes a size such as 40G or 8192M\n");
                 rc = 2;
-            } else if (kestrel_job_spec_set_min_gpu_memory(spec, (int64_t)(x * mult)) < 0) {
+            } else if (kestrel_job_spec_set_min_gpu_memory(spec, (int64_t)(x * mult + 0.5)) < 0) {
                 rc = cli_fail("--min-gpu-memory", -1) + 1;
             }
             break;

@@ -30,7 +30,9 @@ def test_help_and_usage_errors(kestreld):
     # of range, said "must not be negative"; 8e18 queued a job for good; --retries past int said "error")
     for flag, value, says in (("--min-gpu-memory", "nan", "takes a size"), ("--min-gpu-memory", "inf", "takes a size"),
                               ("--min-gpu-memory", "9.3e18M", "takes a size"), ("--min-gpu-memory", "8e18", "takes a size"),
-                              ("--retries", "4294967297", "from 0 to 100"), ("--affinity", "group:", "a group name")):
+                              ("--retries", "4294967297", "from 0 to 100"), ("--affinity", "group:", "a group name"),
+                              ("--min-gpu-memory", "0x10G", "takes a size"), ("--min-gpu-memory", " 5G", "takes a size"),
+                              ("--min-gpu-memory", "1e3", "takes a size"), ("--retries", " 5", "from 0 to 100")):
         p = kestreld.cli("submit", flag, value, "--", "true", check=False)
         assert p.returncode == 2 and says in p.stderr, (flag, value, p.stderr)
     assert kestreld.api("GET", "/api/v1/jobs")[1].get("jobs", []) == []
