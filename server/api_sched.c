@@ -13,10 +13,11 @@ static void describe(kd_req *r, const Kestrel__V1__Job *job, int *position, char
     switch ((int)job->state) {
     case KESTREL_JOB_STATE_QUEUED: {
         char dir[PATH_MAX], digest[80];
-        if (r->e->envs && job->spec &&
+        if (r->e->envs && job->spec && !kd_engine_never_placed(r->e, job->spec) &&
             kd_envs_check(r->e->envs, job->id, job->spec, reason, n, dir, digest) == KD_ENV_WAIT)
             break;   /* "preparing environment NAME (pip: ...)": not in the plan until it is built */
-        if (job->spec && job->spec->n_data && kd_stage_ready(r->e, job->spec, reason, n) == 0)
+        if (job->spec && job->spec->n_data && !kd_engine_never_placed(r->e, job->spec) &&
+            kd_stage_ready(r->e, job->spec, reason, n) == 0)
             break;   /* "copying dataset ... into this host's cache" */
         if (!kd_engine_explain(r->e, job->id, position, reason, n)) {
             kd_engine_fresh_pass(r->e, 2000);   /* submitted after the last pass: take the next one */

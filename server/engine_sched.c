@@ -12,6 +12,20 @@
 
 #define QUEUE_WINDOW 1000   /* queued jobs considered per pass */
 
+int kd_engine_never_placed(const kd_engine *e, const Kestrel__V1__JobSpec *s)
+{
+    int ranks = s->replicas > 1 ? s->replicas : 1, room = 0;
+    if (kd_engine_pool_external(e, s->pool))
+        return 0;   /* Slurm says itself */
+    for (size_t n = 0; n < e->cfg->nnodes && room < ranks; n++) {
+        const kd_node *node = &e->cfg->nodes[n];
+        if ((s->pool[0] && strcmp(node->pool, s->pool)) || node->ndev < s->gpus)
+            continue;
+        room += s->gpus > 0 ? node->ndev / s->gpus : ranks;
+    }
+    return room < ranks;
+}
+
 static int node_index(const kd_engine *e, const char *name)
 {
     for (size_t n = 0; n < e->cfg->nnodes; n++)
@@ -246,12 +260,20 @@ static void schedule_pass(kd_engine *e)
     if (kd_catalog_queue(e->cat, QUEUE_WINDOW, &queued, &n) < 0)
         return;
     if (e->envs) {
+        /* a job no node can ever hold goes to the plan as it is (which says so): its environment is
+         * not built nor its datasets copied, which held the one builder for nothing up to
+         * --env-build-timeout (a hostile test) */
         /* a job whose environment is not built yet waits out of the plan, holding nothing; one whose
          * build failed fails with pip's own words */
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
             char why[1400], dir[PATH_MAX], digest[80];
-            int st = kd_envs_check(e->envs, queued[i].id, queued[i].spec, why, sizeof(why), dir, digest);
+            int st;
+            if (kd_engine_never_placed(e, queued[i].spec)) {
+                queued[k++] = queued[i];
+                continue;
+            }
+            st = kd_envs_check(e->envs, queued[i].id, queued[i].spec, why, sizeof(why), dir, digest);
             if (st == KD_ENV_NONE || st == KD_ENV_READY) {   /* and its datasets copied, also while QUEUED */
                 int data = queued[i].spec->n_data ? kd_stage_ready(e, queued[i].spec, why, sizeof(why)) : 1;
                 st = data == 1 ? KD_ENV_READY : data == 0 ? KD_ENV_WAIT : KD_ENV_FAILED;

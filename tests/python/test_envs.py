@@ -50,6 +50,23 @@ def test_requirements_build_once_and_every_job_reuses_them(daemon, tmp_path):
     assert "env:       sha256:" in d.cli("status", again).stdout
 
 
+def test_a_job_no_node_can_hold_builds_nothing(daemon, tmp_path):
+    """One queued job that no node could ever hold (a pool no node has) had its environment built,
+    holding the one builder up to --env-build-timeout for nothing (a hostile test). Its plan says why
+    it waits, and nothing is built."""
+    d = daemon("--gpus", "1", "--env-python-path", BINDINGS)
+    req = tmp_path / "requirements.txt"
+    req.write_text("six\n")
+    jid = d.submit("--pool", "nowhere", "--requirements", str(req), "--", "python", "-c", "print(1)")
+    deadline = time.time() + 10
+    while "no node can ever hold it" not in d.explain(jid)["reason"] and time.time() < deadline:
+        time.sleep(0.2)
+    assert "no node can ever hold it" in d.explain(jid)["reason"], d.explain(jid)
+    time.sleep(2)
+    assert "making the venv" not in d.cli("logs", jid).stdout
+    assert built(d) == [] and [p.name for p in (d.data / "envs").iterdir()] == [], list((d.data / "envs").iterdir())
+
+
 def test_a_failed_build_fails_the_job_with_pips_words(daemon, tmp_path):
     d = daemon("--gpus", "0")
     req = tmp_path / "requirements.txt"
