@@ -679,27 +679,6 @@ int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Mani
     return rc < 0 ? rc : kestrel__store_manifest(s, name, version, out);
 }
 
-int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t version, kestrel_buf *out)
-{
-    char dir[PATH_MAX];
-    DIR *d;
-    struct dirent *e;
-    int rc = kestrel__buf_puts(out, "");
-    model_dir(s, name, "aliases", dir, sizeof(dir));
-    if ((d = opendir(dir)) == NULL)
-        return rc;
-    while (rc == 0 && (e = readdir(d)) != NULL) {
-        int64_t v;
-        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") || alias_read(s, name, e->d_name, &v) < 0)
-            continue;
-        if (v == version)
-            rc = kestrel__buf_printf(out, "%s%s", out->size ? "," : "", e->d_name);
-    }
-    closedir(d);
-    kestrel_error_clear();
-    return rc;
-}
-
 int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *alias, int64_t version)
 {
     char path[PATH_MAX];
@@ -757,7 +736,7 @@ int kestrel__store_alias_delete(kestrel__store *s, const char *name, const char 
 int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
 {
     char path[PATH_MAX], dir[PATH_MAX];
-    kestrel_buf aliases = KESTREL_BUF_INIT;
+    kestrel__alias_map aliases;
     int64_t *versions = NULL;
     size_t n = 0;
     int rc = 0, fd;
@@ -775,19 +754,17 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version)
                                : io_error("cannot delete", path);
     /* its aliases, listed once it is gone: one set meanwhile either saw it gone (and took its alias
      * back, kestrel__store_alias_set) or was written before this listing */
-    if (kestrel__store_aliases_of(s, name, version, &aliases) < 0)
+    if (kestrel__store_alias_map(s, name, &aliases) < 0)
         kestrel_error_clear();   /* the version is gone: the rest is best effort */
     snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.listing", s->root, name, (long long)version);
     unlink(path);   /* what listings showed of it (a kill before this: the collection removes it) */
     kestrel__store_pb_remove(s, name, version);   /* and its protobuf form, likewise */
-    for (char *a = aliases.ptr, *next; a && *a; a = next) {   /* its aliases go with it */
-        next = strchr(a, ',');
-        if (next)
-            *next++ = '\0';
-        snprintf(dir, sizeof(dir), "%s/models/%s/aliases/%s", s->root, name, a);
-        unlink(dir);
-    }
-    kestrel_buf_dispose(&aliases);
+    for (size_t i = 0; i < aliases.n; i++)   /* its aliases go with it */
+        if (aliases.version[i] == version) {
+            snprintf(dir, sizeof(dir), "%s/models/%s/aliases/%s", s->root, name, aliases.alias[i]);
+            unlink(dir);
+        }
+    kestrel__alias_map_free(&aliases);
     /* "latest" goes back to the newest version left */
     if (kestrel__store_versions(s, name, &versions, &n) == 0 && n)
         rc = alias_write(s, name, "latest", versions[n - 1]);

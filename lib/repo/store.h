@@ -146,7 +146,7 @@ typedef struct {
 } kestrel__alias_map;
 int kestrel__store_alias_map(kestrel__store *s, const char *name, kestrel__alias_map *out);
 void kestrel__alias_map_free(kestrel__alias_map *map);
-/* kestrel__store_listing with its aliases from map. */
+/* kestrel__store_listing with its aliases from map (NULL: read from the store, as it does). */
 int kestrel__store_listing_mapped(kestrel__store *s, const char *name, int64_t version, const kestrel__alias_map *map,
                                   Kestrel__V1__Manifest **out);
 /* How many aliases name has (its aliases folder's entries, temps aside). */
@@ -171,9 +171,8 @@ int kestrel__store_read_text(const char *path, kestrel_buf *out);
 int kestrel__store_migrate(kestrel__store *s);
 /* A manifest in the JSON form of stores before format 2 (store_legacy.c). */
 int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out);
-/* Versions of name in ascending order (owned array) and the alias of each ("a,b"). */
+/* Versions of name in ascending order (owned array). */
 int kestrel__store_versions(kestrel__store *s, const char *name, int64_t **out, size_t *n);
-int kestrel__store_aliases_of(kestrel__store *s, const char *name, int64_t version, kestrel_buf *out);
 int kestrel__store_alias_set(kestrel__store *s, const char *name, const char *alias, int64_t version);
 /* A push's alias: set to version unless it points at a newer one already, the read and the write
  * under flock of the model's versions folder (threads and processes alike). Pushes that race, each

@@ -19,7 +19,7 @@ static void aliases_drop(Kestrel__V1__Manifest *m)
     m->n_aliases = 0;
 }
 
-/* m's aliases from map, in the folder's order as kestrel__store_aliases_of gives them. */
+/* m's aliases from map, in the aliases folder's order. */
 static int aliases_from(const kestrel__alias_map *map, Kestrel__V1__Manifest *m)
 {
     size_t k = 0;
@@ -83,7 +83,7 @@ static int map_one(void *ctx, const char *alias)
     map_fill *f = ctx;
     int64_t v;
     if (f->rc < 0 || kestrel__store_alias_get(f->s, f->name, alias, &v) < 0)
-        return -1;   /* gone meanwhile, or unreadable: as kestrel__store_aliases_of, left out */
+        return -1;   /* gone meanwhile, or unreadable: left out */
     if (f->map->n == f->cap) {
         size_t cap = f->cap ? 2 * f->cap : 16;
         char **a = realloc(f->map->alias, cap * sizeof(*a));
@@ -115,22 +115,11 @@ int kestrel__store_alias_map(kestrel__store *s, const char *name, kestrel__alias
 
 int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m)
 {
-    kestrel_buf aliases = KESTREL_BUF_INIT;
-    int rc;
-    aliases_drop(m);
-    if ((rc = kestrel__store_aliases_of(s, m->name, m->version, &aliases)) == 0 && aliases.size) {
-        size_t k = 2;
-        for (const char *q = aliases.ptr; *q; q++)
-            k += *q == ',';
-        if ((m->aliases = calloc(k, sizeof(char *))) == NULL)
-            rc = kestrel__error_oom();
-        for (char *save = NULL, *a = strtok_r(aliases.ptr, ",", &save); rc == 0 && a; a = strtok_r(NULL, ",", &save))
-            if ((m->aliases[m->n_aliases] = kestrel__strdup(a)) == NULL)
-                rc = kestrel__error_oom();
-            else
-                m->n_aliases++;
-    }
-    kestrel_buf_dispose(&aliases);
+    kestrel__alias_map map;   /* every alias is read to find m's: the same reads as for all of them */
+    int rc = kestrel__store_alias_map(s, m->name, &map);
+    if (rc == 0)
+        rc = aliases_from(&map, m);
+    kestrel__alias_map_free(&map);
     return rc;
 }
 
