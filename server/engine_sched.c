@@ -260,11 +260,10 @@ static void schedule_pass(kd_engine *e)
     if (kd_catalog_queue(e->cat, QUEUE_WINDOW, &queued, &n) < 0)
         return;
     if (e->envs) {
-        /* a job no node can ever hold goes to the plan as it is (which says so): its environment is
-         * not built nor its datasets copied, which held the one builder for nothing up to
-         * --env-build-timeout (a hostile test) */
         /* a job whose environment is not built yet waits out of the plan, holding nothing; one whose
-         * build failed fails with pip's own words */
+         * build failed fails with pip's own words. One no node can ever hold goes to the plan as it is
+         * (which says so), nothing built or copied for it: it held the one builder for nothing up to
+         * --env-build-timeout (a hostile test) */
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
             char why[1400], dir[PATH_MAX], digest[80];

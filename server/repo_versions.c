@@ -55,8 +55,7 @@ static int next_piece(versions_answer *a)
     while (a->next < a->n) {
         Kestrel__V1__Manifest *m = NULL;
         int64_t v = a->vs[a->next++];
-        int rc = a->mapped ? kestrel__store_listing_mapped(a->store, a->name, v, &a->aliases, &m)
-                           : kestrel__store_listing(a->store, a->name, v, &m);
+        int rc = kestrel__store_listing_mapped(a->store, a->name, v, a->mapped ? &a->aliases : NULL, &m);
         if (rc == KESTREL_ENOTFOUND) {   /* deleted since the answer started */
             kestrel_error_clear();
             continue;

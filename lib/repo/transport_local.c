@@ -167,8 +167,8 @@ static int versions(kestrel__transport *t, const char *name, const char *sel, Ke
         kestrel__alias_map map;
         int mapped = n > 1 && kestrel__store_alias_map(STORE(t), name, &map) == 0;
         for (size_t i = 0; i < n; i++)
-            if ((mapped ? kestrel__store_listing_mapped(STORE(t), name, vs[i], &map, &l->versions[l->n_versions])
-                        : kestrel__store_listing(STORE(t), name, vs[i], &l->versions[l->n_versions])) == 0)
+            if (kestrel__store_listing_mapped(STORE(t), name, vs[i], mapped ? &map : NULL,
+                                              &l->versions[l->n_versions]) == 0)
                 l->n_versions++;   /* else deleted meanwhile */
         if (mapped)
             kestrel__alias_map_free(&map);
