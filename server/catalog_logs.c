@@ -33,17 +33,6 @@ int64_t kd_catalog_log_count(kd_catalog *cat, int64_t job_id)
  * is valid UTF-8), as SQL reads them. */
 #define LEN_SQL "length(CAST(text AS BLOB)), length(CAST(text AS BLOB)) - length(text)"
 
-static int save_bytes(kd_catalog *cat, int64_t job_id, int64_t bytes)
-{
-    static const char *const sql = "UPDATE log_stats SET bytes = ? WHERE job_id = ?";
-    sqlite3_stmt *st;
-    if ((st = kd__stmt(cat, sql)) == NULL)
-        return KESTREL_EIO;
-    sqlite3_bind_int64(st, 1, bytes);
-    sqlite3_bind_int64(st, 2, job_id);
-    return sqlite3_step(st) == SQLITE_DONE ? 0 : kd__sql_fail(cat, "log stats");
-}
-
 /* Past max_bytes a job's log keeps its head (the first half of the budget) and its tail: the
  * oldest lines after the head go, and one SYSTEM line where they were says how much is gone.
  * Offsets (seq) never change, so a reader that follows only sees the gap. */
@@ -66,25 +55,27 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
         head = sqlite3_column_int64(st, 0);
         dropped = sqlite3_column_int64(st, 1);
     }
-    if (head < 0) {   /* the head ends with the last line that fits in half the budget; the budget
-                       * is recounted whole here (an older kestreld's counted bytes alone) */
-        int64_t sum = 0, len, mark_cost = 0;
+    if (head < 0) {   /* the head ends with the last line that fits in half the budget (catalog 7
+                       * counted older logs as these are, so the stored count holds) */
+        int64_t sum = 0, len;
         static const char *const walk = "SELECT seq, " LEN_SQL " FROM logs WHERE job_id = ? ORDER BY seq";
         if ((st = kd__stmt(cat, walk)) == NULL)
             return KESTREL_EIO;
         sqlite3_bind_int64(st, 1, job_id);
         while (sqlite3_step(st) == SQLITE_ROW) {
             len = sqlite3_column_int64(st, 1);
-            if ((sum += LINE_COST(len, sqlite3_column_int64(st, 2))) <= max_bytes / 2)
-                head = sqlite3_column_int64(st, 0);
-            else if (sqlite3_column_int64(st, 0) == head + 1) {   /* the marker's place, dropped below */
-                mark_cost = LINE_COST(len, sqlite3_column_int64(st, 2));
-                dropped += len + 1;
+            if ((sum += LINE_COST(len, sqlite3_column_int64(st, 2))) > max_bytes / 2) {   /* head + 1: the */
+                bytes -= LINE_COST(len, sqlite3_column_int64(st, 2));                   /* marker's place, */
+                dropped += len + 1;                                                      /* dropped below */
+                break;
             }
+            head = sqlite3_column_int64(st, 0);
         }
-        if (sum <= max_bytes)
-            return save_bytes(cat, job_id, sum);
-        bytes = sum - mark_cost;
+        if (sum <= max_bytes / 2) {   /* every line fits after all: the stored count was off; now it is not */
+            bytes = sum;
+            head = -1;
+            goto save;
+        }
         *first_drop = 1;
     }
     while (bytes > max_bytes) {   /* drop from just after the marker (head + 1) until under budget */
@@ -129,6 +120,7 @@ static int cap_log(kd_catalog *cat, int64_t job_id, int64_t max_bytes, int64_t b
     sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
     if (sqlite3_step(st) != SQLITE_DONE)
         return kd__sql_fail(cat, "mark dropped log lines");
+save:
     if ((st = kd__stmt(cat, save)) == NULL)
         return KESTREL_EIO;
     sqlite3_bind_int64(st, 1, bytes);
