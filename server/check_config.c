@@ -43,6 +43,10 @@ int kd_check_config(const kd_config *cfg)
         printf("processes  %ld at most of each account (--max-job-processes)\n", cfg->max_job_procs);
     else if (kd_ident_available())
         printf("processes  no limit (--max-job-processes 0)\n");
+    if (cfg->max_job_disk > 0)
+        printf("job disk   %lld MiB at most of each job's files (--max-job-disk)\n", (long long)(cfg->max_job_disk >> 20));
+    else
+        printf("job disk   no bound of its own (--max-job-disk 0); a full data disk stops the largest job\n");
     for (size_t i = 0; i < cfg->nnodes; i++)
         printf("node       %s: pool %s, %d GPUs\n", cfg->nodes[i].name, cfg->nodes[i].pool, cfg->nodes[i].ndev);
     {

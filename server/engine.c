@@ -10,6 +10,7 @@
 #include "exec_reap.h"
 #include "metrics.h"
 #include "alerts.h"
+#include "job_disk.h"
 #include "telemetry.h"
 #include "policy.h"
 #include "log_index.h"
@@ -257,6 +258,9 @@ void kd_engine_finished(kd_engine *e, kd_run *run, kd_end_kind kind, int code, c
     if (term == KD_TERM_CANCEL) {
         to = KESTREL_JOB_STATE_CANCELLED;
         snprintf(reason, sizeof(reason), "cancelled by %s", run->term_by);
+    } else if (term == KD_TERM_DISK) {   /* never retried: it would fill the disk again */
+        to = KESTREL_JOB_STATE_FAILED;
+        snprintf(reason, sizeof(reason), "stopped: %s", run->term_by);
     } else if (term == KD_TERM_SHUTDOWN) {
         to = run->no_retry ? KESTREL_JOB_STATE_FAILED : KESTREL_JOB_STATE_QUEUED;
         snprintf(reason, sizeof(reason), run->no_retry ? "daemon stopped" : "requeued: daemon shutting down");
@@ -600,10 +604,13 @@ int kd_engine_start(kd_engine *e)
         goto fail;
     if (kd_telemetry_start(e) < 0)
         fprintf(stderr, "kestreld: %s: no per-job GPU telemetry\n", kestrel_error_last()->message);
+    if (kd_job_disk_start(e) < 0)
+        fprintf(stderr, "kestreld: %s: jobs' files are not measured\n", kestrel_error_last()->message);
     e->sched_pending = 1;
     if (pthread_create(&e->sched_thread, NULL, sched_main, e) != 0) {
         kestrel__error_set(KESTREL_ERROR, "cannot start the scheduler thread");
         kd_telemetry_stop(e);
+        kd_job_disk_stop(e);
         if (e->ext)
             e->ext->close(e);
         goto fail;
@@ -634,6 +641,7 @@ void kd_engine_stop(kd_engine *e)
     struct timespec ts;
     kd_engine_quiesce(e);
     kd_telemetry_stop(e);
+    kd_job_disk_stop(e);
     pthread_join(e->sched_thread, NULL);
     if (e->gc_running)
         pthread_join(e->gc_thread, NULL);

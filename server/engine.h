@@ -69,6 +69,7 @@ typedef struct {
     uint64_t max_upload_memory;   /* what request bodies, packs and chunk answers may hold at once
                                      (upload_mem.h; 0: 4 x (5 x the larger body limit + 20 MiB), 1 GiB at least: main.c) */
     int max_grace_s;           /* a job's own grace above it: for those who may give urgent jobs */
+    int64_t max_job_disk;      /* a job's files (DATA/jobs/ID) past it: the job fails (job_disk.c; 0: none) */
 } kd_config;
 
 /* The larger body limit, a commit's or any request's: what a user's quarter of the upload budget must
@@ -78,7 +79,9 @@ static inline uint64_t kd_config_largest_body(const kd_config *c)
     return c->max_manifest > c->max_body ? c->max_manifest : c->max_body;
 }
 
-enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3 };
+/* Why a run is being stopped. KD_TERM_DISK: its files past --max-job-disk, or the largest on a data
+ * disk below its floor (job_disk.c): it fails, and its files go before its end is recorded. */
+enum { KD_TERM_NONE = 0, KD_TERM_CANCEL = 1, KD_TERM_SHUTDOWN = 2, KD_TERM_PREEMPT = 3, KD_TERM_DISK = 4 };
 
 /* One running job. Fields under the engine lock unless noted. */
 typedef struct kd_run {
@@ -182,6 +185,7 @@ struct kd_engine {
     struct kd_envs *envs;      /* the Python environments jobs ask for */
     struct kd_metrics *metrics;   /* counters and histograms for /metrics (metrics.h) */
     struct kd_telemetry *telemetry;   /* the GPU sampler (telemetry.c); NULL without real GPUs */
+    struct kd_job_disk *job_disk;     /* the watch of jobs' files (job_disk.c) */
     struct kd_alerts *alerts;  /* webhook delivery (alerts.c); NULL without --webhook */
     struct kd_policies *policies;   /* log policies (policy.c) */
     struct kd_indexer *indexer;     /* fills the log search index (log_index.c) */

@@ -192,6 +192,18 @@ typedef struct {
 } gang_rank;
 
 /* A free TCP port of this host for rank 0's coordinator (bound, read, released: the usual way). */
+/* A run stopped for its files (job_disk.c): they go before its end is recorded, so the disk it
+ * filled can record it, and is everyone's again. */
+static void drop_files(kd_engine *e, kd_run *run, const kd_ident *ident)
+{
+    char dir[PATH_MAX];
+    if (kd_engine_term_requested(e, run) != KD_TERM_DISK)
+        return;
+    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)run->id);
+    if (kd_ident_empty(ident, dir) < 0)
+        fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
+}
+
 static int reserve_port(void)
 {
     struct sockaddr_in a;
@@ -425,6 +437,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         }
     }
     reap_left(e, id);
+    drop_files(e, run, ident);
     {
         int st = rk[first_fail >= 0 ? first_fail : 0].status;
         if (WIFSIGNALED(st))
@@ -577,6 +590,7 @@ static void *runner(void *arg)
     out->spec = err->spec = spec;
     status = capture(e, id, pid, out, err);
     reap_left(e, id);
+    drop_files(e, lj->run, &ident);
     if (WIFSIGNALED(status))
         kd_engine_finished(e, lj->run, KD_END_SIGNALED, WTERMSIG(status), NULL);
     else

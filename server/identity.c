@@ -274,6 +274,40 @@ int kd_ident_rm_tree(const kd_ident *id, const char *dir, const char *path)
     return rc;
 }
 
+int kd_ident_empty(const kd_ident *id, const char *dir)
+{
+    char *opened[] = { "chmod", "-R", "u+rwx", "--", (char *)dir, NULL };
+    char *find[] = { "find", (char *)dir, "-xdev", "-mindepth", "1", "-delete", NULL };
+    kestrel_buf out = KESTREL_BUF_INIT;
+    kd_exec_as as = { id, "/" };
+    struct stat st;
+    int rc = 0;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    if (!id->isolated || st.st_uid == 0) {   /* kestreld's own, or root's (see kd_ident_rm_tree) */
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        char path[4200];
+        while (d && (de = readdir(d)) != NULL)
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+                snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+                kestrel__rm_tree(path);
+            }
+        if (d)
+            closedir(d);
+        return 0;
+    }
+    /* as the identity (never root); folders the job closed to itself opened first (chmod -R
+     * follows no link), else a job could keep its files from this */
+    kd_exec_run(opened, "/", &out, &as);
+    kestrel_buf_dispose(&out);
+    if (kd_exec_run(find, "/", &out, &as) != 0)
+        rc = kestrel__error_set(KESTREL_EIO, "cannot empty %s as %s: %s", dir, id->name,
+                                out.ptr ? out.ptr : "find did not run");
+    kestrel_buf_dispose(&out);
+    return rc;
+}
+
 int kd_ident_adopt(const kd_ident *id, const char *dir, const char *const *inside, size_t n)
 {
     struct stat st;

@@ -34,6 +34,8 @@ int kd_ident_chown(const kd_ident *id, const char *path, int recursive);
 /* Remove path (inside dir) as the identity (rm -rf): root never walks a tree a job controls; as
  * root only while dir is still root's (a data dir of an earlier kestreld). Missing: nothing to do. */
 int kd_ident_rm_tree(const kd_ident *id, const char *dir, const char *path);
+/* Remove everything inside dir (its HOME, a job's dir), as the identity; dir itself stays. */
+int kd_ident_empty(const kd_ident *id, const char *dir);
 /* Give dir and the paths inside it (each made already) to the identity: recursively only while dir
  * is still root's (a data dir of an earlier kestreld), else just those entries. */
 int kd_ident_adopt(const kd_ident *id, const char *dir, const char *const *inside, size_t n);

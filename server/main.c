@@ -16,6 +16,7 @@
 #include "config.h"
 #include "check_config.h"
 #include "data_lock.h"
+#include "flag_values.h"
 #include "exec_local.h"
 #include "exec_util.h"
 #include "identity.h"
@@ -67,6 +68,10 @@ static void usage(FILE *f)
         "                           bytes, 48 more (its row in the catalog) and 6 more a byte past the\n"
         "                           first of a non-ASCII character (its search index); past it the first\n"
         "                           and last halves are kept around a \"N bytes dropped\" line, with an event\n"
+        "      --max-job-disk SIZE  the most a job's files (DATA/jobs/ID) may take, e.g. 50G (default 0: no\n"
+        "                           bound); past it the job fails and its files are removed. Whatever the\n"
+        "                           bound, a data disk below a fiftieth free (at most 1G) stops the job\n"
+        "                           whose files take the most (and removes them)\n"
         "      --max-queued N       QUEUED jobs per user; more submissions get 429 (default 10000)\n"
         "      --max-metric-points N  metric points a job may hold, --max-metric-series N its names;\n"
         "                           a report past either is 413, stored not at all (5000000, 10000; 0: none)\n"
@@ -161,20 +166,6 @@ static void usage(FILE *f)
         "to be retried).\n");
 }
 
-static int parse_int(const char *flag, const char *v, long lo, long hi, long *out)
-{
-    char *end;
-    long x;
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (errno || *end || !*v || x < lo || x > hi) {
-        fprintf(stderr, "kestreld: %s: expected an integer in %ld..%ld, got '%s'\n", flag, lo, hi, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* "80G", "40960M", "512" (MB) -> MB; -1 on junk. */
 static int64_t parse_mb(const char *v)
 {
@@ -223,7 +214,7 @@ static int parse_node(kd_config *cfg, const char *arg)
         }
         *eq++ = '\0';
         if (!strcmp(tok, "gpus")) {
-            if (parse_int("--node gpus", eq, 0, 256, &v) < 0)
+            if (kd_flag_int("--node gpus", eq, 0, 256, &v) < 0)
                 return -1;
             gpus = (int)v;
         } else if (!strcmp(tok, "pool")) {
@@ -273,7 +264,7 @@ static int parse_quota(kd_config *cfg, kd_catalog *cat, const char *arg)
         return -1;
     }
     *eq++ = '\0';
-    if (parse_int("--quota", eq, 0, 1 << 20, &v) < 0) {
+    if (kd_flag_int("--quota", eq, 0, 1 << 20, &v) < 0) {
         free(copy);
         return -1;
     }
@@ -468,6 +459,7 @@ int main(int argc, char **argv)
         { "max-upload-memory", required_argument, NULL, 35 }, { "max-job-processes", required_argument, NULL, 36 },
         { "max-priority", required_argument, NULL, 37 }, { "max-metric-points", required_argument, NULL, 38 },
         { "max-metric-series", required_argument, NULL, 39 }, { "max-grace", required_argument, NULL, 40 },
+        { "max-job-disk", required_argument, NULL, 41 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -508,43 +500,32 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "l:p:d:g:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'l': cfg.listen = optarg; break;
-        case 'p': if (parse_int("--port", optarg, 0, 65535, &v) < 0) return 2; cfg.port = (int)v; break;
+        case 'p': if (kd_flag_int("--port", optarg, 0, 65535, &v) < 0) return 2; cfg.port = (int)v; break;
         case 'd': cfg.data_dir = optarg; break;
-        case 'g': if (parse_int("--gpus", optarg, 0, 256, &v) < 0) return 2; cfg.gpus = (int)v; gpus_given = 1; break;
-        case 1: if (parse_int("--grace-period", optarg, 0, 86400, &v) < 0) return 2; cfg.grace_s = (int)v; break;
-        case 2: if (parse_int("--max-jobs", optarg, 1, 100000, &v) < 0) return 2; cfg.max_jobs = (int)v; break;
-        case 3: if (parse_int("--max-body", optarg, 1024, 1L << 30, &v) < 0) return 2; cfg.max_body = (size_t)v; break;
+        case 'g': if (kd_flag_int("--gpus", optarg, 0, 256, &v) < 0) return 2; cfg.gpus = (int)v; gpus_given = 1; break;
+        case 1: if (kd_flag_int("--grace-period", optarg, 0, 86400, &v) < 0) return 2; cfg.grace_s = (int)v; break;
+        case 2: if (kd_flag_int("--max-jobs", optarg, 1, 100000, &v) < 0) return 2; cfg.max_jobs = (int)v; break;
+        case 3: if (kd_flag_int("--max-body", optarg, 1024, 1L << 30, &v) < 0) return 2; cfg.max_body = (size_t)v; break;
         case 4: cfg.port_file = optarg; break;
         case 5: if (parse_node(&cfg, optarg) < 0) return 2; break;
-        case 7: if (parse_int("--repo-gc-grace", optarg, 0, 30L * 86400, &v) < 0) return 2; cfg.repo_gc_grace_s = (int)v; break;
+        case 7: if (kd_flag_int("--repo-gc-grace", optarg, 0, 30L * 86400, &v) < 0) return 2; cfg.repo_gc_grace_s = (int)v; break;
         case 8: if (parse_slurm_pool(&cfg, optarg) < 0) return 2; break;
-        case 9: if (parse_int("--slurm-grace", optarg, 0, 86400, &v) < 0) return 2; cfg.slurm_grace_s = (int)v; break;
+        case 9: if (kd_flag_int("--slurm-grace", optarg, 0, 86400, &v) < 0) return 2; cfg.slurm_grace_s = (int)v; break;
         case 10: if (parse_slurm_qos(&cfg, optarg) < 0) return 2; break;
-        case 11: if (parse_int("--slurm-poll-ms", optarg, 10, 60000, &v) < 0) return 2; cfg.slurm_poll_ms = (int)v; break;
+        case 11: if (kd_flag_int("--slurm-poll-ms", optarg, 10, 60000, &v) < 0) return 2; cfg.slurm_poll_ms = (int)v; break;
         case 12: cfg.tls_cert = optarg; break;
         case 13: cfg.tls_key = optarg; break;
         case 14: cfg.tls_ca = optarg; break;
         case 15: break;   /* merged by kd_config_merge */
-        case 17: {
-            char *end;
-            long long x = strtoll(optarg, &end, 10);
-            int64_t mult = *end == 'K' || *end == 'k' ? 1 << 10 : *end == 'M' || *end == 'm' ? 1 << 20
-                           : *end == 'G' || *end == 'g' ? 1 << 30 : 1;
-            if (end == optarg || (mult > 1 && *++end) || (mult == 1 && *end) || x < 1 || x > (1LL << 40) / mult ||
-                x * mult < (1 << 20)) {   /* at least 1M: a line (at most 64 KiB) always fits in the head */
-                fprintf(stderr, "kestreld: --max-log-bytes: a size from 1M to 1T, e.g. 256M, got '%s'\n", optarg);
-                return 2;
-            }
-            cfg.max_log_bytes = x * mult;
-            break;
-        }
+        case 17: if (kd_flag_size("--max-log-bytes", optarg, 1 << 20, (int64_t)1 << 40, "256M", &cfg.max_log_bytes) < 0) return 2; break;
+        case 41: if (kd_flag_size("--max-job-disk", optarg, 0, (int64_t)1 << 50, "50G", &cfg.max_job_disk) < 0) return 2; break;
         case 37: if (kd_priority_limits_parse(&cfg.priority_limits, optarg) < 0) return 2; break;
-        case 38: if (parse_int("--max-metric-points", optarg, 0, 1L << 40, &v) < 0) return 2; cfg.max_metric_points = v; break;
-        case 39: if (parse_int("--max-metric-series", optarg, 0, 1L << 30, &v) < 0) return 2; cfg.max_metric_series = v; break;
-        case 40: if (parse_int("--max-grace", optarg, 0, 86400, &v) < 0) return 2; cfg.max_grace_s = (int)v; break;
-        case 18: if (parse_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
+        case 38: if (kd_flag_int("--max-metric-points", optarg, 0, 1L << 40, &v) < 0) return 2; cfg.max_metric_points = v; break;
+        case 39: if (kd_flag_int("--max-metric-series", optarg, 0, 1L << 30, &v) < 0) return 2; cfg.max_metric_series = v; break;
+        case 40: if (kd_flag_int("--max-grace", optarg, 0, 86400, &v) < 0) return 2; cfg.max_grace_s = (int)v; break;
+        case 18: if (kd_flag_int("--max-queued", optarg, 1, 10000000, &v) < 0) return 2; cfg.max_queued = (int)v; break;
         case 36:
-            if (parse_int("--max-job-processes", optarg, 0, 1L << 30, &v) < 0)
+            if (kd_flag_int("--max-job-processes", optarg, 0, 1L << 30, &v) < 0)
                 return 2;
             if (v > 0 && v < 16) {   /* a job's interpreter and its threads: nothing would run */
                 fprintf(stderr, "kestreld: --max-job-processes: %ld is too few (0 for no limit, else 16 or more)\n", v);
@@ -552,18 +533,18 @@ int main(int argc, char **argv)
             }
             cfg.max_job_procs = v;
             break;
-        case 19: if (parse_int("--http-threads", optarg, 1, KD_HTTP_THREADS_MAX, &v) < 0) return 2; cfg.http_threads = (int)v; break;
-        case 20: if (parse_int("--max-connections", optarg, 16, 1000000, &v) < 0) return 2; cfg.max_connections = (int)v; break;
-        case 21: if (parse_int("--max-connections-per-ip", optarg, 1, 1000000, &v) < 0) return 2; cfg.max_connections_per_ip = (int)v; break;
-        case 22: if (parse_int("--idle-timeout", optarg, 1, 3600, &v) < 0) return 2; cfg.idle_timeout_s = (int)v; break;
+        case 19: if (kd_flag_int("--http-threads", optarg, 1, KD_HTTP_THREADS_MAX, &v) < 0) return 2; cfg.http_threads = (int)v; break;
+        case 20: if (kd_flag_int("--max-connections", optarg, 16, 1000000, &v) < 0) return 2; cfg.max_connections = (int)v; break;
+        case 21: if (kd_flag_int("--max-connections-per-ip", optarg, 1, 1000000, &v) < 0) return 2; cfg.max_connections_per_ip = (int)v; break;
+        case 22: if (kd_flag_int("--idle-timeout", optarg, 1, 3600, &v) < 0) return 2; cfg.idle_timeout_s = (int)v; break;
         case 23: if (kd_envs_declare(&cfg, optarg) < 0) return 2; break;
         case 24: cfg.env_python = optarg; break;
         case 25: cfg.env_python_path = optarg; break;
-        case 26: if (parse_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;
-        case 27: if (parse_int("--env-build-timeout", optarg, 10, 86400, &v) < 0) return 2; cfg.env_build_timeout_s = (int)v; break;
+        case 26: if (kd_flag_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;
+        case 27: if (kd_flag_int("--env-build-timeout", optarg, 10, 86400, &v) < 0) return 2; cfg.env_build_timeout_s = (int)v; break;
         case 28: cfg.metrics_listen = optarg; break;
-        case 29: if (parse_int("--gpu-sample-interval", optarg, 1, 3600, &v) < 0) return 2; cfg.gpu_sample_s = (int)v; break;
-        case 30: if (parse_int("--idle-gpu-after", optarg, 0, 7 * 86400, &v) < 0) return 2; cfg.idle_gpu_s = (int)v; break;
+        case 29: if (kd_flag_int("--gpu-sample-interval", optarg, 1, 3600, &v) < 0) return 2; cfg.gpu_sample_s = (int)v; break;
+        case 30: if (kd_flag_int("--idle-gpu-after", optarg, 0, 7 * 86400, &v) < 0) return 2; cfg.idle_gpu_s = (int)v; break;
         case 31: cfg.webhook_url = optarg; break;
         case 32: cfg.webhook_secret_file = optarg; break;
         case 33: {
@@ -578,9 +559,9 @@ int main(int argc, char **argv)
             cfg.log_policies[cfg.nlog_policies++] = optarg;
             break;
         }
-        case 34: if (parse_int("--max-manifest", optarg, 1024, 1L << 32, &v) < 0) return 2; cfg.max_manifest = (size_t)v; break;
+        case 34: if (kd_flag_int("--max-manifest", optarg, 1024, 1L << 32, &v) < 0) return 2; cfg.max_manifest = (size_t)v; break;
         case 35:
-            if (parse_int("--max-upload-memory", optarg, 1L << 20, 1L << 40, &v) < 0)
+            if (kd_flag_int("--max-upload-memory", optarg, 1L << 20, 1L << 40, &v) < 0)
                 return 2;
             cfg.max_upload_memory = (uint64_t)v;
             break;

@@ -5,11 +5,11 @@
  * (kd_pack_feed) and answers at its end (kd_pack_finish). */
 #include <errno.h>
 #include <stdio.h>
-#include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <openssl/evp.h>
 #include "api.h"
+#include "disk_floor.h"
 #include "metrics.h"
 #include "repo_runs.h"
 #include "chunk.h"
@@ -77,21 +77,15 @@ static void pack_fail(kd_pack *p, const char *msg)
         snprintf(p->error, sizeof(p->error), "%s", msg);
 }
 
-/* The data disk keeps a fiftieth of itself (at most 1 GiB) free of chunks, for the catalog (job
+/* The data disk keeps its floor (disk_floor.h) free of chunks, for the catalog (job
  * states, tokens, logs) and jobs' output: one user's packs, committed or not, filled it, and every
  * other user's submit and token failed (a hostile test). A chunk (or a commit's version files,
  * api_repo.c) that would take the disk below it fails as a full disk does (ENOSPC: 507), before it is
  * written. A disk that statvfs cannot read is left to the write. */
 int kd_repo_keeps_floor(struct kestrel__store *s, const char *what, int64_t len)
 {
-    struct statvfs v;
     int64_t avail, keep;
-    if (statvfs(kestrel__store_root(s), &v) < 0)
-        return 0;
-    avail = (int64_t)v.f_bavail * (int64_t)v.f_frsize;
-    keep = (int64_t)v.f_blocks * (int64_t)v.f_frsize / 50;
-    keep = keep > ((int64_t)1 << 30) ? (int64_t)1 << 30 : keep;
-    if (avail - len >= keep)
+    if (kd_disk_floor(kestrel__store_root(s), &avail, &keep) < 0 || avail - len >= keep)
         return 0;
     return kestrel__error_sys(KESTREL_EIO, ENOSPC, "cannot store %s: the data disk keeps its last %lld KiB free for "
                               "the catalog and jobs' output", what, (long long)(keep >> 10));

@@ -6,6 +6,7 @@ nothing there."""
 import hashlib
 import http.server
 import os
+import shutil
 import re
 import pathlib
 import struct
@@ -59,6 +60,47 @@ def test_a_full_disk_fails_cleanly_and_kestreld_keeps_serving(small_fs, tmp_path
         assert d.api("GET", "/healthz")[0] == 200
         out = tmp_path / "back.bin"
         assert d.cli("pull", "admin/small", "-o", str(out)).returncode == 0 and out.read_bytes() == small.read_bytes()
+    finally:
+        d.stop()
+
+
+def test_one_jobs_files_cannot_take_the_data_disk_from_everyone(small_fs):
+    """alice's job wrote until the data disk was full, and held it: every other user's token, submit
+    and job end failed after it (a hostile test). On a disk below its floor the job whose files take
+    the most is stopped within seconds, fails with the reason, and its files are removed before its
+    end is recorded; bob's job beside it, with little, runs on, and bob submits again. A job past
+    --max-job-disk fails the same way on a disk with room."""
+    fill = "head -c 67108864 /dev/zero > big 2>/dev/null; echo full; sleep 600"
+    d = Daemon(small_fs / "a", "--gpus", "0", "--max-jobs", "4")
+    try:
+        alice = d.env(KESTREL_TOKEN=d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"])
+        bob = d.env(KESTREL_TOKEN=d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"])
+        quiet = d.submit("--", "sh", "-c", "echo small > f; echo up; sleep 600", env=bob)
+        d.wait_for_line(quiet, "up")
+        big = d.submit("--", "sh", "-c", fill, env=alice)
+        job = d.wait(big, timeout=60)
+        assert job["state"] == "FAILED" and "the data disk had" in job["reason"] and \
+            "this job's files took the most" in job["reason"], job
+        assert list((d.data / "jobs" / str(big)).iterdir()) == []
+        assert d.job(quiet)["state"] == "RUNNING"
+        assert (d.data / "jobs" / str(quiet) / "work" / "f").exists()
+        again = d.submit("--", "echo", "after", env=bob)
+        assert d.wait(again)["state"] == "SUCCEEDED"
+        assert d.api("POST", "/api/v1/tokens", {"user": "carol"})[0] == 201
+        d.cli("cancel", str(quiet))
+    finally:
+        d.stop()
+    shutil.rmtree(small_fs / "a")
+    d = Daemon(small_fs / "b", "--gpus", "0", "--max-job-disk", "4M")
+    try:
+        alice = d.env(KESTREL_TOKEN=d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"])
+        big = d.submit("--", "sh", "-c", fill.replace("67108864", "6291456"), env=alice)
+        job = d.wait(big, timeout=60)
+        assert job["state"] == "FAILED" and "its files took 6 MiB, past kestreld's --max-job-disk 4 MiB" in \
+            job["reason"], job
+        assert list((d.data / "jobs" / str(big)).iterdir()) == []
+        small = d.submit("--", "sh", "-c", "head -c 1048576 /dev/zero > f; sleep 4", env=alice)
+        assert d.wait(small)["state"] == "SUCCEEDED"
     finally:
         d.stop()
 

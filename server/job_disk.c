@@ -1,0 +1,164 @@
+/* server/job_disk.c - the data disk kept for everyone. A job writes where it runs (DATA/jobs/ID:
+ * its HOME, work dir and checkpoints), on the disk of the catalog and the repository: one job's
+ * output filled it, and every other user's submit, token and log write failed after it (a hostile
+ * test). Every DISK_EVERY_MS a thread adds up each running job's files (the blocks of the inodes
+ * below its dir that are its own: a dataset is linked in from root's cache, and is not) and stops,
+ * as kubelet's eviction does:
+ *  - a job whose files pass --max-job-disk;
+ *  - while the disk has less than its floor free (disk_floor.h), the job whose files take the most,
+ *    where they are at least a quarter of what is missing (one a pass: the next sees the room given
+ *    back; a disk filled by something else stops no job for nothing).
+ * It fails with that reason within STOP_GRACE_MS (SIGTERM, then SIGKILL), and its files are removed
+ * before its end is recorded (exec_local.c): a full disk could not record it, and a failed job's
+ * scratch is nobody's. What a job writes outside its dir (/tmp) is not counted. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "disk_floor.h"
+#include "job_disk.h"
+#include "worker.h"
+
+#define DISK_EVERY_MS 3000
+#define STOP_GRACE_MS 10000
+#define MAX_DEPTH 64              /* deeper folders are not walked (each holds an fd) */
+#define MAX_ENTRIES 1000000       /* a job's walk stops there: its count is then at least that much */
+
+struct kd_job_disk {
+    kd_engine *e;
+    kd_worker w;
+};
+
+typedef struct {
+    int64_t id;
+    int64_t bytes;
+} measured;
+
+/* Whether an inode below a job's dir is the job's: not root's (root's cache, linked in; the staged
+ * tree before its hand-over). A kestreld that is not root runs jobs as itself: a dataset's
+ * hard-linked read-only file is then the cache's. */
+static int the_jobs(const struct stat *st)
+{
+    if (st->st_uid == 0)
+        return 0;
+    return geteuid() == 0 || !S_ISREG(st->st_mode) || st->st_nlink < 2 || (st->st_mode & 0222);
+}
+
+/* Add what dfd (taken over: closed here) holds to *bytes; links are not followed, other file systems
+ * not entered, and nothing is opened that a job could swap for a link meanwhile (O_NOFOLLOW). */
+static void walk(int dfd, dev_t dev, int depth, int64_t *bytes, int64_t *entries)
+{
+    DIR *d = fdopendir(dfd);
+    struct dirent *de;
+    if (d == NULL) {
+        close(dfd);
+        return;
+    }
+    while (*entries < MAX_ENTRIES && (de = readdir(d)) != NULL) {
+        struct stat st;
+        int fd;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != dev)
+            continue;
+        ++*entries;
+        if (the_jobs(&st))
+            *bytes += (int64_t)st.st_blocks * 512;
+        if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH &&
+            (fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
+            walk(fd, dev, depth + 1, bytes, entries);
+    }
+    closedir(d);
+}
+
+static int64_t job_bytes(const kd_engine *e, int64_t id)
+{
+    char dir[4200];
+    struct stat st;
+    int64_t bytes = 0, entries = 0;
+    int fd;
+    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)id);
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        return 0;
+    if (fstat(fd, &st) < 0) {
+        close(fd);
+        return 0;
+    }
+    walk(fd, st.st_dev, 0, &bytes, &entries);
+    return bytes;
+}
+
+static void stop(kd_engine *e, kd_run *r, const char *why)
+{
+    int64_t by = kestrel__now_ms() + STOP_GRACE_MS;
+    fprintf(stderr, "kestreld: job %lld: stopped: %s\n", (long long)r->id, why);
+    kd_engine_terminate_locked(e, r, KD_TERM_DISK, why);
+    if (r->kill_at_ms > by)
+        r->kill_at_ms = by;
+}
+
+static void tick(void *ctx)
+{
+    kd_engine *e = ((struct kd_job_disk *)ctx)->e;
+    measured *m = NULL, *most = NULL;
+    size_t n = 0, cap = 0;
+    int64_t avail = 0, keep = 0, max = e->cfg->max_job_disk;
+    char why[200];
+    pthread_mutex_lock(&e->mu);
+    for (const kd_run *r = e->runs; r; r = r->next)   /* started here (a process), not stopping already */
+        if (r->term == KD_TERM_NONE && (r->pgid > 0 || r->rank_pgids) &&
+            kestrel__array_grow(&m, &cap, n + 1, sizeof(*m)) == 0)
+            m[n++].id = r->id;
+    pthread_mutex_unlock(&e->mu);
+    for (size_t i = 0; i < n; i++)
+        m[i].bytes = job_bytes(e, m[i].id);
+    if (kd_disk_floor(e->cfg->data_dir, &avail, &keep) < 0)
+        avail = keep;   /* unreadable: no pressure is assumed */
+    pthread_mutex_lock(&e->mu);
+    for (kd_run *r = e->runs; r; r = r->next)
+        for (size_t i = 0; i < n; i++) {
+            if (m[i].id != r->id || r->term != KD_TERM_NONE)
+                continue;
+            if (max > 0 && m[i].bytes > max) {
+                snprintf(why, sizeof(why), "its files took %lld MiB, past kestreld's --max-job-disk %lld MiB; they "
+                         "were removed", (long long)(m[i].bytes >> 20), (long long)(max >> 20));
+                stop(e, r, why);
+            } else if (avail < keep && m[i].bytes * 4 >= keep - avail && (!most || m[i].bytes > most->bytes)) {
+                most = &m[i];
+            }
+        }
+    for (kd_run *r = e->runs; r && most; r = r->next)
+        if (r->id == most->id && r->term == KD_TERM_NONE) {
+            snprintf(why, sizeof(why), "the data disk had %lld KiB free, under the %lld KiB it keeps, and this job's "
+                     "files took the most (%lld KiB); they were removed", (long long)(avail >> 10),
+                     (long long)(keep >> 10), (long long)(most->bytes >> 10));
+            stop(e, r, why);
+        }
+    pthread_mutex_unlock(&e->mu);
+    free(m);
+}
+
+int kd_job_disk_start(kd_engine *e)
+{
+    struct kd_job_disk *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return kestrel__error_oom();
+    d->e = e;
+    if (kd_worker_start(&d->w, DISK_EVERY_MS, tick, d, "job disk watch") < 0) {
+        free(d);
+        return KESTREL_ERROR;
+    }
+    e->job_disk = d;
+    return 0;
+}
+
+void kd_job_disk_stop(kd_engine *e)
+{
+    if (e->job_disk == NULL)
+        return;
+    kd_worker_fini(&e->job_disk->w);
+    free(e->job_disk);
+    e->job_disk = NULL;
+}
