@@ -196,7 +196,8 @@ int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd
 void kd_engine_set_external(kd_engine *e, const kd_executor *ext);
 /* Whether pool belongs to the external executor. */
 int kd_engine_pool_external(const kd_engine *e, const char *pool);
-/* 1 when no node (of its pool, of its GPU count; a gang's ranks all together) can ever hold the job:
+/* 1 when no node (of its pool, with its GPU count of its type, memory and compute capability; a
+ * gang's ranks all together) can ever hold the job:
  * the plan says so, and nothing is built or copied for it (engine_sched.c). */
 int kd_engine_never_placed(const kd_engine *e, const Kestrel__V1__JobSpec *s);
 /* Requeue or fail jobs left RUNNING by a previous daemon that died. */

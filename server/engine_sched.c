@@ -15,13 +15,20 @@
 int kd_engine_never_placed(const kd_engine *e, const Kestrel__V1__JobSpec *s)
 {
     int ranks = s->replicas > 1 ? s->replicas : 1, room = 0;
+    kd_qjob want = { 0 };
+    want.gpu_type = s->gpu_type;
+    want.min_mem_mb = s->min_gpu_memory_mb;
+    want.min_cc = kd_sched_parse_cc(s->min_compute_capability) > 0 ? kd_sched_parse_cc(s->min_compute_capability) : 0;
     if (kd_engine_pool_external(e, s->pool))
         return 0;   /* Slurm says itself */
     for (size_t n = 0; n < e->cfg->nnodes && room < ranks; n++) {
         const kd_node *node = &e->cfg->nodes[n];
-        if ((s->pool[0] && strcmp(node->pool, s->pool)) || node->ndev < s->gpus)
+        int fit = 0;
+        for (int d = 0; d < node->ndev; d++)   /* of its type, memory and compute capability */
+            fit += kd_sched_dev_matches(&node->devs[d], &want);
+        if ((s->pool[0] && strcmp(node->pool, s->pool)) || fit < s->gpus)
             continue;
-        room += s->gpus > 0 ? node->ndev / s->gpus : ranks;
+        room += s->gpus > 0 ? fit / s->gpus : ranks;
     }
     return room < ranks;
 }

@@ -38,7 +38,7 @@ int kd_sched_parse_cc(const char *s)
 }
 
 
-int kd__sched_dev_matches(const kd_dev *d, const kd_qjob *j)
+int kd_sched_dev_matches(const kd_dev *d, const kd_qjob *j)
 {
     return (!j->gpu_type[0] || !strcmp(d->type, j->gpu_type)) && d->mem_mb >= j->min_mem_mb && d->cc >= j->min_cc;
 }
@@ -177,12 +177,12 @@ int kd__sched_count(pass *ps, int n, const kd_qjob *j, int state)
     const kd_node *node = &ps->s->nodes[n];
     int c = 0;
     if (ps->uniform[n]) {
-        if (node->ndev == 0 || !kd__sched_dev_matches(&node->devs[0], j))
+        if (node->ndev == 0 || !kd_sched_dev_matches(&node->devs[0], j))
             return 0;
         return state == DEV_FREE ? ps->nfree[n] : state == DEV_SOON ? ps->nsoon[n] : node->ndev - ps->nfree[n] - ps->nsoon[n];
     }
     for (int d = 0; d < node->ndev; d++)
-        if (ps->dev[n][d] == state && kd__sched_dev_matches(&node->devs[d], j))
+        if (ps->dev[n][d] == state && kd_sched_dev_matches(&node->devs[d], j))
             c++;
     return c;
 }
@@ -192,9 +192,9 @@ int kd__sched_count_static(pass *ps, int n, const kd_qjob *j)
     const kd_node *node = &ps->s->nodes[n];
     int c = 0;
     if (ps->uniform[n])
-        return (node->ndev && kd__sched_dev_matches(&node->devs[0], j)) ? node->ndev : 0;
+        return (node->ndev && kd_sched_dev_matches(&node->devs[0], j)) ? node->ndev : 0;
     for (int d = 0; d < node->ndev; d++)
-        c += kd__sched_dev_matches(&node->devs[d], j);
+        c += kd_sched_dev_matches(&node->devs[d], j);
     return c;
 }
 
@@ -212,7 +212,7 @@ int kd__sched_take(pass *ps, int n, const kd_qjob *j, int from, int want, int re
     const kd_node *node = &ps->s->nodes[n];
     int got = 0;
     for (int d = 0; d < node->ndev && got < want; d++) {
-        if (ps->dev[n][d] != from || !kd__sched_dev_matches(&node->devs[d], j))
+        if (ps->dev[n][d] != from || !kd_sched_dev_matches(&node->devs[d], j))
             continue;
         set_state(ps, n, d, DEV_USED);
         if (rec) {
@@ -229,7 +229,7 @@ static int alloc_matching(const pass *ps, const kd_alloc *a, const kd_qjob *j)
 {
     int c = 0;
     for (int d = 0; d < a->ndev; d++)
-        c += kd__sched_dev_matches(&ps->s->nodes[a->node].devs[a->devs[d]], j);
+        c += kd_sched_dev_matches(&ps->s->nodes[a->node].devs[a->devs[d]], j);
     return c;
 }
 

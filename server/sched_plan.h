@@ -166,6 +166,8 @@ void kd_plan_free(kd_plan *p);
 
 /* Queue order comparator. */
 int kd_sched_order(const kd_qjob *a, const kd_qjob *b);
+/* Whether device d is of job j's GPU type, memory and compute capability. */
+int kd_sched_dev_matches(const kd_dev *d, const kd_qjob *j);
 /* "8.0" -> 80; -1 when malformed. */
 int kd_sched_parse_cc(const char *s);
 

@@ -39,7 +39,6 @@ typedef struct {
 
 /* The node is of the job's pool and not one it excludes. */
 int kd__sched_node_ok(const kd_snapshot *s, const kd_qjob *j, size_t n);
-int kd__sched_dev_matches(const kd_dev *d, const kd_qjob *j);
 /* Matching devices of node n in a DEV_* state; matching devices it has at all. */
 int kd__sched_count(pass *ps, int n, const kd_qjob *j, int state);
 int kd__sched_count_static(pass *ps, int n, const kd_qjob *j);

@@ -57,13 +57,18 @@ def test_a_job_no_node_can_hold_builds_nothing(daemon, tmp_path):
     d = daemon("--gpus", "1", "--env-python-path", BINDINGS)
     req = tmp_path / "requirements.txt"
     req.write_text("six\n")
-    jid = d.submit("--pool", "nowhere", "--requirements", str(req), "--", "python", "-c", "print(1)")
-    deadline = time.time() + 10
-    while "no node can ever hold it" not in d.explain(jid)["reason"] and time.time() < deadline:
-        time.sleep(0.2)
-    assert "no node can ever hold it" in d.explain(jid)["reason"], d.explain(jid)
+    # nor one whose GPU type, memory or compute capability no device has (a review: only pools were)
+    asks = [("--pool", "nowhere"), ("--gpus", "1", "--gpu-type", "h100"), ("--gpus", "1", "--min-gpu-memory", "900G"),
+            ("--gpus", "1", "--min-cc", "9.9")]
+    jids = [d.submit(*ask, "--requirements", str(req), "--", "python", "-c", "print(1)") for ask in asks]
+    for jid in jids:
+        deadline = time.time() + 10
+        while "no node can ever hold it" not in d.explain(jid)["reason"] and time.time() < deadline:
+            time.sleep(0.2)
+        assert "no node can ever hold it" in d.explain(jid)["reason"], d.explain(jid)
     time.sleep(2)
-    assert "making the venv" not in d.cli("logs", jid).stdout
+    for jid in jids:
+        assert "making the venv" not in d.cli("logs", jid).stdout
     assert built(d) == [] and [p.name for p in (d.data / "envs").iterdir()] == [], list((d.data / "envs").iterdir())
 
 
