@@ -311,7 +311,8 @@ typedef struct kestrel_logs_options {
     unsigned int version;    /**< KESTREL_LOGS_OPTIONS_VERSION */
     int64_t offset;          /**< first line to return */
     int follow;              /**< non-zero: keep waiting for lines until the job ends */
-    long timeout_ms;         /**< follow mode: give up after this long (KESTREL_ETIMEOUT); 0: never */
+    long timeout_ms;         /**< follow mode: return KESTREL_ETIMEOUT after this long, also while lines
+                                  keep coming (resume from *next_offset_out); 0: never */
 } kestrel_logs_options;
 
 #define KESTREL_LOGS_OPTIONS_VERSION 1
@@ -322,7 +323,9 @@ KESTREL_API int kestrel_logs_options_init(kestrel_logs_options *opts, unsigned i
  * Read a job's log lines from opts->offset, calling cb for each. Without
  * follow, returns after the lines stored so far; with follow, returns once the
  * job is final and every line was delivered. next_offset_out (may be NULL)
- * receives the offset to resume from.
+ * receives the offset to resume from. A server that sends a line before the
+ * offset asked for (the log only goes forward) is KESTREL_EPROTO; one that
+ * answers a follow early with nothing new is asked again after 10 ms to 1 s.
  */
 KESTREL_API int kestrel_job_logs(int64_t *next_offset_out, kestrel_client *client, int64_t id,
                                  const kestrel_logs_options *opts, kestrel_log_line_cb cb, void *payload);

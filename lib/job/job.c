@@ -1,5 +1,6 @@
 /* lib/job/job.c - submit, get, wait, cancel, and job snapshot accessors. */
 #include <inttypes.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,9 +156,9 @@ int kestrel_job_wait(kestrel_job **out, kestrel_client *c, int64_t id, long time
     KESTREL__CHECK(c, KESTREL__MAGIC_CLIENT, "client");
     if ((rc = job_path(path, sizeof(path), id, "")) < 0)
         return rc;
-    for (;;) {
+    for (long pause = 0;;) {
         /* the server holds the request until the job is final or wait_ms passes */
-        int64_t left = deadline - kestrel__now_ms();
+        int64_t left = deadline - kestrel__now_ms(), started = kestrel__now_ms();
         long wait = left > 25000 ? 25000 : (left < 0 ? 0 : (long)left);
         kestrel_job *j;
         snprintf(path, sizeof(path), "/api/v1/jobs/%" PRId64 "?wait_ms=%ld", id, wait);
@@ -171,7 +172,21 @@ int kestrel_job_wait(kestrel_job **out, kestrel_client *c, int64_t id, long time
         kestrel_job_free(j);
         if (kestrel__now_ms() >= deadline)
             return kestrel__error_set(KESTREL_ETIMEOUT, "job %" PRId64 " did not finish within %ld ms", id, timeout_ms);
+        kestrel__poll_pace(started, wait, 1, &pause);
     }
+}
+
+void kestrel__poll_pace(int64_t started_ms, long waited, int nothing_new, long *pause_ms)
+{
+    struct timespec ts;
+    if (!nothing_new || kestrel__now_ms() - started_ms >= waited) {
+        *pause_ms = 0;
+        return;
+    }
+    *pause_ms = *pause_ms == 0 ? 10 : *pause_ms >= 500 ? 1000 : *pause_ms * 2;
+    ts.tv_sec = *pause_ms / 1000;
+    ts.tv_nsec = (*pause_ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
 }
 
 int kestrel_job_cancel(kestrel_job **out, kestrel_client *c, int64_t id)

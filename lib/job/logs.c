@@ -4,6 +4,7 @@
 #include <string.h>
 #include "client.h"
 #include "http.h"
+#include "job_priv.h"
 #include "options.h"
 
 /* How long one follow request may be held by the server. */
@@ -23,17 +24,18 @@ int kestrel_job_logs(int64_t *next_out, kestrel_client *c, int64_t id, const kes
         return kestrel__error_set(KESTREL_EINVALID, "job id must be positive and offset non-negative");
     offset = o.offset;
     deadline = o.timeout_ms > 0 ? kestrel__now_ms() + o.timeout_ms : INT64_MAX;
-    for (;;) {
+    for (long pause = 0;;) {
         char path[160];
         long wait = 0;
         kestrel__request req = { "GET", path, NULL, &kestrel__v1__log_chunk__descriptor, 1, 0 };
         ProtobufCMessage *m;
         const Kestrel__V1__LogChunk *chunk;
+        int64_t started = kestrel__now_ms();
         int eof;
         size_t n;
 
         if (o.follow) {
-            int64_t left = deadline - kestrel__now_ms();
+            int64_t left = deadline - started;
             wait = left > FOLLOW_POLL_MS ? FOLLOW_POLL_MS : (long)(left < 0 ? 0 : left);
         }
         snprintf(path, sizeof(path), "/api/v1/jobs/%" PRId64 "/logs?offset=%" PRId64 "&wait_ms=%ld", id, offset, wait);
@@ -44,7 +46,13 @@ int kestrel_job_logs(int64_t *next_out, kestrel_client *c, int64_t id, const kes
         for (size_t i = 0; i < chunk->n_lines && rc == 0; i++) {
             const Kestrel__V1__LogLine *l = chunk->lines[i];
             kestrel_log_line line = { 1, l->offset, l->time_ms, (int)l->stream, l->text, strlen(l->text) };
-            int r = cb ? cb(&line, payload) : 0;
+            int r;
+            if (l->offset < offset || l->offset == INT64_MAX) {   /* each line once, the log only ever forward */
+                rc = kestrel__error_set(KESTREL_EPROTO, "the server sent log line %" PRId64 " where line %" PRId64
+                                        " or later was asked for", l->offset, offset);
+                break;
+            }
+            r = cb ? cb(&line, payload) : 0;
             if (r == KESTREL_EUSER)
                 rc = KESTREL_EUSER;
             else if (r != 0)
@@ -52,7 +60,7 @@ int kestrel_job_logs(int64_t *next_out, kestrel_client *c, int64_t id, const kes
             else
                 offset = l->offset + 1;
         }
-        if (rc == 0 && chunk->next_offset > offset)
+        if (rc == 0 && chunk->next_offset > offset && chunk->next_offset < INT64_MAX)
             offset = chunk->next_offset;
         eof = chunk->eof;
         n = chunk->n_lines;
@@ -61,10 +69,13 @@ int kestrel_job_logs(int64_t *next_out, kestrel_client *c, int64_t id, const kes
             break;
         if (!o.follow ? n == 0 : eof)
             break;
-        if (o.follow && n == 0 && kestrel__now_ms() >= deadline) {
+        /* while lines keep coming too: a caller that gave a timeout gets control back within it */
+        if (o.follow && kestrel__now_ms() >= deadline) {
             rc = kestrel__error_set(KESTREL_ETIMEOUT, "job %" PRId64 " still running after %ld ms", id, o.timeout_ms);
             break;
         }
+        if (o.follow)
+            kestrel__poll_pace(started, wait, n == 0, &pause);
     }
     if (next_out)
         *next_out = offset;
