@@ -10,6 +10,7 @@
 #include "exec_reap.h"
 #include "metrics.h"
 #include "alerts.h"
+#include "job_cgroup.h"
 #include "job_disk.h"
 #include "telemetry.h"
 #include "policy.h"
@@ -567,6 +568,7 @@ int kd_engine_recover(kd_engine *e)
     int rc = kd_catalog_jobs_in_state(e->cat, KESTREL_JOB_STATE_RUNNING, SIZE_MAX / 2, &rows, &n);
     if (rc < 0)
         return rc;
+    kd_cgroup_start(e->cfg->data_dir);   /* and what the jobs of a daemon before left in their cgroups */
     for (size_t i = 0; i < n; i++)
         kd_catalog_token_drop_job(e->cat, rows[i].id);   /* before the runs are seen to end */
     /* what the runs left outlived their daemon: their output went nowhere, stop them (before the
@@ -657,6 +659,7 @@ void kd_engine_stop(kd_engine *e)
         pthread_cond_timedwait(&e->changed, &e->mu, &ts);
     }
     pthread_mutex_unlock(&e->mu);
+    kd_cgroup_stop();
     kd_alerts_stop(e);   /* what is not delivered yet goes out after the next start */
     kd_indexer_stop(e);
 }

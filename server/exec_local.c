@@ -18,6 +18,7 @@
 #include "exec_local.h"
 #include "exec_reap.h"
 #include "exec_util.h"
+#include "job_cgroup.h"
 #include "stage.h"
 #include "store.h"
 
@@ -307,7 +308,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
     kd_run *run = lj->run;
     const Kestrel__V1__JobSpec *spec = lj->job->spec;
     int64_t id = lj->job->id, kill_at = 0, all_ended_ms = 0;
-    int n = run->nranks, started = 0, first_fail = -1, port = reserve_port(), grace, rec = -1;
+    int n = run->nranks, started = 0, first_fail = -1, port = reserve_port(), grace, rec = -1, cgroup = -1;
     char rec_path[PATH_MAX];
     gang_rank *rk = calloc((size_t)n, sizeof(*rk));
     char **base = NULL, **argv = NULL, *devs = strdup(lj->devices), *field, why[512] = "", prog[PATH_MAX + 8], coord[64];
@@ -339,6 +340,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
     kd_exec_log(e, id, "starting %d ranks (coordinator %s)", n, coord);
     snprintf(rec_path, sizeof(rec_path), "%s/gangs/%lld", e->cfg->data_dir, (long long)id);
     rec = open_ranks_record(e, id);
+    cgroup = kd_cgroup_job_open(id);   /* every rank in the job's one cgroup */
     for (int r = 0; r < n; r++) {
         int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
         char **env;
@@ -357,7 +359,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
             snprintf(why, sizeof(why), "rank %d: cannot prepare the process: %s", r, strerror(errno));
             goto stop_started;
         }
-        pid = kd_exec_spawn_rank(argv, env, cwd, po, pe, ident);
+        pid = kd_exec_spawn_rank(argv, env, cwd, po, pe, ident, cgroup);
         kd_exec_env_free(env);
         if (pid < 0) {
             close(po[0]);
@@ -381,6 +383,10 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
             dprintf(rec, "%d %lld\n", (int)pid, (long long)kd_proc_start_time(pid));
         kd_engine_set_rank_pgid(e, run, r, pid);
         started++;
+    }
+    if (cgroup >= 0) {
+        close(cgroup);
+        cgroup = -1;
     }
     if ((p = calloc((size_t)n * 2, sizeof(*p))) == NULL || (of = calloc((size_t)n * 2, sizeof(*of))) == NULL) {
         snprintf(why, sizeof(why), "cannot follow the gang: out of memory");
@@ -455,6 +461,9 @@ stop_started:
     }
     kd_exec_log(e, id, "%s", why);
 not_started:
+    if (cgroup >= 0)
+        close(cgroup);
+    kd_cgroup_job_end(id);   /* before the end is recorded: a rerun's run makes it again */
     kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, why);
 done:
     if (rec >= 0) {   /* every rank reaped: nothing for a later daemon to stop */
@@ -569,7 +578,10 @@ static void *runner(void *arg)
             po[0] = pe[0] = -1;
             goto not_started;
         }
-        pid = kd_exec_spawn(argv, env, cwd, po, pe, &ident);
+        int cgroup = kd_cgroup_job_open(id);
+        pid = kd_exec_spawn(argv, env, cwd, po, pe, &ident, cgroup);
+        if (cgroup >= 0)
+            close(cgroup);
         free(argv);
     }
     if (pid < 0) {
@@ -601,6 +613,7 @@ not_started:
         close(po[0]);
         close(po[1]);
     }
+    kd_cgroup_job_end(id);   /* before the end is recorded: a rerun's run makes it again */
     kd_engine_finished(e, lj->run, KD_END_NOT_STARTED, 0, why);
 done:
     kd_exec_env_free(env);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "exec_reap.h"
+#include "job_cgroup.h"
 
 /* A process as /proc/PID/stat says: 0, or -1 when it is gone. */
 typedef struct {
@@ -220,9 +221,11 @@ static size_t reap_marked(const char *data_dir, const kd_job_row *rows, size_t n
 size_t kd_exec_reap_left(const char *data_dir, int64_t id)
 {
     kd_job_row row;
+    size_t n;
     memset(&row, 0, sizeof(row));
     row.id = id;
-    return reap_marked(data_dir, &row, 1);
+    n = reap_marked(data_dir, &row, 1);
+    return n + kd_cgroup_job_end(id);   /* what left its group and rewrote its environment too */
 }
 
 /* Step 2 for one recorded group: its leader pid, started at start (0: not known, or not this boot),

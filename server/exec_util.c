@@ -126,7 +126,7 @@ long kd_exec_default_max_procs(void)
 #define LIMITED 2           /* user code (a job, a build step): max_procs applies */
 
 static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                      const kd_ident *id, int flags)
+                      const kd_ident *id, int flags, int cgroup_fd)
 {
     int ep[2], err = 0;
     sigset_t none, all, old;
@@ -158,6 +158,9 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
             if (setrlimit(RLIMIT_NPROC, &nproc) < 0)
                 goto fail;
         }
+        /* into the job's cgroup (job_cgroup.c) while still root: what it starts stays there */
+        if (cgroup_fd >= 0 && write(cgroup_fd, "0", 1) != 1)
+            goto fail;
         /* groups first (needs root), then gid, then uid; none of them may be undone */
         if (setgroups(0, NULL) < 0 || setresgid(id->gid, id->gid, id->gid) < 0 ||
             setresuid(id->uid, id->uid, id->uid) < 0)
@@ -208,7 +211,7 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
 }
 
 static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                   const kd_ident *id, int flags)
+                   const kd_ident *id, int flags, int cgroup_fd)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -216,7 +219,7 @@ static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int 
     pid_t pid;
     int rc;
     if (id && id->isolated)
-        return spawn_as(argv, envp, cwd, out_fd, err_fd, id, flags);
+        return spawn_as(argv, envp, cwd, out_fd, err_fd, id, flags, cgroup_fd);
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -241,15 +244,15 @@ static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int 
 }
 
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                    const kd_ident *id)
+                    const kd_ident *id, int cgroup_fd)
 {
-    return spawn(argv, envp, cwd, out_fd, err_fd, id, LIMITED);
+    return spawn(argv, envp, cwd, out_fd, err_fd, id, LIMITED, cgroup_fd);
 }
 
 pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                         const kd_ident *id)
+                         const kd_ident *id, int cgroup_fd)
 {
-    return spawn(argv, envp, cwd, out_fd, err_fd, id, DIE_WITH_PARENT | LIMITED);
+    return spawn(argv, envp, cwd, out_fd, err_fd, id, DIE_WITH_PARENT | LIMITED, cgroup_fd);
 }
 
 /* out kept to its first and last KEEP bytes past 4 KEEP (a server that streams "remote:" lines for
@@ -328,7 +331,7 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
         return -1;
     /* not limited: kestreld's own helper (the kill of a build's processes, an rm) must run even
      * where the account is at max_procs, which makes a limited exec fail (EAGAIN) */
-    if ((pid = spawn(argv, env, cwd, p, NULL, as ? as->id : NULL, 0)) < 0) {
+    if ((pid = spawn(argv, env, cwd, p, NULL, as ? as->id : NULL, 0, -1)) < 0) {
         kestrel__buf_printf(out, "cannot run %s: %s\n", argv[0], strerror((int)-pid));
         close(p[0]);
         return -1;

@@ -10,7 +10,8 @@
  *    back; a disk filled by something else stops no job for nothing).
  * It fails with that reason within STOP_GRACE_MS (SIGTERM, then SIGKILL), and its files are removed
  * before its end is recorded (exec_local.c): a full disk could not record it, and a failed job's
- * scratch is nobody's. What a job writes outside its dir (/tmp) is not counted. */
+ * scratch is nobody's. Files its processes deleted and hold open count too (through its cgroup,
+ * job_cgroup.c); what a job writes outside its dir (/tmp) does not. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,12 +20,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "disk_floor.h"
+#include "job_cgroup.h"
 #include "job_disk.h"
 #include "worker.h"
 
 #define DISK_EVERY_MS 3000
 #define STOP_GRACE_MS 10000
-#define MAX_DEPTH 64              /* deeper folders are not walked (each holds an fd) */
+#define MAX_DEPTH 256             /* deeper folders are not walked (each holds an fd): the job is over */
+#define MAX_PIDS 4096             /* of a job's processes, those whose open files are looked at */
+#define MAX_GONE 1024             /* deleted files still open, counted once each */
 #define MAX_ENTRIES 1000000       /* a job's walk stops there: its count is then at least that much */
 
 struct kd_job_disk {
@@ -35,6 +39,7 @@ struct kd_job_disk {
 typedef struct {
     int64_t id;
     int64_t bytes;
+    int deep;                     /* folders nested past MAX_DEPTH: not measured, taken as past any bound */
 } measured;
 
 /* Whether an inode below a job's dir is the job's: not root's (root's cache, linked in; the staged
@@ -49,7 +54,7 @@ static int the_jobs(const struct stat *st)
 
 /* Add what dfd (taken over: closed here) holds to *bytes; links are not followed, other file systems
  * not entered, and nothing is opened that a job could swap for a link meanwhile (O_NOFOLLOW). */
-static void walk(int dfd, dev_t dev, int depth, int64_t *bytes, int64_t *entries)
+static void walk(int dfd, dev_t dev, int depth, measured *m, int64_t *entries)
 {
     DIR *d = fdopendir(dfd);
     struct dirent *de;
@@ -65,29 +70,65 @@ static void walk(int dfd, dev_t dev, int depth, int64_t *bytes, int64_t *entries
             continue;
         ++*entries;
         if (the_jobs(&st))
-            *bytes += (int64_t)st.st_blocks * 512;
-        if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH &&
-            (fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
-            walk(fd, dev, depth + 1, bytes, entries);
+            m->bytes += (int64_t)st.st_blocks * 512;
+        if (S_ISDIR(st.st_mode) && depth >= MAX_DEPTH)
+            m->deep = 1;
+        else if (S_ISDIR(st.st_mode) &&
+                 (fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
+            walk(fd, dev, depth + 1, m, entries);
     }
     closedir(d);
 }
 
-static int64_t job_bytes(const kd_engine *e, int64_t id)
+/* The files the job's processes (its cgroup) hold open after deleting them, on the data disk: they
+ * take the disk as long as they are open (a hostile test wrote 100 MiB so, unseen). */
+static void deleted_open(measured *m, dev_t dev)
+{
+    static _Thread_local pid_t pids[MAX_PIDS];
+    static _Thread_local ino_t seen[MAX_GONE];
+    size_t np = kd_cgroup_job_pids(m->id, pids, MAX_PIDS), ns = 0;
+    for (size_t i = 0; i < np; i++) {
+        char dir[64], fd[400];
+        DIR *d;
+        struct dirent *de;
+        snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pids[i]);
+        if ((d = opendir(dir)) == NULL)
+            continue;
+        while ((de = readdir(d)) != NULL) {
+            struct stat st;
+            size_t k = 0;
+            snprintf(fd, sizeof(fd), "%s/%s", dir, de->d_name);
+            if (de->d_name[0] == '.' || stat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 0 ||
+                st.st_dev != dev || !the_jobs(&st))
+                continue;
+            while (k < ns && seen[k] != st.st_ino)
+                k++;
+            if (k < ns || ns == MAX_GONE)
+                continue;
+            seen[ns++] = st.st_ino;
+            m->bytes += (int64_t)st.st_blocks * 512;
+        }
+        closedir(d);
+    }
+}
+
+static void measure(const kd_engine *e, measured *m)
 {
     char dir[4200];
     struct stat st;
-    int64_t bytes = 0, entries = 0;
+    int64_t entries = 0;
     int fd;
-    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)id);
+    m->bytes = 0;
+    m->deep = 0;
+    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)m->id);
     if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-        return 0;
+        return;
     if (fstat(fd, &st) < 0) {
         close(fd);
-        return 0;
+        return;
     }
-    walk(fd, st.st_dev, 0, &bytes, &entries);
-    return bytes;
+    walk(fd, st.st_dev, 0, m, &entries);
+    deleted_open(m, st.st_dev);
 }
 
 static void stop(kd_engine *e, kd_run *r, const char *why)
@@ -113,7 +154,7 @@ static void tick(void *ctx)
             m[n++].id = r->id;
     pthread_mutex_unlock(&e->mu);
     for (size_t i = 0; i < n; i++)
-        m[i].bytes = job_bytes(e, m[i].id);
+        measure(e, &m[i]);
     if (kd_disk_floor(e->cfg->data_dir, &avail, &keep) < 0)
         avail = keep;   /* unreadable: no pressure is assumed */
     pthread_mutex_lock(&e->mu);
@@ -121,19 +162,25 @@ static void tick(void *ctx)
         for (size_t i = 0; i < n; i++) {
             if (m[i].id != r->id || r->term != KD_TERM_NONE)
                 continue;
-            if (max > 0 && m[i].bytes > max) {
-                snprintf(why, sizeof(why), "its files took %lld MiB, past kestreld's --max-job-disk %lld MiB; they "
-                         "were removed", (long long)(m[i].bytes >> 20), (long long)(max >> 20));
+            if (max > 0 && (m[i].bytes > max || m[i].deep)) {
+                if (m[i].deep)
+                    snprintf(why, sizeof(why), "its folders nest deeper than %d, past what kestreld measures against "
+                             "its --max-job-disk %lld MiB; they were removed", MAX_DEPTH, (long long)(max >> 20));
+                else
+                    snprintf(why, sizeof(why), "its files took %lld MiB, past kestreld's --max-job-disk %lld MiB; they "
+                             "were removed", (long long)(m[i].bytes >> 20), (long long)(max >> 20));
                 stop(e, r, why);
-            } else if (avail < keep && m[i].bytes * 4 >= keep - avail && (!most || m[i].bytes > most->bytes)) {
+            } else if (avail < keep && (m[i].bytes * 4 >= keep - avail || m[i].deep) &&
+                       (!most || m[i].deep > most->deep || (m[i].deep == most->deep && m[i].bytes > most->bytes))) {
                 most = &m[i];
             }
         }
     for (kd_run *r = e->runs; r && most; r = r->next)
         if (r->id == most->id && r->term == KD_TERM_NONE) {
             snprintf(why, sizeof(why), "the data disk had %lld KiB free, under the %lld KiB it keeps, and this job's "
-                     "files took the most (%lld KiB); they were removed", (long long)(avail >> 10),
-                     (long long)(keep >> 10), (long long)(most->bytes >> 10));
+                     "files took the most (%lld KiB%s); they were removed", (long long)(avail >> 10),
+                     (long long)(keep >> 10), (long long)(most->bytes >> 10), most->deep ? " and more, nested too deep to "
+                     "measure" : "");
             stop(e, r, why);
         }
     pthread_mutex_unlock(&e->mu);

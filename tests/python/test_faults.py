@@ -99,6 +99,14 @@ def test_one_jobs_files_cannot_take_the_data_disk_from_everyone(small_fs):
         assert job["state"] == "FAILED" and "its files took 6 MiB, past kestreld's --max-job-disk 4 MiB" in \
             job["reason"], job
         assert list((d.data / "jobs" / str(big)).iterdir()) == []
+        # nor did a file deleted and held open, or one nested past the walk's depth, escape the bound
+        # (a second hostile test)
+        held = d.submit("--", "sh", "-c", "exec 3>big; head -c 6291456 /dev/zero >&3; rm big; sleep 600", env=alice)
+        job = d.wait(held, timeout=60)
+        assert job["state"] == "FAILED" and "its files took 6 MiB" in job["reason"], job
+        deep = d.submit("--", "sh", "-c", "mkdir -p $(printf 'a/%.0s' $(seq 300)); sleep 600", env=alice)
+        job = d.wait(deep, timeout=60)
+        assert job["state"] == "FAILED" and "its folders nest deeper than 256" in job["reason"], job
         small = d.submit("--", "sh", "-c", "head -c 1048576 /dev/zero > f; sleep 4", env=alice)
         assert d.wait(small)["state"] == "SUCCEEDED"
     finally:

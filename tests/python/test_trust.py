@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import pwd
+import re
 import stat
 import subprocess
 import sys
@@ -179,16 +180,43 @@ def test_a_process_left_outside_the_jobs_group_holds_neither_the_job_nor_kestrel
         subprocess.run(["pkill", "-KILL", "-f", "^sleep 3017$"], capture_output=True)
 
 
+def test_a_process_that_drops_the_jobs_marker_is_stopped_with_the_job(daemon):
+    """What a job left outside its process group was found by KESTREL_CHECKPOINT_DIR in its
+    environment, which the job controls: `setsid env -i sleep` outlived its cancel for good, and a
+    kill -9 of kestreld (a hostile test). Each job's processes are in a cgroup of their own, which no
+    job can leave: its end stops them, and so does the next start after a crash."""
+    from conftest import no_process
+    escape = "setsid env -u KESTREL_CHECKPOINT_DIR sleep 3018 & setsid env -i sleep 3019 & "
+    d = daemon("--gpus", "0", "--grace-period", "2")
+    try:
+        busy = d.submit("--", "sh", "-c", escape + "echo up; while :; do sleep 1; done")
+        d.wait_for_line(busy, "up")
+        d.cli("cancel", busy)
+        assert d.wait(busy, timeout=30)["state"] == "CANCELLED"
+        assert no_process("^sleep 301[89]$", timeout=5)
+        assert "2 processes the job left" in wait_line(d, busy, "[kestrel] stopped", timeout=10)
+        left = d.submit("--no-retry", "--", "sh", "-c", escape + "echo up; while :; do sleep 1; done")
+        d.wait_for_line(left, "up")
+        d.proc.kill()
+        d.proc.wait()
+        d.restart()
+        assert no_process("^sleep 301[89]$", timeout=10)
+        assert re.search(r"job-%s: stopped \d+ processes left by the daemon before" % left,
+                         (d.root / "kestreld.log").read_text())
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", "^sleep 301[89]$"], capture_output=True)
+
+
 def test_a_cancel_asked_before_kestreld_was_killed_wins_at_its_next_start(daemon):
     """A job that ignores SIGTERM is cancelled, and kestreld is killed (-9) within its grace: a
     hostile test saw the job requeued and run again, its cancel lost. It ends CANCELLED, saying who."""
     d = daemon("--gpus", "0")
     alice = token(d, "alice")
-    status, job = d.api("POST", "/api/v1/jobs", {"argv": ["sh", "-c", "trap '' TERM; while :; do sleep 1; done"],
+    status, job = d.api("POST", "/api/v1/jobs", {"argv": ["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"],
                                                  "grace_period_s": 60}, token=alice)
     assert status == 201, job
     jid = job["id"]
-    d.wait_state(jid, "RUNNING")
+    d.wait_for_line(jid, "ready")   # its trap is set (RUNNING comes before the exec)
     assert d.api("POST", f"/api/v1/jobs/{jid}/cancel", {}, token=alice)[0] == 200
     time.sleep(0.5)
     assert d.api("GET", f"/api/v1/jobs/{jid}")[1]["state"] == "RUNNING"   # within its grace
