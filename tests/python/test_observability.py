@@ -138,6 +138,18 @@ def test_metrics_exposition_passes_promtool_and_only_admins_and_metrics_tokens_r
     assert 'kestrel_http_requests_total{route="/api/v1/jobs",method="POST",code="201"} 1' in expo
     # no job ids except on running jobs' gauges and the join gauge: none here (nothing runs)
     assert 'job_id="' not in expo
+    # a running job's gauge is the value last reported at its highest step: a step reported again
+    # showed the first value (and the scrape walked every point under the catalog's lock)
+    run = d.submit("--", "sleep", "600")
+    d.wait_state(run, "RUNNING")
+    for value in (1.5, 2.5):
+        pts = [{"name": "loss", "step": 1, "value": 9.0}, {"name": "loss", "step": 2, "value": value}]
+        assert d.api("POST", f"/api/v1/jobs/{run}/metrics", {"metrics": pts})[0] == 200
+    expo = get(d.url + "/metrics", d.token)[1]
+    assert f'kestrel_job_training_metric{{job_id="{run}",name="loss"}} 2.5' in expo, \
+        [line for line in expo.splitlines() if "training" in line]
+    d.cli("cancel", str(run))
+    d.wait(run)
 
     alice = user_token(d, "alice")
     reader = user_token(d, "alice", "read")
