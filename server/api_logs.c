@@ -5,7 +5,7 @@
  * job's token only that job. Query: q (1..1024 bytes, required), regex=1, icase=1, job=ID,
  * state=NAME, since=UNIX_MS, before=CURSOR (next_before of a previous page), limit=1..1000 (100),
  * context=0..20 (0). */
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include "bounded_regex.h"
@@ -15,9 +15,32 @@
 
 #define MAX_PATTERN 1024
 #define SEARCH_TIMEOUT_MS 20000
-#define MAX_RUNNING 4          /* searches at once (each may read for SEARCH_TIMEOUT_MS); more get 429 */
+#define MAX_RUNNING 4          /* searches at once (each may read for SEARCH_TIMEOUT_MS), one a user; more get 429 */
 
-static atomic_int running;
+/* Who runs each search under way (0: a free place): one user's four searches kept every other
+ * user's at 429 for as long as they ran (a hostile test). */
+static pthread_mutex_t running_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t running[MAX_RUNNING];
+
+/* A place for user's search: its index, or -1 with why in msg. */
+static int take_place(int64_t user, char *msg, size_t n)
+{
+    int free_at = -1;
+    pthread_mutex_lock(&running_mu);
+    for (int i = 0; i < MAX_RUNNING && free_at != -2; i++)
+        if (running[i] == user)
+            free_at = -2;
+        else if (running[i] == 0 && free_at == -1)
+            free_at = i;
+    if (free_at >= 0)
+        running[free_at] = user;
+    pthread_mutex_unlock(&running_mu);
+    if (free_at == -2)
+        snprintf(msg, n, "your last log search is still running (one at a time a user): try again when it ends");
+    else if (free_at == -1)
+        snprintf(msg, n, "too many log searches running (%d at once): try again in a moment", MAX_RUNNING);
+    return free_at < 0 ? -1 : free_at;
+}
 
 static int flag(kd_req *r, const char *key, int *out)
 {
@@ -40,7 +63,7 @@ enum MHD_Result kd_route_log_search(kd_req *r)
     const char *state = kd_query(r, "state");
     long long job, since, before, limit, context;
     char msg[300];
-    int rc;
+    int rc, place;
     memset(&q, 0, sizeof(q));
     if (strcmp(r->method, "GET"))
         return kd_reply_error(r, 405, "method_not_allowed", "GET /api/v1/logs/search?q=TEXT");
@@ -91,12 +114,12 @@ enum MHD_Result kd_route_log_search(kd_req *r)
     } else if (!r->who.is_admin) {
         q.owner_id = r->who.user_id;
     }
-    if (atomic_fetch_add(&running, 1) >= MAX_RUNNING) {
-        atomic_fetch_sub(&running, 1);
-        return kd_reply_error(r, 429, "resource_exhausted", "too many log searches running: try again in a moment");
-    }
+    if ((place = take_place(r->who.user_id, msg, sizeof(msg))) < 0)
+        return kd_reply_error(r, 429, "resource_exhausted", msg);
     rc = kd_catalog_log_search(r->e->cat, &q, &res);
-    atomic_fetch_sub(&running, 1);
+    pthread_mutex_lock(&running_mu);
+    running[place] = 0;
+    pthread_mutex_unlock(&running_mu);
     if (rc == KESTREL_ETIMEOUT)
         return kd_reply_error(r, 503, "deadline_exceeded", kestrel_error_last()->message);
     if (rc < 0)
