@@ -172,3 +172,24 @@ def test_a_keras_with_a_safe_mode_bypass_loads_a_kestrel_model_only_when_told_to
         got.append(keras.saving.load_model("kestrel://team/gate"))
     for g in got:
         np.testing.assert_allclose(g.predict(x, verbose=0), m.predict(x, verbose=0), rtol=1e-6)
+
+
+def test_a_refused_metrics_report_is_said_once_and_training_goes_on(kestreld):
+    """MetricsCallback counted a refused report (a name of 300 bytes, a job past its points, a job
+    that ended) in .errors alone: the user never heard why their charts stayed empty (a hostile
+    test). The first refusal is a warning with kestreld's reason; later ones are counted."""
+    import warnings
+    c = kestrel.Client(kestreld.url, kestreld.token)
+    jid = kestreld.submit("--", "true")
+    kestreld.wait(jid)   # ended: kestreld takes no more points from its owner
+    cb = kestrel.keras.MetricsCallback(client=c, job_id=int(jid), flush_seconds=0.1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cb.on_train_begin()
+        cb._emit([("loss", 1, 0.5, 0)])
+        cb._emit([("x" * 300, 2, 0.5, 0)])
+        cb.on_train_end()
+    said = [str(w.message) for w in seen if "MetricsCallback" in str(w.message)]
+    assert len(said) == 1 and "refused a report" in said[0], said
+    assert cb.errors >= 1 and cb.last_error, (cb.errors, cb.last_error)
+    c.close()

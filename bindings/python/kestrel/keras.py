@@ -67,7 +67,8 @@ class MetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras 
         self._queue: "queue.Queue[Optional[List[Tuple[str, int, float, int]]]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._step = 0
-        self.errors = 0
+        self.errors = 0   # reports kestreld refused (a name it takes not, a job past its points); warned once
+        self.last_error: Optional[str] = None
 
     # -- the reporting thread ------------------------------------------------------------------
     def _run(self) -> None:
@@ -94,8 +95,13 @@ class MetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras 
             if pending:
                 try:
                     job.report_metrics(pending)
-                except Exception:   # metrics must never break training
+                except Exception as e:   # metrics must never break training, nor go silently (a hostile test)
                     self.errors += 1
+                    self.last_error = str(e)
+                    if self.errors == 1:
+                        warnings.warn(f"kestrel.keras.MetricsCallback: kestreld refused a report of {len(pending)} "
+                                      f"points ({e}); training goes on, and later refusals are counted in "
+                                      ".errors (the last in .last_error)", stacklevel=1)
                 pending = []
 
     def _emit(self, points: List[Tuple[str, int, float, int]]) -> None:
