@@ -106,6 +106,37 @@ int cli_api_path(char *out, size_t n, const char *path, const char *const *query
     return rc;
 }
 
+/* The server's JSON, parsed (one value, nothing after it) and written again, each control character
+ * and bidirectional mark as \uXXXX: a hostile server's reply went to the terminal as it came (OSC 52
+ * wrote the clipboard, ESC[2J cleared the screen, bytes trailed the value: a hostile test). cJSON
+ * escapes C0; DEL, C1 and the marks (cli_control_len) are escaped here. -1 when it is no JSON. */
+static int put_json(const char *text, size_t len)
+{
+    const char *end = NULL;
+    cJSON *v = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    char *out = v ? cJSON_PrintUnformatted(v) : NULL;
+    cJSON_Delete(v);
+    while (out && end < text + len && *end && strchr(" \t\r\n", *end))
+        end++;
+    if (out == NULL || end != text + len) {
+        cJSON_free(out);
+        return -1;
+    }
+    for (const unsigned char *p = (const unsigned char *)out; *p;) {
+        size_t n = cli_control_len(p, strlen((const char *)p));
+        unsigned cp = n == 1 ? p[0] : n == 2 ? ((p[0] & 0x1fu) << 6 | (p[1] & 0x3fu))
+                    : ((p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3fu));
+        if (n)
+            printf("\\u%04x", cp);
+        else
+            putchar(*p);
+        p += n ? n : 1;
+    }
+    putchar('\n');
+    cJSON_free(out);
+    return 0;
+}
+
 int cli_print_api_json(cli_ctx *ctx, const char *path)
 {
     kestrel_buf b = KESTREL_BUF_INIT;
@@ -114,11 +145,11 @@ int cli_print_api_json(cli_ctx *ctx, const char *path)
         return 1;
     if (rc < 0)
         return cli_fail(path, rc) + 1;   /* 2: said, and the caller returns 1 */
-    fwrite(b.ptr, 1, b.size, stdout);
-    if (b.size && b.ptr[b.size - 1] != '\n')
-        putchar('\n');
+    rc = put_json(b.ptr, b.size) < 0 ? 2 : 0;
     kestrel_buf_dispose(&b);
-    return 0;
+    if (rc)
+        fprintf(stderr, "kestrel: %s: the server's reply is not one JSON value\n", path);
+    return rc;
 }
 
 /* A plain scalar when YAML reads it back as the same string; else double-quoted. */

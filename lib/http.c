@@ -38,6 +38,22 @@ int kestrel__query_add(kestrel_buf *path, const char *key, const char *value)
  * (4 GiB) and what it adds to a manifest it answers. */
 #define ANSWER_MAX (1ull << 30)
 #define ANSWER_FILE_MAX ((4ull << 30) + (64ull << 20))
+/* What decoding an answer may allocate: 64 MiB and 8 times its bytes. kestreld's answers take at most
+ * about 4 times theirs (a page of jobs, a dataset's manifest); a hostile 16 MiB list of empty jobs
+ * took 2 GB (128 times), and a 1 GiB one would have taken 128 GB (a hostile test). */
+#define DECODE_BASE (64ull << 20)
+#define DECODE_TIMES 8
+
+static int answer_charge(void *ctx, uint64_t cost)
+{
+    uint64_t len = *(const size_t *)ctx;
+    if (cost <= DECODE_BASE + DECODE_TIMES * len)
+        return 0;
+    return kestrel__error_set(KESTREL_ENOMEM, "its %llu bytes would take %llu MiB to decode, past the %llu MiB this "
+                              "client gives an answer of that size: refused", (unsigned long long)len,
+                              (unsigned long long)(cost >> 20),
+                              (unsigned long long)((DECODE_BASE + DECODE_TIMES * len) >> 20));
+}
 
 typedef struct {
     kestrel_buf *resp;
@@ -315,12 +331,14 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                     goto done;
                 }
                 if (req->response && out)
-                    rc = kestrel__wire_decode(out, req->response, ctype, resp.ptr ? resp.ptr : "", resp.size);
+                    rc = kestrel__wire_decode_charged(out, req->response, ctype, resp.ptr ? resp.ptr : "", resp.size,
+                                                      answer_charge, &resp.size);
                 else
                     rc = 0;
                 if (rc < 0) {
-                    rc = kestrel__error_set(KESTREL_EPROTO, "malformed %s from server: %s",
-                                            req->response->short_name, kestrel_error_last()->message);
+                    rc = kestrel__error_set(KESTREL_EPROTO, "%s %s from server: %s", rc == KESTREL_ENOMEM ?
+                                            "oversized" : "malformed", req->response->short_name,
+                                            kestrel_error_last()->message);
                     unknown = 1;   /* done, its answer unreadable */
                 }
                 goto done;

@@ -4,6 +4,7 @@ real kestreld does none of this; a proxy or a hostile host may. Each case was fo
 test of the client."""
 import json
 import os
+import resource
 import subprocess
 import threading
 import time
@@ -26,7 +27,8 @@ class Fake:
 
             def do_GET(self):
                 fake.requests += 1
-                body = json.dumps(answer(self.path)).encode()
+                body = answer(self.path)
+                body = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -111,3 +113,29 @@ def test_a_followed_log_comes_back_to_python_while_lines_keep_coming(fake):
             break
     assert first < 5, first
     c.close()
+
+
+def test_an_answer_that_decodes_to_gigabytes_is_refused(fake):
+    """A 16 MiB list of empty jobs took `kestrel jobs` to 2 GB (a 1 GiB one, the answer's bound, would
+    have taken 128 GB). An answer may take 64 MiB and 8 times its bytes to decode; past that it is
+    refused, said so, before it is decoded."""
+    body = {"jobs": [{}] * (4 << 20)}
+    f = fake(lambda path: body)
+    r = f.cli("jobs", timeout=120)
+    assert r.returncode != 0 and "oversized" in r.stderr and "to decode" in r.stderr, r.stderr[:500]
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 600 * 1024   # KiB
+
+
+def test_json_output_is_the_servers_json_checked_and_escaped(fake):
+    """`-o json` printed a hostile server's bytes as they came: OSC 52 (the clipboard), ESC[2J, a
+    C1 CSI and bytes after the value reached the terminal. The reply is parsed (one value, nothing
+    after it) and written again with every control character and bidirectional mark escaped."""
+    weird = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\u009b31m\u202eevil\x7f"
+    f = fake(lambda path: {"jobs": [{"id": "1", "reason": weird}]})
+    r = f.cli("-o", "json", "jobs", timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert not any(c in r.stdout for c in "\x1b\x07\x7f\u009b\u202e"), repr(r.stdout)
+    assert json.loads(r.stdout)["jobs"][0]["reason"] == weird
+    f = fake(lambda path: b'{"jobs": []} trailing \xff')
+    r = f.cli("-o", "json", "jobs", timeout=30)
+    assert r.returncode != 0 and r.stdout == "" and "not one JSON value" in r.stderr, (r.stdout, r.stderr)
