@@ -54,6 +54,8 @@ typedef struct {
     int idle_timeout_s;        /* a connection silent this long (headers, body, keep-alive) is closed */
     kd_env_decl *envs;         /* --environment declarations */
     size_t nenvs;
+    const char *job_env[64];   /* --job-env: more names (or PREFIX*) of kestreld's environment jobs get */
+    size_t njob_env;
     const char *env_python;    /* the interpreter venvs are made with (default /usr/bin/python3) */
     const char *env_python_path;   /* a directory every venv gets on its path (the kestrel bindings) */
     int env_cache_max;         /* built environments kept (least recently used removed past it) */

@@ -43,6 +43,9 @@ long kd_exec_default_max_procs(void);
 /* Why a spawn as id failed with err: strerror(err), or, for EAGAIN where id's account has a process
  * limit, that it is at it (in buf, n bytes). */
 const char *kd_exec_spawn_why(int err, const kd_ident *id, char *buf, size_t n);
+/* --job-env NAME (or PREFIX*): one more of kestreld's variables every local job gets. 0, or -1 after
+ * printing why (not a variable's name, or past 64). */
+int kd_exec_job_env_pass(kd_config *cfg, const char *name);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write
  * ends (err_fd NULL: both to out_fd), which it closes. With an isolated id the process runs as that
  * uid and gid with no supplementary groups, and enters the cgroup whose cgroup.procs cgroup_fd

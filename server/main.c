@@ -110,6 +110,10 @@ static void usage(FILE *f)
         "\n"
         "Environments (a job's --environment NAME or --requirements FILE: a venv built once per distinct\n"
         "spec while the job is QUEUED, by kestrel-env-builder-XXXXXXXX (this data dir's own) when root):\n"
+        "      --job-env NAME       a variable of kestreld's environment jobs get too (repeatable; NAME* for\n"
+        "                           a prefix). By default only PATH, HOME, USER, LOGNAME, LANG, LANGUAGE, LC_*,\n"
+        "                           TZ, LD_LIBRARY_PATH, PYTHONPATH, KERAS_*, CUDA_*, NVIDIA_*, XLA_*, JAX_*,\n"
+        "                           OMP_NUM_THREADS: the rest (a cloud key, a token) stays kestreld's\n"
         "      --environment NAME=FILE  declare a standard environment from a requirements file (repeatable)\n"
         "      --env-python PATH    the interpreter venvs are made with (default /usr/bin/python3)\n"
         "      --env-python-path DIR  put DIR on every venv's path (default: where --env-python finds\n"
@@ -459,7 +463,7 @@ int main(int argc, char **argv)
         { "max-upload-memory", required_argument, NULL, 35 }, { "max-job-processes", required_argument, NULL, 36 },
         { "max-priority", required_argument, NULL, 37 }, { "max-metric-points", required_argument, NULL, 38 },
         { "max-metric-series", required_argument, NULL, 39 }, { "max-grace", required_argument, NULL, 40 },
-        { "max-job-disk", required_argument, NULL, 41 },
+        { "max-job-disk", required_argument, NULL, 41 }, { "job-env", required_argument, NULL, 42 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -538,6 +542,7 @@ int main(int argc, char **argv)
         case 21: if (kd_flag_int("--max-connections-per-ip", optarg, 1, 1000000, &v) < 0) return 2; cfg.max_connections_per_ip = (int)v; break;
         case 22: if (kd_flag_int("--idle-timeout", optarg, 1, 3600, &v) < 0) return 2; cfg.idle_timeout_s = (int)v; break;
         case 23: if (kd_envs_declare(&cfg, optarg) < 0) return 2; break;
+        case 42: if (kd_exec_job_env_pass(&cfg, optarg) < 0) return 2; break;
         case 24: cfg.env_python = optarg; break;
         case 25: cfg.env_python_path = optarg; break;
         case 26: if (kd_flag_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;

@@ -92,15 +92,22 @@ def test_a_job_cannot_read_the_server_or_another_users_job(daemon):
     d.cli("cancel", str(ja))
 
 
-def test_kestrelds_pip_settings_stay_the_builds(daemon):
+def test_kestrelds_environment_stays_its_own_but_what_it_passes_on(daemon):
     """PIP_* in kestreld's environment configure the environment builds (a team index, often with its
     credentials): a job does not inherit them (a hostile test read kestreld's environment from a job).
-    What else kestreld has, a job still gets."""
-    env = dict(os.environ, PIP_INDEX_URL="https://team:S3CRET@pypi.example/simple", KX_PLAIN="kept")
-    d = daemon("--gpus", "0", env=env)
-    j = d.wait(d.submit("--", "sh", "-c", "echo index=[$PIP_INDEX_URL] plain=[$KX_PLAIN]"))
+    Nor anything else not named: a later hostile test read AWS keys and a terraform config. A job gets
+    PATH, the locale and the toolchains' own (KERAS_*, CUDA_*, ...), and what --job-env names."""
+    env = dict(os.environ, PIP_INDEX_URL="https://team:S3CRET@pypi.example/simple", KX_PLAIN="kept",
+               AWS_SECRET_ACCESS_KEY="AKIASECRETKEY", KERAS_BACKEND="torch", MYORG_A="a", MYORG_B="b")
+    d = daemon("--gpus", "0", "--job-env", "KX_PLAIN", "--job-env", "MYORG_*", env=env)
+    probe = "echo index=[$PIP_INDEX_URL] plain=[$KX_PLAIN] aws=[$AWS_SECRET_ACCESS_KEY] keras=[$KERAS_BACKEND] " \
+            "org=[$MYORG_A$MYORG_B] path=[${PATH:+set}]"
+    j = d.wait(d.submit("--", "sh", "-c", probe))
     logs = d.cli("logs", str(j["id"])).stdout
-    assert "index=[]" in logs and "plain=[kept]" in logs and "S3CRET" not in logs, logs
+    assert "index=[] plain=[kept] aws=[] keras=[torch] org=[ab] path=[set]" in logs and "S3CRET" not in logs, logs
+    for bad in ("A=B", "1X", "*", "X*Y", ""):
+        r = subprocess.run([os.environ["KESTRELD"], "--job-env", bad, "--check-config"], capture_output=True, text=True)
+        assert r.returncode == 2 and "--job-env: a variable's name" in r.stderr, (bad, r.stderr)
 
 
 def test_secret_env_is_never_shown(daemon, tmp_path):
