@@ -30,6 +30,20 @@ int cli_print_job_json(const kestrel_job *job)
     return 0;
 }
 
+/* head, then text with each line after its first indented by indent columns: a reason of several
+ * lines (pip's words) stays under its label, and a newline in it makes no line of its own ("fake:
+ * value" from a hostile server's reason: a hostile test). */
+static void print_indented(const char *head, const char *text, size_t indent)
+{
+    fputs(head, stdout);
+    for (const char *p = text; *p; p++) {
+        putchar(*p);
+        if (*p == '\n' && p[1])
+            printf("%*s", (int)indent, "");
+    }
+    putchar('\n');
+}
+
 static void print_job(const kestrel_job *job)
 {
     char a[32], b[32], c[32];
@@ -46,7 +60,7 @@ static void print_job(const kestrel_job *job)
                kestrel_job_gpus(job), kestrel_job_gpus(job) == 1 ? "" : "s");
     if (kestrel_job_node(job)[0])
         printf("  node:      %s\n", kestrel_job_node(job));
-    printf("  reason:    %s\n", kestrel_job_reason(job));
+    print_indented("  reason:    ", kestrel_job_reason(job), 13);
     if (kestrel_job_exit_code(job) >= 0)
         printf("  exit code: %d\n", kestrel_job_exit_code(job));
     if (kestrel_job_git_commit(job)[0])
@@ -82,8 +96,10 @@ static void print_job(const kestrel_job *job)
         for (size_t i = 0; i < kestrel_job_event_count(job); i++) {
             const kestrel_job_event *e = kestrel_job_event_at(job, i);
             fmt_time(a, sizeof(a), e->time_ms);
-            printf("    %s  %-9s -> %-9s  %s\n", a, i ? kestrel_job_state_name(e->from_state) : "",
-                   kestrel_job_state_name(e->to_state), e->reason);
+            char head[96];
+            snprintf(head, sizeof(head), "    %s  %-9s -> %-9s  ", a, i ? kestrel_job_state_name(e->from_state) : "",
+                     kestrel_job_state_name(e->to_state));
+            print_indented(head, e->reason, strlen(head));
         }
     }
 }

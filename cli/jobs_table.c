@@ -34,7 +34,9 @@ static void age(char *out, size_t n, const kestrel_job *j, int64_t now)
 {
     char d[32];
     int64_t submit = kestrel_job_submit_time(j), start = kestrel_job_start_time(j), end = kestrel_job_end_time(j);
-    if (kestrel_job_state(j) == KESTREL_JOB_STATE_QUEUED) {
+    if (submit <= 0) {   /* no time known (never from kestreld) */
+        snprintf(out, n, "-");
+    } else if (kestrel_job_state(j) == KESTREL_JOB_STATE_QUEUED) {
         cli_fmt_duration(d, sizeof(d), now - submit);
         snprintf(out, n, "waiting %s", d);
     } else if (start <= 0) {

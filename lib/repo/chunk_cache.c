@@ -370,7 +370,7 @@ void kestrel__cache_add(kestrel__chunk_cache *cache, const char *path, const kes
     ok = fprintf(f, "kestrel-pack 1 %lld\n", (long long)off) > 0;
     off = 0;
     for (size_t i = 0; i < n && ok; i++) {
-        ok = fprintf(f, "%s %lld %lld\n", items[i].hex, (long long)off, (long long)items[i].len) > 0;
+        ok = !items[i].keep || fprintf(f, "%s %lld %lld\n", items[i].hex, (long long)off, (long long)items[i].len) > 0;
         off += items[i].len;
     }
     if (fclose(f) != 0 || !ok || rename(tmp, idx) < 0) {
@@ -477,7 +477,7 @@ void kestrel__cache_trim(kestrel__chunk_cache *cache)
         if (kestrel__array_grow(&v, &cap, n + 1, sizeof(*v)) < 0)
             break;
         memcpy(v[n].id, id, sizeof(id));
-        v[n].size = tree ? si.st_size : sp.st_size;
+        v[n].size = tree ? si.st_size : sp.st_size + si.st_size;   /* a pack's index counts too */
         v[n].used_ns = (int64_t)si.st_mtim.tv_sec * 1000000000 + si.st_mtim.tv_nsec;
         v[n].tree = tree;
         v[n].gone = 0;

@@ -41,10 +41,12 @@ typedef struct {
     kestrel_buf names;            /* the files of tree packs: their paths below their roots, each NUL-ended */
 } kestrel__chunk_cache;
 
-/* One chunk of a pulled file, in file order. */
+/* One chunk of a pulled file, in file order; indexed only where keep (a digest's first place, and a
+ * chunk large enough to be worth its index line). */
 typedef struct {
     const char *hex;
     int64_t len;
+    int keep;
 } kestrel__cache_item;
 
 /* The chunk's bytes match its SHA-256 and size. */

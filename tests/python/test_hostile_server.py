@@ -2,7 +2,9 @@
 answers a long poll at once, sends a log line twice or backwards, or streams lines without end. A
 real kestreld does none of this; a proxy or a hostile host may. Each case was found by a hostile
 test of the client."""
+import hashlib
 import json
+import struct
 import os
 import resource
 import subprocess
@@ -25,15 +27,21 @@ class Fake:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self):
+            def do_GET(self, data=None):
                 fake.requests += 1
-                body = answer(self.path)
+                body = answer(self.path) if data is None else answer(self.path, data)
+                ctype = "application/json"
+                if isinstance(body, tuple):   # (content type, bytes)
+                    ctype, body = body
                 body = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self):
+                self.do_GET(self.rfile.read(int(self.headers.get("Content-Length", 0))))
 
             def log_message(self, *args):
                 pass
@@ -42,9 +50,9 @@ class Fake:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def cli(self, *args, timeout):
+    def cli(self, *args, timeout, **extra):
         env = {k: v for k, v in os.environ.items() if not k.startswith("KESTREL_")}
-        env.update(KESTREL_URL=self.url, KESTREL_TOKEN="t" * 40)
+        env.update(KESTREL_URL=self.url, KESTREL_TOKEN="t" * 40, **extra)
         try:
             return subprocess.run([KESTREL_CLI, *args], capture_output=True, text=True, env=env, timeout=timeout)
         except subprocess.TimeoutExpired as e:
@@ -139,3 +147,61 @@ def test_json_output_is_the_servers_json_checked_and_escaped(fake):
     f = fake(lambda path: b'{"jobs": []} trailing \xff')
     r = f.cli("-o", "json", "jobs", timeout=30)
     assert r.returncode != 0 and r.stdout == "" and "not one JSON value" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_a_reason_of_several_lines_stays_under_its_label(fake):
+    """A newline in a server's reason made a line of its own in `kestrel status` ("fake: line"), and a
+    job with no times was "ended after 20793d 16h". Later lines of a reason are indented under it."""
+    job = {"id": "1", "state": "FAILED", "reason": "x\nfake: line",
+           "events": [{"to_state": "FAILED", "reason": "y\nowner: mallory"}]}
+    f = fake(lambda path: job if "/jobs/1" in path else {"jobs": [job]})
+    out = f.cli("status", "1", timeout=30).stdout
+    assert not any(line.lstrip().startswith(("fake", "owner: mallory")) and not line.startswith(" " * 10)
+                   for line in out.splitlines()), out
+    assert "             fake: line" in out, out
+    out = f.cli("jobs", timeout=30).stdout
+    assert "20793d" not in out and "ended after" not in out, out
+
+
+def pb_field(num, value):
+    """One protobuf field: an int (varint) or bytes/str (length-delimited)."""
+    def varint(n):
+        out = bytearray()
+        while True:
+            out.append((n & 0x7f) | (0x80 if n > 0x7f else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+    if isinstance(value, int):
+        return varint(num << 3) + varint(value)
+    value = value.encode() if isinstance(value, str) else value
+    return varint(num << 3 | 2) + varint(len(value)) + value
+
+
+def test_a_manifest_of_tiny_chunks_leaves_no_index_every_later_pull_loads(fake, tmp_path):
+    """A hostile manifest of 2 million one-byte chunks left a 149 MB pack index in the pull cache,
+    loaded by every later pull (2 s and 144 MB for a pull of 120 bytes). A pack indexes each digest
+    once, and no chunk under 256 bytes but a file's last; its index counts toward KESTREL_CACHE_MAX."""
+    n = 100000
+    digest = hashlib.sha256(b"A").hexdigest()
+    ref = pb_field(5, pb_field(1, digest) + pb_field(2, 1))
+    manifest = pb_field(1, "t/m") + pb_field(2, 1) + pb_field(3, n) + \
+        pb_field(4, hashlib.sha256(b"A" * n).hexdigest()) + ref * n
+
+    def repo(path, data=None):
+        if "/versions/" in path:
+            return "application/x-protobuf", manifest
+        if path.endswith("/verify"):
+            return b""
+        if "/chunks/" in path:   # a batch, or one chunk: every digest asked is the one 'A'
+            asked = max(1, (data or b"").count(digest.encode()))
+            frame = bytes.fromhex(digest) + struct.pack(">I", 1) + b"A"
+            return "application/octet-stream", (frame * asked if data is not None else b"A")
+        return {}
+    f = fake(repo)
+    cache = tmp_path / "cache"
+    r = f.cli("pull", "t/m", str(tmp_path / "out"), timeout=300, KESTREL_CACHE_DIR=str(cache))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "out").read_bytes() == b"A" * n
+    indexes = list(cache.rglob("*.idx"))
+    assert indexes and all(p.stat().st_size < 1024 for p in indexes), [(p, p.stat().st_size) for p in indexes]
