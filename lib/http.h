@@ -45,6 +45,11 @@ typedef struct {
     int *outcome_unknown;
 } kestrel__request;
 
+/* Below this many bytes a second for a whole stall time (a stream's STALL_S, an answer into a file's
+ * timeout), a transfer is given up as hung: at 1 byte a second (curl's counting) a 2.5 B/s trickle held
+ * a pull's chunk for days (a hostile test). */
+#define KESTREL__SLOW_BYTES_S 1024
+
 /* Perform req; on 2xx *out is the decoded response (protobuf_c_message_free_unpacked).
  * Non-2xx answers become the KESTREL_E* code of their status with the server's message. */
 int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *client, const kestrel__request *req);

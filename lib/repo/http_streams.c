@@ -46,7 +46,7 @@ int kestrel__stream_open(http *h, stream *s, const char *url, const char *conten
     curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, s->hdrs);
     curl_easy_setopt(s->e, CURLOPT_CONNECTTIMEOUT_MS,
                      h->c->opts.connect_timeout_ms ? h->c->opts.connect_timeout_ms : 10000L);
-    curl_easy_setopt(s->e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(s->e, CURLOPT_LOW_SPEED_LIMIT, (long)KESTREL__SLOW_BYTES_S);
     curl_easy_setopt(s->e, CURLOPT_LOW_SPEED_TIME, (long)STALL_S);
     curl_easy_setopt(s->e, CURLOPT_WRITEFUNCTION, kestrel__stream_collect);
     curl_easy_setopt(s->e, CURLOPT_WRITEDATA, s);

@@ -42,8 +42,8 @@ long kestrel__stream_status(const kestrel__stream *s);
 /* curl's write function of an answer into s->resp: at most s->max bytes (an error's, ERROR_MAX). */
 size_t kestrel__stream_collect(char *data, size_t size, size_t n, void *payload);
 /* A new transfer on the pool into s: the client's token and TLS settings, and the headers of a body
- * of body_bytes (kestrel__http_headers); it gives up when nothing moves for STALL_S seconds (a hung
- * server or network), never because it is slow. */
+ * of body_bytes (kestrel__http_headers); it gives up when under KESTREL__SLOW_BYTES_S move for STALL_S
+ * seconds (a hung or trickling server or network), never because it is slow beyond that. */
 int kestrel__stream_open(kestrel__http_transport *h, kestrel__stream *s, const char *url, const char *content_type,
                          size_t max, int64_t body_bytes);
 /* A finished transfer's error (curl's, or a non-2xx answer's, the server's message kept), or 0. */
