@@ -8,12 +8,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "bounded_regex.h"
 #include "policy.h"
 #include "job_priv.h"
 
 #define MAX_OWN 16
 #define MAX_GLOBAL 64
+/* The matching a run's lines may take: a tenth of a core (100 us each ms), up to 2 s saved; past it a
+ * line goes unscanned. 16 patterns of a job's own, each within its budget a line, took a whole core
+ * for 3 lines a second, a core more for each such job (a hostile test). */
+#define SCAN_NS_PER_MS 100000
+#define SCAN_SAVED_NS 2000000000LL
 
 typedef struct {
     char name[65];
@@ -35,6 +41,9 @@ typedef struct run_state {
     unsigned effects;
     char why[400];
     int nan_alerted;
+    int64_t scan_ns, scan_ms;  /* matching time left, and when it was last added to */
+    int64_t unscanned;         /* lines left unscanned past it */
+    int unscanned_said;
 } run_state;
 
 struct kd_policies {
@@ -293,6 +302,7 @@ void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, si
     size_t nf = 0;
     char *text;
     run_state *rs;
+    int say;
     if (ps == NULL || n == 0 || (text = malloc(65537)) == NULL)
         return;
     if ((rs = acquire(e, job_id)) == NULL) {
@@ -302,6 +312,19 @@ void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, si
     pthread_mutex_lock(&rs->mu);
     for (size_t l = 0; l < n; l++) {
         size_t len = lines[l].len < 65536 ? lines[l].len : 65536;
+        struct timespec t0, t1;
+        int64_t now = kestrel__now_ms();
+        if (rs->scan_ms == 0)
+            rs->scan_ns = SCAN_SAVED_NS;
+        else if (now > rs->scan_ms)
+            rs->scan_ns = rs->scan_ns + (now - rs->scan_ms) * SCAN_NS_PER_MS > SCAN_SAVED_NS
+                              ? SCAN_SAVED_NS : rs->scan_ns + (now - rs->scan_ms) * SCAN_NS_PER_MS;
+        rs->scan_ms = now;
+        if (rs->scan_ns <= 0) {
+            rs->unscanned++;
+            continue;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         memcpy(text, lines[l].text, len);
         text[len] = '\0';
         for (size_t i = 0; i < ps->nglobal + rs->nown; i++) {
@@ -323,12 +346,20 @@ void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, si
                 nf++;
             }
         }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        rs->scan_ns -= (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
     }
+    say = rs->unscanned && !rs->unscanned_said;
+    rs->unscanned_said |= say;
     pthread_mutex_unlock(&rs->mu);
     release(ps, rs);
     free(text);
     for (size_t i = 0; i < nf; i++)   /* catalog writes and the webhook off every policy lock */
         act(e, job_id, &f[i]);
+    if (say)   /* once a run: its lines are stored and searchable, only the policies miss them */
+        kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), "log policies: lines go unscanned while the "
+                            "patterns take more than a tenth of a core for this job's lines (its own patterns, or its "
+                            "lines, are too costly to match)");
 }
 
 void kd_policies_metric(kd_engine *e, int64_t job_id, const char *name, double value)

@@ -373,6 +373,21 @@ def test_a_pattern_that_backtracks_for_ever_holds_neither_a_search_nor_a_jobs_lo
     assert status == 200 and [h["text"] for h in body["hits"]] == ["end of it"], body
 
 
+def test_a_jobs_costly_policies_take_a_tenth_of_a_core_at_most(kestreld):
+    """16 patterns of a job's own, each within its budget a line, took a whole core of kestreld's for
+    3 lines a second, another core for each such job (a hostile test). A run's matching may take a
+    tenth of a core (2 s saved up); past it its lines go unscanned, said once in its events, and
+    every line is still stored."""
+    d = kestreld
+    policies = [a for i in range(16) for a in ("--log-policy", f"p{i}:label=(a|aa)*(b|{i}c)$")]
+    jid = d.submit(*policies, "--", "sh", "-c",
+                   "i=0; while [ $i -lt 300 ]; do head -c 3000 /dev/zero | tr '\\0' a; echo; i=$((i+1)); done")
+    job = d.wait(jid, timeout=300)
+    assert job["state"] == "SUCCEEDED", job
+    assert any("lines go unscanned" in e["reason"] for e in job["events"]), [e["reason"] for e in job["events"]]
+    assert d.cli("logs", str(jid)).stdout.count("a" * 3000) == 300
+
+
 def test_log_search_pages_past_a_thousand_hits_and_a_job_token_sees_its_own_job(kestreld, tmp_path):
     d = kestreld
     many = d.submit("--", "sh", "-c", "i=0; while [ $i -lt 1500 ]; do echo needle $i; i=$((i+1)); done")
