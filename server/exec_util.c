@@ -296,6 +296,63 @@ static int overridden(const char *entry, char *const *names)
     return 0;
 }
 
+/* What of kestreld's environment a local job gets: these, and what --job-env adds. Everything else
+ * stays kestreld's: a job read AWS keys, a terraform config and the daemon's OLDPWD from its own
+ * /proc/self/environ (a hostile test). NAME* is a prefix. (HOME, USER, LOGNAME: the job's own
+ * account's where it has one.) */
+static const char *const job_env_default[] = {
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "KERAS_*",
+    "CUDA_*", "NVIDIA_*", "XLA_*", "JAX_*", "OMP_NUM_THREADS",
+    /* the network's settings, as the environment builds get them (a review: jobs behind a proxy broke) */
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", NULL
+};
+static const kd_config *passed;   /* kd_exec_set_job_env: its --job-env */
+
+static int name_matches(const char *pattern, const char *entry, size_t klen)
+{
+    size_t n = strlen(pattern);
+    if (n && pattern[n - 1] == '*')
+        return klen >= n - 1 && !strncmp(entry, pattern, n - 1);
+    return klen == n && !strncmp(entry, pattern, n);
+}
+
+static int inherited(const char *entry)
+{
+    size_t klen = strcspn(entry, "=");
+    for (size_t i = 0; job_env_default[i]; i++)
+        if (name_matches(job_env_default[i], entry, klen))
+            return 1;
+    for (size_t i = 0; passed && i < passed->njob_env; i++)
+        if (name_matches(passed->job_env[i], entry, klen))
+            return 1;
+    return 0;
+}
+
+void kd_exec_set_job_env(const kd_config *cfg)
+{
+    passed = cfg;
+}
+
+int kd_exec_job_env_pass(kd_config *cfg, const char *name)
+{
+    size_t n = strlen(name), ok = n > 0 && !(name[0] >= '0' && name[0] <= '9') && name[0] != '*';
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (name[i] >= 'A' && name[i] <= 'Z') || (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+             name[i] == '_' || (name[i] == '*' && i == n - 1);
+    if (!ok || n > 128) {
+        fprintf(stderr, "kestreld: --job-env: a variable's name (letters, digits, _), or a prefix ending in *, "
+                "got '%s'\n", name);
+        return -1;
+    }
+    if (cfg->njob_env == sizeof(cfg->job_env) / sizeof(cfg->job_env[0])) {
+        fprintf(stderr, "kestreld: --job-env: at most 64\n");
+        return -1;
+    }
+    cfg->job_env[cfg->njob_env++] = name;
+    return 0;
+}
+
 /* Run a helper (git) to completion, collecting its output (stdout and stderr) into out (its ends,
  * past 256 KiB; or whole up to as->whole_up_to, the helper stopped past it), with as's environment
  * added, time limit and stop (exec_util.h). Returns the exit
@@ -316,7 +373,9 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
         more++;
     for (char **v = environ; *v && k < KESTREL__ARRAY_SIZE(env) - KESTREL__ARRAY_SIZE(extra) - more - 2; v++)
         if (!(as && as->home && !strncmp(*v, "HOME=", 5)) && !overridden(*v, extra) &&
-            !(as && as->env && overridden(*v, as->env)) && !(as && as->job_env && builders_own(*v)))
+            !(as && as->env && overridden(*v, as->env)) && !(as && as->job_env && builders_own(*v)) &&
+            (!as || !(as->job_env || (as->id && as->id->isolated)) || inherited(*v) ||
+             (as->job_env && (!strncmp(*v, "SLURM_", 6) || !strncmp(*v, "SBATCH_", 7)))))
             env[k++] = *v;
     for (size_t i = 0; extra[i]; i++)
         env[k++] = extra[i];
@@ -382,54 +441,6 @@ static int spec_sets(const Kestrel__V1__JobSpec *spec, const char *key, size_t k
     for (size_t i = 0; i < spec->n_env; i++)
         if (strlen(spec->env[i]->key) == klen && !strncmp(key, spec->env[i]->key, klen))
             return 1;
-    return 0;
-}
-
-/* What of kestreld's environment a local job gets: these, and what --job-env adds. Everything else
- * stays kestreld's: a job read AWS keys, a terraform config and the daemon's OLDPWD from its own
- * /proc/self/environ (a hostile test). NAME* is a prefix. (HOME, USER, LOGNAME: the job's own
- * account's where it has one.) */
-static const char *const job_env_default[] = { "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ",
-                                               "LD_LIBRARY_PATH", "PYTHONPATH",
-                                               "KERAS_*", "CUDA_*", "NVIDIA_*", "XLA_*", "JAX_*", "OMP_NUM_THREADS",
-                                               NULL };
-
-static int name_matches(const char *pattern, const char *entry, size_t klen)
-{
-    size_t n = strlen(pattern);
-    if (n && pattern[n - 1] == '*')
-        return klen >= n - 1 && !strncmp(entry, pattern, n - 1);
-    return klen == n && !strncmp(entry, pattern, n);
-}
-
-static int inherited(const kd_config *cfg, const char *entry)
-{
-    size_t klen = strcspn(entry, "=");
-    for (size_t i = 0; job_env_default[i]; i++)
-        if (name_matches(job_env_default[i], entry, klen))
-            return 1;
-    for (size_t i = 0; i < cfg->njob_env; i++)
-        if (name_matches(cfg->job_env[i], entry, klen))
-            return 1;
-    return 0;
-}
-
-int kd_exec_job_env_pass(kd_config *cfg, const char *name)
-{
-    size_t n = strlen(name), ok = n > 0 && !(name[0] >= '0' && name[0] <= '9') && name[0] != '*';
-    for (size_t i = 0; ok && i < n; i++)
-        ok = (name[i] >= 'A' && name[i] <= 'Z') || (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
-             name[i] == '_' || (name[i] == '*' && i == n - 1);
-    if (!ok || n > 128) {
-        fprintf(stderr, "kestreld: --job-env: a variable's name (letters, digits, _), or a prefix ending in *, "
-                "got '%s'\n", name);
-        return -1;
-    }
-    if (cfg->njob_env == sizeof(cfg->job_env) / sizeof(cfg->job_env[0])) {
-        fprintf(stderr, "kestreld: --job-env: at most 64\n");
-        return -1;
-    }
-    cfg->job_env[cfg->njob_env++] = name;
     return 0;
 }
 
@@ -555,7 +566,7 @@ char **kd_exec_job_env(const kd_engine *e, const Kestrel__V1__Job *job, const ch
     if ((env = calloc(n + spec->n_env + spec->n_secret_env + 17, sizeof(char *))) == NULL)
         return NULL;
     for (char **v = environ; inherit && *v; v++)
-        if (inherited(e->cfg, *v) && !env_overridden(*v, spec, own) &&
+        if (inherited(*v) && !env_overridden(*v, spec, own) &&
             !(venv[0] && (!strncmp(*v, "PATH=", 5) || !strncmp(*v, "PYTHONHOME=", 11))))
             env[k++] = strdup(*v);
     if (venv[0]) {   /* `python` and every tool of the environment come first */

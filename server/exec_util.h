@@ -19,8 +19,8 @@ typedef struct {
     void *stop_ctx;
     size_t whole_up_to;         /* > 0: out kept whole, and the helper stopped (-1) past this many bytes
                                  * (a document to parse); 0: its ends past 256 KiB */
-    int job_env;                /* the helper hands its environment to a job (sbatch): kestreld's less
-                                 * what a job never gets (kd_exec_job_env: its PIP_*) */
+    int job_env;                /* the helper hands its environment to a job (sbatch): of kestreld's, what
+                                 * a local job gets (kd_exec_job_env), and SLURM_*, SBATCH_* */
 } kd_exec_as;
 
 /* A job with an environment (ready: the scheduler started it): record it and its packages on the job,
@@ -46,6 +46,10 @@ const char *kd_exec_spawn_why(int err, const kd_ident *id, char *buf, size_t n);
 /* --job-env NAME (or PREFIX*): one more of kestreld's variables every local job gets. 0, or -1 after
  * printing why (not a variable's name, or past 64). */
 int kd_exec_job_env_pass(kd_config *cfg, const char *name);
+/* The config whose --job-env every job's environment (local, Slurm's through sbatch) and every helper
+ * run as a job's account (git, rm: another job of that account can read its environment) take from
+ * kestreld's, beside the defaults. Set once at start. */
+void kd_exec_set_job_env(const kd_config *cfg);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write
  * ends (err_fd NULL: both to out_fd), which it closes. With an isolated id the process runs as that
  * uid and gid with no supplementary groups, and enters the cgroup whose cgroup.procs cgroup_fd

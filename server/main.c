@@ -654,6 +654,7 @@ int main(int argc, char **argv)
         }
     }
     kd_exec_set_max_procs(cfg.max_job_procs);
+    kd_exec_set_job_env(&cfg);
     if (!check_only && kd_check_slurm_data_dir(&cfg) < 0) {
         free_config(&cfg);
         return 2;

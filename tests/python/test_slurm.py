@@ -44,9 +44,11 @@ def slurm_id(d, jid):
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory):
-    # kestreld's PIP_* configure its environment builds (an index's credentials): no job gets them
+    # kestreld's PIP_* configure its environment builds (an index's credentials): no job gets them,
+    # nor anything else of kestreld's not named (a review: sbatch handed all of it to Slurm's jobs)
     daemon = Daemon(tmp_path_factory.mktemp("slurm"), *FLAGS,
-                    env=dict(os.environ, PIP_INDEX_URL="https://team:S3CRET@pypi.example/simple"))
+                    env=dict(os.environ, PIP_INDEX_URL="https://team:S3CRET@pypi.example/simple",
+                             AWS_SECRET_ACCESS_KEY="AKIAS3CRET", KERAS_BACKEND="torch"))
     yield daemon
     subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True)
     assert daemon.stop() == 0
@@ -132,12 +134,12 @@ def test_a_slurm_job_runs_as_its_users_identity(d):
         pytest.skip("identities need kestreld as root")
     jid = d.submit("--pool", "poola", "--", "sh", "-c",
                    f"echo who=$(id -un); cat {d.data}/admin.token 2>&1 | head -c 300; echo; echo dir=$(stat -c %U .); "
-                   "echo index=[$PIP_INDEX_URL]")
+                   "echo index=[$PIP_INDEX_URL] aws=[$AWS_SECRET_ACCESS_KEY] keras=[$KERAS_BACKEND]")
     job = d.wait(jid, timeout=60)
     logs = d.cli("logs", str(jid)).stdout
     assert job["state"] == "SUCCEEDED", logs
     assert "who=kestrel-admin" in logs and "Permission denied" in logs and "dir=kestrel-admin" in logs, logs
-    assert "S3CRET" not in logs and "index=[]" in logs, logs
+    assert "S3CRET" not in logs and "index=[] aws=[] keras=[torch]" in logs, logs
     assert slurm_job(slurm_id(d, jid))["UserId"].startswith("kestrel-admin(")
 
 
