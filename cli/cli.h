@@ -57,6 +57,11 @@ void cli_json_string(FILE *f, const char *s);
  * the human formats' stdout through the same filter (tab and newline kept), and back as it was
  * (logs --raw). */
 size_t cli_control_len(const unsigned char *p, size_t left);
+/* The code point of the control sequence p[0..len) cli_control_len found. */
+unsigned cli_control_code(const unsigned char *p, size_t len);
+/* JSON text (len bytes) checked to be one value with nothing after it, written again to stdout with
+ * each control character and bidirectional mark as \uXXXX: 0, or -1 when it is no JSON (output.c). */
+int cli_put_json(const char *text, size_t len);
 void cli_fputs_safe(FILE *f, const char *s);
 void cli_safe_stdout(void);
 void cli_raw_stdout(void);

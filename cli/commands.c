@@ -25,9 +25,9 @@ int cli_print_job_json(const kestrel_job *job)
     int rc = kestrel_job_to_json(&b, job);
     if (rc < 0)
         return cli_fail("json", rc);
-    printf("%s\n", b.ptr);
+    rc = cli_put_json(b.ptr, b.size);   /* escaped as any JSON this prints (a review) */
     kestrel_buf_dispose(&b);
-    return 0;
+    return rc < 0 ? cli_fail("json", KESTREL_EPROTO) : 0;
 }
 
 /* head, then text with each line after its first indented by indent columns: a reason of several

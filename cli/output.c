@@ -109,8 +109,8 @@ int cli_api_path(char *out, size_t n, const char *path, const char *const *query
 /* The server's JSON, parsed (one value, nothing after it) and written again, each control character
  * and bidirectional mark as \uXXXX: a hostile server's reply went to the terminal as it came (OSC 52
  * wrote the clipboard, ESC[2J cleared the screen, bytes trailed the value: a hostile test). cJSON
- * escapes C0; DEL, C1 and the marks (cli_control_len) are escaped here. -1 when it is no JSON. */
-static int put_json(const char *text, size_t len)
+ * escapes C0; DEL, C1 and the marks (cli_control_len) are escaped here. */
+int cli_put_json(const char *text, size_t len)
 {
     const char *end = NULL;
     cJSON *v = cJSON_ParseWithLengthOpts(text, len, &end, 0);
@@ -122,12 +122,10 @@ static int put_json(const char *text, size_t len)
         cJSON_free(out);
         return -1;
     }
-    for (const unsigned char *p = (const unsigned char *)out; *p;) {
-        size_t n = cli_control_len(p, strlen((const char *)p));
-        unsigned cp = n == 1 ? p[0] : n == 2 ? ((p[0] & 0x1fu) << 6 | (p[1] & 0x3fu))
-                    : ((p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3fu));
+    for (const unsigned char *p = (const unsigned char *)out, *stop = p + strlen(out); p < stop;) {
+        size_t n = cli_control_len(p, (size_t)(stop - p));
         if (n)
-            printf("\\u%04x", cp);
+            printf("\\u%04x", cli_control_code(p, n));
         else
             putchar(*p);
         p += n ? n : 1;
@@ -145,7 +143,7 @@ int cli_print_api_json(cli_ctx *ctx, const char *path)
         return 1;
     if (rc < 0)
         return cli_fail(path, rc) + 1;   /* 2: said, and the caller returns 1 */
-    rc = put_json(b.ptr, b.size) < 0 ? 2 : 0;
+    rc = cli_put_json(b.ptr, b.size) < 0 ? 2 : 0;
     kestrel_buf_dispose(&b);
     if (rc)
         fprintf(stderr, "kestrel: %s: the server's reply is not one JSON value\n", path);

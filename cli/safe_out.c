@@ -27,14 +27,18 @@ size_t cli_control_len(const unsigned char *p, size_t left)
     return 0;
 }
 
+unsigned cli_control_code(const unsigned char *p, size_t len)
+{
+    return len == 1 ? p[0] : len == 2 ? ((p[0] & 0x1fu) << 6 | (p[1] & 0x3fu))
+                                      : ((p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3fu));
+}
+
 /* The escape of the control sequence p[0..len) into out (at least 12 bytes): its length. */
 static size_t escape(const unsigned char *p, size_t len, char *out)
 {
-    unsigned cp;
     if (len == 1)
         return (size_t)snprintf(out, 12, "^%c", p[0] == 0x7f ? '?' : p[0] + '@');
-    cp = len == 2 ? ((p[0] & 0x1fu) << 6 | (p[1] & 0x3fu)) : ((p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3fu));
-    return (size_t)snprintf(out, 12, "<U+%04X>", cp);
+    return (size_t)snprintf(out, 12, "<U+%04X>", cli_control_code(p, len));
 }
 
 void cli_fputs_safe(FILE *f, const char *s)

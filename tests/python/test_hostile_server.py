@@ -33,7 +33,7 @@ class Fake:
                 ctype = "application/json"
                 if isinstance(body, tuple):   # (content type, bytes)
                     ctype, body = body
-                body = body if isinstance(body, bytes) else json.dumps(body).encode()
+                body = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
