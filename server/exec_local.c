@@ -145,8 +145,7 @@ static void reap_left(kd_engine *e, int64_t id)
 {
     size_t n = kd_exec_reap_left(e->cfg->data_dir, id);
     if (n)
-        kd_exec_log(e, id, "stopped %zu process%s the job left running outside its process group", n,
-                    n == 1 ? "" : "es");
+        kd_exec_log(e, id, "stopped %zu process%s the job left running", n, n == 1 ? "" : "es");
 }
 
 /* Capture both streams until the process exits and the pipes close (or STRAGGLER_MS after it

@@ -21,16 +21,18 @@
 
 static char base[PATH_MAX];   /* "" when jobs get no cgroups */
 
-/* The cgroup2 mount point (the first; /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host). */
-static int cgroup2_mount(char *out, size_t n)
+/* The cgroup2 mount point (the first; /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host), and
+ * the cgroup it shows at that point (its ROOT: "/" but in a container without its own namespace). */
+static int cgroup2_mount(char *out, size_t n, char *root, size_t rn)
 {
     FILE *f = fopen("/proc/self/mountinfo", "r");
     char line[4096];
     int found = 0;
     while (f && !found && fgets(line, sizeof(line), f)) {   /* "ID PARENT M:N ROOT POINT OPTS ... - TYPE SRC OPTS" */
-        char point[PATH_MAX], *dash = strstr(line, " - ");
-        if (dash && !strncmp(dash + 3, "cgroup2 ", 8) && sscanf(line, "%*s %*s %*s %*s %4095s", point) == 1) {
+        char point[PATH_MAX], at[PATH_MAX], *dash = strstr(line, " - ");
+        if (dash && !strncmp(dash + 3, "cgroup2 ", 8) && sscanf(line, "%*s %*s %*s %4095s %4095s", at, point) == 2) {
             snprintf(out, n, "%s", point);
+            snprintf(root, rn, "%s", strcmp(at, "/") ? at : "");
             found = 1;
         }
     }
@@ -113,21 +115,24 @@ static size_t kill_and_remove(const char *dir)
 
 int kd_cgroup_start(const char *data_dir)
 {
-    char mnt[PATH_MAX], own[PATH_MAX], real[PATH_MAX], dir[PATH_MAX + 300];
+    char mnt[PATH_MAX], root[PATH_MAX], own[PATH_MAX], real[PATH_MAX], dir[PATH_MAX + 300];
+    size_t cut;
     uint32_t h = 2166136261u;
     DIR *d;
     struct dirent *de;
     base[0] = '\0';
     if (geteuid() != 0)
         return 0;   /* jobs run as kestreld: single-tenant, said at start */
-    if (cgroup2_mount(mnt, sizeof(mnt)) < 0 || own_cgroup(own, sizeof(own)) < 0 || realpath(data_dir, real) == NULL) {
+    if (cgroup2_mount(mnt, sizeof(mnt), root, sizeof(root)) < 0 || own_cgroup(own, sizeof(own)) < 0 ||
+        realpath(data_dir, real) == NULL) {
         fprintf(stderr, "kestreld: no cgroup v2 here: a job's processes are found by their environment alone "
                 "(one that rewrites it can outlive its job)\n");
         return 0;
     }
     for (const char *p = real; *p; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
-    snprintf(dir, sizeof(dir), "%s%s/kestrel-%08x", mnt, own, h);
+    cut = strlen(root);   /* kestreld's cgroup is seen below the mount's root */
+    snprintf(dir, sizeof(dir), "%s%s/kestrel-%08x", mnt, cut && !strncmp(own, root, cut) ? own + cut : own, h);
     if (strlen(dir) >= sizeof(base) || (mkdir(dir, 0755) < 0 && errno != EEXIST)) {
         fprintf(stderr, "kestreld: cannot make cgroup %s (%s): a job's processes are found by their environment "
                 "alone (one that rewrites it can outlive its job)\n", dir, strerror(errno));

@@ -6,8 +6,9 @@
  * as kubelet's eviction does:
  *  - a job whose files pass --max-job-disk;
  *  - while the disk has less than its floor free (disk_floor.h), the job whose files take the most,
- *    where they are at least a quarter of what is missing (one a pass: the next sees the room given
- *    back; a disk filled by something else stops no job for nothing).
+ *    where they are at least a quarter of what is missing (one at a time: none while one stopped so
+ *    still ends, its files not yet removed (a review: the next largest went too); a disk filled by
+ *    something else stops no job for nothing).
  * It fails with that reason within STOP_GRACE_MS (SIGTERM, then SIGKILL), and its files are removed
  * before its end is recorded (exec_local.c): a full disk could not record it, and a failed job's
  * scratch is nobody's. Files its processes deleted and hold open count too (through its cgroup,
@@ -27,9 +28,11 @@
 #define DISK_EVERY_MS 3000
 #define STOP_GRACE_MS 10000
 #define MAX_DEPTH 256             /* deeper folders are not walked (each holds an fd): the job is over */
+#define WALK_MS 2000              /* a job's walk stops past this too (its files then took kestreld's time) */
 #define MAX_PIDS 4096             /* of a job's processes, those whose open files are looked at */
 #define MAX_GONE 1024             /* deleted files still open, counted once each */
-#define MAX_ENTRIES 1000000       /* a job's walk stops there: its count is then at least that much */
+#define MAX_ENTRIES 1000000       /* a job's walk stops there too: past either, the job is over any bound (a
+                                   * review: a million empty files walked first hid its large ones) */
 
 struct kd_job_disk {
     kd_engine *e;
@@ -39,7 +42,8 @@ struct kd_job_disk {
 typedef struct {
     int64_t id;
     int64_t bytes;
-    int deep;                     /* folders nested past MAX_DEPTH: not measured, taken as past any bound */
+    int deep;                     /* past MAX_DEPTH, MAX_ENTRIES or WALK_MS: not measured, past any bound */
+    int64_t until_ms;             /* the walk's deadline */
 } measured;
 
 /* Whether an inode below a job's dir is the job's: not root's (root's cache, linked in; the staged
@@ -62,13 +66,14 @@ static void walk(int dfd, dev_t dev, int depth, measured *m, int64_t *entries)
         close(dfd);
         return;
     }
-    while (*entries < MAX_ENTRIES && (de = readdir(d)) != NULL) {
+    while (!m->deep && (de = readdir(d)) != NULL) {
         struct stat st;
         int fd;
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
             fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != dev)
             continue;
-        ++*entries;
+        if (++*entries >= MAX_ENTRIES || (*entries % 4096 == 0 && kestrel__now_ms() > m->until_ms))
+            m->deep = 1;
         if (the_jobs(&st))
             m->bytes += (int64_t)st.st_blocks * 512;
         if (S_ISDIR(st.st_mode) && depth >= MAX_DEPTH)
@@ -120,6 +125,7 @@ static void measure(const kd_engine *e, measured *m)
     int fd;
     m->bytes = 0;
     m->deep = 0;
+    m->until_ms = kestrel__now_ms() + WALK_MS;
     snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)m->id);
     if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return;
@@ -146,7 +152,8 @@ static void tick(void *ctx)
     measured *m = NULL, *most = NULL;
     size_t n = 0, cap = 0;
     int64_t avail = 0, keep = 0, max = e->cfg->max_job_disk;
-    char why[200];
+    char why[400];
+    int ending = 0;   /* a run stopped for disk still ends: its files are not gone yet */
     pthread_mutex_lock(&e->mu);
     for (const kd_run *r = e->runs; r; r = r->next)   /* started here (a process), not stopping already */
         if (r->term == KD_TERM_NONE && (r->pgid > 0 || r->rank_pgids) &&
@@ -158,19 +165,22 @@ static void tick(void *ctx)
     if (kd_disk_floor(e->cfg->data_dir, &avail, &keep) < 0)
         avail = keep;   /* unreadable: no pressure is assumed */
     pthread_mutex_lock(&e->mu);
+    for (const kd_run *r = e->runs; r; r = r->next)
+        ending |= r->term == KD_TERM_DISK;
     for (kd_run *r = e->runs; r; r = r->next)
         for (size_t i = 0; i < n; i++) {
             if (m[i].id != r->id || r->term != KD_TERM_NONE)
                 continue;
             if (max > 0 && (m[i].bytes > max || m[i].deep)) {
                 if (m[i].deep)
-                    snprintf(why, sizeof(why), "its folders nest deeper than %d, past what kestreld measures against "
-                             "its --max-job-disk %lld MiB; they were removed", MAX_DEPTH, (long long)(max >> 20));
+                    snprintf(why, sizeof(why), "its files nest deeper than %d folders, or pass %d entries, past what "
+                             "kestreld measures against its --max-job-disk %lld MiB; they were removed", MAX_DEPTH,
+                             MAX_ENTRIES, (long long)(max >> 20));
                 else
                     snprintf(why, sizeof(why), "its files took %lld MiB, past kestreld's --max-job-disk %lld MiB; they "
                              "were removed", (long long)(m[i].bytes >> 20), (long long)(max >> 20));
                 stop(e, r, why);
-            } else if (avail < keep && (m[i].bytes * 4 >= keep - avail || m[i].deep) &&
+            } else if (!ending && avail < keep && (m[i].bytes * 4 >= keep - avail || m[i].deep) &&
                        (!most || m[i].deep > most->deep || (m[i].deep == most->deep && m[i].bytes > most->bytes))) {
                 most = &m[i];
             }
@@ -179,8 +189,8 @@ static void tick(void *ctx)
         if (r->id == most->id && r->term == KD_TERM_NONE) {
             snprintf(why, sizeof(why), "the data disk had %lld KiB free, under the %lld KiB it keeps, and this job's "
                      "files took the most (%lld KiB%s); they were removed", (long long)(avail >> 10),
-                     (long long)(keep >> 10), (long long)(most->bytes >> 10), most->deep ? " and more, nested too deep to "
-                     "measure" : "");
+                     (long long)(keep >> 10), (long long)(most->bytes >> 10), most->deep ? " and more: too many or too "
+                     "deep to measure" : "");
             stop(e, r, why);
         }
     pthread_mutex_unlock(&e->mu);

@@ -106,7 +106,7 @@ def test_one_jobs_files_cannot_take_the_data_disk_from_everyone(small_fs):
         assert job["state"] == "FAILED" and "its files took 6 MiB" in job["reason"], job
         deep = d.submit("--", "sh", "-c", "mkdir -p $(printf 'a/%.0s' $(seq 300)); sleep 600", env=alice)
         job = d.wait(deep, timeout=60)
-        assert job["state"] == "FAILED" and "its folders nest deeper than 256" in job["reason"], job
+        assert job["state"] == "FAILED" and "its files nest deeper than 256 folders" in job["reason"], job
         small = d.submit("--", "sh", "-c", "head -c 1048576 /dev/zero > f; sleep 4", env=alice)
         assert d.wait(small)["state"] == "SUCCEEDED"
     finally:

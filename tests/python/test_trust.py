@@ -187,12 +187,30 @@ def test_a_process_left_outside_the_jobs_group_holds_neither_the_job_nor_kestrel
         subprocess.run(["pkill", "-KILL", "-f", "^sleep 3017$"], capture_output=True)
 
 
+def cgroup2_writable():
+    """Root, and a cgroup v2 mount where a cgroup can be made (as kestreld makes its jobs')."""
+    if os.geteuid() != 0:
+        return False
+    for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
+        if " - cgroup2 " in line:
+            probe = pathlib.Path(line.split()[4]) / f"kestrel-test-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+                probe.rmdir()
+                return True
+            except OSError:
+                return False
+    return False
+
+
 def test_a_process_that_drops_the_jobs_marker_is_stopped_with_the_job(daemon):
     """What a job left outside its process group was found by KESTREL_CHECKPOINT_DIR in its
     environment, which the job controls: `setsid env -i sleep` outlived its cancel for good, and a
     kill -9 of kestreld (a hostile test). Each job's processes are in a cgroup of their own, which no
     job can leave: its end stops them, and so does the next start after a crash."""
     from conftest import no_process
+    if not cgroup2_writable():
+        pytest.skip("no cgroup v2 kestreld may write here (it then finds a job's processes by their environment)")
     escape = "setsid env -u KESTREL_CHECKPOINT_DIR sleep 3018 & setsid env -i sleep 3019 & "
     d = daemon("--gpus", "0", "--grace-period", "2")
     try:
@@ -201,7 +219,8 @@ def test_a_process_that_drops_the_jobs_marker_is_stopped_with_the_job(daemon):
         d.cli("cancel", busy)
         assert d.wait(busy, timeout=30)["state"] == "CANCELLED"
         assert no_process("^sleep 301[89]$", timeout=5)
-        assert "2 processes the job left" in wait_line(d, busy, "[kestrel] stopped", timeout=10)
+        assert re.search(r"\d+ processes the job left running", wait_line(d, busy, "[kestrel] stopped",
+                                                                                 timeout=10))
         left = d.submit("--no-retry", "--", "sh", "-c", escape + "echo up; while :; do sleep 1; done")
         d.wait_for_line(left, "up")
         d.proc.kill()
