@@ -44,15 +44,24 @@ int kestrel__query_add(kestrel_buf *path, const char *key, const char *value)
 #define DECODE_BASE (64ull << 20)
 #define DECODE_TIMES 8
 
+#define ERROR_ANSWER_MAX (64u << 10)   /* what an error answer may bring */
+
+typedef struct {
+    uint64_t len;
+    const char *what;
+    int refused;
+} charge_ctx;
+
 static int answer_charge(void *ctx, uint64_t cost)
 {
-    uint64_t len = *(const size_t *)ctx;
-    if (cost <= DECODE_BASE + DECODE_TIMES * len)
+    charge_ctx *c = ctx;
+    if (cost <= DECODE_BASE + DECODE_TIMES * c->len)
         return 0;
-    return kestrel__error_set(KESTREL_ENOMEM, "its %llu bytes would take %llu MiB to decode, past the %llu MiB this "
-                              "client gives an answer of that size: refused", (unsigned long long)len,
-                              (unsigned long long)(cost >> 20),
-                              (unsigned long long)((DECODE_BASE + DECODE_TIMES * len) >> 20));
+    c->refused = 1;
+    return kestrel__error_set(KESTREL_EPROTO, "oversized %s from server: its %llu bytes would take %llu MiB to "
+                              "decode, past the %llu MiB this client gives an answer of that size: refused", c->what,
+                              (unsigned long long)c->len, (unsigned long long)(cost >> 20),
+                              (unsigned long long)((DECODE_BASE + DECODE_TIMES * c->len) >> 20));
 }
 
 typedef struct {
@@ -80,8 +89,14 @@ static size_t on_body(char *data, size_t size, size_t n, void *payload)
     answer *a = payload;
     long status = 0;
     int to_file;
-    if (a->fd >= 0)
-        curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 300) {   /* an error's words: its first ERROR_ANSWER_MAX bytes, the rest let go (a review:
+                            * a hostile 4xx of 1 GiB was decoded whole, past the charge below) */
+        size_t room = a->resp->size < ERROR_ANSWER_MAX ? ERROR_ANSWER_MAX - a->resp->size : 0;
+        if (room && kestrel__buf_put(a->resp, data, size * n < room ? size * n : room) < 0)
+            return 0;
+        return size * n;
+    }
     to_file = a->fd >= 0 && status >= 200 && status < 300;
     if (answer_too_big(a, to_file, size * n))
         return 0;
@@ -335,15 +350,16 @@ int kestrel__http_call(ProtobufCMessage **out, struct kestrel_client *c, const k
                                                       ctype ? ctype : "no content type");
                     goto done;
                 }
+                charge_ctx charge = { resp.size, req->response ? req->response->short_name : "", 0 };
                 if (req->response && out)
                     rc = kestrel__wire_decode_charged(out, req->response, ctype, resp.ptr ? resp.ptr : "", resp.size,
-                                                      answer_charge, &resp.size);
+                                                      answer_charge, &charge);
                 else
                     rc = 0;
                 if (rc < 0) {
-                    rc = kestrel__error_set(KESTREL_EPROTO, "%s %s from server: %s", rc == KESTREL_ENOMEM ?
-                                            "oversized" : "malformed", req->response->short_name,
-                                            kestrel_error_last()->message);
+                    if (!charge.refused)   /* the charge's own words stand as they are */
+                        rc = kestrel__error_set(KESTREL_EPROTO, "malformed %s from server: %s",
+                                                req->response->short_name, kestrel_error_last()->message);
                     unknown = 1;   /* done, its answer unreadable */
                 }
                 goto done;

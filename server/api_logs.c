@@ -17,10 +17,11 @@
 #define SEARCH_TIMEOUT_MS 20000
 #define MAX_RUNNING 4          /* searches at once (each may read for SEARCH_TIMEOUT_MS), one a user; more get 429 */
 
-/* Who runs each search under way (0: a free place): one user's four searches kept every other
+/* Who runs each search under way (taken): one user's four searches kept every other
  * user's at 429 for as long as they ran (a hostile test). */
 static pthread_mutex_t running_mu = PTHREAD_MUTEX_INITIALIZER;
 static int64_t running[MAX_RUNNING];
+static int taken[MAX_RUNNING];
 
 /* A place for user's search: its index, or -1 with why in msg. */
 static int take_place(int64_t user, char *msg, size_t n)
@@ -28,12 +29,14 @@ static int take_place(int64_t user, char *msg, size_t n)
     int free_at = -1;
     pthread_mutex_lock(&running_mu);
     for (int i = 0; i < MAX_RUNNING && free_at != -2; i++)
-        if (running[i] == user)
+        if (taken[i] && running[i] == user)
             free_at = -2;
-        else if (running[i] == 0 && free_at == -1)
+        else if (!taken[i] && free_at == -1)
             free_at = i;
-    if (free_at >= 0)
+    if (free_at >= 0) {
         running[free_at] = user;
+        taken[free_at] = 1;
+    }
     pthread_mutex_unlock(&running_mu);
     if (free_at == -2)
         snprintf(msg, n, "your last log search is still running (one at a time a user): try again when it ends");
@@ -118,7 +121,7 @@ enum MHD_Result kd_route_log_search(kd_req *r)
         return kd_reply_error(r, 429, "resource_exhausted", msg);
     rc = kd_catalog_log_search(r->e->cat, &q, &res);
     pthread_mutex_lock(&running_mu);
-    running[place] = 0;
+    taken[place] = 0;
     pthread_mutex_unlock(&running_mu);
     if (rc == KESTREL_ETIMEOUT)
         return kd_reply_error(r, 503, "deadline_exceeded", kestrel_error_last()->message);

@@ -172,20 +172,24 @@ int kestrel_job_wait(kestrel_job **out, kestrel_client *c, int64_t id, long time
         kestrel_job_free(j);
         if (kestrel__now_ms() >= deadline)
             return kestrel__error_set(KESTREL_ETIMEOUT, "job %" PRId64 " did not finish within %ld ms", id, timeout_ms);
-        kestrel__poll_pace(started, wait, 1, &pause);
+        kestrel__poll_pace(started, wait, 1, &pause, deadline);
     }
 }
 
-void kestrel__poll_pace(int64_t started_ms, long waited, int nothing_new, long *pause_ms)
+void kestrel__poll_pace(int64_t started_ms, long waited, int nothing_new, long *pause_ms, int64_t deadline_ms)
 {
     struct timespec ts;
-    if (!nothing_new || kestrel__now_ms() - started_ms >= waited) {
+    int64_t now = kestrel__now_ms(), sleep_ms;
+    if (!nothing_new || now - started_ms >= waited) {
         *pause_ms = 0;
         return;
     }
     *pause_ms = *pause_ms == 0 ? 10 : *pause_ms >= 500 ? 1000 : *pause_ms * 2;
-    ts.tv_sec = *pause_ms / 1000;
-    ts.tv_nsec = (*pause_ms % 1000) * 1000000L;
+    sleep_ms = deadline_ms - now < *pause_ms ? deadline_ms - now : *pause_ms;
+    if (sleep_ms <= 0)
+        return;
+    ts.tv_sec = (time_t)(sleep_ms / 1000);
+    ts.tv_nsec = (long)(sleep_ms % 1000) * 1000000L;
     nanosleep(&ts, NULL);
 }
 

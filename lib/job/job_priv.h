@@ -31,9 +31,10 @@ struct kestrel_job_spec {
 
 /* A long poll (a job's wait, a log's follow) that the server answered early with nothing new, as a
  * proxy or a server ignoring wait_ms does: the caller sleeps *pause_ms (10 ms doubling to 1 s; 0 again
- * once something came), so it never asks thousands of times a second (a hostile test: 62,588
- * requests in 8 s). started_ms: when the request went out; waited: the wait_ms it asked for. */
-void kestrel__poll_pace(int64_t started_ms, long waited, int nothing_new, long *pause_ms);
+ * once something came), never past deadline_ms, so it never asks thousands of times a second (a
+ * hostile test: 62,588 requests in 8 s). started_ms: when the request went out; waited: the wait_ms
+ * it asked for. */
+void kestrel__poll_pace(int64_t started_ms, long waited, int nothing_new, long *pause_ms, int64_t deadline_ms);
 
 /* Check a spec as the server will: KESTREL_EINVALID with a message naming the field. */
 int kestrel__job_spec_validate(const Kestrel__V1__JobSpec *spec);

@@ -75,7 +75,7 @@ int kestrel_job_logs(int64_t *next_out, kestrel_client *c, int64_t id, const kes
             break;
         }
         if (o.follow)
-            kestrel__poll_pace(started, wait, n == 0, &pause);
+            kestrel__poll_pace(started, wait, n == 0, &pause, deadline);
     }
     if (next_out)
         *next_out = offset;

@@ -67,7 +67,7 @@ class MetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras 
         self._queue: "queue.Queue[Optional[List[Tuple[str, int, float, int]]]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._step = 0
-        self.errors = 0   # reports kestreld refused (a name it takes not, a job past its points); warned once
+        self.errors = 0   # reports that failed (refused by kestreld, or the network); the first is warned
         self.last_error: Optional[str] = None
 
     # -- the reporting thread ------------------------------------------------------------------
@@ -99,9 +99,9 @@ class MetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras 
                     self.errors += 1
                     self.last_error = str(e)
                     if self.errors == 1:
-                        warnings.warn(f"kestrel.keras.MetricsCallback: kestreld refused a report of {len(pending)} "
-                                      f"points ({e}); training goes on, and later refusals are counted in "
-                                      ".errors (the last in .last_error)", stacklevel=1)
+                        warnings.warn(f"kestrel.keras.MetricsCallback: a report of {len(pending)} points failed "
+                                      f"({e}); training goes on, and later failures are counted in .errors (the "
+                                      "last in .last_error)", stacklevel=1)
                 pending = []
 
     def _emit(self, points: List[Tuple[str, int, float, int]]) -> None:
