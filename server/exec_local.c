@@ -183,15 +183,6 @@ static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_
     return status;
 }
 
-/* ---- gangs: one process group a rank, wired together, stopped together -------------------- */
-
-typedef struct {
-    pid_t pid;
-    int status, exited;
-    stream_buf out, err;
-} gang_rank;
-
-/* A free TCP port of this host for rank 0's coordinator (bound, read, released: the usual way). */
 /* A run stopped for its files (job_disk.c): they go before its end is recorded, so the disk it
  * filled can record it, and is everyone's again. */
 static void drop_files(kd_engine *e, kd_run *run, const kd_ident *ident)
@@ -204,6 +195,15 @@ static void drop_files(kd_engine *e, kd_run *run, const kd_ident *ident)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
 }
 
+/* ---- gangs: one process group a rank, wired together, stopped together -------------------- */
+
+typedef struct {
+    pid_t pid;
+    int status, exited;
+    stream_buf out, err;
+} gang_rank;
+
+/* A free TCP port of this host for rank 0's coordinator (bound, read, released: the usual way). */
 static int reserve_port(void)
 {
     struct sockaddr_in a;

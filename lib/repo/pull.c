@@ -240,7 +240,6 @@ static int whole_mismatch(pull_state *ps, const Kestrel__V1__Manifest *mf, int f
     return rc < 0 ? rc : kestrel__error_set(KESTREL_EPROTO, "%s: the assembled file does not match its digest", ref);
 }
 
-/* Keep the pulled file at path in the chunk cache as a pack (a hard link), then bound the cache. */
 /* A chunk smaller than this is not indexed, but a file's last (its tail, or a small file whole): its
  * line (about 80 bytes) would outweigh it. A hostile manifest of 2 million one-byte chunks left a
  * 149 MB index that every later pull loaded (2 s and 144 MB for a pull of 120 bytes: a hostile
@@ -255,6 +254,7 @@ static int by_digest_then_place(const void *a, const void *b, void *items)
     return c ? c : (x > y) - (x < y);
 }
 
+/* Keep the pulled file at path in the chunk cache as a pack (a hard link), then bound the cache. */
 static void keep_pack(kestrel__chunk_cache *cache, const char *path, const Kestrel__V1__Manifest *mf, int64_t downloaded)
 {
     kestrel__cache_item *items = downloaded ? calloc(mf->n_chunks + 1, sizeof(*items)) : NULL;
