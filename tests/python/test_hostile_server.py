@@ -6,6 +6,7 @@ import hashlib
 import json
 import struct
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -221,3 +222,33 @@ def test_a_manifest_of_tiny_chunks_leaves_no_index_every_later_pull_loads(fake, 
     assert (tmp_path / "out").read_bytes() == b"A" * n
     indexes = list(cache.rglob("*.idx"))
     assert indexes and all(p.stat().st_size < 1024 for p in indexes), [(p, p.stat().st_size) for p in indexes]
+    # distinct digests too: 2,000 chunks of 100 bytes each its own are not indexed (the size rule), one
+    # of 4 KiB twice is, once (the dedupe rule)
+    small = [i.to_bytes(4, "big") * 25 for i in range(2000)]
+    big = b"B" * 4096
+    chunks = small + [big, big]
+    data = b"".join(chunks)
+    store = {hashlib.sha256(c).hexdigest(): c for c in chunks}
+    manifest = pb_field(1, "t/m") + pb_field(2, 1) + pb_field(3, len(data)) + \
+        pb_field(4, hashlib.sha256(data).hexdigest()) + \
+        b"".join(pb_field(5, pb_field(1, hashlib.sha256(c).hexdigest()) + pb_field(2, len(c))) for c in chunks)
+
+    def repo2(path, body=None):
+        if "/versions/" in path:
+            return "application/x-protobuf", manifest
+        if path.endswith("/verify"):
+            return b""
+        if path.endswith("/chunks/fetch"):
+            asked = [body[i + 2:i + 66].decode() for i in range(0, len(body), 66)]
+            return "application/octet-stream", b"".join(bytes.fromhex(d) + struct.pack(">I", len(store[d])) + store[d]
+                                                        for d in asked)
+        if "/chunks/" in path:
+            return "application/octet-stream", store[path.rsplit("/", 1)[1]]
+        return {}
+    shutil.rmtree(cache)
+    f = fake(repo2)
+    r = f.cli("pull", "t/m", str(tmp_path / "out2"), timeout=300, KESTREL_CACHE_DIR=str(cache))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "out2").read_bytes() == data
+    lines = [line for p in cache.rglob("*.idx") for line in p.read_text().splitlines()[1:]]
+    assert len(lines) == 1 and lines[0].startswith(hashlib.sha256(big).hexdigest()), lines
