@@ -183,16 +183,20 @@ static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_
     return status;
 }
 
-/* A run stopped for its files (job_disk.c): they go before its end is recorded, so the disk it
- * filled can record it, and is everyone's again. */
-static void drop_files(kd_engine *e, kd_run *run, const kd_ident *ident)
+/* A run's files at its end, before the end is recorded. Stopped for them (job_disk.c): they go, so
+ * the disk it filled can record it, and is everyone's again. Then its dir becomes root's (0700): the
+ * account's later jobs wrote into their finished jobs' dirs, which no one measures, past
+ * --max-job-disk and until another user's job was stopped for the full disk (a hostile test). A
+ * rerun's start hands it back (kd_ident_adopt). */
+static void settle_files(kd_engine *e, kd_run *run, const kd_ident *ident)
 {
     char dir[PATH_MAX];
-    if (kd_engine_term_requested(e, run) != KD_TERM_DISK)
-        return;
     snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)run->id);
-    if (kd_ident_empty(ident, dir) < 0)
+    if (kd_engine_term_requested(e, run) == KD_TERM_DISK && kd_ident_empty(ident, dir) < 0)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
+    if (ident->isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0700) < 0) && errno != ENOENT)
+        fprintf(stderr, "kestreld: job %lld: cannot close %s to its account: %s\n", (long long)run->id, dir,
+                strerror(errno));
 }
 
 /* ---- gangs: one process group a rank, wired together, stopped together -------------------- */
@@ -442,7 +446,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
         }
     }
     reap_left(e, id);
-    drop_files(e, run, ident);
+    settle_files(e, run, ident);
     {
         int st = rk[first_fail >= 0 ? first_fail : 0].status;
         if (WIFSIGNALED(st))
@@ -463,6 +467,7 @@ not_started:
     if (cgroup >= 0)
         close(cgroup);
     kd_cgroup_job_end(id);   /* before the end is recorded: a rerun's run makes it again */
+    settle_files(e, run, ident);
     kd_engine_finished(e, run, KD_END_NOT_STARTED, 0, why);
 done:
     if (rec >= 0) {   /* every rank reaped: nothing for a later daemon to stop */
@@ -601,7 +606,7 @@ static void *runner(void *arg)
     out->spec = err->spec = spec;
     status = capture(e, id, pid, out, err);
     reap_left(e, id);
-    drop_files(e, lj->run, &ident);
+    settle_files(e, lj->run, &ident);
     if (WIFSIGNALED(status))
         kd_engine_finished(e, lj->run, KD_END_SIGNALED, WTERMSIG(status), NULL);
     else
@@ -613,6 +618,8 @@ not_started:
         close(po[1]);
     }
     kd_cgroup_job_end(id);   /* before the end is recorded: a rerun's run makes it again */
+    if (as.id)   /* its account known */
+        settle_files(e, lj->run, &ident);
     kd_engine_finished(e, lj->run, KD_END_NOT_STARTED, 0, why);
 done:
     kd_exec_env_free(env);

@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import os
 import shutil
+import stat
 import re
 import pathlib
 import struct
@@ -93,7 +94,8 @@ def test_one_jobs_files_cannot_take_the_data_disk_from_everyone(small_fs):
     shutil.rmtree(small_fs / "a")
     d = Daemon(small_fs / "b", "--gpus", "0", "--max-job-disk", "4M")
     try:
-        alice = d.env(KESTREL_TOKEN=d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"])
+        alice_token = d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
+        alice = d.env(KESTREL_TOKEN=alice_token)
         big = d.submit("--", "sh", "-c", fill.replace("67108864", "6291456"), env=alice)
         job = d.wait(big, timeout=60)
         assert job["state"] == "FAILED" and "its files took 6 MiB, past kestreld's --max-job-disk 4 MiB" in \
@@ -104,11 +106,33 @@ def test_one_jobs_files_cannot_take_the_data_disk_from_everyone(small_fs):
         held = d.submit("--", "sh", "-c", "exec 3>big; head -c 6291456 /dev/zero >&3; rm big; sleep 600", env=alice)
         job = d.wait(held, timeout=60)
         assert job["state"] == "FAILED" and "its files took 6 MiB" in job["reason"], job
+        mapped = ("import ctypes, os, time\n"
+                  "fd = os.open('big', os.O_RDWR | os.O_CREAT, 0o600)\n"
+                  "os.write(fd, b'x' * 6291456)\n"
+                  "libc = ctypes.CDLL(None)\n"
+                  "libc.mmap.restype = ctypes.c_void_p\n"
+                  "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,"
+                  " ctypes.c_long]\n"
+                  "assert libc.mmap(None, 6291456, 3, 1, fd, 0) not in (None, ctypes.c_void_p(-1).value)\n"
+                  "os.close(fd)\n"
+                  "os.unlink('big')\n"
+                  "time.sleep(600)\n")
+        held = d.submit("--", "/usr/bin/python3", "-c", mapped, env=alice)   # mapped, its descriptor closed
+        job = d.wait(held, timeout=60)
+        assert job["state"] == "FAILED" and "its files took 6 MiB" in job["reason"], job
         deep = d.submit("--", "sh", "-c", "mkdir -p $(printf 'a/%.0s' $(seq 300)); sleep 600", env=alice)
         job = d.wait(deep, timeout=60)
         assert job["state"] == "FAILED" and "its files nest deeper than 256 folders" in job["reason"], job
         small = d.submit("--", "sh", "-c", "head -c 1048576 /dev/zero > f; sleep 4", env=alice)
         assert d.wait(small)["state"] == "SUCCEEDED"
+        # a finished job's dir is root's: the account's later jobs cannot write there, unmeasured (a
+        # hostile test filled the disk through one, and another user's job was stopped for it)
+        jobdir = d.data / "jobs" / str(small)
+        assert jobdir.stat().st_uid == 0 and stat.S_IMODE(jobdir.stat().st_mode) == 0o700
+        sneak = d.submit("--", "sh", "-c", f"echo x > {jobdir}/work/f2 || echo refused", env=alice)
+        assert d.wait(sneak)["state"] == "SUCCEEDED" and "refused" in d.cli("logs", str(sneak)).stdout
+        again = d.api("POST", f"/api/v1/jobs/{small}/rerun", {}, token=alice_token)
+        assert again[0] in (200, 201) and d.wait(small)["state"] == "SUCCEEDED", again   # handed back to it
     finally:
         d.stop()
 
