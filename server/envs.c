@@ -225,7 +225,7 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
     env[k] = NULL;
     if (pipe2(p, O_CLOEXEC) < 0)
         return -1;
-    if ((pid = kd_exec_spawn(argv, env, cwd, p, NULL, id, -1)) < 0) {
+    if ((pid = kd_exec_spawn(argv, env, cwd, p, NULL, id, -1, NULL)) < 0) {
         close(p[0]);
         snprintf(tail, tn, "cannot run %s: %s", argv[0], strerror((int)-pid));
         return -1;

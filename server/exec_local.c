@@ -183,6 +183,17 @@ static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_
     return status;
 }
 
+/* The job's own /tmp and /var/tmp (DATA/jobs/ID/tmp, kd_exec_spawn), or NULL where the data dir is
+ * itself below one of them: bound over it, the job's own dir would be gone from its sight. */
+static const char *own_tmp(const kd_engine *e, const char *tmp)
+{
+    char real[PATH_MAX];
+    if (realpath(e->cfg->data_dir, real) == NULL)
+        return NULL;
+    return !strcmp(real, "/tmp") || !strncmp(real, "/tmp/", 5) || !strcmp(real, "/var/tmp") ||
+           !strncmp(real, "/var/tmp/", 9) ? NULL : tmp;
+}
+
 /* A run's files at its end, before the end is recorded. Stopped for them (job_disk.c): they go, so
  * the disk it filled can record it, and is everyone's again. Then its dir becomes root's (0700): the
  * account's later jobs wrote into their finished jobs' dirs, which no one measures, past
@@ -312,7 +323,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
     const Kestrel__V1__JobSpec *spec = lj->job->spec;
     int64_t id = lj->job->id, kill_at = 0, all_ended_ms = 0;
     int n = run->nranks, started = 0, first_fail = -1, port = reserve_port(), grace, rec = -1, cgroup = -1;
-    char rec_path[PATH_MAX];
+    char rec_path[PATH_MAX], tmp[PATH_MAX];
     gang_rank *rk = calloc((size_t)n, sizeof(*rk));
     char **base = NULL, **argv = NULL, *devs = strdup(lj->devices), *field, why[512] = "", prog[PATH_MAX + 8], coord[64];
     char **rank_devs = calloc((size_t)n, sizeof(char *));
@@ -343,6 +354,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
     kd_exec_log(e, id, "starting %d ranks (coordinator %s)", n, coord);
     snprintf(rec_path, sizeof(rec_path), "%s/gangs/%lld", e->cfg->data_dir, (long long)id);
     rec = open_ranks_record(e, id);
+    snprintf(tmp, sizeof(tmp), "%s/jobs/%lld/tmp", e->cfg->data_dir, (long long)id);   /* every rank's /tmp */
     cgroup = kd_cgroup_job_open(id);   /* every rank in the job's one cgroup */
     for (int r = 0; r < n; r++) {
         int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
@@ -362,7 +374,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
             snprintf(why, sizeof(why), "rank %d: cannot prepare the process: %s", r, strerror(errno));
             goto stop_started;
         }
-        pid = kd_exec_spawn_rank(argv, env, cwd, po, pe, ident, cgroup);
+        pid = kd_exec_spawn_rank(argv, env, cwd, po, pe, ident, cgroup, own_tmp(e, tmp));
         kd_exec_env_free(env);
         if (pid < 0) {
             close(po[0]);
@@ -502,17 +514,18 @@ static void *runner(void *arg)
     kd_engine *e = lj->e;
     const Kestrel__V1__JobSpec *spec = lj->job->spec;
     int64_t id = lj->job->id;
-    char dir[PATH_MAX], work[PATH_MAX], ckpt[PATH_MAX], cwd[PATH_MAX], why[1024] = "", prog[PATH_MAX + 8];
+    char dir[PATH_MAX], work[PATH_MAX], ckpt[PATH_MAX], tmp[PATH_MAX], cwd[PATH_MAX], why[1024] = "", prog[PATH_MAX + 8];
     stream_buf *out = calloc(1, sizeof(*out)), *err = calloc(1, sizeof(*err));
     char **env = NULL;
     int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, status;
     pid_t pid;
     kd_ident ident;
     kd_exec_as as = { NULL, NULL };
-    const char *inside[2] = { ckpt, work };
+    const char *inside[3] = { ckpt, tmp, work };
 
     snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)id);
     snprintf(work, sizeof(work), "%s/work", dir);
+    snprintf(tmp, sizeof(tmp), "%s/tmp", dir);   /* its /tmp and /var/tmp (kd_exec_spawn) */
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint", dir);
     if (out == NULL || err == NULL) {
         snprintf(why, sizeof(why), "out of memory");
@@ -526,16 +539,17 @@ static void *runner(void *arg)
     as.home = dir;
     as.stop = term_requested;
     as.stop_ctx = lj;
-    if (kd_ident_rm_tree(&ident, dir, work) < 0) {   /* a rerun starts from a clean work dir */
+    if (kd_ident_rm_tree(&ident, dir, work) < 0 || kd_ident_rm_tree(&ident, dir, tmp) < 0) {   /* a rerun starts clean */
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;
     }
-    if (kestrel__mkdirs(ckpt, 0700) < 0 || (!spec->git_url[0] && !staged(spec) && kestrel__mkdirs(work, 0700) < 0)) {
+    if (kestrel__mkdirs(ckpt, 0700) < 0 || kestrel__mkdirs(tmp, 0700) < 0 ||
+        (!spec->git_url[0] && !staged(spec) && kestrel__mkdirs(work, 0700) < 0)) {
         snprintf(why, sizeof(why), "cannot create %s: %s", dir, strerror(errno));
         goto not_started;
     }
     /* the job's dir is its identity's alone; nobody else can list or read it */
-    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] || staged(spec) ? 1 : 2) < 0) {
+    if (chmod(dir, 0700) < 0 || kd_ident_adopt(&ident, dir, inside, spec->git_url[0] || staged(spec) ? 2 : 3) < 0) {
         snprintf(why, sizeof(why), "%s", kestrel_error_last()->message);
         goto not_started;
     }
@@ -583,7 +597,7 @@ static void *runner(void *arg)
             goto not_started;
         }
         int cgroup = kd_cgroup_job_open(id);
-        pid = kd_exec_spawn(argv, env, cwd, po, pe, &ident, cgroup);
+        pid = kd_exec_spawn(argv, env, cwd, po, pe, &ident, cgroup, own_tmp(e, tmp));
         if (cgroup >= 0)
             close(cgroup);
         free(argv);

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/resource.h>
@@ -126,7 +128,7 @@ long kd_exec_default_max_procs(void)
 #define LIMITED 2           /* user code (a job, a build step): max_procs applies */
 
 static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                      const kd_ident *id, int flags, int cgroup_fd)
+                      const kd_ident *id, int flags, int cgroup_fd, const char *tmp)
 {
     int ep[2], err = 0;
     sigset_t none, all, old;
@@ -162,6 +164,12 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
          * that refuses it runs the job all the same, found by its marker alone (a review) */
         if (cgroup_fd >= 0 && write(cgroup_fd, "0", 1) != 1) {
         }
+        /* /tmp and /var/tmp its own (tmp, in the job's dir, measured there: job_disk.c), as systemd's
+         * PrivateTmp: written there, a job's files filled the data disk unmeasured, and another job
+         * was stopped for it (a hostile test). A host that refuses it runs the job with the host's */
+        if (tmp && unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+            mount(tmp, "/tmp", NULL, MS_BIND, NULL) == 0)
+            (void)mount(tmp, "/var/tmp", NULL, MS_BIND, NULL);
         /* groups first (needs root), then gid, then uid; none of them may be undone */
         if (setgroups(0, NULL) < 0 || setresgid(id->gid, id->gid, id->gid) < 0 ||
             setresuid(id->uid, id->uid, id->uid) < 0)
@@ -212,7 +220,7 @@ static pid_t spawn_as(char *const argv[], char *const envp[], const char *cwd, i
 }
 
 static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                   const kd_ident *id, int flags, int cgroup_fd)
+                   const kd_ident *id, int flags, int cgroup_fd, const char *tmp)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -220,7 +228,7 @@ static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int 
     pid_t pid;
     int rc;
     if (id && id->isolated)
-        return spawn_as(argv, envp, cwd, out_fd, err_fd, id, flags, cgroup_fd);
+        return spawn_as(argv, envp, cwd, out_fd, err_fd, id, flags, cgroup_fd, tmp);
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -245,15 +253,15 @@ static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int 
 }
 
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                    const kd_ident *id, int cgroup_fd)
+                    const kd_ident *id, int cgroup_fd, const char *tmp)
 {
-    return spawn(argv, envp, cwd, out_fd, err_fd, id, LIMITED, cgroup_fd);
+    return spawn(argv, envp, cwd, out_fd, err_fd, id, LIMITED, cgroup_fd, tmp);
 }
 
 pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                         const kd_ident *id, int cgroup_fd)
+                         const kd_ident *id, int cgroup_fd, const char *tmp)
 {
-    return spawn(argv, envp, cwd, out_fd, err_fd, id, DIE_WITH_PARENT | LIMITED, cgroup_fd);
+    return spawn(argv, envp, cwd, out_fd, err_fd, id, DIE_WITH_PARENT | LIMITED, cgroup_fd, tmp);
 }
 
 /* out kept to its first and last KEEP bytes past 4 KEEP (a server that streams "remote:" lines for
@@ -391,7 +399,7 @@ int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_
         return -1;
     /* not limited: kestreld's own helper (the kill of a build's processes, an rm) must run even
      * where the account is at max_procs, which makes a limited exec fail (EAGAIN) */
-    if ((pid = spawn(argv, env, cwd, p, NULL, as ? as->id : NULL, 0, -1)) < 0) {
+    if ((pid = spawn(argv, env, cwd, p, NULL, as ? as->id : NULL, 0, -1, NULL)) < 0) {
         kestrel__buf_printf(out, "cannot run %s: %s\n", argv[0], strerror((int)-pid));
         close(p[0]);
         return -1;

@@ -52,14 +52,15 @@ int kd_exec_job_env_pass(kd_config *cfg, const char *name);
 void kd_exec_set_job_env(const kd_config *cfg);
 /* Spawn argv (PATH searched, no shell) in its own process group, stdout/stderr to the pipes' write
  * ends (err_fd NULL: both to out_fd), which it closes. With an isolated id the process runs as that
- * uid and gid with no supplementary groups, and enters the cgroup whose cgroup.procs cgroup_fd
- * is open for writing (job_cgroup.c; -1: none) while still root. Returns the pid or -errno. */
+ * uid and gid with no supplementary groups, and while still root enters the cgroup whose
+ * cgroup.procs cgroup_fd is open for writing (job_cgroup.c; -1: none) and a mount namespace of its
+ * own where tmp (a folder; NULL: none) is its /tmp and /var/tmp. Returns the pid or -errno. */
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                    const kd_ident *id, int cgroup_fd);
+                    const kd_ident *id, int cgroup_fd, const char *tmp);
 /* The same for a gang's rank, which (run as an identity) dies with the thread that spawned it: a
  * rank alone is of no use once kestreld is gone (a single job is left to the next daemon). */
 pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
-                         const kd_ident *id, int cgroup_fd);
+                         const kd_ident *id, int cgroup_fd, const char *tmp);
 /* Run a helper to completion, its stdout and stderr collected into out, as `as` (NULL: kestreld).
  * The exit status, or -1 (it could not run, died, or was stopped: out ends saying which). */
 int kd_exec_run(char *const argv[], const char *cwd, kestrel_buf *out, const kd_exec_as *as);

@@ -87,7 +87,7 @@ static void walk(int dfd, dev_t dev, int depth, measured *m, int64_t *entries)
 }
 
 /* Count a deleted file of the data disk (path: a /proc link to it, stat'd only once its mount is
- * known to be the data disk's: a file of a FUSE mount the job serves itself could hold the stat, and
+ * known to be of the data disk: a file of a FUSE mount the job serves itself could hold the stat, and
  * this thread, for good), once. */
 static void count_gone(measured *m, const char *path, dev_t dev, ino_t *seen, size_t *ns)
 {
@@ -101,6 +101,26 @@ static void count_gone(measured *m, const char *path, dev_t dev, ino_t *seen, si
         return;
     seen[(*ns)++] = st.st_ino;
     m->bytes += (int64_t)st.st_blocks * 512;
+}
+
+/* The ids of the mounts process pid sees of the data disk (its own mount namespace numbers them: a
+ * job's has its own /tmp), at most n, into ids: how many. */
+static size_t disk_mounts(int pid, dev_t dev, long long *ids, size_t n)
+{
+    char path[64], line[4400];
+    size_t k = 0;
+    FILE *f;
+    snprintf(path, sizeof(path), "/proc/%d/mountinfo", pid);
+    if ((f = fopen(path, "re")) == NULL)
+        return 0;
+    while (k < n && fgets(line, sizeof(line), f)) {   /* "ID PARENT MAJ:MIN ROOT POINT ..." */
+        long long id;
+        unsigned maj, min;
+        if (sscanf(line, "%lld %*s %u:%u", &id, &maj, &min) == 3 && makedev(maj, min) == dev)
+            ids[k++] = id;
+    }
+    fclose(f);
+    return k;
 }
 
 /* The mount id of /proc/PID/fd/N (its fdinfo), or -1. */
@@ -123,20 +143,26 @@ static long long fd_mount(int pid, const char *n)
  * mapped with their descriptor closed. They take the disk as long as they are held (a hostile test
  * wrote 100 MiB so, unseen; then 30 MiB mapped). One passed in flight over a socket (SCM_RIGHTS) is
  * seen by no /proc file: a per-account quota would. */
-static void deleted_open(measured *m, dev_t dev, long long mnt)
+static void deleted_open(measured *m, dev_t dev)
 {
     static _Thread_local pid_t pids[MAX_PIDS];
     static _Thread_local ino_t seen[MAX_GONE];
     size_t np = kd_cgroup_job_pids(m->id, pids, MAX_PIDS), ns = 0;
     for (size_t i = 0; i < np; i++) {
         char dir[64], path[400], line[4400];
+        long long mnts[16];
+        size_t nm = disk_mounts((int)pids[i], dev, mnts, 16);
         DIR *d;
         FILE *maps;
         struct dirent *de;
         snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pids[i]);
-        if ((d = opendir(dir)) != NULL) {
+        if (nm && (d = opendir(dir)) != NULL) {
             while ((de = readdir(d)) != NULL) {
-                if (de->d_name[0] == '.' || fd_mount((int)pids[i], de->d_name) != mnt)
+                long long at = de->d_name[0] == '.' ? -1 : fd_mount((int)pids[i], de->d_name);
+                size_t k = 0;
+                while (k < nm && mnts[k] != at)
+                    k++;
+                if (k == nm)
                     continue;
                 snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
                 count_gone(m, path, dev, seen, &ns);
@@ -159,7 +185,7 @@ static void deleted_open(measured *m, dev_t dev, long long mnt)
     }
 }
 
-static void measure(const kd_engine *e, measured *m, long long mnt)
+static void measure(const kd_engine *e, measured *m)
 {
     char dir[4200];
     struct stat st;
@@ -176,16 +202,7 @@ static void measure(const kd_engine *e, measured *m, long long mnt)
         return;
     }
     walk(fd, st.st_dev, 0, m, &entries);
-    deleted_open(m, st.st_dev, mnt);
-}
-
-/* The data dir's mount id, or -2 (matches no fd's) when statx cannot say. */
-static long long data_mount(const char *data_dir)
-{
-    struct statx sx;
-    if (statx(AT_FDCWD, data_dir, 0, STATX_MNT_ID, &sx) < 0 || !(sx.stx_mask & STATX_MNT_ID))
-        return -2;
-    return (long long)sx.stx_mnt_id;
+    deleted_open(m, st.st_dev);
 }
 
 static void stop(kd_engine *e, kd_run *r, const char *why)
@@ -203,7 +220,6 @@ static void tick(void *ctx)
     measured *m = NULL, *most = NULL;
     size_t n = 0, cap = 0;
     int64_t avail = 0, keep = 0, max = e->cfg->max_job_disk;
-    long long mnt;
     char why[400];
     int ending = 0;   /* a run stopped for disk still ends: its files are not gone yet */
     pthread_mutex_lock(&e->mu);
@@ -212,9 +228,8 @@ static void tick(void *ctx)
             kestrel__array_grow(&m, &cap, n + 1, sizeof(*m)) == 0)
             m[n++].id = r->id;
     pthread_mutex_unlock(&e->mu);
-    mnt = data_mount(e->cfg->data_dir);
     for (size_t i = 0; i < n; i++)
-        measure(e, &m[i], mnt);
+        measure(e, &m[i]);
     if (kd_disk_floor(e->cfg->data_dir, &avail, &keep) < 0)
         avail = keep;   /* unreadable: no pressure is assumed */
     pthread_mutex_lock(&e->mu);

@@ -117,6 +117,13 @@ def test_one_jobs_files_cannot_take_the_data_disk_from_everyone(small_fs):
                   "os.close(fd)\n"
                   "os.unlink('big')\n"
                   "time.sleep(600)\n")
+        # nor one written to /tmp: a job's /tmp and /var/tmp are its own, in its dir (a hostile test filled
+        # the disk through the host's, and another user's job was stopped for it)
+        marker = f"kestrel-test-{os.getpid()}"
+        in_tmp = d.submit("--", "sh", "-c", f"head -c 6291456 /dev/zero > /tmp/{marker}; sleep 600", env=alice)
+        job = d.wait(in_tmp, timeout=60)
+        assert job["state"] == "FAILED" and "its files took 6 MiB" in job["reason"], job
+        assert not os.path.exists(f"/tmp/{marker}") and not os.path.exists(f"/var/tmp/{marker}")
         held = d.submit("--", "/usr/bin/python3", "-c", mapped, env=alice)   # mapped, its descriptor closed
         job = d.wait(held, timeout=60)
         assert job["state"] == "FAILED" and "its files took 6 MiB" in job["reason"], job
