@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "check_config.h"
+#include "exec_util.h"
 #include "identity.h"
 
 int kd_check_slurm_data_dir(const kd_config *cfg)
@@ -47,6 +48,9 @@ int kd_check_config(const kd_config *cfg)
         printf("job disk   %lld MiB at most of each job's files (--max-job-disk)\n", (long long)(cfg->max_job_disk >> 20));
     else
         printf("job disk   no bound of its own (--max-job-disk 0); a full data disk stops the largest job\n");
+    printf("job /tmp   %s\n", kd_exec_tmp_own(cfg->data_dir) ? "each job's own (DATA/jobs/ID/tmp, measured with its files)"
+                                : kd_exec_private_tmp() ? "the host's (the data dir is below /tmp or /var/tmp; not measured)"
+                                : "the host's (no mount namespace here; not measured)");
     for (size_t i = 0; i < cfg->nnodes; i++)
         printf("node       %s: pool %s, %d GPUs\n", cfg->nodes[i].name, cfg->nodes[i].pool, cfg->nodes[i].ndev);
     {

@@ -183,15 +183,10 @@ static int capture(kd_engine *e, int64_t id, pid_t pid, stream_buf *out, stream_
     return status;
 }
 
-/* The job's own /tmp and /var/tmp (DATA/jobs/ID/tmp, kd_exec_spawn), or NULL where the data dir is
- * itself below one of them: bound over it, the job's own dir would be gone from its sight. */
+/* The job's own /tmp and /var/tmp (DATA/jobs/ID/tmp, kd_exec_spawn), or NULL (kd_exec_tmp_own). */
 static const char *own_tmp(const kd_engine *e, const char *tmp)
 {
-    char real[PATH_MAX];
-    if (realpath(e->cfg->data_dir, real) == NULL)
-        return NULL;
-    return !strcmp(real, "/tmp") || !strncmp(real, "/tmp/", 5) || !strcmp(real, "/var/tmp") ||
-           !strncmp(real, "/var/tmp/", 9) ? NULL : tmp;
+    return kd_exec_tmp_own(e->cfg->data_dir) ? tmp : NULL;
 }
 
 /* A run's files at its end, before the end is recorded. Stopped for them (job_disk.c): they go, so

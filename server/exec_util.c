@@ -252,6 +252,30 @@ static pid_t spawn(char *const argv[], char *const envp[], const char *cwd, int 
     return rc ? -rc : pid;
 }
 
+int kd_exec_private_tmp(void)
+{
+    static int known = -1;
+    pid_t pid;
+    int st;
+    if (known >= 0)
+        return known;
+    if (geteuid() != 0)
+        return known = 0;
+    if ((pid = fork()) == 0)   /* the child makes the namespace a job's start makes, and is gone */
+        _exit(unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 ? 0 : 1);
+    known = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    return known;
+}
+
+int kd_exec_tmp_own(const char *data_dir)
+{
+    char real[PATH_MAX];
+    if (!kd_exec_private_tmp() || realpath(data_dir, real) == NULL)
+        return 0;
+    return !(!strcmp(real, "/tmp") || !strncmp(real, "/tmp/", 5) || !strcmp(real, "/var/tmp") ||
+             !strncmp(real, "/var/tmp/", 9));
+}
+
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
                     const kd_ident *id, int cgroup_fd, const char *tmp)
 {

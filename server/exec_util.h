@@ -57,6 +57,13 @@ void kd_exec_set_job_env(const kd_config *cfg);
  * own where tmp (a folder; NULL: none) is its /tmp and /var/tmp. Returns the pid or -errno. */
 pid_t kd_exec_spawn(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],
                     const kd_ident *id, int cgroup_fd, const char *tmp);
+/* 1 when jobs' starts can make a mount namespace of their own (kestreld root, and the host lets it;
+ * probed once, at start, before any job):
+ * their /tmp is then their own (kd_exec_spawn's tmp); else they share the host's, unmeasured. */
+int kd_exec_private_tmp(void);
+/* 1 when a job of data_dir gets its own /tmp: kd_exec_private_tmp, and the data dir is not itself
+ * below /tmp or /var/tmp (bound over it, the job's own dir would be gone from its sight). */
+int kd_exec_tmp_own(const char *data_dir);
 /* The same for a gang's rank, which (run as an identity) dies with the thread that spawned it: a
  * rank alone is of no use once kestreld is gone (a single job is left to the next daemon). */
 pid_t kd_exec_spawn_rank(char *const argv[], char *const envp[], const char *cwd, int out_fd[2], int err_fd[2],

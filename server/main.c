@@ -655,6 +655,9 @@ int main(int argc, char **argv)
     }
     kd_exec_set_max_procs(cfg.max_job_procs);
     kd_exec_set_job_env(&cfg);
+    if (kd_ident_available() && !kd_exec_private_tmp())
+        fprintf(stderr, "kestreld: no mount namespace here: jobs share the host's /tmp and /var/tmp, where what "
+                "they write is not measured (--max-job-disk)\n");
     if (!check_only && kd_check_slurm_data_dir(&cfg) < 0) {
         free_config(&cfg);
         return 2;
