@@ -212,16 +212,11 @@ static int run(kd_envs *s, env_entry *x, char *const argv[], const char *cwd, co
     pid_t pid;
     if (x->abandoned)
         return -1;
-    static const char *const keep[] = { "PATH=", "LANG=", "LC_", "TZ=", "PIP_", "http_proxy=", "https_proxy=",
-                                         "no_proxy=", "HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "SSL_CERT_",
-                                         "REQUESTS_CA_BUNDLE=", "CURL_CA_BUNDLE=", NULL };
+    static const char *const keep[] = { "PATH", "LANG", "LC_*", "TZ", "PIP_*", NULL };
     /* only what configures pip (index, find-links, proxy, certificates): nothing else of kestreld's */
     for (char **v = environ; *v && k < 500; v++)
-        for (size_t i = 0; keep[i]; i++)
-            if (!strncmp(*v, keep[i], strlen(keep[i]))) {
-                env[k++] = *v;
-                break;
-            }
+        if (kd_exec_env_listed(keep, *v) || kd_exec_network_env(*v))
+            env[k++] = *v;
     env[k] = NULL;
     if (pipe2(p, O_CLOEXEC) < 0)
         return -1;

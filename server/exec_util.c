@@ -335,8 +335,11 @@ static int overridden(const char *entry, char *const *names)
  * account's where it has one.) */
 static const char *const job_env_default[] = {
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "KERAS_*",
-    "CUDA_*", "NVIDIA_*", "XLA_*", "JAX_*", "OMP_NUM_THREADS",
-    /* the network's settings, as the environment builds get them (a review: jobs behind a proxy broke) */
+    "CUDA_*", "NVIDIA_*", "XLA_*", "JAX_*", "OMP_NUM_THREADS", NULL
+};
+/* The network's settings: jobs and the environment builds get them alike (a review: jobs behind a
+ * proxy broke). */
+static const char *const network_env[] = {
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", NULL
 };
@@ -350,12 +353,25 @@ static int name_matches(const char *pattern, const char *entry, size_t klen)
     return klen == n && !strncmp(entry, pattern, n);
 }
 
+int kd_exec_env_listed(const char *const *names, const char *entry)
+{
+    size_t klen = strcspn(entry, "=");
+    for (size_t i = 0; names[i]; i++)
+        if (name_matches(names[i], entry, klen))
+            return 1;
+    return 0;
+}
+
+int kd_exec_network_env(const char *entry)
+{
+    return kd_exec_env_listed(network_env, entry);
+}
+
 static int inherited(const char *entry)
 {
     size_t klen = strcspn(entry, "=");
-    for (size_t i = 0; job_env_default[i]; i++)
-        if (name_matches(job_env_default[i], entry, klen))
-            return 1;
+    if (kd_exec_env_listed(job_env_default, entry) || kd_exec_network_env(entry))
+        return 1;
     for (size_t i = 0; passed && i < passed->njob_env; i++)
         if (name_matches(passed->job_env[i], entry, klen))
             return 1;

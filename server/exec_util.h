@@ -43,6 +43,11 @@ long kd_exec_default_max_procs(void);
 /* Why a spawn as id failed with err: strerror(err), or, for EAGAIN where id's account has a process
  * limit, that it is at it (in buf, n bytes). */
 const char *kd_exec_spawn_why(int err, const kd_ident *id, char *buf, size_t n);
+/* 1 when entry ("NAME=value") is named in names (NULL-terminated; "PREFIX*" a prefix). */
+int kd_exec_env_listed(const char *const *names, const char *entry);
+/* 1 when entry is one of the network's settings (proxies, CA bundles) that jobs and environment
+ * builds both get of kestreld's environment. */
+int kd_exec_network_env(const char *entry);
 /* --job-env NAME (or PREFIX*): one more of kestreld's variables every local job gets. 0, or -1 after
  * printing why (not a variable's name, or past 64). */
 int kd_exec_job_env_pass(kd_config *cfg, const char *name);
