@@ -250,6 +250,15 @@ int kd_ident_secure_data_dir(const char *data_dir)
     return 0;
 }
 
+/* 1 when root may walk what is in dir: kestreld itself runs the jobs, or dir is still root's (an
+ * earlier kestreld's, whose jobs ran as root, or a finished job's: the identity cannot have changed
+ * anything in it). */
+static int root_may_walk(const kd_ident *id, const char *dir)
+{
+    struct stat st;
+    return !id->isolated || (lstat(dir, &st) == 0 && st.st_uid == 0);
+}
+
 int kd_ident_rm_tree(const kd_ident *id, const char *dir, const char *path)
 {
     kestrel_buf out = KESTREL_BUF_INIT;
@@ -259,9 +268,7 @@ int kd_ident_rm_tree(const kd_ident *id, const char *dir, const char *path)
     int rc = 0;
     if (lstat(path, &st) < 0 && errno == ENOENT)
         return 0;
-    /* kestreld itself, or a dir still root's (an earlier kestreld's, whose jobs ran as root: the
-     * identity cannot have changed anything in it) */
-    if (!id->isolated || (lstat(dir, &st) == 0 && st.st_uid == 0)) {
+    if (root_may_walk(id, dir)) {
         kestrel__rm_tree(path);
         return 0;
     }
@@ -284,7 +291,7 @@ int kd_ident_empty(const kd_ident *id, const char *dir)
     int rc = 0;
     if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
         return 0;
-    if (!id->isolated || st.st_uid == 0) {   /* kestreld's own, or root's (see kd_ident_rm_tree) */
+    if (root_may_walk(id, dir)) {
         DIR *d = opendir(dir);
         struct dirent *de;
         char path[4200];
