@@ -110,6 +110,38 @@ class Daemon:
         return self.proc.returncode
 
 
+def drop_cgroup(data):
+    """Remove what a kestreld of data left of its jobs' cgroups (job_cgroup.c: kestrel-HASH beside its
+    own cgroup, which is this process's), processes killed: a kestreld killed and never started again
+    leaves them (it removes them at its stop, or at its next start)."""
+    if os.geteuid() != 0 or not os.path.isdir(data):
+        return
+    h = 2166136261
+    for b in os.path.realpath(data).encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    mounts = [line.split() for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines()
+              if " - cgroup2 " in line]
+    own = [line[3:] for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")]
+    if not mounts or not own:
+        return
+    mnt, root = mounts[0][4], mounts[0][3]
+    below = own[0][len(root):] if root != "/" and own[0].startswith(root) else own[0]
+    base = pathlib.Path(mnt + below.rstrip("/")) / f"kestrel-{h:08x}"
+    for cg in [*base.glob("job-*"), base]:
+        try:
+            (cg / "cgroup.kill").write_text("1")
+        except OSError:
+            pass
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
 def _reachable(path):
     """Every folder above path can be passed through by other accounts (o+x)."""
     p = os.path.abspath(path)
@@ -160,6 +192,24 @@ def no_process(pattern, timeout=10):
     return True
 
 
+def token(d, user, **extra):
+    """A new token of user's (POST /api/v1/tokens as the admin)."""
+    status, body = d.api("POST", "/api/v1/tokens", {"user": user, **extra})
+    assert status == 201, body
+    return body["token"]
+
+
+def wait_line(d, jid, prefix, timeout=30):
+    """The rest of the first line of job jid's log that starts with prefix, once there is one."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for line in d.cli("logs", str(jid)).stdout.splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix):]
+        time.sleep(0.1)
+    raise AssertionError(f"job {jid} never printed {prefix!r}: {d.cli('logs', str(jid)).stdout}")
+
+
 def let_jobs_pass(path):
     """pytest makes its temporary folders 0700; a job (another account) must reach the scripts and
     folders a test writes there. o+x only: nothing becomes listable or readable that was not."""
@@ -185,12 +235,21 @@ def daemon(tmp_path):
         return d
 
     yield start
-    for d in started:
-        assert d.stop() == 0
+    try:
+        for d in started:
+            assert d.stop() == 0
+    finally:
+        for d in started:
+            d.stop()
+            drop_cgroup(d.data)
 
 
 @pytest.fixture
 def kestreld(tmp_path):
     d = Daemon(tmp_path, "--grace-period", "5", "--gpus", "2")
     yield d
-    assert d.stop() == 0
+    try:
+        assert d.stop() == 0
+    finally:
+        d.stop()
+        drop_cgroup(d.data)
