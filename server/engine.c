@@ -551,6 +551,11 @@ void kd_engine_set_external(kd_engine *e, const kd_executor *ext)
     e->ext = e->cfg->nslurm_pools ? ext : NULL;
 }
 
+void kd_engine_job_dir(const kd_engine *e, int64_t id, const char *sub, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/jobs/%lld%s%s", e->cfg->data_dir, (long long)id, sub ? "/" : "", sub ? sub : "");
+}
+
 int kd_engine_pool_external(const kd_engine *e, const char *pool)
 {
     if (e->ext == NULL)

@@ -196,6 +196,9 @@ struct kd_engine {
 int kd_engine_init(kd_engine *e, const kd_config *cfg, kd_catalog *cat, const kd_executor *exec);
 /* Hand the pools in cfg->slurm_pools to ext (before kd_engine_start). */
 void kd_engine_set_external(kd_engine *e, const kd_executor *ext);
+/* DATA/jobs/ID (sub NULL), or DATA/jobs/ID/sub, in buf of n bytes: a job's own dir (work dir,
+ * checkpoints, HOME, /tmp), where every executor and watch finds it. */
+void kd_engine_job_dir(const kd_engine *e, int64_t id, const char *sub, char *buf, size_t n);
 /* Whether pool belongs to the external executor. */
 int kd_engine_pool_external(const kd_engine *e, const char *pool);
 /* 1 when no node (of its pool, with its GPU count of its type, memory and compute capability; a

@@ -197,7 +197,7 @@ static const char *own_tmp(const kd_engine *e, const char *tmp)
 static void settle_files(kd_engine *e, kd_run *run, const kd_ident *ident)
 {
     char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)run->id);
+    kd_engine_job_dir(e, run->id, NULL, dir, sizeof(dir));
     if (kd_engine_term_requested(e, run) == KD_TERM_DISK && kd_ident_empty(ident, dir) < 0)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)run->id, kestrel_error_last()->message);
     if (ident->isolated && (chown(dir, 0, 0) < 0 || chmod(dir, 0700) < 0) && errno != ENOENT)
@@ -349,7 +349,7 @@ static void run_gang(local_job *lj, const char *cwd, const char *ckpt, kd_ident 
     kd_exec_log(e, id, "starting %d ranks (coordinator %s)", n, coord);
     snprintf(rec_path, sizeof(rec_path), "%s/gangs/%lld", e->cfg->data_dir, (long long)id);
     rec = open_ranks_record(e, id);
-    snprintf(tmp, sizeof(tmp), "%s/jobs/%lld/tmp", e->cfg->data_dir, (long long)id);   /* every rank's /tmp */
+    kd_engine_job_dir(e, id, "tmp", tmp, sizeof(tmp));   /* every rank's /tmp */
     cgroup = kd_cgroup_job_open(id);   /* every rank in the job's one cgroup */
     for (int r = 0; r < n; r++) {
         int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
@@ -518,7 +518,7 @@ static void *runner(void *arg)
     kd_exec_as as = { NULL, NULL };
     const char *inside[3] = { ckpt, tmp, work };
 
-    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)id);
+    kd_engine_job_dir(e, id, NULL, dir, sizeof(dir));
     snprintf(work, sizeof(work), "%s/work", dir);
     snprintf(tmp, sizeof(tmp), "%s/tmp", dir);   /* its /tmp and /var/tmp (kd_exec_spawn) */
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint", dir);

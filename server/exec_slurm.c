@@ -291,7 +291,7 @@ static void pump_logs(kd_engine *e, kd_sjob *j, int final)
         char path[PATH_MAX], *buf;
         int fd, lines_left;
         ssize_t r;
-        snprintf(path, sizeof(path), "%s/jobs/%lld/%s", e->cfg->data_dir, (long long)j->id, names[k]);
+        kd_engine_job_dir(e, j->id, names[k], path, sizeof(path));
         /* the job's identity owns the folder: never follow a link it put there, nor read a non-file */
         if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0)
             continue;

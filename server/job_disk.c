@@ -194,7 +194,7 @@ static void measure(const kd_engine *e, measured *m)
     m->bytes = 0;
     m->deep = 0;
     m->until_ms = kestrel__now_ms() + WALK_MS;
-    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)m->id);
+    kd_engine_job_dir(e, m->id, NULL, dir, sizeof(dir));
     if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return;
     if (fstat(fd, &st) < 0) {

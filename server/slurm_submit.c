@@ -371,7 +371,7 @@ int kd_slurm_submit(kd_slurm *s, kd_sjob *j, char *why, size_t n)
         rc = -1;
         goto done;
     }
-    snprintf(dir, sizeof(dir), "%s/jobs/%lld", e->cfg->data_dir, (long long)j->id);
+    kd_engine_job_dir(e, j->id, NULL, dir, sizeof(dir));
     snprintf(work, sizeof(work), "%s/work", dir);
     snprintf(script, sizeof(script), "%s/checkpoint", dir);
     if (kestrel__mkdirs(script, 0700) < 0 ||
