@@ -8,6 +8,7 @@
 #include "policy.h"
 #include "api_inputs.h"
 #include "envs.h"
+#include "job_disk.h"
 #include "route.h"
 #include "job_priv.h"
 
@@ -441,6 +442,11 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
         if (!b->metrics[i]->name[0] || !kestrel__text_is_clean(b->metrics[i]->name, KESTREL__NAME_MAX))
             rc = kestrel__error_set(KESTREL_EINVALID, "field 'metrics.name': must be printable, 1..%d bytes",
                                     KESTREL__NAME_MAX);
+    if (rc == 0 && kd_job_disk_low(r->e)) {   /* kept for job states and tokens (job_disk.c) */
+        protobuf_c_message_free_unpacked(&b->base, NULL);
+        return kd_reply_error(r, 507, "insufficient_storage", "the data disk has less than its floor free, which "
+                              "kestreld keeps for job states and tokens: metric points are not stored until room is made");
+    }
     if (rc == 0)
         rc = kd_catalog_metrics_add(r->e->cat, id, b, r->e->cfg->max_metric_points, r->e->cfg->max_metric_series);
     for (size_t i = 0; rc == 0 && running && i < b->n_metrics; i++)   /* a run's NaN loss, not a late report's */

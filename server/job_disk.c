@@ -12,7 +12,10 @@
  * It fails with that reason within STOP_GRACE_MS (SIGTERM, then SIGKILL), and its files are removed
  * before its end is recorded (exec_local.c): a full disk could not record it, and a failed job's
  * scratch is nobody's. Files its processes deleted and hold open count too (through its cgroup,
- * job_cgroup.c); what a job writes outside its dir (/tmp) does not. */
+ * job_cgroup.c); what a job writes outside its dir (/tmp) does not.
+ * Below the floor, jobs' output and metric points are not stored either: jobs' logs, each within
+ * --max-log-bytes, and their points, each within --max-metric-points, fill the catalog's disk too,
+ * a user's many jobs together (a review). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,6 +30,7 @@
 #include "worker.h"
 
 #define DISK_EVERY_MS 3000
+#define LOW_EVERY_MS 500          /* kd_job_disk_low reads the disk's free space at most this often */
 #define STOP_GRACE_MS 10000
 #define MAX_DEPTH 256             /* deeper folders are not walked (each holds an fd): the job is over */
 #define WALK_MS 2000              /* a job's walk stops past this too (its files then took kestreld's time) */
@@ -263,6 +267,60 @@ static void tick(void *ctx)
         }
     pthread_mutex_unlock(&e->mu);
     free(m);
+}
+
+/* kd_job_disk_low, under e->mu. */
+static int low_locked(kd_engine *e)
+{
+    int64_t now = kestrel__now_ms(), avail, keep;
+    if (now >= e->disk_read_ms) {
+        e->disk_read_ms = now + LOW_EVERY_MS;
+        e->disk_low = kd_disk_floor(e->cfg->data_dir, &avail, &keep) == 0 && avail < keep;
+        if (!e->disk_low)
+            e->nlow_noted = 0;
+    }
+    return e->disk_low;
+}
+
+int kd_job_disk_low(kd_engine *e)
+{
+    int low;
+    pthread_mutex_lock(&e->mu);
+    low = low_locked(e);
+    pthread_mutex_unlock(&e->mu);
+    return low;
+}
+
+size_t kd_job_disk_log_keep(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n, kd_log_line *out)
+{
+    size_t k = 0, dropped = 0;
+    int say = 0;
+    pthread_mutex_lock(&e->mu);
+    if (!low_locked(e)) {
+        pthread_mutex_unlock(&e->mu);
+        memcpy(out, lines, n * sizeof(*lines));
+        return n;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (lines[i].stream == KESTREL_LOG_SYSTEM)
+            out[k++] = lines[i];
+        else
+            dropped++;
+    if (dropped) {   /* a ring: past its size, a job may be told twice */
+        size_t ring = sizeof(e->low_noted) / sizeof(e->low_noted[0]);
+        say = 1;
+        for (size_t i = 0; i < e->nlow_noted && i < ring && say; i++)
+            say = e->low_noted[i] != job_id;
+        if (say)
+            e->low_noted[e->nlow_noted++ % ring] = job_id;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (say) {
+        static const char text[] = "kestrel: the job's output is dropped while the data disk has less than its "
+                                   "floor free (kestreld keeps it for job states and tokens)";
+        out[k++] = (kd_log_line){ lines[0].time_ms, KESTREL_LOG_SYSTEM, text, sizeof(text) - 1 };
+    }
+    return k;
 }
 
 int kd_job_disk_start(kd_engine *e)
