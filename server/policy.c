@@ -15,10 +15,11 @@
 
 #define MAX_OWN 16
 #define MAX_GLOBAL 64
-/* The matching a run's own patterns may take: a tenth of a core (100 us each ms), up to 2 s saved;
- * past it a line goes unscanned by them (kestreld's own and the built-ins always scan it: a job must
- * not spend them away, a review). 16 patterns of a job's own, each within its budget a line, took a
- * whole core for 3 lines a second, a core more for each such job (a hostile test). */
+/* The matching the own patterns of a user's running jobs may take together: a tenth of a core (100
+ * us each ms), up to 2 s saved; past it a line goes unscanned by them (kestreld's own and the
+ * built-ins always scan it: a job must not spend them away, a review). 16 patterns of a job's own,
+ * each within its budget a line, took a whole core for 3 lines a second, a core more for each such
+ * job (a hostile test); a tenth of a core a run still gave a user of ten such jobs a whole core. */
 #define SCAN_NS_PER_MS 100000
 #define SCAN_SAVED_NS 2000000000LL
 
@@ -28,6 +29,13 @@ typedef struct {
     unsigned actions;
     kd_regex *re;
 } policy;
+
+/* A user's matching time (under kd_policies.mu), shared by the runs that hold it. */
+typedef struct {
+    char owner[65];
+    int refs;
+    int64_t scan_ns, scan_ms;  /* matching time left, and when it was last added to */
+} budget;
 
 /* One job's run: its own policies and what fired. Held by reference: a slow regex of one job's
  * policies holds up that job's lines only (each job has its own reader thread), never the list. */
@@ -42,7 +50,7 @@ typedef struct run_state {
     unsigned effects;
     char why[400];
     int nan_alerted;
-    int64_t scan_ns, scan_ms;  /* matching time left, and when it was last added to */
+    budget *b;                 /* its owner's, where it has patterns of its own */
     int64_t unscanned;         /* lines left unscanned past it */
     int unscanned_said;
 } run_state;
@@ -53,6 +61,8 @@ struct kd_policies {
     size_t nglobal;
     run_state **runs;
     size_t nruns, cap;
+    budget **budgets;          /* of the users whose running jobs have patterns of their own */
+    size_t nbudgets, bcap;
 };
 
 /* The defaults of a mature tool: CUDA/cuDNN/XLA out-of-memory messages, ECC and Xid errors of a
@@ -174,8 +184,55 @@ int kd_policies_init(kd_engine *e)
     return 0;
 }
 
-static void state_free(run_state *rs)
+/* owner's budget, held once more (under ps->mu); NULL when out of memory. */
+static budget *budget_hold(struct kd_policies *ps, const char *owner)
 {
+    budget *b = NULL;
+    for (size_t i = 0; i < ps->nbudgets && !b; i++)
+        if (!strcmp(ps->budgets[i]->owner, owner))
+            b = ps->budgets[i];
+    if (b == NULL && kestrel__array_grow(&ps->budgets, &ps->bcap, ps->nbudgets + 1, sizeof(*ps->budgets)) == 0 &&
+        (b = calloc(1, sizeof(*b))) != NULL) {
+        snprintf(b->owner, sizeof(b->owner), "%s", owner);
+        b->scan_ns = SCAN_SAVED_NS;
+        b->scan_ms = kestrel__now_ms();
+        ps->budgets[ps->nbudgets++] = b;
+    }
+    if (b)
+        b->refs++;
+    return b;
+}
+
+/* Let go of b (under ps->mu): forgotten with its last run. */
+static void budget_drop(struct kd_policies *ps, budget *b)
+{
+    if (b == NULL || --b->refs > 0)
+        return;
+    for (size_t i = 0; i < ps->nbudgets; i++)
+        if (ps->budgets[i] == b) {
+            ps->budgets[i] = ps->budgets[--ps->nbudgets];
+            break;
+        }
+    free(b);
+}
+
+/* Whether b has matching time left now (under ps->mu): what passed since it was last added to is. */
+static int budget_left(budget *b, int64_t now)
+{
+    if (now > b->scan_ms) {
+        b->scan_ns += (now - b->scan_ms) * SCAN_NS_PER_MS;
+        if (b->scan_ns > SCAN_SAVED_NS)
+            b->scan_ns = SCAN_SAVED_NS;
+        b->scan_ms = now;
+    }
+    return b->scan_ns > 0;
+}
+
+static void state_free(struct kd_policies *ps, run_state *rs)
+{
+    pthread_mutex_lock(&ps->mu);
+    budget_drop(ps, rs->b);
+    pthread_mutex_unlock(&ps->mu);
     for (size_t k = 0; k < rs->nown; k++)
         kd_regex_free(rs->own[k].re);
     pthread_mutex_destroy(&rs->mu);
@@ -190,8 +247,9 @@ void kd_policies_free(kd_engine *e)
     for (size_t i = 0; i < ps->nglobal; i++)
         kd_regex_free(ps->global[i].re);
     for (size_t r = 0; r < ps->nruns; r++)
-        state_free(ps->runs[r]);
+        state_free(ps, ps->runs[r]);
     free(ps->runs);
+    free(ps->budgets);
     pthread_mutex_destroy(&ps->mu);
     free(ps);
     e->policies = NULL;
@@ -235,6 +293,11 @@ static run_state *acquire(kd_engine *e, int64_t job_id)
                 if (compile(&rs->own[rs->nown], p->name, acts, p->pattern, "warning") == 0)
                     rs->nown++;
             }
+            if (rs->nown) {
+                pthread_mutex_lock(&ps->mu);
+                rs->b = budget_hold(ps, job->owner);
+                pthread_mutex_unlock(&ps->mu);
+            }
         }
         if (job)
             protobuf_c_message_free_unpacked(&job->base, NULL);
@@ -255,7 +318,7 @@ static void release(struct kd_policies *ps, run_state *rs)
     gone = --rs->refs == 0 && rs->dead;
     pthread_mutex_unlock(&ps->mu);
     if (gone)
-        state_free(rs);
+        state_free(ps, rs);
 }
 
 typedef struct {
@@ -337,26 +400,27 @@ void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, si
     for (size_t l = 0; l < n; l++) {
         size_t len = lines[l].len < 65536 ? lines[l].len : 65536;
         struct timespec t0, t1;
-        int64_t now = kestrel__now_ms();
-        if (rs->scan_ms == 0)
-            rs->scan_ns = SCAN_SAVED_NS;
-        else if (now > rs->scan_ms)
-            rs->scan_ns = rs->scan_ns + (now - rs->scan_ms) * SCAN_NS_PER_MS > SCAN_SAVED_NS
-                              ? SCAN_SAVED_NS : rs->scan_ns + (now - rs->scan_ms) * SCAN_NS_PER_MS;
-        rs->scan_ms = now;
+        int left;
         memcpy(text, lines[l].text, len);
         text[len] = '\0';
         for (size_t i = 0; i < ps->nglobal; i++)   /* kestreld's own and the built-ins: always */
             consider(rs, &ps->global[i], 0, i, text, f, &nf);
-        if (rs->nown && rs->scan_ns <= 0) {
+        if (rs->nown == 0)
+            continue;
+        pthread_mutex_lock(&ps->mu);
+        left = rs->b && budget_left(rs->b, kestrel__now_ms());
+        pthread_mutex_unlock(&ps->mu);
+        if (!left) {
             rs->unscanned++;
             continue;
         }
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (size_t i = 0; i < rs->nown; i++)   /* the job's own, on its budget */
+        for (size_t i = 0; i < rs->nown; i++)   /* the job's own, on its owner's budget */
             consider(rs, &rs->own[i], 1, i, text, f, &nf);
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        rs->scan_ns -= (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+        pthread_mutex_lock(&ps->mu);
+        rs->b->scan_ns -= (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+        pthread_mutex_unlock(&ps->mu);
     }
     say = rs->unscanned && !rs->unscanned_said;
     rs->unscanned_said |= say;
@@ -367,8 +431,8 @@ void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, si
         act(e, job_id, &f[i]);
     if (say)   /* once a run: its lines are stored and searchable, only the policies miss them */
         kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), "log policies: lines go unscanned by the job's own "
-                            "patterns while these take more than a tenth of a core (too costly for its lines); "
-                            "kestreld's own still scan every line");
+                            "patterns while those of its owner's running jobs take more than a tenth of a core "
+                            "together (too costly for their lines); kestreld's own still scan every line");
 }
 
 void kd_policies_metric(kd_engine *e, int64_t job_id, const char *name, double value)

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from conftest import KESTREL_CLI, KESTRELD, write_replacing
+from conftest import KESTREL_CLI, KESTRELD, token, write_replacing
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -399,6 +399,28 @@ def test_a_jobs_costly_policies_take_a_tenth_of_a_core_at_most(kestreld):
     assert any("lines go unscanned" in e["reason"] for e in job["events"]), [e["reason"] for e in job["events"]]
     assert "log-policy/nan-loss" in json.dumps(job), job
     assert d.cli("logs", str(jid)).stdout.count("a" * 3000) == 300
+
+
+def test_a_users_running_jobs_share_one_tenth_of_a_core_for_their_policies(daemon):
+    """A tenth of a core a run still gave a user of ten such jobs a whole core of kestreld's. The own
+    patterns of a user's running jobs share it: while one of alice's jobs spends it, her other job's
+    lines go unscanned by its patterns too; bob's job beside them is scanned all the same."""
+    d = daemon("--gpus", "0")
+    alice, bob = (d.env(KESTREL_TOKEN=token(d, u)) for u in ("alice", "bob"))
+    costly = [a for i in range(16) for a in ("--log-policy", f"p{i}:label=(a|aa)*(b|{i}c)$")]
+    hog = d.submit(*costly, "--", "sh", "-c", "end=$(($(date +%s) + 20)); while [ $(date +%s) -lt $end ]; do "
+                   "head -c 3000 /dev/zero | tr '\\0' a; echo; done", env=alice)
+    deadline = time.time() + 60
+    while not any("lines go unscanned" in e["reason"] for e in d.job(hog)["events"]):
+        assert time.time() < deadline and d.job(hog)["state"] == "RUNNING", d.job(hog)
+        time.sleep(0.2)
+    cheap = ("--log-policy", "mine:label=^hello$", "--", "sh", "-c", "for i in $(seq 20); do echo hello; sleep 0.05; done")
+    mine, his = d.submit(*cheap, env=alice), d.submit(*cheap, env=bob)
+    assert d.wait(mine)["state"] == "SUCCEEDED" and d.wait(his)["state"] == "SUCCEEDED"
+    assert any("lines go unscanned" in e["reason"] for e in d.job(mine)["events"]), d.job(mine)["events"]
+    assert "log-policy/mine" in json.dumps(d.job(his)), d.job(his)
+    assert not any("lines go unscanned" in e["reason"] for e in d.job(his)["events"])
+    d.cli("cancel", str(hog))
 
 
 def test_log_search_pages_past_a_thousand_hits_and_a_job_token_sees_its_own_job(kestreld, tmp_path):
