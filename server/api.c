@@ -144,6 +144,9 @@ enum MHD_Result kd_reply_failure(kd_req *r, int rc)
     case KESTREL_EEXISTS: return kd_reply_error(r, 409, "conflict", msg);
     case KESTREL_EAUTH: return kd_reply_error(r, 403, "permission_denied", msg);
     case KESTREL_ETOOLARGE: return kd_reply_error(r, 413, "too_large", msg);
+    case KESTREL_EIO:   /* its own files failed: libkestrel says KESTREL_EIO, as for a file:// store */
+        fprintf(stderr, "kestreld: %s %s: %s\n", r->method, r->path, msg);
+        return kd_reply_error(r, 500, "io_error", msg);
     default:
         fprintf(stderr, "kestreld: %s %s: %s\n", r->method, r->path, msg);
         return kd_reply_error(r, 500, "internal", msg);

@@ -128,7 +128,8 @@ KESTREL_API int kestrel_model_delete(kestrel_client *client, const char *name, i
 /**
  * Who may read a model on a kestreld: "all" (every authenticated user, the default), "team" (the
  * namespace's team and writers) or "private" (its writers). Writers of its namespace (the first
- * segment of the name: a user, a team, or jobs/<id>) and admins may change it.
+ * segment of the name: a user, a team, or jobs/<id>) and admins may change it. A file:// repository
+ * has none (its files' modes decide): KESTREL_EUNSUPPORTED.
  */
 KESTREL_API int kestrel_model_set_visibility(kestrel_client *client, const char *name, const char *visibility);
 

@@ -96,7 +96,7 @@ int kestrel__model_push(int64_t *version_out, kestrel_client *c, const char *nam
             return kestrel__error_set(KESTREL_EINVALID, "metadata must be a JSON object");
     }
     if (path == NULL)
-        return kestrel__error_set(KESTREL_EIO, "cannot read (null): no path");
+        return kestrel__error_set(KESTREL_EINVALID, "path is required");
     if ((rc = with_model(&t, c, name)) < 0)
         return rc;
     progress_init(&pr, &o, KESTREL_PHASE_PUSH);

@@ -64,7 +64,7 @@ int kestrel__stream_result(CURL *e, CURLcode cc, kestrel_buf *resp, const char *
     if (cc != CURLE_OK) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s: %s", what, curl_easy_strerror(cc));
-        return cc == CURLE_ABORTED_BY_CALLBACK ? kestrel__error_set(KESTREL_EIO, "%s: a file changed while it was sent", what)
+        return cc == CURLE_ABORTED_BY_CALLBACK ? kestrel__error_set(KESTREL_EIO, "%s: a file changed while it was pushed", what)
                                                : kestrel__error_set_net((int)cc, msg);
     }
     return (status < 200 || status >= 300) ? kestrel__http_failure(status, ctype, resp) : 0;

@@ -17,7 +17,8 @@ int kestrel_model_set_visibility(kestrel_client *c, const char *name, const char
     if (visibility == NULL || (strcmp(visibility, "all") && strcmp(visibility, "team") && strcmp(visibility, "private")))
         return kestrel__error_set(KESTREL_EINVALID, "visibility is all, team or private");
     if (c->store_root)
-        return kestrel__error_set(KESTREL_EINVALID, "a file:// repository has no visibility: its files' modes decide");
+        return kestrel__error_set(KESTREL_EUNSUPPORTED, "a file:// repository has no visibility: its files' modes "
+                                  "decide (visibility needs a kestreld)");
     m.name = (char *)name;
     m.visibility = (char *)visibility;
     if ((rc = kestrel__buf_printf(&path, "/api/v1/models/%s/settings", name)) == 0) {

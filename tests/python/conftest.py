@@ -245,6 +245,18 @@ def daemon(tmp_path):
 
 
 @pytest.fixture
+def small_fs(tmp_path):
+    """A 24 MiB tmpfs of the test's own (root may mount one; elsewhere the test cannot run)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0711", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
 def kestreld(tmp_path):
     d = Daemon(tmp_path, "--grace-period", "5", "--gpus", "2")
     yield d

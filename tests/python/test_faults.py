@@ -22,18 +22,6 @@ import pytest
 from conftest import Daemon, KESTREL_CLI, no_process, processes
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 24 MiB tmpfs of the test's own (root may mount one; elsewhere the test cannot run)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0711", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def test_a_full_disk_fails_cleanly_and_kestreld_keeps_serving(small_fs, tmp_path):
     d = Daemon(small_fs / "k", "--gpus", "0", "--max-log-bytes", "64M")
     try:
