@@ -15,6 +15,8 @@
 /* The WAL is truncated once it holds this many pages (64 MiB of 4 KiB pages): see kd__unlock. */
 #define WAL_TRUNCATE_PAGES 16384
 #define WAL_PASSIVE_PAGES 1000
+#define WAL_RETRY_MS 1000       /* a truncation a reader kept from finishing is tried again after this */
+#define BUSY_MS 5000            /* the main connection's busy timeout */
 
 struct kd_catalog {
     sqlite3 *db;
@@ -23,6 +25,7 @@ struct kd_catalog {
     uint64_t used[USED_WORDS];  /* cached statements handed out under the current lock (bit i: cache[i]) */
     int any_used;
     int wal_pages;              /* frames in the WAL after the last commit */
+    int64_t wal_retry_ms;       /* no truncation is tried before (kd__unlock) */
     int full;                   /* the last write failed for lack of space */
     char reserve[4200];         /* DB-reserve: space set aside for job states on a full disk */
     void (*on_transition)(void *ctx, const kd_transition_seen *t);
@@ -111,17 +114,26 @@ void kd__lock(kd_catalog *cat) { pthread_mutex_lock(&cat->mu); }
 
 /* Every statement handed out is reset before the lock is released: a stepped SELECT left as it
  * was holds a read transaction, and no checkpoint can then move the WAL past it (the WAL grew to
- * 2 GB under load that way). A WAL past WAL_TRUNCATE_PAGES is checkpointed and truncated here. */
+ * 2 GB under load that way). A WAL past WAL_TRUNCATE_PAGES is checkpointed and truncated here,
+ * never waiting on a reader: a log search's snapshot (its own connection, up to 20 s) held the
+ * truncation in the busy handler for 5 s at every unlock, under the catalog's lock, and every
+ * other user's request waited 20 s (a hostile test). What a reader still needs is tried again a
+ * second later, the frames before it checkpointed meanwhile. */
 void kd__unlock(kd_catalog *cat)
 {
     for (int w = 0; cat->any_used && w < USED_WORDS; w++)
         for (; cat->used[w]; cat->used[w] &= cat->used[w] - 1)
             sqlite3_reset(cat->cache[w * 64 + __builtin_ctzll(cat->used[w])].st);
     cat->any_used = 0;
-    if (cat->wal_pages >= WAL_TRUNCATE_PAGES) {
-        int log = 0, done = 0;
-        if (sqlite3_wal_checkpoint_v2(cat->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done) == SQLITE_OK)
+    if (cat->wal_pages >= WAL_TRUNCATE_PAGES && kestrel__now_ms() >= cat->wal_retry_ms) {
+        int log = 0, done = 0, rc;
+        sqlite3_busy_timeout(cat->db, 0);
+        rc = sqlite3_wal_checkpoint_v2(cat->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
+        sqlite3_busy_timeout(cat->db, BUSY_MS);
+        if (rc == SQLITE_OK)
             cat->wal_pages = 0;
+        else
+            cat->wal_retry_ms = kestrel__now_ms() + WAL_RETRY_MS;
     }
     pthread_mutex_unlock(&cat->mu);
 }
@@ -404,7 +416,7 @@ int kd_catalog_open(kd_catalog **out, const char *path)
         free(cat);
         return rc;
     }
-    sqlite3_busy_timeout(cat->db, 5000);
+    sqlite3_busy_timeout(cat->db, BUSY_MS);
     if (kd__register_functions(cat->db) < 0) {
         int rc = kestrel__error_set(KESTREL_EIO, "catalog %s: %s", path, sqlite3_errmsg(cat->db));
         sqlite3_close(cat->db);

@@ -467,3 +467,30 @@ def test_a_webhook_url_past_its_bound_or_not_http_is_refused_at_start(tmp_path):
         p = subprocess.run([KESTRELD, "--port", "0", "--data-dir", str(tmp_path / "d"), "--gpus", "0", "--webhook", url],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and why in p.stderr, p.stderr
+
+
+def test_a_long_log_search_holds_no_one_behind_a_large_wal(daemon):
+    """A catalog whose WAL passed 64 MiB was truncated at every unlock, waiting up to 5 s on readers
+    under the catalog's lock; a log search holds its snapshot up to 20 s, so every other request
+    waited for it (bob's took 20 s: a hostile test). The truncation no longer waits: while one search
+    runs, 64 MiB and more of others' jobs are written and bob is answered."""
+    d = daemon("--gpus", "0")
+    bob = token(d, "bob")
+    lines = d.submit("--", "sh", "-c", "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -n 50000")
+    assert d.wait(lines, timeout=120)["state"] == "SUCCEEDED"
+    answer = []
+    search = threading.Thread(target=lambda: answer.append(d.api("GET", "/api/v1/logs/search?regex=1&q=" +
+                                                                 urllib.parse.quote("^(a|aa)*[bc]$"))[0]))
+    search.start()   # every line scanned (no literal to look up), each to the regex's bound: 20 s
+    time.sleep(0.5)
+    wal = d.data / "catalog.db-wal"
+    big = {"argv": ["true", "x" * 100_000, "x" * 100_000],
+           "env": [{"key": f"V{i}", "value": "y" * 100_000} for i in range(2)]}
+    while wal.stat().st_size < 72 << 20 and search.is_alive():
+        status, job = d.api("POST", "/api/v1/jobs", big)
+        assert status == 201, job
+        d.api("POST", f"/api/v1/jobs/{job['id']}/cancel", {})
+    status, _ = d.api("GET", "/api/v1/jobs?page_size=1", token=bob)
+    assert status == 200 and search.is_alive(), wal.stat().st_size   # answered while the search still ran
+    search.join()
+    assert answer == [503], answer   # it ran to its bound
