@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include "api.h"
+#include "job_disk.h"
 #include "console.h"
 #include "metrics.h"
 #include "repo_acl.h"
@@ -133,6 +134,15 @@ enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code,
     ok = send_bytes(r, status, &b, 1, r->want_json ? KESTREL__CT_JSON : KESTREL__CT_PROTOBUF);
     kestrel_buf_dispose(&b);
     return ok;
+}
+
+int kd_refused_at_floor(kd_req *r, enum MHD_Result *reply)
+{
+    if (!kd_job_disk_low(r->e))
+        return 0;
+    *reply = kd_reply_error(r, 507, "insufficient_storage", "the data disk has less than its floor free, which kestreld "
+                            "keeps for job states and tokens: nothing more is added to the catalog until room is made");
+    return 1;
 }
 
 enum MHD_Result kd_reply_failure(kd_req *r, int rc)

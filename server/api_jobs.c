@@ -108,6 +108,8 @@ static enum MHD_Result submit_spec(kd_req *r, Kestrel__V1__JobSpec *spec, int re
     Kestrel__V1__Job *job;
     int64_t id;
     int rc;
+    if (kd_refused_at_floor(r, &reply))
+        goto out;
     if ((rc = kestrel__job_spec_validate(spec)) < 0 || (rc = kd_policies_spec_check(spec)) < 0 ||
         (rc = refs_visible(r, spec)) < 0 || (rc = kd_inputs_pin(r, spec)) < 0) {
         reply = kd_reply_failure(r, rc);
@@ -442,10 +444,9 @@ static enum MHD_Result metrics(kd_req *r, int64_t id)
         if (!b->metrics[i]->name[0] || !kestrel__text_is_clean(b->metrics[i]->name, KESTREL__NAME_MAX))
             rc = kestrel__error_set(KESTREL_EINVALID, "field 'metrics.name': must be printable, 1..%d bytes",
                                     KESTREL__NAME_MAX);
-    if (rc == 0 && kd_job_disk_low(r->e)) {   /* kept for job states and tokens (job_disk.c) */
+    if (rc == 0 && kd_refused_at_floor(r, &reply)) {
         protobuf_c_message_free_unpacked(&b->base, NULL);
-        return kd_reply_error(r, 507, "insufficient_storage", "the data disk has less than its floor free, which "
-                              "kestreld keeps for job states and tokens: metric points are not stored until room is made");
+        return reply;
     }
     if (rc == 0)
         rc = kd_catalog_metrics_add(r->e->cat, id, b, r->e->cfg->max_metric_points, r->e->cfg->max_metric_series);

@@ -434,6 +434,8 @@ static enum MHD_Result settings(kd_req *r, const char *name)
         Kestrel__V1__ModelSettings *in;
         if ((st = kd_repo_check(r, name, KD_REPO_SETTINGS, why, sizeof(why))) != 0)
             return kd_reply_error(r, (unsigned)st, st == 403 ? "permission_denied" : "not_found", why);
+        if (kd_refused_at_floor(r, &reply))
+            return reply;
         if ((in = (Kestrel__V1__ModelSettings *)kd_body(r, &kestrel__v1__model_settings__descriptor, &reply)) == NULL)
             return reply;
         for (vis = 0; vis < 3 && strcmp(in->visibility, vis_names[vis]); vis++)

@@ -167,7 +167,7 @@ enum MHD_Result kd_route_priority(kd_req *r, int64_t id)
         protobuf_c_message_free_unpacked(&u->base, NULL);
         return kd_reply_error(r, 400, "invalid_argument", "field 'priority': normal, high or urgent");
     }
-    if (kd_priority_refused(r, (int)u->priority, 0, &reply)) {
+    if (kd_priority_refused(r, (int)u->priority, 0, &reply) || kd_refused_at_floor(r, &reply)) {
         protobuf_c_message_free_unpacked(&u->base, NULL);
         return reply;
     }

@@ -189,7 +189,6 @@ struct kd_engine {
     struct kd_telemetry *telemetry;   /* the GPU sampler (telemetry.c); NULL without real GPUs */
     struct kd_job_disk *job_disk;     /* the watch of jobs' files (job_disk.c) */
     int disk_low;               /* the data disk below its floor, as last read (under mu; job_disk.c) */
-    int64_t disk_read_ms;       /* when */
     int64_t low_noted[32];      /* a ring of the jobs whose log said, since the disk went below, that their
                                  * output is dropped */
     size_t nlow_noted;          /* how many were put in it */

@@ -9,7 +9,7 @@
 int kd_job_disk_start(kd_engine *e);
 /* Stop and join it (before the engine stops its runs). No-op when it never started. */
 void kd_job_disk_stop(kd_engine *e);
-/* 1 while the data disk has less than its floor free (disk_floor.h; read at most every 0.5 s): no
+/* 1 while the data disk has less than its floor free (disk_floor.h; read at each call): no
  * metric point is stored then (507), nor a job's output (kd_job_disk_log_keep). Thread-safe; not
  * under e->mu. */
 int kd_job_disk_low(kd_engine *e);

@@ -3,10 +3,13 @@
  * speed of an append and searchable about a second later (searches read the queue too, so
  * nothing is missed meanwhile). Each batch is one transaction under the catalog's lock, short
  * enough (a few ms) not to hold up requests; at stop the queue is drained (bounded in time: what
- * is left is indexed after the next start). */
+ * is left is indexed after the next start). Nothing is indexed while the data disk has less than
+ * its floor free (job_disk.h): the index grows as the lines did, and filled a disk's last bytes
+ * after the lines stopped at the floor; the queue waits for room, searched as it is. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "engine.h"
+#include "job_disk.h"
 #include "log_index.h"
 #include "worker.h"
 
@@ -22,8 +25,8 @@ struct kd_indexer {
 
 static void drain(kd_engine *e, int64_t until_ms)
 {
-    int n;
-    while ((n = kd_catalog_log_index(e->cat, BATCH)) == BATCH && kestrel__now_ms() < until_ms)
+    int n = 0;
+    while (!kd_job_disk_low(e) && (n = kd_catalog_log_index(e->cat, BATCH)) == BATCH && kestrel__now_ms() < until_ms)
         ;
     if (n < 0)
         fprintf(stderr, "kestreld: log index: %s\n", kestrel_error_last()->message);

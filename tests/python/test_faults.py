@@ -142,25 +142,34 @@ def test_below_the_disks_floor_jobs_output_and_metrics_are_not_stored(small_fs):
     """Each job's log has --max-log-bytes and its metrics --max-metric-points, but a user's many jobs
     together could fill the catalog's disk, and then no one's job could end or token be made. Below the
     data disk's floor (a fiftieth) a job's output is dropped, its log saying so once, and a metric
-    report is 507; kestreld's own lines, job ends and tokens go on. With room again, both are stored."""
+    report is 507; so are a new job, a priority's change and a model's settings (a hostile test filled
+    the disk to its last byte with submitted and cancelled jobs). kestreld's own lines, job ends and
+    tokens go on. With room again, all are stored."""
     d = Daemon(small_fs / "k", "--gpus", "0")
     try:
+        jid = d.submit("--", "sh", "-c", "while [ ! -e go ]; do sleep 0.1; done; for i in 1 2 3; do echo lost-$i; done")
+        queued = d.submit("--pool", "nowhere", "--", "true")
+        d.wait_state(jid, "RUNNING")
         free = os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize
         ballast = small_fs / "ballast"
         ballast.write_bytes(b"\0" * (free - (256 << 10)))   # 256 KiB left: the floor of 24 MiB is 491 KiB
-        time.sleep(0.6)   # kestreld reads the disk at most every 0.5 s
-        jid = d.submit("--", "sh", "-c", "for i in 1 2 3; do echo lost-$i; sleep 0.3; done")
+        (d.data / "jobs" / str(jid) / "work" / "go").write_text("")
         assert d.wait(jid, timeout=60)["state"] == "SUCCEEDED"
         out = d.cli("logs", str(jid)).stdout
         assert "lost-" not in out and out.count("the job's output is dropped while the data disk") == 1, out
-        status, body = d.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": [{"name": "loss", "step": 1, "value": 1}]})
-        assert status == 507 and "floor" in body["message"], body
+        metric = {"metrics": [{"name": "loss", "step": 1, "value": 1}]}
+        for method, path, body in (("POST", f"/api/v1/jobs/{jid}/metrics", metric),
+                                   ("POST", "/api/v1/jobs", {"argv": ["true"]}),
+                                   ("POST", f"/api/v1/jobs/{queued}/priority", {"priority": "high"}),
+                                   ("POST", "/api/v1/models/admin/m/settings", {"visibility": "private"})):
+            status, answer = d.api(method, path, body)
+            assert status == 507 and "floor" in answer["message"], (path, status, answer)
         assert d.api("POST", "/api/v1/tokens", {"user": "carol"})[0] == 201
         ballast.unlink()
-        time.sleep(0.6)
         again = d.submit("--", "echo", "kept")
         assert d.wait(again)["state"] == "SUCCEEDED" and "kept" in d.cli("logs", str(again)).stdout
-        assert d.api("POST", f"/api/v1/jobs/{jid}/metrics", {"metrics": [{"name": "loss", "step": 1, "value": 1}]})[0] == 200
+        assert d.api("POST", f"/api/v1/jobs/{jid}/metrics", metric)[0] == 200
+        assert d.api("POST", f"/api/v1/jobs/{queued}/priority", {"priority": "high"})[0] == 200
     finally:
         d.stop()
 
