@@ -330,6 +330,12 @@ def test_tokens_expire_revoke_and_scope(daemon):
     status, body = d.api("POST", "/api/v1/tokens", {"user": "frank"})
     assert status == 429 and "kestrel token revoke" in body["message"]
     assert len(d.api("GET", "/api/v1/tokens?user=frank")[1]["tokens"]) == 1000
+    # and dead ones: the newest 100 revoked or expired stay listed (35,000 rows in 10 minutes were kept)
+    for t in d.api("GET", "/api/v1/tokens?user=frank")[1]["tokens"][:150]:
+        assert d.api("DELETE", f"/api/v1/tokens/{t['id']}")[0] == 200
+    assert d.api("POST", "/api/v1/tokens", {"user": "frank"})[0] == 201
+    listed = d.api("GET", "/api/v1/tokens?user=frank")[1]["tokens"]
+    assert len(listed) == 951 and sum(1 for t in listed if int(t.get("revoked_ms", 0))) == 100, len(listed)
     # a job token cannot see or mint tokens
     jid = d.submit("--", "sh", "-c", f"{KESTREL_CLI} token list; echo rc=$?")
     d.wait(jid)
