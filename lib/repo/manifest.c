@@ -123,7 +123,8 @@ void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *f, size_t n, ch
     kestrel__hex(md, 32, hex);
 }
 
-int kestrel__manifest_file_digests_open(const Kestrel__V1__Manifest *m)
+/* 1 when a listed file's digest is left empty. */
+static int file_digests_open(const Kestrel__V1__Manifest *m)
 {
     for (size_t i = 0; i < m->n_files; i++)
         if (!m->files[i]->sha256[0])
@@ -133,5 +134,5 @@ int kestrel__manifest_file_digests_open(const Kestrel__V1__Manifest *m)
 
 int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m)
 {
-    return kestrel__manifest_file_digests_open(m) || !m->sha256[0];
+    return file_digests_open(m) || !m->sha256[0];
 }

@@ -36,7 +36,7 @@ static int file_closed(kestrel__mcheck *c)
     return 0;
 }
 
-int kestrel__mcheck_chunk(kestrel__mcheck *c, const Kestrel__V1__ChunkRef *r)
+static int mcheck_chunk(kestrel__mcheck *c, const Kestrel__V1__ChunkRef *r)
 {
     if (!kestrel__is_sha256_hex(r->digest))
         return kestrel__error_set(KESTREL_EINVALID, "field 'chunks': digests are 64 lowercase hex digits");
@@ -75,7 +75,7 @@ static int folders_are_no_files(kestrel__mcheck *c, const char *path)
     return 0;
 }
 
-int kestrel__mcheck_file(kestrel__mcheck *c, const Kestrel__V1__TreeFile *f)
+static int mcheck_file(kestrel__mcheck *c, const Kestrel__V1__TreeFile *f)
 {
     int rc;
     if ((rc = file_closed(c)) < 0)
@@ -143,12 +143,12 @@ int kestrel__mcheck_lists(kestrel__mcheck *c, const Kestrel__V1__Manifest *w)
     size_t at = 0;
     int rc = 0;
     for (size_t j = 0; j < w->n_files && rc == 0; j++) {
-        rc = kestrel__mcheck_file(c, w->files[j]);
+        rc = mcheck_file(c, w->files[j]);
         for (int64_t k = 0; k < w->files[j]->chunks && at < w->n_chunks && rc == 0; k++)
-            rc = kestrel__mcheck_chunk(c, w->chunks[at++]);
+            rc = mcheck_chunk(c, w->chunks[at++]);
     }
     while (at < w->n_chunks && rc == 0)
-        rc = kestrel__mcheck_chunk(c, w->chunks[at++]);
+        rc = mcheck_chunk(c, w->chunks[at++]);
     return rc;
 }
 

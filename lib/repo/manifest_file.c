@@ -92,11 +92,6 @@ const Kestrel__V1__Manifest *kestrel__mfile_head(const kestrel__mfile *m)
     return m->head;
 }
 
-size_t kestrel__mfile_chunks(const kestrel__mfile *m)
-{
-    return m->n_chunks;
-}
-
 size_t kestrel__mfile_files(const kestrel__mfile *m)
 {
     return m->n_files;

@@ -19,9 +19,8 @@ int kestrel__mfile_fd(const kestrel__mfile *m);
 /* Read it through once: its fields other than the two lists (kestrel__mfile_head), and how many
  * chunks and files it lists. KESTREL_EPROTO where it is not a manifest. */
 int kestrel__mfile_scan(kestrel__mfile *m);
-/* After a scan: the manifest without its lists (n_chunks and n_files 0), and their lengths. */
+/* After a scan: the manifest without its lists (n_chunks and n_files 0), and how many files it lists. */
 const Kestrel__V1__Manifest *kestrel__mfile_head(const kestrel__mfile *m);
-size_t kestrel__mfile_chunks(const kestrel__mfile *m);
 size_t kestrel__mfile_files(const kestrel__mfile *m);
 /* Read it through with kestrel__mcheck: 0, or KESTREL_EINVALID naming the field (as
  * kestrel__manifest_check would); KESTREL_EPROTO where a record is not what its field holds. */

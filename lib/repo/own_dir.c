@@ -28,7 +28,9 @@ mode_t kestrel__umask(void)
     return (mode_t)(mask & 0777);
 }
 
-int kestrel__home(char *out, size_t n)
+/* This user's home: $HOME when set and absolute, else the password database's (0; -1 when neither,
+ * or it does not fit in n). */
+static int home_dir(char *out, size_t n)
 {
     const char *home = getenv("HOME");
     struct passwd pw, *got = NULL;
@@ -155,7 +157,7 @@ int kestrel__cache_dir(char *out, size_t n, const char *env_suffix, const char *
         snprintf(out, n, "%s%s", env, env_suffix);
     else if (!env && xdg && *xdg)
         snprintf(out, n, "%s/kestrel/%s", xdg, leaf);
-    else if (!env && kestrel__home(home, sizeof(home)) == 0)   /* never /tmp: anyone may make a folder there */
+    else if (!env && home_dir(home, sizeof(home)) == 0)   /* never /tmp: anyone may make a folder there */
         snprintf(out, n, "%s/.cache/kestrel/%s", home, leaf);
     return out[0] && kestrel__cache_max() != 0;
 }

@@ -12,9 +12,6 @@
 /* The process umask, read without changing it (umask(2) would, for every thread); 077 when /proc
  * does not say. */
 mode_t kestrel__umask(void);
-/* This user's home: $HOME when set and absolute, else the password database's (0; -1 when neither,
- * or it does not fit in n). */
-int kestrel__home(char *out, size_t n);
 /* 1 when dir is a folder that only this user (or root) can change: it and every folder above it
  * are owned by this user or root and writable by no one else (a folder others may write counts
  * only with its sticky bit, like /tmp: no one else can rename or remove what is ours in it), and

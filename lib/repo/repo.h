@@ -79,8 +79,6 @@ typedef struct {
 } kestrel__mcheck;
 int kestrel__mcheck_begin(kestrel__mcheck *c, const Kestrel__V1__Manifest *head, size_t n_chunks, size_t n_files,
                           int open);
-int kestrel__mcheck_file(kestrel__mcheck *c, const Kestrel__V1__TreeFile *f);
-int kestrel__mcheck_chunk(kestrel__mcheck *c, const Kestrel__V1__ChunkRef *r);
 /* Each file of w, then its chunks; then w's chunks no file claims (a whole manifest, or a window of
  * one: manifest_file.h). */
 int kestrel__mcheck_lists(kestrel__mcheck *c, const Kestrel__V1__Manifest *w);
@@ -88,8 +86,6 @@ int kestrel__mcheck_end(kestrel__mcheck *c);
 void kestrel__mcheck_free(kestrel__mcheck *c);
 /* 1 when a whole-file digest of m is left empty: the version's or a listed file's. */
 int kestrel__manifest_digests_open(const Kestrel__V1__Manifest *m);
-/* 1 when a listed file's digest is left empty. */
-int kestrel__manifest_file_digests_open(const Kestrel__V1__Manifest *m);
 /* A directory version's digest: SHA-256 over "mode size sha256 path\0" per file, in order. */
 void kestrel__manifest_tree_digest(Kestrel__V1__TreeFile *const *files, size_t n, char hex[65]);
 /* The same a file at a time: f's part of it, into ctx (an EVP SHA-256 digest begun by the caller). */

@@ -270,30 +270,6 @@ int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *dat
     return 0;
 }
 
-int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out)
-{
-    char path[PATH_MAX], got[KESTREL__HEX_LEN + 1];
-    FILE *f;
-    size_t n;
-    int rc;
-    kestrel__store_chunk_path(s, hex, path, sizeof(path));
-    if ((f = fopen(path, "rb")) == NULL)
-        return errno == ENOENT ? kestrel__error_set(KESTREL_EIO, "chunk %.12s is missing from the store", hex)
-                               : io_error("cannot read", path);
-    out->size = 0;
-    if ((rc = kestrel__buf_grow(out, expect_len + 1)) < 0) {
-        fclose(f);
-        return rc;
-    }
-    n = fread(out->ptr, 1, expect_len + 1, f);
-    fclose(f);
-    out->size = n;
-    kestrel__sha256_hex(out->ptr, n, got);
-    if (n != expect_len || strcmp(got, hex))
-        return kestrel__error_set(KESTREL_EIO, "chunk %.12s is damaged (%zu bytes, hash %.12s)", hex, n, got);
-    return 0;
-}
-
 /* The digest of one stored chunk as a file's: its name, once its size is the one expected. */
 static int chunk_sized(kestrel__store *s, const char *hex, int64_t size, char out[KESTREL__HEX_LEN + 1])
 {

@@ -46,8 +46,6 @@ int kestrel__alias_valid(const char *alias);
 void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1]);
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex);
 int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len);
-/* Read a chunk and check its hash (KESTREL_EIO on a mismatch: a damaged store). */
-int kestrel__store_get_chunk(kestrel__store *s, const char *hex, size_t expect_len, kestrel_buf *out);
 /* Make every chunk written so far durable (one syncfs, not one fsync per chunk). */
 int kestrel__store_sync(kestrel__store *s);
 /* Where chunk hex lives: ROOT/chunks/ab/cdef... (hex: 64 lowercase hex digits, checked by the caller). */

@@ -1,9 +1,12 @@
 /* lib/repo/transport.h - where a repository lives, behind one small interface: the store opened
  * in-process for file:// (transport_local.c) or kestreld over HTTP (transport_http.c). Push and pull
- * (push.c, pull.c) are written once against it; a transport moves chunks and manifests and never
- * decides anything about them (every check of what arrives is the pull's, and kestreld's), with
- * one exception: an HTTP answer longer than the chunk it carries is reported damaged where it is
- * received (transport_http.c fetch_end), since the pull never sees its bytes. */
+ * (push.c, pull.c) are written once against it. On the pull's side a transport moves chunks and
+ * manifests and decides nothing about them: every check of what arrives is the pull's, but where
+ * the bytes never reach it (an HTTP answer longer than its chunk, a batch's chunk under another
+ * digest: transport_http.c, fetch_batch.c). On the push's side it is the repository: the local
+ * transport checks what it stores and commits as kestreld does (chunks against their digests, the
+ * manifest's form, the whole-file digests left empty filled in); the HTTP one leaves that to
+ * kestreld. */
 #ifndef KESTREL_TRANSPORT_H
 #define KESTREL_TRANSPORT_H
 

@@ -86,7 +86,9 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
      * resending lost chunks finds the lists in m) */
     if (chunks && m->n_chunks == 0 && m->n_files == 0 && (rc = kestrel__spool_fill(chunks, m)) < 0)
         return rc;
-    if ((rc = kestrel__store_all_stored(STORE(t), m)) < 0)
+    /* its form, as kestreld checks it (server/api_repo.c); the digests given are the push's own,
+     * hashed in this process from the bytes it chunked */
+    if ((rc = kestrel__manifest_check_commit(m)) < 0 || (rc = kestrel__store_all_stored(STORE(t), m)) < 0)
         return rc;
     if (kestrel__manifest_digests_open(m)) {   /* a digest the push left to the repository (a file of one
                                                  * chunk's, one from the stat cache) */
