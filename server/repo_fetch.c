@@ -9,8 +9,10 @@
  * Every chunk is looked up before the answer starts: one that is not stored is a 404 that names it,
  * and nothing is sent. The bytes are read as the answer goes out, AHEAD files opened ahead with
  * their reads started (POSIX_FADV_WILLNEED), so the disk serves many at once; the answer is never
- * in memory whole. A chunk removed or cut short meanwhile (the collector) ends the answer early:
- * the client sees a transfer cut short, and the bytes it has are verified one chunk at a time.
+ * in memory whole. A chunk removed meanwhile (its version deleted and collected) gets a head whose
+ * length is KESTREL__CHUNK_GONE, and the answer ends there: the client says "not found", as a pull
+ * from a file:// store does (it was a transfer cut short, a network error: a review). One cut short
+ * as it is read ends the answer early; the bytes the client has are verified one chunk at a time.
  *
  * An answer holds at most AHEAD descriptors while it goes out (a GET holds one), and only then; all
  * answers together hold at most a quarter of the process's beyond the chunk each is sending.
@@ -41,6 +43,7 @@ typedef struct {
     uint32_t *size;
     size_t at;                  /* bytes of chunk i sent, its 36 bytes of head included */
     uint8_t head[36];           /* chunk i's head, made when it starts */
+    int gone;                   /* chunk i is no longer stored: its head says so, and the answer ends */
     size_t opened;              /* chunks [0, opened) were opened (ahead) */
     int fd[AHEAD];              /* chunk k's in fd[k % AHEAD] while k is in [i, opened); -1: could not */
 } fetch_answer;
@@ -116,15 +119,23 @@ static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max)
             if (a->at == 0 && !OPENSSL_hexstr2buf_ex(a->head, 32, &len, a->hex[k], '\0'))
                 return out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;   /* cannot be: checked hex */
             if (a->at == 0) {
-                a->head[32] = (uint8_t)(a->size[k] >> 24);
-                a->head[33] = (uint8_t)(a->size[k] >> 16);
-                a->head[34] = (uint8_t)(a->size[k] >> 8);
-                a->head[35] = (uint8_t)a->size[k];
+                uint32_t said = a->size[k];
+                if (said > 0) {   /* opened before its head goes: a chunk collected since the lookup is gone */
+                    open_ahead(a);
+                    if ((a->gone = a->fd[k % AHEAD] < 0))
+                        said = KESTREL__CHUNK_GONE;
+                }
+                a->head[32] = (uint8_t)(said >> 24);
+                a->head[33] = (uint8_t)(said >> 16);
+                a->head[34] = (uint8_t)(said >> 8);
+                a->head[35] = (uint8_t)said;
             }
             take = 36 - a->at < max - out ? 36 - a->at : max - out;
             memcpy(buf + out, a->head + a->at, take);
             out += take;
             a->at += take;
+            if (a->gone)   /* its head, then the end */
+                return a->at < 36 || out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;
         } else {
             ssize_t r;
             open_ahead(a);

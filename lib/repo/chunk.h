@@ -9,6 +9,9 @@
 #define KESTREL__CHUNK_MIN (64u * 1024)
 #define KESTREL__CHUNK_AVG (256u * 1024)
 #define KESTREL__CHUNK_MAX (1024u * 1024)
+/* The length a batch's chunk head gives for a chunk the repository no longer stores (its version
+ * deleted and collected as it was sent): the answer ends there (server/repo_fetch.c, fetch_batch.c). */
+#define KESTREL__CHUNK_GONE 0xFFFFFFFFu
 
 /* Length of the next chunk at the start of data[0..len); len itself when the data ends first
  * (eof != 0) or no boundary lies within KESTREL__CHUNK_MAX. Needs len >= KESTREL__CHUNK_MAX unless eof. */

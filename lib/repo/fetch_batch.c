@@ -33,6 +33,9 @@ static int head_read(kestrel__batch *b, const kestrel__want *w)
     if (strcmp(hex, w->digest))
         return kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged: its place in the batch holds chunk %.12s",
                                   w->digest, hex);
+    if (b->expect == KESTREL__CHUNK_GONE)   /* as the local store's pull says it */
+        return kestrel__error_set(KESTREL_ENOTFOUND, "chunk %.12s is not in the repository (any more: its version was "
+                                  "deleted as it was pulled?)", w->digest);
     if (b->expect > 4 * KESTREL__CHUNK_MAX)
         return kestrel__error_set(KESTREL_EPROTO, "chunk %.12s arrived damaged: kestreld announces %u bytes of it",
                                   w->digest, b->expect);

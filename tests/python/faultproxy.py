@@ -1,6 +1,9 @@
 """A fault proxy for broken transports: forwards loopback TCP to a real kestreld, and damages the
 responses to chunk downloads ("GET /api/v1/chunks/SHA" and the batches of "POST /api/v1/chunks/fetch")
 - flips one body byte ("corrupt") or cuts the connection halfway through the body ("truncate").
+"pause" forwards the first batch's answer up to `at` bytes of its body, then calls `paused()` before it
+forwards the rest, reading kestreld's side through a small window meanwhile (kestreld, which keeps at
+most 256 KiB of an answer unsent, is then not far ahead of what the client has).
 "older" plays a kestreld from before ChunkQueryResult.fills_digests and names_chunks (it drops those
 fields from the answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
 kestreld then answers 404, as an older one does); "hang" plays a server that stops answering: from the
@@ -49,11 +52,12 @@ def _whole_answer(pending):
 
 class FaultProxy:
     def __init__(self, upstream_port, mode, at=None, hang_on=None, before=None, rate=None, answer=_BUSY, then_close=False, lost_then=None,
-                 lose=1, refuse=(b"", [])):
+                 lose=1, refuse=(b"", []), paused=None):
         self.upstream = ("127.0.0.1", upstream_port)
         self.before = before
         self.mode = mode
         self.hang_on = hang_on
+        self.paused = paused
         assert mode != "hang" or hang_on, "hang needs hang_on: the start of the request that hangs"
         assert mode != "slow" or rate, "slow needs rate: bytes a second"
         self.rate = rate
@@ -134,7 +138,10 @@ class FaultProxy:
 
     def _serve(self, client):
         try:
-            up = socket.create_connection(self.upstream)
+            up = socket.socket()
+            if self.mode == "pause":   # a small window: kestreld cannot send far ahead
+                up.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            up.connect(self.upstream)
         except OSError:   # kestreld is down: the client's connection closes, as it would without us
             client.close()
             return
@@ -153,6 +160,7 @@ class FaultProxy:
                     if (data.startswith(b"GET /api/v1/chunks/") and not data.startswith(b"GET /api/v1/chunks/missing")) \
                             or data.startswith(b"POST /api/v1/chunks/fetch "):
                         state["chunk_request"] = self.mode in ("corrupt", "truncate")
+                        state["pause_request"] = self.mode == "pause" and data.startswith(b"POST ") and self.paused
                     if data.startswith(b"POST /api/v1/chunks/fetch ") and self.mode == "older":
                         data = b"POST /api/v1/chunks/fetcx " + data[len(b"POST /api/v1/chunks/fetch "):]
                         self.damaged += 1
@@ -221,6 +229,17 @@ class FaultProxy:
                         client.sendall(self.answer)
                         break
                     data = self.answer + rest
+                if state.get("pause_request"):
+                    pending += data
+                    head = pending.find(b"\r\n\r\n")
+                    if head < 0 or len(pending) < head + 4 + self.at:
+                        continue
+                    state["pause_request"] = False
+                    client.sendall(pending)
+                    data, pending = b"", b""
+                    paused, self.paused = self.paused, None
+                    paused()
+                    self.damaged += 1
                 if state["chunk_request"]:
                     pending += data
                     head = pending.find(b"\r\n\r\n")

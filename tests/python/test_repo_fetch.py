@@ -231,6 +231,31 @@ def test_a_chunk_missing_from_the_store_is_not_found_and_names_no_damage(kestrel
     assert not (tmp_path / "out").exists()
 
 
+def test_a_chunk_collected_as_its_batch_is_sent_is_not_found(kestreld, tmp_path, monkeypatch):
+    """kestreld ended a batch's answer early when a chunk went as it was sent (its version deleted and
+    collected): the client saw a broken connection (NetworkError), where a file:// pull of it says
+    NotFoundError. That chunk's head now says it is gone, and the pull fails NotFoundError, naming it."""
+    from faultproxy import FaultProxy
+    monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(30):
+        (src / f"f{i:02d}").write_bytes(os.urandom(40_000))
+    kestrel.Client(kestreld.url, kestreld.token).push("team/going", str(src))
+    digest = hashlib.sha256((src / "f29").read_bytes()).hexdigest()   # the last file: one chunk, the batch's last
+    victim = kestreld.data / "repo" / "chunks" / digest[:2] / digest[2:]
+    assert victim.exists()
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "pause", 16384, paused=victim.unlink)
+    try:
+        with pytest.raises(kestrel.NotFoundError) as info:
+            kestrel.Client(proxy.url, kestreld.token).pull("team/going", str(tmp_path / "out"))
+        assert proxy.damaged == 1 and digest[:12] in str(info.value) and "not in the repository" in str(info.value)
+        assert requests_seen(proxy) == (1, 0)   # one batch, no GET
+    finally:
+        proxy.close()
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_stored_chunk_over_4_mib_is_quarantined_when_a_batch_asks_for_it(kestreld, tmp_path, monkeypatch):
     monkeypatch.setenv("KESTREL_CACHE_MAX", "0")
     c, src, victim = stored_tree(kestreld, tmp_path, "team/huge", lambda i: 3000 + i)
