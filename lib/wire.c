@@ -596,23 +596,6 @@ int kestrel__wire_pack(kestrel_buf *out, const ProtobufCMessage *msg)
     return 0;
 }
 
-static int read_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
-{
-    *v = 0;
-    for (int shift = 0; shift < 64 && *at < len; shift += 7) {
-        uint8_t b = p[(*at)++];
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return 0;
-    }
-    return -1;
-}
-
-int kestrel__wire_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
-{
-    return read_varint(p, len, at, v);
-}
-
 int kestrel__wire_pack_element(kestrel_buf *out, unsigned field, const ProtobufCMessage *msg)
 {
     uint8_t head[20];
@@ -637,14 +620,14 @@ int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned 
 {
     size_t i = *at, j;
     uint64_t key, size = 0;
-    if (read_varint(p, len, &i, &key) < 0)   /* none, cut short, or longer than a varint may be */
+    if (kestrel__wire_varint(p, len, &i, &key) < 0)   /* none, cut short, or longer than a varint may be */
         return len - *at < 10 ? 0 : kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record");
     if ((key >> 3) == 0 || (key >> 3) > UINT32_MAX)
         return kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record (key %llu)", (unsigned long long)key);
     j = i;
     switch (key & 7) {
     case 0:   /* a varint: its bytes */
-        if (read_varint(p, len, &i, &size) < 0)
+        if (kestrel__wire_varint(p, len, &i, &size) < 0)
             return len - j < 10 ? 0 : kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record");
         size = i - j;
         i = j;
@@ -652,7 +635,7 @@ int kestrel__wire_next_field(const uint8_t *p, size_t len, size_t *at, unsigned 
     case 1: size = 8; break;
     case 5: size = 4; break;
     case 2:
-        if (read_varint(p, len, &i, &size) < 0)
+        if (kestrel__wire_varint(p, len, &i, &size) < 0)
             return len - j < 10 ? 0 : kestrel__error_set(KESTREL_EINVALID, "malformed protobuf record");
         break;
     default:

@@ -14,6 +14,18 @@
 #include "wire.h"
 
 /* A malloc'd block of n bytes as glibc holds it: its header, rounded to 16, at least 32. */
+int kestrel__wire_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *at < len; shift += 7) {
+        uint8_t b = p[(*at)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return 0;
+    }
+    return -1;
+}
+
 static uint64_t block(uint64_t n)
 {
     uint64_t b = (n + 8 + 15) & ~(uint64_t)15;

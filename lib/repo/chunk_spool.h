@@ -9,6 +9,7 @@
 #ifndef KESTREL_CHUNK_SPOOL_H
 #define KESTREL_CHUNK_SPOOL_H
 
+#include "records.h"
 #include "repo.h"
 
 typedef struct kestrel__spool kestrel__spool;
@@ -16,25 +17,6 @@ typedef struct kestrel__spool kestrel__spool;
 /* An unlinked temp file, read and write, in $TMPDIR (else /var/tmp, else /tmp): its descriptor, or
  * KESTREL_EIO naming what it was for and the first directory tried. */
 int kestrel__temp_fd(const char *what);
-/* Fields read from a file front to back (a spool's records, a pulled manifest: manifest_file.h), a
- * buffer at a time; the buffer grows to hold the longest field, up to 64 MiB. Begun with
- * kestrel__records_init: fd, what (for errors: "the pulled manifest"), bad (the code of damage). */
-typedef struct {
-    int fd;
-    const char *what;
-    int bad;
-    uint8_t *buf;
-    size_t cap, len, at;   /* buf[at, len) not taken yet */
-    int64_t off;           /* the file's next byte */
-} kestrel__records;
-/* The next field (kestrel__wire_next_field: its number, wire type and value), and raw (NULL: not
- * asked) the whole of it, key too, valid until the next call: 1; 0 at the end; bad where it is cut
- * short or malformed; KESTREL_EIO where the file cannot be read. */
-int kestrel__records_next(kestrel__records *r, unsigned *field, unsigned *type, const uint8_t **data, size_t *n,
-                          const uint8_t **raw, size_t *raw_n);
-void kestrel__records_init(kestrel__records *r, int fd, const char *what, int bad);
-void kestrel__records_rewind(kestrel__records *r);
-void kestrel__records_free(kestrel__records *r);
 
 int kestrel__spool_open(kestrel__spool **out);
 /* Append n chunks (digest, size), in order; a directory's file after its chunks. */

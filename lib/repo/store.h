@@ -15,43 +15,21 @@
 #include <sys/types.h>
 #include "internal.h"
 #include "wire.h"
+#include "files.h"
+#include "names.h"
 
 typedef struct kestrel__store kestrel__store;
 
-#define KESTREL__HEX_LEN 64
 
-/* mkdir -p: 0, or -1 with errno. */
-int kestrel__mkdirs(const char *path, mode_t mode);
-/* Write data to path: a temp name next to it, fsync, chmod mode, rename. 0 or an error. */
-int kestrel__write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
-/* The same for msg as JSON (json set: kestrel__wire_to_json's form) or protobuf, written a block at a
- * time as it is made (kestrel__wire_to_json_fd, kestrel__wire_pack_fd), never held whole. */
-int kestrel__write_message_atomic(const char *path, const ProtobufCMessage *msg, int json, mode_t mode);
-/* rm -rf path (best effort: what cannot be removed stays). */
-void kestrel__rm_tree(const char *path);
 
 int kestrel__store_open(kestrel__store **out, const char *root);
 void kestrel__store_close(kestrel__store *s);
-/* "team/resnet": lowercase [a-z0-9._-] segments starting with a letter or digit, <= 200 bytes; no
- * segment after the first is "versions" or "aliases" (a model's own folders, its routes' words). */
-int kestrel__repo_name_valid(const char *name);
-#define KESTREL__NAME_RULE \
-    "lowercase [a-z0-9._-] segments joined by '/', each starting with a letter or digit, none after the first " \
-    "named 'versions' or 'aliases'"
-/* An alias: one such segment, not starting with a digit, without ".tmp." (the store's temp names). */
-int kestrel__alias_valid(const char *alias);
-#define KESTREL__ALIAS_RULE "lowercase letters, digits, '.', '_' and '-', starting with a letter, without '.tmp.'"
-
-/* SHA-256 of data in lowercase hex; "" when OpenSSL fails (it then equals no digest). */
-void kestrel__sha256_hex(const void *data, size_t len, char hex[KESTREL__HEX_LEN + 1]);
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex);
 int kestrel__store_put_chunk(kestrel__store *s, const char *hex, const void *data, size_t len);
 /* Make every chunk written so far durable (one syncfs, not one fsync per chunk). */
 int kestrel__store_sync(kestrel__store *s);
 /* Where chunk hex lives: ROOT/chunks/ab/cdef... (hex: 64 lowercase hex digits, checked by the caller). */
 void kestrel__store_chunk_path(const kestrel__store *s, const char *hex, char *out, size_t n);
-/* 1 when s is 64 lowercase hex digits (a chunk's or a file's SHA-256). */
-int kestrel__is_sha256_hex(const char *s);
 /* Re-hash a stored chunk: 0 intact (or absent), 1 damaged and moved to ROOT/quarantine (so it no
  * longer counts as stored), < 0 on error. */
 int kestrel__store_check_chunk(kestrel__store *s, const char *hex);
@@ -74,8 +52,12 @@ int kestrel__manifest_chunk_arrays(const Kestrel__V1__Manifest *m, char ***hex, 
  * leaves it empty; where m gives one, they must be equal (KESTREL_EINVALID, msg naming the field). */
 int kestrel__manifest_settle_digest(Kestrel__V1__Manifest *m, size_t i, const char *got, char *msg, size_t n);
 /* Declare this process the store's only writer (kestreld over its data directory): after one
- * sync now, a sync is skipped when this process wrote no chunk since the last one. */
+ * sync now, a sync is skipped when this process wrote no chunk since the last one. Also repairs
+ * "latest" where a writer was killed before it moved, and rewrites an old store's manifests once
+ * (store_commit.c). */
 int kestrel__store_claim(kestrel__store *s);
+/* The sole-writer part of it: the flags (store.c). */
+void kestrel__store_own(kestrel__store *s);
 /* Commit m (its version is set here; aliases and alias are not stored) as the next version of name;
  * moves "latest". */
 int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Manifest *m, int64_t *version_out);
@@ -129,6 +111,9 @@ void kestrel__store_pb_remove(kestrel__store *s, const char *name, int64_t versi
 int kestrel__store_aliases(kestrel__store *s, Kestrel__V1__Manifest *m);
 /* m as readers see it: file_count, its aliases, metadata_json "{}" when it has none. */
 int kestrel__store_decorate(kestrel__store *s, Kestrel__V1__Manifest *m);
+/* kestrel__store_decorate but its aliases (the caller's). */
+int kestrel__store_decorate_counts(Kestrel__V1__Manifest *m);
+
 /* name@version as listings show it: chunks and files left out (chunk_count and file_count say how
  * many), its aliases filled in, metadata_json "{}" when it has none, no commit_key. Read from versions/N.listing,
  * written at the commit, so that a listing never reads a whole manifest (a dataset's is megabytes); a
@@ -144,6 +129,8 @@ typedef struct {
 } kestrel__alias_map;
 int kestrel__store_alias_map(kestrel__store *s, const char *name, kestrel__alias_map *out);
 void kestrel__alias_map_free(kestrel__alias_map *map);
+/* m's aliases from map, in the aliases folder's order (whatever m held is freed). */
+int kestrel__store_aliases_from(const kestrel__alias_map *map, Kestrel__V1__Manifest *m);
 /* kestrel__store_listing with its aliases from map (NULL: read from the store, as it does). */
 int kestrel__store_listing_mapped(kestrel__store *s, const char *name, int64_t version, const kestrel__alias_map *map,
                                   Kestrel__V1__Manifest **out);
@@ -162,10 +149,8 @@ int kestrel__store_find_commit(kestrel__store *s, const char *name, const char *
 /* m as a listing shows it, shallow (its strings are m's): lists and aliases left out, chunk_count and
  * file_count set, metadata_json "{}" when it has none. */
 void kestrel__store_listing_of(const Kestrel__V1__Manifest *m, Kestrel__V1__Manifest *shown);
-/* path's bytes, NUL-terminated (KESTREL_ENOTFOUND, unset, when it does not exist). */
-int kestrel__store_read_text(const char *path, kestrel_buf *out);
 /* Rewrite, once, the manifests of a store before format 2 in the current form (ROOT/format says
- * which a store has; store_legacy.c). kestrel__store_claim calls it. */
+ * which a store has; store_commit.c). kestrel__store_claim calls it. */
 int kestrel__store_migrate(kestrel__store *s);
 /* A manifest in the JSON form of stores before format 2 (store_legacy.c). */
 int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out);
@@ -184,6 +169,9 @@ int kestrel__store_delete(kestrel__store *s, const char *name, int64_t version);
 int kestrel__store_list(kestrel__store *s, kestrel_buf *out);
 /* 1 when model name (a valid name) has a committed version, as kestrel__store_list counts one. */
 int kestrel__store_model_exists(kestrel__store *s, const char *name);
+/* 1 when dir (a model's versions folder) holds a committed version: a kill during its first commit
+ * leaves only a versions folder (and a temp file), which is no model. */
+int kestrel__store_has_version(const char *dir);
 const char *kestrel__store_root(const kestrel__store *s);
 
 /* What a collection did. */

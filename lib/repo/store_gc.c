@@ -219,11 +219,6 @@ int kestrel__store_commit_hold(kestrel__store *s)
     return locked(lock_file(s, "commit.lock"), LOCK_SH);   /* one open file each: a flock is its file's */
 }
 
-int kestrel__store_not_stored(const char *hex)
-{
-    return kestrel__error_set(KESTREL_EINVALID, "chunk %.12s of the manifest is not stored (never sent, or collected "
-                              "since it was: a collection's grace shorter than the push)", hex);
-}
 
 int kestrel__store_all_stored(kestrel__store *s, const Kestrel__V1__Manifest *m)
 {

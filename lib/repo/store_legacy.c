@@ -1,8 +1,8 @@
 /* lib/repo/store_legacy.c - stores before format 2 kept each manifest in a JSON form of their own:
  *   {"chunks": [[HEX, LEN], ...], "files": [[PATH, SIZE, SHA256, MODE, CHUNKS], ...], "name", "size",
  *    "sha256", "created_ms", "metadata": {...}, "version"}
- * Read here (the one reader of that form), and rewritten once as Kestrel__V1__Manifest's JSON when
- * kestreld claims the store; ROOT/format then says 2. */
+ * Read here (the one reader of that form); kestreld's claim rewrites them once as
+ * Kestrel__V1__Manifest's JSON (store_commit.c), and ROOT/format then says 2. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -13,7 +13,6 @@
 #include "repo.h"
 #include "store.h"
 
-#define FORMAT "2\n"
 
 static char *dup_or_empty(const char *s)
 {
@@ -110,62 +109,4 @@ int kestrel__store_legacy_manifest(const char *json, Kestrel__V1__Manifest **out
     return 0;
 }
 
-/* Rewrite name@version in the current form when it is in the old one. */
-static int migrate_one(kestrel__store *s, const char *name, int64_t version)
-{
-    char path[PATH_MAX], buf[65536];
-    Kestrel__V1__Manifest *m = NULL;
-    ProtobufCMessage *cur = NULL;
-    kestrel_buf text = KESTREL_BUF_INIT;
-    size_t r;
-    FILE *f;
-    int rc = 0;
-    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", kestrel__store_root(s), name, (long long)version);
-    if ((f = fopen(path, "rb")) == NULL)
-        return 0;   /* deleted meanwhile */
-    while (rc == 0 && (r = fread(buf, 1, sizeof(buf), f)) > 0)
-        rc = kestrel__buf_put(&text, buf, r);
-    fclose(f);
-    if (rc == 0 && kestrel__wire_from_json(&cur, &kestrel__v1__manifest__descriptor, text.ptr ? text.ptr : "", text.size) == 0) {
-        protobuf_c_message_free_unpacked(cur, NULL);   /* already in the current form */
-    } else if (rc == 0 && text.ptr && (rc = kestrel__store_legacy_manifest(text.ptr, &m)) == 0) {
-        m->version = version;
-        text.size = 0;
-        if ((rc = kestrel__wire_to_json(&text, &m->base, 0)) == 0)
-            rc = kestrel__write_file_atomic(path, text.ptr, text.size, 0644);
-        if (rc == 0)
-            kestrel__store_pb_remove(s, name, version);   /* none of this form's should exist; never a stale one */
-        kestrel__manifest_free(m);
-    }
-    kestrel_buf_dispose(&text);
-    if (rc < 0)
-        fprintf(stderr, "kestrel: cannot migrate %s@%lld: %s\n", name, (long long)version, kestrel_error_last()->message);
-    return rc < 0 ? 1 : 0;   /* it stays as it is (readers say so, fsck lists it); the next start tries again */
-}
 
-int kestrel__store_migrate(kestrel__store *s)
-{
-    char path[PATH_MAX];
-    kestrel_buf names = KESTREL_BUF_INIT;
-    int rc, left = 0;
-    snprintf(path, sizeof(path), "%s/format", kestrel__store_root(s));
-    if (access(path, F_OK) == 0)
-        return 0;
-    rc = kestrel__store_list(s, &names);
-    for (char *save = NULL, *n = rc == 0 && names.ptr ? strtok_r(names.ptr, "\n", &save) : NULL; rc == 0 && n;
-         n = strtok_r(NULL, "\n", &save)) {
-        int64_t *vs = NULL;
-        size_t k = 0;
-        if (kestrel__store_versions(s, n, &vs, &k) < 0) {
-            kestrel_error_clear();
-            continue;
-        }
-        for (size_t i = 0; i < k; i++)
-            left += migrate_one(s, n, vs[i]);
-        free(vs);
-    }
-    kestrel_buf_dispose(&names);
-    if (rc < 0 || left)
-        return 0;   /* best effort: the store reads both forms */
-    return kestrel__write_file_atomic(path, FORMAT, strlen(FORMAT), 0644);
-}

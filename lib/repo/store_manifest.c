@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include "chunk_spool.h"
+#include "records.h"
 #include "repo.h"
 #include "store.h"
 
@@ -379,4 +379,12 @@ int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t ve
         }
     }
     return rc;
+}
+
+int kestrel__store_resolve(kestrel__store *s, const char *ref, Kestrel__V1__Manifest **out)
+{
+    char name[256];
+    int64_t version;
+    int rc = kestrel__store_resolve_version(s, ref, name, &version);
+    return rc < 0 ? rc : kestrel__store_manifest(s, name, version, out);
 }
