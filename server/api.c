@@ -140,8 +140,9 @@ int kd_refused_at_floor(kd_req *r, enum MHD_Result *reply)
 {
     if (!kd_job_disk_low(r->e))
         return 0;
-    *reply = kd_reply_error(r, 507, "insufficient_storage", "the data disk has less than its floor free, which kestreld "
-                            "keeps for job states and tokens: nothing more is added to the catalog until room is made");
+    *reply = kd_reply_error(r, 507, "insufficient_storage", "the data disk has less than half its floor free, which "
+                            "kestreld keeps for job states and tokens: nothing more is added to the catalog until "
+                            "room is made");
     return 1;
 }
 

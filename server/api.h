@@ -89,7 +89,7 @@ enum MHD_Result kd_reply_response(kd_req *r, unsigned int status, struct MHD_Res
 /* b as it is, with that Content-Type. */
 enum MHD_Result kd_reply_bytes(kd_req *r, unsigned int status, const kestrel_buf *b, const char *content_type);
 enum MHD_Result kd_reply_error(kd_req *r, unsigned int status, const char *code, const char *message);
-/* 1 with *reply a 507 while the data disk has less than its floor free (job_disk.h): what a caller
+/* 1 with *reply a 507 while the data disk has less than half its floor free (job_disk.h): what a caller
  * asks to add to the catalog (a job, a priority's event, a model's settings) waits for room, kept for
  * job states and tokens. 0 otherwise. */
 int kd_refused_at_floor(kd_req *r, enum MHD_Result *reply);

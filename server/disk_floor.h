@@ -1,7 +1,7 @@
 /* server/disk_floor.h - the room the data disk keeps free for the catalog (job states, tokens) and
  * everyone's jobs: a fiftieth of it, at most 1 GiB. The repository stores no chunk below it
- * (repo_pack.c); below it, the job whose files take the most is stopped, and no job's output or
- * metric point is stored (job_disk.c). */
+ * (repo_pack.c); below it, the job whose files take the most is stopped; below its half, nothing
+ * but job states and tokens is added to the catalog (job_disk.c). */
 #ifndef KD_DISK_FLOOR_H
 #define KD_DISK_FLOOR_H
 

@@ -93,6 +93,7 @@ typedef struct kd_run {
     pid_t pgid;                /* 0 until the process exists */
     int term;                  /* KD_TERM_* */
     int64_t kill_at_ms;        /* SIGKILL deadline once terminating */
+    uint64_t low_told;         /* the disk's low epoch its log last said its output is dropped in (job_disk.c) */
     char term_by[200];         /* who cancelled, or the preemption reason */
     int no_retry;
     int priority;
@@ -189,9 +190,7 @@ struct kd_engine {
     struct kd_telemetry *telemetry;   /* the GPU sampler (telemetry.c); NULL without real GPUs */
     struct kd_job_disk *job_disk;     /* the watch of jobs' files (job_disk.c) */
     int disk_low;               /* the data disk below its floor, as last read (under mu; job_disk.c) */
-    int64_t low_noted[32];      /* a ring of the jobs whose log said, since the disk went below, that their
-                                 * output is dropped */
-    size_t nlow_noted;          /* how many were put in it */
+    uint64_t low_epoch;         /* times it went below: a run's log says so once each time (kd_run.low_told) */
     struct kd_alerts *alerts;  /* webhook delivery (alerts.c); NULL without --webhook */
     struct kd_policies *policies;   /* log policies (policy.c) */
     struct kd_indexer *indexer;     /* fills the log search index (log_index.c) */

@@ -13,9 +13,9 @@
  * before its end is recorded (exec_local.c): a full disk could not record it, and a failed job's
  * scratch is nobody's. Files its processes deleted and hold open count too (through its cgroup,
  * job_cgroup.c); what a job writes outside its dir (/tmp) does not.
- * Below the floor, jobs' output and metric points are not stored either: jobs' logs, each within
- * --max-log-bytes, and their points, each within --max-metric-points, fill the catalog's disk too,
- * a user's many jobs together (a review). */
+ * Below half the floor, nothing more is added to the catalog but job states and tokens: jobs' logs,
+ * each within --max-log-bytes, their points, each within --max-metric-points, and submitted jobs
+ * filled the catalog's disk too, a user's many jobs together (a hostile test). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -268,56 +268,49 @@ static void tick(void *ctx)
     free(m);
 }
 
-/* kd_job_disk_low, under e->mu. Read at every call (a statvfs: about a microsecond): read every
- * 0.5 s, a job's output filled a small disk's last 20 MiB in between. */
-static int low_locked(kd_engine *e)
+/* Whether the data disk is below the catalog's part of its floor (its lower half) now: read at every
+ * call (a statvfs, about a microsecond: read every 0.5 s, a job's output filled a small disk's last
+ * 20 MiB in between), outside e->mu (a network file system's answer must not hold the engine), and
+ * recorded under it: a new epoch each time it goes below. Its lower half: the repository stops at
+ * the whole floor, and one user's chunks there must leave everyone else their submits. */
+static int low_now(kd_engine *e)
 {
     int64_t avail, keep;
-    e->disk_low = kd_disk_floor(e->cfg->data_dir, &avail, &keep) == 0 && avail < keep;
-    if (!e->disk_low)
-        e->nlow_noted = 0;
-    return e->disk_low;
-}
-
-int kd_job_disk_low(kd_engine *e)
-{
-    int low;
+    int low = kd_disk_floor(e->cfg->data_dir, &avail, &keep) == 0 && avail < keep / 2;
     pthread_mutex_lock(&e->mu);
-    low = low_locked(e);
+    e->low_epoch += low && !e->disk_low;
+    e->disk_low = low;
     pthread_mutex_unlock(&e->mu);
     return low;
 }
 
+int kd_job_disk_low(kd_engine *e)
+{
+    return low_now(e);
+}
+
 size_t kd_job_disk_log_keep(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n, kd_log_line *out)
 {
-    size_t k = 0, dropped = 0;
+    static const char text[] = "kestrel: the job's output is dropped while the data disk has less than half its floor "
+                               "free (kestreld keeps it for job states and tokens)";
     int say = 0;
-    pthread_mutex_lock(&e->mu);
-    if (!low_locked(e)) {
-        pthread_mutex_unlock(&e->mu);
+    if (!low_now(e)) {
         memcpy(out, lines, n * sizeof(*lines));
         return n;
     }
-    for (size_t i = 0; i < n; i++)
-        if (lines[i].stream == KESTREL_LOG_SYSTEM)
-            out[k++] = lines[i];
-        else
-            dropped++;
-    if (dropped) {   /* a ring: past its size, a job may be told twice */
-        size_t ring = sizeof(e->low_noted) / sizeof(e->low_noted[0]);
-        say = 1;
-        for (size_t i = 0; i < e->nlow_noted && i < ring && say; i++)
-            say = e->low_noted[i] != job_id;
-        if (say)
-            e->low_noted[e->nlow_noted++ % ring] = job_id;
-    }
+    /* none of the lines, kestreld's own included (a build's or a clone's output is the user's
+     * text: a review); a running job's log says so once each time the disk goes below */
+    pthread_mutex_lock(&e->mu);
+    for (kd_run *r = e->runs; r && !say; r = r->next)
+        if (r->id == job_id && r->low_told != e->low_epoch) {
+            r->low_told = e->low_epoch;
+            say = 1;
+        }
     pthread_mutex_unlock(&e->mu);
-    if (say) {
-        static const char text[] = "kestrel: the job's output is dropped while the data disk has less than its "
-                                   "floor free (kestreld keeps it for job states and tokens)";
-        out[k++] = (kd_log_line){ lines[0].time_ms, KESTREL_LOG_SYSTEM, text, sizeof(text) - 1 };
-    }
-    return k;
+    if (!say)
+        return 0;
+    out[0] = (kd_log_line){ lines[0].time_ms, KESTREL_LOG_SYSTEM, text, sizeof(text) - 1 };
+    return 1;
 }
 
 int kd_job_disk_start(kd_engine *e)

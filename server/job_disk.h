@@ -9,13 +9,14 @@
 int kd_job_disk_start(kd_engine *e);
 /* Stop and join it (before the engine stops its runs). No-op when it never started. */
 void kd_job_disk_stop(kd_engine *e);
-/* 1 while the data disk has less than its floor free (disk_floor.h; read at each call): no
- * metric point is stored then (507), nor a job's output (kd_job_disk_log_keep). Thread-safe; not
- * under e->mu. */
+/* 1 while the data disk has less than half its floor free (disk_floor.h; read at each call): nothing
+ * more is added to the catalog then: no log line (kd_job_disk_log_keep), no metric point, job,
+ * priority's change or model's settings (507, api.c kd_refused_at_floor), no log index entry.
+ * Thread-safe; not under e->mu. */
 int kd_job_disk_low(kd_engine *e);
-/* Of job_id's log lines[0..n), those the catalog takes, into out (n + 1 of them): all, but while
- * the disk is below its floor kestreld's own lines only, and, the first time for the job since the
- * disk went below, one saying that its output is dropped. Their count. */
+/* Of job_id's log lines[0..n), those the catalog takes, into out (n of them at most): all; while the
+ * disk is below its floor none, but, the first time for a running job each time the disk goes
+ * below, one saying that its output is dropped. Their count. */
 size_t kd_job_disk_log_keep(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n, kd_log_line *out);
 
 #endif
