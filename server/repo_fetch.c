@@ -9,10 +9,12 @@
  * Every chunk is looked up before the answer starts: one that is not stored is a 404 that names it,
  * and nothing is sent. The bytes are read as the answer goes out, AHEAD files opened ahead with
  * their reads started (POSIX_FADV_WILLNEED), so the disk serves many at once; the answer is never
- * in memory whole. A chunk removed meanwhile (its version deleted and collected) gets a head whose
- * length is KESTREL__CHUNK_GONE, and the answer ends there: the client says "not found", as a pull
- * from a file:// store does (it was a transfer cut short, a network error: a review). One cut short
- * as it is read ends the answer early; the bytes the client has are verified one chunk at a time.
+ * in memory whole. A chunk removed meanwhile (its version deleted and collected) gets, for a client
+ * that asks (?gone=1), a head whose length is KESTREL__CHUNK_GONE, and the answer ends there: the
+ * client says "not found", as a pull from a file:// store does (it was a transfer cut short, a
+ * network error: a review). For an older client, and a chunk that cannot be opened for another
+ * reason or is cut short as it is read, the answer ends early; the bytes the client has are
+ * verified one chunk at a time.
  *
  * An answer holds at most AHEAD descriptors while it goes out (a GET holds one), and only then; all
  * answers together hold at most a quarter of the process's beyond the chunk each is sending.
@@ -44,6 +46,8 @@ typedef struct {
     size_t at;                  /* bytes of chunk i sent, its 36 bytes of head included */
     uint8_t head[36];           /* chunk i's head, made when it starts */
     int gone;                   /* chunk i is no longer stored: its head says so, and the answer ends */
+    int say_gone;               /* the client asked for that head (?gone=1; an older one would read it as damage) */
+    int enoent[AHEAD];          /* chunk k's open failed for its absence, beside fd[k % AHEAD] */
     size_t opened;              /* chunks [0, opened) were opened (ahead) */
     int fd[AHEAD];              /* chunk k's in fd[k % AHEAD] while k is in [i, opened); -1: could not */
 } fetch_answer;
@@ -101,6 +105,7 @@ static void open_ahead(fetch_answer *a)
             __atomic_add_fetch(&files_open, 1, __ATOMIC_RELAXED);
             (void)posix_fadvise(fd, 0, a->size[a->opened], POSIX_FADV_WILLNEED);
         }
+        a->enoent[a->opened % AHEAD] = fd < 0 && errno == ENOENT;
         a->fd[a->opened % AHEAD] = fd;
         a->opened++;
     }
@@ -122,7 +127,8 @@ static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max)
                 uint32_t said = a->size[k];
                 if (said > 0) {   /* opened before its head goes: a chunk collected since the lookup is gone */
                     open_ahead(a);
-                    if ((a->gone = a->fd[k % AHEAD] < 0))
+                    /* only for its absence: out of descriptors, or unreadable, it is cut as before */
+                    if ((a->gone = a->say_gone && a->fd[k % AHEAD] < 0 && a->enoent[k % AHEAD]))
                         said = KESTREL__CHUNK_GONE;
                 }
                 a->head[32] = (uint8_t)(said >> 24);
@@ -204,6 +210,7 @@ enum MHD_Result kd_repo_fetch(kd_req *r)
     }
     a->store = r->e->store;
     a->n = q->n_digests;
+    a->say_gone = kd_query(r, "gone") && !strcmp(kd_query(r, "gone"), "1");
     for (size_t k = 0; k < a->n; k++) {
         char path[4200];
         struct stat st;

@@ -158,11 +158,11 @@ class FaultProxy:
                         state["hung"] = True
                         continue   # read and dropped: the client's sends never block on us
                     if (data.startswith(b"GET /api/v1/chunks/") and not data.startswith(b"GET /api/v1/chunks/missing")) \
-                            or data.startswith(b"POST /api/v1/chunks/fetch "):
+                            or data.startswith((b"POST /api/v1/chunks/fetch ", b"POST /api/v1/chunks/fetch?")):
                         state["chunk_request"] = self.mode in ("corrupt", "truncate")
                         state["pause_request"] = self.mode == "pause" and data.startswith(b"POST ") and self.paused
-                    if data.startswith(b"POST /api/v1/chunks/fetch ") and self.mode == "older":
-                        data = b"POST /api/v1/chunks/fetcx " + data[len(b"POST /api/v1/chunks/fetch "):]
+                    if data.startswith(b"POST /api/v1/chunks/fetch") and self.mode == "older":
+                        data = b"POST /api/v1/chunks/fetcx" + data[len(b"POST /api/v1/chunks/fetch"):]
                         self.damaged += 1
                     if data.startswith(b"POST /api/v1/chunks/missing"):
                         state["missing_request"] = self.mode == "older"

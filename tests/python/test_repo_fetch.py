@@ -242,7 +242,10 @@ def test_a_chunk_collected_as_its_batch_is_sent_is_not_found(kestreld, tmp_path,
     for i in range(30):
         (src / f"f{i:02d}").write_bytes(os.urandom(40_000))
     kestrel.Client(kestreld.url, kestreld.token).push("team/going", str(src))
-    digest = hashlib.sha256((src / "f29").read_bytes()).hexdigest()   # the last file: one chunk, the batch's last
+    # the last file: one chunk, the batch's last. kestreld opens at most 8 chunks ahead of the one it
+    # sends and keeps at most 256 KiB of an answer unsent; the proxy reads through a small window and
+    # pauses after 16 KiB: f29's file, 1.2 MB into the answer, is not open when it goes
+    digest = hashlib.sha256((src / "f29").read_bytes()).hexdigest()
     victim = kestreld.data / "repo" / "chunks" / digest[:2] / digest[2:]
     assert victim.exists()
     proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "pause", 16384, paused=victim.unlink)
