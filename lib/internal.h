@@ -92,5 +92,8 @@ int kestrel__text_is_clean(const char *s, size_t max_len);
 int kestrel__utf8_valid(const char *s, size_t len);
 
 int64_t kestrel__now_ms(void);
+/* Milliseconds of CLOCK_MONOTONIC: for intervals and deadlines, which a step of the wall clock must
+ * not move. */
+int64_t kestrel__mono_ms(void);
 
 #endif

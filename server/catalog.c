@@ -125,7 +125,7 @@ void kd__unlock(kd_catalog *cat)
         for (; cat->used[w]; cat->used[w] &= cat->used[w] - 1)
             sqlite3_reset(cat->cache[w * 64 + __builtin_ctzll(cat->used[w])].st);
     cat->any_used = 0;
-    if (cat->wal_pages >= WAL_TRUNCATE_PAGES && kestrel__now_ms() >= cat->wal_retry_ms) {
+    if (cat->wal_pages >= WAL_TRUNCATE_PAGES && kestrel__mono_ms() >= cat->wal_retry_ms) {
         int log = 0, done = 0, rc;
         sqlite3_busy_timeout(cat->db, 0);
         rc = sqlite3_wal_checkpoint_v2(cat->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
@@ -133,7 +133,7 @@ void kd__unlock(kd_catalog *cat)
         if (rc == SQLITE_OK)
             cat->wal_pages = 0;
         else
-            cat->wal_retry_ms = kestrel__now_ms() + WAL_RETRY_MS;
+            cat->wal_retry_ms = kestrel__mono_ms() + WAL_RETRY_MS;
     }
     pthread_mutex_unlock(&cat->mu);
 }

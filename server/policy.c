@@ -195,7 +195,7 @@ static budget *budget_hold(struct kd_policies *ps, const char *owner)
         (b = calloc(1, sizeof(*b))) != NULL) {
         snprintf(b->owner, sizeof(b->owner), "%s", owner);
         b->scan_ns = SCAN_SAVED_NS;
-        b->scan_ms = kestrel__now_ms();
+        b->scan_ms = kestrel__mono_ms();
         ps->budgets[ps->nbudgets++] = b;
     }
     if (b)
@@ -408,7 +408,7 @@ void kd_policies_scan(kd_engine *e, int64_t job_id, const kd_log_line *lines, si
         if (rs->nown == 0)
             continue;
         pthread_mutex_lock(&ps->mu);
-        left = rs->b && budget_left(rs->b, kestrel__now_ms());
+        left = rs->b && budget_left(rs->b, kestrel__mono_ms());
         pthread_mutex_unlock(&ps->mu);
         if (!left) {
             rs->unscanned++;

@@ -111,13 +111,6 @@ typedef struct {
     const struct stat *read;        /* the file of the unnamed chunks, as the push read it (NULL: none) */
 } packs;
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static size_t pack_read(char *buf, size_t size, size_t nitems, void *payload)
 {
     pack_upload *u = payload;
@@ -244,7 +237,7 @@ static int pack_start(void *ctx, http *h, stream *s)
     int64_t bytes = 0;
     http *run = NULL;
     if (p->nagain) {   /* a pack to send again goes first, once due; none new meanwhile (kestreld is busy) */
-        int64_t now = mono_ms();
+        int64_t now = kestrel__mono_ms();
         for (size_t i = 0; i < p->nagain; i++)
             if (p->again[i]->due <= now) {
                 u = p->again[i];
@@ -366,7 +359,7 @@ static int pack_end(void *ctx, stream *s, CURLcode cc)
         if (u->fd >= 0)
             close(u->fd);
         u->fd = -1;
-        u->due = mono_ms() + (int64_t)(o->retry_backoff_ms ? o->retry_backoff_ms : 100) * (1 << u->tries++);
+        u->due = kestrel__mono_ms() + (int64_t)(o->retry_backoff_ms ? o->retry_backoff_ms : 100) * (1 << u->tries++);
         p->again[p->nagain++] = u;
         return 0;
     }
@@ -605,7 +598,7 @@ static int fetch_start(void *ctx, http *h, stream *s)
         q.n_digests = count;
         rc = kestrel__wire_pack(&d->query, &q.base);
         free(q.digests);
-        snprintf(url, sizeof(url), "%s/api/v1/chunks/fetch", h->c->url);
+        snprintf(url, sizeof(url), "%s/api/v1/chunks/fetch?gone=1", h->c->url);   /* KESTREL__CHUNK_GONE heads */
         if (rc < 0 || kestrel__stream_open(h, s, url, KESTREL__CT_PROTOBUF, ERROR_MAX, (int64_t)d->query.size) < 0) {
             download_free(d);
             return rc < 0 ? rc : kestrel__error_oom();
