@@ -17,7 +17,7 @@ int kestrel__http_status_code(long status)
     case 409: return KESTREL_EEXISTS;
     case 408: case 504: return KESTREL_ETIMEOUT;
     case 413: return KESTREL_ETOOLARGE;
-    case 507: return KESTREL_EIO;   /* the repository's disk is full: as a file:// store's write says */
+    case 507: return KESTREL_EIO;   /* kestreld's disk is full or at its floor: as a file:// store's write says */
     default: return KESTREL_EHTTP;
     }
 }
@@ -190,8 +190,8 @@ int kestrel__http_failure(long status, const char *ctype, const kestrel_buf *bod
     if (body->size && kestrel__wire_decode(&m, &kestrel__v1__error__descriptor, ctype, body->ptr, body->size) == 0) {
         const Kestrel__V1__Error *e = (const Kestrel__V1__Error *)m;
         snprintf(msg, sizeof(msg), "%s (HTTP %ld)", e->message[0] ? e->message : "server error", status);
-        if (status >= 500 && !strcmp(e->code, "io_error"))   /* kestreld's own files failed (a stored
-                                                              * manifest unreadable): as a file:// store's */
+        if (status >= 500 && !strcmp(e->code, "io_error"))   /* kestreld's own files or catalog failed (a
+                                                              * stored manifest unreadable): as a file:// store's */
             code = KESTREL_EIO;
         protobuf_c_message_free_unpacked(m, NULL);
     } else {

@@ -13,7 +13,6 @@
 #include <cjson/cJSON.h>
 #include "wire.h"
 
-/* A malloc'd block of n bytes as glibc holds it: its header, rounded to 16, at least 32. */
 int kestrel__wire_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
 {
     *v = 0;
@@ -26,6 +25,7 @@ int kestrel__wire_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
     return -1;
 }
 
+/* A malloc'd block of n bytes as glibc holds it: its header, rounded to 16, at least 32. */
 static uint64_t block(uint64_t n)
 {
     uint64_t b = (n + 8 + 15) & ~(uint64_t)15;

@@ -23,8 +23,9 @@ typedef enum kestrel_error_code {
     KESTREL_ECANCELLED = -12,  /**< a callback returned non-zero */
     KESTREL_EUSER = -13,       /**< reserved for callbacks; returned unchanged, never produced by the library */
     KESTREL_EUNSUPPORTED = -14,/**< feature not built in or not available here */
-    KESTREL_EIO = -15,         /**< file error: local, or the repository's (a file:// store's; kestreld's
-                                    HTTP 507 full disk, or 500 "io_error") */
+    KESTREL_EIO = -15,         /**< file error: local, a file:// store's, or kestreld's own storage
+                                    (HTTP 507: its disk full or at its floor; 500 "io_error": its files
+                                    or catalog failed) */
     KESTREL_ETOOLARGE = -16    /**< 413: request body over the server's limit */
 } kestrel_error_code;
 

@@ -107,7 +107,7 @@ void kestrel__rm_tree(const char *path)
     nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-int kestrel__store_read_text(const char *path, kestrel_buf *out)
+int kestrel__read_text(const char *path, kestrel_buf *out)
 {
     FILE *f = fopen(path, "rb");
     struct stat st;

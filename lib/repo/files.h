@@ -32,6 +32,6 @@ int kestrel__write_temp_fill(const char *final, const kestrel__temp_fill *what, 
 /* The same for len bytes of data. */
 int kestrel__write_temp(const char *final, const void *data, size_t len, char *tmp, size_t tn, int flags);
 /* path's bytes, NUL-terminated (KESTREL_ENOTFOUND, unset, when it does not exist). */
-int kestrel__store_read_text(const char *path, kestrel_buf *out);
+int kestrel__read_text(const char *path, kestrel_buf *out);
 
 #endif

@@ -315,7 +315,7 @@ static int alias_read(kestrel__store *s, const char *name, const char *alias, in
     int rc;
     struct stat st;
     snprintf(path, sizeof(path), "%s/models/%s/aliases/%s", s->root, name, alias);
-    rc = kestrel__store_read_text(path, &b);
+    rc = kestrel__read_text(path, &b);
     if (rc == KESTREL_ENOTFOUND) {   /* say which is missing: the model, or only its alias */
         snprintf(path, sizeof(path), "%s/models/%s", s->root, name);
         rc = stat(path, &st) < 0 && errno == ENOENT ? kestrel__error_set(KESTREL_ENOTFOUND, "no model %s", name)

@@ -20,8 +20,6 @@
 
 typedef struct kestrel__store kestrel__store;
 
-
-
 int kestrel__store_open(kestrel__store **out, const char *root);
 void kestrel__store_close(kestrel__store *s);
 int kestrel__store_has_chunk(kestrel__store *s, const char *hex);

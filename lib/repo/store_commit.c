@@ -53,6 +53,7 @@ int kestrel__store_claim(kestrel__store *s)
         return rc;
     return kestrel__store_sync(s);
 }
+
 int kestrel__store_commit(kestrel__store *s, const char *name, Kestrel__V1__Manifest *m, int64_t *version_out)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 64];

@@ -219,7 +219,6 @@ int kestrel__store_commit_hold(kestrel__store *s)
     return locked(lock_file(s, "commit.lock"), LOCK_SH);   /* one open file each: a flock is its file's */
 }
 
-
 int kestrel__store_all_stored(kestrel__store *s, const Kestrel__V1__Manifest *m)
 {
     for (size_t i = 0; i < m->n_chunks; i++)

@@ -13,7 +13,6 @@
 #include "repo.h"
 #include "store.h"
 
-
 static char *dup_or_empty(const char *s)
 {
     return kestrel__strdup(s ? s : "");

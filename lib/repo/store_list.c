@@ -80,7 +80,8 @@ int kestrel__store_listing_mapped(kestrel__store *s, const char *name, int64_t v
     }
     if ((strcmp(m->name, name) && (rc = kestrel__wire_set_string(&m->name, name)) < 0) ||   /* its folder's */
         (m->commit_key[0] && (rc = kestrel__wire_set_string(&m->commit_key, "")) < 0) ||   /* a commit's own */
-        (rc = map ? kestrel__store_decorate_counts(m) : kestrel__store_decorate(s, m)) < 0 || (map && (rc = kestrel__store_aliases_from(map, m)) < 0)) {
+        (rc = map ? kestrel__store_decorate_counts(m) : kestrel__store_decorate(s, m)) < 0 ||
+        (map && (rc = kestrel__store_aliases_from(map, m)) < 0)) {
         kestrel__manifest_free(m);
         return rc;
     }

@@ -30,7 +30,7 @@ Kestrel__V1__Manifest *kestrel__store_sidecar_read(const char *path, const char 
 {
     kestrel_buf b = KESTREL_BUF_INIT;
     ProtobufCMessage *pm = NULL;
-    if (kestrel__store_read_text(path, &b) < 0 ||
+    if (kestrel__read_text(path, &b) < 0 ||
         kestrel__wire_decode(&pm, &kestrel__v1__manifest__descriptor, content_type, b.ptr, b.size) < 0)
         pm = NULL;
     kestrel_buf_dispose(&b);
@@ -77,7 +77,7 @@ int kestrel__store_pb_write(kestrel__store *s, const char *name, const Kestrel__
     if (!pb_current(s, name, m->version))   /* a commit's: written as it is packed, never held whole */
         rc = kestrel__write_message_atomic(path, &m->base, 0, 0);
     else if ((rc = kestrel__wire_pack(&b, &m->base)) == 0 &&
-             (stale = !(kestrel__store_read_text(path, &was) == 0 && was.size == b.size &&
+             (stale = !(kestrel__read_text(path, &was) == 0 && was.size == b.size &&
                         !memcmp(was.ptr, b.ptr, b.size))))
         rc = kestrel__write_file_atomic(path, b.ptr ? b.ptr : "", b.size, 0);   /* not when it says so already */
     if (rc == 0 && stale && read_at) {
@@ -359,7 +359,7 @@ int kestrel__store_manifest_json(kestrel__store *s, const char *name, int64_t ve
     ProtobufCMessage *m = NULL;
     int rc;
     pb_path(s, name, version, "json", path, sizeof(path));
-    rc = kestrel__store_read_text(path, &b);
+    rc = kestrel__read_text(path, &b);
     if (rc == KESTREL_ENOTFOUND)   /* say which is missing: the model (no version of it is left: as
                                     * listings and kestreld say), or only its version */
         rc = !kestrel__store_model_exists(s, name)
