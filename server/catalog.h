@@ -184,8 +184,9 @@ int kd_catalog_refs(kd_catalog *cat, const int64_t *ids, size_t n, kd_catref *ou
 int kd_catalog_group_node(kd_catalog *cat, int64_t owner, const char *group, char *node, size_t len);
 /* An event that does not change the state (e.g. "preempting job 7 on node a"). */
 int kd_catalog_job_note(kd_catalog *cat, int64_t id, int64_t now_ms, const char *reason);
-/* Record an acknowledged checkpoint (time + event). */
-int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms);
+/* A RUNNING job saved a checkpoint (KESTREL_EEXISTS when it is not running): its time, and with note
+ * an event, unless its last event says so already. */
+int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms, int note);
 /* Change the class of a QUEUED job; returns 1 when the job is not queued. */
 int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64_t now_ms);
 

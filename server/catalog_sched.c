@@ -114,10 +114,22 @@ int kd_catalog_job_note(kd_catalog *cat, int64_t id, int64_t now_ms, const char 
                    "iti", now_ms, reason, id);
 }
 
-int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms)
+int kd_catalog_job_checkpoint(kd_catalog *cat, int64_t id, int64_t now_ms, int note)
 {
-    int rc = kd__run(cat, "UPDATE jobs SET checkpoint_ms = ? WHERE id = ?", "ii", now_ms, id);
-    return rc ? rc : kd_catalog_job_note(cat, id, now_ms, "checkpoint acknowledged");
+    int changed = 0;
+    int rc = kd__run_changes(cat, &changed, "UPDATE jobs SET checkpoint_ms = ? WHERE id = ? AND state = 2", "ii",
+                             now_ms, id);
+    if (rc == 0 && changed == 0)
+        return kestrel__error_set(KESTREL_EEXISTS, "job %lld is not running: it has no checkpoint to acknowledge",
+                                  (long long)id);
+    /* one event for acknowledgements in a row: a loop of them added a row each, 3,000 a second, and
+     * filled the data disk (a hostile test) */
+    if (rc == 0 && note)
+        rc = kd__run(cat, "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason)"
+                          " SELECT id, ?1, state, state, 'checkpoint acknowledged' FROM jobs WHERE id = ?2"
+                          " AND NOT EXISTS (SELECT 1 FROM job_events WHERE id = (SELECT MAX(id) FROM job_events"
+                          " WHERE job_id = ?2) AND reason = 'checkpoint acknowledged')", "ii", now_ms, id);
+    return rc;
 }
 
 int kd_catalog_job_set_priority(kd_catalog *cat, int64_t id, int priority, int64_t now_ms)

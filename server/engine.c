@@ -334,7 +334,7 @@ int kd_engine_set_priority(kd_engine *e, int64_t id, int priority)
 int kd_engine_checkpoint(kd_engine *e, int64_t id)
 {
     int64_t now = kestrel__now_ms();
-    int rc = kd_catalog_job_checkpoint(e->cat, id, now);
+    int rc = kd_catalog_job_checkpoint(e->cat, id, now, !kd_job_disk_low(e));   /* no event at the floor */
     pthread_mutex_lock(&e->mu);
     {
         kd_run *r = find_run(e, id);

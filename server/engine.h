@@ -94,6 +94,7 @@ typedef struct kd_run {
     int term;                  /* KD_TERM_* */
     int64_t kill_at_ms;        /* SIGKILL deadline once terminating */
     uint64_t low_told;         /* the disk's low epoch its log last said its output is dropped in (job_disk.c) */
+    int64_t low_told_ms;       /* and when (monotonic): at most once a minute */
     char term_by[200];         /* who cancelled, or the preemption reason */
     int no_retry;
     int priority;

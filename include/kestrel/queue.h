@@ -23,6 +23,7 @@ KESTREL_API int kestrel_job_set_priority(kestrel_job **out, kestrel_client *clie
 /**
  * Tell the server the job saved a checkpoint (usually from inside the job with its own token,
  * after SIGTERM or after any save). The scheduler prefers victims that lose the least work.
+ * KESTREL_EEXISTS when the job is not running.
  */
 KESTREL_API int kestrel_job_ack_preempt(kestrel_client *client, int64_t id);
 

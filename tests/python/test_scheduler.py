@@ -324,3 +324,20 @@ def test_a_higher_class_takes_the_process_slot_of_a_lower_cpu_job(daemon):
     for s in sleepers:
         d.cli("cancel", s, env=d.env(KESTREL_TOKEN=bob))
     d.wait_state(normal, "SUCCEEDED", timeout=60)
+
+
+def test_a_checkpoint_is_acknowledged_for_a_running_job_once_in_a_row(daemon):
+    """A loop of acknowledgements, on the user's own finished job, added an event row each, 3,000 a
+    second, and filled the data disk (a hostile test). Only a running job acknowledges; acknowledgements
+    in a row are one event."""
+    d = daemon("--gpus", "0")
+    run = d.submit("--", "sleep", "60")
+    d.wait_state(run, "RUNNING")
+    for _ in range(50):
+        assert d.api("POST", f"/api/v1/jobs/{run}/checkpoint", {})[0] == 200
+    assert [e["reason"] for e in d.job(run)["events"]].count("checkpoint acknowledged") == 1
+    d.cli("cancel", str(run))
+    d.wait(run)
+    status, body = d.api("POST", f"/api/v1/jobs/{run}/checkpoint", {})
+    assert status == 409 and "not running" in body["message"], (status, body)
+    assert [e["reason"] for e in d.job(run)["events"]].count("checkpoint acknowledged") == 1
