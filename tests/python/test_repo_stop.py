@@ -234,7 +234,7 @@ def test_a_live_pulls_temp_is_never_swept(kestreld, tmp_path, monkeypatch, what)
 
 @pytest.mark.parametrize("cmd,hang_on", [("push", b"POST /api/v1/chunks/missing"), ("push", b"POST /api/v1/chunks/pack"),
                                          ("pull", b"GET /api/v1/models/team/hung/versions/"),
-                                         ("pull", b"POST /api/v1/chunks/fetch ")])
+                                         ("pull", b"POST /api/v1/chunks/fetch?")])
 def test_the_first_signal_stops_a_transfer_whose_server_stopped_answering(kestreld, tmp_path, cmd, hang_on):
     """A kestreld that stops answering mid-transfer (hung, or a network that drops everything): the
     first Ctrl-C stops the push or pull at once, though no byte moves and no request ends (each would
