@@ -30,10 +30,11 @@ typedef struct {
     kd_regex *re;
 } policy;
 
-/* A user's matching time (under kd_policies.mu), shared by the runs that hold it. */
+/* A user's matching time (under kd_policies.mu), shared by the user's runs. Kept once made, until
+ * kestreld stops (one a user, and only admins make users): freed with a user's last run, the next
+ * started with 2 s saved again, and back-to-back short jobs each took that (a hostile test). */
 typedef struct {
     char owner[65];
-    int refs;
     int64_t scan_ns, scan_ms;  /* matching time left, and when it was last added to */
 } budget;
 
@@ -184,8 +185,8 @@ int kd_policies_init(kd_engine *e)
     return 0;
 }
 
-/* owner's budget, held once more (under ps->mu); NULL when out of memory. */
-static budget *budget_hold(struct kd_policies *ps, const char *owner)
+/* owner's budget, made the first time (under ps->mu); NULL when out of memory. */
+static budget *budget_of(struct kd_policies *ps, const char *owner)
 {
     budget *b = NULL;
     for (size_t i = 0; i < ps->nbudgets && !b; i++)
@@ -198,22 +199,7 @@ static budget *budget_hold(struct kd_policies *ps, const char *owner)
         b->scan_ms = kestrel__mono_ms();
         ps->budgets[ps->nbudgets++] = b;
     }
-    if (b)
-        b->refs++;
     return b;
-}
-
-/* Let go of b (under ps->mu): forgotten with its last run. */
-static void budget_drop(struct kd_policies *ps, budget *b)
-{
-    if (b == NULL || --b->refs > 0)
-        return;
-    for (size_t i = 0; i < ps->nbudgets; i++)
-        if (ps->budgets[i] == b) {
-            ps->budgets[i] = ps->budgets[--ps->nbudgets];
-            break;
-        }
-    free(b);
 }
 
 /* Whether b has matching time left now (under ps->mu): what passed since it was last added to is. */
@@ -228,11 +214,8 @@ static int budget_left(budget *b, int64_t now)
     return b->scan_ns > 0;
 }
 
-static void state_free(struct kd_policies *ps, run_state *rs)
+static void state_free(run_state *rs)
 {
-    pthread_mutex_lock(&ps->mu);
-    budget_drop(ps, rs->b);
-    pthread_mutex_unlock(&ps->mu);
     for (size_t k = 0; k < rs->nown; k++)
         kd_regex_free(rs->own[k].re);
     pthread_mutex_destroy(&rs->mu);
@@ -247,8 +230,10 @@ void kd_policies_free(kd_engine *e)
     for (size_t i = 0; i < ps->nglobal; i++)
         kd_regex_free(ps->global[i].re);
     for (size_t r = 0; r < ps->nruns; r++)
-        state_free(ps, ps->runs[r]);
+        state_free(ps->runs[r]);
     free(ps->runs);
+    for (size_t i = 0; i < ps->nbudgets; i++)
+        free(ps->budgets[i]);
     free(ps->budgets);
     pthread_mutex_destroy(&ps->mu);
     free(ps);
@@ -295,7 +280,7 @@ static run_state *acquire(kd_engine *e, int64_t job_id)
             }
             if (rs->nown) {
                 pthread_mutex_lock(&ps->mu);
-                rs->b = budget_hold(ps, job->owner);
+                rs->b = budget_of(ps, job->owner);
                 pthread_mutex_unlock(&ps->mu);
             }
         }
@@ -318,7 +303,7 @@ static void release(struct kd_policies *ps, run_state *rs)
     gone = --rs->refs == 0 && rs->dead;
     pthread_mutex_unlock(&ps->mu);
     if (gone)
-        state_free(ps, rs);
+        state_free(rs);
 }
 
 typedef struct {
