@@ -206,13 +206,13 @@ void kd_engine_log(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_
 void kd_engine_log_from(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n, int stream, int64_t off)
 {
     int first_drop = 0;
-    kd_log_line *kept = n ? malloc(n * sizeof(*kept)) : NULL;
-    size_t k = kept ? kd_job_disk_log_keep(e, job_id, lines, n, kept) : 0;
-    if (kept && kd_catalog_log_append(e->cat, job_id, kept, k, e->cfg->max_log_bytes, stream, off, &first_drop) < 0)
+    kd_log_line note;
+    size_t k = n;
+    const kd_log_line *kept = kd_job_disk_log_keep(e, job_id, lines, &k, &note);   /* lines, but at the floor */
+    if (kd_catalog_log_append(e->cat, job_id, kept, k, e->cfg->max_log_bytes, stream, off, &first_drop) < 0)
         fprintf(stderr, "kestreld: job %lld: %s\n", (long long)job_id, kestrel_error_last()->message);
     else
         kd_metrics_log_lines(e->metrics, k);
-    free(kept);
     kd_policies_scan(e, job_id, lines, n);
     if (first_drop)
         kd_catalog_job_note(e->cat, job_id, kestrel__now_ms(), "log over --max-log-bytes: its first and last bytes "

@@ -290,15 +290,14 @@ int kd_job_disk_low(kd_engine *e)
     return low_now(e);
 }
 
-size_t kd_job_disk_log_keep(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n, kd_log_line *out)
+const kd_log_line *kd_job_disk_log_keep(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t *n,
+                                        kd_log_line *note)
 {
     static const char text[] = "kestrel: the job's output is dropped while the data disk has less than half its floor "
                                "free (kestreld keeps it for job states and tokens)";
     int say = 0;
-    if (!low_now(e)) {
-        memcpy(out, lines, n * sizeof(*lines));
-        return n;
-    }
+    if (*n == 0 || !low_now(e))
+        return lines;
     /* none of the lines, kestreld's own included (a build's or a clone's output is the user's
      * text: a review); a running job's log says so once each time the disk goes below, at most once
      * a minute (a job that swung the disk around the line stored 183 notes in 16 s: a hostile test) */
@@ -311,10 +310,9 @@ size_t kd_job_disk_log_keep(kd_engine *e, int64_t job_id, const kd_log_line *lin
             say = 1;
         }
     pthread_mutex_unlock(&e->mu);
-    if (!say)
-        return 0;
-    out[0] = (kd_log_line){ lines[0].time_ms, KESTREL_LOG_SYSTEM, text, sizeof(text) - 1 };
-    return 1;
+    *note = (kd_log_line){ lines[0].time_ms, KESTREL_LOG_SYSTEM, text, sizeof(text) - 1 };
+    *n = say;
+    return note;
 }
 
 int kd_job_disk_start(kd_engine *e)

@@ -14,9 +14,10 @@ void kd_job_disk_stop(kd_engine *e);
  * priority's change or model's settings (507, api.c kd_refused_at_floor), no log index entry.
  * Thread-safe; not under e->mu. */
 int kd_job_disk_low(kd_engine *e);
-/* Of job_id's log lines[0..n), those the catalog takes, into out (n of them at most): all; while the
- * disk is below its floor none, but, the first time for a running job each time the disk goes
- * below, one saying that its output is dropped. Their count. */
-size_t kd_job_disk_log_keep(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t n, kd_log_line *out);
+/* Of job_id's log lines[0..*n), those the catalog takes, *n set to their count: lines themselves (no
+ * copy); while the disk is below half its floor none, but, the first time for a running job each
+ * time the disk goes below (at most once a minute), *note, saying that its output is dropped. */
+const kd_log_line *kd_job_disk_log_keep(kd_engine *e, int64_t job_id, const kd_log_line *lines, size_t *n,
+                                        kd_log_line *note);
 
 #endif
