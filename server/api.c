@@ -397,6 +397,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             if ((r->pack = kd_pack_begin(api->e, api->mem, r->who.user_id,
                                          MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "run"),
                                          MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "at"),
+                                         MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "whole"),
                                          &busy)) == NULL)
                 return busy ? kd_reply_busy(r) : MHD_NO;
             r->started = 0;

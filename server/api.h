@@ -148,10 +148,10 @@ void kd_commit_key_release(const char *hex);
 enum MHD_Result kd_repo_fetch(kd_req *r);
 /* Queue resp (freed here) as a 200 answer of chunk bytes, bytes of them counted in the metrics. */
 enum MHD_Result kd_reply_chunks(kd_req *r, struct MHD_Response *resp, uint64_t bytes);
-/* A pack of user's (run, at: its ?run= and ?at=, NULL when absent: see repo_runs.h), its chunk
+/* A pack of user's (run, at, whole: its ?run=, ?at= and ?whole=, NULL when absent: see repo_runs.h), its chunk
  * buffers taken from mem; NULL: out of memory, or *busy set when mem cannot hold a chunk now. */
 kd_pack *kd_pack_begin(kd_engine *e, struct kd_upload_mem *mem, int64_t user, const char *run, const char *at,
-                       int *busy);
+                       const char *whole, int *busy);
 /* Take bytes an answer holds until it is read from r's budget (upload_mem.h), given back when r
  * ends: 0, or -1 when the budget refuses them (answer kd_reply_busy). */
 int kd_answer_hold(kd_req *r, uint64_t bytes);

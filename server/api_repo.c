@@ -21,6 +21,7 @@
 #include "route.h"
 #include "repo_acl.h"
 #include "repo_runs.h"
+#include "repo_settle.h"
 #include "chunk.h"
 #include "store.h"
 #include "repo.h"
@@ -180,8 +181,34 @@ static void *store_sync_main(void *arg)
     return NULL;
 }
 
+/* The files of in whose digests the commit leaves to settle after it (repo_settle.h): where the
+ * client asked (?settle=later) and gave no version digest (one given is checked now, and so is every
+ * file's given digest), each file of several chunks with no digest that no run covered. Marked in
+ * later (NULL: none), *deferred counts their bytes. 0 or out of memory. */
+static int digests_later(kd_req *r, const Kestrel__V1__Manifest *in, const unsigned char *known,
+                         unsigned char **later, uint64_t *deferred)
+{
+    const char *ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "settle");
+    size_t nf = in->n_files ? in->n_files : 1;
+    *later = NULL;
+    if (!r->e->repo_settle || !ask || strcmp(ask, "later") || in->sha256[0])
+        return 0;
+    if ((*later = calloc(nf, 1)) == NULL)
+        return kestrel__error_oom();
+    for (size_t i = 0; i < nf; i++) {
+        const Kestrel__V1__TreeFile *f = in->n_files ? in->files[i] : NULL;
+        size_t k = f ? (size_t)f->chunks : in->n_chunks;
+        if (k > 1 && !known[i] && !(f && f->sha256[0])) {
+            (*later)[i] = 1;
+            *deferred += (uint64_t)(f ? f->size : in->size);
+        }
+    }
+    return 0;
+}
+
 /* Every file's SHA-256 settled before the commit (the latest version's, a run's, a one-chunk file's
- * chunk's, or read back from the stored chunks: checked where the client gave it, else filled in),
+ * chunk's, or read back from the stored chunks: checked where the client gave it, else filled in;
+ * or, where digests_later says, left to settle after it, its bytes counted against the bound all the same),
  * while the store's sync runs on its own thread, so the chunks are made durable as they are hashed
  * (the commit's sync then has nothing left): 0, or -1 with the answer in *reply. */
 static int settle_digests(kd_req *r, const char *name, Kestrel__V1__Manifest *in, enum MHD_Result *reply)
@@ -191,19 +218,20 @@ static int settle_digests(kd_req *r, const char *name, Kestrel__V1__Manifest *in
     struct store_sync w = { r->e->store, 0 };
     pthread_t th;
     int threaded = pthread_create(&th, NULL, store_sync_main, &w) == 0;
-    unsigned char *known = calloc(in->n_files + 1, 1);   /* from runs: not read back */
-    uint64_t streamed = 0;
+    unsigned char *known = calloc(in->n_files + 1, 1), *later = NULL;   /* from runs: not read back */
+    uint64_t streamed = 0, deferred = 0;
     if (known == NULL)
         rc = kestrel__error_oom();
     else if ((rc = same_as_latest(r, name, in)) == 0 &&
-             (rc = digests_from_runs(r, in, known, &streamed, msg, sizeof(msg))) == 0) {
-        uint64_t read_back = 0, size = (uint64_t)in->size;
-        rc = kestrel__store_fill_digests(r->e->store, in, known, &read_back, msg, sizeof(msg));
+             (rc = digests_from_runs(r, in, known, &streamed, msg, sizeof(msg))) == 0 &&
+             (rc = digests_later(r, in, known, &later, &deferred)) == 0) {
+        uint64_t read_back = 0, size = (uint64_t)in->size, told = 0;
+        rc = kestrel__store_fill_digests_but(r->e->store, in, known, later, &read_back, msg, sizeof(msg));
         if (rc == 0) {   /* the rest: files of one chunk (manifest_check held size = sum of the files) */
+            told = streamed + read_back + deferred;
             kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STREAM, streamed);
             kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_STORE, read_back);
-            kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_CHUNK,
-                                    size >= streamed + read_back ? size - streamed - read_back : 0);
+            kd_metrics_repo_digests(r->e->metrics, KD_DIGEST_CHUNK, size >= told ? size - told : 0);
         }
     }
     else if (rc > 0) {
@@ -211,7 +239,9 @@ static int settle_digests(kd_req *r, const char *name, Kestrel__V1__Manifest *in
         rc = 0;
     }
     free(known);
-    if (rc == 0 && kestrel__manifest_check(in) < 0) {   /* whole now: a given listing digest must hold */
+    free(later);
+    /* whole now: a given listing digest must hold (left to settle: the lists' checks only) */
+    if (rc == 0 && (in->sha256[0] ? kestrel__manifest_check(in) : kestrel__manifest_check_commit(in)) < 0) {
         snprintf(msg, sizeof(msg), "%s", kestrel_error_last()->message);
         rc = KESTREL_EINVALID;
     }
@@ -293,6 +323,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
         reply = kd_reply_error(r, 400, "invalid_argument", kestrel_error_last()->message);
         goto out;
     }
+    kd_settle_stir(r->e->repo_settle);   /* no settle's hashing beside this commit's */
     if (settle_digests(r, name, in, &reply) < 0)
         goto out;
     if ((s = kestrel__strdup(name)) == NULL) {
@@ -318,6 +349,8 @@ static enum MHD_Result commit(kd_req *r, void *arg)
         reply = kd_reply_failure(r, rc);
         goto out;
     }
+    if (!in->sha256[0])   /* some digests left to settle (repo_settle.h) */
+        kd_settle_queue(r->e->repo_settle, name, version);
     if (r->who.job_id && kd_catalog_lineage_add(r->e->cat, r->who.job_id, name, version) < 0)   /* the job page's list */
         fprintf(stderr, "kestreld: %s@%lld: cannot record that job %lld pushed it: %s\n", name, (long long)version,
                 (long long)r->who.job_id, kestrel_error_last()->message);
@@ -358,8 +391,17 @@ static enum MHD_Result commit_deferred(kd_req *r, const char *name)
 /* Add name@version (its chunk list left out) to list, when its manifest loads. */
 static void list_add(kd_req *r, Kestrel__V1__ManifestList *list, const char *name, int64_t version)
 {
-    if (kestrel__store_listing(r->e->store, name, version, &list->versions[list->n_versions]) == 0)
-        list->n_versions++;
+    Kestrel__V1__Manifest **at = &list->versions[list->n_versions];
+    if (kestrel__store_listing(r->e->store, name, version, at) < 0)
+        return;
+    if (kd_settle_seen(r->e->repo_settle, name, version, (*at)->sha256) == 1) {   /* settled now: read again */
+        kestrel__manifest_free(*at);
+        *at = NULL;
+        if (kestrel__store_listing(r->e->store, name, version, at) < 0)
+            return;
+    }
+    kestrel_error_clear();   /* one that cannot be settled is shown as it is stored */
+    list->n_versions++;
 }
 
 /* Reply with list, then free what it holds. */
@@ -378,7 +420,10 @@ static enum MHD_Result delete_version(kd_req *r, const char *name, const char *r
     int rc;
     if (kd_parse_int(ref, 1, INT64_MAX, &v) < 0)
         return kd_reply_error(r, 400, "invalid_argument", "delete takes a version number");
-    if ((rc = kestrel__store_delete(r->e->store, name, v)) < 0)
+    kd_settle_lock(r->e->repo_settle);   /* no settle of it writes it back meanwhile */
+    rc = kestrel__store_delete(r->e->store, name, v);
+    kd_settle_unlock(r->e->repo_settle);
+    if (rc < 0)
         return kd_reply_failure(r, rc);
     return kd_reply_msg(r, 200, &((Kestrel__V1__AliasUpdate)KESTREL__V1__ALIAS_UPDATE__INIT).base);
 }
@@ -528,6 +573,8 @@ static enum MHD_Result missing(kd_req *r)
         res.fills_digests = ask && !strcmp(ask, "1");
         ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "names_chunks");
         res.names_chunks = ask && !strcmp(ask, "1");   /* a pack may send chunks unnamed (repo_pack.c) */
+        ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "settles_later");
+        res.settles_later = ask && !strcmp(ask, "1") && r->e->repo_settle;   /* repo_settle.h */
     }
     reply = kd_reply_msg(r, 200, &res.base);
     free(res.missing);

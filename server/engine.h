@@ -72,6 +72,7 @@ typedef struct {
                                      (upload_mem.h; 0: 4 x (5 x the larger body limit + 20 MiB), 1 GiB at least: main.c) */
     int max_grace_s;           /* a job's own grace above it: for those who may give urgent jobs */
     int64_t max_job_disk;      /* a job's files (DATA/jobs/ID) past it: the job fails (job_disk.c; 0: none) */
+    int settle_at_commit;      /* --settle-digests at-commit: no version's digests are settled later (repo_settle.h) */
 } kd_config;
 
 /* The larger body limit, a commit's or any request's: what a user's quarter of the upload budget must
@@ -181,6 +182,8 @@ struct kd_engine {
     uint64_t passes;            /* scheduling passes completed */
     struct kestrel__store *store;   /* the model repository (DATA/repo) */
     struct kd_runs *repo_runs;  /* files' digests computed as their chunks stream in (repo_runs.h) */
+    struct kd_settle *repo_settle;   /* files' digests settled after the commit (repo_settle.h; NULL:
+                                        --settle-digests at-commit) */
     kestrel_gpu_list *gpus;     /* live memory and utilisation of real GPUs (NULL: none) */
     int64_t gpus_ms;
     pthread_t sched_thread;

@@ -26,6 +26,7 @@
 #include "policy.h"
 #include "stage.h"
 #include "repo_runs.h"
+#include "repo_settle.h"
 
 static void usage(FILE *f)
 {
@@ -125,6 +126,12 @@ static void usage(FILE *f)
         "\n"
         "      --repo-gc-grace SECS repository chunks no version names are collected once older than\n"
         "                           this (default 3600; pushes refresh the chunks they rely on)\n"
+        "      --settle-digests WHEN  when a pushed file's whole SHA-256 is computed: later (default: the\n"
+        "                           push is answered once its chunks are checked and durable; kestreld\n"
+        "                           hashes the file after it, at idle priority once the repository has\n"
+        "                           been quiet a second, or at the version's first read, whichever comes\n"
+        "                           first) or at-commit (before the push is answered, as the chunks\n"
+        "                           stream in: a second pass over the bytes on the push's time)\n"
         "\n"
         "Slurm (pools whose jobs a Slurm cluster places, preempts and runs; the others run here):\n"
         "      --slurm-pool POOL[=PARTITION]  hand jobs of POOL to Slurm's PARTITION (default: same\n"
@@ -464,6 +471,7 @@ int main(int argc, char **argv)
         { "max-priority", required_argument, NULL, 37 }, { "max-metric-points", required_argument, NULL, 38 },
         { "max-metric-series", required_argument, NULL, 39 }, { "max-grace", required_argument, NULL, 40 },
         { "max-job-disk", required_argument, NULL, 41 }, { "job-env", required_argument, NULL, 42 },
+        { "settle-digests", required_argument, NULL, 43 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -543,6 +551,13 @@ int main(int argc, char **argv)
         case 22: if (kd_flag_int("--idle-timeout", optarg, 1, 3600, &v) < 0) return 2; cfg.idle_timeout_s = (int)v; break;
         case 23: if (kd_envs_declare(&cfg, optarg) < 0) return 2; break;
         case 42: if (kd_exec_job_env_pass(&cfg, optarg) < 0) return 2; break;
+        case 43:
+            if (strcmp(optarg, "later") && strcmp(optarg, "at-commit")) {
+                fprintf(stderr, "kestreld: --settle-digests: '%s': later or at-commit\n", optarg);
+                return 2;
+            }
+            cfg.settle_at_commit = !strcmp(optarg, "at-commit");
+            break;
         case 24: cfg.env_python = optarg; break;
         case 25: cfg.env_python_path = optarg; break;
         case 26: if (kd_flag_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;
@@ -711,10 +726,15 @@ int main(int argc, char **argv)
         return 1;
     }
     engine.repo_runs = kd_runs_new();   /* NULL: every commit reads its files back instead */
+    if (!cfg.settle_at_commit && (engine.repo_settle = kd_settle_new(engine.store, engine.metrics)) == NULL) {
+        fprintf(stderr, "kestreld: %s; digests are settled at each commit\n", kestrel_error_last()->message);
+        kestrel_error_clear();
+    }
     kd_stage_reset(&engine);   /* no job runs yet: nothing is being staged */
     if (kd_envs_new(&engine.envs, &engine) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kd_runs_free(engine.repo_runs);
+        kd_settle_free(engine.repo_settle);
         kestrel__store_close(engine.store);
         kd_catalog_close(cat);
         return 1;
@@ -722,6 +742,7 @@ int main(int argc, char **argv)
     if (kd_api_start(&api, &engine, &cfg, &port) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kd_runs_free(engine.repo_runs);
+        kd_settle_free(engine.repo_settle);
         kestrel__store_close(engine.store);
         kd_engine_fini(&engine);
         kd_catalog_close(cat);
@@ -767,6 +788,7 @@ int main(int argc, char **argv)
     kd_engine_stop(&engine);
     kd_envs_free(engine.envs);
     kd_runs_free(engine.repo_runs);   /* the API is stopped: no pack feeds one */
+    kd_settle_free(engine.repo_settle);   /* nor reads or commits: left unsettled, a version settles at its first read */
     kestrel__store_close(engine.store);
     kd_engine_fini(&engine);
     kd_catalog_close(cat);

@@ -374,9 +374,12 @@ int kd_metrics_write(kd_metrics *m, kestrel_buf *out)
                                         "Bytes of the files whose whole-file SHA-256 a commit settled: hashed as their "
                                         "chunks streamed in (source=stream), read back from the store (source=store), "
                                         "a file of one chunk, whose digest is that chunk's (source=chunk), or the same "
-                                        "files as the latest version, whose digests it has (source=latest).")) == 0) {
+                                        "files as the latest version, whose digests it has (source=latest); read back from the store "
+                                        "after the commit, once the repository was quiet or at the version's first "
+                                        "read (source=later).")) == 0) {
         static const char *const sources[] = { [KD_DIGEST_STREAM] = "stream", [KD_DIGEST_STORE] = "store",
-                                               [KD_DIGEST_CHUNK] = "chunk", [KD_DIGEST_LATEST] = "latest" };
+                                               [KD_DIGEST_CHUNK] = "chunk", [KD_DIGEST_LATEST] = "latest",
+                                               [KD_DIGEST_LATER] = "later" };
         _Static_assert(sizeof(sources) / sizeof(sources[0]) == KD_DIGEST_SOURCES, "a name for every digest source");
         for (int i = 0; rc == 0 && i < KD_DIGEST_SOURCES; i++) {
             const char *labels[] = { "source", sources[i], NULL };

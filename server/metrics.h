@@ -44,6 +44,7 @@ enum kd_digest_source {
     KD_DIGEST_STORE,    /* read back from the store */
     KD_DIGEST_CHUNK,    /* a file of one chunk: that chunk's digest, nothing read */
     KD_DIGEST_LATEST,   /* the same files as the latest version: its digests */
+    KD_DIGEST_LATER,    /* read back from the store after the commit (repo_settle.h) */
     KD_DIGEST_SOURCES
 };
 void kd_metrics_repo_digests(kd_metrics *m, enum kd_digest_source from, uint64_t bytes);

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "api.h"
+#include "repo_settle.h"
 #include "store.h"
 #include "repo.h"
 
@@ -103,16 +104,12 @@ static int stream(kd_req *r, const char *model, int64_t version, enum MHD_Result
     return 1;
 }
 
-enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref)
+/* model@version, answered. */
+static enum MHD_Result answer(kd_req *r, const char *model, int64_t version)
 {
-    char full[512], model[256];
     Kestrel__V1__Manifest *pb = NULL;
     enum MHD_Result reply;
-    int64_t version;
     int rc;
-    snprintf(full, sizeof(full), "%s@%s", name, ref);
-    if ((rc = kestrel__store_resolve_version(r->e->store, full, model, &version)) < 0)
-        return kd_reply_failure(r, rc);
     if (!r->want_json && stream(r, model, version, &reply) != 0)
         return reply;
     if ((rc = kestrel__store_manifest(r->e->store, model, version, &pb)) < 0 ||
@@ -121,4 +118,39 @@ enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref)
         return kd_reply_failure(r, rc);
     }
     return kd_reply_owned(r, 200, &pb->base);
+}
+
+typedef struct {
+    char model[256];
+    int64_t version;
+} settling;
+
+/* On a thread of its own (api_defer.c): the version's digests settled (seconds for a big file),
+ * then answered. */
+static enum MHD_Result settle_then_answer(kd_req *r, void *arg)
+{
+    settling *w = arg;
+    enum MHD_Result reply;
+    int rc = kd_settle_read(r->e->repo_settle, w->model, w->version);
+    reply = rc < 0 ? kd_reply_failure(r, rc) : answer(r, w->model, w->version);
+    free(w);
+    return reply;
+}
+
+enum MHD_Result kd_repo_manifest(kd_req *r, const char *name, const char *ref)
+{
+    char full[512], model[256];
+    settling *w;
+    int64_t version;
+    int rc;
+    snprintf(full, sizeof(full), "%s@%s", name, ref);
+    if ((rc = kestrel__store_resolve_version(r->e->store, full, model, &version)) < 0)
+        return kd_reply_failure(r, rc);
+    if (!kd_settle_due(r->e->repo_settle, model, version))
+        return answer(r, model, version);
+    if ((w = calloc(1, sizeof(*w))) == NULL)
+        return kd_reply_error(r, 500, "internal", "out of memory");
+    snprintf(w->model, sizeof(w->model), "%s", model);
+    w->version = version;
+    return kd_defer(r, settle_then_answer, w);
 }

@@ -12,6 +12,7 @@
 #include "disk_floor.h"
 #include "metrics.h"
 #include "repo_runs.h"
+#include "repo_settle.h"
 #include "chunk.h"
 #include "store.h"
 #include "repo.h"
@@ -150,13 +151,15 @@ static unsigned run_buffers(const kd_engine *e, const kd_upload_mem *mem)
                ? KD_RUN_BUFFERS : KD_RUN_BUFFERS_LEAST;
 }
 
-kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at, int *busy)
+kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const char *run, const char *at,
+                       const char *whole, int *busy)
 {
     kd_pack *p = calloc(1, sizeof(*p));
     char *end = NULL;
     long long off = at ? strtoll(at, &end, 10) : -1;
     int with_run = run && end && end != at && *end == '\0' && off >= 0, rc;
     *busy = 0;
+    kd_settle_stir(e->repo_settle);   /* the repository is busy: settles wait (repo_settle.h) */
     if (p == NULL)
         return NULL;
     p->store = e->store;
@@ -175,7 +178,8 @@ kd_pack *kd_pack_begin(kd_engine *e, kd_upload_mem *mem, int64_t user, const cha
     }
     /* its chunks stored on the run's helper thread, off the receiving one, but where the helper is
      * a full ring behind (kd_run_feed_chunk, kd_run_feed_end) */
-    if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off, p->nbufs, store_chunk, p)) == NULL) {
+    if (with_run && (p->run = kd_run_feed_begin(e->repo_runs, user, run, off, p->nbufs,
+                                                 !(whole && !strcmp(whole, "0")), store_chunk, p)) == NULL) {
         uint64_t each = p->held / p->nbufs;   /* no run after all (busy, not at `at`): one buffer */
         kd_upload_mem_give(p->mem, p->user, p->held - each);
         p->held = each;

@@ -19,6 +19,7 @@ typedef struct {
     int64_t bytes, chunks;
     char list_hex[65];      /* list's digest as the last pack left it */
     int busy;               /* a pack is feeding it */
+    int stored_only;        /* its chunks stored in order, whole not hashed: no commit takes it */
     int64_t used;           /* when last touched (a counter): the least recent gives way */
 } run;
 
@@ -157,7 +158,7 @@ static void *feed_main(void *arg)
         len = snprintf(line, sizeof(line), "%s %zu\n", f->hex[at], b.size);
         bad = f->failed;   /* the run is dropped already: not hashed on */
         pthread_mutex_unlock(&f->mu);
-        bad = bad || EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1 ||
+        bad = bad || (!f->r->stored_only && EVP_DigestUpdate(f->r->whole, b.ptr ? b.ptr : "", b.size) != 1) ||
               EVP_DigestUpdate(f->r->list, line, (size_t)len) != 1;
         f->r->bytes += (int64_t)b.size;
         f->r->chunks++;
@@ -177,7 +178,7 @@ static int is_hex32(const char *s)
 }
 
 kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at, unsigned buffers,
-                               kd_run_chunk_fn fn, void *ctx)
+                               int whole, kd_run_chunk_fn fn, void *ctx)
 {
     kd_run_feed *f;
     run *r = NULL;
@@ -189,8 +190,8 @@ kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int6
     for (int i = 0; i < MAX_RUNS && r == NULL; i++)
         if (runs->r[i].id[0] && runs->r[i].user == user && !strcmp(runs->r[i].id, id))
             r = &runs->r[i];
-    if (r && (r->busy || (at > 0 && r->bytes != at)))
-        r = NULL;   /* another pack has it, or this pack does not follow its last one */
+    if (r && (r->busy || (at > 0 && (r->bytes != at || r->stored_only != !whole))))
+        r = NULL;   /* another pack has it, or this pack does not follow its last one (or asks otherwise) */
     else if (r == NULL && at == 0) {   /* a new run: a free slot, else the least recently used idle one */
         for (int i = 0; i < MAX_RUNS; i++)
             if (!runs->r[i].busy && (r == NULL || !runs->r[i].id[0] || (r->id[0] && runs->r[i].used < r->used)))
@@ -200,6 +201,7 @@ kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int6
         slot_clear(r);
         snprintf(r->id, sizeof(r->id), "%s", id);
         r->user = user;
+        r->stored_only = !whole;
         if ((r->whole = EVP_MD_CTX_new()) == NULL || (r->list = EVP_MD_CTX_new()) == NULL ||
             EVP_DigestInit_ex(r->whole, EVP_sha256(), NULL) != 1 || EVP_DigestInit_ex(r->list, EVP_sha256(), NULL) != 1) {
             slot_clear(r);
@@ -308,7 +310,8 @@ int kd_runs_take(kd_runs *runs, int64_t user, char *const *hex, const int64_t *s
     pthread_mutex_lock(&runs->mu);
     for (int i = 0; i < MAX_RUNS && !found; i++) {
         run *r = &runs->r[i];
-        if (!r->id[0] || r->busy || r->user != user || r->chunks != (int64_t)k || strcmp(r->list_hex, want))
+        if (!r->id[0] || r->busy || r->user != user || r->stored_only || r->chunks != (int64_t)k ||
+            strcmp(r->list_hex, want))
             continue;
         if ((whole = EVP_MD_CTX_new()) != NULL && EVP_MD_CTX_copy_ex(whole, r->whole) == 1 &&
             EVP_DigestFinal_ex(whole, md, &n) == 1) {

@@ -63,11 +63,13 @@ void kd_runs_free(kd_runs *runs);
 typedef int (*kd_run_chunk_fn)(void *ctx, const char *hex, const kestrel_buf *chunk, int tag);
 /* A pack of run id (user's) starting at byte `at` of it: at 0 starts the run (again), else it must
  * continue where the run's last pack ended; with `buffers` (2 to KD_RUN_BUFFERS) chunk buffers, one
- * of them the pack's own; fn (NULL: none) with ctx as above. NULL: no run for
+ * of them the pack's own; fn (NULL: none) with ctx as above. whole 0 (?whole=0: a push whose commit
+ * settles its digests later, repo_settle.h): the helper stores the chunks in order and does not hash
+ * the file, and no commit takes the run; a run's packs all ask the same. NULL: no run for
  * this pack (an id that is not 32 hex digits, a run to continue that is not there or not at `at`,
  * one busy with another pack, memory); the pack is stored all the same. */
 kd_run_feed *kd_run_feed_begin(kd_runs *runs, int64_t user, const char *id, int64_t at, unsigned buffers,
-                               kd_run_chunk_fn fn, void *ctx);
+                               int whole, kd_run_chunk_fn fn, void *ctx);
 /* A chunk of the pack, verified: its digest and bytes. The bytes go to the helper: *chunk is
  * swapped for a buffer the helper is done with (empty), so no chunk is copied. With the ring full,
  * calls fn on chunks the helper has not come to until a buffer is free (see kd_run_chunk_fn). */

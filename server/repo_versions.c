@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "api.h"
+#include "repo_settle.h"
 #include "store.h"
 #include "repo.h"
 
@@ -34,6 +35,7 @@
 
 typedef struct {
     kestrel__store *store;
+    struct kd_settle *settle;   /* a version left to settle is settled as it is reached (repo_settle.h) */
     char *name;
     int64_t *vs;          /* the versions, oldest first, when the answer started */
     kestrel__alias_map aliases;   /* and their aliases then, read once (not once a version) */
@@ -56,6 +58,14 @@ static int next_piece(versions_answer *a)
         Kestrel__V1__Manifest *m = NULL;
         int64_t v = a->vs[a->next++];
         int rc = kestrel__store_listing_mapped(a->store, a->name, v, a->mapped ? &a->aliases : NULL, &m);
+        int settled = rc == 0 ? kd_settle_seen(a->settle, a->name, v, m->sha256) : 0;
+        if (settled == 1) {   /* settled now (repo_settle.h): read again */
+            kestrel__manifest_free(m);
+            m = NULL;
+            rc = kestrel__store_listing_mapped(a->store, a->name, v, a->mapped ? &a->aliases : NULL, &m);
+        } else if (settled < 0) {
+            kestrel_error_clear();   /* one that cannot be settled is shown as it is stored */
+        }
         if (rc == KESTREL_ENOTFOUND) {   /* deleted since the answer started */
             kestrel_error_clear();
             continue;
@@ -120,6 +130,7 @@ enum MHD_Result kd_repo_versions(kd_req *r, const char *name)
         return kd_reply_error(r, 500, "internal", "out of memory");
     }
     a->store = r->e->store;
+    a->settle = r->e->repo_settle;
     a->json = r->want_json;
     if ((sel = kd_query(r, "version")) != NULL) {   /* ?version=N|latest|ALIAS: that one alone */
         char ref[600], model[256];

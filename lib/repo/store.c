@@ -109,10 +109,10 @@ static int chunk_sized(kestrel__store *s, const char *hex, int64_t size, char ou
     return 0;
 }
 
-int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n,
+int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n, int check,
                                  char out[KESTREL__HEX_LEN + 1])
 {
-    EVP_MD_CTX *ctx;
+    EVP_MD_CTX *ctx, *one = NULL;
     unsigned char md[EVP_MAX_MD_SIZE], *buf;
     unsigned int mdlen = 0;
     int rc = 0;
@@ -120,7 +120,8 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
         return chunk_sized(s, hexes[0], sizes[0], out);
     ctx = EVP_MD_CTX_new();
     buf = malloc(1 << 20);
-    if (ctx == NULL || buf == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    if (ctx == NULL || buf == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
+        (check && (one = EVP_MD_CTX_new()) == NULL)) {
         rc = kestrel__error_oom();
         goto out;
     }
@@ -134,14 +135,28 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
             rc = errno == ENOENT ? kestrel__store_not_stored(hexes[i]) : kestrel__io_error("cannot read", path);
             break;
         }
+        if (check)
+            EVP_DigestInit_ex(one, EVP_sha256(), NULL);
         while ((r = fread(buf, 1, 1 << 20, f)) > 0) {
             EVP_DigestUpdate(ctx, buf, r);
+            if (check)
+                EVP_DigestUpdate(one, buf, r);
             got += (int64_t)r;
         }
         fclose(f);
         if (got != sizes[i])
             rc = kestrel__error_set(KESTREL_EINVALID, "chunk %.12s holds %lld bytes, not the %lld the manifest says",
                                     hexes[i], (long long)got, (long long)sizes[i]);
+        else if (check) {   /* its bytes still its name's: else moved aside, and the file's digest not made */
+            char hex[KESTREL__HEX_LEN + 1];
+            EVP_DigestFinal_ex(one, md, &mdlen);
+            kestrel__hex(md, 32, hex);
+            if (strcmp(hex, hexes[i])) {
+                (void)kestrel__store_check_chunk(s, hexes[i]);   /* moved aside, best effort */
+                rc = kestrel__error_set(KESTREL_EINVALID, "chunk %.12s is damaged on the repository's disk (moved "
+                                        "to its quarantine: a push of a file that holds it stores it again)", hexes[i]);
+            }
+        }
     }
     if (rc == 0) {
         EVP_DigestFinal_ex(ctx, md, &mdlen);
@@ -149,6 +164,7 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
     }
 out:
     EVP_MD_CTX_free(ctx);
+    EVP_MD_CTX_free(one);
     free(buf);
     return rc;
 }

@@ -33,8 +33,10 @@ void kestrel__store_chunk_path(const kestrel__store *s, const char *hex, char *o
 int kestrel__store_check_chunk(kestrel__store *s, const char *hex);
 /* SHA-256 over chunks hexes[0..n) as stored, each checked to hold sizes[i] bytes (KESTREL_EINVALID
  * with why when one is missing or of another size). Their own digests were checked as they came, so
- * the digest of a single chunk is its name: only its size is looked at (stat), nothing read. */
-int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n,
+ * the digest of a single chunk is its name: only its size is looked at (stat), nothing read. check:
+ * each chunk of several is hashed too, and one whose bytes are not its name's is quarantined
+ * (kestrel__store_check_chunk) and KESTREL_EINVALID (a settle long after the chunks came). */
+int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n, int check,
                                  char out[KESTREL__HEX_LEN + 1]);
 /* The whole-file digests of m (the version's, or each listed file's and then the listing's) from
  * its chunks as stored (store_digests.c): an empty one is filled in, a given one must match
@@ -44,6 +46,25 @@ int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const in
  * receives the bytes of the files read back and hashed; msg, why it failed. */
 int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known,
                                 uint64_t *read_back, char *msg, size_t n);
+/* The same, but the files later marks (kestreld's commit that settles them after it) are left
+ * empty, and so is the listing's digest while one is: they count against the bound on what would be
+ * read back all the same (a version is never committed whose digests can never be settled). */
+int kestrel__store_fill_digests_but(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known,
+                                    const unsigned char *later, uint64_t *read_back, char *msg, size_t n);
+/* The same as kestrel__store_fill_digests, each chunk read back checked against its name as it is
+ * hashed (kestrel__store_digest_chunks' check): a version's digests settled after its commit. */
+int kestrel__store_fill_digests_checked(kestrel__store *s, Kestrel__V1__Manifest *m, uint64_t *read_back,
+                                        char *msg, size_t n);
+/* Settle name@version's whole-file digests that its commit left empty (store_settle.c), in two
+ * steps, so that the hashing holds no lock: _hash reads the version and, where digests are empty,
+ * reads its chunks back and hashes them (*hashed: the bytes; 0 when nothing was left), giving the
+ * manifest whole (checked) in *out; _write then writes it as name@version's N.json (when that is
+ * still unsettled: the first writer wins), its protobuf form and its listing (when the listing
+ * differs). KESTREL_ENOTFOUND when the version is gone. kestreld's only (the store's sole writer),
+ * which keeps a delete of the version from running beside a _write. */
+int kestrel__store_settle_hash(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out,
+                               uint64_t *hashed);
+int kestrel__store_settle_write(kestrel__store *s, const Kestrel__V1__Manifest *m);
 /* m's chunk digests and sizes, in order, as two arrays (free both). */
 int kestrel__manifest_chunk_arrays(const Kestrel__V1__Manifest *m, char ***hex, int64_t **size);
 /* got, the SHA-256 of file i of m (0 for a file version), computed from its chunks: set where m

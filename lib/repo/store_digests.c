@@ -87,12 +87,34 @@ static int64_t stored_bytes(const Kestrel__V1__Manifest *m)
     return total;
 }
 
+static int fill(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, const unsigned char *later,
+                int check, uint64_t *read_back, char *msg, size_t n);
+
 int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known,
                                 uint64_t *read_back, char *msg, size_t n)
+{
+    return fill(s, m, known, NULL, 0, read_back, msg, n);
+}
+
+int kestrel__store_fill_digests_but(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known,
+                                    const unsigned char *later, uint64_t *read_back, char *msg, size_t n)
+{
+    return fill(s, m, known, later, 0, read_back, msg, n);
+}
+
+int kestrel__store_fill_digests_checked(kestrel__store *s, Kestrel__V1__Manifest *m, uint64_t *read_back,
+                                        char *msg, size_t n)
+{
+    return fill(s, m, NULL, NULL, 1, read_back, msg, n);
+}
+
+static int fill(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, const unsigned char *later,
+                int check, uint64_t *read_back, char *msg, size_t n)
 {
     char **hex, got[KESTREL__HEX_LEN + 1];
     int64_t *size, planned = 0, stored;
     size_t at = 0, nf = m->n_files ? m->n_files : 1, nsame = 0;
+    int whole = 1;
     size_t *first = calloc(nf + 1, sizeof(*first));   /* the first file with the same chunks: hashed once */
     same_chunks *same = calloc(nf + 1, sizeof(*same));
     char (*done)[KESTREL__HEX_LEN + 1] = calloc(nf + 1, sizeof(*done));
@@ -138,10 +160,10 @@ int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, con
     at = 0;
     for (size_t i = 0; rc == 0 && i < nf; i++) {
         size_t k = m->n_files ? (size_t)m->files[i]->chunks : m->n_chunks;
-        if (!(known && known[i])) {   /* else the caller vouches for it */
-            if (first[i] != i)
+        if (!(known && known[i]) && !(later && later[i])) {   /* else the caller vouches for it, or waits */
+            if (first[i] != i && !(later && later[first[i]]))
                 memcpy(got, done[first[i]], sizeof(got));   /* the same chunks as an earlier file */
-            else if ((rc = kestrel__store_digest_chunks(s, hex + at, size + at, k, got)) < 0)
+            else if ((rc = kestrel__store_digest_chunks(s, hex + at, size + at, k, check, got)) < 0)
                 snprintf(msg, n, "%s", kestrel_error_last()->message);
             if (rc == 0) {
                 memcpy(done[i], got, sizeof(got));
@@ -152,7 +174,10 @@ int kestrel__store_fill_digests(kestrel__store *s, Kestrel__V1__Manifest *m, con
         }
         at += k;
     }
-    if (rc == 0 && m->n_files && !m->sha256[0]) {   /* the listing's digest, from the files' */
+    for (size_t i = 0; rc == 0 && i < m->n_files; i++)
+        if (!m->files[i]->sha256[0])
+            whole = 0;   /* a file left for later: so is the listing's digest */
+    if (rc == 0 && m->n_files && !m->sha256[0] && whole) {   /* the listing's digest, from the files' */
         kestrel__manifest_tree_digest(m->files, m->n_files, got);
         if ((rc = kestrel__wire_set_string(&m->sha256, got)) < 0)
             snprintf(msg, n, "out of memory");

@@ -70,6 +70,8 @@ struct kestrel__transport {
     int fills_digests;   /* the repository fills in a whole-file digest a commit leaves empty (file://;
                             kestreld says so in its answer to missing, and missing() sets it) */
     int names_chunks;    /* send may send chunks unnamed (kestreld says so in its answer to missing) */
+    int settles_later;   /* the repository settles whole-file digests after the commit (kestreld says so in
+                            its answer to missing): send starts no runs, commit asks ?settle=later (atomic) */
     char where[17];      /* the repository: 16 hex digits of SHA-256 of kestreld's URL ("" for file://), the
                             stat cache's mark on what its answers named (push_cache.h) */
     int64_t found_unnamed;   /* chunks sent unnamed that the repository held already (atomic: send adds) */

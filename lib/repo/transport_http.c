@@ -51,7 +51,7 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
         /* ?fills_digests=1, ?names_chunks=1: an answer may say so (a kestreld that does not know one
          * ignores it, and one that does sets the field only when asked: an older client refuses
          * unknown fields) */
-        kestrel__request req = { "POST", "/api/v1/chunks/missing?fills_digests=1&names_chunks=1", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
+        kestrel__request req = { "POST", "/api/v1/chunks/missing?fills_digests=1&names_chunks=1&settles_later=1", &q.base, &kestrel__v1__chunk_query_result__descriptor, 1, 0,
                                  NULL, t->tick ? kestrel__http_tick : NULL, t };
         ProtobufCMessage *res;
         const Kestrel__V1__ChunkQueryResult *qr;
@@ -71,6 +71,8 @@ static int missing(kestrel__transport *t, kestrel__chunk_ref *refs, size_t n)
             t->fills_digests = 1;
         if (qr->names_chunks)    /* and it names a chunk sent unnamed, hashing it as it would verify it */
             __atomic_store_n(&t->names_chunks, 1, __ATOMIC_RELAXED);   /* read by the push's thread */
+        if (qr->settles_later)   /* and it settles them after the commit: no run need stream them */
+            __atomic_store_n(&t->settles_later, 1, __ATOMIC_RELAXED);
         for (size_t i = 0; i < k; i++) {   /* both sorted: one walk */
             while (at < qr->n_missing && strcmp(qr->missing[at], refs[off + i].hex) < 0)
                 at++;
@@ -278,8 +280,8 @@ static int pack_start(void *ctx, http *h, stream *s)
             bytes += p->todo[p->next++]->len;
         h->run_next = p->todo[p->next - 1]->offset + p->todo[p->next - 1]->len;
         run = h;
-        snprintf(u->url + strlen(u->url), sizeof(u->url) - strlen(u->url), "?run=%s&at=%lld", h->run_id,
-                 (long long)c->offset);
+        snprintf(u->url + strlen(u->url), sizeof(u->url) - strlen(u->url), "?run=%s&at=%lld%s", h->run_id,
+                 (long long)c->offset, __atomic_load_n(&h->base.settles_later, __ATOMIC_RELAXED) ? "&whole=0" : "");
     } else {   /* other chunks: packs of up to PACK_MAX, each ending before a run */
         while (p->next < p->n && (p->next == first || (bytes + p->todo[p->next]->len <= PACK_MAX &&
                                                         !run_starts(h, p->todo, p->n, p->next))))
@@ -442,7 +444,8 @@ static int commit(kestrel__transport *t, Kestrel__V1__Manifest *m, kestrel__spoo
         req.tail_ctx = chunks;
         req.tail_size = kestrel__spool_bytes(chunks);
     }
-    snprintf(path, sizeof(path), "/api/v1/models/%s/versions", m->name);
+    snprintf(path, sizeof(path), "/api/v1/models/%s/versions%s", m->name,
+             __atomic_load_n(&t->settles_later, __ATOMIC_RELAXED) ? "?settle=later" : "");
     rc = kestrel__http_call(&resp, CLIENT(t), &req);
     m->commit_key = (char *)protobuf_c_empty_string;
     if (rc < 0 && unknown) {   /* a push must not say "failed" of a version that may be there */

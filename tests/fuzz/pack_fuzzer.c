@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     }
     mem = mems[len && (data[0] & 2)];
     if ((p = kd_pack_begin(&engine, mem, 1, "00112233445566778899aabbccddeeff", len && (data[0] & 1) ? "0" : NULL,
-                           &busy)) == NULL)
+                           len && (data[0] & 4) ? "0" : NULL, &busy)) == NULL)
         abort();   /* nothing else holds the budget */
     kd_pack_feed(p, (const char *)data, cut);
     kd_pack_feed(p, (const char *)data + cut, len - cut);

@@ -4,8 +4,8 @@ responses to chunk downloads ("GET /api/v1/chunks/SHA" and the batches of "POST 
 "pause" forwards the first batch's answer up to `at` bytes of its body, then calls `paused()` before it
 forwards the rest, reading kestreld's side through a small window meanwhile (kestreld, which keeps at
 most 256 KiB of an answer unsent, is then not far ahead of what the client has).
-"older" plays a kestreld from before ChunkQueryResult.fills_digests and names_chunks (it drops those
-fields from the answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
+"older" plays a kestreld from before ChunkQueryResult.fills_digests, names_chunks and settles_later (it
+drops those fields from the answers to /api/v1/chunks/missing) and before batched downloads (it renames the fetch route, which
 kestreld then answers 404, as an older one does); "hang" plays a server that stops answering: from the
 first request that starts with `hang_on` on, that connection forwards nothing either way; "busy" answers
 the first commit of a version (POST .../versions) itself, once its whole body is in (kept in `busied`),
@@ -48,6 +48,12 @@ def _whole_answer(pending):
     if len(pending) < head + 4 + length:
         return None
     return lines, pending[head + 4:head + 4 + length], pending[head + 4 + length:]
+
+
+def _commits(data):
+    """Whether the request that data begins is a commit: POST .../versions, with a query or none."""
+    line = data.split(b"\r\n", 1)[0]
+    return line.startswith(b"POST /api/v1/models/") and line.rsplit(b" ", 1)[0].split(b"?", 1)[0].endswith(b"/versions")
 
 
 class FaultProxy:
@@ -171,13 +177,13 @@ class FaultProxy:
                         up.shutdown(socket.SHUT_RDWR)   # ends the answers' loop, and with it the connection
                         return
                     if self.mode == "busy" and not self.busied and data.startswith(b"POST /api/v1/models/") \
-                            and data.split(b"\r\n", 1)[0].endswith(b"/versions HTTP/1.1"):
+                            and _commits(data):
                         data = self._answer_busy(client, data)
                         if not data:
                             continue
                     if self.mode == "lost" and (self.lose is None or self.losing < self.lose) \
                             and data.startswith(b"POST /api/v1/models/") \
-                            and data.split(b"\r\n", 1)[0].endswith(b"/versions HTTP/1.1"):
+                            and _commits(data):
                         state["lost_request"] = True
                         self.losing += 1   # counted as it comes: a try sent again meanwhile passes
                     if self.mode != "slow":
@@ -207,8 +213,10 @@ class FaultProxy:
                         continue
                     lines, body, rest = whole
                     pending = b""
-                if state["missing_request"]:   # the whole answer, then without fills_digests and names_chunks
-                    state["missing_request"] = False   # (fields 2 and 3: 0x10 0x01, 0x18 0x01)
+                if state["missing_request"]:   # the whole answer, then without fills_digests, names_chunks
+                    state["missing_request"] = False   # and settles_later (fields 2, 3, 4: 0x10 0x01, 0x18 0x01,
+                    if body.endswith(b"\x20\x01"):     # 0x20 0x01)
+                        body = body[:-2]
                     if body.endswith(b"\x18\x01"):
                         body = body[:-2]
                     if body.endswith(b"\x10\x01"):

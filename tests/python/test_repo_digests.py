@@ -313,7 +313,7 @@ def test_a_commit_whose_answer_a_proxy_lost_is_sent_again(kestreld, tmp_path, mo
                   % (status, b"Gateway Time-out" if status == 504 else b"Bad Gateway", len(_GATEWAY[status]))
                   + _GATEWAY[status])
     proxy, _, _ = _push_answer_lost(kestreld, tmp_path, "team/gw", answer=answer, then_close=status == "cut")
-    assert bytes(proxy.sent).count(b"/versions HTTP/1.1") == 2   # sent again, once
+    assert bytes(proxy.sent).count(b"/versions?settle=later HTTP/1.1") == 2   # sent again, once
 
 
 def test_a_commit_is_sent_again_until_a_restarted_kestreld_is_back(kestreld, tmp_path, monkeypatch):
@@ -400,7 +400,7 @@ def test_a_commit_that_timed_out_is_sent_again(kestreld, tmp_path, monkeypatch):
     finally:
         proxy.close()
     # sent again once; more where kestreld still made the first (503 until it was made)
-    assert proxy.damaged == 1 and bytes(proxy.sent).count(b"/versions HTTP/1.1") >= 2
+    assert proxy.damaged == 1 and bytes(proxy.sent).count(b"/versions?settle=later HTTP/1.1") >= 2
     assert [v.version for v in kestrel.Client(kestreld.url, kestreld.token).versions("team/slow")] == [1]
 
 

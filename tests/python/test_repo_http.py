@@ -119,6 +119,7 @@ def test_a_damaged_download_is_an_error_never_a_wrong_file(kestreld, tmp_path, m
     src = tmp_path / "m.bin"
     src.write_bytes(os.urandom(3 << 20))
     c.push("m", str(src))
+    assert c.versions("m")[-1].sha256   # settled (server/repo_settle.h): a damaged chunk is found by the download
     # damage a stored chunk on the server's disk
     chunks = sorted((kestreld.data / "repo" / "chunks").rglob("*"))
     victim = [p for p in chunks if p.is_file()][0]
@@ -572,7 +573,7 @@ def digest_bytes(d):
     """kestrel_repo_commit_digest_bytes_total by source, from /metrics."""
     text = raw(d, "GET", "/metrics")[1].decode()
     return {src: float(line.split()[-1]) for line in text.splitlines()
-            for src in ("stream", "store", "chunk", "latest") if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
+            for src in ("stream", "store", "chunk", "latest", "later") if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
 
 
 def kestreld_manifest(d, name, version):
@@ -586,27 +587,34 @@ def pack(*chunks):
 
 
 def test_a_commit_takes_a_files_digest_from_its_chunks_as_they_streamed(kestreld, tmp_path, monkeypatch):
-    """kestreld hashes a file whose new chunks a push sends in order (packs of one run) as they come,
-    so its commit does not read them back; a commit of chunks that were stored already reads them
-    back. A run is its user's only: another user can neither extend it nor use it. A file of one chunk
-    takes that chunk's digest: nothing read back."""
+    """With --settle-digests at-commit, kestreld hashes a file whose new chunks a push sends in order
+    (packs of one run) as they come, so its commit does not read them back; a commit of chunks that
+    were stored already reads them back. A run is its user's only: another user can neither extend it
+    nor use it. A file of one chunk takes that chunk's digest: nothing read back."""
+    from conftest import Daemon
     monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+    d = Daemon(tmp_path / "at-commit", "--settle-digests", "at-commit")
+    try:
+        c = kestrel.Client(d.url, d.token)
+        src = tmp_path / "big.bin"
+        src.write_bytes(os.urandom(80 << 20))                  # two batches: the run spans two packs
+        before = digest_bytes(d)
+        assert c.push("team/streamed", str(src)) == 1
+        after = digest_bytes(d)
+        assert after["stream"] - before["stream"] == 80 << 20 and after["store"] == before["store"], (before, after)
+        assert after["later"] == 0
+        assert c.versions("team/streamed")[-1].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
+        # 5 % changed: most chunks are stored already, so no run covers the file: read back
+        data = bytearray(src.read_bytes())
+        data[40 << 20:(40 << 20) + (4 << 20)] = os.urandom(4 << 20)
+        src.write_bytes(data)
+        assert c.push("team/streamed", str(src)) == 2
+        again = digest_bytes(d)
+        assert again["store"] - after["store"] == 80 << 20 and again["stream"] == after["stream"], (after, again)
+        assert c.versions("team/streamed")[-1].sha256 == hashlib.sha256(bytes(data)).hexdigest()
+    finally:
+        d.stop()
     c = kestrel.Client(kestreld.url, kestreld.token)
-    src = tmp_path / "big.bin"
-    src.write_bytes(os.urandom(80 << 20))                  # two batches: the run spans two packs
-    before = digest_bytes(kestreld)
-    assert c.push("team/streamed", str(src)) == 1
-    after = digest_bytes(kestreld)
-    assert after["stream"] - before["stream"] == 80 << 20 and after["store"] == before["store"], (before, after)
-    assert c.versions("team/streamed")[-1].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
-    # 5 % changed: most chunks are stored already, so no run covers the file: read back
-    data = bytearray(src.read_bytes())
-    data[40 << 20:(40 << 20) + (4 << 20)] = os.urandom(4 << 20)
-    src.write_bytes(data)
-    assert c.push("team/streamed", str(src)) == 2
-    again = digest_bytes(kestreld)
-    assert again["store"] - after["store"] == 80 << 20 and again["stream"] == after["stream"], (after, again)
-    assert c.versions("team/streamed")[-1].sha256 == hashlib.sha256(bytes(data)).hexdigest()
 
     # by hand: alice's run of two chunks; bob tries to extend it, then to use it
     alice = json.loads(raw(kestreld, "POST", "/api/v1/tokens", json.dumps({"user": "alice"}).encode())[1])["token"]
@@ -665,7 +673,7 @@ def test_a_file_handed_over_at_once_streams_in_packs_of_one_run_in_order(kestrel
     old = time.time() - 60
     os.utime(src, (old, old))
     assert kestrel.Client(kestreld.url, kestreld.token).push("team/handed", str(src)) == 1   # remembered
-    d = Daemon(tmp_path / "d")
+    d = Daemon(tmp_path / "d", "--settle-digests", "at-commit")   # runs are for a kestreld that hashes at the commit
     proxy = FaultProxy(int(d.url.rsplit(":", 1)[1]), "pass")
     try:
         before = digest_bytes(d)

@@ -95,9 +95,10 @@ static void free_chunks(chunks *c, uint8_t **data)
     }
 }
 
-/* Feeds the N chunks, `buffers` deep, in two packs (the second continues the run); 1 when the run
- * was kept and its digest is the one of all the bytes, 0 when it was dropped. */
-static int feed(fake_store *s, unsigned buffers, const chunks *c, uint8_t **data)
+/* Feeds the N chunks, `buffers` deep, in two packs (the second continues the run), each asking
+ * whole as kd_run_feed_begin takes it; 1 when a commit could take the run and its digest is the one
+ * of all the bytes, 0 when it was dropped (or stored only). */
+static int feed(fake_store *s, unsigned buffers, const chunks *c, uint8_t **data, int whole)
 {
     kd_runs *runs = kd_runs_new();
     kestrel_buf b = KESTREL_BUF_INIT;
@@ -108,7 +109,7 @@ static int feed(fake_store *s, unsigned buffers, const chunks *c, uint8_t **data
     s->feeder = pthread_self();
     s->c = c;
     for (int pack = 0; pack < 2; pack++) {
-        kd_run_feed *f = kd_run_feed_begin(runs, 7, RUN_ID, at, buffers, slow_store, s);
+        kd_run_feed *f = kd_run_feed_begin(runs, 7, RUN_ID, at, buffers, whole, slow_store, s);
         if (f == NULL && pack > 0)
             break;   /* the first pack dropped the run: nothing to continue */
         assert_non_null(f);
@@ -143,7 +144,7 @@ static void test_feeder_stores_when_the_helper_is_behind(void **state)
         for (size_t d = 0; d < sizeof(depths) / sizeof(depths[0]); d++) {
             fake_store s = { .fail_at = -1 };
             pthread_mutex_init(&s.mu, NULL);
-            assert_int_equal(feed(&s, depths[d], &c, data), 1);
+            assert_int_equal(feed(&s, depths[d], &c, data, 1), 1);
             for (int i = 0; i < N; i++)
                 assert_int_equal(s.calls[i], 1);
             assert_true(s.on_feeder > 0);
@@ -165,7 +166,7 @@ static void test_a_failed_store_drops_the_run(void **state)
     (void)state;
     make_chunks(&c, data, 0);
     pthread_mutex_init(&s.mu, NULL);
-    assert_int_equal(feed(&s, KD_RUN_BUFFERS, &c, data), 0);
+    assert_int_equal(feed(&s, KD_RUN_BUFFERS, &c, data, 1), 0);
     for (int i = 0; i < N; i++)
         assert_true(s.calls[i] <= 1);
     assert_int_equal(s.calls[20], 1);
@@ -175,11 +176,42 @@ static void test_a_failed_store_drops_the_run(void **state)
     free_chunks(&c, data);
 }
 
+/* A run of a push whose commit settles its digests later (whole 0): its chunks all stored, once, in
+ * both packs (the second continued it), and no commit takes it; a pack that asks otherwise than the
+ * run began gets no run. */
+static void test_a_run_stored_only_is_not_taken(void **state)
+{
+    uint8_t *data[N];
+    chunks c;
+    fake_store s = { .fail_at = -1 };
+    kd_runs *runs = kd_runs_new();
+    kestrel_buf b = KESTREL_BUF_INIT;
+    kd_run_feed *f;
+    (void)state;
+    make_chunks(&c, data, 0);
+    pthread_mutex_init(&s.mu, NULL);
+    assert_int_equal(feed(&s, KD_RUN_BUFFERS, &c, data, 0), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(s.calls[i], 1);
+    assert_int_equal(s.wrong, 0);
+    assert_non_null(runs);
+    assert_non_null(f = kd_run_feed_begin(runs, 7, RUN_ID, 0, 2, 0, NULL, NULL));
+    assert_int_equal(kestrel__buf_put(&b, data[0], (size_t)c.size[0]), 0);
+    kd_run_feed_chunk(f, c.hex[0], &b, 0);
+    kd_run_feed_end(f, 1);
+    assert_null(kd_run_feed_begin(runs, 7, RUN_ID, c.size[0], 2, 1, NULL, NULL));
+    kestrel_buf_dispose(&b);
+    kd_runs_free(runs);
+    pthread_mutex_destroy(&s.mu);
+    free_chunks(&c, data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_feeder_stores_when_the_helper_is_behind),
         cmocka_unit_test(test_a_failed_store_drops_the_run),
+        cmocka_unit_test(test_a_run_stored_only_is_not_taken),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

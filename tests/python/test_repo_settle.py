@@ -1,0 +1,204 @@
+"""Whole-file digests settled after the commit (server/repo_settle.h): a push to kestreld is answered
+once its chunks are checked and durable; kestreld hashes the files after it, on an idle thread once
+the repository is quiet, or at the version's first read. No answer shows a version unsettled."""
+import hashlib
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import kestrel
+
+
+def listing(d, name, version):
+    """What the store holds of name@version's listing, read on disk (no request: it would settle)."""
+    return json.loads((d.data / "repo" / "models" / name / "versions" / f"{version}.listing").read_text())
+
+
+def digest_bytes(d):
+    with urllib.request.urlopen(urllib.request.Request(d.url + "/metrics",
+                                                       headers={"Authorization": f"Bearer {d.token}"})) as r:
+        text = r.read().decode()
+    return {src: float(line.split()[-1]) for line in text.splitlines()
+            for src in ("stream", "store", "chunk", "latest", "later")
+            if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
+
+
+def raw(d, method, path, body=None):
+    req = urllib.request.Request(d.url + path, method=method, data=body,
+                                 headers={"Authorization": f"Bearer {d.token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def tree_digest(files):
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f["path"]):
+        h.update(f"{f.get('mode', 0):o} {f.get('size', '0')} {f['sha256']} ".encode() + f["path"].encode() + b"\0")
+    return h.hexdigest()
+
+
+KD_QUIET_S = 1   # KD_SETTLE_QUIET_MS
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KESTREL_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_a_push_is_answered_unsettled_and_its_first_read_settles_it(daemon, tmp_path, cache):
+    d = daemon()
+    c = kestrel.Client(d.url, d.token)
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(6 << 20))
+    want = hashlib.sha256(src.read_bytes()).hexdigest()
+    before = digest_bytes(d)
+    assert c.push("team/f", str(src)) == 1
+    assert listing(d, "team/f", 1)["sha256"] == ""          # committed without a second pass over the bytes
+    after = digest_bytes(d)
+    assert after["stream"] == before["stream"] and after["store"] == before["store"] and after["later"] == 0, after
+    assert c.versions("team/f")[-1].sha256 == want          # the read settled it, not waiting for the thread
+    assert listing(d, "team/f", 1)["sha256"] == want
+    assert digest_bytes(d)["later"] == 6 << 20
+    out = tmp_path / "out.bin"
+    c.pull("team/f", str(out))
+    assert out.read_bytes() == src.read_bytes()
+    assert digest_bytes(d)["later"] == 6 << 20               # hashed once
+
+
+def test_the_thread_settles_once_the_repository_is_quiet(daemon, tmp_path, cache):
+    d = daemon()
+    c = kestrel.Client(d.url, d.token)
+    tree = tmp_path / "ds"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "big.bin").write_bytes(os.urandom(3 << 20))    # several chunks: left to settle
+    (tree / "sub" / "small.txt").write_bytes(b"hello\n")    # one chunk: its digest is its chunk's
+    assert c.push("team/ds", str(tree)) == 1
+    assert listing(d, "team/ds", 1)["sha256"] == ""
+    deadline = time.time() + 20
+    while listing(d, "team/ds", 1)["sha256"] == "":           # no request meanwhile: the thread's doing
+        assert time.time() < deadline, "not settled by the thread in 20 s"
+        time.sleep(0.1)
+    manifest = json.loads((d.data / "repo" / "models" / "team" / "ds" / "versions" / "1.json").read_text())
+    files = {f["path"]: f["sha256"] for f in manifest["files"]}
+    assert files == {"big.bin": hashlib.sha256((tree / "big.bin").read_bytes()).hexdigest(),
+                     "sub/small.txt": hashlib.sha256(b"hello\n").hexdigest()}
+    assert manifest["sha256"] == tree_digest(manifest["files"]) == listing(d, "team/ds", 1)["sha256"]
+    status, body = raw(d, "GET", "/api/v1/models/team/ds/versions/1")   # its protobuf form was written anew
+    assert status == 200 and json.loads(body)["sha256"] == manifest["sha256"], body
+    assert digest_bytes(d)["later"] == 3 << 20
+
+
+def test_a_kestreld_killed_before_it_settled_settles_at_the_first_read_after(daemon, tmp_path, cache):
+    d = daemon()
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(5 << 20))
+    assert kestrel.Client(d.url, d.token).push("team/k", str(src)) == 1
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait()
+    assert listing(d, "team/k", 1)["sha256"] == ""
+    d.restart()
+    out = tmp_path / "out.bin"
+    kestrel.Client(d.url, d.token).pull("team/k@1", str(out))   # the manifest's read settles it first
+    assert out.read_bytes() == src.read_bytes()
+    assert listing(d, "team/k", 1)["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_a_version_deleted_before_it_settled_stays_deleted(daemon, tmp_path, cache):
+    d = daemon()
+    c = kestrel.Client(d.url, d.token)
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(4 << 20))
+    assert c.push("team/gone", str(src)) == 1 and c.push("team/gone", str(tmp_path / "f.bin")) == 2
+    assert raw(d, "DELETE", "/api/v1/models/team/gone/versions/1")[0] == 200
+    time.sleep(KD_QUIET_S + 2)                               # the thread has come to both
+    versions = d.data / "repo" / "models" / "team" / "gone" / "versions"
+    assert not (versions / "1.json").exists() and not (versions / "1.listing").exists()
+    assert [v.version for v in c.versions("team/gone")] == [2]
+    assert "cannot be settled" not in (d.root / "kestreld.log").read_text()
+
+
+def test_a_settle_that_finds_a_chunk_lost_fails_the_read_with_why(daemon, tmp_path, cache):
+    d = daemon()
+    c = kestrel.Client(d.url, d.token)
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    assert c.push("team/lost", str(src)) == 1
+    chunks = sorted(p for p in (d.data / "repo" / "chunks").rglob("*") if p.is_file())
+    assert len(chunks) > 1
+    chunks[0].unlink()                                       # before the version settled
+    with pytest.raises(kestrel.KestrelIOError, match="cannot be settled"):
+        c.pull("team/lost", str(tmp_path / "out.bin"))
+    assert [v.sha256 for v in c.versions("team/lost")] == [""]   # listed as it is stored
+
+
+def test_a_chunk_damaged_before_the_settle_is_found_by_it_never_hashed_into_the_digest(daemon, tmp_path, cache):
+    """The settle checks each chunk it reads back against its name: a digest made from damaged bytes
+    would make a pull, which checks the file against it, take the damaged file for true."""
+    d = daemon()
+    c = kestrel.Client(d.url, d.token)
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    assert c.push("team/bad", str(src)) == 1
+    victim = sorted(p for p in (d.data / "repo" / "chunks").rglob("*") if p.is_file())[1]
+    stored = victim.read_bytes()
+    victim.write_bytes(bytes([stored[0] ^ 0xff]) + stored[1:])
+    out = tmp_path / "out.bin"
+    with pytest.raises(kestrel.KestrelIOError, match="damaged"):
+        c.pull("team/bad", str(out))
+    assert not out.exists() and not victim.exists() and list((d.data / "repo" / "quarantine").iterdir())
+    assert c.push("team/bad", str(src)) == 2                 # stores the chunk again: version 1 heals
+    c.pull("team/bad@1", str(out))
+    assert out.read_bytes() == src.read_bytes()
+    assert c.versions("team/bad")[0].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_what_a_commit_is_given_is_checked_at_the_commit_even_when_it_settles_later(daemon, tmp_path, cache):
+    d = daemon()
+    c = kestrel.Client(d.url, d.token)
+    a, b = os.urandom(300000), os.urandom(200000)
+    src = tmp_path / "f.bin"
+    src.write_bytes(a + b)
+    assert c.push("team/parts", str(src)) == 1              # its chunks are stored
+    m = json.loads(raw(d, "GET", "/api/v1/models/team/parts/versions/1")[1])
+    chunks = [{"digest": x["digest"], "size": x["size"]} for x in m["chunks"]]
+    assert len(chunks) > 1
+    wrong = {"size": str(len(a + b)), "sha256": "ab" * 32, "chunks": chunks}
+    status, body = raw(d, "POST", "/api/v1/models/team/parts/versions?settle=later", json.dumps(wrong).encode())
+    assert status == 400 and b"sha256" in body, body
+    tree = {"size": str(len(a + b)), "chunks": chunks,
+            "files": [{"path": "x.bin", "size": str(len(a + b)), "sha256": "cd" * 32, "chunks": str(len(chunks))}]}
+    status, body = raw(d, "POST", "/api/v1/models/team/tree/versions?settle=later", json.dumps(tree).encode())
+    assert status == 400 and b"sha256" in body, body
+    # chunks repeated past the bound on what settling would hash: refused now, not left to fail later
+    one = chunks[0]
+    many = {"size": str(int(one["size"]) * 20000), "chunks": [one] * 20000}
+    status, body = raw(d, "POST", "/api/v1/models/team/many/versions?settle=later", json.dumps(many).encode())
+    assert status == 400 and b"repeat" in body, body
+    # asked and left empty: answered unsettled; not asked: settled in the answer, as before
+    left = {"size": str(len(a + b)), "chunks": chunks}
+    status, body = raw(d, "POST", "/api/v1/models/team/left/versions?settle=later", json.dumps(left).encode())
+    assert status == 201 and json.loads(body)["sha256"] == "", body
+    status, body = raw(d, "POST", "/api/v1/models/team/asked/versions", json.dumps(left).encode())
+    assert status == 201 and json.loads(body)["sha256"] == hashlib.sha256(a + b).hexdigest(), body
+    assert c.versions("team/left")[-1].sha256 == hashlib.sha256(a + b).hexdigest()
+
+
+def test_at_commit_settles_every_version_before_the_answer(daemon, tmp_path, cache):
+    d = daemon("--settle-digests", "at-commit")
+    status, body = raw(d, "POST", "/api/v1/chunks/missing?settles_later=1", json.dumps({"digests": []}).encode())
+    assert status == 200 and not json.loads(body).get("settles_later"), body
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    assert kestrel.Client(d.url, d.token).push("team/now", str(src)) == 1
+    assert listing(d, "team/now", 1)["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert digest_bytes(d)["later"] == 0
+    status, body = raw(daemon(), "POST", "/api/v1/chunks/missing?settles_later=1", json.dumps({"digests": []}).encode())
+    assert status == 200 and json.loads(body).get("settles_later") is True, body
