@@ -269,7 +269,8 @@ def test_the_first_signal_stops_a_push_whose_commit_is_unanswered_saying_its_ver
     env = kestreld.env(KESTREL_CACHE_DIR=str(tmp_path / "cache"))
     src = tmp_path / "big.bin"
     src.write_bytes(os.urandom(8 << 20))
-    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "hang", hang_on=b"POST /api/v1/models/team/hung3/versions ")
+    proxy = FaultProxy(int(kestreld.url.rsplit(":", 1)[1]), "hang",
+                       hang_on=b"POST /api/v1/models/team/hung3/versions?settle=later ")
     try:   # 0.5 s: the commit, sent whole, now waits
         rc, err = interrupt_cli([KESTREL_CLI, "push", "team/hung3", str(src)], dict(env, KESTREL_URL=proxy.url),
                                 lambda: proxy.damaged, settle=0.5)
