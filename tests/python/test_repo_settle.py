@@ -202,3 +202,15 @@ def test_at_commit_settles_every_version_before_the_answer(daemon, tmp_path, cac
     assert digest_bytes(d)["later"] == 0
     status, body = raw(daemon(), "POST", "/api/v1/chunks/missing?settles_later=1", json.dumps({"digests": []}).encode())
     assert status == 200 and json.loads(body).get("settles_later") is True, body
+
+
+def test_settle_digests_takes_later_or_at_commit_and_check_config_says_which(tmp_path):
+    import subprocess
+    from conftest import KESTRELD
+    bad = subprocess.run([KESTRELD, "--settle-digests", "soon", "-d", str(tmp_path / "d")], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode == 2 and "--settle-digests: 'soon': later or at-commit" in bad.stderr, bad.stderr
+    for flag, says in (("later", "after its push is answered"), ("at-commit", "before its push is answered")):
+        r = subprocess.run([KESTRELD, "--settle-digests", flag, "--check-config", "-d", str(tmp_path / "d")],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and says in r.stdout, (r.stdout, r.stderr)
