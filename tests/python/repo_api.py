@@ -13,6 +13,14 @@ def raw(d, method, path, body=b"", ctype="application/json", token=None):
         return e.code, e.read()
 
 
+def digest_bytes(d):
+    """kestrel_repo_commit_digest_bytes_total by source, from /metrics."""
+    text = raw(d, "GET", "/metrics")[1].decode()
+    return {src: float(line.split()[-1]) for line in text.splitlines()
+            for src in ("stream", "store", "chunk", "latest", "later")
+            if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
+
+
 def chunk_files(d):
     return sorted(p for p in (d.data / "repo" / "chunks").rglob("*") if p.is_file())
 

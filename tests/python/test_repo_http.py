@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from conftest import KESTREL_CLI
-from repo_api import raw
+from repo_api import digest_bytes, raw
 
 kestrel = pytest.importorskip("kestrel")
 
@@ -567,13 +567,6 @@ def test_bad_tree_manifests_are_refused_and_create_no_version(kestreld, tmp_path
     assert status == 201 and json.loads(body)["sha256"] == good["sha256"], body
     status, body = raw(kestreld, "GET", "/api/v1/models/team/blank/versions/1")
     assert [f["sha256"] for f in json.loads(body)["files"]] == [f["sha256"] for f in good["files"]]
-
-
-def digest_bytes(d):
-    """kestrel_repo_commit_digest_bytes_total by source, from /metrics."""
-    text = raw(d, "GET", "/metrics")[1].decode()
-    return {src: float(line.split()[-1]) for line in text.splitlines()
-            for src in ("stream", "store", "chunk", "latest", "later") if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
 
 
 def kestreld_manifest(d, name, version):

@@ -6,36 +6,16 @@ import json
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 import kestrel
+from repo_api import chunk_files, digest_bytes, raw
 
 
 def listing(d, name, version):
     """What the store holds of name@version's listing, read on disk (no request: it would settle)."""
     return json.loads((d.data / "repo" / "models" / name / "versions" / f"{version}.listing").read_text())
-
-
-def digest_bytes(d):
-    with urllib.request.urlopen(urllib.request.Request(d.url + "/metrics",
-                                                       headers={"Authorization": f"Bearer {d.token}"})) as r:
-        text = r.read().decode()
-    return {src: float(line.split()[-1]) for line in text.splitlines()
-            for src in ("stream", "store", "chunk", "latest", "later")
-            if line.startswith(f'kestrel_repo_commit_digest_bytes_total{{source="{src}"}}')}
-
-
-def raw(d, method, path, body=None):
-    req = urllib.request.Request(d.url + path, method=method, data=body,
-                                 headers={"Authorization": f"Bearer {d.token}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def tree_digest(files):
@@ -131,7 +111,7 @@ def test_a_settle_that_finds_a_chunk_lost_fails_the_read_with_why(daemon, tmp_pa
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(3 << 20))
     assert c.push("team/lost", str(src)) == 1
-    chunks = sorted(p for p in (d.data / "repo" / "chunks").rglob("*") if p.is_file())
+    chunks = chunk_files(d)
     assert len(chunks) > 1
     chunks[0].unlink()                                       # before the version settled
     with pytest.raises(kestrel.KestrelIOError, match="cannot be settled"):
@@ -147,7 +127,7 @@ def test_a_chunk_damaged_before_the_settle_is_found_by_it_never_hashed_into_the_
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(3 << 20))
     assert c.push("team/bad", str(src)) == 1
-    victim = sorted(p for p in (d.data / "repo" / "chunks").rglob("*") if p.is_file())[1]
+    victim = chunk_files(d)[1]
     stored = victim.read_bytes()
     victim.write_bytes(bytes([stored[0] ^ 0xff]) + stored[1:])
     out = tmp_path / "out.bin"
