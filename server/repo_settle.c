@@ -18,6 +18,17 @@ typedef struct {
     int64_t version;
 } waiting;
 
+/* A version being hashed, and by whom: readers of it wait for it rather than hash it again (a gang's
+ * ranks pulling a checkpoint pushed a second ago), and one that finds the idle thread at it lifts the
+ * thread to its own priority while it waits. */
+typedef struct {
+    const char *name;   /* the settler's own (not copied) */
+    int64_t version;
+    int by_thread;      /* the settling thread's (else a reader's) */
+} hashing;
+
+#define HASHING_MAX 64   /* past it, a reader hashes without telling others (they hash it too) */
+
 struct kd_settle {
     kestrel__store *store;
     kd_metrics *metrics;
@@ -27,16 +38,62 @@ struct kd_settle {
     waiting queue[KD_SETTLE_QUEUE];
     size_t head, n;
     int64_t stirred_ms;         /* the repository's last pack or commit (monotonic) */
+    hashing busy[HASHING_MAX];  /* under lock */
+    size_t nbusy;
+    pthread_cond_t done;        /* one of busy ended */
     int stop;
     pthread_t thread;
 };
 
-/* Hash and write name@version's digests: 0 (also when gone: the read says so), < 0 with the error. */
-static int settle_one(kd_settle *st, const char *name, int64_t version)
+/* The settling thread at idle priority (called by itself), or lifted to an ordinary one (by a
+ * reader that waits for it). */
+static void thread_priority(pthread_t t, int idle)
+{
+    struct sched_param none = { 0 };
+    if (pthread_setschedparam(t, idle ? SCHED_IDLE : SCHED_OTHER, &none) != 0 && idle)
+        (void)setpriority(PRIO_PROCESS, 0, 19);   /* the calling thread's own nice value */
+}
+
+/* Under lock: name@version's entry in busy, or NULL. */
+static hashing *busy_with(kd_settle *st, const char *name, int64_t version)
+{
+    for (size_t i = 0; i < st->nbusy; i++)
+        if (st->busy[i].version == version && !strcmp(st->busy[i].name, name))
+            return &st->busy[i];
+    return NULL;
+}
+
+/* Hash and write name@version's digests (by_thread: on the settling thread), unless another is at it:
+ * then a reader waits for it (lifting the thread to its priority), and the thread leaves it. 0 (also
+ * when gone: the read says so; or when another settled it: the caller reads again), < 0 with the
+ * error. */
+static int settle_one(kd_settle *st, const char *name, int64_t version, int by_thread)
 {
     Kestrel__V1__Manifest *m = NULL;
     uint64_t hashed = 0;
-    int rc = kestrel__store_settle_hash(st->store, name, version, &m, &hashed);
+    hashing *h;
+    int rc, listed = 0;
+    pthread_mutex_lock(&st->lock);
+    if (by_thread)
+        thread_priority(pthread_self(), 1);   /* idle again: a reader may have lifted it for the last one */
+    if ((h = busy_with(st, name, version)) != NULL) {
+        if (by_thread) {
+            pthread_mutex_unlock(&st->lock);
+            return 0;   /* a reader is at it */
+        }
+        if (h->by_thread)
+            thread_priority(st->thread, 0);
+        while (busy_with(st, name, version))
+            pthread_cond_wait(&st->done, &st->lock);
+        pthread_mutex_unlock(&st->lock);
+        return 0;
+    }
+    if (st->nbusy < HASHING_MAX) {
+        st->busy[st->nbusy++] = (hashing){ name, version, by_thread };
+        listed = 1;
+    }
+    pthread_mutex_unlock(&st->lock);
+    rc = kestrel__store_settle_hash(st->store, name, version, &m, &hashed);
     if (rc == 0) {
         pthread_mutex_lock(&st->writing);
         rc = kestrel__store_settle_write(st->store, m);
@@ -49,15 +106,18 @@ static int settle_one(kd_settle *st, const char *name, int64_t version)
         kestrel_error_clear();
         rc = 0;
     }
+    pthread_mutex_lock(&st->lock);
+    if (listed && (h = busy_with(st, name, version)) != NULL) {
+        *h = st->busy[--st->nbusy];
+        pthread_cond_broadcast(&st->done);
+    }
+    pthread_mutex_unlock(&st->lock);
     return rc;
 }
 
 static void *settle_main(void *arg)
 {
     kd_settle *st = arg;
-    struct sched_param none = { 0 };
-    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &none) != 0)   /* only what no one else wants */
-        (void)setpriority(PRIO_PROCESS, 0, 19);
     pthread_mutex_lock(&st->lock);
     for (;;) {
         int64_t quiet;
@@ -83,7 +143,7 @@ static void *settle_main(void *arg)
         st->head = (st->head + 1) % KD_SETTLE_QUEUE;
         st->n--;
         pthread_mutex_unlock(&st->lock);
-        if (kd_settle_read(st, w.name, w.version) < 0)
+        if (kd_settle_due(st, w.name, w.version) && settle_one(st, w.name, w.version, 1) < 0)
             fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kestrel_error_clear();
         free(w.name);
@@ -110,9 +170,11 @@ kd_settle *kd_settle_new(kestrel__store *store, kd_metrics *metrics)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&st->wake, &attr);
     pthread_condattr_destroy(&attr);
+    pthread_cond_init(&st->done, NULL);
     if ((rc = pthread_create(&st->thread, NULL, settle_main, st)) != 0) {
         kestrel__error_set(KESTREL_EIO, "cannot start the thread that settles digests: %s", strerror(rc));
         pthread_cond_destroy(&st->wake);
+        pthread_cond_destroy(&st->done);
         pthread_mutex_destroy(&st->lock);
         pthread_mutex_destroy(&st->writing);
         free(st);
@@ -133,6 +195,7 @@ void kd_settle_free(kd_settle *st)
     for (; st->n; st->n--, st->head = (st->head + 1) % KD_SETTLE_QUEUE)   /* settled at their first read */
         free(st->queue[st->head].name);
     pthread_cond_destroy(&st->wake);
+    pthread_cond_destroy(&st->done);
     pthread_mutex_destroy(&st->lock);
     pthread_mutex_destroy(&st->writing);
     free(st);
@@ -182,7 +245,11 @@ int kd_settle_due(kd_settle *st, const char *name, int64_t version)
 
 int kd_settle_read(kd_settle *st, const char *name, int64_t version)
 {
-    return kd_settle_due(st, name, version) ? settle_one(st, name, version) : 0;
+    int rc = 0;
+    /* again after one that waited for another settler: it may have failed (then this one says why) */
+    for (int tries = 0; rc == 0 && tries < 2 && kd_settle_due(st, name, version); tries++)
+        rc = settle_one(st, name, version, 0);
+    return rc;
 }
 
 int kd_settle_seen(kd_settle *st, const char *name, int64_t version, const char *sha256)
@@ -190,7 +257,7 @@ int kd_settle_seen(kd_settle *st, const char *name, int64_t version, const char 
     int rc;
     if (st == NULL || sha256[0])
         return 0;
-    return (rc = settle_one(st, name, version)) < 0 ? rc : 1;
+    return (rc = kd_settle_read(st, name, version)) < 0 ? rc : 1;
 }
 
 void kd_settle_lock(kd_settle *st)

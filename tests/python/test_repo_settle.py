@@ -53,6 +53,30 @@ def test_a_push_is_answered_unsettled_and_its_first_read_settles_it(daemon, tmp_
     assert digest_bytes(d)["later"] == 6 << 20               # hashed once
 
 
+def test_readers_of_a_version_being_settled_wait_for_it_rather_than_hash_it_again(daemon, tmp_path, cache):
+    """A gang's ranks pulling a checkpoint pushed a moment ago: one settles it, the others wait."""
+    import threading
+    d = daemon()
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(24 << 20))
+    assert kestrel.Client(d.url, d.token).push("team/gang", str(src)) == 1
+    errors = []
+
+    def pull(i):
+        try:
+            kestrel.Client(d.url, d.token).pull("team/gang", str(tmp_path / f"out{i}.bin"))
+        except Exception as e:   # noqa: BLE001 (reported below)
+            errors.append(e)
+    threads = [threading.Thread(target=pull, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert all((tmp_path / f"out{i}.bin").read_bytes() == src.read_bytes() for i in range(4))
+    assert digest_bytes(d)["later"] == 24 << 20              # hashed once, not once a reader
+
+
 def test_the_thread_settles_once_the_repository_is_quiet(daemon, tmp_path, cache):
     d = daemon()
     c = kestrel.Client(d.url, d.token)
