@@ -252,6 +252,51 @@ int kd_settle_read(kd_settle *st, const char *name, int64_t version)
     return rc;
 }
 
+/* Under lock: whether a version of name is queued or being hashed. */
+static int pending(const kd_settle *st, const char *name)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (!strcmp(st->queue[(st->head + i) % KD_SETTLE_QUEUE].name, name))
+            return 1;
+    for (size_t i = 0; i < st->nbusy; i++)
+        if (!strcmp(st->busy[i].name, name))
+            return 1;
+    return 0;
+}
+
+int kd_settle_pending(kd_settle *st, const char *name)
+{
+    int any;
+    if (st == NULL)
+        return 0;
+    pthread_mutex_lock(&st->lock);
+    any = pending(st, name);
+    pthread_mutex_unlock(&st->lock);
+    return any;
+}
+
+int kd_settle_model(kd_settle *st, const char *name)
+{
+    int64_t v[64];
+    size_t n = 0;
+    int rc = 0;
+    if (st == NULL)
+        return 0;
+    pthread_mutex_lock(&st->lock);
+    for (size_t i = 0; i < st->n && n < sizeof(v) / sizeof(v[0]); i++) {
+        const waiting *w = &st->queue[(st->head + i) % KD_SETTLE_QUEUE];
+        if (!strcmp(w->name, name))
+            v[n++] = w->version;
+    }
+    for (size_t i = 0; i < st->nbusy && n < sizeof(v) / sizeof(v[0]); i++)
+        if (!strcmp(st->busy[i].name, name))
+            v[n++] = st->busy[i].version;
+    pthread_mutex_unlock(&st->lock);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = kd_settle_read(st, name, v[i]);
+    return rc;
+}
+
 int kd_settle_seen(kd_settle *st, const char *name, int64_t version, const char *sha256)
 {
     int rc;

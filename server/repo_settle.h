@@ -46,6 +46,13 @@ int kd_settle_read(kd_settle *st, const char *name, int64_t version);
 /* After a read that gave sha256 as name@version's digest: settled now when it is empty. 1 settled
  * (read it again), 0 nothing to do, < 0 with the error set. NULL st: 0. */
 int kd_settle_seen(kd_settle *st, const char *name, int64_t version, const char *sha256);
+/* 1 when a version of name waits for the thread or is being settled (what this kestreld committed
+ * since it started: a version a killed one left unsettled is found by its read), else 0. */
+int kd_settle_pending(kd_settle *st, const char *name);
+/* Those of name's versions settled now (up to 64; the rest at their reads): 0, or < 0 with the error
+ * of one that cannot be. For a listing of the model made on a thread of its own (api_defer.c), not
+ * version by version on the HTTP thread as it is sent. */
+int kd_settle_model(kd_settle *st, const char *name);
 /* Keep settles from writing (a delete of a version). NULL: nothing. */
 void kd_settle_lock(kd_settle *st);
 void kd_settle_unlock(kd_settle *st);

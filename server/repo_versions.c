@@ -119,7 +119,33 @@ static void answer_free(void *cls)
     free(a);
 }
 
+static enum MHD_Result answer(kd_req *r, const char *name);
+
+/* On a thread of its own (api_defer.c): the model's versions waiting to be settled settled (seconds
+ * for big files), then the answer made (a version found unsettled as it is sent after all is settled there, on the HTTP
+ * thread: one a killed kestreld left). */
+static enum MHD_Result settled_answer(kd_req *r, void *arg)
+{
+    char *name = arg;
+    enum MHD_Result reply;
+    if (kd_settle_model(r->e->repo_settle, name) < 0)
+        kestrel_error_clear();   /* one that cannot be settled is listed as it is stored */
+    reply = answer(r, name);
+    free(name);
+    return reply;
+}
+
 enum MHD_Result kd_repo_versions(kd_req *r, const char *name)
+{
+    char *copy;
+    if (!kd_settle_pending(r->e->repo_settle, name))
+        return answer(r, name);
+    if ((copy = kestrel__strdup(name)) == NULL)
+        return kd_reply_error(r, 500, "internal", "out of memory");
+    return kd_defer(r, settled_answer, copy);
+}
+
+static enum MHD_Result answer(kd_req *r, const char *name)
 {
     versions_answer *a = calloc(1, sizeof(*a));
     struct MHD_Response *resp;
