@@ -203,6 +203,11 @@ static int digests_later(kd_req *r, const Kestrel__V1__Manifest *in, const unsig
             *deferred += (uint64_t)(f ? f->size : in->size);
         }
     }
+    if (!kd_settle_room(r->e->repo_settle, *deferred)) {   /* a full queue or backlog: settled now */
+        free(*later);
+        *later = NULL;
+        *deferred = 0;
+    }
     return 0;
 }
 
@@ -211,7 +216,8 @@ static int digests_later(kd_req *r, const Kestrel__V1__Manifest *in, const unsig
  * or, where digests_later says, left to settle after it, its bytes counted against the bound all the same),
  * while the store's sync runs on its own thread, so the chunks are made durable as they are hashed
  * (the commit's sync then has nothing left): 0, or -1 with the answer in *reply. */
-static int settle_digests(kd_req *r, const char *name, Kestrel__V1__Manifest *in, enum MHD_Result *reply)
+static int settle_digests(kd_req *r, const char *name, Kestrel__V1__Manifest *in, uint64_t *left,
+                          enum MHD_Result *reply)
 {
     char msg[400] = "the manifest's digests do not hold";
     int rc;
@@ -240,6 +246,7 @@ static int settle_digests(kd_req *r, const char *name, Kestrel__V1__Manifest *in
     }
     free(known);
     free(later);
+    *left = deferred;
     /* whole now: a given listing digest must hold (left to settle: the lists' checks only) */
     if (rc == 0 && (in->sha256[0] ? kestrel__manifest_check(in) : kestrel__manifest_check_commit(in)) < 0) {
         snprintf(msg, sizeof(msg), "%s", kestrel_error_last()->message);
@@ -271,6 +278,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
     Kestrel__V1__Manifest *in = (Kestrel__V1__Manifest *)kd_body(r, &kestrel__v1__manifest__descriptor, &reply);
     char msg[400], *s;
     int64_t version = 0;
+    uint64_t left = 0;   /* bytes left to settle after the commit */
     int rc, hold = -1, held = 0;
     if (in == NULL)
         return reply;
@@ -324,7 +332,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
         goto out;
     }
     kd_settle_stir(r->e->repo_settle);   /* no settle's hashing beside this commit's */
-    if (settle_digests(r, name, in, &reply) < 0)
+    if (settle_digests(r, name, in, &left, &reply) < 0)
         goto out;
     if ((s = kestrel__strdup(name)) == NULL) {
         reply = kd_reply_error(r, 500, "internal", "out of memory");
@@ -350,7 +358,7 @@ static enum MHD_Result commit(kd_req *r, void *arg)
         goto out;
     }
     if (!in->sha256[0])   /* some digests left to settle (repo_settle.h) */
-        kd_settle_queue(r->e->repo_settle, name, version);
+        kd_settle_queue(r->e->repo_settle, name, version, left);
     if (r->who.job_id && kd_catalog_lineage_add(r->e->cat, r->who.job_id, name, version) < 0)   /* the job page's list */
         fprintf(stderr, "kestreld: %s@%lld: cannot record that job %lld pushed it: %s\n", name, (long long)version,
                 (long long)r->who.job_id, kestrel_error_last()->message);

@@ -16,6 +16,8 @@
 typedef struct {
     char *name;
     int64_t version;
+    uint64_t bytes;         /* what it leaves to hash */
+    int64_t queued_ms;      /* when (monotonic) */
 } waiting;
 
 /* A version being hashed, and by whom: readers of it wait for it rather than hash it again (a gang's
@@ -37,6 +39,7 @@ struct kd_settle {
     pthread_mutex_t writing;    /* a settle's writes, or a delete (kd_settle_lock) */
     waiting queue[KD_SETTLE_QUEUE];
     size_t head, n;
+    uint64_t backlog;           /* the bytes the queue leaves to hash */
     int64_t stirred_ms;         /* the repository's last pack or commit (monotonic) */
     hashing busy[HASHING_MAX];  /* under lock */
     size_t nbusy;
@@ -46,12 +49,15 @@ struct kd_settle {
 };
 
 /* The settling thread at idle priority (called by itself), or lifted to an ordinary one (by a
- * reader that waits for it). */
-static void thread_priority(pthread_t t, int idle)
+ * reader that waits for it): 0, or -1 where it is refused (lifting needs root, or an RLIMIT_NICE). */
+static int thread_priority(pthread_t t, int idle)
 {
     struct sched_param none = { 0 };
-    if (pthread_setschedparam(t, idle ? SCHED_IDLE : SCHED_OTHER, &none) != 0 && idle)
+    if (pthread_setschedparam(t, idle ? SCHED_IDLE : SCHED_OTHER, &none) == 0)
+        return 0;
+    if (idle)
         (void)setpriority(PRIO_PROCESS, 0, 19);   /* the calling thread's own nice value */
+    return -1;
 }
 
 /* Under lock: name@version's entry in busy, or NULL. */
@@ -81,14 +87,14 @@ static int settle_one(kd_settle *st, const char *name, int64_t version, int by_t
             pthread_mutex_unlock(&st->lock);
             return 0;   /* a reader is at it */
         }
-        if (h->by_thread)
-            thread_priority(st->thread, 0);
-        while (busy_with(st, name, version))
-            pthread_cond_wait(&st->done, &st->lock);
-        pthread_mutex_unlock(&st->lock);
-        return 0;
-    }
-    if (st->nbusy < HASHING_MAX) {
+        if (!h->by_thread || thread_priority(st->thread, 0) == 0) {
+            while (busy_with(st, name, version))
+                pthread_cond_wait(&st->done, &st->lock);
+            pthread_mutex_unlock(&st->lock);
+            return 0;
+        }
+        /* the thread stays idle (not lifted): this reader hashes it too, at its own priority */
+    } else if (st->nbusy < HASHING_MAX) {
         st->busy[st->nbusy++] = (hashing){ name, version, by_thread };
         listed = 1;
     }
@@ -120,13 +126,15 @@ static void *settle_main(void *arg)
     kd_settle *st = arg;
     pthread_mutex_lock(&st->lock);
     for (;;) {
-        int64_t quiet;
+        int64_t quiet, now;
         waiting w;
         while (!st->stop && st->n == 0)
             pthread_cond_wait(&st->wake, &st->lock);
         if (st->stop)
             break;
-        if ((quiet = kestrel__mono_ms() - st->stirred_ms) < KD_SETTLE_QUIET_MS) {
+        now = kestrel__mono_ms();
+        if ((quiet = now - st->stirred_ms) < KD_SETTLE_QUIET_MS &&
+            now - st->queue[st->head].queued_ms < KD_SETTLE_WAIT_MS) {
             struct timespec until;
             int64_t wait_ms = KD_SETTLE_QUIET_MS - quiet;
             clock_gettime(CLOCK_MONOTONIC, &until);
@@ -142,6 +150,7 @@ static void *settle_main(void *arg)
         w = st->queue[st->head];
         st->head = (st->head + 1) % KD_SETTLE_QUEUE;
         st->n--;
+        st->backlog -= w.bytes;
         pthread_mutex_unlock(&st->lock);
         if (kd_settle_due(st, w.name, w.version) && settle_one(st, w.name, w.version, 1) < 0)
             fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
@@ -210,7 +219,20 @@ void kd_settle_stir(kd_settle *st)
     pthread_mutex_unlock(&st->lock);
 }
 
-void kd_settle_queue(kd_settle *st, const char *name, int64_t version)
+int kd_settle_room(kd_settle *st, uint64_t bytes)
+{
+    int room;
+    if (st == NULL)
+        return 0;
+    pthread_mutex_lock(&st->lock);
+    /* a few places kept for the commits being made beside this one (a version past a full queue
+     * would wait for its first read) */
+    room = st->n + 16 < KD_SETTLE_QUEUE && bytes <= KD_SETTLE_BACKLOG - st->backlog;
+    pthread_mutex_unlock(&st->lock);
+    return room;
+}
+
+void kd_settle_queue(kd_settle *st, const char *name, int64_t version, uint64_t bytes)
 {
     char *copy;
     if (st == NULL || (copy = kestrel__strdup(name)) == NULL) {
@@ -220,7 +242,8 @@ void kd_settle_queue(kd_settle *st, const char *name, int64_t version)
     pthread_mutex_lock(&st->lock);
     st->stirred_ms = kestrel__mono_ms();
     if (st->n < KD_SETTLE_QUEUE) {
-        st->queue[(st->head + st->n++) % KD_SETTLE_QUEUE] = (waiting){ copy, version };
+        st->queue[(st->head + st->n++) % KD_SETTLE_QUEUE] = (waiting){ copy, version, bytes, st->stirred_ms };
+        st->backlog += bytes;
         copy = NULL;
         pthread_cond_signal(&st->wake);
     }

@@ -5,17 +5,27 @@
  * hashing the files it would read back: their digests, and a directory's listing digest, stay
  * empty in the stored version (lib/repo/store_settle.c). They are settled afterwards:
  *  - on this module's thread, at idle priority (SCHED_IDLE), once the repository has been quiet
- *    (no pack begun, no commit) for KD_SETTLE_QUIET_MS, a version at a time in commit order; and
- *  - before any read of such a version (a pull's manifest, a listing, a job's inputs, a commit's
- *    answer sent again), on the reading thread, at its priority, if the thread has not yet.
- * No answer shows an empty digest for a version that can be settled; where it cannot (a chunk lost
- * or damaged since: fsck's to say), a read of that version fails with why, and listings show it as
- * stored. The hashing holds no lock: two may hash one version at once (the thread and a reader),
- * and the first to write wins; only the writes are kept apart from a delete of the version (which
- * takes kd_settle_lock). A kestreld killed before it settled a version settles it at the version's
- * first read after the restart. Why: kestreld hashed every new file twice (each chunk, to name and
- * check it, and the whole file), and on 2 cores that second pass held the push back from the disk's
- * speed; a push is now answered once its chunks are checked and durable. */
+ *    (no pack begun, no commit) for KD_SETTLE_QUIET_MS or the oldest has waited KD_SETTLE_WAIT_MS, a
+ *    version at a time in commit order; and
+ *  - before any read of such a version (a pull's manifest, a listing, a job's inputs), on the
+ *    reading thread (a listing's and a manifest's on one of their own: api_defer.c), at its priority,
+ *    if the thread has not yet.
+ * No read shows an empty digest for a version that can be settled; where it cannot (a chunk lost or
+ * damaged since: fsck's to say), a read of that version fails with why (its chunks' sizes are looked
+ * at first: one quarantined by an earlier try fails it at once), and listings show it as stored. The
+ * commit's own answer (and that of a commit sent again with its key) shows the digests the commit
+ * left, empty: the client that asked does not read them. A reader of a version another reader is
+ * hashing waits for it; one that finds the thread at it lifts the thread to its own priority and
+ * waits (where the lift is refused, without root, it hashes the version itself); only the writes are
+ * kept apart from a delete of the version (which takes kd_settle_lock). A kestreld killed before it
+ * settled a version settles it at the version's first read after the restart. A file:// reader of
+ * its data dir (a copy of it) cannot settle one: it sees such a version as damaged until kestreld
+ * settled it (--settle-digests at-commit where that matters). Every chunk is checked against its name as it is read back, so a chunk
+ * damaged since it came is never hashed into a digest a pull then trusts. Why: kestreld hashed every
+ * new file twice (each chunk, to name and check it, and the whole file), and on 2 cores that second
+ * pass held the push back from the disk's speed; a push is now answered once its chunks are checked
+ * and durable, and the commit still checks what it is given, the chunks' sizes and the bound on
+ * what settling them will hash (lib/repo/store_digests.c). */
 #ifndef KD_REPO_SETTLE_H
 #define KD_REPO_SETTLE_H
 
@@ -24,8 +34,12 @@
 struct kestrel__store;
 struct kd_metrics;
 
-#define KD_SETTLE_QUIET_MS 1000   /* the repository quiet this long: the thread settles */
-#define KD_SETTLE_QUEUE 1024      /* versions waiting for the thread; past it, each waits for its first read */
+#define KD_SETTLE_QUIET_MS 1000    /* the repository quiet this long: the thread settles */
+#define KD_SETTLE_WAIT_MS 10000    /* and a version waits no longer than this for it (a busy repository,
+                                      or one kept stirred on purpose) */
+#define KD_SETTLE_QUEUE 1024       /* versions waiting for the thread at most */
+#define KD_SETTLE_BACKLOG ((uint64_t)16 << 30)   /* bytes they leave to hash at most: past either, a
+                                                    commit settles its digests itself (kd_settle_room) */
 
 typedef struct kd_settle kd_settle;
 
@@ -35,8 +49,12 @@ kd_settle *kd_settle_new(struct kestrel__store *store, struct kd_metrics *metric
 void kd_settle_free(kd_settle *st);
 /* The repository is busy (a pack begins, a commit): the quiet period starts again. NULL: nothing. */
 void kd_settle_stir(kd_settle *st);
-/* name@version was committed with digests left to settle. */
-void kd_settle_queue(kd_settle *st, const char *name, int64_t version);
+/* 1 when a commit may leave `bytes` to hash after it: the queue and the backlog have room (a user
+ * who commits versions of hand-made manifests that name stored chunks, 27 ms each, would otherwise
+ * pile up hashing without end; at-commit made each wait for its own); 0: it settles them itself. */
+int kd_settle_room(kd_settle *st, uint64_t bytes);
+/* name@version was committed with `bytes` left to settle. */
+void kd_settle_queue(kd_settle *st, const char *name, int64_t version, uint64_t bytes);
 /* 1 when name@version's listing shows digests left to settle; 0 else (also when there is no such
  * version: the read says so). NULL st: 0. */
 int kd_settle_due(kd_settle *st, const char *name, int64_t version);

@@ -109,6 +109,15 @@ static int chunk_sized(kestrel__store *s, const char *hex, int64_t size, char ou
     return 0;
 }
 
+int kestrel__store_chunks_sized(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n)
+{
+    char hex[KESTREL__HEX_LEN + 1];
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = chunk_sized(s, hexes[i], sizes[i], hex);
+    return rc;
+}
+
 int kestrel__store_digest_chunks(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n, int check,
                                  char out[KESTREL__HEX_LEN + 1])
 {

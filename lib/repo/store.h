@@ -31,6 +31,9 @@ void kestrel__store_chunk_path(const kestrel__store *s, const char *hex, char *o
 /* Re-hash a stored chunk: 0 intact (or absent), 1 damaged and moved to ROOT/quarantine (so it no
  * longer counts as stored), < 0 on error. */
 int kestrel__store_check_chunk(kestrel__store *s, const char *hex);
+/* Each of chunks hexes[0..n) stored with sizes[i] bytes (a stat each, nothing read): 0, or
+ * KESTREL_EINVALID with why (KESTREL_ENOTFOUND where one is not stored). */
+int kestrel__store_chunks_sized(kestrel__store *s, char *const *hexes, const int64_t *sizes, size_t n);
 /* SHA-256 over chunks hexes[0..n) as stored, each checked to hold sizes[i] bytes (KESTREL_EINVALID
  * with why when one is missing or of another size). Their own digests were checked as they came, so
  * the digest of a single chunk is its name: only its size is looked at (stat), nothing read. check:
@@ -53,8 +56,8 @@ int kestrel__store_fill_digests_but(kestrel__store *s, Kestrel__V1__Manifest *m,
                                     const unsigned char *later, uint64_t *read_back, char *msg, size_t n);
 /* The same as kestrel__store_fill_digests, each chunk read back checked against its name as it is
  * hashed (kestrel__store_digest_chunks' check): a version's digests settled after its commit. */
-int kestrel__store_fill_digests_checked(kestrel__store *s, Kestrel__V1__Manifest *m, uint64_t *read_back,
-                                        char *msg, size_t n);
+int kestrel__store_fill_digests_checked(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known,
+                                        uint64_t *read_back, char *msg, size_t n);
 /* Settle name@version's whole-file digests that its commit left empty (store_settle.c), in two
  * steps, so that the hashing holds no lock: _hash reads the version and, where digests are empty,
  * reads its chunks back and hashes them (*hashed: the bytes; 0 when nothing was left), giving the

@@ -102,10 +102,10 @@ int kestrel__store_fill_digests_but(kestrel__store *s, Kestrel__V1__Manifest *m,
     return fill(s, m, known, later, 0, read_back, msg, n);
 }
 
-int kestrel__store_fill_digests_checked(kestrel__store *s, Kestrel__V1__Manifest *m, uint64_t *read_back,
-                                        char *msg, size_t n)
+int kestrel__store_fill_digests_checked(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known,
+                                        uint64_t *read_back, char *msg, size_t n)
 {
-    return fill(s, m, NULL, NULL, 1, read_back, msg, n);
+    return fill(s, m, known, NULL, 1, read_back, msg, n);
 }
 
 static int fill(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char *known, const unsigned char *later,
@@ -160,7 +160,9 @@ static int fill(kestrel__store *s, Kestrel__V1__Manifest *m, const unsigned char
     at = 0;
     for (size_t i = 0; rc == 0 && i < nf; i++) {
         size_t k = m->n_files ? (size_t)m->files[i]->chunks : m->n_chunks;
-        if (!(known && known[i]) && !(later && later[i])) {   /* else the caller vouches for it, or waits */
+        if (later && later[i] && (rc = kestrel__store_chunks_sized(s, hex + at, size + at, k)) < 0)
+            snprintf(msg, n, "%s", kestrel_error_last()->message);   /* hashed later: its sizes hold now */
+        else if (!(known && known[i]) && !(later && later[i])) {   /* else the caller vouches for it, or waits */
             if (first[i] != i && !(later && later[first[i]]))
                 memcpy(got, done[first[i]], sizeof(got));   /* the same chunks as an earlier file */
             else if ((rc = kestrel__store_digest_chunks(s, hex + at, size + at, k, check, got)) < 0)

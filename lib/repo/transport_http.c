@@ -483,7 +483,8 @@ static int resolve(kestrel__transport *t, const char *ref, int fd)
         return rc;
     req.to_fd = &fd;
     snprintf(path, sizeof(path), "/api/v1/models/%s/versions/%s", name, at);
-    if ((rc = kestrel__http_call(NULL, CLIENT(t), &req)) == KESTREL_EIO)   /* the temp file, not the network */
+    /* the temp file, not the network: not kestreld's own storage (its 507 or 500 io_error, its own words) */
+    if ((rc = kestrel__http_call(NULL, CLIENT(t), &req)) == KESTREL_EIO && !kestrel_error_last()->http_status)
         rc = kestrel__error_set(KESTREL_EIO, "cannot keep the manifest of %s in a temp file ($TMPDIR, else /var/tmp, else /tmp): %s",
                                 ref, kestrel_error_last()->message);
     return rc;

@@ -155,8 +155,9 @@ def test_a_chunk_damaged_before_the_settle_is_found_by_it_never_hashed_into_the_
     stored = victim.read_bytes()
     victim.write_bytes(bytes([stored[0] ^ 0xff]) + stored[1:])
     out = tmp_path / "out.bin"
-    with pytest.raises(kestrel.KestrelIOError, match="damaged"):
+    with pytest.raises(kestrel.KestrelIOError, match="damaged") as e:
         c.pull("team/bad", str(out))
+    assert "temp file" not in str(e.value)                   # kestreld's words, not a local temp's
     assert not out.exists() and not victim.exists() and list((d.data / "repo" / "quarantine").iterdir())
     assert c.push("team/bad", str(src)) == 2                 # stores the chunk again: version 1 heals
     c.pull("team/bad@1", str(out))
@@ -181,6 +182,13 @@ def test_what_a_commit_is_given_is_checked_at_the_commit_even_when_it_settles_la
             "files": [{"path": "x.bin", "size": str(len(a + b)), "sha256": "cd" * 32, "chunks": str(len(chunks))}]}
     status, body = raw(d, "POST", "/api/v1/models/team/tree/versions?settle=later", json.dumps(tree).encode())
     assert status == 400 and b"sha256" in body, body
+    # sizes swapped between two chunks (the sum holds): refused now, as at-commit does, not left to
+    # fail every read (found by a hostile test)
+    swapped = [dict(x) for x in chunks]
+    swapped[0]["size"], swapped[1]["size"] = swapped[1]["size"], swapped[0]["size"]
+    status, body = raw(d, "POST", "/api/v1/models/team/swap/versions?settle=later",
+                       json.dumps({"size": str(len(a + b)), "chunks": swapped}).encode())
+    assert status == 400 and b"holds" in body, body
     # chunks repeated past the bound on what settling would hash: refused now, not left to fail later
     one = chunks[0]
     many = {"size": str(int(one["size"]) * 20000), "chunks": [one] * 20000}
@@ -218,3 +226,30 @@ def test_settle_digests_takes_later_or_at_commit_and_check_config_says_which(tmp
         r = subprocess.run([KESTRELD, "--settle-digests", flag, "--check-config", "-d", str(tmp_path / "d")],
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 0 and says in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_repository_kept_busy_still_gets_its_versions_settled(daemon, tmp_path, cache):
+    """The thread waits for a quiet second, but no version waits past KD_SETTLE_WAIT_MS for it: a
+    stream of packs (here empty ones, 3 a second: any token may send them) does not starve it."""
+    import threading
+    d = daemon()
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    assert kestrel.Client(d.url, d.token).push("team/busy", str(src)) == 1
+    stop = threading.Event()
+
+    def stir():
+        while not stop.is_set():
+            raw(d, "POST", "/api/v1/chunks/pack", b"", "application/octet-stream")
+            stop.wait(0.3)
+    t = threading.Thread(target=stir)
+    t.start()
+    try:
+        deadline = time.time() + 30
+        while listing(d, "team/busy", 1)["sha256"] == "":
+            assert time.time() < deadline, "not settled in 30 s under a stream of packs"
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        t.join()
+    assert listing(d, "team/busy", 1)["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
