@@ -191,7 +191,7 @@ static int digests_later(kd_req *r, const Kestrel__V1__Manifest *in, const unsig
     const char *ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "settle");
     size_t nf = in->n_files ? in->n_files : 1;
     *later = NULL;
-    if (!r->e->repo_settle || !ask || strcmp(ask, "later") || in->sha256[0])
+    if (!kd_settle_offered(r->e->repo_settle) || !ask || strcmp(ask, "later") || in->sha256[0])
         return 0;
     if ((*later = calloc(nf, 1)) == NULL)
         return kestrel__error_oom();
@@ -582,7 +582,7 @@ static enum MHD_Result missing(kd_req *r)
         ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "names_chunks");
         res.names_chunks = ask && !strcmp(ask, "1");   /* a pack may send chunks unnamed (repo_pack.c) */
         ask = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "settles_later");
-        res.settles_later = ask && !strcmp(ask, "1") && r->e->repo_settle;   /* repo_settle.h */
+        res.settles_later = ask && !strcmp(ask, "1") && kd_settle_offered(r->e->repo_settle);   /* repo_settle.h */
     }
     reply = kd_reply_msg(r, 200, &res.base);
     free(res.missing);
@@ -614,7 +614,22 @@ static enum MHD_Result gc(kd_req *r)
 
 /* GET /jobs/{id}/models: the versions a job pushed (recorded at their commit), of the models the
  * caller may read, by model name then version, at most 1,000; a deleted version is left out. */
+static enum MHD_Result job_models(kd_req *r, int64_t id, int settle_first);
+
+/* On a thread of its own (api_defer.c): the job's models' versions waiting to be settled settled. */
+static enum MHD_Result job_models_settled(kd_req *r, void *arg)
+{
+    enum MHD_Result reply = job_models(r, *(int64_t *)arg, 1);
+    free(arg);
+    return reply;
+}
+
 enum MHD_Result kd_route_job_models(kd_req *r, int64_t id)
+{
+    return job_models(r, id, 0);
+}
+
+static enum MHD_Result job_models(kd_req *r, int64_t id, int settle_first)
 {
     Kestrel__V1__ManifestList list = KESTREL__V1__MANIFEST_LIST__INIT;
     enum MHD_Result reply = MHD_NO;
@@ -633,6 +648,16 @@ enum MHD_Result kd_route_job_models(kd_req *r, int64_t id)
         free(rows);
         return kd_reply_error(r, 500, "internal", "out of memory");
     }
+    for (size_t i = 0; i < n && !settle_first; i++)   /* a version waiting: all made on a thread of its own */
+        if (kd_repo_may_read(r, rows[i].name) && kd_settle_pending(r->e->repo_settle, rows[i].name)) {
+            int64_t *arg = malloc(sizeof(*arg));
+            free(rows);
+            free(list.versions);
+            if (arg == NULL)
+                return kd_reply_error(r, 500, "internal", "out of memory");
+            *arg = id;
+            return kd_defer(r, job_models_settled, arg);
+        }
     for (size_t i = 0; i < n; i++)
         if (kd_repo_may_read(r, rows[i].name))
             list_add(r, &list, rows[i].name, rows[i].version);

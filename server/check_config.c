@@ -51,8 +51,10 @@ int kd_check_config(const kd_config *cfg)
     printf("job /tmp   %s\n", kd_exec_tmp_own(cfg->data_dir) ? "each job's own (DATA/jobs/ID/tmp, measured with its files)"
                                 : kd_exec_private_tmp() ? "the host's (the data dir is below /tmp or /var/tmp; not measured)"
                                 : "the host's (no mount namespace here; not measured)");
-    printf("digests    %s\n", cfg->settle_at_commit ? "each pushed file's SHA-256 before its push is answered (--settle-digests at-commit)"
-                                  : "a pushed file's SHA-256 after its push is answered: idle, or at its first read (--settle-digests later)");
+    printf("digests    %s\n", cfg->settle_at_commit
+                                  ? "each pushed file's SHA-256 before its push is answered (--settle-digests at-commit)"
+                                  : "a pushed file's SHA-256 after its push is answered: idle, or at its first read "
+                                    "(--settle-digests later)");
     for (size_t i = 0; i < cfg->nnodes; i++)
         printf("node       %s: pool %s, %d GPUs\n", cfg->nodes[i].name, cfg->nodes[i].pool, cfg->nodes[i].ndev);
     {

@@ -726,10 +726,8 @@ int main(int argc, char **argv)
         return 1;
     }
     engine.repo_runs = kd_runs_new();   /* NULL: every commit reads its files back instead */
-    if (!cfg.settle_at_commit && (engine.repo_settle = kd_settle_new(engine.store, engine.metrics)) == NULL) {
-        fprintf(stderr, "kestreld: %s; digests are settled at each commit\n", kestrel_error_last()->message);
-        kestrel_error_clear();
-    }
+    if ((engine.repo_settle = kd_settle_new(engine.store, engine.metrics, !cfg.settle_at_commit)) == NULL)
+        kestrel_error_clear();   /* out of memory: what an earlier kestreld left unsettled stays so */
     kd_stage_reset(&engine);   /* no job runs yet: nothing is being staged */
     if (kd_envs_new(&engine.envs, &engine) < 0) {
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 #include "metrics.h"
 #include "repo_settle.h"
 #include "repo.h"
@@ -40,7 +41,10 @@ struct kd_settle {
     waiting queue[KD_SETTLE_QUEUE];
     size_t head, n;
     uint64_t backlog;           /* the bytes the queue leaves to hash */
-    int64_t stirred_ms;         /* the repository's last pack or commit (monotonic) */
+    int64_t stirred_ms;         /* the repository's last pack or commit (monotonic; atomic, no lock) */
+    int offered;                /* commits may leave digests to settle (--settle-digests later) */
+    int can_lift;               /* the thread may go back from SCHED_IDLE (root): else it never goes idle */
+    int threaded;               /* the thread runs (else every version settles at its read) */
     hashing busy[HASHING_MAX];  /* under lock */
     size_t nbusy;
     pthread_cond_t done;        /* one of busy ended */
@@ -48,16 +52,15 @@ struct kd_settle {
     pthread_t thread;
 };
 
-/* The settling thread at idle priority (called by itself), or lifted to an ordinary one (by a
- * reader that waits for it): 0, or -1 where it is refused (lifting needs root, or an RLIMIT_NICE). */
-static int thread_priority(pthread_t t, int idle)
+/* The settling thread at idle priority while it hashes (it holds no lock then), else at an ordinary
+ * one, so that a lock it holds never waits behind the host's other work; lifted by a reader that
+ * waits for it. Where it could not go back (no root), it is never made idle. 0, or -1 refused. */
+static int thread_priority(kd_settle *st, pthread_t t, int idle)
 {
     struct sched_param none = { 0 };
-    if (pthread_setschedparam(t, idle ? SCHED_IDLE : SCHED_OTHER, &none) == 0)
-        return 0;
-    if (idle)
-        (void)setpriority(PRIO_PROCESS, 0, 19);   /* the calling thread's own nice value */
-    return -1;
+    if (!st->can_lift)
+        return 0;   /* never idle, so never to be lifted */
+    return pthread_setschedparam(t, idle ? SCHED_IDLE : SCHED_OTHER, &none) == 0 ? 0 : -1;
 }
 
 /* Under lock: name@version's entry in busy, or NULL. */
@@ -69,37 +72,40 @@ static hashing *busy_with(kd_settle *st, const char *name, int64_t version)
     return NULL;
 }
 
-/* Hash and write name@version's digests (by_thread: on the settling thread), unless another is at it:
- * then a reader waits for it (lifting the thread to its priority), and the thread leaves it. 0 (also
- * when gone: the read says so; or when another settled it: the caller reads again), < 0 with the
- * error. */
-static int settle_one(kd_settle *st, const char *name, int64_t version, int by_thread)
+enum { READER, READER_ALONE, THREAD };   /* who settles: a reader (who waits for another at it), the
+                                           same not waiting (its last try), the thread (who leaves it) */
+
+/* Hash and write name@version's digests unless another is at it (see the enum). 0 (also when gone:
+ * the read says so; or when another settled it: the caller reads again), < 0 with the error. */
+static int settle_one(kd_settle *st, const char *name, int64_t version, int who)
 {
     Kestrel__V1__Manifest *m = NULL;
     uint64_t hashed = 0;
     hashing *h;
     int rc, listed = 0;
     pthread_mutex_lock(&st->lock);
-    if (by_thread)
-        thread_priority(pthread_self(), 1);   /* idle again: a reader may have lifted it for the last one */
-    if ((h = busy_with(st, name, version)) != NULL) {
-        if (by_thread) {
+    if ((h = busy_with(st, name, version)) != NULL && who != READER_ALONE) {
+        if (who == THREAD) {
             pthread_mutex_unlock(&st->lock);
             return 0;   /* a reader is at it */
         }
-        if (!h->by_thread || thread_priority(st->thread, 0) == 0) {
+        if (!h->by_thread || thread_priority(st, st->thread, 0) == 0) {
             while (busy_with(st, name, version))
                 pthread_cond_wait(&st->done, &st->lock);
             pthread_mutex_unlock(&st->lock);
             return 0;
         }
-        /* the thread stays idle (not lifted): this reader hashes it too, at its own priority */
-    } else if (st->nbusy < HASHING_MAX) {
-        st->busy[st->nbusy++] = (hashing){ name, version, by_thread };
+        /* the thread could not be lifted: this reader hashes it too, at its own priority */
+    } else if (h == NULL && st->nbusy < HASHING_MAX) {
+        st->busy[st->nbusy++] = (hashing){ name, version, who == THREAD };
         listed = 1;
     }
     pthread_mutex_unlock(&st->lock);
+    if (who == THREAD)
+        thread_priority(st, pthread_self(), 1);
     rc = kestrel__store_settle_hash(st->store, name, version, &m, &hashed);
+    if (who == THREAD)
+        thread_priority(st, pthread_self(), 0);   /* before any lock (a delete waits on writing) */
     if (rc == 0) {
         pthread_mutex_lock(&st->writing);
         rc = kestrel__store_settle_write(st->store, m);
@@ -133,7 +139,7 @@ static void *settle_main(void *arg)
         if (st->stop)
             break;
         now = kestrel__mono_ms();
-        if ((quiet = now - st->stirred_ms) < KD_SETTLE_QUIET_MS &&
+        if ((quiet = now - __atomic_load_n(&st->stirred_ms, __ATOMIC_RELAXED)) < KD_SETTLE_QUIET_MS &&
             now - st->queue[st->head].queued_ms < KD_SETTLE_WAIT_MS) {
             struct timespec until;
             int64_t wait_ms = KD_SETTLE_QUIET_MS - quiet;
@@ -152,7 +158,7 @@ static void *settle_main(void *arg)
         st->n--;
         st->backlog -= w.bytes;
         pthread_mutex_unlock(&st->lock);
-        if (kd_settle_due(st, w.name, w.version) && settle_one(st, w.name, w.version, 1) < 0)
+        if (kd_settle_due(st, w.name, w.version) && settle_one(st, w.name, w.version, THREAD) < 0)
             fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kestrel_error_clear();
         free(w.name);
@@ -162,17 +168,18 @@ static void *settle_main(void *arg)
     return NULL;
 }
 
-kd_settle *kd_settle_new(kestrel__store *store, kd_metrics *metrics)
+kd_settle *kd_settle_new(kestrel__store *store, kd_metrics *metrics, int offer)
 {
     kd_settle *st = calloc(1, sizeof(*st));
     pthread_condattr_t attr;
-    int rc;
+    int rc = 0;
     if (st == NULL) {
         kestrel__error_oom();
         return NULL;
     }
     st->store = store;
     st->metrics = metrics;
+    st->can_lift = geteuid() == 0;   /* without root, SCHED_IDLE is a one-way door */
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->writing, NULL);
     pthread_condattr_init(&attr);
@@ -180,16 +187,18 @@ kd_settle *kd_settle_new(kestrel__store *store, kd_metrics *metrics)
     pthread_cond_init(&st->wake, &attr);
     pthread_condattr_destroy(&attr);
     pthread_cond_init(&st->done, NULL);
-    if ((rc = pthread_create(&st->thread, NULL, settle_main, st)) != 0) {
-        kestrel__error_set(KESTREL_EIO, "cannot start the thread that settles digests: %s", strerror(rc));
-        pthread_cond_destroy(&st->wake);
-        pthread_cond_destroy(&st->done);
-        pthread_mutex_destroy(&st->lock);
-        pthread_mutex_destroy(&st->writing);
-        free(st);
-        return NULL;
-    }
+    /* at-commit, or no thread: nothing is left to settle, but what an earlier kestreld left (it may
+     * have been started with later) is still settled as it is read */
+    if (offer && (rc = pthread_create(&st->thread, NULL, settle_main, st)) != 0)
+        fprintf(stderr, "kestreld: cannot start the thread that settles digests (%s): they are settled at "
+                        "each commit\n", strerror(rc));
+    st->threaded = st->offered = offer && rc == 0;
     return st;
+}
+
+int kd_settle_offered(const kd_settle *st)
+{
+    return st && st->offered;
 }
 
 void kd_settle_free(kd_settle *st)
@@ -199,8 +208,11 @@ void kd_settle_free(kd_settle *st)
     pthread_mutex_lock(&st->lock);
     st->stop = 1;
     pthread_cond_signal(&st->wake);
+    if (st->threaded)   /* the hash under way, if any, at an ordinary priority: the stop waits for it */
+        thread_priority(st, st->thread, 0);
     pthread_mutex_unlock(&st->lock);
-    pthread_join(st->thread, NULL);
+    if (st->threaded)
+        pthread_join(st->thread, NULL);
     for (; st->n; st->n--, st->head = (st->head + 1) % KD_SETTLE_QUEUE)   /* settled at their first read */
         free(st->queue[st->head].name);
     pthread_cond_destroy(&st->wake);
@@ -212,22 +224,21 @@ void kd_settle_free(kd_settle *st)
 
 void kd_settle_stir(kd_settle *st)
 {
-    if (st == NULL)
-        return;
-    pthread_mutex_lock(&st->lock);
-    st->stirred_ms = kestrel__mono_ms();
-    pthread_mutex_unlock(&st->lock);
+    if (st)   /* no lock: every pack and commit passes here */
+        __atomic_store_n(&st->stirred_ms, kestrel__mono_ms(), __ATOMIC_RELAXED);
 }
 
 int kd_settle_room(kd_settle *st, uint64_t bytes)
 {
     int room;
-    if (st == NULL)
+    if (st == NULL || !st->offered)
         return 0;
     pthread_mutex_lock(&st->lock);
     /* a few places kept for the commits being made beside this one (a version past a full queue
-     * would wait for its first read) */
-    room = st->n + 16 < KD_SETTLE_QUEUE && bytes <= KD_SETTLE_BACKLOG - st->backlog;
+     * would wait for its first read); commits beside it may take the backlog past its bound (by what
+     * KD_DEFER_MAX of them hold), never round it */
+    room = st->n + 16 < KD_SETTLE_QUEUE && st->backlog < KD_SETTLE_BACKLOG &&
+           bytes <= KD_SETTLE_BACKLOG - st->backlog;
     pthread_mutex_unlock(&st->lock);
     return room;
 }
@@ -235,14 +246,15 @@ int kd_settle_room(kd_settle *st, uint64_t bytes)
 void kd_settle_queue(kd_settle *st, const char *name, int64_t version, uint64_t bytes)
 {
     char *copy;
-    if (st == NULL || (copy = kestrel__strdup(name)) == NULL) {
+    int64_t now = kestrel__mono_ms();
+    if (st == NULL || !st->threaded || (copy = kestrel__strdup(name)) == NULL) {
         kestrel_error_clear();   /* settled at its first read */
         return;
     }
+    __atomic_store_n(&st->stirred_ms, now, __ATOMIC_RELAXED);
     pthread_mutex_lock(&st->lock);
-    st->stirred_ms = kestrel__mono_ms();
     if (st->n < KD_SETTLE_QUEUE) {
-        st->queue[(st->head + st->n++) % KD_SETTLE_QUEUE] = (waiting){ copy, version, bytes, st->stirred_ms };
+        st->queue[(st->head + st->n++) % KD_SETTLE_QUEUE] = (waiting){ copy, version, bytes, now };
         st->backlog += bytes;
         copy = NULL;
         pthread_cond_signal(&st->wake);
@@ -269,9 +281,10 @@ int kd_settle_due(kd_settle *st, const char *name, int64_t version)
 int kd_settle_read(kd_settle *st, const char *name, int64_t version)
 {
     int rc = 0;
-    /* again after one that waited for another settler: it may have failed (then this one says why) */
-    for (int tries = 0; rc == 0 && tries < 2 && kd_settle_due(st, name, version); tries++)
-        rc = settle_one(st, name, version, 0);
+    /* again after one that waited for another settler, which may have failed: the last try does not
+     * wait (so it says why), and no read goes on with a digest left empty */
+    for (int tries = 0; rc == 0 && tries < 3 && kd_settle_due(st, name, version); tries++)
+        rc = settle_one(st, name, version, tries < 2 ? READER : READER_ALONE);
     return rc;
 }
 

@@ -4,7 +4,8 @@
  * kestreld's answer to missing told it may: ChunkQueryResult.settles_later) is committed without
  * hashing the files it would read back: their digests, and a directory's listing digest, stay
  * empty in the stored version (lib/repo/store_settle.c). They are settled afterwards:
- *  - on this module's thread, at idle priority (SCHED_IDLE), once the repository has been quiet
+ *  - on this module's thread, at idle priority while it hashes (SCHED_IDLE; as root only: without
+ *    root it could not be lifted back, and hashes at an ordinary one), once the repository has been quiet
  *    (no pack begun, no commit) for KD_SETTLE_QUIET_MS or the oldest has waited KD_SETTLE_WAIT_MS, a
  *    version at a time in commit order; and
  *  - before any read of such a version (a pull's manifest, a listing, a job's inputs), on the
@@ -16,16 +17,18 @@
  * commit's own answer (and that of a commit sent again with its key) shows the digests the commit
  * left, empty: the client that asked does not read them. A reader of a version another reader is
  * hashing waits for it; one that finds the thread at it lifts the thread to its own priority and
- * waits (where the lift is refused, without root, it hashes the version itself); only the writes are
+ * waits (where the lift is refused, it hashes the version itself); only the writes are
  * kept apart from a delete of the version (which takes kd_settle_lock). A kestreld killed before it
- * settled a version settles it at the version's first read after the restart. A file:// reader of
+ * settled a version settles it at the version's first read after the restart (so does one started
+ * --settle-digests at-commit, which leaves none itself). A file:// reader of
  * its data dir (a copy of it) cannot settle one: it sees such a version as damaged until kestreld
- * settled it (--settle-digests at-commit where that matters). Every chunk is checked against its name as it is read back, so a chunk
- * damaged since it came is never hashed into a digest a pull then trusts. Why: kestreld hashed every
- * new file twice (each chunk, to name and check it, and the whole file), and on 2 cores that second
- * pass held the push back from the disk's speed; a push is now answered once its chunks are checked
- * and durable, and the commit still checks what it is given, the chunks' sizes and the bound on
- * what settling them will hash (lib/repo/store_digests.c). */
+ * settled it (--settle-digests at-commit where that matters). Every chunk is checked against its
+ * name as it is read back, so a chunk damaged since it came is never hashed into a digest a pull
+ * then trusts. Why: kestreld hashed every new file twice (each chunk, to name and check it, and the
+ * whole file), and on 2 cores that second pass held the push back from the disk's speed; a push is
+ * now answered once its chunks are checked and durable, and the commit still checks what it is
+ * given, the chunks' sizes and the bound on what settling them will hash
+ * (lib/repo/store_digests.c). */
 #ifndef KD_REPO_SETTLE_H
 #define KD_REPO_SETTLE_H
 
@@ -43,8 +46,12 @@ struct kd_metrics;
 
 typedef struct kd_settle kd_settle;
 
-/* The thread started over store (NULL with the error set). */
-kd_settle *kd_settle_new(struct kestrel__store *store, struct kd_metrics *metrics);
+/* Over store: offer (--settle-digests later) starts the thread and lets commits leave digests to
+ * settle; without it, only what an earlier kestreld left is settled, at its read. NULL: out of memory
+ * (the error set). */
+kd_settle *kd_settle_new(struct kestrel__store *store, struct kd_metrics *metrics, int offer);
+/* Whether commits may leave digests to settle (a client is told settles_later). */
+int kd_settle_offered(const kd_settle *st);
 /* Stop the thread (it finishes the version it is hashing) and free. NULL: nothing. */
 void kd_settle_free(kd_settle *st);
 /* The repository is busy (a pack begins, a commit): the quiet period starts again. NULL: nothing. */

@@ -118,15 +118,17 @@ static int pull(kd_engine *e, const char *ref, const char *dest, int for_queued,
     kestrel_transfer_options o = KESTREL_TRANSFER_OPTIONS_INIT;
     copy_watch w = { e, ref, for_queued, 0, 0, 0, 0, 0 };
     int rc;
-    char model[256];
+    char model[256], exact[300];
     int64_t version;
     o.progress = watch;
     o.progress_payload = &w;
     snprintf(url, sizeof(url), "file://%s", kd_store_root(e));
     /* read from the store itself: its digests settled first, as any read's are (repo_settle.h) */
     if ((rc = kestrel__store_resolve_version(e->store, ref, model, &version)) == 0 &&
-        (rc = kd_settle_read(e->repo_settle, model, version)) == 0 && (rc = kestrel_client_new(&c, url, NULL)) == 0)
-        rc = kestrel_model_pull(c, ref, dest, &o);
+        (rc = kd_settle_read(e->repo_settle, model, version)) == 0 && (rc = kestrel_client_new(&c, url, NULL)) == 0) {
+        snprintf(exact, sizeof(exact), "%s@%lld", model, (long long)version);   /* the one settled */
+        rc = kestrel_model_pull(c, exact, dest, &o);
+    }
     kestrel_client_free(c);
     pthread_mutex_lock(&cache_mu);
     copy_reserved -= w.held;

@@ -61,9 +61,9 @@ int kestrel__store_fill_digests_checked(kestrel__store *s, Kestrel__V1__Manifest
 /* Settle name@version's whole-file digests that its commit left empty (store_settle.c), in two
  * steps, so that the hashing holds no lock: _hash reads the version and, where digests are empty,
  * reads its chunks back and hashes them (*hashed: the bytes; 0 when nothing was left), giving the
- * manifest whole (checked) in *out; _write then writes it as name@version's N.json (when that is
- * still unsettled: the first writer wins), its protobuf form and its listing (when the listing
- * differs). KESTREL_ENOTFOUND when the version is gone. kestreld's only (the store's sole writer),
+ * manifest whole (checked) in *out; _write then writes it as name@version's N.json, its protobuf
+ * form and its listing, unless its listing shows it settled already (another settle's write is the
+ * same bytes). KESTREL_ENOTFOUND when the version is gone. kestreld's only (the store's sole writer),
  * which keeps a delete of the version from running beside a _write. */
 int kestrel__store_settle_hash(kestrel__store *s, const char *name, int64_t version, Kestrel__V1__Manifest **out,
                                uint64_t *hashed);

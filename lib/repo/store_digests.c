@@ -1,8 +1,10 @@
 /* lib/repo/store_digests.c - a version's whole-file digests, from the chunks in the store: checked
  * where the manifest gives them, filled in where it leaves them empty. kestreld's commit runs it on
  * every new version (so nothing unverifiable commits, and a client need not hash each file twice),
- * except for files hashed as they streamed in and a re-push of the latest version's files; a
- * file:// commit, only for the digests a push left empty. A file of one chunk is not read: its
+ * except for files hashed as they streamed in, a re-push of the latest version's files, and the files
+ * a push asked it to settle later (only their chunks' sizes and the bound on what hashing them will
+ * take are checked then; server/repo_settle.h, then store_settle.c runs it again, each chunk checked);
+ * a file:// commit, only for the digests a push left empty. A file of one chunk is not read: its
  * digest is the chunk's, checked when it was stored. */
 #include <stdlib.h>
 #include <openssl/evp.h>

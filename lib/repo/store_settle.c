@@ -72,7 +72,8 @@ int kestrel__store_settle_write(kestrel__store *s, const Kestrel__V1__Manifest *
     char path[PATH_MAX];
     Kestrel__V1__Manifest *shown = NULL;
     int rc = 0;
-    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", kestrel__store_root(s), m->name, (long long)m->version);
+    snprintf(path, sizeof(path), "%s/models/%s/versions/%lld.json", kestrel__store_root(s), m->name,
+             (long long)m->version);
     if (kestrel__store_listing(s, m->name, m->version, &shown) == 0 && !strcmp(shown->sha256, m->sha256)) {
         kestrel__manifest_free(shown);   /* settled, listing and all: another wrote it first */
         return 0;

@@ -71,7 +71,8 @@ struct kestrel__transport {
                             kestreld says so in its answer to missing, and missing() sets it) */
     int names_chunks;    /* send may send chunks unnamed (kestreld says so in its answer to missing) */
     int settles_later;   /* the repository settles whole-file digests after the commit (kestreld says so in
-                            its answer to missing): send starts no runs, commit asks ?settle=later (atomic) */
+                            its answer to missing): send's runs say &whole=0, commit asks ?settle=later
+                            (atomic) */
     char where[17];      /* the repository: 16 hex digits of SHA-256 of kestreld's URL ("" for file://), the
                             stat cache's mark on what its answers named (push_cache.h) */
     int64_t found_unnamed;   /* chunks sent unnamed that the repository held already (atomic: send adds) */
