@@ -100,7 +100,10 @@ def test_the_thread_settles_once_the_repository_is_quiet(daemon, tmp_path, cache
     assert digest_bytes(d)["later"] == 3 << 20
 
 
-def test_a_kestreld_killed_before_it_settled_settles_at_the_first_read_after(daemon, tmp_path, cache):
+@pytest.mark.parametrize("then", [(), ("--settle-digests", "at-commit")])
+def test_a_kestreld_killed_before_it_settled_settles_at_the_first_read_after(daemon, tmp_path, cache, then):
+    """Also when started again --settle-digests at-commit, which leaves nothing to settle itself but
+    settles at its read what an earlier kestreld left (a review)."""
     d = daemon()
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(5 << 20))
@@ -108,30 +111,14 @@ def test_a_kestreld_killed_before_it_settled_settles_at_the_first_read_after(dae
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait()
     assert listing(d, "team/k", 1)["sha256"] == ""
-    d.restart()
-    out = tmp_path / "out.bin"
-    kestrel.Client(d.url, d.token).pull("team/k@1", str(out))   # the manifest's read settles it first
-    assert out.read_bytes() == src.read_bytes()
-    assert listing(d, "team/k", 1)["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
-
-
-def test_a_kestreld_started_at_commit_still_settles_what_a_killed_one_left(daemon, tmp_path, cache):
-    """--settle-digests at-commit leaves nothing to settle itself, but a version an earlier kestreld
-    (started with later) left unsettled is settled at its read all the same (a review)."""
-    d = daemon()
-    src = tmp_path / "f.bin"
-    src.write_bytes(os.urandom(5 << 20))
-    assert kestrel.Client(d.url, d.token).push("team/k2", str(src)) == 1
-    d.proc.send_signal(signal.SIGKILL)
-    d.proc.wait()
-    assert listing(d, "team/k2", 1)["sha256"] == ""
-    d.flags = ("--settle-digests", "at-commit")
+    d.flags = then
     d.restart()
     c = kestrel.Client(d.url, d.token)
-    assert c.versions("team/k2")[-1].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
     out = tmp_path / "out.bin"
-    c.pull("team/k2@1", str(out))
+    c.pull("team/k@1", str(out))   # the manifest's read settles it first
     assert out.read_bytes() == src.read_bytes()
+    assert listing(d, "team/k", 1)["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert c.versions("team/k")[-1].sha256 == listing(d, "team/k", 1)["sha256"]
 
 
 def test_a_version_deleted_before_it_settled_stays_deleted(daemon, tmp_path, cache):
