@@ -255,7 +255,7 @@ def where_cpu(t, client, server, peer, what="push"):
           f"{pct(peer, floor):.0f} % of the peer's speed ({peer:.2f} s)")
 
 
-QUIET_S = 1.0   # server/repo_settle.h: KD_SETTLE_QUIET_MS
+QUIET_S = 1.0   # kestreld --settle-after's default (server/repo_settle.h)
 
 
 def settle_round(server, times, cpus):

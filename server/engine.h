@@ -73,6 +73,7 @@ typedef struct {
     int max_grace_s;           /* a job's own grace above it: for those who may give urgent jobs */
     int64_t max_job_disk;      /* a job's files (DATA/jobs/ID) past it: the job fails (job_disk.c; 0: none) */
     int settle_at_commit;      /* --settle-digests at-commit: no version's digests are settled later (repo_settle.h) */
+    int64_t settle_after_ms;   /* --settle-after: the quiet the thread waits for (10 times it at most) */
 } kd_config;
 
 /* The larger body limit, a commit's or any request's: what a user's quarter of the upload budget must

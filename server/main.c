@@ -129,9 +129,9 @@ static void usage(FILE *f)
         "      --settle-digests WHEN  when a pushed file's whole SHA-256 is computed: later (default: the\n"
         "                           push is answered once its chunks are checked and durable; kestreld\n"
         "                           hashes the file after it, at idle priority once the repository has\n"
-        "                           been quiet a second, or at the version's first read, whichever comes\n"
-        "                           first) or at-commit (before the push is answered, as the chunks\n"
-        "                           stream in: a second pass over the bytes on the push's time)\n"
+        "                           been quiet --settle-after MS (1000; none waits 10 times that), or at\n"
+        "                           the version's first read, whichever comes first) or at-commit (before\n"
+        "                           the push is answered: a second pass over the bytes on the push's time)\n"
         "\n"
         "Slurm (pools whose jobs a Slurm cluster places, preempts and runs; the others run here):\n"
         "      --slurm-pool POOL[=PARTITION]  hand jobs of POOL to Slurm's PARTITION (default: same\n"
@@ -471,7 +471,7 @@ int main(int argc, char **argv)
         { "max-priority", required_argument, NULL, 37 }, { "max-metric-points", required_argument, NULL, 38 },
         { "max-metric-series", required_argument, NULL, 39 }, { "max-grace", required_argument, NULL, 40 },
         { "max-job-disk", required_argument, NULL, 41 }, { "job-env", required_argument, NULL, 42 },
-        { "settle-digests", required_argument, NULL, 43 },
+        { "settle-digests", required_argument, NULL, 43 }, { "settle-after", required_argument, NULL, 44 },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
     };
     kd_config cfg = { "127.0.0.1", 7070, "./kestrel-data", 0, 60, 64, 16u << 20, NULL, NULL, 0, NULL, 0, 3600,
@@ -503,6 +503,7 @@ int main(int argc, char **argv)
     cfg.env_build_timeout_s = 1800;
     cfg.gpu_sample_s = 5;
     cfg.idle_gpu_s = 600;
+    cfg.settle_after_ms = 1000;
     if (kestrel_init() < 0) {   /* the library's own client: a job's code is copied through it */
         fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         return 1;
@@ -558,6 +559,7 @@ int main(int argc, char **argv)
             }
             cfg.settle_at_commit = !strcmp(optarg, "at-commit");
             break;
+        case 44: if (kd_flag_int("--settle-after", optarg, 0, 3600000, &v) < 0) return 2; cfg.settle_after_ms = v; break;
         case 24: cfg.env_python = optarg; break;
         case 25: cfg.env_python_path = optarg; break;
         case 26: if (kd_flag_int("--env-cache-max", optarg, 1, 100000, &v) < 0) return 2; cfg.env_cache_max = (int)v; break;
@@ -726,7 +728,7 @@ int main(int argc, char **argv)
         return 1;
     }
     engine.repo_runs = kd_runs_new();   /* NULL: every commit reads its files back instead */
-    if ((engine.repo_settle = kd_settle_new(engine.store, engine.metrics, !cfg.settle_at_commit)) == NULL)
+    if ((engine.repo_settle = kd_settle_new(engine.store, engine.metrics, !cfg.settle_at_commit, cfg.settle_after_ms)) == NULL)
         kestrel_error_clear();   /* out of memory: what an earlier kestreld left unsettled stays so */
     kd_stage_reset(&engine);   /* no job runs yet: nothing is being staged */
     if (kd_envs_new(&engine.envs, &engine) < 0) {

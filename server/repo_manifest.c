@@ -131,8 +131,14 @@ static enum MHD_Result settle_then_answer(kd_req *r, void *arg)
 {
     settling *w = arg;
     enum MHD_Result reply;
-    int rc = kd_settle_read(r->e->repo_settle, w->model, w->version);
-    reply = rc < 0 ? kd_reply_failure(r, rc) : answer(r, w->model, w->version);
+    Kestrel__V1__Manifest *m = NULL;
+    int rc = kd_settle_read_keep(r->e->repo_settle, w->model, w->version, &m);
+    if (rc == 0 && m && (rc = kestrel__store_decorate(r->e->store, m)) == 0)
+        reply = kd_reply_owned(r, 200, &m->base);   /* as settled (written or, on a full disk, not) */
+    else {
+        kestrel__manifest_free(m);
+        reply = rc < 0 ? kd_reply_failure(r, rc) : answer(r, w->model, w->version);
+    }
     free(w);
     return reply;
 }

@@ -45,6 +45,7 @@ struct kd_settle {
     int offered;                /* commits may leave digests to settle (--settle-digests later) */
     int can_lift;               /* the thread may go back from SCHED_IDLE (root): else it never goes idle */
     int threaded;               /* the thread runs (else every version settles at its read) */
+    int64_t quiet_ms;           /* --settle-after */
     hashing busy[HASHING_MAX];  /* under lock */
     size_t nbusy;
     pthread_cond_t done;        /* one of busy ended */
@@ -76,8 +77,10 @@ enum { READER, READER_ALONE, THREAD };   /* who settles: a reader (who waits for
                                            same not waiting (its last try), the thread (who leaves it) */
 
 /* Hash and write name@version's digests unless another is at it (see the enum). 0 (also when gone:
- * the read says so; or when another settled it: the caller reads again), < 0 with the error. */
-static int settle_one(kd_settle *st, const char *name, int64_t version, int who)
+ * the read says so; or when another settled it: the caller reads again), < 0 with the error. keep
+ * (NULL: none): the settled manifest, also where it could not be written (a full disk: a reader is
+ * answered from it, and the version settles again at its next read). */
+static int settle_one(kd_settle *st, const char *name, int64_t version, int who, Kestrel__V1__Manifest **keep)
 {
     Kestrel__V1__Manifest *m = NULL;
     uint64_t hashed = 0;
@@ -110,7 +113,16 @@ static int settle_one(kd_settle *st, const char *name, int64_t version, int who)
         pthread_mutex_lock(&st->writing);
         rc = kestrel__store_settle_write(st->store, m);
         pthread_mutex_unlock(&st->writing);
-        kestrel__manifest_free(m);
+        if (keep && rc < 0 && rc != KESTREL_ENOTFOUND) {   /* not written: the reader is answered all the same */
+            fprintf(stderr, "kestreld: %s@%lld: settled, not written (at its next read): %s\n", name,
+                    (long long)version, kestrel_error_last()->message);
+            kestrel_error_clear();
+            rc = 0;
+        }
+        if (keep && rc == 0)
+            *keep = m;
+        else
+            kestrel__manifest_free(m);
     }
     if (rc == 0 && hashed)
         kd_metrics_repo_digests(st->metrics, KD_DIGEST_LATER, hashed);
@@ -139,10 +151,10 @@ static void *settle_main(void *arg)
         if (st->stop)
             break;
         now = kestrel__mono_ms();
-        if ((quiet = now - __atomic_load_n(&st->stirred_ms, __ATOMIC_RELAXED)) < KD_SETTLE_QUIET_MS &&
-            now - st->queue[st->head].queued_ms < KD_SETTLE_WAIT_MS) {
+        if ((quiet = now - __atomic_load_n(&st->stirred_ms, __ATOMIC_RELAXED)) < st->quiet_ms &&
+            now - st->queue[st->head].queued_ms < 10 * st->quiet_ms) {
             struct timespec until;
-            int64_t wait_ms = KD_SETTLE_QUIET_MS - quiet;
+            int64_t wait_ms = st->quiet_ms - quiet;
             clock_gettime(CLOCK_MONOTONIC, &until);
             until.tv_sec += wait_ms / 1000;
             until.tv_nsec += (wait_ms % 1000) * 1000000L;
@@ -158,7 +170,7 @@ static void *settle_main(void *arg)
         st->n--;
         st->backlog -= w.bytes;
         pthread_mutex_unlock(&st->lock);
-        if (kd_settle_due(st, w.name, w.version) && settle_one(st, w.name, w.version, THREAD) < 0)
+        if (kd_settle_due(st, w.name, w.version) && settle_one(st, w.name, w.version, THREAD, NULL) < 0)
             fprintf(stderr, "kestreld: %s\n", kestrel_error_last()->message);
         kestrel_error_clear();
         free(w.name);
@@ -168,7 +180,7 @@ static void *settle_main(void *arg)
     return NULL;
 }
 
-kd_settle *kd_settle_new(kestrel__store *store, kd_metrics *metrics, int offer)
+kd_settle *kd_settle_new(kestrel__store *store, kd_metrics *metrics, int offer, int64_t quiet_ms)
 {
     kd_settle *st = calloc(1, sizeof(*st));
     pthread_condattr_t attr;
@@ -179,6 +191,7 @@ kd_settle *kd_settle_new(kestrel__store *store, kd_metrics *metrics, int offer)
     }
     st->store = store;
     st->metrics = metrics;
+    st->quiet_ms = quiet_ms;
     st->can_lift = geteuid() == 0;   /* without root, SCHED_IDLE is a one-way door */
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->writing, NULL);
@@ -278,14 +291,21 @@ int kd_settle_due(kd_settle *st, const char *name, int64_t version)
     return due;
 }
 
-int kd_settle_read(kd_settle *st, const char *name, int64_t version)
+int kd_settle_read_keep(kd_settle *st, const char *name, int64_t version, Kestrel__V1__Manifest **keep)
 {
     int rc = 0;
+    if (keep)
+        *keep = NULL;
     /* again after one that waited for another settler, which may have failed: the last try does not
      * wait (so it says why), and no read goes on with a digest left empty */
-    for (int tries = 0; rc == 0 && tries < 3 && kd_settle_due(st, name, version); tries++)
-        rc = settle_one(st, name, version, tries < 2 ? READER : READER_ALONE);
+    for (int tries = 0; rc == 0 && tries < 3 && !(keep && *keep) && kd_settle_due(st, name, version); tries++)
+        rc = settle_one(st, name, version, tries < 2 ? READER : READER_ALONE, keep);
     return rc;
+}
+
+int kd_settle_read(kd_settle *st, const char *name, int64_t version)
+{
+    return kd_settle_read_keep(st, name, version, NULL);
 }
 
 /* Under lock: whether a version of name is queued or being hashed. */

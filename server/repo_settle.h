@@ -6,7 +6,7 @@
  * empty in the stored version (lib/repo/store_settle.c). They are settled afterwards:
  *  - on this module's thread, at idle priority while it hashes (SCHED_IDLE; as root only: without
  *    root it could not be lifted back, and hashes at an ordinary one), once the repository has been quiet
- *    (no pack begun, no commit) for KD_SETTLE_QUIET_MS or the oldest has waited KD_SETTLE_WAIT_MS, a
+ *    (no pack begun, no commit) for --settle-after or the oldest has waited 10 times that, a
  *    version at a time in commit order; and
  *  - before any read of such a version (a pull's manifest, a listing, a job's inputs), on the
  *    reading thread (a listing's and a manifest's on one of their own: api_defer.c), at its priority,
@@ -36,10 +36,10 @@
 
 struct kestrel__store;
 struct kd_metrics;
+struct Kestrel__V1__Manifest;
 
-#define KD_SETTLE_QUIET_MS 1000    /* the repository quiet this long: the thread settles */
-#define KD_SETTLE_WAIT_MS 10000    /* and a version waits no longer than this for it (a busy repository,
-                                      or one kept stirred on purpose) */
+/* The repository quiet for --settle-after (1000 ms by default): the thread settles; and a version
+ * waits no longer than 10 times that for it (a busy repository, or one kept stirred on purpose). */
 #define KD_SETTLE_QUEUE 1024       /* versions waiting for the thread at most */
 #define KD_SETTLE_BACKLOG ((uint64_t)16 << 30)   /* bytes they leave to hash at most: past either, a
                                                     commit settles its digests itself (kd_settle_room) */
@@ -49,7 +49,7 @@ typedef struct kd_settle kd_settle;
 /* Over store: offer (--settle-digests later) starts the thread and lets commits leave digests to
  * settle; without it, only what an earlier kestreld left is settled, at its read. NULL: out of memory
  * (the error set). */
-kd_settle *kd_settle_new(struct kestrel__store *store, struct kd_metrics *metrics, int offer);
+kd_settle *kd_settle_new(struct kestrel__store *store, struct kd_metrics *metrics, int offer, int64_t quiet_ms);
 /* Whether commits may leave digests to settle (a client is told settles_later). */
 int kd_settle_offered(const kd_settle *st);
 /* Stop the thread (it finishes the version it is hashing) and free. NULL: nothing. */
@@ -68,6 +68,10 @@ int kd_settle_due(kd_settle *st, const char *name, int64_t version);
 /* Before a read of name@version: settled now if its listing shows it unsettled. 0 (also when the
  * version does not exist: the read says so), or < 0 with the error set. NULL st: 0. */
 int kd_settle_read(kd_settle *st, const char *name, int64_t version);
+/* The same, giving the settled manifest in *keep when this call settled it (NULL: settled already,
+ * or by another: read it), also where it could not be written (a full disk): the read is answered
+ * from it, and the version settles again at its next read. */
+int kd_settle_read_keep(kd_settle *st, const char *name, int64_t version, struct Kestrel__V1__Manifest **keep);
 /* After a read that gave sha256 as name@version's digest: settled now when it is empty. 1 settled
  * (read it again), 0 nothing to do, < 0 with the error set. NULL st: 0. */
 int kd_settle_seen(kd_settle *st, const char *name, int64_t version, const char *sha256);

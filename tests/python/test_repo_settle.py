@@ -25,7 +25,7 @@ def tree_digest(files):
     return h.hexdigest()
 
 
-KD_QUIET_S = 1   # KD_SETTLE_QUIET_MS
+KD_QUIET_S = 1   # --settle-after's default, in seconds
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_a_push_is_answered_unsettled_and_its_first_read_settles_it(daemon, tmp_path, cache):
-    d = daemon()
+    d = daemon("--settle-after", "600000")   # no thread settles it meanwhile, however loaded the machine
     c = kestrel.Client(d.url, d.token)
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(6 << 20))
@@ -56,7 +56,7 @@ def test_a_push_is_answered_unsettled_and_its_first_read_settles_it(daemon, tmp_
 def test_readers_of_a_version_being_settled_wait_for_it_rather_than_hash_it_again(daemon, tmp_path, cache):
     """A gang's ranks pulling a checkpoint pushed a moment ago: one settles it, the others wait."""
     import threading
-    d = daemon()
+    d = daemon("--settle-after", "600000")   # no thread settles it meanwhile, however loaded the machine
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(24 << 20))
     assert kestrel.Client(d.url, d.token).push("team/gang", str(src)) == 1
@@ -104,7 +104,7 @@ def test_the_thread_settles_once_the_repository_is_quiet(daemon, tmp_path, cache
 def test_a_kestreld_killed_before_it_settled_settles_at_the_first_read_after(daemon, tmp_path, cache, then):
     """Also when started again --settle-digests at-commit, which leaves nothing to settle itself but
     settles at its read what an earlier kestreld left (a review)."""
-    d = daemon()
+    d = daemon("--settle-after", "600000")   # no thread settles it meanwhile, however loaded the machine
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(5 << 20))
     assert kestrel.Client(d.url, d.token).push("team/k", str(src)) == 1
@@ -136,7 +136,7 @@ def test_a_version_deleted_before_it_settled_stays_deleted(daemon, tmp_path, cac
 
 
 def test_a_settle_that_finds_a_chunk_lost_fails_the_read_with_why(daemon, tmp_path, cache):
-    d = daemon()
+    d = daemon("--settle-after", "600000")   # no thread settles it meanwhile, however loaded the machine
     c = kestrel.Client(d.url, d.token)
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(3 << 20))
@@ -152,7 +152,7 @@ def test_a_settle_that_finds_a_chunk_lost_fails_the_read_with_why(daemon, tmp_pa
 def test_a_chunk_damaged_before_the_settle_is_found_by_it_never_hashed_into_the_digest(daemon, tmp_path, cache):
     """The settle checks each chunk it reads back against its name: a digest made from damaged bytes
     would make a pull, which checks the file against it, take the damaged file for true."""
-    d = daemon()
+    d = daemon("--settle-after", "600000")   # no thread settles it meanwhile, however loaded the machine
     c = kestrel.Client(d.url, d.token)
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(3 << 20))
@@ -228,6 +228,9 @@ def test_settle_digests_takes_later_or_at_commit_and_check_config_says_which(tmp
     bad = subprocess.run([KESTRELD, "--settle-digests", "soon", "-d", str(tmp_path / "d")], capture_output=True,
                          text=True, timeout=30)
     assert bad.returncode == 2 and "--settle-digests: 'soon': later or at-commit" in bad.stderr, bad.stderr
+    bad = subprocess.run([KESTRELD, "--settle-after", "-1", "-d", str(tmp_path / "d")], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode == 2 and "--settle-after" in bad.stderr, bad.stderr
     for flag, says in (("later", "after its push is answered"), ("at-commit", "before its push is answered")):
         r = subprocess.run([KESTRELD, "--settle-digests", flag, "--check-config", "-d", str(tmp_path / "d")],
                            capture_output=True, text=True, timeout=30)
@@ -235,7 +238,7 @@ def test_settle_digests_takes_later_or_at_commit_and_check_config_says_which(tmp
 
 
 def test_a_repository_kept_busy_still_gets_its_versions_settled(daemon, tmp_path, cache):
-    """The thread waits for a quiet second, but no version waits past KD_SETTLE_WAIT_MS for it: a
+    """The thread waits for a quiet second, but no version waits past 10 of them for it: a
     stream of packs (here empty ones, 3 a second: any token may send them) does not starve it."""
     import threading
     d = daemon()
@@ -259,3 +262,34 @@ def test_a_repository_kept_busy_still_gets_its_versions_settled(daemon, tmp_path
         stop.set()
         t.join()
     assert listing(d, "team/busy", 1)["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_a_read_on_a_full_disk_is_answered_from_the_settle_that_could_not_be_written(small_fs, tmp_path, cache):
+    """The disk filled between the push and the read (a job's output, found by test_faults): the settle
+    cannot write the version again, so the pull is answered from what it settled in memory, and the
+    version settles again, written this time, at a read once there is room."""
+    from conftest import Daemon
+    d = Daemon(small_fs / "k", "--gpus", "0", "--settle-after", "600000")
+    try:
+        c = kestrel.Client(d.url, d.token)
+        src = tmp_path / "f.bin"
+        src.write_bytes(os.urandom(2 << 20))
+        assert c.push("admin/full", str(src)) == 1
+        filler = small_fs / "filler"
+        with open(filler, "wb") as f:   # the rest of the disk, to its last byte
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        out = tmp_path / "out.bin"
+        c.pull("admin/full@1", str(out))
+        assert out.read_bytes() == src.read_bytes()
+        assert listing(d, "admin/full", 1)["sha256"] == ""                       # not written
+        assert "settled, not written" in (d.root / "kestreld.log").read_text()
+        filler.unlink()
+        assert c.versions("admin/full")[-1].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
+        assert listing(d, "admin/full", 1)["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    finally:
+        d.stop()
