@@ -293,3 +293,23 @@ def test_a_read_on_a_full_disk_is_answered_from_the_settle_that_could_not_be_wri
         assert listing(d, "admin/full", 1)["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
     finally:
         d.stop()
+
+
+def test_a_commit_to_settle_later_into_anothers_model_is_refused_and_makes_nothing(daemon, tmp_path, cache):
+    """?settle=later changes when digests are hashed, not who may commit: bob's into alice's model is
+    403, and no version, no queued settle, no digest bytes follow."""
+    d = daemon("--settle-after", "600000")
+    alice = d.api("POST", "/api/v1/tokens", {"user": "alice"})[1]["token"]
+    bob = d.api("POST", "/api/v1/tokens", {"user": "bob"})[1]["token"]
+    src = tmp_path / "f.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    assert kestrel.Client(d.url, alice).push("alice/m", str(src)) == 1
+    m = json.loads(raw(d, "GET", "/api/v1/models/alice/m/versions/1", token=alice)[1])
+    body = json.dumps({"size": m["size"], "chunks": [{"digest": x["digest"], "size": x["size"]}
+                                                     for x in m["chunks"]]}).encode()
+    before = digest_bytes(d)
+    status, answer = raw(d, "POST", "/api/v1/models/alice/m/versions?settle=later", body, token=bob)
+    assert status in (403, 404), answer
+    assert [v.version for v in kestrel.Client(d.url, alice).versions("alice/m")] == [1]
+    assert not (d.data / "repo" / "models" / "alice" / "m" / "versions" / "2.json").exists()
+    assert digest_bytes(d) == before                        # (v1 was settled by alice's read above)
